@@ -1,0 +1,455 @@
+"""versions.yaml (schema 1) parsed once into frozen dataclasses.
+
+No other module reads YAML or the process environment; `HostSettings` carries what the
+environment says (package index, TLS trust) to the stages that need it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import yamlsource
+from .errors import ConfigError
+from .yamlsource import LocatedDict, LocatedList
+
+__all__ = [
+    "Config",
+    "DebootstrapBase",
+    "DirUpstream",
+    "GitUpstream",
+    "HostSettings",
+    "ImageBase",
+    "PypiUpstream",
+    "Tag",
+    "host_settings",
+    "load",
+]
+
+SHA256 = re.compile(r"[0-9a-f]{64}")
+COMMIT = re.compile(r"[0-9a-f]{40}")
+CUDA_ARCH = re.compile(r"(\d+)\.(\d)([af]?)")
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+PACKAGE = re.compile(r"[a-z0-9][a-z0-9+.-]*")
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+IMAGE_REF = re.compile(r"[^@\s]+@sha256:([0-9a-f]{64})")
+
+TOP_KEYS = ("schema", "defaults", "bases", "upstreams", "tags")
+DEFAULT_KEYS = ("repository", "platform", "cuda_arch", "builder", "runtime")
+TAG_KEYS = ("extends", "upstream", "series", "env", *DEFAULT_KEYS)
+DEBOOTSTRAP_KEYS = ("suite", "mirror", "variant", "packages")
+
+
+@dataclass(frozen=True)
+class ImageBase:
+    """A base image from a registry, pinned by digest."""
+
+    name: str
+    image: str
+
+    @property
+    def digest(self) -> str:
+        return "sha256:" + self.image.rsplit("@sha256:", 1)[1]
+
+
+@dataclass(frozen=True)
+class DebootstrapBase:
+    """A Debian base image made locally with debootstrap and `docker import`."""
+
+    name: str
+    suite: str
+    mirror: str | None
+    variant: str
+    packages: tuple[str, ...]
+
+
+Base = ImageBase | DebootstrapBase
+
+
+@dataclass(frozen=True)
+class PypiUpstream:
+    key: str
+    name: str
+    version: str
+    sha256: str
+
+
+@dataclass(frozen=True)
+class GitUpstream:
+    key: str
+    url: str
+    commit: str
+
+
+@dataclass(frozen=True)
+class DirUpstream:
+    key: str
+    path: Path
+
+
+Upstream = PypiUpstream | GitUpstream | DirUpstream
+
+
+@dataclass(frozen=True)
+class Tag:
+    """One image tag with every default and `extends` resolved."""
+
+    name: str
+    upstream: Upstream
+    series: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]
+    repository: str
+    platform: str
+    cuda_arch: str
+    builder: Base
+    runtime: Base
+
+    @property
+    def sm_arch(self) -> str:
+        """`12.1a` -> `sm_121a`: the SASS the kernels must carry."""
+        major, minor, suffix = CUDA_ARCH.fullmatch(self.cuda_arch).groups()  # type: ignore[union-attr]
+        return f"sm_{major}{minor}{suffix}"
+
+    @property
+    def image_ref(self) -> str:
+        return f"{self.repository}:{self.name}"
+
+
+@dataclass(frozen=True)
+class Config:
+    path: Path
+    tags: dict[str, Tag] = field(hash=False)
+
+    @property
+    def root(self) -> Path:
+        return self.path.parent
+
+    @property
+    def patches_dir(self) -> Path:
+        return self.root / "patches"
+
+    @property
+    def wheels_dir(self) -> Path:
+        return self.root / "wheels"
+
+    @property
+    def build_dir(self) -> Path:
+        return self.root / "build"
+
+    def tag(self, name: str) -> Tag:
+        """Find a tag by its full name or by a unique suffix (`3.73-vision`)."""
+        if name in self.tags:
+            return self.tags[name]
+        matches = [t for t in self.tags if t.endswith("-" + name)]
+        if len(matches) == 1:
+            return self.tags[matches[0]]
+        if matches:
+            raise ConfigError(
+                f"{self.path}: tag {name!r} is ambiguous: {', '.join(sorted(matches))}",
+                "give the full tag name",
+            )
+        raise ConfigError(
+            f"{self.path}: no tag {name!r}{_did_you_mean(name, self.tags)}",
+            f"known tags: {', '.join(sorted(self.tags))}",
+        )
+
+
+@dataclass(frozen=True)
+class HostSettings:
+    """What the host's configuration says about reaching package indexes."""
+
+    index_url: str
+    ca_bundle: str | None
+    debian_mirror: str | None
+
+
+def load(path: Path) -> Config:
+    """Parse and validate a versions.yaml; every error names file:line."""
+    path = path.resolve()
+    doc = yamlsource.read(path)
+    where = _Where(path)
+    top = where.mapping(doc, "the file", TOP_KEYS, required=TOP_KEYS)
+    if top["schema"] != 1:
+        raise ConfigError(
+            f"{where(top, 'schema')}: schema {top['schema']!r} is not supported",
+            "this sparkbake reads 'schema: 1'",
+        )
+    bases = {k: _base(where, k, v) for k, v in where.mapping(top["bases"], "bases").items()}
+    upstreams = {
+        k: _upstream(where, k, v) for k, v in where.mapping(top["upstreams"], "upstreams").items()
+    }
+    defaults = where.mapping(top["defaults"], "defaults", DEFAULT_KEYS, required=DEFAULT_KEYS)
+    raw_tags = where.mapping(top["tags"], "tags")
+    tags = {
+        name: _tag(where, name, raw_tags, defaults, bases, upstreams) for name in raw_tags
+    }
+    return Config(path=path, tags=tags)
+
+
+class _Where:
+    """Formats `file:line` for a key of a located mapping and checks shapes."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __call__(self, mapping: Any, key: str | None = None) -> str:
+        if isinstance(mapping, LocatedDict):
+            line = mapping.key_lines.get(key, mapping.line) if key else mapping.line
+            return f"{self.path}:{line}"
+        if isinstance(mapping, LocatedList):
+            return f"{self.path}:{mapping.line}"
+        return str(self.path)
+
+    def mapping(
+        self,
+        value: Any,
+        what: str,
+        allowed: tuple[str, ...] | None = None,
+        required: tuple[str, ...] = (),
+        parent: Any = None,
+    ) -> LocatedDict:
+        if not isinstance(value, LocatedDict):
+            raise ConfigError(
+                f"{self(parent or value)}: {what} must be a mapping, not {_kind(value)}",
+                "see the versions.yaml format in README.md",
+            )
+        for key in value:
+            if allowed is not None and key not in allowed:
+                raise ConfigError(
+                    f"{self(value, key)}: unknown key {key!r} in {what}"
+                    f"{_did_you_mean(key, allowed)}",
+                    f"allowed keys: {', '.join(allowed)}",
+                )
+        for key in required:
+            if key not in value:
+                raise ConfigError(
+                    f"{self(value)}: {what} lacks the key {key!r}",
+                    f"add '{key}:' (see README.md)",
+                )
+        return value
+
+    def string(self, mapping: LocatedDict, key: str, pattern: re.Pattern[str] | None = None,
+               hint: str = "") -> str:
+        value = mapping[key]
+        if not isinstance(value, str):
+            raise ConfigError(
+                f"{self(mapping, key)}: {key} must be a string, not {_kind(value)}",
+                "quote the value",
+            )
+        if pattern is not None and not pattern.fullmatch(value):
+            raise ConfigError(f"{self(mapping, key)}: {key} {value!r} is not {hint}",
+                              f"write {hint}")
+        return value
+
+    def strings(self, mapping: LocatedDict, key: str,
+                pattern: re.Pattern[str]) -> tuple[str, ...]:
+        items = mapping[key]
+        if not isinstance(items, LocatedList) or not all(isinstance(i, str) for i in items):
+            raise ConfigError(f"{self(mapping, key)}: {key} must be a list of strings",
+                              f"write {key}: [a, b]")
+        for item, line in zip(items, items.item_lines, strict=True):
+            if not pattern.fullmatch(item):
+                raise ConfigError(f"{self.path}:{line}: {item!r} is not a valid name in {key}",
+                                  f"names match {pattern.pattern}")
+        return tuple(items)
+
+
+def _base(where: _Where, name: str, raw: Any) -> Base:
+    spec = where.mapping(raw, f"base {name!r}", ("image", "debootstrap"))
+    if len(spec) != 1:
+        raise ConfigError(f"{where(spec)}: base {name!r} needs exactly one of image, debootstrap",
+                          "keep one of them")
+    if "image" in spec:
+        image = where.string(spec, "image", IMAGE_REF, "an image pinned by digest (name@sha256:<64 hex>)")
+        return ImageBase(name=name, image=image)
+    boot = where.mapping(spec["debootstrap"], f"base {name!r} debootstrap", DEBOOTSTRAP_KEYS,
+                         required=("suite",), parent=spec)
+    return DebootstrapBase(
+        name=name,
+        suite=where.string(boot, "suite", NAME, "a Debian suite name"),
+        mirror=where.string(boot, "mirror") if "mirror" in boot else None,
+        variant=where.string(boot, "variant", NAME, "a debootstrap variant")
+        if "variant" in boot else "minbase",
+        packages=where.strings(boot, "packages", PACKAGE) if "packages" in boot else (),
+    )
+
+
+def _upstream(where: _Where, key: str, raw: Any) -> Upstream:
+    spec = where.mapping(raw, f"upstream {key!r}", ("pypi", "git", "dir"))
+    if len(spec) != 1:
+        raise ConfigError(f"{where(spec)}: upstream {key!r} needs exactly one of pypi, git, dir",
+                          "keep one of them")
+    if "dir" in spec:
+        rel = where.string(spec, "dir")
+        return DirUpstream(key=key, path=(where.path.parent / rel).resolve())
+    if "git" in spec:
+        git = where.mapping(spec["git"], f"upstream {key!r} git", ("url", "commit"),
+                            required=("url", "commit"), parent=spec)
+        url = where.string(git, "url")
+        if "://" not in url and not url.startswith("git@"):
+            url = str((where.path.parent / url).resolve())
+        return GitUpstream(key=key, url=url,
+                           commit=where.string(git, "commit", COMMIT, "a full 40-hex commit"))
+    pypi = where.mapping(spec["pypi"], f"upstream {key!r} pypi", ("name", "version", "sha256"),
+                         required=("name", "version", "sha256"), parent=spec)
+    return PypiUpstream(
+        key=key,
+        name=where.string(pypi, "name", NAME, "a package name"),
+        version=where.string(pypi, "version", NAME, "a version"),
+        sha256=where.string(pypi, "sha256", SHA256, "64 lowercase hex digits"),
+    )
+
+
+def _tag(where: _Where, name: str, raw_tags: LocatedDict, defaults: LocatedDict,
+         bases: dict[str, Base], upstreams: dict[str, Upstream]) -> Tag:
+    merged, origin = _resolve_extends(where, name, raw_tags)
+    for key in DEFAULT_KEYS:
+        if key not in merged:
+            merged[key], origin[key] = defaults[key], defaults
+    for key in ("upstream", "series"):
+        if key not in merged:
+            raise ConfigError(f"{where(raw_tags, name)}: tag {name!r} lacks the key {key!r}",
+                              f"add '{key}:' to the tag or to the tag it extends")
+
+    def ref(key: str, table: dict[str, Any], what: str) -> Any:
+        value = where.string(origin[key], key)
+        if value not in table:
+            raise ConfigError(
+                f"{where(origin[key], key)}: unknown {what} {value!r}{_did_you_mean(value, table)}",
+                f"define it under '{what}s:' or pick one of: {', '.join(sorted(table))}",
+            )
+        return table[value]
+
+    series = where.strings(origin["series"], "series", NAME)
+    if len(set(series)) != len(series):
+        raise ConfigError(f"{where(origin['series'], 'series')}: tag {name!r} lists a series twice",
+                          "list each series once")
+    return Tag(
+        name=name,
+        upstream=ref("upstream", upstreams, "upstream"),
+        series=series,
+        env=_env(where, merged.get("env", {}), origin),
+        repository=where.string(origin["repository"], "repository"),
+        platform=where.string(origin["platform"], "platform", re.compile(r"linux/[a-z0-9]+"),
+                              "a platform such as linux/arm64"),
+        cuda_arch=where.string(origin["cuda_arch"], "cuda_arch", CUDA_ARCH,
+                               "a CUDA arch such as \"12.1a\""),
+        builder=ref("builder", bases, "base"),
+        runtime=ref("runtime", bases, "base"),
+    )
+
+
+def _resolve_extends(where: _Where, name: str,
+                     raw_tags: LocatedDict) -> tuple[dict[str, Any], dict[str, LocatedDict]]:
+    """Merge a tag over its ancestors; `env` merges key by key, everything else replaces."""
+    chain: list[str] = []
+    current: str | None = name
+    while current is not None:
+        if current in chain:
+            raise ConfigError(
+                f"{where(raw_tags, name)}: 'extends' forms a cycle: {' -> '.join([*chain, current])}",
+                "remove one 'extends' from the cycle",
+            )
+        spec = where.mapping(raw_tags[current], f"tag {current!r}", TAG_KEYS, parent=raw_tags)
+        chain.append(current)
+        current = where.string(spec, "extends") if "extends" in spec else None
+        if current is not None and current not in raw_tags:
+            raise ConfigError(
+                f"{where(spec, 'extends')}: tag {chain[-1]!r} extends unknown tag {current!r}"
+                f"{_did_you_mean(current, raw_tags)}",
+                "name a tag defined under 'tags:'",
+            )
+    merged: dict[str, Any] = {}
+    origin: dict[str, LocatedDict] = {}
+    env: dict[str, Any] = {}
+    for ancestor in reversed(chain):
+        spec = raw_tags[ancestor]
+        for key, value in spec.items():
+            if key == "env":
+                env.update(where.mapping(value, f"tag {ancestor!r} env", parent=spec))
+            elif key != "extends":
+                merged[key], origin[key] = value, spec
+        if "env" in spec:
+            origin["env"] = spec["env"]
+    merged["env"] = env
+    return merged, origin
+
+
+def _env(where: _Where, env: dict[str, Any], origin: dict[str, LocatedDict]) -> tuple[tuple[str, str], ...]:
+    located = origin.get("env")
+    for key, value in env.items():
+        if not ENV_NAME.fullmatch(key) or not isinstance(value, str):
+            spot = where(located, key) if located is not None else str(where.path)
+            raise ConfigError(
+                f"{spot}: env {key}={value!r}: names are shell identifiers, values are strings",
+                'quote the value, e.g. VLLM_X: "1"',
+            )
+    return tuple(sorted(env.items()))
+
+
+def _did_you_mean(word: str, choices: Any) -> str:
+    close = difflib.get_close_matches(word, list(choices), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    if value is None:
+        return "empty"
+    return f"a {type(value).__name__}"
+
+
+def host_settings() -> HostSettings:
+    """The package index and CA bundle, as pip on this host is configured."""
+    index = os.environ.get("PIP_INDEX_URL") or _pip_config("global.index-url") or _pip_default()
+    ca = (os.environ.get("PIP_CERT") or _pip_config("global.cert")
+          or os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("SSL_CERT_FILE"))
+    if ca is None and Path("/etc/ssl/certs/ca-certificates.crt").is_file():
+        ca = "/etc/ssl/certs/ca-certificates.crt"
+    return HostSettings(index_url=index.rstrip("/"), ca_bundle=ca, debian_mirror=_apt_mirror())
+
+
+def _apt_mirror(apt_dir: Path = Path("/etc/apt")) -> str | None:
+    """The first Debian archive URI in the host's apt sources (deb822 or one-line style)."""
+    for sources in sorted(apt_dir.glob("sources.list.d/*.sources")):
+        for stanza in sources.read_text().split("\n\n"):
+            fields = dict(re.findall(r"^(\w+):\s*(.+)$", stanza, re.MULTILINE))
+            suites = fields.get("Suites", "").split()
+            if "Types" in fields and suites and "-" not in suites[0]:
+                return fields.get("URIs", "").split()[0] or None
+    listing = apt_dir / "sources.list"
+    if listing.is_file():
+        for line in listing.read_text().splitlines():
+            parts = line.split()
+            if len(parts) >= 3 and parts[0] == "deb" and "-" not in parts[2]:
+                return parts[1]
+    return None
+
+
+def _pip_config(name: str) -> str | None:
+    try:
+        out = subprocess.run([sys.executable, "-m", "pip", "config", "get", name],
+                             capture_output=True, text=True, check=False, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    value = out.stdout.strip()
+    return value if out.returncode == 0 and value else None
+
+
+def _pip_default() -> str:
+    """pip's own default index, asked of pip so that no host is written here."""
+    try:
+        from pip._internal.models.index import PyPI  # noqa: PLC0415
+    except ImportError as exc:
+        raise ConfigError("no package index configured and pip is not installed",
+                          "set PIP_INDEX_URL") from exc
+    return str(PyPI.simple_url)

@@ -1,0 +1,177 @@
+"""The one small typed wrapper around the docker SDK. The client is always passed in."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import docker
+import docker.errors
+import requests
+
+from .errors import EngineError, FatalError
+from .proc import echo
+
+__all__ = [
+    "Client",
+    "ContainerResult",
+    "build_image",
+    "connect",
+    "image_attrs",
+    "image_exists",
+    "run_container",
+]
+
+Client = Any  # docker.DockerClient: the SDK ships no type information
+TAIL_LINES = 40
+
+
+def connect() -> Client:
+    """A client for the engine named by DOCKER_HOST (or the local socket), checked with a ping."""
+    try:
+        client = docker.from_env(timeout=600)
+        client.ping()
+    except (docker.errors.DockerException, requests.RequestException) as exc:
+        raise EngineError(
+            f"no Docker engine answers ({str(exc).splitlines()[0][:160]})",
+            "start one (e.g. `dockerd &` as root, see README) or set DOCKER_HOST",
+        ) from exc
+    return client
+
+
+def image_exists(client: Client, ref: str) -> bool:
+    try:
+        client.images.get(ref)
+    except docker.errors.ImageNotFound:
+        return False
+    return True
+
+
+def image_attrs(client: Client, ref: str) -> dict[str, Any]:
+    attrs: dict[str, Any] = client.images.get(ref).attrs
+    return attrs
+
+
+def build_image(
+    client: Client,
+    context: Path,
+    tag: str,
+    *,
+    error: type[FatalError],
+    buildargs: Mapping[str, str] | None = None,
+    log_path: Path | None = None,
+) -> str:
+    """Build context/Dockerfile with the classic builder; stream its output; return the id."""
+    lines: list[str] = []
+    log = log_path.open("w") if log_path else None
+    try:
+        stream = client.api.build(path=str(context), tag=tag, rm=True, forcerm=True,
+                                  decode=True, buildargs=dict(buildargs or {}))
+        image_id = None
+        for chunk in stream:
+            if "stream" in chunk:
+                text = chunk["stream"]
+                lines.extend(text.rstrip("\n").splitlines())
+                echo(text.rstrip("\n")) if text.strip() else None
+                if log:
+                    log.write(text)
+            if "error" in chunk:
+                where = f" (log: {log_path})" if log_path else ""
+                last = " / ".join(lines[-5:])
+                raise error(f"building {tag} failed: {chunk['error'].strip()}{where}",
+                            f"last output: {last}" if last else "see the output above")
+            if "aux" in chunk and "ID" in chunk["aux"]:
+                image_id = chunk["aux"]["ID"]
+    except docker.errors.APIError as exc:
+        raise error(f"building {tag} failed: {exc.explanation or exc}",
+                    "check the Docker engine") from exc
+    finally:
+        if log:
+            log.close()
+    return str(image_id or client.images.get(tag).id)
+
+
+@dataclass(frozen=True)
+class ContainerResult:
+    exit_code: int
+    output: str
+
+    def tail(self, count: int = TAIL_LINES) -> str:
+        return "\n".join(self.output.splitlines()[-count:])
+
+
+def run_container(
+    client: Client,
+    image: str,
+    command: Sequence[str],
+    *,
+    volumes: Mapping[str, Mapping[str, str]] | None = None,
+    environment: Mapping[str, str] | None = None,
+    network: bool = True,
+    log_path: Path | None = None,
+    quiet: bool = False,
+    keep: bool = False,
+    **extra: Any,
+) -> ContainerResult:
+    """Run a container to its end, streaming its output; always removed unless keep."""
+    with _container(client, image, command, volumes, environment, network, keep, extra) as box:
+        lines: list[str] = []
+        reader = threading.Thread(target=_follow, args=(box, lines, log_path, quiet), daemon=True)
+        reader.start()
+        status = box.wait()
+        reader.join(timeout=10)
+        return ContainerResult(exit_code=int(status["StatusCode"]), output="".join(lines))
+
+
+@contextlib.contextmanager
+def _container(client: Client, image: str, command: Sequence[str],
+               volumes: Mapping[str, Mapping[str, str]] | None,
+               environment: Mapping[str, str] | None, network: bool, keep: bool,
+               extra: dict[str, Any]) -> Iterator[Any]:
+    try:
+        box = client.containers.run(
+            image, list(command), detach=True, volumes=dict(volumes or {}),
+            environment=dict(environment or {}), network_disabled=not network, **extra,
+        )
+    except docker.errors.ImageNotFound as exc:
+        raise EngineError(f"image {image} is not in the engine", "build it first") from exc
+    except docker.errors.APIError as exc:
+        raise EngineError(f"cannot start a container of {image}: {exc.explanation or exc}",
+                          "check the Docker engine") from exc
+    try:
+        yield box
+    finally:
+        if not keep:
+            with contextlib.suppress(docker.errors.APIError):
+                box.remove(force=True)
+
+
+def _follow(box: Any, lines: list[str], log_path: Path | None, quiet: bool) -> None:
+    log = log_path.open("w") if log_path else None
+    try:
+        for raw in box.logs(stream=True, follow=True):
+            text = raw.decode(errors="replace")
+            lines.append(text)
+            if log:
+                log.write(text)
+                log.flush()
+            if not quiet:
+                echo(text.rstrip("\n"))
+    finally:
+        if log:
+            log.close()
+
+
+def stream_errors(stream: Any) -> Iterator[tuple[dict[str, Any], str | None]]:
+    """Yield (chunk, error message or None) for a decoded push/pull stream."""
+    for chunk in stream:
+        if isinstance(chunk, (bytes, str)):
+            chunk = json.loads(chunk)
+        detail = chunk.get("errorDetail") or {}
+        message = chunk.get("error") or detail.get("message")
+        yield chunk, message

@@ -1,0 +1,77 @@
+"""The one tree of fatal errors. Each class owns its exit code; each message names a remedy."""
+
+from __future__ import annotations
+
+__all__ = [
+    "BakeError",
+    "BuildError",
+    "ConfigError",
+    "EngineError",
+    "FatalError",
+    "PatchError",
+    "PublishError",
+    "SmokeError",
+    "UsageError",
+]
+
+
+class FatalError(Exception):
+    """An error that ends the command: printed in one or two lines, never as a traceback."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, remedy: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.remedy = remedy
+
+    def __str__(self) -> str:
+        return f"{self.message}\n  -> {self.remedy}" if self.remedy else self.message
+
+
+class ConfigError(FatalError):
+    """versions.yaml, a series folder or an env file is wrong."""
+
+    exit_code = 2
+
+
+class UsageError(FatalError):
+    """The command line is wrong."""
+
+    exit_code = 2
+
+
+class PatchError(FatalError):
+    """A patch does not apply."""
+
+    exit_code = 3
+
+
+class BuildError(FatalError):
+    """A wheel or kernel build failed, or a kernel lacks code for the target arch."""
+
+    exit_code = 4
+
+
+class BakeError(FatalError):
+    """The runtime image could not be made."""
+
+    exit_code = 5
+
+
+class SmokeError(FatalError):
+    """A smoke check failed."""
+
+    exit_code = 6
+
+
+class PublishError(FatalError):
+    """Pushing or verifying an image in a registry failed."""
+
+    exit_code = 7
+
+
+class EngineError(FatalError):
+    """The environment lacks something: no Docker engine, a missing tool."""
+
+    exit_code = 8

@@ -1,0 +1,129 @@
+"""The pipeline as a list of small stage calls; the CLI's commands end here."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from . import bases, images, patches, sources, wheels
+from . import plan as plan_mod
+from .config import Config, Tag, host_settings
+from .docker_api import Client, connect
+from .errors import EngineError
+from .plan import Plan, StagePlan
+from .proc import echo
+
+__all__ = ["plan_report", "publish", "registry_command", "run_until", "smoke_tag", "stage_states"]
+
+STAGES = ("fetch", "patch", "wheels", "build-image")
+
+
+def stage_states(config: Config, plan: Plan, client: Client | None) -> list[StagePlan]:
+    """Each stage's key and state; image state is `unknown` without an engine."""
+    build = config.build_dir
+    patch_state = "blocked" if plan.problems else _exists(build / "patched" / plan.patch_key /
+                                                          "patches.json")
+    bake_state = "unknown"
+    if client is not None:
+        bake_state = "cached" if images.is_current(client, plan) else "missing"
+    smoke_record = build / "smoke" / f"{plan.tag.name}.json"
+    return [
+        StagePlan("fetch", plan.fetch_key, _exists(build / "sources" / plan.fetch_key / "tree"),
+                  _upstream_text(plan.tag)),
+        StagePlan("patch", plan.patch_key, patch_state,
+                  "; ".join(plan.problems) or ", ".join(plan.tag.series)),
+        StagePlan("wheels", plan.wheels_key,
+                  _exists(config.wheels_dir / plan.wheels_key / wheels.REPORT),
+                  f"{plan.tag.sm_arch} on {plan.tag.builder.name}"),
+        StagePlan("bake", plan.inputs, bake_state, plan.tag.image_ref),
+        StagePlan("smoke", plan.inputs, _record_state(smoke_record, plan.inputs),
+                  str(smoke_record.relative_to(config.root))),
+        StagePlan("publish", plan.inputs,
+                  _record_state(build / "releases" / f"{plan.tag.name}.json", plan.inputs),
+                  f"{plan.tag.name}, {plan.tag.name}-{plan.inputs[:12]}"),
+    ]
+
+
+def plan_report(config: Config, tag: Tag, as_json: bool) -> str:
+    plan = plan_mod.make(config, tag)
+    try:
+        client: Client | None = connect()
+    except EngineError:
+        client = None
+    states = stage_states(config, plan, client)
+    return plan_mod.render_json(plan, states) if as_json else plan_mod.render_text(states)
+
+
+def run_until(config: Config, tag: Tag, stage: str) -> int:
+    """Run fetch .. stage; every stage whose key is cached is skipped."""
+    plan = plan_mod.make(config, tag)
+    settings = host_settings()
+    pristine = sources.fetch(tag.upstream, config.build_dir / "sources" / plan.fetch_key, settings)
+    if stage == "fetch":
+        return _done(f"pristine tree: {pristine}")
+    patched = patches.apply(plan, pristine, config.build_dir / "patched" / plan.patch_key)
+    if stage == "patch":
+        return _done(f"patched tree: {patched.path} (hash {patched.tree_hash[:16]})")
+    client = connect()
+    builder_base = bases.ensure(client, tag.builder, tag.platform, config.build_dir, settings)
+    wheel_dir = config.wheels_dir / plan.wheels_key
+    if (wheel_dir / wheels.REPORT).is_file():
+        builder = ""  # cached wheels need no builder image
+    else:
+        builder = wheels.builder_image(client, builder_base, settings, config.build_dir)
+    built = wheels.build(client, tag, builder, patched, wheel_dir, plan.wheels_key,
+                         config.build_dir / "logs")
+    if stage == "wheels":
+        return _done(f"wheels: {built.folder}")
+    runtime_base = bases.ensure(client, tag.runtime, tag.platform, config.build_dir, settings)
+    image_id = images.bake(client, plan, runtime_base, built, patched, config.build_dir)
+    return _done(f"image: {tag.image_ref} ({image_id[:19]}, inputs {plan.inputs[:12]})")
+
+
+def smoke_tag(config: Config, tag: Tag, gpu: str) -> int:
+    from . import smoke  # noqa: PLC0415 TEMP
+
+    result: dict[str, Any] = smoke.run(connect(), config, plan_mod.make(config, tag), gpu)
+    return _done(f"smoke: {tag.name} passed ({len(result['checks'])} checks)")
+
+
+def publish(config: Config, tag: Tag, registry_host: str | None, force: bool) -> int:
+    from . import registry  # noqa: PLC0415 TEMP
+
+    record = registry.publish(connect(), config, plan_mod.make(config, tag), registry_host, force)
+    return _done(f"published {tag.name}: {record['digest']}")
+
+
+def registry_command(config: Config, action: str, port: int) -> int:
+    from . import registry  # noqa: PLC0415 TEMP
+
+    if action == "start":
+        echo(registry.start(config, port))
+    elif action == "stop":
+        echo("registry stopped" if registry.stop(config) else "registry was not running")
+    else:
+        echo(registry.status(config, port))
+    return 0
+
+
+def _done(message: str) -> int:
+    echo(message)
+    return 0
+
+
+def _exists(path: Path) -> str:
+    return "cached" if path.exists() else "missing"
+
+
+def _record_state(path: Path, inputs: str) -> str:
+    if not path.is_file():
+        return "missing"
+    record = json.loads(path.read_text())
+    return "cached" if record.get("inputs") == inputs else "stale"
+
+
+def _upstream_text(tag: Tag) -> str:
+    pin = plan_mod.upstream_pin(tag.upstream)
+    return f"{tag.upstream.key} ({pin['kind']})"
+

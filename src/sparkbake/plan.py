@@ -1,0 +1,156 @@
+"""The plan: every stage's input hash and whether it is cached, computed without building.
+
+Keys chain: each stage's key hashes its own inputs and the key of the stage before it, so a
+change anywhere invalidates exactly the stages after it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from . import resources
+from .config import Base, Config, DebootstrapBase, DirUpstream, GitUpstream, Tag, Upstream
+from .errors import ConfigError
+from .hashing import data_hash, file_sha256, tree_hash
+
+__all__ = [
+    "Plan",
+    "SeriesInfo",
+    "StagePlan",
+    "base_identity",
+    "make",
+    "read_series",
+    "render_json",
+    "render_text",
+    "upstream_pin",
+]
+
+
+@dataclass(frozen=True)
+class SeriesInfo:
+    """One patch series as found on disk: ordered patch files with their sha256."""
+
+    name: str
+    folder: Path
+    patches: tuple[tuple[str, str], ...]  # (file name, sha256)
+
+    @property
+    def sha256(self) -> str:
+        return data_hash([self.name, list(self.patches)])
+
+
+@dataclass(frozen=True)
+class StagePlan:
+    name: str
+    key: str
+    state: str  # cached | missing | unknown | blocked
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class Plan:
+    tag: Tag
+    series: tuple[SeriesInfo, ...]
+    problems: tuple[str, ...]
+    fetch_key: str
+    patch_key: str
+    wheels_key: str
+    inputs: str  # the bake key: the hash of everything that goes into the image
+
+    def key(self, stage: str) -> str:
+        return {"fetch": self.fetch_key, "patch": self.patch_key, "wheels": self.wheels_key,
+                "bake": self.inputs}[stage]
+
+    def series_label(self) -> str:
+        return ",".join(f"{s.name}@sha256:{s.sha256}" for s in self.series)
+
+    def require_series(self) -> None:
+        if self.problems:
+            raise ConfigError(self.problems[0], "create the series folder (see README: patches)")
+
+
+def upstream_pin(upstream: Upstream) -> dict[str, str]:
+    """What identifies an upstream tree; a local dir is identified by its content."""
+    if isinstance(upstream, DirUpstream):
+        if not upstream.path.is_dir():
+            raise ConfigError(f"upstream {upstream.key!r}: {upstream.path} is not a folder",
+                              "fix 'dir:' in versions.yaml")
+        return {"kind": "dir", "path": upstream.path.name, "tree": tree_hash(upstream.path)}
+    if isinstance(upstream, GitUpstream):
+        return {"kind": "git", "url": upstream.url, "commit": upstream.commit}
+    return {"kind": "pypi", "name": upstream.name, "version": upstream.version,
+            "sha256": upstream.sha256}
+
+
+def base_identity(base: Base) -> dict[str, Any]:
+    if isinstance(base, DebootstrapBase):
+        return {"debootstrap": asdict(base)}
+    return {"image": base.image}
+
+
+def read_series(patches_dir: Path, name: str) -> SeriesInfo:
+    """Read patches/<name>/series: quilt order, `#` comments and blank lines ignored."""
+    folder = patches_dir / name
+    listing = folder / "series"
+    if not listing.is_file():
+        raise ConfigError(f"series {name!r}: {listing} does not exist",
+                          f"create {listing} listing the patches in order")
+    patches: list[tuple[str, str]] = []
+    for number, raw in enumerate(listing.read_text().splitlines(), start=1):
+        entry = raw.split("#", 1)[0].strip()
+        if not entry:
+            continue
+        patch = folder / entry
+        if not patch.is_file():
+            raise ConfigError(f"{listing}:{number}: patch {entry!r} does not exist",
+                              "add the file or remove the line")
+        patches.append((entry, file_sha256(patch)))
+    return SeriesInfo(name=name, folder=folder, patches=tuple(patches))
+
+
+def make(config: Config, tag: Tag) -> Plan:
+    """Compute every key of the tag's pipeline from its inputs alone."""
+    series: list[SeriesInfo] = []
+    problems: list[str] = []
+    for name in tag.series:
+        try:
+            series.append(read_series(config.patches_dir, name))
+        except ConfigError as exc:
+            problems.append(exc.message)
+    fetch_key = data_hash({"upstream": upstream_pin(tag.upstream)})
+    patch_key = data_hash({"fetch": fetch_key, "series": [(s.name, s.patches) for s in series],
+                           "missing": problems})
+    wheels_key = data_hash({
+        "patch": patch_key, "builder": base_identity(tag.builder), "cuda_arch": tag.cuda_arch,
+        "platform": tag.platform, "template": resources.digest("builder.Dockerfile.j2"),
+        "build_script": resources.digest("build_wheels.py"),
+        "requirements": resources.digest("builder-requirements.txt"),
+    })
+    inputs = data_hash({
+        "wheels": wheels_key, "runtime": base_identity(tag.runtime), "env": tag.env,
+        "tag": tag.name, "template": resources.digest("runtime.Dockerfile.j2"),
+        "entrypoint": resources.digest("entrypoint.py"),
+    })
+    return Plan(tag=tag, series=tuple(series), problems=tuple(problems), fetch_key=fetch_key,
+                patch_key=patch_key, wheels_key=wheels_key, inputs=inputs)
+
+
+def render_text(stages: list[StagePlan]) -> str:
+    width = max(len(s.name) for s in stages)
+    return "\n".join(
+        f"{s.name:<{width}}  {s.key[:16]}  {s.state:<8} {s.detail}".rstrip() for s in stages
+    )
+
+
+def render_json(plan: Plan, stages: list[StagePlan]) -> str:
+    return json.dumps({
+        "tag": plan.tag.name,
+        "image": plan.tag.image_ref,
+        "inputs": plan.inputs,
+        "series": [{"name": s.name, "sha256": s.sha256} for s in plan.series],
+        "problems": list(plan.problems),
+        "stages": [asdict(s) for s in stages],
+    }, indent=2)

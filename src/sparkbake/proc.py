@@ -1,0 +1,68 @@
+"""The one way to run a subprocess: echo it, check it, say what to do when it fails."""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from .errors import EngineError, FatalError
+
+__all__ = ["echo", "require_tool", "run", "step"]
+
+
+def echo(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def require_tool(name: str, package: str) -> str:
+    found = shutil.which(name)
+    if found is None:
+        raise EngineError(f"{name} is not installed", f"install it: apt-get install -y {package}")
+    return found
+
+
+def run(
+    cmd: Sequence[str | Path],
+    *,
+    error: type[FatalError],
+    what: str,
+    cwd: Path | None = None,
+    capture: bool = False,
+    check: bool = True,
+) -> subprocess.CompletedProcess[str]:
+    """Run cmd, echoing `+ cmd`; on failure raise `error` naming `what` and the last output."""
+    args = [str(c) for c in cmd]
+    echo("+ " + shlex.join(args))
+    try:
+        result = subprocess.run(args, cwd=cwd, text=True, capture_output=True, check=False)
+    except FileNotFoundError as exc:
+        raise EngineError(f"{args[0]} is not installed", "install it and retry") from exc
+    if not capture and result.stdout:
+        sys.stderr.write(result.stdout)
+    if check and result.returncode != 0:
+        tail = (result.stderr or result.stdout).strip().splitlines()[-3:]
+        raise error(f"{what} failed (exit {result.returncode}): {' / '.join(tail)}",
+                    "see the output above")
+    return result
+
+
+class step:  # noqa: N801 - used as a statement: `with step("fetch"):`
+    """Prints a step line on entry and its elapsed time on exit."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.start = 0.0
+
+    def __enter__(self) -> step:
+        self.start = time.monotonic()
+        echo(f"==> {self.name}")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        state = "failed" if exc[0] else "done"
+        echo(f"<== {self.name}: {state} in {time.monotonic() - self.start:.1f}s")

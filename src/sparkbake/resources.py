@@ -1,0 +1,37 @@
+"""Templates and scripts shipped with sparkbake (the repository's images/ folder)."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import jinja2
+
+from .hashing import file_sha256
+
+__all__ = ["digest", "images_dir", "path", "render"]
+
+
+@functools.cache
+def images_dir() -> Path:
+    """images/ as packaged, or beside the sources in a checkout."""
+    packaged = Path(__file__).parent / "images"
+    return packaged if packaged.is_dir() else Path(__file__).parents[2] / "images"
+
+
+def path(name: str) -> Path:
+    return images_dir() / name
+
+
+def digest(name: str) -> str:
+    return file_sha256(path(name))
+
+
+def render(name: str, **values: object) -> str:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(images_dir()),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+    return env.get_template(name).render(**values)

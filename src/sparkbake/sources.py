@@ -1,0 +1,140 @@
+"""fetch: a pinned upstream tree (PyPI sdist + sha256, git commit, or local dir), verified."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import tarfile
+import zipfile
+from html.parser import HTMLParser
+from pathlib import Path
+from urllib.parse import urljoin, urlsplit
+
+import requests
+
+from .cache import atomic_dir
+from .config import DirUpstream, GitUpstream, HostSettings, PypiUpstream, Upstream
+from .errors import ConfigError, EngineError, FatalError
+from .hashing import file_sha256
+from .proc import echo, run
+
+__all__ = ["fetch", "sdist_url"]
+
+CHUNK = 1 << 20
+
+
+def fetch(upstream: Upstream, entry: Path, settings: HostSettings) -> Path:
+    """Make entry/tree the pristine upstream tree unless it is already cached; return it."""
+    tree = entry / "tree"
+    if tree.is_dir():
+        echo(f"fetch: {upstream.key} cached at {entry.name[:12]}")
+        return tree
+    with atomic_dir(entry) as tmp:
+        if isinstance(upstream, PypiUpstream):
+            _fetch_sdist(upstream, tmp, settings)
+        elif isinstance(upstream, GitUpstream):
+            _fetch_git(upstream, tmp / "tree")
+        else:
+            _copy_dir(upstream, tmp / "tree")
+    return tree
+
+
+def _copy_dir(upstream: DirUpstream, dest: Path) -> None:
+    if not upstream.path.is_dir():
+        raise ConfigError(f"upstream {upstream.key!r}: {upstream.path} is not a folder",
+                          "fix 'dir:' in versions.yaml")
+    shutil.copytree(upstream.path, dest, symlinks=True,
+                    ignore=shutil.ignore_patterns(".git", "__pycache__", "build", "*.egg-info"))
+
+
+def _fetch_git(upstream: GitUpstream, dest: Path) -> None:
+    what = f"fetching {upstream.url} at {upstream.commit[:12]}"
+    run(["git", "init", "-q", dest], error=EngineError, what="git init")
+    run(["git", "-C", dest, "fetch", "-q", "--depth", "1", upstream.url, upstream.commit],
+        error=ConfigError, what=what)
+    run(["git", "-C", dest, "checkout", "-q", "--detach", "FETCH_HEAD"],
+        error=ConfigError, what=what)
+    head = run(["git", "-C", dest, "rev-parse", "HEAD"], error=EngineError, what="git rev-parse",
+               capture=True).stdout.strip()
+    if head != upstream.commit:
+        raise ConfigError(f"upstream {upstream.key!r}: got commit {head}, not {upstream.commit}",
+                          "pin the full 40-hex commit")
+    shutil.rmtree(dest / ".git")
+
+
+class _Links(HTMLParser):
+    """Collects href targets of a PEP 503 simple index page."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hrefs: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        href = dict(attrs).get("href")
+        if tag == "a" and href:
+            self.hrefs.append(href)
+
+
+def sdist_url(upstream: PypiUpstream, settings: HostSettings) -> str:
+    """The sdist's URL on the configured index (PEP 503 simple page)."""
+    project = re.sub(r"[-_.]+", "-", upstream.name).lower()
+    page = f"{settings.index_url}/{project}/"
+    text = _get(page, settings, error=ConfigError).text
+    parser = _Links()
+    parser.feed(text)
+    wanted = {f"{stem}-{upstream.version}.tar.gz"
+              for stem in (upstream.name, upstream.name.replace("-", "_"), project)}
+    for href in parser.hrefs:
+        if Path(urlsplit(href).path).name in wanted:
+            return urljoin(page, href)
+    raise ConfigError(f"upstream {upstream.key!r}: no sdist {upstream.name} {upstream.version} "
+                      f"on the package index", "check name and version in versions.yaml")
+
+
+def _fetch_sdist(upstream: PypiUpstream, tmp: Path, settings: HostSettings) -> None:
+    url = sdist_url(upstream, settings)
+    archive = tmp / Path(urlsplit(url).path).name
+    echo(f"fetch: downloading {archive.name}")
+    with _get(url, settings, error=EngineError, stream=True) as response, archive.open("wb") as out:
+        for chunk in response.iter_content(CHUNK):
+            out.write(chunk)
+    actual = file_sha256(archive)
+    if actual != upstream.sha256:
+        archive.unlink()
+        raise ConfigError(
+            f"upstream {upstream.key!r}: {archive.name} has sha256 {actual}, "
+            f"versions.yaml pins {upstream.sha256}; download deleted",
+            "if the new file is trusted, update sha256 in versions.yaml",
+        )
+    _unpack(archive, tmp / "tree")
+    archive.unlink()
+
+
+def _unpack(archive: Path, dest: Path) -> None:
+    """Unpack the sdist's single top folder as dest, refusing members outside it."""
+    staging = dest.with_name("unpack")
+    if archive.name.endswith(".zip"):
+        with zipfile.ZipFile(archive) as zipped:
+            zipped.extractall(staging)
+    else:
+        with tarfile.open(archive) as tar:
+            tar.extractall(staging, filter="data")
+    tops = list(staging.iterdir())
+    if len(tops) != 1 or not tops[0].is_dir():
+        raise ConfigError(f"{archive.name}: not one top folder", "pin a regular sdist")
+    tops[0].rename(dest)
+    staging.rmdir()
+
+
+def _get(url: str, settings: HostSettings, *, error: type[FatalError],
+         stream: bool = False) -> requests.Response:
+    verify: str | bool = settings.ca_bundle or True
+    try:
+        response = requests.get(url, timeout=60, stream=stream, verify=verify)
+    except requests.RequestException as exc:
+        raise EngineError(f"cannot reach the package index: {type(exc).__name__}",
+                          "check the network, PIP_INDEX_URL and PIP_CERT") from exc
+    if response.status_code != 200:
+        raise error(f"{url.split('?')[0]}: HTTP {response.status_code}",
+                    "check the package name and the index (PIP_INDEX_URL)")
+    return response
