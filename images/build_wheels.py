@@ -6,6 +6,7 @@ Standard library only: this file is copied into the builder image.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import shutil
@@ -46,7 +47,8 @@ def describe(wheel: Path) -> dict[str, object]:
             extracted = archive.extract(member, scratch)
             sass = list_sass(Path(extracted))
             if sass is not None:
-                kernels.append({"path": member, "sass": sass})
+                digest = hashlib.sha256(archive.read(member)).hexdigest()
+                kernels.append({"path": member, "sha256": digest, "sass": sass})
     return {"file": wheel.name, "kernels": kernels}
 
 

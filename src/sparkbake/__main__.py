@@ -30,6 +30,7 @@ def parser() -> argparse.ArgumentParser:
     commands = top.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for name in TAG_COMMANDS:
         sub = commands.add_parser(name)
+        _common(sub)
         sub.add_argument("tag", help="tag name or its suffix, e.g. 3.73-vision")
         if name == "plan":
             sub.add_argument("--json", action="store_true", help="print the plan as JSON")
@@ -43,7 +44,15 @@ def parser() -> argparse.ArgumentParser:
     registry = commands.add_parser("registry", help="the embedded local registry")
     registry.add_argument("action", choices=("start", "stop", "status"))
     registry.add_argument("--port", type=int, default=5000)
+    _common(registry)
     return top
+
+
+def _common(sub: argparse.ArgumentParser) -> None:
+    """--config and --debug are accepted after the command too: `nox -s X -- TAG --config F`."""
+    sub.add_argument("--config", type=Path, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    sub.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                     help=argparse.SUPPRESS)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

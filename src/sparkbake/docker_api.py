@@ -68,6 +68,8 @@ def build_image(
 ) -> str:
     """Build context/Dockerfile with the classic builder; stream its output; return the id."""
     lines: list[str] = []
+    if log_path:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
     log = log_path.open("w") if log_path else None
     try:
         stream = client.api.build(path=str(context), tag=tag, rm=True, forcerm=True,
@@ -152,6 +154,8 @@ def _container(client: Client, image: str, command: Sequence[str],
 
 
 def _follow(box: Any, lines: list[str], log_path: Path | None, quiet: bool) -> None:
+    if log_path:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
     log = log_path.open("w") if log_path else None
     try:
         for raw in box.logs(stream=True, follow=True):

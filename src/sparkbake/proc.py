@@ -35,15 +35,27 @@ def run(
     capture: bool = False,
     check: bool = True,
 ) -> subprocess.CompletedProcess[str]:
-    """Run cmd, echoing `+ cmd`; on failure raise `error` naming `what` and the last output."""
+    """Run cmd, echoing `+ cmd`; on failure raise `error` naming `what` and the last output.
+
+    Output is streamed as it comes unless capture is set, so long steps show progress.
+    """
     args = [str(c) for c in cmd]
     echo("+ " + shlex.join(args))
     try:
-        result = subprocess.run(args, cwd=cwd, text=True, capture_output=True, check=False)
+        process = subprocess.Popen(args, cwd=cwd, text=True, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE if capture else subprocess.STDOUT)
     except FileNotFoundError as exc:
         raise EngineError(f"{args[0]} is not installed", "install it and retry") from exc
-    if not capture and result.stdout:
-        sys.stderr.write(result.stdout)
+    if capture:
+        stdout, stderr = process.communicate()
+    else:
+        lines = []
+        for line in process.stdout or ():
+            lines.append(line)
+            sys.stderr.write(line)
+        stdout, stderr = "".join(lines), ""
+        process.wait()
+    result = subprocess.CompletedProcess(args, process.returncode, stdout, stderr)
     if check and result.returncode != 0:
         tail = (result.stderr or result.stdout).strip().splitlines()[-3:]
         raise error(f"{what} failed (exit {result.returncode}): {' / '.join(tail)}",

@@ -1,0 +1,39 @@
+"""Each session installs sparkbake and calls its CLI; the logic lives in src/sparkbake."""
+
+from __future__ import annotations
+
+import nox
+
+nox.options.default_venv_backend = "venv"
+nox.options.reuse_existing_virtualenvs = True
+nox.options.sessions = ["lint", "tests"]
+
+PIPELINE = ("plan", "fetch", "patch", "wheels", "build-image", "smoke", "publish", "registry")
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """The test suite; Docker tests need a running engine (see README)."""
+    session.install(".[test]")
+    session.run("pytest", *session.posargs)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff and mypy --strict on sources, tests and this file."""
+    session.install(".[lint]")
+    session.run("ruff", "check", "src", "tests", "noxfile.py")
+    session.run("mypy", "--strict", "src", "tests", "noxfile.py")
+
+
+def _cli(command: str) -> None:
+    @nox.session(name=command)
+    def session_for_command(session: nox.Session) -> None:
+        session.install(".")
+        session.run("sparkbake", command, *session.posargs)
+
+    session_for_command.__doc__ = f"sparkbake {command} TAG [options]"
+
+
+for _command in PIPELINE:
+    _cli(_command)
