@@ -25,7 +25,7 @@ CUBIN = re.compile(r"\.(sm_\d+[af]?)\.cubin")
 def main() -> int:
     shutil.rmtree(WORK, ignore_errors=True)
     shutil.copytree(SOURCE, WORK, symlinks=True)
-    cmd = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+    cmd = [sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "--no-build-isolation",
            "--no-index", "-w", str(OUTPUT), str(WORK)]
     print("+ " + " ".join(cmd), flush=True)
     status = subprocess.run(cmd, check=False).returncode

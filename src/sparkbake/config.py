@@ -266,7 +266,8 @@ def _base(where: _Where, name: str, raw: Any) -> Base:
         raise ConfigError(f"{where(spec)}: base {name!r} needs exactly one of image, debootstrap",
                           "keep one of them")
     if "image" in spec:
-        image = where.string(spec, "image", IMAGE_REF, "an image pinned by digest (name@sha256:<64 hex>)")
+        image = where.string(spec, "image", IMAGE_REF,
+                             "an image pinned by digest (name@sha256:<64 hex>)")
         return ImageBase(name=name, image=image)
     boot = where.mapping(spec["debootstrap"], f"base {name!r} debootstrap", DEBOOTSTRAP_KEYS,
                          required=("suite",), parent=spec)
@@ -353,7 +354,8 @@ def _resolve_extends(where: _Where, name: str,
     while current is not None:
         if current in chain:
             raise ConfigError(
-                f"{where(raw_tags, name)}: 'extends' forms a cycle: {' -> '.join([*chain, current])}",
+                f"{where(raw_tags, name)}: 'extends' forms a cycle: "
+                f"{' -> '.join([*chain, current])}",
                 "remove one 'extends' from the cycle",
             )
         spec = where.mapping(raw_tags[current], f"tag {current!r}", TAG_KEYS, parent=raw_tags)
@@ -381,7 +383,8 @@ def _resolve_extends(where: _Where, name: str,
     return merged, origin
 
 
-def _env(where: _Where, env: dict[str, Any], origin: dict[str, LocatedDict]) -> tuple[tuple[str, str], ...]:
+def _env(where: _Where, env: dict[str, Any],
+         origin: dict[str, LocatedDict]) -> tuple[tuple[str, str], ...]:
     located = origin.get("env")
     for key, value in env.items():
         if not ENV_NAME.fullmatch(key) or not isinstance(value, str):
@@ -448,7 +451,7 @@ def _pip_config(name: str) -> str | None:
 def _pip_default() -> str:
     """pip's own default index, asked of pip so that no host is written here."""
     try:
-        from pip._internal.models.index import PyPI  # noqa: PLC0415
+        from pip._internal.models.index import PyPI
     except ImportError as exc:
         raise ConfigError("no package index configured and pip is not installed",
                           "set PIP_INDEX_URL") from exc

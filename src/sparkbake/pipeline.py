@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from . import bases, images, patches, sources, wheels
+from . import bases, images, patches, registry, smoke, sources, wheels
 from . import plan as plan_mod
 from .config import Config, Tag, host_settings
 from .docker_api import Client, connect
@@ -82,22 +82,16 @@ def run_until(config: Config, tag: Tag, stage: str) -> int:
 
 
 def smoke_tag(config: Config, tag: Tag, gpu: str) -> int:
-    from . import smoke  # noqa: PLC0415 TEMP
-
     result: dict[str, Any] = smoke.run(connect(), config, plan_mod.make(config, tag), gpu)
     return _done(f"smoke: {tag.name} passed ({len(result['checks'])} checks)")
 
 
 def publish(config: Config, tag: Tag, registry_host: str | None, force: bool) -> int:
-    from . import registry  # noqa: PLC0415 TEMP
-
     record = registry.publish(connect(), config, plan_mod.make(config, tag), registry_host, force)
     return _done(f"published {tag.name}: {record['digest']}")
 
 
 def registry_command(config: Config, action: str, port: int) -> int:
-    from . import registry  # noqa: PLC0415 TEMP
-
     if action == "start":
         echo(registry.start(config, port))
     elif action == "stop":

@@ -63,7 +63,7 @@ def run(
     return result
 
 
-class step:  # noqa: N801 - used as a statement: `with step("fetch"):`
+class step:
     """Prints a step line on entry and its elapsed time on exit."""
 
     def __init__(self, name: str) -> None:

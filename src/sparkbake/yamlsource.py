@@ -78,4 +78,4 @@ def _convert(node: yaml.Node, path: Path) -> Any:
             items.append(_convert(item, path))
             items.item_lines.append(item.start_mark.line + 1)
         return items
-    return yaml.SafeLoader("").construct_object(node, deep=True)  # type: ignore[no-untyped-call]
+    return yaml.SafeLoader("").construct_object(node, deep=True)

@@ -1,0 +1,90 @@
+"""Shared fixtures: the Docker engine, the locally made Debian base, the built fixture tag.
+
+Docker tests skip when no engine answers, except in CI (CI=true), where they fail.
+Expensive things are made once per run: the base image by debootstrap, the fixture build.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from sparkbake import bases, config, docker_api, plan
+from sparkbake.__main__ import main
+from sparkbake.errors import EngineError
+
+DATA = Path(__file__).parent / "data"
+
+
+@dataclass(frozen=True)
+class Project:
+    """A copy of tests/data: its own versions.yaml, patches/, build/ and wheels/."""
+
+    root: Path
+
+    @property
+    def config_path(self) -> Path:
+        return self.root / "versions.yaml"
+
+    def config(self) -> config.Config:
+        return config.load(self.config_path)
+
+    def plan(self, tag: str = "fixture") -> plan.Plan:
+        loaded = self.config()
+        return plan.make(loaded, loaded.tag(tag))
+
+    def sparkbake(self, *args: str) -> int:
+        return main(["--config", str(self.config_path), *args])
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def copy_project(dest: Path) -> Project:
+    shutil.copytree(DATA, dest, ignore=shutil.ignore_patterns("build", "wheels"))
+    return Project(dest)
+
+
+@pytest.fixture(scope="session")
+def docker_client() -> docker_api.Client:
+    try:
+        return docker_api.connect()
+    except EngineError as exc:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI needs a Docker engine: {exc}")
+        pytest.skip(f"no Docker engine: {exc.message}")
+
+
+@pytest.fixture(scope="session")
+def debian_base(docker_client: docker_api.Client, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The fixture's Debian base image (debootstrap + import), made once per engine."""
+    loaded = config.load(DATA / "versions.yaml")
+    tag = loaded.tag("fixture")
+    base = bases.ensure(docker_client, tag.runtime, tag.platform,
+                        tmp_path_factory.mktemp("bases"), config.host_settings())
+    return base.ref
+
+
+@pytest.fixture(scope="session")
+def built_fixture(docker_client: docker_api.Client, debian_base: str,
+                  tmp_path_factory: pytest.TempPathFactory) -> Project:
+    """tests/data copied once and its `fixture` tag built to an image: shared, never edited."""
+    project = copy_project(tmp_path_factory.mktemp("built") / "project")
+    assert project.sparkbake("build-image", "fixture") == 0
+    return project
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Project:
+    """A fresh copy of tests/data that a test may edit."""
+    return copy_project(tmp_path / "project")

@@ -1,0 +1,323 @@
+"""The whole slice on the fixture, on a real Docker engine: build once, assert many times."""
+
+from __future__ import annotations
+
+import io
+import json
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from sparkbake import docker_api, registry, wheels
+from sparkbake.hashing import file_sha256
+from tests.conftest import Project, free_port
+
+pytestmark = pytest.mark.docker
+
+KERNEL_PATCH = "0001-kernel-export-the-C-ABI-version.patch"
+PYTHON_PATCH = "0002-python-expose-the-ABI-version-and-the-patch-marker.patch"
+
+
+def image_labels(client: docker_api.Client, ref: str) -> dict[str, str]:
+    labels: dict[str, str] = docker_api.image_attrs(client, ref)["Config"]["Labels"]
+    return labels
+
+
+def read_from_image(client: docker_api.Client, ref: str, path: str) -> bytes:
+    box = client.containers.create(ref)
+    try:
+        chunks, _ = box.get_archive(path)
+        with tarfile.open(fileobj=io.BytesIO(b"".join(chunks))) as tar:
+            member = tar.extractfile(tar.getmembers()[0])
+            assert member is not None
+            return member.read()
+    finally:
+        box.remove(force=True)
+
+
+def python_in(client: docker_api.Client, ref: str, code: str) -> str:
+    out: bytes = client.containers.run(ref, ["-c", code], entrypoint="/opt/venv/bin/python",
+                                       remove=True, network_disabled=True)
+    return out.decode().strip()
+
+
+def add_patch(project: Project, series: str, name: str, text: str) -> None:
+    folder = project.root / "patches" / series
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_text(text)
+    with (folder / "series").open("a") as listing:
+        listing.write(name + "\n")
+
+
+def use_series(project: Project, series: str) -> None:
+    config = project.config_path
+    config.write_text(config.read_text().replace("series: [tinykern]", f"series: [{series}]"))
+
+
+def test_the_kernel_carries_sm_121a_sass_per_cuobjdump(
+        built_fixture: Project, docker_client: docker_api.Client) -> None:
+    plan = built_fixture.plan()
+    manifest = json.loads(read_from_image(docker_client, plan.tag.image_ref,
+                                          "/opt/sparkbake/manifest.json"))
+    kernel = manifest["wheels"][0]["kernels"][0]
+    library = read_from_image(docker_client, plan.tag.image_ref,
+                              f"/opt/venv/lib/python3.11/site-packages/{kernel['path']}")
+    scratch = built_fixture.root / "extracted"
+    scratch.mkdir()
+    (scratch / "kernel.so").write_bytes(library)
+    builder = next(t for i in docker_client.images.list("sparkbake-builder/debian")
+                   for t in i.tags)
+    listing: bytes = docker_client.containers.run(
+        builder, ["--list-elf", "/k/kernel.so"], entrypoint="cuobjdump", remove=True,
+        volumes={str(scratch): {"bind": "/k", "mode": "ro"}})
+    assert ".sm_121a.cubin" in listing.decode()
+    assert kernel["sass"] == ["sm_121a"]
+
+
+def test_labels_and_manifest_name_the_upstream_and_series_hashes(
+        built_fixture: Project, docker_client: docker_api.Client) -> None:
+    plan = built_fixture.plan()
+    labels = image_labels(docker_client, plan.tag.image_ref)
+    series = plan.series[0]
+    assert labels["dev.sparkbake.series"] == f"tinykern@sha256:{series.sha256}"
+    assert labels["dev.sparkbake.inputs"] == plan.inputs
+    assert labels["dev.sparkbake.cuda-arch"] == "12.1a"
+    assert labels["org.opencontainers.image.base.digest"].startswith("sha256:")
+    manifest = json.loads(read_from_image(docker_client, plan.tag.image_ref,
+                                          "/opt/sparkbake/manifest.json"))
+    assert manifest["inputs"] == plan.inputs
+    assert manifest["series"][0]["patches"] == [{"file": f, "sha256": h}
+                                                for f, h in series.patches]
+    assert manifest["upstream"]["tree"] in labels["dev.sparkbake.upstream"]
+    wheel_file = built_fixture.root / "wheels" / plan.wheels_key / manifest["wheels"][0]["file"]
+    assert manifest["wheels"][0]["sha256"] == file_sha256(wheel_file)
+
+
+def test_the_patched_kernel_and_python_run_in_the_image(
+        built_fixture: Project, docker_client: docker_api.Client) -> None:
+    ref = built_fixture.plan().tag.image_ref
+    out = python_in(docker_client, ref, "import tinykern as t, os; print(t.abi_version(), "
+                    "t.patched(), t.archs(), os.environ['SPARKBAKE_NOTE'])")
+    assert out == "2 tinykern-fixture ['1210'] quotes \" and $HOME stay literal"
+
+
+def test_the_entrypoint_runs_given_arguments_exactly(
+        built_fixture: Project, docker_client: docker_api.Client) -> None:
+    ref = built_fixture.plan().tag.image_ref
+    out: bytes = docker_client.containers.run(ref, ["--print", "echo", "a b"], remove=True)
+    assert out.decode().strip() == "echo 'a b'"
+
+
+def test_a_second_build_does_no_work_and_says_so(
+        built_fixture: Project, docker_client: docker_api.Client,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    before = docker_client.images.get(built_fixture.plan().tag.image_ref).id
+    assert built_fixture.sparkbake("build-image", "fixture") == 0
+    err = capsys.readouterr().err
+    assert "fetch: tinykern cached" in err
+    assert "patch: fixture cached" in err
+    assert "wheels: fixture cached" in err
+    assert "is current" in err and "nothing to do" in err
+    assert "==>" not in err  # no step ran
+    assert docker_client.images.get(built_fixture.plan().tag.image_ref).id == before
+
+
+def test_plan_after_a_python_only_patch_change_reruns_wheels_not_fetch(
+        built_fixture: Project, project: Project, capsys: pytest.CaptureFixture[str]) -> None:
+    # share the built project's caches, then change a Python-only patch
+    for cache in ("build", "wheels"):
+        (project.root / cache).symlink_to(built_fixture.root / cache)
+    assert project.sparkbake("plan", "fixture", "--json") == 0
+    states = {s["name"]: s["state"] for s in json.loads(capsys.readouterr().out)["stages"]}
+    assert states == {"fetch": "cached", "patch": "cached", "wheels": "cached",
+                      "bake": "cached", "smoke": states["smoke"], "publish": states["publish"]}
+    patch = project.root / "patches" / "tinykern" / PYTHON_PATCH
+    patch.write_text(patch.read_text().replace('return "tinykern-fixture"',
+                                               'return "tinykern-fixture-2"'))
+    assert project.sparkbake("plan", "fixture", "--json") == 0
+    states = {s["name"]: s["state"] for s in json.loads(capsys.readouterr().out)["stages"]}
+    assert (states["fetch"], states["patch"], states["wheels"], states["bake"]) == (
+        "cached", "missing", "missing", "missing")
+
+
+def test_a_conflicting_patch_stops_with_exit_3_naming_the_hunk(
+        project: Project, capsys: pytest.CaptureFixture[str]) -> None:
+    add_patch(project, "broken", "0001-conflict.patch", CONFLICT)
+    use_series(project, "broken")
+    assert project.sparkbake("patch", "fixture") == 3
+    err = capsys.readouterr().err
+    assert "patch broken/0001-conflict.patch does not apply" in err
+    assert "csrc/scale.cu, hunk '@@ -8,5 +8,5 @@" in err
+    plan = project.plan()
+    assert not (project.root / "build" / "patched" / plan.patch_key).exists()
+    kept = project.root / "build" / "patched" / f"{plan.patch_key}.failed"
+    assert (kept / "csrc" / "scale.cu").is_file()
+
+
+def test_a_compile_error_is_exit_4_with_the_compiler_output_and_log(
+        project: Project, debian_base: str, capsys: pytest.CaptureFixture[str]) -> None:
+    add_patch(project, "badcode", "0001-syntax-error.patch", SYNTAX_ERROR)
+    use_series(project, "badcode")
+    assert project.sparkbake("wheels", "fixture") == 4
+    err = capsys.readouterr().err
+    assert "building wheels for fixture failed" in err
+    assert "error" in err.split("failed", 1)[1]  # the compiler's own words
+    log = project.root / "build" / "logs" / "fixture-wheels.log"
+    assert f"full log: {log}" in err
+    assert "undefined_symbol_from_patch" in log.read_text()
+    assert not (project.root / "wheels" / project.plan().wheels_key).exists()
+
+
+def test_a_kernel_without_target_sass_is_exit_4(
+        project: Project, debian_base: str, capsys: pytest.CaptureFixture[str]) -> None:
+    add_patch(project, "wrongarch", "0001-wrong-arch.patch", WRONG_ARCH)
+    use_series(project, "wrongarch")
+    assert project.sparkbake("wheels", "fixture") == 4
+    err = capsys.readouterr().err
+    assert "has no sm_121a SASS (has: sm_90)" in err
+    assert not (project.root / "wheels" / project.plan().wheels_key).exists()
+
+
+def test_no_engine_is_exit_8_with_how_to_start_one(
+        project: Project, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("DOCKER_HOST", "tcp://127.0.0.1:9")
+    assert project.sparkbake("wheels", "fixture") == 8
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-2].startswith("sparkbake: error: no Docker engine answers")
+    assert "start one" in err[-1]
+
+
+def test_ctrl_c_during_wheels_leaves_no_cache_entry_and_the_rerun_builds_only_wheels(
+        project: Project, debian_base: str, docker_client: docker_api.Client) -> None:
+    add_patch(project, "slow", "0001-slow-build.patch", SLOW_BUILD)
+    use_series(project, "slow")
+    cmd = [sys.executable, "-m", "sparkbake", "--config", str(project.config_path),
+           "wheels", "fixture"]
+    process = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    assert process.stderr is not None
+    for line in process.stderr:  # wait until the compile runs inside the builder
+        if "slow fixture build" in line:
+            break
+    process.send_signal(signal.SIGINT)
+    _, rest = process.communicate(timeout=120)
+    assert process.returncode == 130, rest
+    assert "interrupted" in rest
+    plan = project.plan()
+    wheel_root = project.root / "wheels"
+    assert not (wheel_root / plan.wheels_key).exists()
+    assert [p.name for p in wheel_root.iterdir()] == []  # no half-written temporary entry
+    time.sleep(1)
+    left = [box.name for box in docker_client.containers.list(all=True)
+            if any(str(project.root) in m["Source"] for m in box.attrs["Mounts"])]
+    assert left == []  # the builder container was removed
+    rerun = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    assert rerun.returncode == 0, rerun.stderr
+    assert "fetch: tinykern cached" in rerun.stderr
+    assert "patch: fixture cached" in rerun.stderr
+    assert "==> wheels for fixture" in rerun.stderr
+    report: dict[str, Any] = json.loads((wheel_root / plan.wheels_key / wheels.REPORT).read_text())
+    assert report["wheels"][0]["kernels"][0]["sass"] == ["sm_121a"]
+
+
+def test_smoke_then_publish_and_skopeo_sees_the_recorded_digest(
+        built_fixture: Project, free_registry: str) -> None:
+    assert built_fixture.sparkbake("smoke", "fixture") == 0
+    smoke = json.loads((built_fixture.root / "build" / "smoke" / "fixture.json").read_text())
+    assert smoke["passed"] is True
+    checks = {c["name"]: c["status"] for c in smoke["checks"]}
+    assert checks["kernels"] == "passed" and checks["manifest"] == "passed"
+    assert checks["gpu"] == "skipped"
+    assert built_fixture.sparkbake("publish", "fixture", "--registry", free_registry) == 0
+    release = json.loads((built_fixture.root / "build" / "releases" / "fixture.json").read_text())
+    inspected = subprocess.run(
+        ["skopeo", "inspect", "--tls-verify=false",
+         f"docker://{free_registry}/sparkbake-fixture:fixture"],
+        capture_output=True, text=True, check=True)
+    assert json.loads(inspected.stdout)["Digest"] == release["digest"]
+
+
+@pytest.fixture
+def free_registry(built_fixture: Project) -> Iterator[str]:
+    port = free_port()
+    config = built_fixture.config()
+    registry.start(config, port)
+    yield f"127.0.0.1:{port}"
+    registry.stop(config)
+
+
+CONFLICT = """\
+From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001
+From: sparkbake <sparkbake@localhost>
+Subject: [PATCH] conflict: edit lines that are not there
+
+A patch made against another version of the kernel.
+---
+diff --git a/csrc/scale.cu b/csrc/scale.cu
+--- a/csrc/scale.cu
++++ b/csrc/scale.cu
+@@ -8,5 +8,5 @@ __global__ void scale_kernel(float* values, int count, float factor) {
+     int i = blockIdx.x * blockDim.x + threadIdx.x;
+     if (i < count) {
+-        values[i] = values[i] * factor * 2.0f;
++        values[i] = values[i] * factor * 3.0f;
+     }
+ }
+"""
+
+SYNTAX_ERROR = """\
+From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001
+From: sparkbake <sparkbake@localhost>
+Subject: [PATCH] break the kernel
+
+Calls a function that does not exist, so nvcc fails.
+---
+diff --git a/csrc/scale.cu b/csrc/scale.cu
+--- a/csrc/scale.cu
++++ b/csrc/scale.cu
+@@ -9,3 +9,3 @@ __global__ void scale_kernel(float* values, int count, float factor) {
+     if (i < count) {
+-        values[i] = values[i] * factor;
++        values[i] = undefined_symbol_from_patch(values[i]) * factor;
+     }
+"""
+
+WRONG_ARCH = """\
+From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001
+From: sparkbake <sparkbake@localhost>
+Subject: [PATCH] build for sm_90 whatever the arch list says
+
+A build that ignores TORCH_CUDA_ARCH_LIST, as a misconfigured upstream would.
+---
+diff --git a/setup.py b/setup.py
+--- a/setup.py
++++ b/setup.py
+@@ -25,3 +25,3 @@ class NvccBuild(build_ext):
+         output.parent.mkdir(parents=True, exist_ok=True)
+-        arch_list = os.environ.get("TORCH_CUDA_ARCH_LIST", "12.1a")
++        arch_list = "9.0"
+         cmd = ["nvcc", "-O2", "-shared", "-Xcompiler", "-fPIC", *gencode_flags(arch_list),
+"""
+
+SLOW_BUILD = """\
+From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001
+From: sparkbake <sparkbake@localhost>
+Subject: [PATCH] a slow build
+
+Sleeps before compiling, so a test can interrupt the build.
+---
+diff --git a/setup.py b/setup.py
+--- a/setup.py
++++ b/setup.py
+@@ -25,2 +25,4 @@ class NvccBuild(build_ext):
+         output.parent.mkdir(parents=True, exist_ok=True)
++        print("slow fixture build", flush=True)
++        __import__("time").sleep(6)
+         arch_list = os.environ.get("TORCH_CUDA_ARCH_LIST", "12.1a")
+"""

@@ -1,0 +1,265 @@
+"""publish against a real Docker engine, a real docker-registry and skopeo as the judge.
+
+Every image here is a tiny one built FROM scratch (publish does not look inside an image),
+labelled with the plan's inputs and with this run's id, by which the images are removed at
+the end. The embedded registry runs on a free port under the module's temporary folder.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NoReturn
+
+import docker.errors
+import pytest
+
+from sparkbake import config as config_mod
+from sparkbake import docker_api, registry
+from sparkbake import plan as plan_mod
+from sparkbake.__main__ import main
+from sparkbake.config import Config
+from sparkbake.errors import BakeError, EngineError, PublishError
+from tests.conftest import free_port
+
+pytestmark = pytest.mark.docker
+
+TAG = "production-1.0-pub"
+RUN = uuid.uuid4().hex[:12]
+RUN_LABEL = "dev.sparkbake.test-run"
+VERSIONS = """\
+schema: 1
+defaults:
+  repository: {repository}
+  platform: linux/amd64
+  cuda_arch: "12.1a"
+  builder: local-debian
+  runtime: local-debian
+bases:
+  local-debian:
+    debootstrap: {{suite: bookworm}}
+upstreams:
+  fixture:
+    dir: ./upstream
+tags:
+  {tag}:
+    upstream: fixture
+    series: []
+"""
+DOCKERFILE = """\
+FROM scratch
+COPY payload /payload
+LABEL dev.sparkbake.inputs={inputs} dev.sparkbake.tag={tag} {run_label}={run}
+"""
+
+
+def _missing(what: str) -> NoReturn:
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"CI needs {what}")
+    pytest.skip(f"no {what}")
+
+
+def _config(root: Path, repository: str) -> Config:
+    (root / "upstream").mkdir(parents=True, exist_ok=True)
+    (root / "upstream" / "setup.py").write_text("# a stand-in upstream tree\n")
+    (root / "versions.yaml").write_text(VERSIONS.format(repository=repository, tag=TAG))
+    return config_mod.load(root / "versions.yaml")
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[docker_api.Client]:
+    try:
+        engine = docker_api.connect()
+    except EngineError as exc:
+        _missing(f"Docker engine: {exc.message}")
+    for tool in ("docker-registry", "skopeo"):
+        if shutil.which(tool) is None:
+            _missing(f"{tool} (apt-get install -y {tool})")
+    yield engine
+    for image in engine.images.list(filters={"label": f"{RUN_LABEL}={RUN}"}):
+        with contextlib.suppress(docker.errors.APIError):
+            engine.images.remove(image.id, force=True)
+
+
+@dataclass(frozen=True)
+class Local:
+    """The embedded registry this module runs."""
+
+    config: Config
+    port: int
+
+
+@pytest.fixture(scope="module")
+def local(client: docker_api.Client, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Local]:
+    config = _config(tmp_path_factory.mktemp("registry"), "127.0.0.1:1/unused")
+    port = free_port()
+    registry.start(config, port)
+    yield Local(config, port)
+    assert registry.stop(config) is True
+
+
+@dataclass(frozen=True)
+class Project:
+    client: docker_api.Client
+    config: Config
+    plan: plan_mod.Plan
+    port: int
+
+    @property
+    def release(self) -> Path:
+        return self.config.build_dir / "releases" / f"{TAG}.json"
+
+    def build(self, payload: str, inputs: str | None = None) -> str:
+        """Bake a tiny image under the tag's ref; return its id."""
+        context = self.config.root / f"context-{uuid.uuid4().hex[:8]}"
+        context.mkdir()
+        (context / "payload").write_text(payload)
+        (context / "Dockerfile").write_text(DOCKERFILE.format(
+            inputs=inputs or self.plan.inputs, tag=TAG, run_label=RUN_LABEL, run=RUN))
+        return docker_api.build_image(self.client, context, self.plan.tag.image_ref,
+                                      error=BakeError)
+
+    def smoke(self, passed: bool = True) -> None:
+        path = self.config.build_dir / "smoke" / f"{TAG}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"tag": TAG, "inputs": self.plan.inputs, "passed": passed}))
+
+    def publish(self, registry_host: str | None = None, force: bool = False) -> dict[str, Any]:
+        return registry.publish(self.client, self.config, self.plan, registry_host, force)
+
+
+@pytest.fixture
+def project(client: docker_api.Client, local: Local, tmp_path: Path) -> Project:
+    repository = f"127.0.0.1:{local.port}/sparkbake-test-{RUN}-{uuid.uuid4().hex[:6]}"
+    config = _config(tmp_path, repository)
+    return Project(client, config, plan_mod.make(config, config.tag(TAG)), local.port)
+
+
+def skopeo_digest(ref: str) -> str:
+    out = subprocess.run(["skopeo", "inspect", "--tls-verify=false", f"docker://{ref}"],
+                         capture_output=True, text=True, check=True, timeout=120)
+    return str(json.loads(out.stdout)["Digest"])
+
+
+def test_start_again_is_a_no_op_and_status_says_it_runs(local: Local, tmp_path: Path) -> None:
+    other = _config(tmp_path, "127.0.0.1:1/unused")
+    assert "already answers" in registry.start(other, local.port)
+    assert not (other.build_dir / "registry" / "registry.pid").exists()
+    assert "running at" in registry.status(local.config, local.port)
+    assert registry.stop(other) is False
+
+
+def test_publish_pushes_both_tags_and_records_the_verified_digest(project: Project) -> None:
+    image_id = project.build("one")
+    project.smoke()
+    record = project.publish()
+    repository = project.plan.tag.repository
+    immutable = f"{TAG}-{project.plan.inputs[:12]}"
+    assert record["images"] == [f"{repository}:{TAG}", f"{repository}:{immutable}"]
+    assert json.loads(project.release.read_text()) == record
+    assert record["image_id"] == image_id
+    assert record["inputs"] == project.plan.inputs
+    assert record["labels"]["dev.sparkbake.inputs"] == project.plan.inputs
+    assert record["upstream"]["kind"] == "dir"
+    assert skopeo_digest(f"{repository}:{TAG}") == record["digest"]
+    assert skopeo_digest(f"{repository}:{immutable}") == record["digest"]
+
+
+def test_republishing_the_same_image_is_accepted(project: Project) -> None:
+    project.build("same")
+    project.smoke()
+    first = project.publish()
+    again = project.publish()
+    assert again["digest"] == first["digest"]
+
+
+def test_another_image_under_a_published_tag_is_refused_unless_forced(project: Project) -> None:
+    project.build("first")
+    project.smoke()
+    first = project.publish()["digest"]
+    project.build("second")
+    with pytest.raises(PublishError) as caught:
+        project.publish()
+    assert caught.value.exit_code == 7
+    assert first in str(caught.value) and "--force" in str(caught.value)
+    assert json.loads(project.release.read_text())["digest"] == first
+    ref = f"{project.plan.tag.repository}:{TAG}"
+    assert skopeo_digest(ref) == first
+    second = project.publish(force=True)["digest"]
+    assert second != first
+    assert skopeo_digest(ref) == second
+    assert json.loads(project.release.read_text())["digest"] == second
+
+
+def test_the_cli_refuses_the_overwrite_with_exit_7(project: Project) -> None:
+    project.build("cli-first")
+    project.smoke()
+    project.publish()
+    project.build("cli-second")
+    assert main(["--config", str(project.config.path), "publish", TAG]) == 7
+
+
+def test_publish_to_another_registry_host(project: Project, tmp_path: Path) -> None:
+    project.build("elsewhere")
+    project.smoke()
+    record = project.publish(registry_host=f"localhost:{project.port}")
+    assert record["repository"].startswith(f"localhost:{project.port}/sparkbake-test-")
+    assert skopeo_digest(f"{record['repository']}:{TAG}") == record["digest"]
+
+
+def test_an_unreachable_registry_is_exit_7_without_a_record(project: Project) -> None:
+    project.build("nowhere")
+    project.smoke()
+    port = free_port()
+    with pytest.raises(PublishError) as caught:
+        project.publish(registry_host=f"127.0.0.1:{port}")
+    assert caught.value.exit_code == 7
+    assert "does not answer" in str(caught.value)
+    assert f"nox -s registry -- start --port {port}" in str(caught.value)
+    assert not project.release.exists()
+
+
+def test_an_error_inside_the_push_stream_is_exit_7_without_a_record(
+        project: Project, tmp_path: Path) -> None:
+    readonly = _config(tmp_path / "readonly", "127.0.0.1:1/unused")
+    port = free_port()
+    registry.start(readonly, port, readonly=True)
+    try:
+        project.build("read-only")
+        project.smoke()
+        with pytest.raises(PublishError) as caught:
+            project.publish(registry_host=f"127.0.0.1:{port}")
+    finally:
+        assert registry.stop(readonly) is True
+    assert caught.value.exit_code == 7
+    assert "pushing" in str(caught.value) and "failed" in str(caught.value)
+    assert not project.release.exists()
+
+
+def test_a_missing_or_failed_smoke_record_is_refused(project: Project) -> None:
+    project.build("unsmoked")
+    with pytest.raises(PublishError, match="no smoke record") as caught:
+        project.publish()
+    assert f"nox -s smoke -- {TAG}" in str(caught.value)
+    project.smoke(passed=False)
+    with pytest.raises(PublishError, match="did not pass"):
+        project.publish()
+    assert not project.release.exists()
+
+
+def test_a_missing_or_stale_image_is_refused(project: Project) -> None:
+    with pytest.raises(PublishError, match="not in the Docker engine") as caught:
+        project.publish()
+    assert f"nox -s build-image -- {TAG}" in str(caught.value)
+    project.build("stale", inputs="0" * 64)
+    project.smoke()
+    with pytest.raises(PublishError, match="stale"):
+        project.publish()
+    assert not project.release.exists()

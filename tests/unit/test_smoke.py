@@ -1,0 +1,134 @@
+"""Pure logic of the smoke stage: expected values, output parsing, JUnit XML, the verdict."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sparkbake import smoke
+from sparkbake.config import Config, DebootstrapBase, GitUpstream, Tag
+from sparkbake.errors import SmokeError, UsageError
+from sparkbake.plan import Plan, SeriesInfo
+
+BASE = DebootstrapBase(name="local-debian", suite="bookworm", mirror=None, variant="minbase",
+                       packages=())
+TAG = Tag(name="production-3.73-vision",
+          upstream=GitUpstream(key="fork", url="https://example.invalid/vllm.git",
+                               commit="a" * 40),
+          series=("dcp-dspark",), env=(("VLLM_DSV4_CKV_GATHER", "1"),),
+          repository="localhost:5000/sparkrun", platform="linux/arm64", cuda_arch="12.1a",
+          builder=BASE, runtime=BASE)
+SERIES = SeriesInfo(name="dcp-dspark", folder=Path("patches/dcp-dspark"),
+                    patches=(("0001-x.patch", "b" * 64),))
+PLAN = Plan(tag=TAG, series=(SERIES,), problems=(), fetch_key="1" * 64, patch_key="2" * 64,
+            wheels_key="3" * 64, inputs="4" * 64)
+
+CHECKS: list[dict[str, Any]] = [
+    {"name": "manifest", "status": "passed", "detail": "tag x", "seconds": 0.01},
+    {"name": "env-defaults", "status": "failed", "detail": "A='b', expected 'c' <&>",
+     "seconds": 0.002},
+    {"name": "gpu", "status": "skipped", "detail": "no GPU runtime in this engine",
+     "seconds": 0.0},
+]
+RESULTS: dict[str, Any] = {"tag": "demo", "image": "repo:demo", "image_id": "sha256:" + "5" * 64,
+                           "inputs": "4" * 64, "passed": False, "checks": CHECKS,
+                           "time": "2025-01-01T00:00:00+00:00"}
+
+
+def test_expected_values_come_from_the_plan() -> None:
+    expected = smoke.expected_values(PLAN, "auto", "no GPU runtime in this engine")
+    assert expected == {
+        "tag": "production-3.73-vision",
+        "inputs": "4" * 64,
+        "upstream": {"kind": "git", "url": "https://example.invalid/vllm.git", "commit": "a" * 40},
+        "series": [{"name": "dcp-dspark", "sha256": SERIES.sha256}],
+        "cuda_arch": "12.1a",
+        "sm_arch": "sm_121a",
+        "env": {"VLLM_DSV4_CKV_GATHER": "1"},
+        "gpu": {"mode": "auto", "unavailable": "no GPU runtime in this engine"},
+    }
+    json.dumps(expected)  # it travels as JSON
+
+
+def test_results_paths_are_under_build_smoke(tmp_path: Path) -> None:
+    config = Config(path=tmp_path / "versions.yaml", tags={TAG.name: TAG})
+    assert smoke.results_paths(config, PLAN) == (
+        tmp_path / "build/smoke/production-3.73-vision.json",
+        tmp_path / "build/smoke/production-3.73-vision.xml",
+    )
+
+
+def test_junit_xml_has_one_testcase_per_check() -> None:
+    text = smoke.junit_xml(RESULTS)
+    assert text.startswith("<?xml version='1.0' encoding='utf-8'?>")
+    suites = ET.fromstring(text)
+    assert suites.tag == "testsuites"
+    assert (suites.get("tests"), suites.get("failures"), suites.get("skipped")) == ("3", "1", "1")
+    suite = suites.find("testsuite")
+    assert suite is not None
+    assert suite.get("name") == "sparkbake.smoke.demo"
+    assert suite.get("timestamp") == "2025-01-01T00:00:00+00:00"
+    assert suite.get("time") == "0.012"
+    properties = {p.get("name"): p.get("value") for p in suite.iter("property")}
+    assert properties == {"image": "repo:demo", "image_id": "sha256:" + "5" * 64,
+                          "inputs": "4" * 64}
+    cases = suite.findall("testcase")
+    assert [c.get("name") for c in cases] == ["manifest", "env-defaults", "gpu"]
+    assert {c.get("classname") for c in cases} == {"sparkbake.smoke.demo"}
+    assert cases[0].get("time") == "0.010"
+    assert list(cases[0]) == []
+
+
+def test_junit_xml_failure_and_skipped_elements_carry_the_detail() -> None:
+    suite = ET.fromstring(smoke.junit_xml(RESULTS)).find("testsuite")
+    assert suite is not None
+    failure = suite.find("testcase[@name='env-defaults']/failure")
+    assert failure is not None
+    assert failure.get("message") == "A='b', expected 'c' <&>"
+    assert failure.text == "A='b', expected 'c' <&>"
+    skipped = suite.find("testcase[@name='gpu']/skipped")
+    assert skipped is not None
+    assert skipped.get("message") == "no GPU runtime in this engine"
+    assert suite.find("testcase[@name='gpu']/failure") is None
+
+
+def test_parse_checks_takes_the_last_json_line() -> None:
+    output = "warning: something\n" + json.dumps({"checks": CHECKS}) + "\n"
+    assert smoke.parse_checks(output) == CHECKS
+    noisy = '{"not": "checks"}\n' + json.dumps({"checks": CHECKS}) + "\n{broken\n"
+    assert smoke.parse_checks(noisy) == CHECKS
+
+
+def test_parse_checks_without_a_result_is_none() -> None:
+    assert smoke.parse_checks("Traceback (most recent call last):\n  boom\n") is None
+    assert smoke.parse_checks(json.dumps({"checks": [{"name": "x", "status": "odd"}]})) is None
+
+
+def test_failed_checks_raise_exit_6_naming_them(tmp_path: Path) -> None:
+    with pytest.raises(SmokeError) as caught:
+        smoke.raise_if_failed(PLAN, CHECKS, tmp_path / "demo.json")
+    assert caught.value.exit_code == 6
+    assert "env-defaults" in caught.value.message
+    assert str(tmp_path / "demo.json") in caught.value.message
+    assert "nox -s build-image -- production-3.73-vision" in caught.value.remedy
+
+
+def test_a_gpu_only_failure_points_at_the_gpu_runtime(tmp_path: Path) -> None:
+    gpu_failed = [{**CHECKS[0]}, {"name": "gpu", "status": "failed", "detail": "none"}]
+    with pytest.raises(SmokeError) as caught:
+        smoke.raise_if_failed(PLAN, gpu_failed, tmp_path / "demo.json")
+    assert "NVIDIA container runtime" in caught.value.remedy
+
+
+def test_passing_and_skipped_checks_do_not_raise(tmp_path: Path) -> None:
+    smoke.raise_if_failed(PLAN, [CHECKS[0], CHECKS[2]], tmp_path / "demo.json")
+
+
+def test_an_unknown_gpu_mode_is_a_usage_error(tmp_path: Path) -> None:
+    config = Config(path=tmp_path / "versions.yaml", tags={TAG.name: TAG})
+    with pytest.raises(UsageError):
+        smoke.run(None, config, PLAN, gpu="maybe")
