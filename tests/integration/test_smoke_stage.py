@@ -11,7 +11,6 @@ import base64
 import hashlib
 import io
 import json
-import os
 import shutil
 import subprocess
 import sysconfig
@@ -29,12 +28,10 @@ import pytest
 from sparkbake import config as config_mod
 from sparkbake import docker_api, plan, smoke
 from sparkbake.config import Config
-from sparkbake.errors import BakeError, EngineError, SmokeError
+from sparkbake.errors import BakeError, SmokeError
 
 pytestmark = pytest.mark.docker
 
-DEBIAN = "sparkbake-dev/debian:dev"
-ROOTFS = Path("/tmp/rootfs-test")
 GREETING = "SPARKBAKE_DEMO_GREETING"
 KERNEL = "smokekern/_kernels.so"
 KERNEL_SOURCE = "int smokekern_add(int a, int b) { return a + b; }\n"
@@ -84,28 +81,14 @@ class Project:
 
 
 @pytest.fixture(scope="module")
-def client() -> docker_api.Client:
-    try:
-        return docker_api.connect()
-    except EngineError as exc:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI needs a Docker engine: {exc}")
-        pytest.skip(f"no Docker engine: {exc.message}")
+def client(docker_client: docker_api.Client) -> docker_api.Client:
+    return docker_client
 
 
 @pytest.fixture(scope="module")
-def debian(client: docker_api.Client) -> str:
-    """The Debian base image, imported from the test rootfs when the engine lacks it."""
-    if docker_api.image_exists(client, DEBIAN):
-        return DEBIAN
-    if not ROOTFS.is_dir():
-        pytest.fail(f"neither image {DEBIAN} nor the rootfs {ROOTFS} exists: debootstrap "
-                    f"bookworm with python3 python3-venv into {ROOTFS}")
-    repository, tag = DEBIAN.split(":")
-    with subprocess.Popen(["tar", "-C", str(ROOTFS), "-c", "."], stdout=subprocess.PIPE) as tar:
-        client.api.import_image_from_stream(tar.stdout, repository=repository, tag=tag)
-    assert tar.returncode == 0
-    return DEBIAN
+def debian(debian_base: str) -> str:
+    """The Debian base image the fixture's versions.yaml makes with debootstrap."""
+    return debian_base
 
 
 @pytest.fixture(scope="module")
@@ -188,7 +171,7 @@ def manifest_for(project: Project, wheel: Wheel) -> dict[str, Any]:
                    for s in the_plan.series],
         "cuda_arch": tag.cuda_arch, "sm_arch": tag.sm_arch, "platform": tag.platform,
         "env": dict(tag.env),
-        "base": {"name": "local-debian", "image": DEBIAN, "digest": ""},
+        "base": {"name": "local-debian", "image": "sparkbake-base/local-debian", "digest": ""},
         "wheels": [{"file": wheel.path.name,
                     "sha256": hashlib.sha256(wheel.path.read_bytes()).hexdigest(),
                     "name": "smokekern",
