@@ -15,15 +15,22 @@ import sys
 MANIFEST = "/opt/sparkbake/manifest.json"
 
 # environment variable -> vllm serve flag; unset variables add nothing
+# (the full mapping of the reference deployment, with preflight, is the entrypoint issue's)
 FLAGS = (
     ("SERVED_MODEL_NAME", "--served-model-name"),
-    ("PORT", "--port"),
-    ("TENSOR_PARALLEL_SIZE", "--tensor-parallel-size"),
+    ("API_PORT", "--port"),
+    ("NNODES", "--nnodes"),
+    ("NODE_RANK", "--node-rank"),
+    ("MASTER_ADDR", "--master-addr"),
+    ("MASTER_PORT", "--master-port"),
+    ("TP_SIZE", "--tensor-parallel-size"),
     ("DCP_SIZE", "--decode-context-parallel-size"),
+    ("DCP_COMM_BACKEND", "--dcp-comm-backend"),
     ("GPU_MEMORY_UTILIZATION", "--gpu-memory-utilization"),
     ("MAX_MODEL_LEN", "--max-model-len"),
     ("MAX_NUM_SEQS", "--max-num-seqs"),
     ("MAX_NUM_BATCHED_TOKENS", "--max-num-batched-tokens"),
+    ("MAX_CUDAGRAPH_CAPTURE_SIZE", "--max-cudagraph-capture-size"),
 )
 
 

@@ -19,7 +19,7 @@ TAG_COMMANDS = ("plan", "fetch", "patch", "wheels", "build-image", "smoke", "pub
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
-        raise UsageError(f"sparkbake: {message}", "run `sparkbake --help`")
+        raise UsageError(message, f"run `{self.prog} --help`")
 
 
 def parser() -> argparse.ArgumentParser:

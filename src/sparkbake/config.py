@@ -83,8 +83,9 @@ class PypiUpstream:
 @dataclass(frozen=True)
 class GitUpstream:
     key: str
-    url: str
+    url: str  # as written: part of the pin, so a checkout's location does not change keys
     commit: str
+    source: str  # what git fetches from: the url, or a local path resolved to the config
 
 
 @dataclass(frozen=True)
@@ -174,22 +175,29 @@ def load(path: Path) -> Config:
     path = path.resolve()
     doc = yamlsource.read(path)
     where = _Where(path)
+    if isinstance(doc, LocatedDict) and "schema" in doc:
+        _check_schema(where, doc)
     top = where.mapping(doc, "the file", TOP_KEYS, required=TOP_KEYS)
-    if top["schema"] != 1:
-        raise ConfigError(
-            f"{where(top, 'schema')}: schema {top['schema']!r} is not supported",
-            "this sparkbake reads 'schema: 1'",
-        )
-    bases = {k: _base(where, k, v) for k, v in where.mapping(top["bases"], "bases").items()}
-    upstreams = {
-        k: _upstream(where, k, v) for k, v in where.mapping(top["upstreams"], "upstreams").items()
-    }
-    defaults = where.mapping(top["defaults"], "defaults", DEFAULT_KEYS, required=DEFAULT_KEYS)
-    raw_tags = where.mapping(top["tags"], "tags")
+    raw_bases = where.mapping(top["bases"], "bases", parent=top, key="bases")
+    bases = {name: _base(where, name, raw_bases) for name in raw_bases}
+    raw_upstreams = where.mapping(top["upstreams"], "upstreams", parent=top, key="upstreams")
+    upstreams = {key: _upstream(where, key, raw_upstreams) for key in raw_upstreams}
+    defaults = where.mapping(top["defaults"], "defaults", DEFAULT_KEYS, required=DEFAULT_KEYS,
+                             parent=top, key="defaults")
+    raw_tags = where.mapping(top["tags"], "tags", parent=top, key="tags")
     tags = {
         name: _tag(where, name, raw_tags, defaults, bases, upstreams) for name in raw_tags
     }
     return Config(path=path, tags=tags)
+
+
+def _check_schema(where: _Where, doc: LocatedDict) -> None:
+    # bool is an int in Python: `schema: true` must not pass for 1
+    if type(doc["schema"]) is not int or doc["schema"] != 1:
+        raise ConfigError(
+            f"{where(doc, 'schema')}: schema {doc['schema']!r} is not supported",
+            "this sparkbake reads 'schema: 1'",
+        )
 
 
 class _Where:
@@ -212,25 +220,28 @@ class _Where:
         what: str,
         allowed: tuple[str, ...] | None = None,
         required: tuple[str, ...] = (),
-        parent: Any = None,
+        parent: LocatedDict | None = None,
+        key: str | None = None,
     ) -> LocatedDict:
+        """Check value is a mapping of allowed keys; errors point at parent[key] if given."""
         if not isinstance(value, LocatedDict):
+            spot = self(parent, key) if parent is not None else self(value)
             raise ConfigError(
-                f"{self(parent or value)}: {what} must be a mapping, not {_kind(value)}",
+                f"{spot}: {what} must be a mapping, not {_kind(value)}",
                 "see the versions.yaml format in README.md",
             )
-        for key in value:
-            if allowed is not None and key not in allowed:
+        for name in value:
+            if allowed is not None and name not in allowed:
                 raise ConfigError(
-                    f"{self(value, key)}: unknown key {key!r} in {what}"
-                    f"{_did_you_mean(key, allowed)}",
+                    f"{self(value, name)}: unknown key {name!r} in {what}"
+                    f"{_did_you_mean(name, allowed)}",
                     f"allowed keys: {', '.join(allowed)}",
                 )
-        for key in required:
-            if key not in value:
+        for name in required:
+            if name not in value:
                 raise ConfigError(
-                    f"{self(value)}: {what} lacks the key {key!r}",
-                    f"add '{key}:' (see README.md)",
+                    f"{self(value)}: {what} lacks the key {name!r}",
+                    f"add '{name}:' (see README.md)",
                 )
         return value
 
@@ -260,8 +271,9 @@ class _Where:
         return tuple(items)
 
 
-def _base(where: _Where, name: str, raw: Any) -> Base:
-    spec = where.mapping(raw, f"base {name!r}", ("image", "debootstrap"))
+def _base(where: _Where, name: str, raw_bases: LocatedDict) -> Base:
+    spec = where.mapping(raw_bases[name], f"base {name!r}", ("image", "debootstrap"),
+                         parent=raw_bases, key=name)
     if len(spec) != 1:
         raise ConfigError(f"{where(spec)}: base {name!r} needs exactly one of image, debootstrap",
                           "keep one of them")
@@ -270,7 +282,7 @@ def _base(where: _Where, name: str, raw: Any) -> Base:
                              "an image pinned by digest (name@sha256:<64 hex>)")
         return ImageBase(name=name, image=image)
     boot = where.mapping(spec["debootstrap"], f"base {name!r} debootstrap", DEBOOTSTRAP_KEYS,
-                         required=("suite",), parent=spec)
+                         required=("suite",), parent=spec, key="debootstrap")
     return DebootstrapBase(
         name=name,
         suite=where.string(boot, "suite", NAME, "a Debian suite name"),
@@ -281,8 +293,9 @@ def _base(where: _Where, name: str, raw: Any) -> Base:
     )
 
 
-def _upstream(where: _Where, key: str, raw: Any) -> Upstream:
-    spec = where.mapping(raw, f"upstream {key!r}", ("pypi", "git", "dir"))
+def _upstream(where: _Where, key: str, raw_upstreams: LocatedDict) -> Upstream:
+    spec = where.mapping(raw_upstreams[key], f"upstream {key!r}", ("pypi", "git", "dir"),
+                         parent=raw_upstreams, key=key)
     if len(spec) != 1:
         raise ConfigError(f"{where(spec)}: upstream {key!r} needs exactly one of pypi, git, dir",
                           "keep one of them")
@@ -291,14 +304,12 @@ def _upstream(where: _Where, key: str, raw: Any) -> Upstream:
         return DirUpstream(key=key, path=(where.path.parent / rel).resolve())
     if "git" in spec:
         git = where.mapping(spec["git"], f"upstream {key!r} git", ("url", "commit"),
-                            required=("url", "commit"), parent=spec)
+                            required=("url", "commit"), parent=spec, key="git")
         url = where.string(git, "url")
-        if "://" not in url and not url.startswith("git@"):
-            url = str((where.path.parent / url).resolve())
-        return GitUpstream(key=key, url=url,
+        return GitUpstream(key=key, url=url, source=_git_source(where.path.parent, url),
                            commit=where.string(git, "commit", COMMIT, "a full 40-hex commit"))
     pypi = where.mapping(spec["pypi"], f"upstream {key!r} pypi", ("name", "version", "sha256"),
-                         required=("name", "version", "sha256"), parent=spec)
+                         required=("name", "version", "sha256"), parent=spec, key="pypi")
     return PypiUpstream(
         key=key,
         name=where.string(pypi, "name", NAME, "a package name"),
@@ -335,7 +346,7 @@ def _tag(where: _Where, name: str, raw_tags: LocatedDict, defaults: LocatedDict,
         name=name,
         upstream=ref("upstream", upstreams, "upstream"),
         series=series,
-        env=_env(where, merged.get("env", {}), origin),
+        env=_env(where, merged["env"]),
         repository=where.string(origin["repository"], "repository"),
         platform=where.string(origin["platform"], "platform", re.compile(r"linux/[a-z0-9]+"),
                               "a platform such as linux/arm64"),
@@ -358,42 +369,48 @@ def _resolve_extends(where: _Where, name: str,
                 f"{' -> '.join([*chain, current])}",
                 "remove one 'extends' from the cycle",
             )
-        spec = where.mapping(raw_tags[current], f"tag {current!r}", TAG_KEYS, parent=raw_tags)
+        spec = where.mapping(raw_tags[current], f"tag {current!r}", TAG_KEYS, parent=raw_tags,
+                             key=current)
         chain.append(current)
         current = where.string(spec, "extends") if "extends" in spec else None
         if current is not None and current not in raw_tags:
             raise ConfigError(
                 f"{where(spec, 'extends')}: tag {chain[-1]!r} extends unknown tag {current!r}"
-                f"{_did_you_mean(current, raw_tags)}",
+                f"{_did_you_mean(current, [t for t in raw_tags if t != chain[-1]])}",
                 "name a tag defined under 'tags:'",
             )
     merged: dict[str, Any] = {}
     origin: dict[str, LocatedDict] = {}
-    env: dict[str, Any] = {}
+    env: dict[str, tuple[Any, LocatedDict]] = {}  # name -> (value, the env block it is from)
     for ancestor in reversed(chain):
         spec = raw_tags[ancestor]
         for key, value in spec.items():
             if key == "env":
-                env.update(where.mapping(value, f"tag {ancestor!r} env", parent=spec))
+                block = where.mapping(value, f"tag {ancestor!r} env", parent=spec, key="env")
+                env.update({name: (item, block) for name, item in block.items()})
             elif key != "extends":
                 merged[key], origin[key] = value, spec
-        if "env" in spec:
-            origin["env"] = spec["env"]
     merged["env"] = env
     return merged, origin
 
 
-def _env(where: _Where, env: dict[str, Any],
-         origin: dict[str, LocatedDict]) -> tuple[tuple[str, str], ...]:
-    located = origin.get("env")
-    for key, value in env.items():
-        if not ENV_NAME.fullmatch(key) or not isinstance(value, str):
-            spot = where(located, key) if located is not None else str(where.path)
+def _env(where: _Where,
+         env: dict[str, tuple[Any, LocatedDict]]) -> tuple[tuple[str, str], ...]:
+    for name, (value, block) in env.items():
+        if not ENV_NAME.fullmatch(name) or not isinstance(value, str):
             raise ConfigError(
-                f"{spot}: env {key}={value!r}: names are shell identifiers, values are strings",
+                f"{where(block, name)}: env {name}={value!r}: names are shell identifiers, "
+                "values are strings",
                 'quote the value, e.g. VLLM_X: "1"',
             )
-    return tuple(sorted(env.items()))
+    return tuple(sorted((name, value) for name, (value, _) in env.items()))
+
+
+def _git_source(root: Path, url: str) -> str:
+    """A URL (scheme://, or scp-like host:path) as is; a local path made absolute."""
+    if "://" in url or re.match(r"[^/]+:", url):
+        return url
+    return str((root / url).resolve())
 
 
 def _did_you_mean(word: str, choices: Any) -> str:
@@ -402,6 +419,12 @@ def _did_you_mean(word: str, choices: Any) -> str:
 
 
 def _kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a number"
     if isinstance(value, dict):
         return "a mapping"
     if isinstance(value, list):

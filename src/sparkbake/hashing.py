@@ -36,7 +36,7 @@ def tree_files(root: Path, skip: Iterable[str] = (".git",)) -> list[Path]:
     for folder, dirs, files in os.walk(root):
         dirs[:] = sorted(d for d in dirs if d not in skipped)
         base = Path(folder)
-        found.extend(base / name for name in files)
+        found.extend(base / name for name in files if name not in skipped)
         found.extend(base / d for d in dirs if (base / d).is_symlink())
     return sorted(p.relative_to(root) for p in found)
 

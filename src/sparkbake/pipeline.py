@@ -113,8 +113,11 @@ def _exists(path: Path) -> str:
 def _record_state(path: Path, inputs: str) -> str:
     if not path.is_file():
         return "missing"
-    record = json.loads(path.read_text())
-    return "cached" if record.get("inputs") == inputs else "stale"
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return "stale"  # unreadable: it will be written anew
+    return "cached" if isinstance(record, dict) and record.get("inputs") == inputs else "stale"
 
 
 def _upstream_text(tag: Tag) -> str:

@@ -100,9 +100,12 @@ def read_series(patches_dir: Path, name: str) -> SeriesInfo:
                           f"create {listing} listing the patches in order")
     patches: list[tuple[str, str]] = []
     for number, raw in enumerate(listing.read_text().splitlines(), start=1):
-        entry = raw.split("#", 1)[0].strip()
+        entry, *options = raw.split("#", 1)[0].split()  or [""]
         if not entry:
             continue
+        if options not in ([], ["-p1"]):
+            raise ConfigError(f"{listing}:{number}: options {' '.join(options)!r} are not "
+                              "supported", "make the patch -p1 (git format-patch) and drop them")
         patch = folder / entry
         if not patch.is_file():
             raise ConfigError(f"{listing}:{number}: patch {entry!r} does not exist",

@@ -50,7 +50,7 @@ def _copy_dir(upstream: DirUpstream, dest: Path) -> None:
 def _fetch_git(upstream: GitUpstream, dest: Path) -> None:
     what = f"fetching {upstream.url} at {upstream.commit[:12]}"
     run(["git", "init", "-q", dest], error=EngineError, what="git init")
-    run(["git", "-C", dest, "fetch", "-q", "--depth", "1", upstream.url, upstream.commit],
+    run(["git", "-C", dest, "fetch", "-q", "--depth", "1", upstream.source, upstream.commit],
         error=ConfigError, what=what)
     run(["git", "-C", dest, "checkout", "-q", "--detach", "FETCH_HEAD"],
         error=ConfigError, what=what)

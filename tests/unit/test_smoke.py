@@ -18,6 +18,7 @@ BASE = DebootstrapBase(name="local-debian", suite="bookworm", mirror=None, varia
                        packages=())
 TAG = Tag(name="production-3.73-vision",
           upstream=GitUpstream(key="fork", url="https://example.invalid/vllm.git",
+                         source="https://example.invalid/vllm.git",
                                commit="a" * 40),
           series=("dcp-dspark",), env=(("VLLM_DSV4_CKV_GATHER", "1"),),
           repository="localhost:5000/sparkrun", platform="linux/arm64", cuda_arch="12.1a",

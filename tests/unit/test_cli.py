@@ -1,0 +1,261 @@
+"""The command line: `main([...])` returns the exit code; errors are short and traceback-free.
+
+DOCKER_HOST points at a closed port, so `plan` finds no engine and reports the bake as
+`unknown`: these tests never touch Docker.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from sparkbake.__main__ import main
+
+REPO = Path(__file__).resolve().parents[2]
+STAGES = ["fetch", "patch", "wheels", "bake", "smoke", "publish"]
+STATES = {"cached", "missing", "unknown", "blocked", "stale"}
+
+CONFIG = """\
+schema: 1
+defaults:
+  repository: localhost:5000/sparkbake-cli
+  platform: linux/amd64
+  cuda_arch: "12.1a"
+  builder: debian
+  runtime: debian
+bases:
+  debian:
+    debootstrap: {suite: bookworm}
+upstreams:
+  tree:
+    dir: upstream
+tags:
+  production-1.0-demo:
+    upstream: tree
+    series: [demo]
+    env: {DEMO: "1"}
+"""
+
+
+def write_config(folder: Path, text: str) -> Path:
+    """Write a versions.yaml into folder and return its path."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "versions.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+@pytest.fixture(autouse=True)
+def no_docker(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DOCKER_HOST", "tcp://127.0.0.1:9")
+    monkeypatch.delenv("DOCKER_TLS_VERIFY", raising=False)
+    monkeypatch.delenv("DOCKER_CERT_PATH", raising=False)
+
+
+@pytest.fixture
+def config_file(tmp_path: Path) -> Path:
+    (tmp_path / "upstream").mkdir()
+    (tmp_path / "upstream" / "demo.py").write_text("print('demo')\n")
+    series = tmp_path / "patches" / "demo"
+    series.mkdir(parents=True)
+    (series / "series").write_text("0001-demo.patch\n")
+    (series / "0001-demo.patch").write_text("--- a/demo.py\n+++ b/demo.py\n")
+    return write_config(tmp_path, CONFIG)
+
+
+def plan_lines(out: str) -> dict[str, list[str]]:
+    """The text plan as {stage: [key, state, detail...]}."""
+    return {line.split()[0]: line.split()[1:] for line in out.splitlines()}
+
+
+def assert_short_error(err: str) -> None:
+    assert err.startswith("sparkbake: error: ")
+    assert "Traceback" not in err
+    assert 1 <= len(err.strip().splitlines()) <= 2, err
+
+
+# --- plan ---------------------------------------------------------------------------------
+
+
+def test_plan_prints_every_stage_with_its_state(
+        config_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "production-1.0-demo", "--config", str(config_file)]) == 0
+    out, err = capsys.readouterr()
+    lines = plan_lines(out)
+    assert list(lines) == STAGES
+    for stage, (key, state, *_) in lines.items():
+        assert len(key) == 16 and int(key, 16) >= 0, stage
+        assert state in STATES, stage
+    assert lines["bake"][1] == "unknown"
+    assert lines["fetch"][1:] == ["missing", "tree", "(dir)"]
+    assert lines["patch"][1:] == ["missing", "demo"]
+    assert lines["wheels"][1:] == ["missing", "sm_121a", "on", "debian"]
+    assert lines["bake"][2] == "localhost:5000/sparkbake-cli:production-1.0-demo"
+    assert err == ""
+
+
+def test_plan_accepts_a_tag_suffix(config_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "1.0-demo", "--config", str(config_file)]) == 0
+    assert "sparkbake-cli:production-1.0-demo" in capsys.readouterr().out
+
+
+def test_plan_json_parses(config_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "production-1.0-demo", "--json", "--config", str(config_file)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["tag"] == "production-1.0-demo"
+    assert doc["image"] == "localhost:5000/sparkbake-cli:production-1.0-demo"
+    assert doc["problems"] == []
+    assert [s["name"] for s in doc["stages"]] == STAGES
+    assert {s["name"]: s["state"] for s in doc["stages"]}["bake"] == "unknown"
+    assert [s["name"] for s in doc["series"]] == ["demo"]
+    assert len(doc["inputs"]) == 64
+
+
+def test_config_is_accepted_before_and_after_the_command(
+        config_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--config", str(config_file), "plan", "production-1.0-demo"]) == 0
+    before = capsys.readouterr().out
+    assert main(["plan", "production-1.0-demo", "--config", str(config_file)]) == 0
+    after = capsys.readouterr().out
+    assert before == after
+    assert list(plan_lines(before)) == STAGES
+
+
+def test_config_after_the_command_wins(
+        config_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    broken = write_config(tmp_path / "broken", "schema: 2\n")
+    assert main(["--config", str(broken), "plan", "production-1.0-demo",
+                 "--config", str(config_file)]) == 0
+    assert list(plan_lines(capsys.readouterr().out)) == STAGES
+
+
+def test_config_defaults_to_versions_yaml_in_the_cwd(
+        config_file: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(config_file.parent)
+    assert main(["plan", "production-1.0-demo"]) == 0
+    assert list(plan_lines(capsys.readouterr().out)) == STAGES
+
+
+def test_the_same_tag_plans_the_same_keys(
+        config_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    main(["plan", "production-1.0-demo", "--json", "--config", str(config_file)])
+    first = json.loads(capsys.readouterr().out)
+    main(["plan", "1.0-demo", "--json", "--config", str(config_file)])
+    assert json.loads(capsys.readouterr().out) == first
+
+
+# --- usage and config errors --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("argv", [
+    ["frobnicate", "x"],
+    ["plan"],
+    [],
+    ["plan", "x", "--no-such-option"],
+    ["smoke", "x", "--gpu", "sometimes"],
+])
+def test_usage_errors_exit_2_without_a_traceback(
+        argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert_short_error(err)
+
+
+def test_unknown_command_names_the_command(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["frobnicate", "x"]) == 2
+    err = capsys.readouterr().err
+    assert "'frobnicate'" in err
+    assert "plan" in err  # the choices
+
+
+def test_missing_tag_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan"]) == 2
+    assert "tag" in capsys.readouterr().err
+
+
+def test_usage_error_prefix_is_not_doubled(capsys: pytest.CaptureFixture[str]) -> None:
+    main(["frobnicate", "x"])
+    assert "sparkbake: error: sparkbake:" not in capsys.readouterr().err
+
+
+def test_unknown_tag_exits_2_with_did_you_mean(
+        config_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "production-1.0-demp", "--config", str(config_file)]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert_short_error(err)
+    assert "did you mean 'production-1.0-demo'?" in err
+
+
+def test_a_config_error_exits_2_naming_file_and_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write_config(tmp_path, CONFIG.replace("    series: [demo]", "    seires: [demo]"))
+    assert main(["plan", "production-1.0-demo", "--config", str(path)]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert_short_error(err)
+    line = CONFIG.splitlines().index("    series: [demo]") + 1
+    assert err.startswith(f"sparkbake: error: {path.resolve()}:{line}: ")
+    assert "did you mean 'series'?" in err
+
+
+def test_a_yaml_syntax_error_exits_2_naming_file_and_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write_config(tmp_path, CONFIG.replace("platform: linux/amd64", "platform: a: b"))
+    assert main(["plan", "production-1.0-demo", "--config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert_short_error(err)
+    assert err.startswith(f"sparkbake: error: {path.resolve()}:4: invalid YAML")
+
+
+def test_a_missing_config_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "x", "--config", str(tmp_path / "absent.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert_short_error(err)
+    assert "absent.yaml" in err
+
+
+def test_debug_shows_the_traceback(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write_config(tmp_path, CONFIG.replace("schema: 1", "schema: 2"))
+    assert main(["--debug", "plan", "x", "--config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" in err
+    assert "schema 2 is not supported" in err
+
+
+# --- the real versions.yaml ---------------------------------------------------------------
+
+
+def test_production_plan_reports_missing_series_as_blocked(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    missing = ["dcp-dspark", "prefix-cache", "ckv-gather", "vision"]
+    # precondition of this test: the top-level patches/ has only the demo series
+    assert not any((REPO / "patches" / name).exists() for name in missing)
+    assert main(["plan", "3.73-vision", "--config", str(REPO / "versions.yaml")]) == 0
+    out, err = capsys.readouterr()
+    lines = plan_lines(out)
+    assert list(lines) == STAGES
+    assert lines["patch"][1] == "blocked"
+    patch_line = next(line for line in out.splitlines() if line.startswith("patch"))
+    for name in missing:
+        assert f"series {name!r}" in patch_line
+    assert lines["bake"][1:] == [
+        "unknown", "localhost:5000/sparkrun-vllm-ds4-gb10:production-3.73-vision"]
+    assert lines["fetch"][2:] == ["vllm-0.33.0", "(pypi)"]
+    assert lines["wheels"][2:] == ["sm_121a", "on", "cuda-devel"]
+    assert err == ""
+
+
+def test_production_plan_json_lists_the_problems(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--config", str(REPO / "versions.yaml"), "plan", "3.73-vision", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["tag"] == "production-3.73-vision"
+    assert doc["series"] == []
+    assert len(doc["problems"]) == 4
+    states = {s["name"]: s["state"] for s in doc["stages"]}
+    assert states["patch"] == "blocked"
+    assert states["bake"] == "unknown"

@@ -1,0 +1,593 @@
+"""versions.yaml (schema 1): what loads, what it loads into, and every error's file:line."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from sparkbake import config as config_mod
+from sparkbake.config import (
+    Config,
+    DebootstrapBase,
+    DirUpstream,
+    GitUpstream,
+    ImageBase,
+    PypiUpstream,
+    Tag,
+)
+from sparkbake.errors import ConfigError
+
+REPO = Path(__file__).resolve().parents[2]
+DIGEST = "a" * 64
+SDIST = "b" * 64
+FORK_COMMIT = "c" * 40
+LOCAL_COMMIT = "d" * 40
+
+VALID = f"""\
+# a comment before everything
+schema: 1
+defaults:
+  repository: localhost:5000/sparkbake-test
+  platform: linux/arm64
+  cuda_arch: "12.1a"
+  builder: devel
+  runtime: boot
+bases:
+  devel:
+    image: nvidia/cuda:13.0.2-devel-ubuntu24.04@sha256:{DIGEST}
+  boot:
+    debootstrap:
+      suite: bookworm
+      mirror: http://deb.example.invalid/debian
+      packages: [python3, g++]
+upstreams:
+  release:
+    pypi: {{name: vllm, version: 0.33.0, sha256: {SDIST}}}
+  fork:
+    git: {{url: "https://example.invalid/vllm.git", commit: {FORK_COMMIT}}}
+  local-git:
+    git: {{url: ../repos/vllm, commit: {LOCAL_COMMIT}}}
+  tree:
+    dir: upstream
+tags:
+  production-3.72-vision:
+    upstream: release
+    series: [dcp-dspark, ckv-gather, vision]
+    env:
+      VLLM_DSV4_CKV_GATHER: "1"
+      VISION_MHC: "1"
+  production-3.73-vision:
+    extends: production-3.72-vision
+    series: [dcp-dspark, prefix-cache, ckv-gather, vision]
+    env:
+      VISION_MHC: "0"
+      VLLM_DSV4_DCP_PREFIX_CACHE: "1"
+  custom:
+    upstream: fork
+    series: []
+    repository: registry.example.invalid/custom
+    platform: linux/amd64
+    cuda_arch: "12.0f"
+    builder: boot
+    runtime: devel
+  local:
+    upstream: tree
+    series: [demo]
+  from-git:
+    upstream: local-git
+    series: [demo]
+"""
+
+
+def write_config(folder: Path, text: str, name: str = "versions.yaml") -> Path:
+    """Write a versions.yaml into folder and return its resolved path."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_text(text, encoding="utf-8")
+    return path.resolve()
+
+
+def edit(text: str, old: str, new: str) -> str:
+    """Replace exactly one occurrence of old, so that a test cannot silently edit nothing."""
+    assert text.count(old) == 1, f"{old!r} occurs {text.count(old)} times"
+    return text.replace(old, new)
+
+
+def line_of(text: str, needle: str, occurrence: int = 1) -> int:
+    """1-based number of the line holding the n-th occurrence of needle."""
+    seen = 0
+    for number, line in enumerate(text.splitlines(), start=1):
+        if needle in line:
+            seen += 1
+            if seen == occurrence:
+                return number
+    raise AssertionError(f"{needle!r} not found {occurrence} times")
+
+
+def replace_section(text: str, key: str, new: str) -> str:
+    """Replace a top-level section, from its `key:` line to the next top-level key."""
+    lines = text.splitlines(keepends=True)
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"{key}:"))
+    end = next((i for i in range(start + 1, len(lines)) if not lines[i].startswith(" ")),
+               len(lines))
+    return "".join([*lines[:start], new, *lines[end:]])
+
+
+def first_key_line(text: str) -> int:
+    """The line of the first top-level key: where the top mapping starts."""
+    return next(number for number, line in enumerate(text.splitlines(), start=1)
+                if line and not line.startswith(("#", " ")))
+
+
+def load_error(tmp_path: Path, text: str) -> tuple[ConfigError, Path]:
+    path = write_config(tmp_path, text)
+    with pytest.raises(ConfigError) as info:
+        config_mod.load(path)
+    assert info.value.exit_code == 2
+    return info.value, path
+
+
+@pytest.fixture
+def loaded(tmp_path: Path) -> Config:
+    return config_mod.load(write_config(tmp_path, VALID))
+
+
+# --- what a valid file loads into ---------------------------------------------------------
+
+
+def test_valid_file_loads_into_tags_with_defaults_applied(loaded: Config, tmp_path: Path) -> None:
+    assert loaded.path == (tmp_path / "versions.yaml").resolve()
+    assert list(loaded.tags) == ["production-3.72-vision", "production-3.73-vision", "custom",
+                                 "local", "from-git"]
+    tag = loaded.tags["production-3.72-vision"]
+    assert tag == Tag(
+        name="production-3.72-vision",
+        upstream=PypiUpstream(key="release", name="vllm", version="0.33.0", sha256=SDIST),
+        series=("dcp-dspark", "ckv-gather", "vision"),
+        env=(("VISION_MHC", "1"), ("VLLM_DSV4_CKV_GATHER", "1")),
+        repository="localhost:5000/sparkbake-test",
+        platform="linux/arm64",
+        cuda_arch="12.1a",
+        builder=ImageBase(name="devel",
+                          image=f"nvidia/cuda:13.0.2-devel-ubuntu24.04@sha256:{DIGEST}"),
+        runtime=DebootstrapBase(name="boot", suite="bookworm",
+                                mirror="http://deb.example.invalid/debian", variant="minbase",
+                                packages=("python3", "g++")),
+    )
+    assert tag.image_ref == "localhost:5000/sparkbake-test:production-3.72-vision"
+    assert isinstance(tag.builder, ImageBase)
+    assert tag.builder.digest == f"sha256:{DIGEST}"
+
+
+def test_loaded_dataclasses_are_frozen(loaded: Config) -> None:
+    tag = loaded.tags["custom"]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        tag.name = "other"  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        tag.builder.name = "other"  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        tag.upstream.key = "other"  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        loaded.path = Path("elsewhere")  # type: ignore[misc]
+    assert isinstance(tag.series, tuple)
+    assert isinstance(tag.env, tuple)
+
+
+def test_extends_merges_env_key_by_key_and_replaces_series(loaded: Config) -> None:
+    parent = loaded.tags["production-3.72-vision"]
+    child = loaded.tags["production-3.73-vision"]
+    assert child.series == ("dcp-dspark", "prefix-cache", "ckv-gather", "vision")
+    assert dict(child.env) == {
+        "VLLM_DSV4_CKV_GATHER": "1",        # inherited
+        "VISION_MHC": "0",                  # overridden
+        "VLLM_DSV4_DCP_PREFIX_CACHE": "1",  # added
+    }
+    assert [k for k, _ in child.env] == sorted(k for k, _ in child.env)
+    assert child.upstream == parent.upstream
+    assert (child.builder, child.runtime, child.cuda_arch) == (
+        parent.builder, parent.runtime, parent.cuda_arch)
+    # the parent is untouched by its child
+    assert dict(parent.env) == {"VLLM_DSV4_CKV_GATHER": "1", "VISION_MHC": "1"}
+
+
+def test_extends_chains_over_several_generations(tmp_path: Path) -> None:
+    text = VALID + """\
+  production-3.74-vision:
+    extends: production-3.73-vision
+    cuda_arch: "12.0a"
+    env: {EXTRA: "x"}
+"""
+    tag = config_mod.load(write_config(tmp_path, text)).tags["production-3.74-vision"]
+    assert tag.series == ("dcp-dspark", "prefix-cache", "ckv-gather", "vision")
+    assert dict(tag.env) == {"VLLM_DSV4_CKV_GATHER": "1", "VISION_MHC": "0",
+                             "VLLM_DSV4_DCP_PREFIX_CACHE": "1", "EXTRA": "x"}
+    assert tag.cuda_arch == "12.0a"
+    assert tag.upstream.key == "release"
+
+
+def test_a_child_may_override_what_its_parent_sets(tmp_path: Path) -> None:
+    text = edit(VALID, "    extends: production-3.72-vision\n",
+                "    extends: production-3.72-vision\n    upstream: fork\n    runtime: devel\n")
+    tag = config_mod.load(write_config(tmp_path, text)).tags["production-3.73-vision"]
+    assert isinstance(tag.upstream, GitUpstream)
+    assert tag.upstream.key == "fork"
+    assert isinstance(tag.runtime, ImageBase)
+
+
+def test_a_tag_overrides_every_default(loaded: Config) -> None:
+    tag = loaded.tags["custom"]
+    assert tag.repository == "registry.example.invalid/custom"
+    assert tag.platform == "linux/amd64"
+    assert tag.cuda_arch == "12.0f"
+    assert tag.sm_arch == "sm_120f"
+    assert isinstance(tag.builder, DebootstrapBase)
+    assert tag.builder.name == "boot"
+    assert isinstance(tag.runtime, ImageBase)
+    assert tag.runtime.name == "devel"
+    assert tag.upstream == GitUpstream(key="fork", url="https://example.invalid/vllm.git",
+                                       commit=FORK_COMMIT,
+                                       source="https://example.invalid/vllm.git")
+    assert tag.series == ()
+    assert tag.env == ()
+    assert tag.image_ref == "registry.example.invalid/custom:custom"
+
+
+def test_debootstrap_defaults(tmp_path: Path) -> None:
+    text = edit(VALID, "      mirror: http://deb.example.invalid/debian\n"
+                       "      packages: [python3, g++]\n", "")
+    base = config_mod.load(write_config(tmp_path, text)).tags["local"].runtime
+    assert base == DebootstrapBase(name="boot", suite="bookworm", mirror=None, variant="minbase",
+                                   packages=())
+
+
+# --- finding a tag ------------------------------------------------------------------------
+
+
+def test_a_tag_is_found_by_its_full_name_or_a_unique_suffix(loaded: Config) -> None:
+    full = loaded.tag("production-3.73-vision")
+    assert full.name == "production-3.73-vision"
+    assert loaded.tag("3.73-vision") is full
+    assert loaded.tag("3.72-vision").name == "production-3.72-vision"
+    assert loaded.tag("git").name == "from-git"
+
+
+def test_a_full_name_wins_over_a_suffix(tmp_path: Path) -> None:
+    text = VALID + "  vision:\n    upstream: fork\n    series: []\n"
+    assert config_mod.load(write_config(tmp_path, text)).tag("vision").name == "vision"
+
+
+def test_an_ambiguous_suffix_names_every_match(loaded: Config) -> None:
+    with pytest.raises(ConfigError) as info:
+        loaded.tag("vision")
+    assert info.value.exit_code == 2
+    assert "ambiguous" in info.value.message
+    assert "production-3.72-vision, production-3.73-vision" in info.value.message
+    assert "full tag name" in info.value.remedy
+
+
+def test_an_unknown_tag_suggests_the_closest(loaded: Config) -> None:
+    with pytest.raises(ConfigError) as info:
+        loaded.tag("production-3.37-vision")
+    assert info.value.exit_code == 2
+    assert info.value.message.startswith(f"{loaded.path}: no tag 'production-3.37-vision'")
+    assert "did you mean 'production-3.73-vision'?" in info.value.message
+    assert "custom" in info.value.remedy  # lists the known tags
+
+
+def test_an_unknown_tag_without_a_close_match_suggests_nothing(loaded: Config) -> None:
+    with pytest.raises(ConfigError) as info:
+        loaded.tag("zzzzzz")
+    assert "did you mean" not in info.value.message
+
+
+# --- paths --------------------------------------------------------------------------------
+
+
+def test_paths_resolve_relative_to_the_config_folder_not_the_cwd(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = tmp_path / "conf"
+    write_config(folder, VALID)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    loaded = config_mod.load(Path("../conf/versions.yaml"))
+    root = folder.resolve()
+    assert loaded.path == root / "versions.yaml"
+    assert loaded.root == root
+    assert loaded.patches_dir == root / "patches"
+    assert loaded.wheels_dir == root / "wheels"
+    assert loaded.build_dir == root / "build"
+    assert loaded.tags["local"].upstream == DirUpstream(key="tree", path=root / "upstream")
+    git = loaded.tags["from-git"].upstream
+    # the pin keeps the url as written; git fetches from the path resolved to the config
+    assert git == GitUpstream(key="local-git", url="../repos/vllm", commit=LOCAL_COMMIT,
+                              source=str(tmp_path.resolve() / "repos" / "vllm"))
+    # a real URL is kept as written
+    assert isinstance(loaded.tags["custom"].upstream, GitUpstream)
+    assert loaded.tags["custom"].upstream.url == "https://example.invalid/vllm.git"
+
+
+def test_ssh_style_git_url_is_kept(tmp_path: Path) -> None:
+    text = edit(VALID, "url: ../repos/vllm", "url: git@example.invalid:org/vllm.git")
+    upstream = config_mod.load(write_config(tmp_path, text)).tags["from-git"].upstream
+    assert isinstance(upstream, GitUpstream)
+    assert upstream.url == "git@example.invalid:org/vllm.git"
+
+
+def test_scp_style_git_url_with_another_user_is_kept(tmp_path: Path) -> None:
+    text = edit(VALID, "url: ../repos/vllm", "url: builder@example.invalid:org/vllm.git")
+    upstream = config_mod.load(write_config(tmp_path, text)).tags["from-git"].upstream
+    assert isinstance(upstream, GitUpstream)
+    assert upstream.url == upstream.source == "builder@example.invalid:org/vllm.git"
+
+
+@pytest.mark.parametrize(("cuda_arch", "sm_arch"), [
+    ("12.1a", "sm_121a"),
+    ("12.0f", "sm_120f"),
+    ("12.1", "sm_121"),
+    ("10.0a", "sm_100a"),
+    ("9.0a", "sm_90a"),
+])
+def test_sm_arch(tmp_path: Path, cuda_arch: str, sm_arch: str) -> None:
+    text = edit(VALID, 'cuda_arch: "12.1a"', f'cuda_arch: "{cuda_arch}"')
+    tag = config_mod.load(write_config(tmp_path, text)).tags["production-3.72-vision"]
+    assert tag.cuda_arch == cuda_arch
+    assert tag.sm_arch == sm_arch
+
+
+# --- every bad input: ConfigError, exit 2, `<path>:<line>:` -------------------------------
+
+ERRORS: list[tuple[str, str, str, str, int, str]] = [
+    # id, old, new, needle of the line the error must point at (in the edited text), occurrence,
+    # a fragment of the message
+    ("unknown-top-key", "\ntags:\n", "\ntgas:\n", "tgas:", 1, "did you mean 'tags'?"),
+    ("unknown-tag-key", "    series: [dcp-dspark, ckv-gather, vision]",
+     "    seires: [dcp-dspark, ckv-gather, vision]", "seires:", 1, "did you mean 'series'?"),
+    ("unknown-defaults-key", "  platform: linux/arm64", "  platfrom: linux/arm64", "platfrom:", 1,
+     "did you mean 'platform'?"),
+    ("unknown-base-key", "    image: nvidia", "    imgae: nvidia", "imgae:", 1,
+     "did you mean 'image'?"),
+    ("unknown-upstream-kind", "    dir: upstream", "    dri: upstream", "dri:", 1,
+     "did you mean 'dir'?"),
+    ("unknown-debootstrap-key", "      suite: bookworm", "      suit: bookworm", "suit:", 1,
+     "did you mean 'suite'?"),
+    ("missing-schema", "schema: 1\n", "", "defaults:", 1, "lacks the key 'schema'"),
+    ("missing-upstream", "    upstream: fork\n", "", "  custom:", 1, "lacks the key 'upstream'"),
+    ("missing-series", "    upstream: tree\n    series: [demo]\n", "    upstream: tree\n",
+     "  local:", 1, "lacks the key 'series'"),
+    ("missing-git-commit", f", commit: {FORK_COMMIT}}}", "}", "https://example.invalid", 1,
+     "lacks the key 'commit'"),
+    ("missing-pypi-sha256", f", sha256: {SDIST}}}", "}", "pypi:", 1, "lacks the key 'sha256'"),
+    ("series-not-a-list", "series: [dcp-dspark, ckv-gather, vision]", "series: dcp-dspark",
+     "series: dcp-dspark", 1, "must be a list of strings"),
+    ("series-item-not-a-name", "series: [dcp-dspark, ckv-gather, vision]",
+     "series:\n      - dcp-dspark\n      - ../escape", "../escape", 1, "not a valid name"),
+    ("env-value-int", 'VLLM_DSV4_CKV_GATHER: "1"', "VLLM_DSV4_CKV_GATHER: 1",
+     "VLLM_DSV4_CKV_GATHER: 1", 1, "quote the value"),
+    ("env-name-not-identifier", 'VISION_MHC: "1"', 'VISION-MHC: "1"', "VISION-MHC", 1,
+     "shell identifiers"),
+    ("repository-not-string", "  repository: localhost:5000/sparkbake-test", "  repository: 5",
+     "repository: 5", 1, "quote the value"),
+    ("unknown-upstream-ref", "upstream: release", "upstream: relase", "upstream: relase", 1,
+     "unknown upstream 'relase' (did you mean 'release'?)"),
+    ("unknown-base-in-defaults", "  builder: devel", "  builder: devle", "builder: devle", 1,
+     "unknown base 'devle' (did you mean 'devel'?)"),
+    ("unknown-base-in-tag", "    runtime: devel", "    runtime: devl", "runtime: devl", 1,
+     "unknown base 'devl' (did you mean 'devel'?)"),
+    ("extends-cycle", "  production-3.72-vision:\n",
+     "  production-3.72-vision:\n    extends: production-3.73-vision\n",
+     "  production-3.72-vision:", 1,
+     "cycle: production-3.72-vision -> production-3.73-vision -> production-3.72-vision"),
+    ("extends-itself", "  custom:\n", "  custom:\n    extends: custom\n", "  custom:", 1,
+     "cycle: custom -> custom"),
+    ("extends-unknown", "extends: production-3.72-vision", "extends: production-3.72-visoin",
+     "extends: production-3.72-visoin", 1,
+     "extends unknown tag 'production-3.72-visoin' (did you mean 'production-3.72-vision'?)"),
+    ("sha256-short", f"sha256: {SDIST}", f"sha256: {SDIST[:63]}", "pypi:", 1,
+     "64 lowercase hex"),
+    ("sha256-upper", f"sha256: {SDIST}", f"sha256: {SDIST.upper()}", "pypi:", 1,
+     "64 lowercase hex"),
+    ("commit-short", f"commit: {FORK_COMMIT}", "commit: cccccc", "https://example.invalid", 1,
+     "40-hex commit"),
+    ("commit-branch", f"commit: {LOCAL_COMMIT}", "commit: main", "../repos/vllm", 1,
+     "40-hex commit"),
+    ("image-tag-only", f"ubuntu24.04@sha256:{DIGEST}", "ubuntu24.04", "image: nvidia", 1,
+     "pinned by digest"),
+    ("image-short-digest", f"ubuntu24.04@sha256:{DIGEST}", "ubuntu24.04@sha256:abc",
+     "image: nvidia", 1, "pinned by digest"),
+    ("image-and-debootstrap", f"@sha256:{DIGEST}\n",
+     f"@sha256:{DIGEST}\n    debootstrap: {{suite: bookworm}}\n", "image: nvidia", 1,
+     "exactly one of image, debootstrap"),
+    ("upstream-two-kinds", "    dir: upstream\n",
+     "    dir: upstream\n    pypi: {name: vllm, version: 1, sha256: x}\n", "dir: upstream", 1,
+     "exactly one of pypi, git, dir"),
+    ("duplicate-key", "  platform: linux/arm64\n",
+     "  platform: linux/arm64\n  platform: linux/amd64\n", "platform:", 2,
+     "duplicate key 'platform'"),
+    ("duplicate-tag", "  local:\n", "  custom:\n", "  custom:", 2, "duplicate key 'custom'"),
+    ("duplicate-series", "series: [dcp-dspark, ckv-gather, vision]",
+     "series: [dcp-dspark, vision, dcp-dspark]", "series: [dcp-dspark, vision, dcp-dspark]", 1,
+     "lists a series twice"),
+    ("invalid-yaml", "  platform: linux/arm64", "  platform: linux: arm64", "linux: arm64", 1,
+     "invalid YAML"),
+    ("schema-2", "schema: 1", "schema: 2", "schema: 2", 1, "schema 2 is not supported"),
+    ("schema-string", "schema: 1", 'schema: "1"', "schema:", 1, "is not supported"),
+    ("cuda-arch-sm", 'cuda_arch: "12.1a"', 'cuda_arch: "sm_121a"', "cuda_arch:", 1,
+     "not a CUDA arch"),
+    ("cuda-arch-suffix", 'cuda_arch: "12.0f"', 'cuda_arch: "12.0x"', "cuda_arch:", 2,
+     "not a CUDA arch"),
+    ("cuda-arch-unquoted", 'cuda_arch: "12.1a"', "cuda_arch: 12.1", "cuda_arch:", 1,
+     "quote the value"),
+    ("platform-bad", "  platform: linux/amd64", "  platform: amd64", "platform: amd64", 1,
+     "a platform such as linux/arm64"),
+    ("non-string-key", "  local:\n", "  3.74:\n", "3.74:", 1, "key 3.74 is not a string"),
+    ("null-key", "  local:\n", "  ~:\n", "~:", 1, "key None is not a string"),
+]
+
+
+@pytest.mark.parametrize(("old", "new", "needle", "occurrence", "fragment"),
+                         [e[1:] for e in ERRORS], ids=[e[0] for e in ERRORS])
+def test_bad_input_names_file_and_line(tmp_path: Path, old: str, new: str, needle: str,
+                                       occurrence: int, fragment: str) -> None:
+    text = edit(VALID, old, new)
+    error, path = load_error(tmp_path, text)
+    line = line_of(text, needle, occurrence)
+    assert error.message.startswith(f"{path}:{line}: "), error.message
+    assert fragment in str(error)
+    assert error.remedy  # each error names what to do
+    assert len(str(error).splitlines()) <= 2
+
+
+def test_a_section_of_the_wrong_shape_names_its_line(tmp_path: Path) -> None:
+    text = replace_section(VALID, "tags", "tags: [a, b]\n")
+    error, path = load_error(tmp_path, text)
+    assert error.message.startswith(f"{path}:{line_of(text, 'tags: [a, b]')}: "), error.message
+    assert "tags must be a mapping, not a list" in error.message
+
+
+def test_missing_defaults_key_points_into_the_defaults_block(tmp_path: Path) -> None:
+    text = edit(VALID, "  builder: devel\n", "")
+    error, path = load_error(tmp_path, text)
+    assert "defaults lacks the key 'builder'" in error.message
+    # the defaults mapping: its `defaults:` line or its first key
+    lines = {line_of(text, "defaults:"), line_of(text, "repository:")}
+    assert any(error.message.startswith(f"{path}:{n}: ") for n in lines), error.message
+
+
+@pytest.mark.parametrize("key", ["repository", "platform", "cuda_arch", "builder", "runtime"])
+def test_every_defaults_key_is_required(tmp_path: Path, key: str) -> None:
+    kept = [line for line in VALID.splitlines(keepends=True)
+            if not line.startswith(f"  {key}:")]
+    error, path = load_error(tmp_path, "".join(kept))
+    assert error.message.startswith(f"{path}:")
+    assert f"lacks the key {key!r}" in error.message
+
+
+@pytest.mark.parametrize("key", ["schema", "defaults", "bases", "upstreams", "tags"])
+def test_every_top_level_key_is_required(tmp_path: Path, key: str) -> None:
+    text = replace_section(VALID, key, "")
+    error, path = load_error(tmp_path, text)
+    assert error.message.startswith(f"{path}:{first_key_line(text)}: "), error.message
+    assert f"lacks the key {key!r}" in error.message
+
+
+def test_invalid_yaml_names_the_line_of_the_problem(tmp_path: Path) -> None:
+    text = VALID + '  broken:\n    upstream: "unterminated\n'
+    error, path = load_error(tmp_path, text)
+    assert error.message.startswith(f"{path}:")
+    assert "invalid YAML" in error.message
+    reported = int(error.message[len(str(path)) + 1:].split(":", 1)[0])
+    assert reported >= line_of(text, "unterminated")
+
+
+@pytest.mark.parametrize("text", ["", "\n\n", "# only a comment\n"])
+def test_an_empty_file_is_an_error_at_line_1(tmp_path: Path, text: str) -> None:
+    error, path = load_error(tmp_path, text)
+    assert error.message.startswith(f"{path}:1: ")
+    assert "empty" in error.message
+    assert "schema: 1" in error.remedy
+
+
+def test_a_file_that_is_not_a_mapping(tmp_path: Path) -> None:
+    error, path = load_error(tmp_path, "- schema\n- 1\n")
+    assert error.message.startswith(f"{path}:1: ")
+    assert "must be a mapping, not a list" in error.message
+
+
+def test_a_missing_file_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as info:
+        config_mod.load(tmp_path / "nope.yaml")
+    assert info.value.exit_code == 2
+    assert "nope.yaml" in info.value.message
+    assert "cannot read" in info.value.message
+
+
+def test_env_error_in_the_parent_names_the_parent_line(tmp_path: Path) -> None:
+    text = edit(VALID, 'VLLM_DSV4_CKV_GATHER: "1"', "VLLM_DSV4_CKV_GATHER: 1")
+    error, path = load_error(tmp_path, text)
+    assert error.message.startswith(f"{path}:{line_of(text, 'VLLM_DSV4_CKV_GATHER: 1')}: ")
+
+
+def test_inherited_env_error_names_the_line_that_has_it(tmp_path: Path) -> None:
+    # the child comes first, so it is checked before its parent
+    text = edit(VALID, "tags:\n", "tags:\n  child:\n    extends: bad\n    env: {A: \"1\"}\n")
+    text += "  bad:\n    upstream: fork\n    series: []\n    env:\n      B: 2\n"
+    error, path = load_error(tmp_path, text)
+    assert error.message.startswith(f"{path}:{line_of(text, 'B: 2')}: "), error.message
+
+
+@pytest.mark.parametrize(("section", "new", "needle"), [
+    ("bases", "bases:\n  devel:\n", "devel:"),
+    ("bases", "bases: 5\n", "bases: 5"),
+    ("defaults", "defaults:\n", "defaults:"),
+])
+def test_an_empty_section_names_its_line(tmp_path: Path, section: str, new: str,
+                                         needle: str) -> None:
+    text = replace_section(VALID, section, new)
+    error, path = load_error(tmp_path, text)
+    assert error.message.startswith(f"{path}:{line_of(text, needle)}: "), error.message
+
+
+def test_env_that_is_not_a_mapping_names_the_env_line(tmp_path: Path) -> None:
+    text = edit(VALID, "    env:\n      VLLM_DSV4_CKV_GATHER: \"1\"\n      VISION_MHC: \"1\"\n",
+                "    env: 5\n")
+    error, path = load_error(tmp_path, text)
+    assert "env must be a mapping" in error.message
+    assert error.message.startswith(f"{path}:{line_of(text, 'env: 5')}: "), error.message
+
+
+def test_extends_unknown_never_suggests_the_tag_itself(tmp_path: Path) -> None:
+    text = edit(VALID, "extends: production-3.72-vision", "extends: production-3.27-vision")
+    error, _ = load_error(tmp_path, text)
+    assert "did you mean 'production-3.73-vision'" not in error.message, error.message
+
+
+@pytest.mark.parametrize("value", ["true", "1.0"])
+def test_schema_must_be_the_integer_1(tmp_path: Path, value: str) -> None:
+    error, path = load_error(tmp_path, edit(VALID, "schema: 1", f"schema: {value}"))
+    assert error.message.startswith(f"{path}:{line_of(VALID, 'schema: 1')}: ")
+
+
+def test_another_schema_is_reported_before_its_keys(tmp_path: Path) -> None:
+    error, path = load_error(tmp_path, "schema: 2\nrecipes: {}\n")
+    assert error.message.startswith(f"{path}:1: schema 2 is not supported"), error.message
+
+
+# --- the real files -----------------------------------------------------------------------
+
+
+def test_the_repository_versions_yaml_loads() -> None:
+    loaded = config_mod.load(REPO / "versions.yaml")
+    assert loaded.root == REPO
+    v372 = loaded.tag("production-3.72-vision")
+    v373 = loaded.tag("3.73-vision")
+    assert v373.name == "production-3.73-vision"
+    assert v372.series == ("dcp-dspark", "ckv-gather", "vision")
+    assert v373.series == ("dcp-dspark", "prefix-cache", "ckv-gather", "vision")
+    assert v373.env == v372.env  # inherited, nothing added
+    assert dict(v373.env)["VLLM_DSV4_CKV_GATHER"] == "1"
+    assert v373.upstream == v372.upstream
+    assert isinstance(v373.upstream, PypiUpstream)
+    assert (v373.upstream.name, v373.upstream.version) == ("vllm", "0.33.0")
+    assert v373.cuda_arch == "12.1a"
+    assert v373.sm_arch == "sm_121a"
+    assert v373.platform == "linux/arm64"
+    assert isinstance(v373.builder, ImageBase)
+    assert isinstance(v373.runtime, ImageBase)
+    demo = loaded.tag("demo").upstream
+    assert demo == DirUpstream(key="demo", path=REPO / "tests" / "data" / "upstream")
+
+
+def test_the_fixture_versions_yaml_loads() -> None:
+    path = REPO / "tests" / "data" / "versions.yaml"
+    loaded = config_mod.load(path)
+    fixture = loaded.tag("fixture")
+    plain = loaded.tag("fixture-plain")
+    assert fixture.upstream == DirUpstream(key="tinykern", path=path.parent / "upstream")
+    assert fixture.series == ("tinykern",)
+    assert plain.series == ()
+    assert plain.env == fixture.env
+    assert dict(fixture.env)["SPARKBAKE_NOTE"] == 'quotes " and $HOME stay literal'
+    assert isinstance(fixture.runtime, DebootstrapBase)
