@@ -68,6 +68,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("sparkbake: interrupted; finished stages stay cached", file=sys.stderr)
         return 130
+    except Exception as exc:  # a bug rather than a user error: say so in two lines
+        if args is not None and args.debug:
+            raise
+        print(f"sparkbake: internal error: {type(exc).__name__}: {exc}\n"
+              "  -> rerun with --debug for the traceback, and report it", file=sys.stderr)
+        return 1
 
 
 def dispatch(args: argparse.Namespace) -> int:

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from . import bases, images, patches, registry, smoke, sources, wheels
+from . import bases, embedded_registry, images, patches, registry, smoke, sources, wheels
 from . import plan as plan_mod
 from .config import Config, Tag, host_settings
 from .docker_api import Client, connect
@@ -93,11 +93,11 @@ def publish(config: Config, tag: Tag, registry_host: str | None, force: bool) ->
 
 def registry_command(config: Config, action: str, port: int) -> int:
     if action == "start":
-        echo(registry.start(config, port))
+        echo(embedded_registry.start(config, port))
     elif action == "stop":
-        echo("registry stopped" if registry.stop(config) else "registry was not running")
+        echo("registry stopped" if embedded_registry.stop(config) else "registry was not running")
     else:
-        echo(registry.status(config, port))
+        echo(embedded_registry.status(config, port))
     return 0
 
 

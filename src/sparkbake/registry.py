@@ -1,21 +1,10 @@
-"""publish: push a smoke-tested image, verify its remote digest, record the release.
-
-Also runs the embedded local registry (Debian's `docker-registry`) on 127.0.0.1, which the
-default repository `localhost:5000/...` points at. Its config, data, log and pid file live
-under build/registry/.
-"""
+"""publish: push a smoke-tested image, verify its remote digest, record the release."""
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
-import os
 import re
-import shlex
-import signal
-import subprocess
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -25,21 +14,19 @@ from typing import Any
 import docker.errors
 import requests
 
-from . import resources
 from .cache import atomic_write
 from .config import Config, host_settings
 from .docker_api import Client, image_attrs, image_exists, stream_errors
-from .errors import EngineError, PublishError, UsageError
+from .errors import PublishError, UsageError
 from .plan import Plan, upstream_pin
-from .proc import echo, require_tool
+from .proc import echo
 
 __all__ = [
     "Remote", "check_overwrite", "check_smoke", "local_digests", "publish", "push_stream",
-    "remote_digest", "remote_for", "retarget", "split_repository", "start", "status", "stop",
+    "remote_digest", "remote_for", "retarget", "split_repository",
 ]
 
 INPUTS_LABEL = "dev.sparkbake.inputs"
-START_TIMEOUT = 10.0
 HTTP_TIMEOUT = 30
 MANIFEST_TYPES = ", ".join((
     "application/vnd.oci.image.index.v1+json",
@@ -49,122 +36,6 @@ MANIFEST_TYPES = ", ".join((
 ))
 REGISTRY_ARG = re.compile(r"(?:[A-Za-z0-9.-]+|\[[0-9A-Fa-f:]+\])(?::[0-9]+)?")
 PUSH_REMEDY = "check that the registry takes pushes (not read-only; `docker login` if it needs it)"
-
-
-# --- the embedded registry ---------------------------------------------------------------
-
-
-def start(config: Config, port: int = 5000, *, readonly: bool = False) -> str:
-    """Start docker-registry on 127.0.0.1:port unless a registry already answers there."""
-    address = f"127.0.0.1:{port}"
-    if _answers(f"http://{address}"):
-        return f"registry: a registry already answers at {address}"
-    program = require_tool("docker-registry", "docker-registry")
-    running = _running_pid(config)
-    if running is not None:
-        raise EngineError(f"sparkbake's registry already runs (pid {running}), not on {address}",
-                          "stop it first: `nox -s registry -- stop`")
-    home = _home(config)
-    (home / "data").mkdir(parents=True, exist_ok=True)
-    atomic_write(home / "config.yml", resources.render(
-        "registry-config.yml.j2", data_dir=str(home / "data"), port=port, readonly=readonly))
-    child = _spawn([program, "serve", str(home / "config.yml")], home / "registry.log")
-    atomic_write(home / "registry.pid", f"{child.pid}\n")
-    _wait_until_up(child, address, home)
-    return f"registry: docker-registry (pid {child.pid}) answers at {address}, data in {home}"
-
-
-def stop(config: Config) -> bool:
-    """End the registry that `start` started (only the pid in its pid file); False if none."""
-    pid = _running_pid(config)
-    if pid is None:
-        return False
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        echo(f"+ kill -{sig.name} {pid}")
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, sig)
-        deadline = time.monotonic() + 10
-        while _is_ours(pid, config) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        if not _is_ours(pid, config):
-            break
-    (_home(config) / "registry.pid").unlink(missing_ok=True)
-    return True
-
-
-def status(config: Config, port: int = 5000) -> str:
-    address = f"127.0.0.1:{port}"
-    pid = _running_pid(config)
-    answers = _answers(f"http://{address}")
-    if answers and pid is not None:
-        return f"registry: running at {address} (pid {pid}, log {_home(config) / 'registry.log'})"
-    if answers:
-        return f"registry: a registry answers at {address} (not started from {config.path})"
-    if pid is not None:
-        return f"registry: pid {pid} runs but nothing answers at {address} (another port?)"
-    return f"registry: nothing answers at {address}; start it with `nox -s registry -- start`"
-
-
-def _home(config: Config) -> Path:
-    return config.build_dir / "registry"
-
-
-def _answers(base_url: str, verify: bool | str = True) -> bool:
-    """Does base_url speak the registry API (/v2/ answers 200, or 401 asking for a login)?"""
-    try:
-        return requests.get(f"{base_url}/v2/", timeout=2, verify=verify).status_code in (200, 401)
-    except requests.RequestException:
-        return False
-
-
-def _spawn(args: list[str], log: Path) -> subprocess.Popen[bytes]:
-    echo(f"+ {shlex.join(args)} >{shlex.quote(str(log))} 2>&1 &")
-    with log.open("ab") as out:
-        return subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True)
-
-
-def _wait_until_up(child: subprocess.Popen[bytes], address: str, home: Path) -> None:
-    deadline = time.monotonic() + START_TIMEOUT
-    while time.monotonic() < deadline and child.poll() is None:
-        if _answers(f"http://{address}"):
-            return
-        time.sleep(0.2)
-    if child.poll() is None:
-        child.terminate()
-        child.wait(timeout=10)
-    (home / "registry.pid").unlink(missing_ok=True)
-    log = home / "registry.log"
-    lines = log.read_text(errors="replace").strip().splitlines() or ["(empty log)"]
-    raise EngineError(f"docker-registry did not answer at {address} within {START_TIMEOUT:.0f} s "
-                      f"(log: {log})", f"last log line: {lines[-1][:240]}")
-
-
-def _running_pid(config: Config) -> int | None:
-    """The pid in the pid file if that process is still our docker-registry; else forget it."""
-    pid_file = _home(config) / "registry.pid"
-    try:
-        pid = int(pid_file.read_text().strip())
-    except (OSError, ValueError):
-        return None
-    if _is_ours(pid, config):
-        return pid
-    pid_file.unlink(missing_ok=True)
-    return None
-
-
-def _is_ours(pid: int, config: Config) -> bool:
-    """Is pid alive and serving this build dir's config (guards against a reused pid)?"""
-    with contextlib.suppress(ChildProcessError):
-        os.waitpid(pid, os.WNOHANG)  # reap it if it is our own child and has ended
-    try:
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return False
-    return str(_home(config) / "config.yml").encode() in argv
-
-
-# --- publish -------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from sparkbake import docker_api, registry, wheels
+from sparkbake import docker_api, embedded_registry, wheels
 from sparkbake.hashing import file_sha256
 from tests.conftest import Project, free_port
 
@@ -184,6 +184,18 @@ def test_a_kernel_without_target_sass_is_exit_4(
     assert not (project.root / "wheels" / project.plan().wheels_key).exists()
 
 
+def test_a_failing_bake_is_exit_5_naming_the_image_and_log(
+        project: Project, debian_base: str, capsys: pytest.CaptureFixture[str]) -> None:
+    add_patch(project, "baddep", "0001-missing-dependency.patch", MISSING_DEPENDENCY)
+    use_series(project, "baddep")
+    assert project.sparkbake("build-image", "fixture") == 5
+    err = capsys.readouterr().err
+    log = project.root / "build" / "logs" / "fixture-bake.log"
+    assert "building localhost:5000/sparkbake-fixture:fixture failed" in err
+    assert f"(log: {log})" in err
+    assert "sparkbake-missing-dependency" in log.read_text()
+
+
 def test_no_engine_is_exit_8_with_how_to_start_one(
         project: Project, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
@@ -244,12 +256,16 @@ def test_smoke_then_publish_and_skopeo_sees_the_recorded_digest(
 
 
 @pytest.fixture
-def free_registry(built_fixture: Project) -> Iterator[str]:
+def free_registry(built_fixture: Project,
+                  docker_client: docker_api.Client) -> Iterator[str]:
     port = free_port()
     config = built_fixture.config()
-    registry.start(config, port)
+    embedded_registry.start(config, port)
     yield f"127.0.0.1:{port}"
-    registry.stop(config)
+    embedded_registry.stop(config)
+    for image in docker_client.images.list(f"127.0.0.1:{port}/sparkbake-fixture"):
+        for ref in image.tags:
+            docker_client.images.remove(ref)
 
 
 CONFLICT = """\
@@ -303,6 +319,22 @@ diff --git a/setup.py b/setup.py
 -        arch_list = os.environ.get("TORCH_CUDA_ARCH_LIST", "12.1a")
 +        arch_list = "9.0"
          cmd = ["nvcc", "-O2", "-shared", "-Xcompiler", "-fPIC", *gencode_flags(arch_list),
+"""
+
+MISSING_DEPENDENCY = """\
+From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001
+From: sparkbake <sparkbake@localhost>
+Subject: [PATCH] depend on a package the wheelhouse lacks
+
+The runtime install is offline, so the bake must fail and say where.
+---
+diff --git a/pyproject.toml b/pyproject.toml
+--- a/pyproject.toml
++++ b/pyproject.toml
+@@ -8,2 +8,3 @@ version = "0.1.0"
+ description = "A tiny upstream with one CUDA kernel"
+ requires-python = ">=3.9"
++dependencies = ["sparkbake-missing-dependency"]
 """
 
 SLOW_BUILD = """\

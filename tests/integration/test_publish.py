@@ -22,7 +22,7 @@ import docker.errors
 import pytest
 
 from sparkbake import config as config_mod
-from sparkbake import docker_api, registry
+from sparkbake import docker_api, embedded_registry, registry
 from sparkbake import plan as plan_mod
 from sparkbake.__main__ import main
 from sparkbake.config import Config
@@ -100,9 +100,9 @@ class Local:
 def local(client: docker_api.Client, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Local]:
     config = _config(tmp_path_factory.mktemp("registry"), "127.0.0.1:1/unused")
     port = free_port()
-    registry.start(config, port)
+    embedded_registry.start(config, port)
     yield Local(config, port)
-    assert registry.stop(config) is True
+    assert embedded_registry.stop(config) is True
 
 
 @dataclass(frozen=True)
@@ -150,10 +150,10 @@ def skopeo_digest(ref: str) -> str:
 
 def test_start_again_is_a_no_op_and_status_says_it_runs(local: Local, tmp_path: Path) -> None:
     other = _config(tmp_path, "127.0.0.1:1/unused")
-    assert "already answers" in registry.start(other, local.port)
+    assert "already answers" in embedded_registry.start(other, local.port)
     assert not (other.build_dir / "registry" / "registry.pid").exists()
-    assert "running at" in registry.status(local.config, local.port)
-    assert registry.stop(other) is False
+    assert "running at" in embedded_registry.status(local.config, local.port)
+    assert embedded_registry.stop(other) is False
 
 
 def test_publish_pushes_both_tags_and_records_the_verified_digest(project: Project) -> None:
@@ -230,14 +230,14 @@ def test_an_error_inside_the_push_stream_is_exit_7_without_a_record(
         project: Project, tmp_path: Path) -> None:
     readonly = _config(tmp_path / "readonly", "127.0.0.1:1/unused")
     port = free_port()
-    registry.start(readonly, port, readonly=True)
+    embedded_registry.start(readonly, port, readonly=True)
     try:
         project.build("read-only")
         project.smoke()
         with pytest.raises(PublishError) as caught:
             project.publish(registry_host=f"127.0.0.1:{port}")
     finally:
-        assert registry.stop(readonly) is True
+        assert embedded_registry.stop(readonly) is True
     assert caught.value.exit_code == 7
     assert "pushing" in str(caught.value) and "failed" in str(caught.value)
     assert not project.release.exists()

@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from sparkbake import config as config_mod
+from sparkbake import embedded_registry, registry, resources
 from sparkbake import plan as plan_mod
-from sparkbake import registry, resources
 from sparkbake.errors import EngineError, PublishError, UsageError
 
 DIGEST_A = "sha256:" + "a" * 64
@@ -208,7 +208,7 @@ def test_start_without_docker_registry_names_the_package(
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     with pytest.raises(EngineError) as caught:
-        registry.start(config, port)
+        embedded_registry.start(config, port)
     assert caught.value.exit_code == 8
     assert "apt-get install -y docker-registry" in str(caught.value)
 
@@ -217,9 +217,9 @@ def test_stop_and_status_without_a_registry(tmp_path: Path) -> None:
     config = _config(tmp_path)
     (config.build_dir / "registry").mkdir(parents=True)
     (config.build_dir / "registry" / "registry.pid").write_text("999999999\n")
-    assert registry.stop(config) is False
+    assert embedded_registry.stop(config) is False
     assert not (config.build_dir / "registry" / "registry.pid").exists()
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    assert "nothing answers" in registry.status(config, port)
+    assert "nothing answers" in embedded_registry.status(config, port)
