@@ -331,10 +331,12 @@ The runtime install is offline, so the bake must fail and say where.
 diff --git a/pyproject.toml b/pyproject.toml
 --- a/pyproject.toml
 +++ b/pyproject.toml
-@@ -8,2 +8,3 @@ version = "0.1.0"
- description = "A tiny upstream with one CUDA kernel"
- requires-python = ">=3.9"
+@@ -5,4 +5,5 @@ build-backend = "setuptools.build_meta"
+ [project]
+ name = "tinykern"
 +dependencies = ["sparkbake-missing-dependency"]
+ version = "0.1.0"
+ description = "A tiny upstream with one CUDA kernel"
 """
 
 SLOW_BUILD = """\
