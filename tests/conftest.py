@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkbake import bases, config, docker_api, plan
+from sparkbake import bases, config, docker_api, plan, settings
 from sparkbake.__main__ import main
 from sparkbake.errors import EngineError
 
@@ -71,7 +71,7 @@ def debian_base(docker_client: docker_api.Client, tmp_path_factory: pytest.TempP
     loaded = config.load(DATA / "versions.yaml")
     tag = loaded.tag("fixture")
     base = bases.ensure(docker_client, tag.runtime, tag.platform,
-                        tmp_path_factory.mktemp("bases"), config.host_settings())
+                        tmp_path_factory.mktemp("bases"), settings.host_settings())
     return base.ref
 
 

@@ -10,12 +10,13 @@ from pathlib import Path
 import docker.errors
 
 from .cache import scratch_dir
-from .config import Base, DebootstrapBase, HostSettings, ImageBase
+from .config import Base, DebootstrapBase, ImageBase
 from .docker_api import Client, image_exists
 from .errors import ConfigError, EngineError
 from .hashing import data_hash
 from .plan import base_identity
 from .proc import echo, require_tool, run, step
+from .settings import HostSettings
 
 __all__ = ["BaseImage", "ensure", "local_ref"]
 

@@ -1,16 +1,12 @@
 """versions.yaml (schema 1) parsed once into frozen dataclasses.
 
-No other module reads YAML or the process environment; `HostSettings` carries what the
-environment says (package index, TLS trust) to the stages that need it.
+No other module reads YAML; the process environment is read by `settings` alone.
 """
 
 from __future__ import annotations
 
 import difflib
-import os
 import re
-import subprocess
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,11 +20,9 @@ __all__ = [
     "DebootstrapBase",
     "DirUpstream",
     "GitUpstream",
-    "HostSettings",
     "ImageBase",
     "PypiUpstream",
     "Tag",
-    "host_settings",
     "load",
 ]
 
@@ -159,15 +153,6 @@ class Config:
             f"{self.path}: no tag {name!r}{_did_you_mean(name, self.tags)}",
             f"known tags: {', '.join(sorted(self.tags))}",
         )
-
-
-@dataclass(frozen=True)
-class HostSettings:
-    """What the host's configuration says about reaching package indexes."""
-
-    index_url: str
-    ca_bundle: str | None
-    debian_mirror: str | None
 
 
 def load(path: Path) -> Config:
@@ -432,50 +417,3 @@ def _kind(value: Any) -> str:
     if value is None:
         return "empty"
     return f"a {type(value).__name__}"
-
-
-def host_settings() -> HostSettings:
-    """The package index and CA bundle, as pip on this host is configured."""
-    index = os.environ.get("PIP_INDEX_URL") or _pip_config("global.index-url") or _pip_default()
-    ca = (os.environ.get("PIP_CERT") or _pip_config("global.cert")
-          or os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("SSL_CERT_FILE"))
-    if ca is None and Path("/etc/ssl/certs/ca-certificates.crt").is_file():
-        ca = "/etc/ssl/certs/ca-certificates.crt"
-    return HostSettings(index_url=index.rstrip("/"), ca_bundle=ca, debian_mirror=_apt_mirror())
-
-
-def _apt_mirror(apt_dir: Path = Path("/etc/apt")) -> str | None:
-    """The first Debian archive URI in the host's apt sources (deb822 or one-line style)."""
-    for sources in sorted(apt_dir.glob("sources.list.d/*.sources")):
-        for stanza in sources.read_text().split("\n\n"):
-            fields = dict(re.findall(r"^(\w+):\s*(.+)$", stanza, re.MULTILINE))
-            suites = fields.get("Suites", "").split()
-            if "Types" in fields and suites and "-" not in suites[0]:
-                return fields.get("URIs", "").split()[0] or None
-    listing = apt_dir / "sources.list"
-    if listing.is_file():
-        for line in listing.read_text().splitlines():
-            parts = line.split()
-            if len(parts) >= 3 and parts[0] == "deb" and "-" not in parts[2]:
-                return parts[1]
-    return None
-
-
-def _pip_config(name: str) -> str | None:
-    try:
-        out = subprocess.run([sys.executable, "-m", "pip", "config", "get", name],
-                             capture_output=True, text=True, check=False, timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    value = out.stdout.strip()
-    return value if out.returncode == 0 and value else None
-
-
-def _pip_default() -> str:
-    """pip's own default index, asked of pip so that no host is written here."""
-    try:
-        from pip._internal.models.index import PyPI
-    except ImportError as exc:
-        raise ConfigError("no package index configured and pip is not installed",
-                          "set PIP_INDEX_URL") from exc
-    return str(PyPI.simple_url)

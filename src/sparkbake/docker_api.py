@@ -102,6 +102,7 @@ def build_image(
 class ContainerResult:
     exit_code: int
     output: str
+    oom_killed: bool = False  # the kernel's OOM killer ended a process of the container
 
     def tail(self, count: int = TAIL_LINES) -> str:
         return "\n".join(self.output.splitlines()[-count:])
@@ -127,7 +128,9 @@ def run_container(
         reader.start()
         status = box.wait()
         reader.join(timeout=10)
-        return ContainerResult(exit_code=int(status["StatusCode"]), output="".join(lines))
+        box.reload()
+        return ContainerResult(exit_code=int(status["StatusCode"]), output="".join(lines),
+                               oom_killed=bool(box.attrs["State"].get("OOMKilled")))
 
 
 @contextlib.contextmanager

@@ -8,11 +8,12 @@ from typing import Any
 
 from . import bases, embedded_registry, images, patches, registry, smoke, sources, wheels
 from . import plan as plan_mod
-from .config import Config, Tag, host_settings
+from .config import Config, Tag
 from .docker_api import Client, connect
 from .errors import EngineError
 from .plan import Plan, StagePlan
 from .proc import echo
+from .settings import HostSettings, host_settings
 
 __all__ = ["plan_report", "publish", "registry_command", "run_until", "smoke_tag", "stage_states"]
 
@@ -33,6 +34,9 @@ def stage_states(config: Config, plan: Plan, client: Client | None) -> list[Stag
                   _upstream_text(plan.tag)),
         StagePlan("patch", plan.patch_key, patch_state,
                   "; ".join(plan.problems) or ", ".join(plan.tag.series)),
+        StagePlan("kernels", plan.kernel_key,
+                  _exists(config.wheels_dir / "kernels" / plan.kernel_key / "kernels.json"),
+                  "compiled extensions; cached = no compiler runs"),
         StagePlan("wheels", plan.wheels_key,
                   _exists(config.wheels_dir / plan.wheels_key / wheels.REPORT),
                   f"{plan.tag.sm_arch} on {plan.tag.builder.name}"),
@@ -66,19 +70,29 @@ def run_until(config: Config, tag: Tag, stage: str) -> int:
     if stage == "patch":
         return _done(f"patched tree: {patched.path} (hash {patched.tree_hash[:16]})")
     client = connect()
-    builder_base = bases.ensure(client, tag.builder, tag.platform, config.build_dir, settings)
-    wheel_dir = config.wheels_dir / plan.wheels_key
-    if (wheel_dir / wheels.REPORT).is_file():
-        builder = ""  # cached wheels need no builder image
-    else:
-        builder = wheels.builder_image(client, builder_base, settings, config.build_dir)
-    built = wheels.build(client, tag, builder, patched, wheel_dir, plan.wheels_key,
-                         config.build_dir / "logs")
+    built = _wheels(client, config, plan, patched, settings)
     if stage == "wheels":
         return _done(f"wheels: {built.folder}")
     runtime_base = bases.ensure(client, tag.runtime, tag.platform, config.build_dir, settings)
     image_id = images.bake(client, plan, runtime_base, built, patched, config.build_dir)
     return _done(f"image: {tag.image_ref} ({image_id[:19]}, inputs {plan.inputs[:12]})")
+
+
+def _wheels(client: Client, config: Config, plan: Plan, patched: patches.PatchedTree,
+            settings: HostSettings) -> wheels.WheelSet:
+    folder = config.wheels_dir / plan.wheels_key
+    builder = ""
+    if not (folder / wheels.REPORT).is_file():  # cached wheels need no builder image
+        base = bases.ensure(client, plan.tag.builder, plan.tag.platform, config.build_dir,
+                            settings)
+        builder = wheels.builder_image(client, base, settings, config.build_dir)
+    request = wheels.BuildRequest(
+        tag=plan.tag, builder=builder, patched=patched, folder=folder,
+        kernels=config.wheels_dir / "kernels" / plan.kernel_key,
+        log=config.build_dir / "logs" / f"{plan.tag.name}-wheels.log",
+        jobs=wheels.compile_jobs(client.info(), settings), memory=settings.builder_memory,
+    )
+    return wheels.build(client, request)
 
 
 def smoke_tag(config: Config, tag: Tag, gpu: str) -> int:

@@ -6,6 +6,7 @@ change anywhere invalidates exactly the stages after it.
 
 from __future__ import annotations
 
+import fnmatch
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -25,8 +26,15 @@ __all__ = [
     "read_series",
     "render_json",
     "render_text",
+    "touched_paths",
+    "touches_kernels",
     "upstream_pin",
 ]
+
+
+# What the compiled extensions of a tree depend on (vLLM's layout; the fixture's is a subset).
+KERNEL_INPUTS = ("csrc/*", "CMakeLists.txt", "cmake/*", "setup.py", "pyproject.toml",
+                 "requirements/cuda*.txt", "requirements/build*.txt")
 
 
 @dataclass(frozen=True)
@@ -57,12 +65,13 @@ class Plan:
     problems: tuple[str, ...]
     fetch_key: str
     patch_key: str
+    kernel_key: str  # the compiled inputs only: unchanged when a patch touches only Python
     wheels_key: str
     inputs: str  # the bake key: the hash of everything that goes into the image
 
     def key(self, stage: str) -> str:
-        return {"fetch": self.fetch_key, "patch": self.patch_key, "wheels": self.wheels_key,
-                "bake": self.inputs}[stage]
+        return {"fetch": self.fetch_key, "patch": self.patch_key, "kernels": self.kernel_key,
+                "wheels": self.wheels_key, "bake": self.inputs}[stage]
 
     def series_label(self) -> str:
         return ",".join(f"{s.name}@sha256:{s.sha256}" for s in self.series)
@@ -126,19 +135,41 @@ def make(config: Config, tag: Tag) -> Plan:
     fetch_key = data_hash({"upstream": upstream_pin(tag.upstream)})
     patch_key = data_hash({"fetch": fetch_key, "series": [(s.name, s.patches) for s in series],
                            "missing": problems})
-    wheels_key = data_hash({
-        "patch": patch_key, "builder": base_identity(tag.builder), "cuda_arch": tag.cuda_arch,
+    toolchain = {
+        "builder": base_identity(tag.builder), "cuda_arch": tag.cuda_arch,
         "platform": tag.platform, "template": resources.digest("builder.Dockerfile.j2"),
         "build_script": resources.digest("build_wheels.py"),
         "requirements": resources.digest("builder-requirements.txt"),
-    })
+    }
+    kernel_patches = [(s.name, name, sha) for s in series for name, sha in s.patches
+                      if touches_kernels(s.folder / name)]
+    kernel_key = data_hash({"fetch": fetch_key, "patches": kernel_patches, **toolchain})
+    wheels_key = data_hash({"patch": patch_key, **toolchain})
     inputs = data_hash({
         "wheels": wheels_key, "runtime": base_identity(tag.runtime), "env": tag.env,
         "tag": tag.name, "template": resources.digest("runtime.Dockerfile.j2"),
         "entrypoint": resources.digest("entrypoint.py"),
     })
     return Plan(tag=tag, series=tuple(series), problems=tuple(problems), fetch_key=fetch_key,
-                patch_key=patch_key, wheels_key=wheels_key, inputs=inputs)
+                patch_key=patch_key, kernel_key=kernel_key, wheels_key=wheels_key,
+                inputs=inputs)
+
+
+def touched_paths(patch: Path) -> set[str]:
+    """Every path a patch file changes, from its `diff --git` and `---`/`+++` lines."""
+    paths: set[str] = set()
+    for line in patch.read_text(errors="replace").splitlines():
+        if line.startswith("diff --git "):
+            paths.update(p[2:] for p in line.split()[2:4] if p[:2] in ("a/", "b/"))
+        elif line.startswith(("--- a/", "+++ b/")):
+            paths.add(line[6:].split("\t")[0])
+    return paths
+
+
+def touches_kernels(patch: Path) -> bool:
+    """Does the patch change a compiled input (CUDA/C++ sources or the build config)?"""
+    return any(fnmatch.fnmatch(path, pattern)
+               for path in touched_paths(patch) for pattern in KERNEL_INPUTS)
 
 
 def render_text(stages: list[StagePlan]) -> str:

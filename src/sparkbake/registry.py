@@ -15,11 +15,12 @@ import docker.errors
 import requests
 
 from .cache import atomic_write
-from .config import Config, host_settings
+from .config import Config
 from .docker_api import Client, image_attrs, image_exists, stream_errors
 from .errors import PublishError, UsageError
 from .plan import Plan, upstream_pin
 from .proc import echo
+from .settings import host_settings
 
 __all__ = [
     "Remote", "check_overwrite", "check_smoke", "local_digests", "publish", "push_stream",

@@ -13,10 +13,11 @@ from urllib.parse import urljoin, urlsplit
 import requests
 
 from .cache import atomic_dir
-from .config import DirUpstream, GitUpstream, HostSettings, PypiUpstream, Upstream
+from .config import DirUpstream, GitUpstream, PypiUpstream, Upstream
 from .errors import ConfigError, EngineError, FatalError
 from .hashing import file_sha256
 from .proc import echo, run
+from .settings import HostSettings
 
 __all__ = ["fetch", "sdist_url"]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,14 +12,16 @@ from typing import Any
 from . import resources
 from .bases import BaseImage
 from .cache import atomic_dir, scratch_dir
-from .config import HostSettings, Tag
+from .config import Tag
 from .docker_api import Client, build_image, image_exists, run_container
 from .errors import BuildError
 from .hashing import data_hash, file_sha256
 from .patches import PatchedTree
 from .proc import echo, step
+from .settings import HostSettings
 
-__all__ = ["WheelSet", "build", "builder_image", "check_sass"]
+__all__ = ["BuildRequest", "Jobs", "WheelSet", "build", "builder_image", "check_sass",
+           "compile_jobs", "loadable"]
 
 REPORT = "wheels.json"
 OOM_EXIT = 137
@@ -59,41 +62,132 @@ def builder_image(client: Client, base: BaseImage, settings: HostSettings, build
     return ref
 
 
-def build(client: Client, tag: Tag, builder: str, patched: PatchedTree, folder: Path,
-          key: str, log_dir: Path) -> WheelSet:
-    """Build wheels into folder (= wheels/<key>) unless cached; check every kernel's SASS."""
+@dataclass(frozen=True)
+class Jobs:
+    """How many compile jobs the builder runs, and why."""
+
+    max_jobs: int
+    nvcc_threads: int
+    reason: str
+
+
+def compile_jobs(info: dict[str, Any], settings: HostSettings) -> Jobs:
+    """Jobs from the memory the engine reports (a Spark's memory is shared with the GPU, and
+    too many nvcc jobs exhaust it), not from the core count alone."""
+    if settings.max_jobs:
+        return Jobs(settings.max_jobs, 1, "SPARKBAKE_MAX_JOBS")
+    memory = int(info.get("MemTotal", 0))
+    if settings.builder_memory:
+        memory = min(memory or _bytes(settings.builder_memory), _bytes(settings.builder_memory))
+    gib = memory / 2**30
+    cpus = int(info.get("NCPU", 1)) or 1
+    jobs = max(1, min(cpus, int(gib // settings.gib_per_job)))
+    return Jobs(jobs, 1, f"{gib:.0f} GiB / {settings.gib_per_job:g} GiB per job, {cpus} CPUs")
+
+
+def _bytes(size: str) -> int:
+    units = {"k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+    number, unit = size[:-1], size[-1].lower()
+    if unit not in units or not number.replace(".", "", 1).isdigit():
+        raise BuildError(f"SPARKBAKE_BUILDER_MEMORY={size!r} is not a size like 96g",
+                         "write a number with k, m, g or t")
+    return int(float(number) * units[unit])
+
+
+@dataclass(frozen=True)
+class BuildRequest:
+    """Everything one wheels build needs; `kernels` is the kernel cache entry of its key."""
+
+    tag: Tag
+    builder: str
+    patched: PatchedTree
+    folder: Path  # wheels/<wheels key>
+    kernels: Path  # wheels/kernels/<kernel key>
+    log: Path
+    jobs: Jobs
+    memory: str | None
+
+
+def build(client: Client, request: BuildRequest) -> WheelSet:
+    """Build wheels into request.folder unless cached; reuse compiled kernels of the same
+    kernel key; check every kernel's SASS."""
+    tag, folder = request.tag, request.folder
     report_path = folder / REPORT
     if report_path.is_file():
         echo(f"wheels: {tag.name} cached at wheels/{folder.name[:12]}")
-        return WheelSet(folder, key, json.loads(report_path.read_text()))
-    log_dir.mkdir(parents=True, exist_ok=True)
-    log = log_dir / f"{tag.name}-wheels.log"
+        return WheelSet(folder, folder.name, json.loads(report_path.read_text()))
+    reuse = _cached_kernel_wheel(request.kernels)
+    how = f"reusing kernels {request.kernels.name[:12]}" if reuse else "compiling kernels"
+    echo(f"wheels: MAX_JOBS={request.jobs.max_jobs} ({request.jobs.reason}); {how}")
     with step(f"wheels for {tag.name} ({tag.sm_arch})"), atomic_dir(folder) as out:
-        result = run_container(
-            client, builder, [],
-            volumes={str(patched.path): {"bind": "/src", "mode": "ro"},
-                     str(out): {"bind": "/out", "mode": "rw"}},
-            environment={"TORCH_CUDA_ARCH_LIST": tag.cuda_arch, "SPARKBAKE_TAG": tag.name},
-            network=False, log_path=log,
-        )
+        result = run_container(client, request.builder, [], network=False,
+                               log_path=request.log, **_container_args(request, out, reuse))
         if result.exit_code != 0:
-            raise _build_failure(tag, result.exit_code, result.tail(), log)
+            oom = result.oom_killed or result.exit_code == OOM_EXIT
+            raise _build_failure(request, OOM_EXIT if oom else result.exit_code, result.tail())
         built = json.loads((out / "build-report.json").read_text())
         (out / "build-report.json").unlink()
         report = _report(tag, out, built)
+        report["kernels"] = {"key": request.kernels.name, "reused": reuse is not None}
+        report["jobs"] = {"MAX_JOBS": request.jobs.max_jobs,
+                          "NVCC_THREADS": request.jobs.nvcc_threads, "why": request.jobs.reason}
         check_sass(tag, report)
         (out / REPORT).write_text(json.dumps(report, indent=2))
-    return WheelSet(folder, key, report)
+    if reuse is None:
+        _store_kernels(request.kernels, folder, report)
+    return WheelSet(folder, folder.name, report)
 
 
-def _build_failure(tag: Tag, exit_code: int, tail: str, log: Path) -> BuildError:
+def _container_args(request: BuildRequest, out: Path, reuse: str | None) -> dict[str, Any]:
+    volumes = {str(request.patched.path): {"bind": "/src", "mode": "ro"},
+               str(out): {"bind": "/out", "mode": "rw"}}
+    environment = {"TORCH_CUDA_ARCH_LIST": request.tag.cuda_arch,
+                   "SPARKBAKE_TAG": request.tag.name,
+                   "MAX_JOBS": str(request.jobs.max_jobs),
+                   "NVCC_THREADS": str(request.jobs.nvcc_threads)}
+    if reuse:
+        # vLLM's own switch: take the compiled extensions from a wheel instead of compiling
+        volumes[str(request.kernels)] = {"bind": "/kernels", "mode": "ro"}
+        environment |= {"VLLM_USE_PRECOMPILED": "1",
+                        "VLLM_PRECOMPILED_WHEEL_LOCATION": f"/kernels/{reuse}"}
+    limits = {}
+    if request.memory:
+        limits = {"mem_limit": request.memory, "memswap_limit": request.memory}
+    return {"volumes": volumes, "environment": environment, **limits}
+
+
+def _cached_kernel_wheel(entry: Path) -> str | None:
+    listing = entry / "kernels.json"
+    if not listing.is_file():
+        return None
+    wheel: str = json.loads(listing.read_text())["wheel"]
+    return wheel
+
+
+def _store_kernels(entry: Path, folder: Path, report: dict[str, Any]) -> None:
+    """Keep the first wheel that carries kernels, for builds whose kernel inputs are the same."""
+    with_kernels = [w for w in report["wheels"] if w["kernels"]]
+    if not with_kernels or entry.exists():
+        return
+    wheel = with_kernels[0]
+    with atomic_dir(entry) as tmp:
+        shutil.copy(folder / wheel["file"], tmp / wheel["file"])
+        (tmp / "kernels.json").write_text(json.dumps(
+            {"wheel": wheel["file"], "sha256": wheel["sha256"], "kernels": wheel["kernels"]},
+            indent=2))
+
+
+def _build_failure(request: BuildRequest, exit_code: int, tail: str) -> BuildError:
+    name = request.tag.name
     if exit_code == OOM_EXIT:
         return BuildError(
-            f"the builder for {tag.name} was killed (exit 137, out of memory); log: {log}",
-            "lower the compile job count (MAX_JOBS) or free memory on the engine host",
+            f"the builder for {name} was killed (exit 137: out of memory) running "
+            f"MAX_JOBS={request.jobs.max_jobs}; log: {request.log}",
+            f"lower the job count: SPARKBAKE_MAX_JOBS={max(1, request.jobs.max_jobs // 2)} "
+            "(or raise SPARKBAKE_GIB_PER_JOB)",
         )
-    return BuildError(f"building wheels for {tag.name} failed (exit {exit_code}); "
-                      f"full log: {log}\n{tail}", "fix the error above (see the log)")
+    return BuildError(f"building wheels for {name} failed (exit {exit_code}); "
+                      f"full log: {request.log}\n{tail}", "fix the error above (see the log)")
 
 
 def _report(tag: Tag, out: Path, built: dict[str, Any]) -> dict[str, Any]:
@@ -108,13 +202,28 @@ def _report(tag: Tag, out: Path, built: dict[str, Any]) -> dict[str, Any]:
             "wheels": wheels}
 
 
+SASS = re.compile(r"sm_(\d+)(\d)([af]?)")
+
+
+def loadable(sass: str, target: str) -> bool:
+    """Can a device of the target arch (e.g. sm_121a) load this cubin? Same major; a plain or
+    family (`f`) cubin of the same or a lower minor; an arch-specific (`a`) one of the same."""
+    have, want = SASS.fullmatch(sass), SASS.fullmatch(target)
+    if not have or not want or have[1] != want[1]:
+        return False
+    if have[3] == "a":
+        return have[2] == want[2]
+    return int(have[2]) <= int(want[2])
+
+
 def check_sass(tag: Tag, report: dict[str, Any]) -> None:
-    """Every CUDA shared library must carry SASS for the tag's arch."""
+    """Every CUDA shared library must carry SASS that a device of the tag's arch loads."""
     for wheel in report["wheels"]:
         for kernel in wheel["kernels"]:
-            if tag.sm_arch not in kernel["sass"]:
+            if not any(loadable(sass, tag.sm_arch) for sass in kernel["sass"]):
                 found = ", ".join(kernel["sass"]) or "none"
                 raise BuildError(
-                    f"{wheel['file']}: {kernel['path']} has no {tag.sm_arch} SASS (has: {found})",
+                    f"{wheel['file']}: {kernel['path']} has no SASS a {tag.sm_arch} device "
+                    f"loads (has: {found})",
                     f"build it for cuda_arch {tag.cuda_arch} (TORCH_CUDA_ARCH_LIST)",
                 )

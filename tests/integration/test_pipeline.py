@@ -9,6 +9,7 @@ import subprocess
 import sys
 import tarfile
 import time
+import zipfile
 from collections.abc import Iterator
 from typing import Any
 
@@ -128,22 +129,63 @@ def test_a_second_build_does_no_work_and_says_so(
     assert docker_client.images.get(built_fixture.plan().tag.image_ref).id == before
 
 
-def test_plan_after_a_python_only_patch_change_reruns_wheels_not_fetch(
+def test_plan_after_a_python_only_patch_change_reruns_wheels_not_kernels(
         built_fixture: Project, project: Project, capsys: pytest.CaptureFixture[str]) -> None:
     # share the built project's caches, then change a Python-only patch
     for cache in ("build", "wheels"):
         (project.root / cache).symlink_to(built_fixture.root / cache)
     assert project.sparkbake("plan", "fixture", "--json") == 0
     states = {s["name"]: s["state"] for s in json.loads(capsys.readouterr().out)["stages"]}
-    assert states == {"fetch": "cached", "patch": "cached", "wheels": "cached",
-                      "bake": "cached", "smoke": states["smoke"], "publish": states["publish"]}
+    assert states == {"fetch": "cached", "patch": "cached", "kernels": "cached",
+                      "wheels": "cached", "bake": "cached", "smoke": states["smoke"],
+                      "publish": states["publish"]}
     patch = project.root / "patches" / "tinykern" / PYTHON_PATCH
     patch.write_text(patch.read_text().replace('return "tinykern-fixture"',
                                                'return "tinykern-fixture-2"'))
     assert project.sparkbake("plan", "fixture", "--json") == 0
     states = {s["name"]: s["state"] for s in json.loads(capsys.readouterr().out)["stages"]}
-    assert (states["fetch"], states["patch"], states["wheels"], states["bake"]) == (
-        "cached", "missing", "missing", "missing")
+    assert (states["fetch"], states["patch"], states["kernels"], states["wheels"],
+            states["bake"]) == ("cached", "missing", "cached", "missing", "missing")
+
+
+def test_a_python_only_change_reuses_the_compiled_kernel(
+        built_fixture: Project, project: Project, capsys: pytest.CaptureFixture[str]) -> None:
+    (project.root / "wheels").symlink_to(built_fixture.root / "wheels")  # the kernel cache
+    before = built_fixture.plan()
+    patch = project.root / "patches" / "tinykern" / PYTHON_PATCH
+    patch.write_text(patch.read_text().replace('return "tinykern-fixture"',
+                                               'return "tinykern-fixture-2"'))
+    after = project.plan()
+    assert after.kernel_key == before.kernel_key and after.wheels_key != before.wheels_key
+    assert project.sparkbake("wheels", "fixture") == 0
+    assert "reusing kernels" in capsys.readouterr().err
+    log = (project.root / "build" / "logs" / "fixture-wheels.log").read_text()
+    assert "using precompiled kernels from /kernels/" in log
+    assert "+ nvcc" not in log  # no compiler ran
+    old = json.loads((built_fixture.root / "wheels" / before.wheels_key / wheels.REPORT)
+                     .read_text())["wheels"][0]
+    new = json.loads((project.root / "wheels" / after.wheels_key / wheels.REPORT)
+                     .read_text())
+    assert new["kernels"] == {"key": after.kernel_key, "reused": True}
+    assert new["wheels"][0]["kernels"] == old["kernels"]  # the same library, byte for byte
+    assert new["wheels"][0]["sha256"] != old["sha256"]
+    with zipfile.ZipFile(project.root / "wheels" / after.wheels_key /
+                         new["wheels"][0]["file"]) as wheel:
+        assert b"tinykern-fixture-2" in wheel.read("tinykern/__init__.py")
+
+
+def test_an_out_of_memory_builder_names_the_job_count(
+        project: Project, debian_base: str, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    add_patch(project, "hungry", "0001-hungry-build.patch", HUNGRY_BUILD)
+    use_series(project, "hungry")
+    monkeypatch.setenv("SPARKBAKE_BUILDER_MEMORY", "256m")
+    monkeypatch.setenv("SPARKBAKE_MAX_JOBS", "4")
+    assert project.sparkbake("wheels", "fixture") == 4
+    err = capsys.readouterr().err
+    assert "killed (exit 137: out of memory) running MAX_JOBS=4" in err
+    assert "SPARKBAKE_MAX_JOBS=2" in err
+    assert not (project.root / "wheels" / project.plan().wheels_key).exists()
 
 
 def test_a_conflicting_patch_stops_with_exit_3_naming_the_hunk(
@@ -180,7 +222,7 @@ def test_a_kernel_without_target_sass_is_exit_4(
     use_series(project, "wrongarch")
     assert project.sparkbake("wheels", "fixture") == 4
     err = capsys.readouterr().err
-    assert "has no sm_121a SASS (has: sm_90)" in err
+    assert "has no SASS a sm_121a device loads (has: sm_90)" in err
     assert not (project.root / "wheels" / project.plan().wheels_key).exists()
 
 
@@ -314,8 +356,8 @@ A build that ignores TORCH_CUDA_ARCH_LIST, as a misconfigured upstream would.
 diff --git a/setup.py b/setup.py
 --- a/setup.py
 +++ b/setup.py
-@@ -25,3 +25,3 @@ class NvccBuild(build_ext):
-         output.parent.mkdir(parents=True, exist_ok=True)
+@@ -42,3 +42,3 @@ class NvccBuild(build_ext):
+             return
 -        arch_list = os.environ.get("TORCH_CUDA_ARCH_LIST", "12.1a")
 +        arch_list = "9.0"
          cmd = ["nvcc", "-O2", "-shared", "-Xcompiler", "-fPIC", *gencode_flags(arch_list),
@@ -339,6 +381,22 @@ diff --git a/pyproject.toml b/pyproject.toml
  description = "A tiny upstream with one CUDA kernel"
 """
 
+HUNGRY_BUILD = """\
+From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001
+From: sparkbake <sparkbake@localhost>
+Subject: [PATCH] a build that needs more memory than the builder has
+
+Holds 1 GiB, as too many parallel nvcc jobs would on a Spark.
+---
+diff --git a/setup.py b/setup.py
+--- a/setup.py
++++ b/setup.py
+@@ -42,2 +42,3 @@ class NvccBuild(build_ext):
+             return
++        print(len(b"x" * (1 << 30)), flush=True)
+         arch_list = os.environ.get("TORCH_CUDA_ARCH_LIST", "12.1a")
+"""
+
 SLOW_BUILD = """\
 From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001
 From: sparkbake <sparkbake@localhost>
@@ -349,8 +407,8 @@ Sleeps before compiling, so a test can interrupt the build.
 diff --git a/setup.py b/setup.py
 --- a/setup.py
 +++ b/setup.py
-@@ -25,2 +25,4 @@ class NvccBuild(build_ext):
-         output.parent.mkdir(parents=True, exist_ok=True)
+@@ -42,2 +42,4 @@ class NvccBuild(build_ext):
+             return
 +        print("slow fixture build", flush=True)
 +        __import__("time").sleep(6)
          arch_list = os.environ.get("TORCH_CUDA_ARCH_LIST", "12.1a")

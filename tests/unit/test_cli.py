@@ -14,7 +14,7 @@ import pytest
 from sparkbake.__main__ import main
 
 REPO = Path(__file__).resolve().parents[2]
-STAGES = ["fetch", "patch", "wheels", "bake", "smoke", "publish"]
+STAGES = ["fetch", "patch", "kernels", "wheels", "bake", "smoke", "publish"]
 STATES = {"cached", "missing", "unknown", "blocked", "stale"}
 
 CONFIG = """\

@@ -16,7 +16,7 @@ from sparkbake.config import Config
 from sparkbake.errors import ConfigError
 from sparkbake.plan import SeriesInfo, StagePlan
 
-STAGES = ["fetch", "patch", "wheels", "bake", "smoke", "publish"]
+STAGES = ["fetch", "patch", "kernels", "wheels", "bake", "smoke", "publish"]
 
 CONFIG = """\
 schema: 1
@@ -324,8 +324,9 @@ def test_stage_states_without_any_build(project: Path) -> None:
     loaded = load(project)
     plan = plan_mod.make(loaded, loaded.tag("main"))
     states = {s.name: s.state for s in pipeline.stage_states(loaded, plan, client=None)}
-    assert states == {"fetch": "missing", "patch": "missing", "wheels": "missing",
-                      "bake": "unknown", "smoke": "missing", "publish": "missing"}
+    assert states == {"fetch": "missing", "patch": "missing", "kernels": "missing",
+                      "wheels": "missing", "bake": "unknown", "smoke": "missing",
+                      "publish": "missing"}
 
 
 def test_stage_states_see_cache_entries_under_the_config_folder(project: Path) -> None:
@@ -346,7 +347,7 @@ def test_render_text_has_one_line_per_stage(project: Path) -> None:
     lines = text.splitlines()
     assert [line.split()[0] for line in lines] == STAGES
     assert lines[0].split()[1] == plan.fetch_key[:16]
-    assert lines[3].split()[1:3] == [plan.inputs[:16], "unknown"]
+    assert lines[4].split()[1:3] == [plan.inputs[:16], "unknown"]
 
 
 def test_render_text_aligns_columns() -> None:

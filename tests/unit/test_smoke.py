@@ -26,7 +26,7 @@ TAG = Tag(name="production-3.73-vision",
 SERIES = SeriesInfo(name="dcp-dspark", folder=Path("patches/dcp-dspark"),
                     patches=(("0001-x.patch", "b" * 64),))
 PLAN = Plan(tag=TAG, series=(SERIES,), problems=(), fetch_key="1" * 64, patch_key="2" * 64,
-            wheels_key="3" * 64, inputs="4" * 64)
+            kernel_key="5" * 64, wheels_key="3" * 64, inputs="4" * 64)
 
 CHECKS: list[dict[str, Any]] = [
     {"name": "manifest", "status": "passed", "detail": "tag x", "seconds": 0.01},

@@ -1,0 +1,96 @@
+"""What the host says, read once: package index, TLS trust, Debian mirror, build limits.
+
+Besides `config` (versions.yaml), this is the one module that reads the environment.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import ConfigError
+
+__all__ = ["HostSettings", "host_settings"]
+
+DEFAULT_GIB_PER_JOB = 6.0  # peak resident memory of one nvcc job on vLLM's largest sources
+
+
+@dataclass(frozen=True)
+class HostSettings:
+    """What the host's configuration says about reaching package indexes."""
+
+    index_url: str
+    ca_bundle: str | None
+    debian_mirror: str | None
+    max_jobs: int | None = None  # SPARKBAKE_MAX_JOBS: fixed compile job count
+    gib_per_job: float = DEFAULT_GIB_PER_JOB  # SPARKBAKE_GIB_PER_JOB
+    builder_memory: str | None = None  # SPARKBAKE_BUILDER_MEMORY: builder limit, e.g. "96g"
+
+
+def host_settings() -> HostSettings:
+    """The package index and CA bundle, as pip on this host is configured."""
+    index = os.environ.get("PIP_INDEX_URL") or _pip_config("global.index-url") or _pip_default()
+    ca = (os.environ.get("PIP_CERT") or _pip_config("global.cert")
+          or os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("SSL_CERT_FILE"))
+    if ca is None and Path("/etc/ssl/certs/ca-certificates.crt").is_file():
+        ca = "/etc/ssl/certs/ca-certificates.crt"
+    return HostSettings(
+        index_url=index.rstrip("/"), ca_bundle=ca, debian_mirror=_apt_mirror(),
+        max_jobs=int(jobs) if (jobs := _positive("SPARKBAKE_MAX_JOBS")) else None,
+        gib_per_job=_positive("SPARKBAKE_GIB_PER_JOB") or DEFAULT_GIB_PER_JOB,
+        builder_memory=os.environ.get("SPARKBAKE_BUILDER_MEMORY") or None,
+    )
+
+
+def _positive(name: str) -> float | None:
+    raw = os.environ.get(name)
+    if not raw:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        value = 0.0
+    if value <= 0:
+        raise ConfigError(f"{name}={raw!r} is not a positive number", "unset it or fix it")
+    return value
+
+
+def _apt_mirror(apt_dir: Path = Path("/etc/apt")) -> str | None:
+    """The first Debian archive URI in the host's apt sources (deb822 or one-line style)."""
+    for sources in sorted(apt_dir.glob("sources.list.d/*.sources")):
+        for stanza in sources.read_text().split("\n\n"):
+            fields = dict(re.findall(r"^(\w+):\s*(.+)$", stanza, re.MULTILINE))
+            suites = fields.get("Suites", "").split()
+            if "Types" in fields and suites and "-" not in suites[0]:
+                return fields.get("URIs", "").split()[0] or None
+    listing = apt_dir / "sources.list"
+    if listing.is_file():
+        for line in listing.read_text().splitlines():
+            parts = line.split()
+            if len(parts) >= 3 and parts[0] == "deb" and "-" not in parts[2]:
+                return parts[1]
+    return None
+
+
+def _pip_config(name: str) -> str | None:
+    try:
+        out = subprocess.run([sys.executable, "-m", "pip", "config", "get", name],
+                             capture_output=True, text=True, check=False, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    value = out.stdout.strip()
+    return value if out.returncode == 0 and value else None
+
+
+def _pip_default() -> str:
+    """pip's own default index, asked of pip so that no host is written here."""
+    try:
+        from pip._internal.models.index import PyPI
+    except ImportError as exc:
+        raise ConfigError("no package index configured and pip is not installed",
+                          "set PIP_INDEX_URL") from exc
+    return str(PyPI.simple_url)
