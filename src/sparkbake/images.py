@@ -38,6 +38,8 @@ def manifest(plan: Plan, base: BaseImage, wheels: WheelSet, patched: PatchedTree
         "env": dict(tag.env),
         "base": {"name": base.name, "image": base.ref, "digest": base.digest},
         "wheels": wheels.wheels, "nvcc": wheels.report.get("nvcc", ""),
+        "build": {"jobs": wheels.report.get("jobs", {}),
+                  "kernels": wheels.report.get("kernels", {})},
     }
 
 
