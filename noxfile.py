@@ -8,7 +8,9 @@ nox.options.default_venv_backend = "venv"
 nox.options.reuse_existing_virtualenvs = True
 nox.options.sessions = ["lint", "tests"]
 
-PIPELINE = ("plan", "fetch", "patch", "wheels", "build-image", "smoke", "publish", "registry")
+PIPELINE = ("plan", "lock", "fetch", "patch", "wheels", "build-image", "smoke", "publish",
+            "verify", "registry")
+SERIES_TOOLS = ("patch-lint", "rebase-check", "export-series", "import-series")
 
 
 @nox.session
@@ -20,10 +22,18 @@ def tests(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff and mypy --strict on sources, tests and this file."""
+    """ruff and mypy --strict on sources, tests and this file; patch-lint on patches/."""
     session.install(".[lint]")
     session.run("ruff", "check", "src", "tests", "noxfile.py")
     session.run("mypy", "--strict", "src", "tests", "noxfile.py")
+    session.run("sparkbake", "patch-lint")
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """The patch stage on the real vLLM tree; writes benchmarks/patch-apply.json."""
+    session.install(".")
+    session.run("python", "-m", "sparkbake.bench", *session.posargs)
 
 
 def _cli(command: str) -> None:
@@ -35,5 +45,5 @@ def _cli(command: str) -> None:
     session_for_command.__doc__ = f"sparkbake {command} TAG [options]"
 
 
-for _command in PIPELINE:
+for _command in (*PIPELINE, *SERIES_TOOLS):
     _cli(_command)

@@ -25,6 +25,7 @@ CUBIN = re.compile(r"\.(sm_\d+[af]?)\.cubin")
 def main() -> int:
     shutil.rmtree(WORK, ignore_errors=True)
     shutil.copytree(SOURCE, WORK, symlinks=True)
+    normalize_modes(WORK)
     cmd = [sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "--no-build-isolation",
            "--no-index", "-w", str(OUTPUT), str(WORK)]
     print("+ " + " ".join(cmd), flush=True)
@@ -35,6 +36,15 @@ def main() -> int:
     report = {"wheels": wheels, "nvcc": nvcc_version()}
     (OUTPUT / "build-report.json").write_text(json.dumps(report, indent=2))
     return 0
+
+
+def normalize_modes(root: Path) -> None:
+    """Modes as git records them (0644, or 0755 when executable): the host's umask, which
+    made the tree, must not reach the wheels (zip entries carry file modes)."""
+    for path in root.rglob("*"):
+        if not path.is_symlink():
+            executable = path.is_dir() or path.stat().st_mode & 0o111
+            path.chmod(0o755 if executable else 0o644)
 
 
 def describe(wheel: Path) -> dict[str, object]:

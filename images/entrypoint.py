@@ -1,59 +1,237 @@
 """sparkbake image entrypoint.
 
-With arguments, it runs exactly them (never adding env-derived flags). Without, it builds
-`vllm serve` from the environment. `--print` shows the command instead of running it.
-Standard library only: this file is copied into the image.
+With arguments, it runs exactly them: no env-derived flag is ever added. Without, it builds
+`vllm serve` from the environment (see STEPS and README "Entrypoint"), runs the preflight
+checks of preflight.py (SPARKBAKE_PREFLIGHT=0 skips them) and execs it; errors refuse the
+start with exit status 2. `--print` shows the command instead of running it.
+Standard library only, Python >= 3.10: this file is copied into the image, with
+preflight.py and preflight.json beside it.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shlex
 import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from types import ModuleType
+from typing import Any
 
+HERE = Path(__file__).resolve().parent
 MANIFEST = "/opt/sparkbake/manifest.json"
+PREFIX = "sparkbake preflight: "
 
-# environment variable -> vllm serve flag; unset variables add nothing
-# (the full mapping of the reference deployment, with preflight, is the entrypoint issue's)
-FLAGS = (
-    ("SERVED_MODEL_NAME", "--served-model-name"),
-    ("API_PORT", "--port"),
-    ("NNODES", "--nnodes"),
-    ("NODE_RANK", "--node-rank"),
-    ("MASTER_ADDR", "--master-addr"),
-    ("MASTER_PORT", "--master-port"),
-    ("TP_SIZE", "--tensor-parallel-size"),
-    ("DCP_SIZE", "--decode-context-parallel-size"),
-    ("DCP_COMM_BACKEND", "--dcp-comm-backend"),
-    ("GPU_MEMORY_UTILIZATION", "--gpu-memory-utilization"),
-    ("MAX_MODEL_LEN", "--max-model-len"),
-    ("MAX_NUM_SEQS", "--max-num-seqs"),
-    ("MAX_NUM_BATCHED_TOKENS", "--max-num-batched-tokens"),
-    ("MAX_CUDAGRAPH_CAPTURE_SIZE", "--max-cudagraph-capture-size"),
+Env = Mapping[str, str]
+Step = tuple[tuple[str, ...], Callable[[Env], list[str]]]  # (variables read, flags made)
+
+# Defaults for the DeepSeek-V4 family this image serves; set a variable empty to drop its flag.
+DEFAULTS = {
+    "API_HOST": "0.0.0.0",
+    "TOKENIZER_MODE": "deepseek_v4",
+    "TOOL_CALL_PARSER": "deepseek_v4",
+    "REASONING_PARSER": "deepseek_v4",
+    "DEFAULT_THINKING": "1",
+    "LIMIT_MM_IMAGES": "4",
+}
+
+
+def _sibling(name: str) -> ModuleType:
+    """preflight.py from this file's folder, whether in the image or in a checkout."""
+    module_name = f"sparkbake_image_{name}"
+    if module_name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(module_name, HERE / f"{name}.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[module_name]
+
+
+checks = _sibling("preflight")
+
+
+def _on(env: Env, name: str) -> bool:
+    return bool(env.get(name)) and bool(checks.convert("bool", env[name]))
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
+def fixed(*flags: str) -> Step:
+    return (), lambda env: list(flags)
+
+
+def value(name: str, flag: str) -> Step:
+    return (name,), lambda env: [flag, env[name]] if env.get(name) else []
+
+
+def switch(name: str, on: list[str], off: list[str]) -> Step:
+    return (name,), lambda env: (on if _on(env, name) else off) if env.get(name) else []
+
+
+def compilation_config(env: Env) -> list[str]:
+    config: dict[str, Any] = {}
+    if env.get("VLLM_CUDAGRAPH_MODE"):
+        config["cudagraph_mode"] = env["VLLM_CUDAGRAPH_MODE"]
+    config["custom_ops"] = ["all"]
+    if env.get("CUDAGRAPH_CAPTURE_SIZES"):
+        config["cudagraph_capture_sizes"] = checks.convert("intlist",
+                                                           env["CUDAGRAPH_CAPTURE_SIZES"])
+    return ["--compilation-config", _json(config)]
+
+
+def tool_parser(env: Env) -> list[str]:
+    parser = env.get("TOOL_CALL_PARSER")
+    return ["--tool-call-parser", parser, "--enable-auto-tool-choice"] if parser else []
+
+
+def reasoning(env: Env) -> list[str]:
+    parser = env.get("REASONING_PARSER")
+    if not parser:
+        return []
+    config = {"reasoning_parser": parser, "reasoning_start_str": "", "reasoning_end_str": ""}
+    return ["--reasoning-parser", parser, "--reasoning-config", _json(config)]
+
+
+def speculative_config(env: Env) -> list[str]:
+    if not _on(env, "VLLM_ENABLE_DSPARK"):
+        return []
+    config: dict[str, Any] = {"method": "dspark"}
+    if env.get("NUM_SPECULATIVE_TOKENS"):
+        config["num_speculative_tokens"] = checks.convert("int", env["NUM_SPECULATIVE_TOKENS"])
+    if env.get("DSPARK_DRAFT_SAMPLE_METHOD"):
+        config["draft_sample_method"] = env["DSPARK_DRAFT_SAMPLE_METHOD"]
+    return ["--speculative-config", _json(config)]
+
+
+def mm_limits(env: Env) -> list[str]:
+    if not env.get("LIMIT_MM_IMAGES"):
+        return []
+    return ["--limit-mm-per-prompt", json.dumps({"image": checks.convert("int",
+                                                                         env["LIMIT_MM_IMAGES"])})]
+
+
+def extra_args(env: Env) -> list[str]:
+    return list(checks.convert("args", env.get("SERVE_EXTRA_ARGS", "")))
+
+
+# The order of the reference deployment's command line; each step reads the variables named.
+STEPS: tuple[Step, ...] = (
+    value("SERVED_MODEL_NAME", "--served-model-name"),
+    value("API_HOST", "--host"),
+    value("API_PORT", "--port"),
+    fixed("--trust-remote-code", "--distributed-executor-backend", "mp"),
+    value("NNODES", "--nnodes"),
+    value("NODE_RANK", "--node-rank"),
+    value("MASTER_ADDR", "--master-addr"),
+    value("MASTER_PORT", "--master-port"),
+    value("TP_SIZE", "--tensor-parallel-size"),
+    value("DCP_SIZE", "--decode-context-parallel-size"),
+    value("DCP_COMM_BACKEND", "--dcp-comm-backend"),
+    fixed("--attention-backend", "B12X_MLA_SPARSE", "--moe-backend", "b12x",
+          "--linear-backend", "b12x", "--kv-cache-dtype", "fp8", "--block-size", "256"),
+    value("GPU_MEMORY_UTILIZATION", "--gpu-memory-utilization"),
+    value("KV_CACHE_MEMORY_BYTES", "--kv-cache-memory-bytes"),
+    value("MAX_MODEL_LEN", "--max-model-len"),
+    value("MAX_NUM_SEQS", "--max-num-seqs"),
+    value("MAX_NUM_BATCHED_TOKENS", "--max-num-batched-tokens"),
+    value("LONG_PREFILL_TOKEN_THRESHOLD", "--long-prefill-token-threshold"),
+    value("MAX_CUDAGRAPH_CAPTURE_SIZE", "--max-cudagraph-capture-size"),
+    (("VLLM_CUDAGRAPH_MODE", "CUDAGRAPH_CAPTURE_SIZES"), compilation_config),
+    fixed("--async-scheduling", "--no-scheduler-reserve-full-isl", "--enable-chunked-prefill"),
+    switch("ENABLE_PREFIX_CACHING", ["--enable-prefix-caching"], ["--no-enable-prefix-caching"]),
+    value("TOKENIZER_MODE", "--tokenizer-mode"),
+    (("TOOL_CALL_PARSER",), tool_parser),
+    (("REASONING_PARSER",), reasoning),
+    switch("DEFAULT_THINKING", ["--default-chat-template-kwargs.thinking=true"],
+           ["--default-chat-template-kwargs.thinking=false"]),
+    (("VLLM_ENABLE_DSPARK", "NUM_SPECULATIVE_TOKENS", "DSPARK_DRAFT_SAMPLE_METHOD"),
+     speculative_config),
+    fixed("--disable-chunked-mm-input"),
+    (("LIMIT_MM_IMAGES",), mm_limits),
+    (("SERVE_EXTRA_ARGS",), extra_args),
 )
+VARIABLES = ("MODEL", *(name for names, _ in STEPS for name in names))
 
 
-def serve_command(env: dict[str, str]) -> list[str]:
-    model = env.get("MODEL") or env.get("MODEL_PATH")
-    if not model:
-        raise SystemExit("sparkbake: set MODEL (or pass a command); see --print")
-    cmd = ["vllm", "serve", model]
-    for name, flag in FLAGS:
-        if env.get(name):
-            cmd += [flag, env[name]]
+def effective_env(env: Env) -> dict[str, str]:
+    """The environment with the family's defaults under it."""
+    return {**DEFAULTS, **env}
+
+
+def serve_command(env: Env) -> list[str]:
+    """`vllm serve MODEL ...` from the environment; ValueError on a value of the wrong type."""
+    env = effective_env(env)
+    if not env.get("MODEL"):
+        raise SystemExit("sparkbake: set MODEL to the model's path in the container "
+                         "(or pass a command); see --print")
+    cmd = ["vllm", "serve", env["MODEL"]]
+    for _, render in STEPS:
+        cmd += render(env)
     return cmd
 
 
-def main(argv: list[str]) -> int:
-    show = bool(argv) and argv[0] == "--print"
-    args = argv[1:] if show else argv
-    if show and not args and not (os.environ.get("MODEL") or os.environ.get("MODEL_PATH")):
-        with open(MANIFEST) as handle:
+def read_manifest(env: Env) -> dict[str, Any] | None:
+    try:
+        with open(env.get("SPARKBAKE_MANIFEST") or MANIFEST, encoding="utf-8") as handle:
             manifest = json.load(handle)
-        print(f"{manifest['image']} (inputs {manifest['inputs'][:12]}); set MODEL to serve")
+    except (OSError, ValueError):
+        return None
+    return manifest if isinstance(manifest, dict) else None
+
+
+def preflight(env: Env) -> int:
+    """Print the findings of the checks on stderr; 2 when one is an error, else 0."""
+    if env.get("SPARKBAKE_PREFLIGHT", "1").strip().lower() in checks.FALSE:
+        print(f"{PREFIX}skipped (SPARKBAKE_PREFLIGHT={env['SPARKBAKE_PREFLIGHT']})",
+              file=sys.stderr)
         return 0
-    cmd = args or serve_command(dict(os.environ))
+    manifest = read_manifest(env)
+    if manifest is None:
+        print(f"{PREFIX}warning: no image manifest; the checks of the tag's series are skipped",
+              file=sys.stderr)
+    series = [s["name"] for s in manifest.get("series", [])] if manifest else None
+    findings = checks.check(effective_env(env), series=series,
+                            proc_sys=env.get("SPARKBAKE_PROC_SYS") or "/proc/sys",
+                            known=(manifest or {}).get("env", {}))
+    for finding in findings:
+        print(finding.lines(PREFIX), file=sys.stderr)
+    errors = checks.errors(findings)
+    if errors:
+        print(f"{PREFIX}refusing to start vllm: {len(errors)} error(s); fix the environment, "
+              "or set SPARKBAKE_PREFLIGHT=0 to skip these checks", file=sys.stderr)
+        return 2
+    return 0
+
+
+def describe_image(env: Env) -> int:
+    manifest = read_manifest(env)
+    if manifest is None:
+        print("sparkbake: no image manifest here; set MODEL to see the serve command")
+    else:
+        print(f"{manifest['image']} (inputs {manifest['inputs'][:12]}); set MODEL to serve")
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    show = argv[:1] == ["--print"]
+    cmd = argv[1:] if show else argv
+    env = dict(os.environ)
+    if not cmd:
+        if show and not env.get("MODEL"):
+            return describe_image(env)
+        status = preflight(env)
+        if status:
+            return status
+        try:
+            cmd = serve_command(env)
+        except ValueError as exc:
+            print(f"sparkbake: {exc}; see `sparkbake check-env`", file=sys.stderr)
+            return 2
     if show:
         print(shlex.join(cmd))
         return 0

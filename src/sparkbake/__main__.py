@@ -11,10 +11,12 @@ from pathlib import Path
 from . import config as config_mod
 from . import pipeline
 from .errors import FatalError, UsageError
+from .patches import Options as PatchOptions
 
 __all__ = ["main"]
 
-TAG_COMMANDS = ("plan", "fetch", "patch", "wheels", "build-image", "smoke", "publish")
+TAG_COMMANDS = ("plan", "lock", "fetch", "patch", "wheels", "build-image", "smoke", "publish",
+                "verify")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -41,11 +43,58 @@ def parser() -> argparse.ArgumentParser:
             sub.add_argument("--registry", help="HOST:PORT to push to instead of the tag's")
             sub.add_argument("--force", action="store_true",
                              help="overwrite a remote tag that points at another digest")
+        if name == "verify":
+            sub.add_argument("--against", metavar="DIGEST",
+                             help="compare with this manifest digest instead of build/oci's")
+        if name in ("patch", "wheels", "build-image"):
+            _patch_options(sub, maintainer=name == "patch")
     registry = commands.add_parser("registry", help="the embedded local registry")
     registry.add_argument("action", choices=("start", "stop", "status"))
     registry.add_argument("--port", type=int, default=5000)
     _common(registry)
+    _check_env_parser(commands)
+    _series_parsers(commands)
     return top
+
+
+def _patch_options(sub: argparse.ArgumentParser, maintainer: bool) -> None:
+    sub.add_argument("--skip-applied", action="store_true",
+                     help="skip patches already in upstream (recorded) instead of stopping")
+    if maintainer:
+        sub.add_argument("--keep", action="store_true",
+                         help="on a conflict, keep the three-way conflict markers in the tree")
+        sub.add_argument("--checkout", type=Path, metavar="DIR",
+                         help="also write a git work tree: upstream commit + one per patch")
+
+
+def _series_parsers(commands: argparse._SubParsersAction[_Parser]) -> None:
+    lint = commands.add_parser("patch-lint", help="check every series folder and patch")
+    export = commands.add_parser("export-series", help="commits of a checkout -> a series")
+    export.add_argument("work", type=Path, metavar="DIR", help="a `patch --checkout` tree")
+    export.add_argument("series", help="the series to write, patches/SERIES/")
+    export.add_argument("--range", dest="commits", metavar="A..B",
+                        help="export these commits instead of the series' own")
+    imp = commands.add_parser("import-series", help="a commit range of a fork -> a series")
+    imp.add_argument("--from", dest="source", required=True, metavar="GIT_URL_OR_DIR")
+    imp.add_argument("--range", dest="commits", required=True, metavar="A..B")
+    imp.add_argument("series", help="the series to write, patches/SERIES/")
+    rebase = commands.add_parser("rebase-check", help="would the series apply to UPSTREAM?")
+    rebase.add_argument("tag", help="tag name or its suffix")
+    rebase.add_argument("--to", required=True, metavar="UPSTREAM_KEY",
+                        help="an upstream of versions.yaml")
+    for sub in (lint, export, imp, rebase):
+        _common(sub)
+
+
+def _check_env_parser(commands: argparse._SubParsersAction[_Parser]) -> None:
+    sub = commands.add_parser("check-env", help="preflight a node's .env for a tag")
+    sub.add_argument("env_file", type=Path, metavar="NODE.env", help="the node's .env file")
+    sub.add_argument("--tag", required=True, help="the tag the node will run")
+    sub.add_argument("--print", action="store_true", dest="show",
+                     help="also print the vllm serve command the image would run")
+    sub.add_argument("--proc-sys", type=Path, default=Path("/proc/sys"), metavar="DIR",
+                     help="where to read the host's sysctls (default: /proc/sys)")
+    _common(sub)
 
 
 def _common(sub: argparse.ArgumentParser) -> None:
@@ -80,15 +129,36 @@ def dispatch(args: argparse.Namespace) -> int:
     config = config_mod.load(args.config)
     if args.command == "registry":
         return pipeline.registry_command(config, args.action, args.port)
+    if args.command in ("patch-lint", "export-series", "import-series"):
+        return _series_command(config, args)
     tag = config.tag(args.tag)
+    if args.command == "rebase-check":
+        return pipeline.rebase_check(config, tag, args.to)
+    if args.command == "check-env":
+        return pipeline.check_env(tag, args.env_file, args.proc_sys, show=args.show)
     if args.command == "plan":
         print(pipeline.plan_report(config, tag, as_json=args.json))
         return 0
+    if args.command == "lock":
+        return pipeline.lock_tag(config, tag)
+    if args.command == "verify":
+        return pipeline.verify_tag(config, tag, against=args.against)
     if args.command == "smoke":
         return pipeline.smoke_tag(config, tag, gpu=args.gpu)
     if args.command == "publish":
         return pipeline.publish(config, tag, registry_host=args.registry, force=args.force)
-    return pipeline.run_until(config, tag, stage=args.command)
+    options = PatchOptions(skip_applied=getattr(args, "skip_applied", False),
+                           keep=getattr(args, "keep", False),
+                           checkout=getattr(args, "checkout", None))
+    return pipeline.run_until(config, tag, stage=args.command, options=options)
+
+
+def _series_command(config: config_mod.Config, args: argparse.Namespace) -> int:
+    if args.command == "patch-lint":
+        return pipeline.patch_lint(config)
+    if args.command == "export-series":
+        return pipeline.export_series(config, args.work, args.series, args.commits)
+    return pipeline.import_series(config, args.source, args.commits, args.series)
 
 
 if __name__ == "__main__":

@@ -31,8 +31,12 @@ COMMIT = re.compile(r"[0-9a-f]{40}")
 CUDA_ARCH = re.compile(r"(\d+)\.(\d)([af]?)")
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 PACKAGE = re.compile(r"[a-z0-9][a-z0-9+.-]*")
+PYTHON = re.compile(r"3\.\d+")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 IMAGE_REF = re.compile(r"[^@\s]+@sha256:([0-9a-f]{64})")
+# SOURCE_DATE_EPOCH bounds: a zip (a wheel) stores no time before 1980; 2100 as a sanity bound
+EPOCH_MIN, EPOCH_MAX = 315532800, 4102444800
+UPSTREAM_KINDS = ("pypi", "git", "dir")
 
 TOP_KEYS = ("schema", "defaults", "bases", "upstreams", "tags")
 DEFAULT_KEYS = ("repository", "platform", "cuda_arch", "builder", "runtime")
@@ -46,6 +50,7 @@ class ImageBase:
 
     name: str
     image: str
+    python: str | None = None  # its python3 version, for the builder lock
 
     @property
     def digest(self) -> str:
@@ -61,6 +66,7 @@ class DebootstrapBase:
     mirror: str | None
     variant: str
     packages: tuple[str, ...]
+    python: str | None = None  # its python3 version, for the builder lock
 
 
 Base = ImageBase | DebootstrapBase
@@ -72,6 +78,7 @@ class PypiUpstream:
     name: str
     version: str
     sha256: str
+    source_date_epoch: int | None = None  # declared; else sources.DEFAULT_SOURCE_DATE
 
 
 @dataclass(frozen=True)
@@ -80,12 +87,14 @@ class GitUpstream:
     url: str  # as written: part of the pin, so a checkout's location does not change keys
     commit: str
     source: str  # what git fetches from: the url, or a local path resolved to the config
+    source_date_epoch: int | None = None  # declared; else the commit time
 
 
 @dataclass(frozen=True)
 class DirUpstream:
     key: str
     path: Path
+    source_date_epoch: int | None = None  # declared; else sources.DEFAULT_SOURCE_DATE
 
 
 Upstream = PypiUpstream | GitUpstream | DirUpstream
@@ -120,6 +129,8 @@ class Tag:
 class Config:
     path: Path
     tags: dict[str, Tag] = field(hash=False)
+    upstreams: dict[str, Upstream] = field(default_factory=dict, hash=False)
+    work: Path | None = None  # where build/ and wheels/ go, if not beside versions.yaml
 
     @property
     def root(self) -> Path:
@@ -131,11 +142,11 @@ class Config:
 
     @property
     def wheels_dir(self) -> Path:
-        return self.root / "wheels"
+        return (self.work or self.root) / "wheels"
 
     @property
     def build_dir(self) -> Path:
-        return self.root / "build"
+        return (self.work or self.root) / "build"
 
     def tag(self, name: str) -> Tag:
         """Find a tag by its full name or by a unique suffix (`3.73-vision`)."""
@@ -173,7 +184,7 @@ def load(path: Path) -> Config:
     tags = {
         name: _tag(where, name, raw_tags, defaults, bases, upstreams) for name in raw_tags
     }
-    return Config(path=path, tags=tags)
+    return Config(path=path, tags=tags, upstreams=upstreams)
 
 
 def _check_schema(where: _Where, doc: LocatedDict) -> None:
@@ -257,15 +268,18 @@ class _Where:
 
 
 def _base(where: _Where, name: str, raw_bases: LocatedDict) -> Base:
-    spec = where.mapping(raw_bases[name], f"base {name!r}", ("image", "debootstrap"),
+    spec = where.mapping(raw_bases[name], f"base {name!r}", ("image", "debootstrap", "python"),
                          parent=raw_bases, key=name)
-    if len(spec) != 1:
+    python = None
+    if "python" in spec:
+        python = where.string(spec, "python", PYTHON, 'a version like "3.12"')
+    if len({"image", "debootstrap"} & set(spec)) != 1:
         raise ConfigError(f"{where(spec)}: base {name!r} needs exactly one of image, debootstrap",
                           "keep one of them")
     if "image" in spec:
         image = where.string(spec, "image", IMAGE_REF,
                              "an image pinned by digest (name@sha256:<64 hex>)")
-        return ImageBase(name=name, image=image)
+        return ImageBase(name=name, image=image, python=python)
     boot = where.mapping(spec["debootstrap"], f"base {name!r} debootstrap", DEBOOTSTRAP_KEYS,
                          required=("suite",), parent=spec, key="debootstrap")
     return DebootstrapBase(
@@ -275,24 +289,28 @@ def _base(where: _Where, name: str, raw_bases: LocatedDict) -> Base:
         variant=where.string(boot, "variant", NAME, "a debootstrap variant")
         if "variant" in boot else "minbase",
         packages=where.strings(boot, "packages", PACKAGE) if "packages" in boot else (),
+        python=python,
     )
 
 
 def _upstream(where: _Where, key: str, raw_upstreams: LocatedDict) -> Upstream:
-    spec = where.mapping(raw_upstreams[key], f"upstream {key!r}", ("pypi", "git", "dir"),
-                         parent=raw_upstreams, key=key)
-    if len(spec) != 1:
+    spec = where.mapping(raw_upstreams[key], f"upstream {key!r}",
+                         (*UPSTREAM_KINDS, "source_date_epoch"), parent=raw_upstreams, key=key)
+    if len(set(UPSTREAM_KINDS) & set(spec)) != 1:
         raise ConfigError(f"{where(spec)}: upstream {key!r} needs exactly one of pypi, git, dir",
                           "keep one of them")
+    date = _source_date(where, spec)
     if "dir" in spec:
         rel = where.string(spec, "dir")
-        return DirUpstream(key=key, path=(where.path.parent / rel).resolve())
+        return DirUpstream(key=key, path=(where.path.parent / rel).resolve(),
+                           source_date_epoch=date)
     if "git" in spec:
         git = where.mapping(spec["git"], f"upstream {key!r} git", ("url", "commit"),
                             required=("url", "commit"), parent=spec, key="git")
         url = where.string(git, "url")
         return GitUpstream(key=key, url=url, source=_git_source(where.path.parent, url),
-                           commit=where.string(git, "commit", COMMIT, "a full 40-hex commit"))
+                           commit=where.string(git, "commit", COMMIT, "a full 40-hex commit"),
+                           source_date_epoch=date)
     pypi = where.mapping(spec["pypi"], f"upstream {key!r} pypi", ("name", "version", "sha256"),
                          required=("name", "version", "sha256"), parent=spec, key="pypi")
     return PypiUpstream(
@@ -300,7 +318,22 @@ def _upstream(where: _Where, key: str, raw_upstreams: LocatedDict) -> Upstream:
         name=where.string(pypi, "name", NAME, "a package name"),
         version=where.string(pypi, "version", NAME, "a version"),
         sha256=where.string(pypi, "sha256", SHA256, "64 lowercase hex digits"),
+        source_date_epoch=date,
     )
+
+
+def _source_date(where: _Where, spec: LocatedDict) -> int | None:
+    """The declared SOURCE_DATE_EPOCH of an upstream: whole seconds, 1980 to 2100."""
+    if "source_date_epoch" not in spec:
+        return None
+    value = spec["source_date_epoch"]
+    if type(value) is not int or not EPOCH_MIN <= value < EPOCH_MAX:
+        raise ConfigError(
+            f"{where(spec, 'source_date_epoch')}: source_date_epoch {value!r} is not a Unix "
+            "time in seconds between 1980 and 2100",
+            "write an integer, e.g. source_date_epoch: 1735689600 (2025-01-01T00:00:00Z)",
+        )
+    return value
 
 
 def _tag(where: _Where, name: str, raw_tags: LocatedDict, defaults: LocatedDict,

@@ -24,6 +24,7 @@ __all__ = [
     "connect",
     "image_attrs",
     "image_exists",
+    "load_image",
     "run_container",
 ]
 
@@ -119,9 +120,11 @@ def run_container(
     log_path: Path | None = None,
     quiet: bool = False,
     keep: bool = False,
+    copy_out: tuple[str, Path] | None = None,
     **extra: Any,
 ) -> ContainerResult:
-    """Run a container to its end, streaming its output; always removed unless keep."""
+    """Run a container to its end, streaming its output; always removed unless keep.
+    copy_out=(path, tar): after a clean exit, path in the container is saved as a tar file."""
     with _container(client, image, command, volumes, environment, network, keep, extra) as box:
         lines: list[str] = []
         reader = threading.Thread(target=_follow, args=(box, lines, log_path, quiet), daemon=True)
@@ -129,8 +132,30 @@ def run_container(
         status = box.wait()
         reader.join(timeout=10)
         box.reload()
+        if copy_out and int(status["StatusCode"]) == 0:
+            _copy_out(box, *copy_out)
         return ContainerResult(exit_code=int(status["StatusCode"]), output="".join(lines),
                                oom_killed=bool(box.attrs["State"].get("OOMKilled")))
+
+
+def _copy_out(box: Any, path: str, tar: Path) -> None:
+    chunks, _ = box.get_archive(path)
+    with tar.open("wb") as out:
+        for chunk in chunks:
+            out.write(chunk)
+
+
+def load_image(client: Client, archive: Path, *, error: type[FatalError]) -> None:
+    """`docker load` a docker-archive tar file; errors reported in its stream are raised."""
+    try:
+        with archive.open("rb") as data:
+            for _, message in stream_errors(client.api.load_image(data, quiet=True)):
+                if message:
+                    raise error(f"docker load of {archive.name} failed: {message.strip()}",
+                                "check the Docker engine and its free disk space")
+    except docker.errors.APIError as exc:
+        raise error(f"docker load of {archive.name} failed: {exc.explanation or exc}",
+                    "check the Docker engine and its free disk space") from exc
 
 
 @contextlib.contextmanager

@@ -10,6 +10,7 @@ __all__ = [
     "FatalError",
     "PatchError",
     "PublishError",
+    "ReproducibilityError",
     "SmokeError",
     "UsageError",
 ]
@@ -75,3 +76,9 @@ class EngineError(FatalError):
     """The environment lacks something: no Docker engine, a missing tool."""
 
     exit_code = 8
+
+
+class ReproducibilityError(FatalError):
+    """A rebuild of a tag gave another image than the one it is compared with."""
+
+    exit_code = 9

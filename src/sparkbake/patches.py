@@ -1,31 +1,31 @@
-"""patch: apply a tag's series in order, with git, to a copy of the pristine tree."""
+"""patch: apply a tag's series in order, with git, to a copy of the pristine tree.
+
+Each patch becomes one commit carrying the patch's own subject, description and author
+(as `git am` makes it) at a fixed date, with `Sparkbake-Series:`/`Sparkbake-Patch:`
+trailers, so `git log` of a patched tree reads series by series, patch by patch.
+"""
 
 from __future__ import annotations
 
 import json
-import os
-import re
 import shutil
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from . import gitapply, gitwork, patchlint
 from .cache import atomic_dir
-from .errors import EngineError, PatchError
+from .config import Upstream
+from .errors import ConfigError, PatchError, UsageError
+from .gitapply import Outcome
 from .hashing import tree_hash
 from .plan import Plan, SeriesInfo, upstream_pin
-from .proc import echo, run
+from .proc import echo
 
-__all__ = ["PatchedTree", "apply", "failing_hunk"]
+__all__ = ["Options", "PatchedTree", "apply", "check_safety", "describe_pin", "message"]
 
-# Fixed identity and time: the patched tree's history is the same on every machine.
-GIT_ENV = {
-    "GIT_AUTHOR_NAME": "sparkbake", "GIT_AUTHOR_EMAIL": "sparkbake@localhost",
-    "GIT_COMMITTER_NAME": "sparkbake", "GIT_COMMITTER_EMAIL": "sparkbake@localhost",
-    "GIT_AUTHOR_DATE": "1970-01-01T00:00:00Z", "GIT_COMMITTER_DATE": "1970-01-01T00:00:00Z",
-}
-FAILED = re.compile(r"error: patch failed: (?P<file>.+):(?P<line>\d+)")
-MISSING = re.compile(r"error: (?P<file>.+): (?:No such file or directory|does not exist in index)")
+REPORT = "patches.json"
+FORMAT = 2  # entries of format 1 kept .git inside the tree and no per-patch status
 
 
 @dataclass(frozen=True)
@@ -35,92 +35,192 @@ class PatchedTree:
     tree_hash: str
 
 
-def apply(plan: Plan, pristine: Path, entry: Path) -> PatchedTree:
-    """Make entry/tree = pristine + every series of the tag, one git commit per patch."""
+@dataclass(frozen=True)
+class Options:
+    skip_applied: bool = False  # skip (and record) patches already in upstream
+    keep: bool = False  # leave the three-way conflict markers in the failed tree
+    checkout: Path | None = None  # also give a git work tree of the result here
+
+
+def apply(plan: Plan, pristine: Path, entry: Path, options: Options = Options()) -> PatchedTree:
+    """Make entry/tree = pristine + every series of the tag, one git commit per patch.
+
+    entry/git holds the history (outside the tree, so builds see a plain source tree).
+    """
     plan.require_series()
-    tree = entry / "tree"
-    report = entry / "patches.json"
-    if report.is_file():
-        echo(f"patch: {plan.tag.name} cached at {entry.name[:12]}")
-        return PatchedTree(tree, plan.patch_key, json.loads(report.read_text())["tree_hash"])
+    check_safety(plan.series, pristine)
+    if options.checkout is not None and options.checkout.exists() and any(
+            options.checkout.iterdir()):
+        raise UsageError(f"--checkout {options.checkout}: the folder is not empty",
+                         "name a new or empty folder")
+    if _record(entry).get("format") == FORMAT:
+        done = _cached(plan, entry, options)
+    else:  # missing, or made by an older sparkbake: made anew
+        done = _apply(plan, pristine, entry, options)
+    if options.checkout is not None:
+        checkout(entry, options.checkout)
+    return done
+
+
+def _record(entry: Path) -> dict[str, Any]:
+    try:
+        record = json.loads((entry / REPORT).read_text())
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def _cached(plan: Plan, entry: Path, options: Options) -> PatchedTree:
+    record = _record(entry)
+    skipped = [p for s in record["series"] for p in s["patches"] if p["status"] == "upstream"]
+    if skipped and not options.skip_applied:
+        raise _upstream_error(plan, f"{skipped[0]['series']}/{skipped[0]['file']}")
+    echo(f"patch: {plan.tag.name} cached at {entry.name[:12]}"
+         + (f" ({len(skipped)} already-upstream patch(es) skipped)" if skipped else ""))
+    return PatchedTree(entry / "tree", plan.patch_key, record["tree_hash"])
+
+
+def _apply(plan: Plan, pristine: Path, entry: Path, options: Options) -> PatchedTree:
+    upstream = gitwork.upstream_repo(pristine, upstream_message(plan.tag.upstream))
     failed = entry.with_name(entry.name + ".failed")
     shutil.rmtree(failed, ignore_errors=True)
     with atomic_dir(entry) as tmp:
-        work = tmp / "tree"
-        shutil.copytree(pristine, work, symlinks=True)
-        _git(work, "init", "-q")
-        _commit(work, "upstream " + json.dumps(upstream_pin(plan.tag.upstream), sort_keys=True))
-        try:
-            for series in plan.series:
-                _apply_series(plan, series, work)
-        except PatchError:
-            shutil.move(work, failed)  # kept for inspection, never a cache entry
-            raise
-        digest = tree_hash(work)
-        (tmp / "patches.json").write_text(json.dumps({
-            "tag": plan.tag.name, "tree_hash": digest,
-            "series": [{"name": s.name, "sha256": s.sha256,
-                        "patches": [{"file": f, "sha256": h} for f, h in s.patches]}
-                       for s in plan.series],
-        }, indent=2))
-    return PatchedTree(tree, plan.patch_key, digest)
+        repo = gitwork.work_tree(upstream, pristine, tmp / "tree")
+        records = []
+        for series in plan.series:
+            try:
+                records.append(_apply_series(plan, series, repo, options))
+            except PatchError as error:
+                if not options.keep:
+                    repo.git("reset", "-q", "--hard")  # the tree as before the failing patch
+                shutil.move(tmp / "tree", failed)  # kept for inspection, never a cache entry
+                if isinstance(error, Conflict):
+                    echo(error.report + _next_steps(error, failed, options.keep))
+                raise
+        (tmp / "tree" / ".git").rename(tmp / "git")
+        digest = tree_hash(tmp / "tree")
+        (tmp / REPORT).write_text(json.dumps({
+            "format": FORMAT, "tag": plan.tag.name, "upstream": upstream_pin(plan.tag.upstream),
+            "tree_hash": digest, "series": records}, indent=2) + "\n")
+    return PatchedTree(entry / "tree", plan.patch_key, digest)
 
 
-def _apply_series(plan: Plan, series: SeriesInfo, work: Path) -> None:
-    for name, _sha in series.patches:
+def _apply_series(plan: Plan, series: SeriesInfo, repo: gitwork.Repo,
+                  options: Options) -> dict[str, Any]:
+    records = []
+    for name, sha in series.patches:
         patch = series.folder / name
         echo(f"patch: {series.name}/{name}")
-        check = subprocess.run(["git", "apply", "--check", "-v", str(patch)], cwd=work,
-                               capture_output=True, text=True, check=False)
-        if check.returncode != 0:
-            raise _conflict(plan, series, patch, check.stderr)
-        _git(work, "apply", "--whitespace=nowarn", str(patch))
-        _commit(work, f"{series.name}: {name}")
+        header = gitapply.read_header(repo, patch)
+        outcome = gitapply.attempt(repo, patch, message(header, series.name, name),
+                                   header.author)
+        _judge(plan, series, patch, header, outcome, options)
+        records.append({"series": series.name, "file": name, "sha256": sha,
+                        "subject": header.subject, "status": outcome.status,
+                        "notes": list(outcome.notes)})
+    return {"name": series.name, "sha256": series.sha256, "patches": records}
 
 
-def _conflict(plan: Plan, series: SeriesInfo, patch: Path, stderr: str) -> PatchError:
-    pin = upstream_pin(plan.tag.upstream)
-    upstream = pin.get("version") or pin.get("commit", "")[:12] or pin.get("tree", "")[:12]
-    found = FAILED.search(stderr)
-    if found:
-        target, line = found["file"], int(found["line"])
-        hunk = failing_hunk(patch, target, line)
-        where = f"{target}, hunk {hunk!r}"
-    else:
-        missing = MISSING.search(stderr)
-        target = missing["file"] if missing else "?"
-        where = f"{target} (file not in the tree)"
+def _judge(plan: Plan, series: SeriesInfo, patch: Path, header: gitapply.Header,
+           outcome: Outcome, options: Options) -> None:
+    where = f"{series.name}/{patch.name}"
+    if outcome.status == "upstream":
+        if not options.skip_applied:
+            raise _upstream_error(plan, where)
+        echo(f"warning: patch {where} is already in upstream {describe_pin(plan.tag.upstream)}:"
+             " skipped (--skip-applied); drop it from the series")
+    elif outcome.status == "conflict":
+        where_in = f"{outcome.target}, hunk {outcome.hunk!r}" if outcome.hunk else outcome.target
+        raise Conflict(
+            f"tag {plan.tag.name}: patch {where} does not apply to {plan.tag.upstream.key} "
+            f"({describe_pin(plan.tag.upstream)}): {where_in}",
+            f"refresh {patch} against this upstream (README: Patches); "
+            "the partial tree is kept for inspection",
+            conflict_report(plan, series, patch, header.subject, outcome), series.name,
+            header.author)
+    for note in outcome.notes:
+        echo(f"warning: patch {where}: {note}")
+
+
+class Conflict(PatchError):
+    """A patch that does not apply; carries the report printed once the tree is kept."""
+
+    def __init__(self, message: str, remedy: str, report: str, series: str,
+                 author: gitwork.Author) -> None:
+        super().__init__(message, remedy)
+        self.report, self.series, self.author = report, series, author
+
+
+def conflict_report(plan: Plan, series: SeriesInfo, patch: Path, subject: str,
+                    outcome: Outcome) -> str:
+    """The block printed before the error: everything needed to refresh the patch."""
+    lines = [
+        "patch: CONFLICT",
+        f"  tag:      {plan.tag.name}",
+        f"  upstream: {plan.tag.upstream.key} ({describe_pin(plan.tag.upstream)})",
+        f"  series:   {series.name}",
+        f"  patch:    {patch}",
+        f"  subject:  {subject}",
+        f"  file:     {outcome.target}" + "".join(f" ({n})" for n in outcome.notes),
+    ]
+    if outcome.hunk:
+        lines += [f"  hunk:     {outcome.hunk}", *(f"            {x}" for x in outcome.lines)]
+    if outcome.markers:
+        lines.append(f"  three-way: conflicts in {', '.join(outcome.markers)}")
+    return "\n".join(lines)
+
+
+def _next_steps(conflict: Conflict, failed: Path, keep: bool) -> str:
+    if not keep:
+        return (f"\n  tree:     {failed} (git log: what applied; "
+                "rerun with --keep for the three-way conflict markers)")
+    author = f"{conflict.author.name} <{conflict.author.email}>"
+    return (f"\n  tree:     {failed} (three-way conflict markers kept, commit message "
+            f"prefilled)\n  next:     resolve, `git add`, `git commit --author='{author}'`, "
+            f"`git am -3` the rest of {conflict.series}, then `sparkbake export-series "
+            f"{failed} {conflict.series}`")
+
+
+def _upstream_error(plan: Plan, where: str) -> PatchError:
     return PatchError(
-        f"tag {plan.tag.name}: patch {series.name}/{patch.name} does not apply to "
-        f"{plan.tag.upstream.key} ({upstream}): {where}",
-        f"refresh {patch} against this upstream; the partial tree is kept for inspection",
-    )
+        f"tag {plan.tag.name}: patch {where} is already in upstream {plan.tag.upstream.key} "
+        f"({describe_pin(plan.tag.upstream)}): its reverse applies",
+        "drop it from the series, or rerun with --skip-applied to skip it")
 
 
-def failing_hunk(patch: Path, target: str, old_start: int) -> str:
-    """The `@@ ... @@` header of the hunk of `target` that starts at old line `old_start`."""
-    current = None
-    for raw in patch.read_text(errors="replace").splitlines():
-        if raw.startswith("--- "):
-            current = raw[4:].removeprefix("a/")
-        elif raw.startswith("@@") and current == target:
-            hunk = re.match(r"@@ -(\d+)", raw)
-            if hunk and int(hunk.group(1)) == old_start:
-                return raw
-    return f"@@ -{old_start} @@"
+def message(header: gitapply.Header, series: str, patch: str) -> str:
+    """The commit message: the patch's subject and description, then sparkbake's trailers."""
+    body = f"\n\n{header.body}" if header.body else ""
+    return f"{header.subject}{body}\n\n{gitapply.trailers(series, patch)}"
 
 
-def _git(work: Path, *args: str) -> None:
-    run(["git", "-C", work, *args], error=EngineError, what=f"git {args[0]}", capture=True)
+def check_safety(series: tuple[SeriesInfo, ...], tree: Path | None) -> None:
+    """Refuse patches that reach outside the tree or lack binary data, before any copy."""
+    for info in series:
+        for name, _sha in info.patches:
+            problems = patchlint.unsafe(patchlint.read_patch(info.folder / name), tree)
+            if problems:
+                raise ConfigError(f"{problems[0]}", "fix the patch (sparkbake patch-lint "
+                                  "lists every problem)")
 
 
-def _commit(work: Path, message: str) -> None:
-    cmd = ["git", "-C", str(work), "-c", "commit.gpgsign=false", "add", "-A"]
-    subprocess.run(cmd, check=True, capture_output=True)
-    subprocess.run(["git", "-C", str(work), "-c", "commit.gpgsign=false", "commit", "-q",
-                    "--allow-empty", "-m", message], check=True, capture_output=True,
-                   env={**_base_env(), **GIT_ENV})
+def checkout(entry: Path, dest: Path) -> None:
+    """A git work tree of the patched tree at dest: upstream commit, then one per patch."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    repo = gitwork.work_tree(entry / "git", entry / "tree", dest)
+    head = repo.out("log", "--oneline", "-1")
+    echo(f"checkout: {dest} at {head}; upstream is tag {gitwork.UPSTREAM_TAG}")
 
 
-def _base_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG")}
+def describe_pin(upstream: Upstream) -> str:
+    pin = upstream_pin(upstream)
+    if pin["kind"] == "pypi":
+        return f"{pin['name']} {pin['version']}, sdist sha256 {pin['sha256'][:12]}"
+    if pin["kind"] == "git":
+        return f"{pin['url']} at {pin['commit'][:12]}"
+    return f"dir {pin['path']}, tree {pin['tree'][:12]}"
+
+
+def upstream_message(upstream: Upstream) -> str:
+    return (f"upstream: {upstream.key} ({describe_pin(upstream)})\n\n"
+            f"sparkbake pin: {json.dumps(upstream_pin(upstream), sort_keys=True)}\n")

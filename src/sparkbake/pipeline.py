@@ -2,20 +2,40 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
 
-from . import bases, embedded_registry, images, patches, registry, smoke, sources, wheels
+from . import (
+    bases,
+    embedded_registry,
+    images,
+    lock,
+    oci,
+    patches,
+    patchlint,
+    rebase,
+    registry,
+    series,
+    smoke,
+    sources,
+    verify,
+    wheels,
+)
 from . import plan as plan_mod
+from .cache import scratch_dir
 from .config import Config, Tag
 from .docker_api import Client, connect
 from .errors import EngineError
 from .plan import Plan, StagePlan
+from .preflight import check_env
 from .proc import echo
 from .settings import HostSettings, host_settings
 
-__all__ = ["plan_report", "publish", "registry_command", "run_until", "smoke_tag", "stage_states"]
+__all__ = ["check_env", "export_series", "import_series", "lock_tag", "patch_lint", "plan_report",
+           "publish", "rebase_check", "registry_command", "run_until", "smoke_tag",
+           "stage_states", "verify_tag"]
 
 STAGES = ("fetch", "patch", "wheels", "build-image")
 
@@ -27,7 +47,7 @@ def stage_states(config: Config, plan: Plan, client: Client | None) -> list[Stag
                                                           "patches.json")
     bake_state = "unknown"
     if client is not None:
-        bake_state = "cached" if images.is_current(client, plan) else "missing"
+        bake_state = "cached" if images.is_current(client, plan, build) else "missing"
     smoke_record = build / "smoke" / f"{plan.tag.name}.json"
     return [
         StagePlan("fetch", plan.fetch_key, _exists(build / "sources" / plan.fetch_key / "tree"),
@@ -59,40 +79,94 @@ def plan_report(config: Config, tag: Tag, as_json: bool) -> str:
     return plan_mod.render_json(plan, states) if as_json else plan_mod.render_text(states)
 
 
-def run_until(config: Config, tag: Tag, stage: str) -> int:
+def run_until(config: Config, tag: Tag, stage: str,
+              options: patches.Options | None = None) -> int:
     """Run fetch .. stage; every stage whose key is cached is skipped."""
     plan = plan_mod.make(config, tag)
     settings = host_settings()
     pristine = sources.fetch(tag.upstream, config.build_dir / "sources" / plan.fetch_key, settings)
     if stage == "fetch":
         return _done(f"pristine tree: {pristine}")
-    patched = patches.apply(plan, pristine, config.build_dir / "patched" / plan.patch_key)
+    date = sources.source_date(tag.upstream, pristine.parent)
+    patched = patches.apply(plan, pristine, config.build_dir / "patched" / plan.patch_key,
+                            options or patches.Options())
     if stage == "patch":
         return _done(f"patched tree: {patched.path} (hash {patched.tree_hash[:16]})")
     client = connect()
-    built = _wheels(client, config, plan, patched, settings)
+    built = _wheels(client, config, plan, patched, settings, date)
     if stage == "wheels":
         return _done(f"wheels: {built.folder}")
     runtime_base = bases.ensure(client, tag.runtime, tag.platform, config.build_dir, settings)
-    image_id = images.bake(client, plan, runtime_base, built, patched, config.build_dir)
-    return _done(f"image: {tag.image_ref} ({image_id[:19]}, inputs {plan.inputs[:12]})")
+    baked = images.bake(client, plan, runtime_base, built, patched, config.build_dir,
+                        source_date=date, cache=settings.cache_dir)
+    return _done(f"image: {tag.image_ref} = {baked.image.digest} (id {baked.config[:19]}, "
+                 f"inputs {plan.inputs[:12]})")
+
+
+def verify_tag(config: Config, tag: Tag, against: str | None) -> int:
+    """Rebuild the tag from clean (fresh build/ and wheels/ in a scratch folder; the engine's
+    base and builder images are reused) and compare it with the baked image or `against`."""
+    plan = plan_mod.make(config, tag)
+    original = verify.original(config, plan, against)
+    with scratch_dir(config.build_dir / "verify", f"{tag.name}.") as scratch:
+        echo(f"verify: rebuilding {tag.name} from clean in {scratch}")
+        rebuilt = _rebuild(dataclasses.replace(config, work=scratch), tag)
+        report = verify.compare(original, verify.Side(oci.Layout(rebuilt.layout), rebuilt.image))
+    return _done(verify.conclude(config, plan, report))
+
+
+def _rebuild(config: Config, tag: Tag) -> images.Baked:
+    """fetch .. bake into config's build/ and wheels/, leaving the engine's tag alone."""
+    plan = plan_mod.make(config, tag)
+    settings = host_settings()
+    pristine = sources.fetch(tag.upstream, config.build_dir / "sources" / plan.fetch_key, settings)
+    date = sources.source_date(tag.upstream, pristine.parent)
+    patched = patches.apply(plan, pristine, config.build_dir / "patched" / plan.patch_key,
+                            patches.Options())
+    client = connect()
+    built = _wheels(client, config, plan, patched, settings, date)
+    base = bases.ensure(client, tag.runtime, tag.platform, config.build_dir, settings)
+    return images.bake(client, plan, base, built, patched, config.build_dir, source_date=date,
+                       cache=settings.cache_dir, load=False)
 
 
 def _wheels(client: Client, config: Config, plan: Plan, patched: patches.PatchedTree,
-            settings: HostSettings) -> wheels.WheelSet:
+            settings: HostSettings, source_date: int) -> wheels.WheelSet:
     folder = config.wheels_dir / plan.wheels_key
     builder = ""
     if not (folder / wheels.REPORT).is_file():  # cached wheels need no builder image
         base = bases.ensure(client, plan.tag.builder, plan.tag.platform, config.build_dir,
                             settings)
-        builder = wheels.builder_image(client, base, settings, config.build_dir)
+        lock_file = lock.require_lock(config, plan.tag)
+        builder = wheels.builder_image(client, base, lock_file, settings, config.build_dir)
     request = wheels.BuildRequest(
         tag=plan.tag, builder=builder, patched=patched, folder=folder,
         kernels=config.wheels_dir / "kernels" / plan.kernel_key,
         log=config.build_dir / "logs" / f"{plan.tag.name}-wheels.log",
         jobs=wheels.compile_jobs(client.info(), settings), memory=settings.builder_memory,
+        source_date=source_date,
     )
     return wheels.build(client, request)
+
+
+def patch_lint(config: Config) -> int:
+    return patchlint.lint(config)
+
+
+def export_series(config: Config, work: Path, series_name: str, commits: str | None) -> int:
+    return series.export(config, work, series_name, commits)
+
+
+def import_series(config: Config, source: str, commits: str, series_name: str) -> int:
+    return series.import_range(config, source, commits, series_name)
+
+
+def rebase_check(config: Config, tag: Tag, target: str) -> int:
+    return rebase.check(config, tag, target, host_settings())
+
+
+def lock_tag(config: Config, tag: Tag) -> int:
+    return _done(f"builder lock: {lock.resolve(config, tag, host_settings())}")
 
 
 def smoke_tag(config: Config, tag: Tag, gpu: str) -> int:

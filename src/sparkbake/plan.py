@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from . import resources
+from . import lock, oci, resources
 from .config import Base, Config, DebootstrapBase, DirUpstream, GitUpstream, Tag, Upstream
 from .errors import ConfigError
 from .hashing import data_hash, file_sha256, tree_hash
@@ -31,6 +31,9 @@ __all__ = [
     "upstream_pin",
 ]
 
+
+# What the bake reads besides the wheels (runtime.json names the files it copies in)
+BAKE_RESOURCES = ("runtime.json", "install_wheels.sh", "runtime-python.Dockerfile.j2")
 
 # What the compiled extensions of a tree depend on (vLLM's layout; the fixture's is a subset).
 KERNEL_INPUTS = ("csrc/*", "CMakeLists.txt", "cmake/*", "setup.py", "pyproject.toml",
@@ -83,20 +86,24 @@ class Plan:
 
 def upstream_pin(upstream: Upstream) -> dict[str, str]:
     """What identifies an upstream tree; a local dir is identified by its content."""
+    date = upstream.source_date_epoch
+    declared = {} if date is None else {"source_date_epoch": str(date)}
     if isinstance(upstream, DirUpstream):
         if not upstream.path.is_dir():
             raise ConfigError(f"upstream {upstream.key!r}: {upstream.path} is not a folder",
                               "fix 'dir:' in versions.yaml")
-        return {"kind": "dir", "path": upstream.path.name, "tree": tree_hash(upstream.path)}
+        return {"kind": "dir", "path": upstream.path.name, "tree": tree_hash(upstream.path),
+                **declared}
     if isinstance(upstream, GitUpstream):
-        return {"kind": "git", "url": upstream.url, "commit": upstream.commit}
+        return {"kind": "git", "url": upstream.url, "commit": upstream.commit, **declared}
     return {"kind": "pypi", "name": upstream.name, "version": upstream.version,
-            "sha256": upstream.sha256}
+            "sha256": upstream.sha256, **declared}
 
 
 def base_identity(base: Base) -> dict[str, Any]:
+    """What makes a base image; its declared `python` only describes it."""
     if isinstance(base, DebootstrapBase):
-        return {"debootstrap": asdict(base)}
+        return {"debootstrap": {k: v for k, v in asdict(base).items() if k != "python"}}
     return {"image": base.image}
 
 
@@ -139,7 +146,7 @@ def make(config: Config, tag: Tag) -> Plan:
         "builder": base_identity(tag.builder), "cuda_arch": tag.cuda_arch,
         "platform": tag.platform, "template": resources.digest("builder.Dockerfile.j2"),
         "build_script": resources.digest("build_wheels.py"),
-        "requirements": resources.digest("builder-requirements.txt"),
+        "lock": _digest_or_none(lock.lock_path(config, tag.builder)),
     }
     kernel_patches = [(s.name, name, sha) for s in series for name, sha in s.patches
                       if touches_kernels(s.folder / name)]
@@ -147,12 +154,21 @@ def make(config: Config, tag: Tag) -> Plan:
     wheels_key = data_hash({"patch": patch_key, **toolchain})
     inputs = data_hash({
         "wheels": wheels_key, "runtime": base_identity(tag.runtime), "env": tag.env,
-        "tag": tag.name, "template": resources.digest("runtime.Dockerfile.j2"),
+        "tag": tag.name, "bake": [oci.FORMAT, *map(resources.digest, _bake_resources())],
         "entrypoint": resources.digest("entrypoint.py"),
     })
     return Plan(tag=tag, series=tuple(series), problems=tuple(problems), fetch_key=fetch_key,
                 patch_key=patch_key, kernel_key=kernel_key, wheels_key=wheels_key,
                 inputs=inputs)
+
+
+def _bake_resources() -> list[str]:
+    files: list[str] = json.loads(resources.path("runtime.json").read_text())["files"]
+    return [*BAKE_RESOURCES, *files]
+
+
+def _digest_or_none(path: Path) -> str:
+    return file_sha256(path) if path.is_file() else "none"
 
 
 def touched_paths(patch: Path) -> set[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 import shutil
 import subprocess
@@ -34,8 +35,10 @@ def run(
     cwd: Path | None = None,
     capture: bool = False,
     check: bool = True,
+    env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """Run cmd, echoing `+ cmd`; on failure raise `error` naming `what` and the last output.
+    """Run cmd (env: variables added), echoing `+ cmd`; on failure raise `error` naming
+    `what` and the last output.
 
     Output is streamed as it comes unless capture is set, so long steps show progress.
     """
@@ -43,6 +46,7 @@ def run(
     echo("+ " + shlex.join(args))
     try:
         process = subprocess.Popen(args, cwd=cwd, text=True, stdout=subprocess.PIPE,
+                                   env={**os.environ, **env} if env else None,
                                    stderr=subprocess.PIPE if capture else subprocess.STDOUT)
     except FileNotFoundError as exc:
         raise EngineError(f"{args[0]} is not installed", "install it and retry") from exc

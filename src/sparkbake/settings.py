@@ -5,6 +5,7 @@ Besides `config` (versions.yaml), this is the one module that reads the environm
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -14,7 +15,7 @@ from pathlib import Path
 
 from .errors import ConfigError
 
-__all__ = ["HostSettings", "host_settings"]
+__all__ = ["HostSettings", "host_settings", "registry_login"]
 
 DEFAULT_GIB_PER_JOB = 6.0  # peak resident memory of one nvcc job on vLLM's largest sources
 
@@ -29,6 +30,7 @@ class HostSettings:
     max_jobs: int | None = None  # SPARKBAKE_MAX_JOBS: fixed compile job count
     gib_per_job: float = DEFAULT_GIB_PER_JOB  # SPARKBAKE_GIB_PER_JOB
     builder_memory: str | None = None  # SPARKBAKE_BUILDER_MEMORY: builder limit, e.g. "96g"
+    cache_dir: Path = Path("/var/cache/sparkbake")  # SPARKBAKE_CACHE: base layers, per host
 
 
 def host_settings() -> HostSettings:
@@ -43,7 +45,31 @@ def host_settings() -> HostSettings:
         max_jobs=int(jobs) if (jobs := _positive("SPARKBAKE_MAX_JOBS")) else None,
         gib_per_job=_positive("SPARKBAKE_GIB_PER_JOB") or DEFAULT_GIB_PER_JOB,
         builder_memory=os.environ.get("SPARKBAKE_BUILDER_MEMORY") or None,
+        cache_dir=_cache_dir(),
     )
+
+
+def registry_login(host: str, config_dir: Path | None = None) -> str | None:
+    """The base64 `user:password` that `docker login HOST` stored in the Docker client's
+    config.json ($DOCKER_CONFIG, else ~/.docker); None if there is none there (a credential
+    helper keeps it elsewhere)."""
+    folder = config_dir or Path(os.environ.get("DOCKER_CONFIG") or Path.home() / ".docker")
+    try:
+        auths = json.loads((folder / "config.json").read_text()).get("auths") or {}
+    except (OSError, ValueError, AttributeError):
+        return None
+    key = "https://index.docker.io/v1/" if host == "docker.io" else host
+    entry = auths.get(key) or auths.get(f"https://{key}") or {}
+    auth = entry.get("auth") if isinstance(entry, dict) else None
+    return str(auth) if auth else None
+
+
+def _cache_dir() -> Path:
+    """SPARKBAKE_CACHE, else $XDG_CACHE_HOME/sparkbake, else ~/.cache/sparkbake."""
+    if os.environ.get("SPARKBAKE_CACHE"):
+        return Path(os.environ["SPARKBAKE_CACHE"])
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "sparkbake"
 
 
 def _positive(name: str) -> float | None:

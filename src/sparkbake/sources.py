@@ -19,15 +19,17 @@ from .hashing import file_sha256
 from .proc import echo, run
 from .settings import HostSettings
 
-__all__ = ["fetch", "sdist_url"]
+__all__ = ["DEFAULT_SOURCE_DATE", "fetch", "sdist_url", "source_date"]
 
 CHUNK = 1 << 20
+DEFAULT_SOURCE_DATE = 315532800  # 1980-01-01T00:00:00Z, the earliest time a wheel (zip) stores
+DATE_FILE = "source-date-epoch"  # beside a git tree: its commit time
 
 
 def fetch(upstream: Upstream, entry: Path, settings: HostSettings) -> Path:
     """Make entry/tree the pristine upstream tree unless it is already cached; return it."""
     tree = entry / "tree"
-    if tree.is_dir():
+    if tree.is_dir() and (not isinstance(upstream, GitUpstream) or (entry / DATE_FILE).is_file()):
         echo(f"fetch: {upstream.key} cached at {entry.name[:12]}")
         return tree
     with atomic_dir(entry) as tmp:
@@ -60,7 +62,20 @@ def _fetch_git(upstream: GitUpstream, dest: Path) -> None:
     if head != upstream.commit:
         raise ConfigError(f"upstream {upstream.key!r}: got commit {head}, not {upstream.commit}",
                           "pin the full 40-hex commit")
+    stamp = run(["git", "-C", dest, "log", "-1", "--format=%ct", "HEAD"], error=EngineError,
+                what="git log", capture=True).stdout.strip()
+    (dest.parent / DATE_FILE).write_text(stamp + "\n")
     shutil.rmtree(dest / ".git")
+
+
+def source_date(upstream: Upstream, entry: Path) -> int:
+    """The tag's SOURCE_DATE_EPOCH: declared in versions.yaml, else a git pin's commit time
+    (recorded by fetch in entry), else DEFAULT_SOURCE_DATE."""
+    if upstream.source_date_epoch is not None:
+        return upstream.source_date_epoch
+    if isinstance(upstream, GitUpstream):
+        return int((entry / DATE_FILE).read_text())
+    return DEFAULT_SOURCE_DATE
 
 
 class _Links(HTMLParser):

@@ -41,11 +41,13 @@ class WheelSet:
         return wheels
 
 
-def builder_image(client: Client, base: BaseImage, settings: HostSettings, build_dir: Path) -> str:
-    """The builder image for a base, rendered from images/builder.Dockerfile.j2 once."""
-    names = ("builder.Dockerfile.j2", "builder-requirements.txt", "build_wheels.py")
+def builder_image(client: Client, base: BaseImage, lock: Path, settings: HostSettings,
+                  build_dir: Path) -> str:
+    """The builder image for a base and its lock, rendered from images/builder.Dockerfile.j2."""
+    names = ("builder.Dockerfile.j2", "build_wheels.py")
     key = data_hash({"base": base.digest, "files": [resources.digest(n) for n in names],
-                     "index": settings.index_url, "ca": bool(settings.ca_bundle)})
+                     "lock": file_sha256(lock), "index": settings.index_url,
+                     "ca": bool(settings.ca_bundle)})
     ref = f"sparkbake-builder/{base.name}:{key[:12]}"
     if image_exists(client, ref):
         return ref
@@ -53,8 +55,8 @@ def builder_image(client: Client, base: BaseImage, settings: HostSettings, build
         (context / "Dockerfile").write_text(resources.render(
             "builder.Dockerfile.j2", base_image=base.ref, ca_bundle=bool(settings.ca_bundle),
             index_url=settings.index_url))
-        for name in names[1:]:
-            shutil.copy(resources.path(name), context / name)
+        shutil.copy(resources.path("build_wheels.py"), context / "build_wheels.py")
+        shutil.copy(lock, context / "builder.lock")
         if settings.ca_bundle:
             shutil.copy(settings.ca_bundle, context / "ca-bundle.crt")
         build_image(client, context, ref, error=BuildError,
@@ -106,6 +108,7 @@ class BuildRequest:
     log: Path
     jobs: Jobs
     memory: str | None
+    source_date: int  # SOURCE_DATE_EPOCH of the tag
 
 
 def build(client: Client, request: BuildRequest) -> WheelSet:
@@ -144,7 +147,11 @@ def _container_args(request: BuildRequest, out: Path, reuse: str | None) -> dict
     environment = {"TORCH_CUDA_ARCH_LIST": request.tag.cuda_arch,
                    "SPARKBAKE_TAG": request.tag.name,
                    "MAX_JOBS": str(request.jobs.max_jobs),
-                   "NVCC_THREADS": str(request.jobs.nvcc_threads)}
+                   "NVCC_THREADS": str(request.jobs.nvcc_threads),
+                   # reproducible wheels: zip times, hash order, and nvcc intermediates named
+                   # after the object file instead of nvcc's pid (see README: Reproducibility)
+                   "SOURCE_DATE_EPOCH": str(request.source_date), "PYTHONHASHSEED": "0",
+                   "NVCC_APPEND_FLAGS": "-objtemp"}
     if reuse:
         # vLLM's own switch: take the compiled extensions from a wheel instead of compiling
         volumes[str(request.kernels)] = {"bind": "/kernels", "mode": "ro"}

@@ -1,8 +1,9 @@
 """publish against a real Docker engine, a real docker-registry and skopeo as the judge.
 
-Every image here is a tiny one built FROM scratch (publish does not look inside an image),
-labelled with the plan's inputs and with this run's id, by which the images are removed at
-the end. The embedded registry runs on a free port under the module's temporary folder.
+Every image here is a tiny one of one layer (publish does not look inside an image), written
+into the project's build/oci and loaded into the engine as the bake does, labelled with the
+plan's inputs and with this run's id, by which the images are removed at the end. The
+embedded registry runs on a free port under the module's temporary folder.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import docker.errors
 import pytest
 
 from sparkbake import config as config_mod
-from sparkbake import docker_api, embedded_registry, registry
+from sparkbake import docker_api, embedded_registry, layers, oci, registry
 from sparkbake import plan as plan_mod
 from sparkbake.__main__ import main
 from sparkbake.config import Config
@@ -52,11 +53,6 @@ tags:
   {tag}:
     upstream: fixture
     series: []
-"""
-DOCKERFILE = """\
-FROM scratch
-COPY payload /payload
-LABEL dev.sparkbake.inputs={inputs} dev.sparkbake.tag={tag} {run_label}={run}
 """
 
 
@@ -117,14 +113,24 @@ class Project:
         return self.config.build_dir / "releases" / f"{TAG}.json"
 
     def build(self, payload: str, inputs: str | None = None) -> str:
-        """Bake a tiny image under the tag's ref; return its id."""
-        context = self.config.root / f"context-{uuid.uuid4().hex[:8]}"
-        context.mkdir()
-        (context / "payload").write_text(payload)
-        (context / "Dockerfile").write_text(DOCKERFILE.format(
-            inputs=inputs or self.plan.inputs, tag=TAG, run_label=RUN_LABEL, run=RUN))
-        return docker_api.build_image(self.client, context, self.plan.tag.image_ref,
-                                      error=BakeError)
+        """Bake a tiny image (/payload) into build/oci and the engine under the tag's ref, as
+        the bake stage does; return its id."""
+        work = self.config.root / f"bake-{uuid.uuid4().hex[:8]}"
+        work.mkdir()
+        layout = oci.Layout(self.config.build_dir / "oci")
+        layer = layers.from_files({"payload": (payload.encode(), 0o644)}, work / "l.tgz", 0)
+        labels = {"dev.sparkbake.inputs": inputs or self.plan.inputs,
+                  "dev.sparkbake.tag": TAG, RUN_LABEL: RUN}
+        change = oci.ConfigChange(created=0, platform="linux/amd64",
+                                  layers=((layer.diff_id, "payload"),), env=(), path="/",
+                                  labels=tuple(labels.items()), entrypoint=("/payload",))
+        config = layout.add_bytes(oci.canonical(oci.image_config({}, change)), oci.CONFIG_TYPE)
+        blob = layout.add_file(layer.path, layer.digest, layers.MEDIA_TYPE)
+        image = layout.add_bytes(oci.canonical(oci.manifest(config, [blob])), oci.MANIFEST_TYPE)
+        layout.tag(TAG, image)
+        oci.write_docker_archive(layout, image, self.plan.tag.image_ref, work / "image.tar")
+        docker_api.load_image(self.client, work / "image.tar", error=BakeError)
+        return config.digest
 
     def smoke(self, passed: bool = True) -> None:
         path = self.config.build_dir / "smoke" / f"{TAG}.json"
@@ -170,6 +176,8 @@ def test_publish_pushes_both_tags_and_records_the_verified_digest(project: Proje
     assert record["upstream"]["kind"] == "dir"
     assert skopeo_digest(f"{repository}:{TAG}") == record["digest"]
     assert skopeo_digest(f"{repository}:{immutable}") == record["digest"]
+    baked = oci.Layout(project.config.build_dir / "oci").find(TAG)
+    assert baked is not None and record["digest"] == baked.digest  # as baked, not re-made
 
 
 def test_republishing_the_same_image_is_accepted(project: Project) -> None:
@@ -226,7 +234,7 @@ def test_an_unreachable_registry_is_exit_7_without_a_record(project: Project) ->
     assert not project.release.exists()
 
 
-def test_an_error_inside_the_push_stream_is_exit_7_without_a_record(
+def test_a_push_the_registry_refuses_is_exit_7_without_a_record(
         project: Project, tmp_path: Path) -> None:
     readonly = _config(tmp_path / "readonly", "127.0.0.1:1/unused")
     port = free_port()
@@ -251,6 +259,20 @@ def test_a_missing_or_failed_smoke_record_is_refused(project: Project) -> None:
     project.smoke(passed=False)
     with pytest.raises(PublishError, match="did not pass"):
         project.publish()
+    assert not project.release.exists()
+
+
+def test_an_engine_image_that_is_not_the_baked_one_is_refused(project: Project) -> None:
+    project.build("tested")
+    project.smoke()
+    layout = oci.Layout(project.config.build_dir / "oci")
+    tested = layout.find(TAG)
+    project.build("other")  # the layout and the engine move on together ...
+    assert tested is not None
+    layout.tag(TAG, tested)  # ... then the layout alone goes back
+    with pytest.raises(PublishError, match="is not the image baked into") as caught:
+        project.publish()
+    assert f"nox -s build-image -- {TAG}" in str(caught.value)
     assert not project.release.exists()
 
 

@@ -585,9 +585,64 @@ def test_the_fixture_versions_yaml_loads() -> None:
     loaded = config_mod.load(path)
     fixture = loaded.tag("fixture")
     plain = loaded.tag("fixture-plain")
-    assert fixture.upstream == DirUpstream(key="tinykern", path=path.parent / "upstream")
+    assert fixture.upstream == DirUpstream(key="tinykern", path=path.parent / "upstream",
+                                           source_date_epoch=1735689600)
     assert fixture.series == ("tinykern",)
     assert plain.series == ()
     assert plain.env == fixture.env
     assert dict(fixture.env)["SPARKBAKE_NOTE"] == 'quotes " and $HOME stay literal'
     assert isinstance(fixture.runtime, DebootstrapBase)
+
+
+# --- source_date_epoch (SOURCE_DATE_EPOCH of an upstream) ---------------------------------
+
+
+def with_date(text: str, spec: str, value: str) -> str:
+    """text with `source_date_epoch: value` added below the upstream line `spec`."""
+    return edit(text, f"    {spec}\n", f"    {spec}\n    source_date_epoch: {value}\n")
+
+
+def test_source_date_epoch_is_read_on_every_kind_of_upstream(tmp_path: Path) -> None:
+    text = with_date(VALID, "dir: upstream", "1735689600")
+    text = with_date(text, f"pypi: {{name: vllm, version: 0.33.0, sha256: {SDIST}}}", "315532800")
+    text = with_date(text, f'git: {{url: "https://example.invalid/vllm.git", '
+                     f'commit: {FORK_COMMIT}}}', "1700000000")
+    loaded = config_mod.load(write_config(tmp_path, text))
+    assert loaded.tag("local").upstream.source_date_epoch == 1735689600
+    assert loaded.tag("3.72-vision").upstream.source_date_epoch == 315532800
+    assert loaded.tag("custom").upstream.source_date_epoch == 1700000000
+    assert loaded.tag("from-git").upstream.source_date_epoch is None  # git: the commit time
+
+
+@pytest.mark.parametrize(("value", "fragment"), [
+    ('"1735689600"', "source_date_epoch '1735689600' is not a Unix time"),
+    ("true", "source_date_epoch True is not a Unix time"),
+    ("1735689600.5", "source_date_epoch 1735689600.5 is not a Unix time"),
+    ("315532799", "between 1980 and 2100"),
+    ("4102444800", "between 1980 and 2100"),
+])
+def test_a_bad_source_date_epoch_names_its_line(tmp_path: Path, value: str,
+                                                fragment: str) -> None:
+    text = with_date(VALID, "dir: upstream", value)
+    error, path = load_error(tmp_path, text)
+    assert error.message.startswith(f"{path}:{line_of(text, 'source_date_epoch')}: ")
+    assert fragment in error.message
+    assert "source_date_epoch: 1735689600" in error.remedy
+
+
+def test_a_misspelt_source_date_epoch_is_suggested_and_alone_it_is_no_upstream(
+        tmp_path: Path) -> None:
+    text = edit(VALID, "    dir: upstream\n", "    dir: upstream\n    source_date_epoc: 1\n")
+    error, _ = load_error(tmp_path, text)
+    assert "did you mean 'source_date_epoch'?" in error.message
+    text = edit(VALID, "    dir: upstream\n", "    source_date_epoch: 1735689600\n")
+    error, _ = load_error(tmp_path, text)
+    assert "needs exactly one of pypi, git, dir" in error.message
+
+
+def test_a_config_with_a_work_folder_keeps_build_and_wheels_there(loaded: Config,
+                                                                  tmp_path: Path) -> None:
+    moved = dataclasses.replace(loaded, work=tmp_path / "scratch")
+    assert (moved.build_dir, moved.wheels_dir) == (tmp_path / "scratch" / "build",
+                                                  tmp_path / "scratch" / "wheels")
+    assert moved.patches_dir == loaded.patches_dir and moved.root == loaded.root

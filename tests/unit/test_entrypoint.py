@@ -2,29 +2,121 @@
 
 from __future__ import annotations
 
-import importlib.util
+import json
+import os
+import re
+import shlex
 import subprocess
 import sys
+from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-from sparkbake import resources
+from sparkbake import envfile, preflight, resources
+from tests.nodeenv import ENV_DIR, HEAD_IP, reference_command, write_sysctls
 
 SCRIPT = resources.path("entrypoint.py")
+README = Path(__file__).parents[2] / "README.md"
+
+# With MODEL alone: the fixed flags of the model family and the defaults, in order.
+BASELINE = [
+    "vllm", "serve", "/m", "--host", "0.0.0.0",
+    "--trust-remote-code", "--distributed-executor-backend", "mp",
+    "--attention-backend", "B12X_MLA_SPARSE", "--moe-backend", "b12x", "--linear-backend", "b12x",
+    "--kv-cache-dtype", "fp8", "--block-size", "256",
+    "--compilation-config", '{"custom_ops":["all"]}',
+    "--async-scheduling", "--no-scheduler-reserve-full-isl", "--enable-chunked-prefill",
+    "--tokenizer-mode", "deepseek_v4",
+    "--tool-call-parser", "deepseek_v4", "--enable-auto-tool-choice",
+    "--reasoning-parser", "deepseek_v4", "--reasoning-config",
+    '{"reasoning_parser":"deepseek_v4","reasoning_start_str":"","reasoning_end_str":""}',
+    "--default-chat-template-kwargs.thinking=true",
+    "--disable-chunked-mm-input", "--limit-mm-per-prompt", '{"image": 4}',
+]
+
+# (variables set on top of MODEL=/m, the arguments they must produce, in this order)
+VARIABLE_CASES: list[tuple[dict[str, str], list[str]]] = [
+    ({"MODEL": "/models/x"}, ["vllm", "serve", "/models/x"]),
+    ({"SERVED_MODEL_NAME": "dsv4"}, ["--served-model-name", "dsv4"]),
+    ({"API_HOST": "127.0.0.1"}, ["--host", "127.0.0.1"]),
+    ({"API_PORT": "8300"}, ["--port", "8300"]),
+    ({"NNODES": "4"}, ["--nnodes", "4"]),
+    ({"NODE_RANK": "2"}, ["--node-rank", "2"]),
+    ({"MASTER_ADDR": "10.0.0.1"}, ["--master-addr", "10.0.0.1"]),
+    ({"MASTER_PORT": "29511"}, ["--master-port", "29511"]),
+    ({"TP_SIZE": "4"}, ["--tensor-parallel-size", "4"]),
+    ({"DCP_SIZE": "2"}, ["--decode-context-parallel-size", "2"]),
+    ({"DCP_COMM_BACKEND": "ag_rs"}, ["--dcp-comm-backend", "ag_rs"]),
+    ({"GPU_MEMORY_UTILIZATION": "0.75"}, ["--gpu-memory-utilization", "0.75"]),
+    ({"KV_CACHE_MEMORY_BYTES": "26000000000"}, ["--kv-cache-memory-bytes", "26000000000"]),
+    ({"MAX_MODEL_LEN": "393216"}, ["--max-model-len", "393216"]),
+    ({"MAX_NUM_SEQS": "8"}, ["--max-num-seqs", "8"]),
+    ({"MAX_NUM_BATCHED_TOKENS": "8192"}, ["--max-num-batched-tokens", "8192"]),
+    ({"LONG_PREFILL_TOKEN_THRESHOLD": "4096"}, ["--long-prefill-token-threshold", "4096"]),
+    ({"MAX_CUDAGRAPH_CAPTURE_SIZE": "56"}, ["--max-cudagraph-capture-size", "56"]),
+    ({"VLLM_CUDAGRAPH_MODE": "FULL_AND_PIECEWISE"},
+     ["--compilation-config", '{"cudagraph_mode":"FULL_AND_PIECEWISE","custom_ops":["all"]}']),
+    ({"CUDAGRAPH_CAPTURE_SIZES": "1, 2,56"},
+     ["--compilation-config", '{"custom_ops":["all"],"cudagraph_capture_sizes":[1,2,56]}']),
+    ({"ENABLE_PREFIX_CACHING": "1"}, ["--enable-chunked-prefill", "--enable-prefix-caching"]),
+    ({"ENABLE_PREFIX_CACHING": "false"},
+     ["--enable-chunked-prefill", "--no-enable-prefix-caching"]),
+    ({"TOKENIZER_MODE": "auto"}, ["--tokenizer-mode", "auto"]),
+    ({"TOOL_CALL_PARSER": "hermes"}, ["--tool-call-parser", "hermes", "--enable-auto-tool-choice"]),
+    ({"REASONING_PARSER": "r1"},
+     ["--reasoning-parser", "r1", "--reasoning-config",
+      '{"reasoning_parser":"r1","reasoning_start_str":"","reasoning_end_str":""}']),
+    ({"DEFAULT_THINKING": "0"}, ["--default-chat-template-kwargs.thinking=false"]),
+    ({"VLLM_ENABLE_DSPARK": "1"}, ["--speculative-config", '{"method":"dspark"}']),
+    ({"VLLM_ENABLE_DSPARK": "1", "NUM_SPECULATIVE_TOKENS": "6"},
+     ["--speculative-config", '{"method":"dspark","num_speculative_tokens":6}']),
+    ({"VLLM_ENABLE_DSPARK": "1", "DSPARK_DRAFT_SAMPLE_METHOD": "greedy"},
+     ["--speculative-config", '{"method":"dspark","draft_sample_method":"greedy"}']),
+    ({"LIMIT_MM_IMAGES": "2"}, ["--limit-mm-per-prompt", '{"image": 2}']),
+    ({"SERVE_EXTRA_ARGS": "--seed 7 --served-model-name 'a b'"},
+     ["--limit-mm-per-prompt", '{"image": 4}', "--seed", "7", "--served-model-name", "a b"]),
+]
+
+# (variables set, an argument that must then be absent)
+ABSENT_CASES: list[tuple[dict[str, str], str]] = [
+    ({"KV_CACHE_MEMORY_BYTES": ""}, "--kv-cache-memory-bytes"),
+    ({"API_PORT": ""}, "--port"),
+    ({"API_HOST": ""}, "--host"),
+    ({"TOKENIZER_MODE": ""}, "--tokenizer-mode"),
+    ({"TOOL_CALL_PARSER": ""}, "--enable-auto-tool-choice"),
+    ({"REASONING_PARSER": ""}, "--reasoning-config"),
+    ({"DEFAULT_THINKING": ""}, "--default-chat-template-kwargs.thinking=true"),
+    ({"LIMIT_MM_IMAGES": ""}, "--limit-mm-per-prompt"),
+    ({"VLLM_ENABLE_DSPARK": "0", "NUM_SPECULATIVE_TOKENS": "6"}, "--speculative-config"),
+    ({"ENABLE_PREFIX_CACHING": ""}, "--enable-prefix-caching"),
+]
 
 
-def load_entrypoint() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("sparkbake_entrypoint", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def entrypoint() -> ModuleType:
+    return preflight.entrypoint()  # the host's loader: what check-env uses
 
 
 def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True,
                           env=env or {"PATH": "/usr/bin:/bin"}, check=False)
+
+
+def contains(cmd: list[str], part: list[str]) -> bool:
+    return any(cmd[i:i + len(part)] == part for i in range(len(cmd) - len(part) + 1))
+
+
+@pytest.fixture
+def image_env(tmp_path: Path) -> dict[str, str]:
+    """An environment like the image's: a manifest of 3.73 and a tuned host's sysctls."""
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text(json.dumps({
+        "image": "repo:production-3.73-vision", "inputs": "ab" * 32,
+        "series": [{"name": n} for n in ("dcp-dspark", "prefix-cache", "ckv-gather", "vision")],
+        "env": {"VLLM_DSV4_CKV_GATHER": "1", "VLLM_DSV4_CKV_ALLOW_IMAGES": "1"}}))
+    write_sysctls(tmp_path / "sys")
+    return {"PATH": "/usr/bin:/bin", "SPARKBAKE_MANIFEST": str(manifest),
+            "SPARKBAKE_PROC_SYS": str(tmp_path / "sys")}
 
 
 def test_given_arguments_are_run_exactly_without_env_flags() -> None:
@@ -33,20 +125,112 @@ def test_given_arguments_are_run_exactly_without_env_flags() -> None:
     assert result.stdout.strip() == "vllm serve /m --port 1"
 
 
-def test_without_arguments_the_command_comes_from_the_environment() -> None:
-    entrypoint = load_entrypoint()
-    cmd = entrypoint.serve_command({"MODEL": "/models/x", "API_PORT": "8300", "TP_SIZE": "4",
-                                    "DCP_SIZE": "2", "UNRELATED": "y"})
-    assert cmd == ["vllm", "serve", "/models/x", "--port", "8300",
-                   "--tensor-parallel-size", "4", "--decode-context-parallel-size", "2"]
-
-
-def test_no_model_and_no_arguments_is_an_error_that_says_what_to_set() -> None:
-    entrypoint = load_entrypoint()
-    with pytest.raises(SystemExit, match="set MODEL"):
-        entrypoint.serve_command({})
+def test_given_arguments_skip_preflight_even_with_a_bad_environment() -> None:
+    result = run("--print", "echo", "x", env={"PATH": "/usr/bin:/bin", "NNODES": "four"})
+    assert (result.returncode, result.stdout.strip(), result.stderr) == (0, "echo x", "")
 
 
 def test_arguments_are_executed_not_just_printed() -> None:
     result = run("sh", "-c", "echo ran $0", "x y")
     assert (result.returncode, result.stdout.strip()) == (0, "ran x y")
+
+
+def test_with_model_alone_the_command_is_the_family_baseline() -> None:
+    assert entrypoint().serve_command({"MODEL": "/m"}) == BASELINE
+
+
+@pytest.mark.parametrize(("variables", "expected"), VARIABLE_CASES,
+                         ids=[",".join(v) + f"-{i}" for i, (v, _) in enumerate(VARIABLE_CASES)])
+def test_each_variable_makes_its_flag(variables: dict[str, str], expected: list[str]) -> None:
+    cmd = entrypoint().serve_command({"MODEL": "/m", **variables})
+    assert contains(cmd, expected), shlex.join(cmd)
+
+
+@pytest.mark.parametrize(("variables", "flag"), ABSENT_CASES,
+                         ids=[",".join(v) for v, _ in ABSENT_CASES])
+def test_an_empty_or_off_variable_drops_its_flag(variables: dict[str, str], flag: str) -> None:
+    full = {"MODEL": "/m", "API_PORT": "1", "KV_CACHE_MEMORY_BYTES": "1",
+            "VLLM_ENABLE_DSPARK": "1", "ENABLE_PREFIX_CACHING": "1"}
+    assert flag in entrypoint().serve_command(full)
+    assert flag not in entrypoint().serve_command({**full, **variables})
+
+
+def test_the_table_covers_every_variable_of_the_entrypoint() -> None:
+    tested = {name for variables, _ in VARIABLE_CASES for name in variables}
+    assert tested == set(entrypoint().VARIABLES)
+
+
+def test_the_entrypoint_variables_are_the_flag_variables_of_the_rules() -> None:
+    rules = entrypoint().checks.load_rules()
+    flagged = {name for name, spec in rules["variables"].items() if spec["use"] == "flag"}
+    assert flagged == set(entrypoint().VARIABLES)
+
+
+def test_readme_documents_every_variable_in_its_entrypoint_section() -> None:
+    section = README.read_text().split("## Entrypoint", 1)[1].split("\n## ", 1)[0]
+    documented = set(re.findall(r"`([A-Z][A-Z0-9_]+)`", section))
+    assert set(entrypoint().VARIABLES) <= documented
+
+
+@pytest.mark.parametrize(("node", "rank"), [("head", 0), ("worker", 1)])
+def test_the_reference_env_files_make_the_reference_command(node: str, rank: int) -> None:
+    env = envfile.read(ENV_DIR / f"{node}.env").values
+    assert entrypoint().serve_command(env) == reference_command(rank)
+
+
+def test_no_model_and_no_arguments_is_an_error_that_says_what_to_set() -> None:
+    with pytest.raises(SystemExit, match="set MODEL"):
+        entrypoint().serve_command({})
+
+
+def test_print_shows_the_env_command_and_warnings_go_to_stderr(
+        image_env: dict[str, str]) -> None:
+    env = {**image_env, **envfile.read(ENV_DIR / "worker.env").values, "MAX_NUM_SEQS": "4"}
+    result = run("--print", env=env)
+    expected = reference_command(1)
+    expected[expected.index("--max-num-seqs") + 1] = "4"
+    assert result.returncode == 0
+    assert shlex.split(result.stdout) == expected
+    assert "sparkbake preflight: warning: MAX_CUDAGRAPH_CAPTURE_SIZE=56" in result.stderr
+
+
+def test_preflight_errors_refuse_the_start_with_exit_2(image_env: dict[str, str]) -> None:
+    env = {**image_env, **envfile.read(ENV_DIR / "worker.env").values, "VLLM_HOST_IP": HEAD_IP}
+    result = run(env=env)
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.startswith("sparkbake preflight: error: worker NODE_RANK=1 has "
+                                    f"VLLM_HOST_IP={HEAD_IP}")
+    assert "refusing to start vllm: 1 error(s)" in result.stderr
+
+
+def test_preflight_can_be_switched_off(image_env: dict[str, str]) -> None:
+    env = {**image_env, **envfile.read(ENV_DIR / "worker.env").values, "VLLM_HOST_IP": HEAD_IP,
+           "SPARKBAKE_PREFLIGHT": "0"}
+    result = run("--print", env=env)
+    assert result.returncode == 0
+    assert shlex.split(result.stdout) == reference_command(1)
+    assert result.stderr.strip() == "sparkbake preflight: skipped (SPARKBAKE_PREFLIGHT=0)"
+
+
+def test_a_bad_value_without_preflight_is_a_short_error(image_env: dict[str, str]) -> None:
+    result = run("--print", env={**image_env, "MODEL": "/m", "SPARKBAKE_PREFLIGHT": "0",
+                                 "LIMIT_MM_IMAGES": "four"})
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "sparkbake: not an integer" in result.stderr
+
+
+def test_without_arguments_the_built_command_is_executed(
+        image_env: dict[str, str], tmp_path: Path) -> None:
+    fake = tmp_path / "bin" / "vllm"
+    fake.parent.mkdir()
+    fake.write_text('#!/bin/sh\necho "vllm $*"\n')
+    fake.chmod(0o755)
+    env = {**image_env, "PATH": f"{fake.parent}:{os.environ['PATH']}", "MODEL": "/m"}
+    result = run(env=env)
+    assert (result.returncode, result.stdout.strip()) == (0, " ".join(BASELINE))
+
+
+def test_print_without_model_describes_the_image(image_env: dict[str, str]) -> None:
+    result = run("--print", env=image_env)
+    assert result.stdout.strip() == (f"repo:production-3.73-vision (inputs {'ab' * 6}); "
+                                     "set MODEL to serve")

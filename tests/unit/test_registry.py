@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 import socket
 from pathlib import Path
-from typing import Any
 
 import pytest
+import requests
 import yaml
 
 from sparkbake import config as config_mod
-from sparkbake import embedded_registry, registry, resources
+from sparkbake import distribution, embedded_registry, registry, resources, settings
 from sparkbake import plan as plan_mod
 from sparkbake.errors import EngineError, PublishError, UsageError
 
@@ -47,54 +47,6 @@ tags:
 def _plan(tmp_path: Path) -> plan_mod.Plan:
     config = _config(tmp_path)
     return plan_mod.make(config, config.tag("1.0-unit"))
-
-
-# --- push stream --------------------------------------------------------------------------
-
-
-def test_push_stream_returns_the_aux_digest_and_prints_layer_states_once(
-        capsys: pytest.CaptureFixture[str]) -> None:
-    stream: list[Any] = [
-        {"status": "The push refers to repository [localhost:5000/x]"},
-        {"status": "Preparing", "progressDetail": {}, "id": "70e856b14743"},
-        {"status": "Pushing", "progressDetail": {"current": 1}, "id": "70e856b14743"},
-        {"status": "Pushing", "progressDetail": {"current": 2}, "id": "70e856b14743"},
-        {"status": "Retrying in 5 seconds", "id": "70e856b14743"},
-        {"status": "Retrying in 4 seconds", "id": "70e856b14743"},
-        {"status": "Pushed", "progressDetail": {}, "id": "70e856b14743"},
-        json.dumps({"status": f"t: digest: {DIGEST_B} size: 528"}),
-        {"progressDetail": {}, "aux": {"Tag": "t", "Digest": DIGEST_A, "Size": 528}},
-    ]
-    assert registry.push_stream(stream, "localhost:5000/x:t") == DIGEST_A
-    printed = capsys.readouterr().err.splitlines()
-    assert printed.count("70e856b14743: Pushing") == 1
-    assert printed.count("70e856b14743: Retrying in 5 seconds") == 1
-    assert not any("Retrying in 4" in line for line in printed)
-
-
-def test_push_stream_takes_the_digest_from_the_status_line_without_aux() -> None:
-    stream = [{"status": f"t: digest: {DIGEST_B} size: 528"}]
-    assert registry.push_stream(stream, "r:t") == DIGEST_B
-
-
-@pytest.mark.parametrize("chunk", [
-    {"errorDetail": {"message": "error parsing HTTP 405 response body:\n Method not allowed"},
-     "error": "error parsing HTTP 405 response body:\n Method not allowed"},
-    {"errorDetail": {"message": "denied: requested access to the resource is denied"}},
-    {"error": "received unexpected HTTP status: 500 Internal Server Error"},
-])
-def test_push_stream_raises_on_an_error_inside_the_stream(chunk: dict[str, Any]) -> None:
-    stream = [{"status": "Preparing", "id": "abc"}, chunk, {"aux": {"Digest": DIGEST_A}}]
-    with pytest.raises(PublishError) as caught:
-        registry.push_stream(stream, "localhost:5000/x:t")
-    assert caught.value.exit_code == 7
-    assert "pushing localhost:5000/x:t failed" in str(caught.value)
-    assert len(str(caught.value).splitlines()) <= 2
-
-
-def test_push_stream_without_a_digest_is_an_error() -> None:
-    with pytest.raises(PublishError, match="no digest"):
-        registry.push_stream([{"status": "Pushed", "id": "abc"}], "r:t")
 
 
 # --- names and addresses ------------------------------------------------------------------
@@ -137,12 +89,6 @@ def test_remote_for_uses_plain_http_on_loopback_only() -> None:
 
 
 # --- overwrite refusal --------------------------------------------------------------------
-
-
-def test_local_digests_keeps_only_the_target_repository() -> None:
-    attrs = {"RepoDigests": [f"127.0.0.1:5000/x@{DIGEST_A}", f"127.0.0.1:6000/x@{DIGEST_B}"]}
-    assert registry.local_digests(attrs, "127.0.0.1:5000/x") == {DIGEST_A}
-    assert registry.local_digests({"RepoDigests": None}, "127.0.0.1:5000/x") == set()
 
 
 def test_check_overwrite_accepts_a_new_tag_or_the_same_image() -> None:
@@ -223,3 +169,36 @@ def test_stop_and_status_without_a_registry(tmp_path: Path) -> None:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     assert "nothing answers" in embedded_registry.status(config, port)
+
+
+# --- registry logins ------------------------------------------------------------------------
+
+
+def test_the_login_is_the_one_docker_login_stored(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps({"auths": {
+        "ghcr.io": {"auth": "dXNlcjpwYXNz"},
+        "https://index.docker.io/v1/": {"auth": "aHViOnB3"},
+        "helper.example": {}}, "credsStore": "desktop"}))
+    assert settings.registry_login("ghcr.io", tmp_path) == "dXNlcjpwYXNz"
+    assert settings.registry_login("docker.io", tmp_path) == "aHViOnB3"
+    assert settings.registry_login("helper.example", tmp_path) is None  # in a helper
+    assert settings.registry_login("other.example", tmp_path) is None
+    assert settings.registry_login("ghcr.io", tmp_path / "none") is None
+
+
+def challenge(header: str) -> requests.Response:
+    response = requests.Response()
+    response.status_code = 401
+    response.headers["WWW-Authenticate"] = header
+    return response
+
+
+def test_a_basic_challenge_is_answered_once_with_the_stored_login() -> None:
+    remote = registry.remote_for("127.0.0.1:5000/x")
+    session = distribution.Session(remote, login="dXNlcjpwYXNz")
+    assert session._login(challenge('Basic realm="registry"')) is True
+    assert session._auth() == {"Authorization": "Basic dXNlcjpwYXNz"}
+    assert session._login(challenge('Basic realm="registry"')) is False  # no second try
+    anonymous = distribution.Session(remote)
+    assert anonymous._login(challenge('Basic realm="registry"')) is False
+    assert anonymous._auth() == {}

@@ -28,9 +28,11 @@ def gencode_flags(arch_list: str) -> list[str]:
 def copy_precompiled(wheel: str, output: Path) -> None:
     print(f"using precompiled kernels from {wheel}", flush=True)
     with zipfile.ZipFile(wheel) as archive:
-        member = next(n for n in archive.namelist() if n.startswith("tinykern/_kernels"))
+        member = next(m for m in archive.infolist() if m.filename.startswith("tinykern/_kernels"))
         with archive.open(member) as source, output.open("wb") as target:
             shutil.copyfileobj(source, target)
+        if member.external_attr >> 16:  # the mode it had, as vLLM's setup.py restores it
+            os.chmod(output, member.external_attr >> 16)
 
 
 class NvccBuild(build_ext):
@@ -42,9 +44,26 @@ class NvccBuild(build_ext):
             return
         arch_list = os.environ.get("TORCH_CUDA_ARCH_LIST", "12.1a")
         cmd = ["nvcc", "-O2", "-shared", "-Xcompiler", "-fPIC", *gencode_flags(arch_list),
-               *ext.sources, "-o", str(output)]
-        print("+ " + " ".join(cmd), flush=True)
-        subprocess.run(cmd, check=True)
+               *compile_objects(ext.sources, Path(self.build_temp), arch_list), "-o", str(output)]
+        run(cmd)
+
+
+def compile_objects(sources: list[str], folder: Path, arch_list: str) -> list[str]:
+    """Each source compiled to an object (-c) before the link, as CMake does: nvcc then names
+    its intermediate files after the object (with -objtemp), not after its process id."""
+    folder.mkdir(parents=True, exist_ok=True)
+    objects = []
+    for source in sources:
+        obj = folder / (Path(source).stem + ".o")
+        run(["nvcc", "-O2", "-c", "-Xcompiler", "-fPIC", *gencode_flags(arch_list), source,
+             "-o", str(obj)])
+        objects.append(str(obj))
+    return objects
+
+
+def run(cmd: list[str]) -> None:
+    print("+ " + " ".join(cmd), flush=True)
+    subprocess.run(cmd, check=True)
 
 
 setup(

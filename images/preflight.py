@@ -1,0 +1,262 @@
+"""sparkbake preflight: a node's environment checked against the rules in preflight.json.
+
+Standard library only, Python >= 3.10. Baked into the image next to entrypoint.py (which
+runs it before exec), and loaded by `sparkbake check-env` on the host, so both apply the
+same rules. The rules are data: each names a level, a condition written as a small Python
+expression over the variables, a message and the reason the reference deployment gives.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import json
+import re
+import shlex
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+RULES_FILE = Path(__file__).with_name("preflight.json")
+TRUE = ("1", "true", "yes", "on")
+FALSE = ("0", "false", "no", "off")
+INT = re.compile(r"[+-]?[0-9]+")
+FLOAT = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
+FIELD = re.compile(r"\{([^{}]+)\}")
+EXPECTED = {"int": "an integer", "float": "a number", "bool": "one of 1/0/true/false/yes/no/on/off",
+            "intlist": "a comma-separated list of integers", "args": "shell-quoted arguments",
+            "str": "text"}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One problem found: its rule, level, message, the reason, and the variable it is about."""
+
+    rule: str
+    level: str  # error | warning
+    message: str
+    reason: str
+    at: str = ""
+
+    def lines(self, prefix: str) -> str:
+        return f"{prefix}{self.level}: {self.message} [{self.rule}]\n  -> {self.reason}"
+
+
+class Unknown(Exception):
+    """A value the rule needs is unset or unreadable: the rule does not apply."""
+
+
+def load_rules(path: Path | str = RULES_FILE) -> dict[str, Any]:
+    with open(path, encoding="utf-8") as handle:
+        rules: dict[str, Any] = json.load(handle)
+    return rules
+
+
+def convert(kind: str, text: str) -> Any:
+    """A variable's text as its type; ValueError when it is not one."""
+    if kind == "int" and INT.fullmatch(text):
+        return int(text)
+    if kind == "float" and FLOAT.fullmatch(text):
+        return float(text)
+    if kind == "bool" and text.lower() in TRUE + FALSE:
+        return text.lower() in TRUE
+    if kind == "intlist" and all(INT.fullmatch(p.strip()) for p in text.split(",")):
+        return [int(p) for p in text.split(",")]
+    if kind == "args":
+        return shlex.split(text)
+    if kind == "str":
+        return text
+    raise ValueError(f"not {EXPECTED.get(kind, kind)}")
+
+
+class Context:
+    """The environment, typed through the variable table, plus the tag's series and sysctls."""
+
+    def __init__(self, env: Mapping[str, str], rules: Mapping[str, Any],
+                 series: Iterable[str] | None, proc_sys: Path | str) -> None:
+        self.env = dict(env)
+        self.variables: dict[str, dict[str, Any]] = rules["variables"]
+        self.series = None if series is None else tuple(series)
+        self.proc_sys = Path(proc_sys)
+
+    def given(self, name: str) -> bool:
+        return self.env.get(name, "") != ""
+
+    def value(self, name: str) -> Any:
+        spec = self.variables.get(name, {"type": "str"})
+        if not self.given(name):
+            if "unset_means" in spec:
+                return spec["unset_means"]
+            raise Unknown(name)
+        try:
+            return convert(spec["type"], self.env[name])
+        except ValueError as exc:  # reported by the types rule
+            raise Unknown(name) from exc
+
+    def has_series(self, name: str) -> bool:
+        if self.series is None:
+            raise Unknown("series")
+        return name in self.series
+
+    def evaluate(self, expression: str) -> Any:
+        return _eval(ast.parse(expression, mode="eval").body, self)
+
+    def render(self, template: str, extra: Mapping[str, str] | None = None) -> str:
+        """`{NAME}` as the variable's text (or `unset`), `{expr}` as the expression's value."""
+        def field(match: re.Match[str]) -> str:
+            inner = match.group(1).strip()
+            if extra and inner in extra:
+                return extra[inner]
+            if inner in self.variables:
+                return self.env.get(inner) or self._unset(inner)
+            try:
+                return str(self.evaluate(inner))
+            except Unknown:
+                return "?"
+        return FIELD.sub(field, template)
+
+    def _unset(self, name: str) -> str:
+        if "unset_means" not in self.variables[name]:
+            return "unset"
+        means = self.variables[name]["unset_means"]
+        return f"unset ({'on' if means else 'off'})" if isinstance(means, bool) \
+            else f"unset ({means})"
+
+
+def _call(node: ast.Call, ctx: Context) -> Any:
+    name = node.func.id if isinstance(node.func, ast.Name) else ""
+    if name in ("given", "has_series"):
+        if len(node.args) != 1 or not isinstance(node.args[0], ast.Constant):
+            raise ValueError(f"{name}() takes one quoted name")
+        return getattr(ctx, name)(str(node.args[0].value))
+    if name == "max" and len(node.args) == 1:
+        return max(_eval(node.args[0], ctx))
+    raise ValueError(f"unknown function {ast.unparse(node.func)}")
+
+
+BINARY: dict[type[ast.AST], Callable[[Any, Any], Any]] = {
+    ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
+    ast.Eq: lambda a, b: a == b, ast.NotEq: lambda a, b: a != b, ast.Lt: lambda a, b: a < b,
+    ast.LtE: lambda a, b: a <= b, ast.Gt: lambda a, b: a > b, ast.GtE: lambda a, b: a >= b,
+}
+
+
+def _eval(node: ast.AST, ctx: Context) -> Any:
+    """Evaluate the small expression language of the rules: names, constants, arithmetic,
+    comparisons, and/or/not, given('X'), has_series('s'), max(LIST)."""
+    if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.And):
+        return all(_eval(v, ctx) for v in node.values)  # stops at the first false
+    if isinstance(node, ast.BoolOp):
+        return any(_eval(v, ctx) for v in node.values)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+        return not _eval(node.operand, ctx)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        return -_eval(node.operand, ctx)
+    if isinstance(node, ast.BinOp) and type(node.op) in BINARY:
+        return BINARY[type(node.op)](_eval(node.left, ctx), _eval(node.right, ctx))
+    if isinstance(node, ast.Compare):
+        left = _eval(node.left, ctx)
+        for op, right_node in zip(node.ops, node.comparators, strict=True):
+            right = _eval(right_node, ctx)
+            if type(op) not in BINARY:
+                raise ValueError(f"unsupported comparison: {ast.unparse(node)}")
+            if not BINARY[type(op)](left, right):
+                return False
+            left = right
+        return True
+    if isinstance(node, ast.Name):
+        return ctx.value(node.id)
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.Call):
+        return _call(node, ctx)
+    raise ValueError(f"unsupported expression: {ast.unparse(node)}")
+
+
+# --- the checks: each takes the context and its rule, and returns its findings ------------
+
+
+def check_when(ctx: Context, rule: Mapping[str, Any]) -> list[Finding]:
+    try:
+        fired = bool(ctx.evaluate(rule["when"]))
+    except Unknown:
+        return []
+    return [_finding(rule, ctx.render(rule["message"]), rule.get("at", ""))] if fired else []
+
+
+def check_types(ctx: Context, rule: Mapping[str, Any]) -> list[Finding]:
+    found = []
+    for name, spec in ctx.variables.items():
+        if not ctx.given(name):
+            continue
+        try:
+            convert(spec["type"], ctx.env[name])
+        except ValueError:
+            extra = {"name": name, "value": repr(ctx.env[name]),
+                     "expected": EXPECTED[spec["type"]]}
+            found.append(_finding(rule, ctx.render(rule["message"], extra), name))
+    return found
+
+
+def check_sysctls(ctx: Context, rule: Mapping[str, Any]) -> list[Finding]:
+    if not (ctx.proc_sys / "vm").is_dir():
+        return [_finding(rule, ctx.render(rule["unreadable"], {"path": str(ctx.proc_sys)}))]
+    problems = []
+    for name, reference, want in rule["sysctls"]:
+        path = ctx.proc_sys.joinpath(*name.split("."))
+        try:
+            actual = int(path.read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            problems.append(f"{name} unreadable (reference: {reference})")
+            continue
+        if want == "min" and actual < reference:
+            problems.append(f"{name}={actual} (want >= {reference})")
+        elif want == "max" and actual > reference:
+            problems.append(f"{name}={actual} (want <= {reference})")
+        elif want == "max-nonzero" and not 0 < actual <= reference:
+            problems.append(f"{name}={actual} (want 1..{reference})")
+    if not problems:
+        return []
+    return [_finding(rule, ctx.render(rule["message"], {"problems": "; ".join(problems)}))]
+
+
+def check_typos(ctx: Context, rule: Mapping[str, Any], known: Iterable[str] = ()) -> list[Finding]:
+    names = set(ctx.variables) | set(known)
+    found = []
+    for name in sorted(ctx.env):
+        if name in names:
+            continue
+        close = difflib.get_close_matches(name, sorted(names), n=1, cutoff=rule["cutoff"])
+        if close:
+            message = ctx.render(rule["message"], {"name": name, "match": close[0]})
+            found.append(_finding(rule, message, name))
+    return found
+
+
+def _finding(rule: Mapping[str, Any], message: str, at: str = "") -> Finding:
+    return Finding(rule=rule["id"], level=rule["level"], message=message,
+                   reason=rule["reason"], at=at)
+
+
+CHECKS: dict[str, Callable[[Context, Mapping[str, Any]], list[Finding]]] = {
+    "when": check_when, "types": check_types, "sysctls": check_sysctls,
+}
+
+
+def check(env: Mapping[str, str], rules: Mapping[str, Any] | None = None,
+          series: Iterable[str] | None = None, proc_sys: Path | str = "/proc/sys",
+          known: Iterable[str] = ()) -> list[Finding]:
+    """Every finding of every rule, in the rules' order. `series` None: the tag is unknown and
+    the rules about it do not apply; `known`: more variable names that are not typos."""
+    rules = load_rules() if rules is None else rules
+    ctx = Context(env, rules, series, proc_sys)
+    found: list[Finding] = []
+    for rule in rules["rules"]:
+        kind = rule.get("check", "when")
+        found += check_typos(ctx, rule, known) if kind == "typos" else CHECKS[kind](ctx, rule)
+    return found
+
+
+def errors(findings: Iterable[Finding]) -> list[Finding]:
+    return [f for f in findings if f.level == "error"]

@@ -1,0 +1,76 @@
+"""check-env: a node's .env checked on the host with the image's own entrypoint and rules.
+
+images/entrypoint.py, images/preflight.py and images/preflight.json are what the image runs
+before exec; they are loaded here from the package resources, so the host applies exactly
+the image's rules and builds exactly its command. The tag's env (versions.yaml) lies under
+the file's values, as the image's ENV defaults do; the tag's series decide the rules about
+them.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import shlex
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from . import envfile, resources
+from .config import Tag
+from .errors import ConfigError
+from .proc import echo
+
+__all__ = ["check_env", "entrypoint", "evaluate", "node_env", "report"]
+
+MODULE = "sparkbake_image_entrypoint"
+
+
+@functools.cache
+def entrypoint() -> ModuleType:
+    """images/entrypoint.py as a module; its `checks` attribute is images/preflight.py."""
+    spec = importlib.util.spec_from_file_location(MODULE, resources.path("entrypoint.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[MODULE] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def node_env(tag: Tag, env_file: envfile.EnvFile) -> dict[str, str]:
+    """What the container's environment will be: the tag's ENV defaults, then the file."""
+    return {**dict(tag.env), **env_file.values}
+
+
+def evaluate(tag: Tag, env_file: envfile.EnvFile, proc_sys: Path) -> list[Any]:
+    """The preflight findings for this node's file on this tag, in the rules' order."""
+    image = entrypoint()
+    env = image.effective_env(node_env(tag, env_file))
+    return list(image.checks.check(env, series=tag.series, proc_sys=proc_sys,
+                                   known=[name for name, _ in tag.env]))
+
+
+def report(env_file: envfile.EnvFile, findings: list[Any]) -> list[str]:
+    """Each finding as `file:line: level: message [rule]` and its reason."""
+    lines = [f"{env_file.path}:{later}: warning: {name} is set again (first on line "
+             f"{earlier}) [repeated-variable]\n  -> the last value wins, as in a shell"
+             for name, earlier, later in env_file.repeated]
+    return lines + [finding.lines(f"{env_file.where(finding.at)}: ") for finding in findings]
+
+
+def check_env(tag: Tag, path: Path, proc_sys: Path, show: bool) -> int:
+    """Print the findings; raise ConfigError (exit 2) when one is an error."""
+    env_file = envfile.read(path)
+    findings = evaluate(tag, env_file, proc_sys)
+    for line in report(env_file, findings):
+        print(line)
+    errors = [f for f in findings if f.level == "error"]
+    if errors:
+        raise ConfigError(f"{path}: {len(errors)} preflight error(s) for {tag.name}",
+                          "fix them: the image's entrypoint refuses to start vllm with them")
+    if show:
+        print(shlex.join(entrypoint().serve_command(node_env(tag, env_file))))
+    warnings = len(findings) + len(env_file.repeated)
+    echo(f"check-env: {path} passes for {tag.name} ({warnings} warning(s))")
+    return 0

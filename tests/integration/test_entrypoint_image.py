@@ -1,0 +1,38 @@
+"""The baked entrypoint and preflight in the fixture image, on a real Docker engine."""
+
+from __future__ import annotations
+
+import shlex
+
+import pytest
+
+from sparkbake import docker_api, envfile
+from tests.conftest import Project
+from tests.nodeenv import ENV_DIR, HEAD_IP, reference_command
+
+pytestmark = pytest.mark.docker
+
+
+def worker_env(**changes: str) -> dict[str, str]:
+    return {**envfile.read(ENV_DIR / "worker.env").values, **changes}
+
+
+def test_the_baked_entrypoint_prints_the_reference_command(
+        built_fixture: Project, docker_client: docker_api.Client) -> None:
+    ref = built_fixture.plan().tag.image_ref
+    out: bytes = docker_client.containers.run(ref, ["--print"], environment=worker_env(),
+                                              remove=True, stdout=True, stderr=False)
+    assert shlex.split(out.decode()) == reference_command(1)
+
+
+def test_the_baked_preflight_refuses_a_bad_env(
+        built_fixture: Project, docker_client: docker_api.Client) -> None:
+    ref = built_fixture.plan().tag.image_ref
+    result = docker_api.run_container(docker_client, ref, [], quiet=True, network=False,
+                                      environment=worker_env(VLLM_HOST_IP=HEAD_IP))
+    assert result.exit_code == 2
+    assert (f"sparkbake preflight: error: worker NODE_RANK=1 has VLLM_HOST_IP={HEAD_IP}, "
+            "which is MASTER_ADDR, the head's address [worker-has-head-address]") in result.output
+    assert "sparkbake preflight: refusing to start vllm: 1 error(s)" in result.output
+    # the fixture's manifest lists only the tinykern series: the image read it
+    assert "[prefix-cache-without-series]" in result.output

@@ -1,0 +1,50 @@
+"""The builder lock for real: resolved from the package index, enforced by pip's hash check."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from sparkbake import resources
+from tests.conftest import Project
+
+pytestmark = pytest.mark.docker
+
+
+def pins(text: str) -> set[str]:
+    return set(re.findall(r"^([A-Za-z0-9._-]+==[^\s\\]+)", text, re.MULTILINE))
+
+
+def test_lock_resolves_every_package_pinned_and_hashed(project: Project) -> None:
+    lock = project.root / "locks" / "debian.txt"
+    lock.unlink()
+    assert project.sparkbake("lock", "fixture") == 0
+    text = lock.read_text()
+    wanted = pins(resources.path("builder-requirements.txt").read_text())
+    assert wanted <= pins(text)  # the direct pins, plus what they need
+    blocks = text.split("\n")
+    packages = [line for line in blocks if "==" in line]
+    assert packages and all(line.endswith("\\") for line in packages)
+    assert text.count("--hash=sha256:") >= len(packages)
+    assert str(project.root) not in text  # no machine paths in a committed file
+
+
+def test_a_download_whose_hash_differs_from_the_lock_is_refused(
+        project: Project, debian_base: str, capsys: pytest.CaptureFixture[str]) -> None:
+    lock = project.root / "locks" / "debian.txt"
+    # every hash of the first package: whichever of its files pip picks, it mismatches
+    head, rest = re.split(r"\n(?=[A-Za-z])", lock.read_text().split("\n", 2)[2], maxsplit=1)
+    tampered = re.sub(r"sha256:[0-9a-f]{64}", "sha256:" + "0" * 64, head)
+    lock.write_text("# tampered\n" + tampered + "\n" + rest)
+    assert project.sparkbake("wheels", "fixture") == 4
+    err = capsys.readouterr().err
+    assert "building sparkbake-builder/debian:" in err
+    assert "HASHES" in err or "hash" in err.lower()
+
+
+def test_a_missing_lock_stops_before_building(
+        project: Project, debian_base: str, capsys: pytest.CaptureFixture[str]) -> None:
+    (project.root / "locks" / "debian.txt").unlink()
+    assert project.sparkbake("wheels", "fixture") == 2
+    assert "create it: nox -s lock -- fixture" in capsys.readouterr().err

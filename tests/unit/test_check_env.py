@@ -1,0 +1,176 @@
+"""`sparkbake check-env NODE.env --tag TAG`: the image's rules on the host, exit 0 or 2."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import pytest
+
+from sparkbake.__main__ import main
+from tests.nodeenv import ENV_DIR, HEAD_IP, reference_command, write_sysctls
+
+VERSIONS = Path(__file__).parents[2] / "versions.yaml"
+
+# A tag of its own: its env sets the gather (as production-3.72-vision's does), its series
+# includes prefix-cache.
+CONFIG = """\
+schema: 1
+defaults:
+  repository: localhost:5000/check-env
+  platform: linux/arm64
+  cuda_arch: "12.1a"
+  builder: debian
+  runtime: debian
+bases:
+  debian:
+    debootstrap: {suite: bookworm}
+upstreams:
+  tree:
+    dir: upstream
+tags:
+  gathered:
+    upstream: tree
+    series: [dcp-dspark, prefix-cache]
+    env: {VLLM_DSV4_CKV_GATHER: "1", VLLM_DSV4_CKV_ALLOW_IMAGES: "1", SPARK_NOTE: "x"}
+  bare:
+    extends: gathered
+    env: {VLLM_DSV4_CKV_GATHER: "0"}
+"""
+
+
+@pytest.fixture
+def proc_sys(tmp_path: Path) -> Path:
+    return write_sysctls(tmp_path / "sys")
+
+
+@pytest.fixture
+def own_config(tmp_path: Path) -> Path:
+    (tmp_path / "upstream").mkdir()
+    path = tmp_path / "versions.yaml"
+    path.write_text(CONFIG)
+    return path
+
+
+def check_env(env_file: Path, tag: str, *extra: str, config: Path = VERSIONS) -> int:
+    return main(["--config", str(config), "check-env", str(env_file), "--tag", tag, *extra])
+
+
+def write_env(folder: Path, text: str, name: str = "node.env") -> Path:
+    path = folder / name
+    path.write_text(text)
+    return path
+
+
+def line_of(text: str, start: str) -> int:
+    return next(n for n, line in enumerate(text.splitlines(), 1) if line.startswith(start))
+
+
+def test_the_reference_files_pass_on_3_73_without_findings(
+        proc_sys: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for node in ("head", "worker"):
+        assert check_env(ENV_DIR / f"{node}.env", "3.73-vision", "--proc-sys", str(proc_sys)) == 0
+        out, err = capsys.readouterr()
+        assert out == ""
+        assert f"check-env: {ENV_DIR / node}.env passes for production-3.73-vision " \
+               "(0 warning(s))" in err
+
+
+def test_print_shows_the_command_the_image_would_run(
+        proc_sys: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert check_env(ENV_DIR / "worker.env", "3.73-vision", "--print",
+                     "--proc-sys", str(proc_sys)) == 0
+    assert shlex.split(capsys.readouterr().out) == reference_command(1)
+
+
+def test_a_worker_with_the_heads_address_is_an_error_with_file_and_line(
+        tmp_path: Path, proc_sys: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    text = (ENV_DIR / "worker.env").read_text().replace("192.168.100.12", HEAD_IP)
+    bad = write_env(tmp_path, text)
+    assert check_env(bad, "3.73-vision", "--proc-sys", str(proc_sys), "--print") == 2
+    out, err = capsys.readouterr()
+    assert out.splitlines() == [
+        f"{bad}:{line_of(text, 'VLLM_HOST_IP=')}: error: worker NODE_RANK=1 has "
+        f"VLLM_HOST_IP={HEAD_IP}, which is MASTER_ADDR, the head's address "
+        "[worker-has-head-address]",
+        "  -> this is the head's .env copied to a worker, which then tries to bind the head's "
+        "fabric address; give each node its own .env with its own VLLM_HOST_IP"]
+    assert err.startswith(f"sparkbake: error: {bad}: 1 preflight error(s) for "
+                          "production-3.73-vision\n  -> fix them")
+
+
+def test_warnings_are_printed_and_the_exit_is_0(
+        tmp_path: Path, proc_sys: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    text = (ENV_DIR / "head.env").read_text()
+    env = write_env(tmp_path, text + "KV_CACHE_MEMORY_BYTES=26000000000\n")
+    kv_line, last = line_of(text, "KV_CACHE_MEMORY_BYTES="), len(text.splitlines()) + 1
+    assert check_env(env, "3.72-vision", "--proc-sys", str(proc_sys)) == 0
+    out, err = capsys.readouterr()
+    lines = [line for line in out.splitlines() if not line.startswith("  -> ")]
+    assert lines == [
+        f"{env}:{last}: warning: KV_CACHE_MEMORY_BYTES is set again (first on line {kv_line}) "
+        "[repeated-variable]",
+        f"{env}:{last}: warning: KV_CACHE_MEMORY_BYTES=26000000000 pins the KV pool under "
+        "DCP_SIZE=2 [kv-cache-pinned-under-dcp]",
+        f"{env}:{line_of(text, 'VLLM_DSV4_DCP_PREFIX_CACHE=')}: warning: "
+        "VLLM_DSV4_DCP_PREFIX_CACHE=1 on a tag without the prefix-cache series "
+        "[prefix-cache-without-series]"]
+    assert "passes for production-3.72-vision (3 warning(s))" in err
+
+
+def test_the_tags_env_lies_under_the_file(
+        tmp_path: Path, own_config: Path, proc_sys: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    env = write_env(tmp_path, "MODEL=/m DCP_SIZE=2 TP_SIZE=2 SPARK_NOTE=y\n")
+    assert check_env(env, "gathered", "--proc-sys", str(proc_sys), config=own_config) == 0
+    capsys.readouterr()
+    assert check_env(env, "bare", "--proc-sys", str(proc_sys), config=own_config) == 2
+    out = capsys.readouterr().out
+    assert out.startswith(f"{env}:1: error: images are allowed (LIMIT_MM_IMAGES=4) under "
+                          "DCP_SIZE=2, but VLLM_DSV4_CKV_GATHER=0")
+    fixed = write_env(tmp_path, "MODEL=/m DCP_SIZE=2 VLLM_DSV4_CKV_GATHER=1\n", "fixed.env")
+    assert check_env(fixed, "bare", "--proc-sys", str(proc_sys), config=own_config) == 0
+
+
+def test_the_tags_series_decide_the_prefix_cache_rules(
+        tmp_path: Path, own_config: Path, proc_sys: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    env = write_env(tmp_path, "MODEL=/m DCP_SIZE=2 ENABLE_PREFIX_CACHING=1\n")
+    assert check_env(env, "gathered", "--proc-sys", str(proc_sys), config=own_config) == 0
+    assert "[prefix-cache-inert]" in capsys.readouterr().out
+    assert check_env(env, "3.72-vision", "--proc-sys", str(proc_sys)) == 0
+    out = capsys.readouterr().out
+    assert "[prefix-cache-inert]" not in out and "[dspark-without-tokens]" in out
+
+
+def test_host_sysctls_are_read_from_proc_sys(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    proc_sys = write_sysctls(tmp_path / "sys", swappiness=60)
+    assert check_env(ENV_DIR / "head.env", "3.73-vision", "--proc-sys", str(proc_sys)) == 0
+    assert f"{ENV_DIR / 'head.env'}: warning: host memory floor not applied: vm.swappiness=60 " \
+           "(want <= 10) [host-memory-floor]" in capsys.readouterr().out
+
+
+def test_a_bad_line_is_a_config_error_with_file_and_line(
+        tmp_path: Path, proc_sys: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    env = write_env(tmp_path, "MODEL=/m\nMASTER_ADDR=<head-fabric-ip>\n")
+    assert check_env(env, "3.73-vision", "--proc-sys", str(proc_sys)) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "Traceback" not in err
+    assert err.startswith(f"sparkbake: error: {env}:2: unquoted '<' (an unfilled <placeholder>?)")
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--tag", "9.99-nothing"], "no tag '9.99-nothing'"),
+    ([], "the following arguments are required: --tag"),
+])
+def test_usage_errors_exit_2(args: list[str], message: str, proc_sys: Path,
+                             capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--config", str(VERSIONS), "check-env", str(ENV_DIR / "head.env"), *args]
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_a_missing_env_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert check_env(tmp_path / "none.env", "3.73-vision") == 2
+    assert "cannot read" in capsys.readouterr().err

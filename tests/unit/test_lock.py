@@ -1,0 +1,63 @@
+"""The builder lock: where it lives, what is refused before anything is resolved."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sparkbake import config, lock
+from sparkbake.errors import ConfigError, EngineError
+from sparkbake.settings import HostSettings
+
+VERSIONS = """\
+schema: 1
+defaults: {repository: r/x, platform: linux/amd64, cuda_arch: "12.1a", builder: b, runtime: b}
+bases:
+  b: {debootstrap: {suite: bookworm}%s}
+upstreams:
+  u: {dir: .}
+tags:
+  t: {upstream: u, series: []}
+"""
+SETTINGS = HostSettings(index_url="http://127.0.0.1:9/simple", ca_bundle=None, debian_mirror=None)
+
+
+def load(tmp_path: Path, python: str = ', python: "3.11"') -> config.Config:
+    (tmp_path / "versions.yaml").write_text(VERSIONS % python)
+    return config.load(tmp_path / "versions.yaml")
+
+
+def test_a_missing_lock_names_the_command_that_makes_it(tmp_path: Path) -> None:
+    loaded = load(tmp_path)
+    with pytest.raises(ConfigError) as caught:
+        lock.require_lock(loaded, loaded.tag("t"))
+    assert caught.value.exit_code == 2
+    assert str(tmp_path / "locks" / "b.txt") in caught.value.message
+    assert caught.value.remedy == "create it: nox -s lock -- t, and commit it"
+
+
+def test_a_base_without_its_python_version_cannot_be_locked(tmp_path: Path) -> None:
+    loaded = load(tmp_path, python="")
+    with pytest.raises(ConfigError, match="base 'b' does not say its Python version"):
+        lock.resolve(loaded, loaded.tag("t"), SETTINGS)
+
+
+def test_without_uv_the_lock_is_an_environment_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    loaded = load(tmp_path)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(EngineError, match="uv is not installed"):
+        lock.resolve(loaded, loaded.tag("t"), SETTINGS)
+
+
+def test_an_unreachable_index_fails_without_writing_a_lock(tmp_path: Path) -> None:
+    loaded = load(tmp_path)
+    with pytest.raises(EngineError, match="resolving the builder lock failed"):
+        lock.resolve(loaded, loaded.tag("t"), SETTINGS)
+    assert not (tmp_path / "locks" / "b.txt").exists()
+
+
+def test_a_bad_python_version_is_refused_with_its_line(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"versions.yaml:4: python '3' is not"):
+        load(tmp_path, python=', python: "3"')

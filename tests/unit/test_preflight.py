@@ -1,0 +1,245 @@
+"""The preflight rules (images/preflight.json) on the reference deployment's .env, one by one."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sparkbake import envfile, preflight
+from tests.nodeenv import ENV_DIR, HEAD_IP, write_sysctls
+
+from .test_entrypoint import README
+
+SERIES_373 = ("dcp-dspark", "prefix-cache", "ckv-gather", "vision")
+SERIES_372 = ("dcp-dspark", "ckv-gather", "vision")
+FUNCTIONS = {"given", "has_series", "max"}
+
+checks = preflight.entrypoint().checks
+RULES: dict[str, Any] = checks.load_rules()
+RULE_IDS = [rule["id"] for rule in RULES["rules"]]
+
+
+def node(name: str = "worker", **changes: str) -> dict[str, str]:
+    """The reference's .env for a node, with the entrypoint's defaults, some values changed."""
+    values = {**envfile.read(ENV_DIR / f"{name}.env").values, **changes}
+    env: dict[str, str] = preflight.entrypoint().effective_env(values)
+    return env
+
+
+def findings(env: dict[str, str], proc_sys: Path, series: tuple[str, ...] | None = SERIES_373,
+             known: tuple[str, ...] = ()) -> list[Any]:
+    return list(checks.check(env, series=series, proc_sys=proc_sys, known=known))
+
+
+def fired(env: dict[str, str], proc_sys: Path, series: tuple[str, ...] | None = SERIES_373
+          ) -> dict[str, str]:
+    """rule id -> level of every finding."""
+    return {f.rule: f.level for f in findings(env, proc_sys, series)}
+
+
+@pytest.fixture
+def sysctls(tmp_path: Path) -> Path:
+    return write_sysctls(tmp_path / "sys")
+
+
+# (rule, level, changes to the worker's .env that make it fire)
+FIRING: list[tuple[str, str, dict[str, str]]] = [
+    ("bad-value", "error", {"MAX_NUM_BATCHED_TOKENS": "8192  # comment"}),
+    ("model-unset", "error", {"MODEL": ""}),
+    ("multi-node-identity", "error", {"VLLM_HOST_IP": ""}),
+    ("multi-node-identity", "error", {"NODE_RANK": ""}),
+    ("rank-out-of-range", "error", {"NODE_RANK": "4"}),
+    ("rank-out-of-range", "error", {"NODE_RANK": "-1"}),
+    ("worker-has-head-address", "error", {"VLLM_HOST_IP": HEAD_IP}),
+    ("kv-cache-pinned-under-dcp", "warning", {"KV_CACHE_MEMORY_BYTES": "26000000000"}),
+    ("cudagraph-capture-size", "warning", {"MAX_NUM_SEQS": "4"}),
+    ("cudagraph-capture-size", "warning", {"NUM_SPECULATIVE_TOKENS": "5"}),
+    ("cudagraph-sizes-disagree", "error", {"CUDAGRAPH_CAPTURE_SIZES": "1,2,4,48"}),
+    ("dspark-without-tokens", "warning", {"NUM_SPECULATIVE_TOKENS": ""}),
+    ("images-under-dcp-without-gather", "error", {"VLLM_DSV4_CKV_GATHER": "0"}),
+    ("images-under-dcp-without-gather", "error", {"VLLM_DSV4_CKV_ALLOW_IMAGES": ""}),
+    ("images-under-dcp-without-gather", "error",  # no mm limit: vLLM's default allows images
+     {"VLLM_DSV4_CKV_GATHER": "", "LIMIT_MM_IMAGES": ""}),
+    ("gather-cap-below-context", "warning", {"VLLM_DSV4_CKV_GATHER_MAX_TOKENS": "131072"}),
+    ("prefix-cache-inert", "warning", {"VLLM_DSV4_DCP_PREFIX_CACHE": ""}),
+    ("prefix-cache-inert", "warning", {"VLLM_DSV4_DCP_PREFIX_CACHE": "0"}),
+    ("gpu-memory-4-nodes-tp4", "error", {"GPU_MEMORY_UTILIZATION": "0.82"}),
+    ("gpu-memory-4-nodes-tp4", "error", {"GPU_MEMORY_UTILIZATION": ""}),
+    ("gpu-memory-2-nodes-tp2", "error", {"NNODES": "2", "TP_SIZE": "2"}),
+    ("gpu-memory-2-nodes-tp2", "error",
+     {"NNODES": "2", "TP_SIZE": "2", "GPU_MEMORY_UTILIZATION": "0.82"}),
+    ("compressed-mla-toggle", "error", {"VLLM_DSV4_B12X_COMPRESSED_MLA": "0"}),
+    ("execute-timeout-short", "warning", {"VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS": "300"}),
+    ("unknown-variable", "warning", {"VLLM_DSV4_CKV_GATHR": "1"}),
+    ("unknown-variable", "warning", {"MAX_NUM_SEQ": "8"}),
+]
+
+# (rule, changes that come close to firing it but must not)
+QUIET: list[tuple[str, dict[str, str]]] = [
+    ("worker-has-head-address", {"NODE_RANK": "0", "VLLM_HOST_IP": HEAD_IP}),
+    ("rank-out-of-range", {"NODE_RANK": "3"}),
+    ("kv-cache-pinned-under-dcp", {"KV_CACHE_MEMORY_BYTES": "26000000000", "DCP_SIZE": "1"}),
+    ("cudagraph-capture-size", {"MAX_NUM_SEQS": "4", "MAX_CUDAGRAPH_CAPTURE_SIZE": "28",
+                                "CUDAGRAPH_CAPTURE_SIZES": "1,2,4,28"}),
+    ("images-under-dcp-without-gather", {"VLLM_DSV4_CKV_GATHER": "0", "LIMIT_MM_IMAGES": "0"}),
+    ("images-under-dcp-without-gather", {"VLLM_DSV4_CKV_GATHER": "0", "DCP_SIZE": "1"}),
+    ("gather-cap-below-context", {"VLLM_DSV4_CKV_GATHER_MAX_TOKENS": "393216"}),
+    ("gather-cap-below-context", {"VLLM_DSV4_CKV_GATHER_MAX_TOKENS": "131072",
+                                  "MAX_MODEL_LEN": "131072"}),
+    ("prefix-cache-inert", {"VLLM_DSV4_DCP_PREFIX_CACHE": "", "ENABLE_PREFIX_CACHING": "0"}),
+    ("prefix-cache-inert", {"VLLM_DSV4_DCP_PREFIX_CACHE": "", "DCP_SIZE": "1"}),
+    ("gpu-memory-4-nodes-tp4", {"GPU_MEMORY_UTILIZATION": "0.7"}),
+    ("gpu-memory-2-nodes-tp2", {"NNODES": "2", "TP_SIZE": "2", "GPU_MEMORY_UTILIZATION": "0.85"}),
+    ("execute-timeout-short", {"VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS": "600"}),
+    ("unknown-variable", {"SOMETHING_ELSE": "1", "NCCL_IB_HCA": "mlx5"}),
+    ("bad-value", {"API_HOST": "any text at all", "DEFAULT_THINKING": "Yes"}),
+]
+
+
+def test_the_reference_env_files_pass_with_no_finding(sysctls: Path) -> None:
+    for name in ("head", "worker"):
+        assert findings(node(name), sysctls) == []
+
+
+@pytest.mark.parametrize(("rule", "level", "changes"), FIRING,
+                         ids=[f"{r}-{i}" for i, (r, _, _) in enumerate(FIRING)])
+def test_each_rule_fires_alone(rule: str, level: str, changes: dict[str, str],
+                               sysctls: Path) -> None:
+    assert fired(node(**changes), sysctls) == {rule: level}
+
+
+@pytest.mark.parametrize(("rule", "changes"), QUIET,
+                         ids=[f"{r}-{i}" for i, (r, _) in enumerate(QUIET)])
+def test_near_misses_do_not_fire(rule: str, changes: dict[str, str], sysctls: Path) -> None:
+    assert rule not in fired(node(**changes), sysctls)
+
+
+def test_every_rule_is_tested() -> None:
+    tested = {rule for rule, _, _ in FIRING} | {"host-memory-floor", "prefix-cache-without-series"}
+    assert tested == set(RULE_IDS)
+
+
+def test_every_rule_is_documented_in_the_readme() -> None:
+    section = README.read_text().split("## Preflight", 1)[1].split("\n## ", 1)[0]
+    assert set(RULE_IDS) <= set(re.findall(r"^\| `([a-z0-9-]+)` \|", section, re.MULTILINE))
+
+
+def test_the_findings_carry_values_and_the_reference_reason(sysctls: Path) -> None:
+    [finding] = findings(node(GPU_MEMORY_UTILIZATION="0.82"), sysctls)
+    assert finding.at == "GPU_MEMORY_UTILIZATION"
+    assert finding.message.startswith("GPU_MEMORY_UTILIZATION=0.82 on 4 nodes with TP 4")
+    assert finding.lines("p: ").splitlines() == [
+        f"p: error: {finding.message} [gpu-memory-4-nodes-tp4]", f"  -> {finding.reason}"]
+    assert "earlyoom" in finding.reason
+
+
+def test_an_unset_value_shows_what_it_means(sysctls: Path) -> None:
+    [finding] = findings(node(GPU_MEMORY_UTILIZATION=""), sysctls)
+    assert finding.message.startswith("GPU_MEMORY_UTILIZATION=unset (0.9) on 4 nodes")
+
+
+def test_expressions_in_messages_are_computed(sysctls: Path) -> None:
+    [finding] = findings(node(MAX_NUM_SEQS="4"), sysctls)
+    assert finding.message.endswith("= 4 x 7 = 28")
+
+
+def test_the_prefix_cache_variable_on_a_tag_without_the_series(sysctls: Path) -> None:
+    assert fired(node(), sysctls, series=SERIES_372) == {"prefix-cache-without-series": "warning"}
+    assert fired(node(VLLM_DSV4_DCP_PREFIX_CACHE=""), sysctls, series=SERIES_372) == {}
+
+
+def test_series_rules_do_not_apply_when_the_series_are_unknown(sysctls: Path) -> None:
+    assert fired(node(VLLM_DSV4_DCP_PREFIX_CACHE=""), sysctls, series=None) == {}
+
+
+@pytest.mark.parametrize(("name", "value", "shown"), [
+    ("min_free_kbytes", 67584, "vm.min_free_kbytes=67584 (want >= 1048576)"),
+    ("dirty_bytes", 0, "vm.dirty_bytes=0 (want 1..536870912)"),
+    ("dirty_bytes", 1 << 30, "vm.dirty_bytes=1073741824 (want 1..536870912)"),
+    ("dirty_background_bytes", 0, "vm.dirty_background_bytes=0 (want 1..134217728)"),
+    ("dirty_expire_centisecs", 3000, "vm.dirty_expire_centisecs=3000 (want <= 500)"),
+    ("dirty_writeback_centisecs", 0, "vm.dirty_writeback_centisecs=0 (want 1..100)"),
+    ("swappiness", 60, "vm.swappiness=60 (want <= 10)"),
+])
+def test_each_host_memory_sysctl_is_checked(name: str, value: int, shown: str,
+                                            tmp_path: Path) -> None:
+    proc_sys = write_sysctls(tmp_path / "sys", **{name: value})
+    [finding] = findings(node(), proc_sys)
+    assert (finding.rule, finding.level) == ("host-memory-floor", "warning")
+    assert finding.message == f"host memory floor not applied: {shown}"
+
+
+def test_stricter_sysctls_than_the_reference_pass(tmp_path: Path) -> None:
+    proc_sys = write_sysctls(tmp_path / "sys", min_free_kbytes=2097152, swappiness=0,
+                             dirty_expire_centisecs=0)
+    assert findings(node(), proc_sys) == []
+
+
+def test_unreadable_sysctls_are_reported_not_passed(tmp_path: Path) -> None:
+    nowhere = tmp_path / "nowhere"
+    [finding] = findings(node(), nowhere)
+    assert finding.message == f"host memory floor not checked: {nowhere} cannot be read"
+
+
+@pytest.mark.parametrize("name", sorted(n for n, s in RULES["variables"].items()
+                                        if s["type"] not in ("str", "args")))
+def test_every_typed_variable_is_checked(name: str, sysctls: Path) -> None:
+    bad = [f for f in findings(node(**{name: "4 x"}), sysctls) if f.rule == "bad-value"]
+    assert [(f.at, f.level) for f in bad] == [(name, "error")]
+    assert bad[0].message.startswith(f"{name}='4 x' is not ")
+
+
+def test_unbalanced_quotes_in_extra_args_are_a_bad_value(sysctls: Path) -> None:
+    assert fired(node(SERVE_EXTRA_ARGS="--x 'open"), sysctls) == {"bad-value": "error"}
+
+
+def test_names_the_image_knows_are_not_typos(sysctls: Path) -> None:
+    env = node(TINYKERN_MOD="1")
+    assert [f.rule for f in findings(env, sysctls, known=())] == []
+    env = node(VLLM_DSV4_CKV_GATHR="1")
+    assert [f.rule for f in checks.check(env, series=SERIES_373, proc_sys=sysctls,
+                                         known=("VLLM_DSV4_CKV_GATHR",))] == []
+
+
+def test_the_did_you_mean_names_the_close_variable(sysctls: Path) -> None:
+    [finding] = findings(node(MAX_NUM_SEQ="8"), sysctls)
+    assert finding.message == "MAX_NUM_SEQ is not a variable the image knows; did you mean " \
+                              "MAX_NUM_SEQS?"
+
+
+def _names(expression: str) -> set[str]:
+    tree = ast.parse(expression, mode="eval")
+    calls = {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call)
+             and isinstance(n.func, ast.Name)}
+    assert calls <= FUNCTIONS, expression
+    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} - FUNCTIONS
+
+
+@pytest.mark.parametrize("rule", [r for r in RULES["rules"] if "when" in r],
+                         ids=[r["id"] for r in RULES["rules"] if "when" in r])
+def test_every_rule_is_well_formed(rule: dict[str, Any]) -> None:
+    assert rule["level"] in ("error", "warning") and rule["reason"] and rule["message"]
+    assert _names(rule["when"]) <= set(RULES["variables"])
+    assert rule["at"] in RULES["variables"]
+    for field in re.findall(r"\{([^{}]+)\}", rule["message"]):
+        assert _names(field) <= set(RULES["variables"])
+
+
+def test_the_expression_language_refuses_what_it_does_not_know() -> None:
+    ctx = checks.Context({"A": "1"}, RULES, None, "/proc/sys")
+    for expression in ("__import__('os')", "A ** 2", "A in (1, 2)", "open('x')"):
+        with pytest.raises(ValueError):
+            ctx.evaluate(expression)
+
+
+def test_rules_whose_values_are_unset_do_not_fire(sysctls: Path) -> None:
+    ctx = checks.Context({"NUM_SPECULATIVE_TOKENS": "x"}, RULES, None, sysctls)
+    with pytest.raises(checks.Unknown):
+        ctx.evaluate("MAX_NUM_SEQS * 2")
+    with pytest.raises(checks.Unknown):
+        ctx.evaluate("NUM_SPECULATIVE_TOKENS + 1")
+    assert ctx.evaluate("DCP_SIZE > 1 and MAX_NUM_SEQS > 0") is False  # stops at the first

@@ -1,0 +1,78 @@
+"""The source date of a tag: where it comes from, and that every build gets it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from sparkbake import sources, wheels
+from sparkbake.config import DirUpstream, GitUpstream, PypiUpstream
+from sparkbake.patches import PatchedTree
+from sparkbake.settings import HostSettings
+from tests.conftest import DATA, copy_project
+
+COMMIT_TIME = 1_600_000_000
+
+
+def git_repo(folder: Path) -> str:
+    """A one-commit repository whose commit time is COMMIT_TIME; returns the commit."""
+    folder.mkdir()
+    (folder / "setup.py").write_text("# upstream\n")
+    env = {**os.environ, "GIT_COMMITTER_DATE": f"@{COMMIT_TIME} +0000",
+           "GIT_AUTHOR_DATE": f"@{COMMIT_TIME} +0000", "GIT_AUTHOR_NAME": "t",
+           "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+    for cmd in (["init", "-q"], ["add", "."], ["commit", "-q", "-m", "one"]):
+        subprocess.run(["git", "-C", str(folder), *cmd], check=True, env=env)
+    return subprocess.run(["git", "-C", str(folder), "rev-parse", "HEAD"], check=True,
+                          capture_output=True, text=True).stdout.strip()
+
+
+def settings() -> HostSettings:
+    return HostSettings(index_url="x", ca_bundle=None, debian_mirror=None)
+
+
+def test_a_git_pin_dates_its_tree_by_the_commit_and_a_declared_date_wins(tmp_path: Path) -> None:
+    commit = git_repo(tmp_path / "repo")
+    upstream = GitUpstream(key="fork", url="./repo", commit=commit,
+                           source=str(tmp_path / "repo"))
+    entry = tmp_path / "entry"
+    sources.fetch(upstream, entry, settings())
+    assert sources.source_date(upstream, entry) == COMMIT_TIME
+    declared = GitUpstream(key="fork", url="./repo", commit=commit,
+                           source=str(tmp_path / "repo"), source_date_epoch=1_700_000_000)
+    assert sources.source_date(declared, entry) == 1_700_000_000
+
+
+def test_a_cached_git_tree_without_its_date_is_fetched_again(tmp_path: Path) -> None:
+    commit = git_repo(tmp_path / "repo")
+    upstream = GitUpstream(key="fork", url="./repo", commit=commit,
+                           source=str(tmp_path / "repo"))
+    entry = tmp_path / "entry"
+    (entry / "tree").mkdir(parents=True)  # as an older sparkbake left it
+    sources.fetch(upstream, entry, settings())
+    assert (entry / "tree" / "setup.py").is_file()
+    assert sources.source_date(upstream, entry) == COMMIT_TIME
+
+
+def test_sdists_and_dirs_without_a_declared_date_get_1980(tmp_path: Path) -> None:
+    sdist = PypiUpstream(key="v", name="vllm", version="1", sha256="0" * 64)
+    folder = DirUpstream(key="d", path=tmp_path)
+    assert sources.source_date(sdist, tmp_path) == sources.DEFAULT_SOURCE_DATE == 315532800
+    assert sources.source_date(folder, tmp_path) == 315532800
+    dated = DirUpstream(key="d", path=tmp_path, source_date_epoch=1735689600)
+    assert sources.source_date(dated, tmp_path) == 1735689600
+
+
+def test_the_builder_gets_the_source_date_and_reproducible_build_switches(
+        tmp_path: Path) -> None:
+    project = copy_project(tmp_path / "project")
+    tag = project.config().tag("fixture")
+    request = wheels.BuildRequest(
+        tag=tag, builder="b", patched=PatchedTree(path=DATA / "upstream", key="k", tree_hash="h"),
+        folder=tmp_path / "w", kernels=tmp_path / "k", log=tmp_path / "log",
+        jobs=wheels.Jobs(2, 1, "test"), memory=None, source_date=1735689600)
+    environment = wheels._container_args(request, tmp_path / "out", None)["environment"]
+    assert environment["SOURCE_DATE_EPOCH"] == "1735689600"
+    assert environment["NVCC_APPEND_FLAGS"] == "-objtemp"
+    assert environment["PYTHONHASHSEED"] == "0"
