@@ -10,7 +10,7 @@ nox.options.sessions = ["lint", "tests"]
 
 PIPELINE = ("plan", "lock", "fetch", "patch", "wheels", "build-image", "smoke", "publish",
             "verify", "registry")
-SERIES_TOOLS = ("patch-lint", "rebase-check", "export-series", "import-series")
+TOOLS = ("patch-lint", "rebase-check", "export-series", "import-series", "check-env")
 
 
 @nox.session
@@ -45,5 +45,5 @@ def _cli(command: str) -> None:
     session_for_command.__doc__ = f"sparkbake {command} TAG [options]"
 
 
-for _command in (*PIPELINE, *SERIES_TOOLS):
+for _command in (*PIPELINE, *TOOLS):
     _cli(_command)
