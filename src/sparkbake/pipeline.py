@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ from . import (
     wheels,
 )
 from . import plan as plan_mod
-from .cache import scratch_dir
+from .cache import atomic_write, scratch_dir
 from .config import Config, Tag
 from .docker_api import Client, connect
 from .errors import EngineError
@@ -49,24 +50,52 @@ def stage_states(config: Config, plan: Plan, client: Client | None) -> list[Stag
     if client is not None:
         bake_state = "cached" if images.is_current(client, plan, build) else "missing"
     smoke_record = build / "smoke" / f"{plan.tag.name}.json"
+    why = _why(config, plan)
+    kernels_state = _exists(config.wheels_dir / "kernels" / plan.kernel_key / "kernels.json")
+    wheels_state = _exists(config.wheels_dir / plan.wheels_key / wheels.REPORT)
     return [
         StagePlan("fetch", plan.fetch_key, _exists(build / "sources" / plan.fetch_key / "tree"),
                   _upstream_text(plan.tag)),
         StagePlan("patch", plan.patch_key, patch_state,
                   "; ".join(plan.problems) or ", ".join(plan.tag.series)),
-        StagePlan("kernels", plan.kernel_key,
-                  _exists(config.wheels_dir / "kernels" / plan.kernel_key / "kernels.json"),
-                  "compiled extensions; cached = no compiler runs"),
-        StagePlan("wheels", plan.wheels_key,
-                  _exists(config.wheels_dir / plan.wheels_key / wheels.REPORT),
-                  f"{plan.tag.sm_arch} on {plan.tag.builder.name}"),
-        StagePlan("bake", plan.inputs, bake_state, plan.tag.image_ref),
+        StagePlan("kernels", plan.kernel_key, kernels_state,
+                  why("kernels", kernels_state) or "compiled extensions; cached = no compiler"),
+        StagePlan("wheels", plan.wheels_key, wheels_state,
+                  why("wheels", wheels_state) or f"{plan.tag.sm_arch} on {plan.tag.builder.name}"),
+        StagePlan("bake", plan.inputs, bake_state, why("bake", bake_state) or plan.tag.image_ref),
         StagePlan("smoke", plan.inputs, _record_state(smoke_record, plan.inputs),
                   str(smoke_record.relative_to(config.root))),
         StagePlan("publish", plan.inputs,
                   _record_state(build / "releases" / f"{plan.tag.name}.json", plan.inputs),
                   f"{plan.tag.name}, {plan.tag.name}-{plan.inputs[:12]}"),
     ]
+
+
+# the stages whose inputs each stage's key covers
+COVERS = {"kernels": ("fetch", "kernels"), "wheels": ("fetch", "patch", "wheels"),
+          "bake": ("fetch", "patch", "wheels", "bake")}
+
+
+def _why(config: Config, plan: Plan) -> Callable[[str, str], str]:
+    """For a stage that will run: what changed since the last build-image of the tag."""
+    try:
+        before = json.loads(_last_build(config, plan.tag).read_text())
+    except (OSError, ValueError):
+        before = {}
+
+    def explain(stage: str, state: str) -> str:
+        if state != "missing" or not before:
+            return ""
+        changes = [change for covered in COVERS[stage] for change in
+                   plan_mod.changed_inputs(before.get(covered, {}),
+                                           plan.stage_inputs[covered])]
+        return "reruns: " + ("; ".join(changes) if changes else "not built with these inputs")
+
+    return explain
+
+
+def _last_build(config: Config, tag: Tag) -> Path:
+    return config.build_dir / "plans" / f"{tag.name}.json"
 
 
 def plan_report(config: Config, tag: Tag, as_json: bool) -> str:
@@ -83,6 +112,15 @@ def run_until(config: Config, tag: Tag, stage: str,
               options: patches.Options | None = None) -> int:
     """Run fetch .. stage; every stage whose key is cached is skipped."""
     plan = plan_mod.make(config, tag)
+    status = _run_stages(config, plan, stage, options)
+    if stage == "build-image":  # what `plan` compares with, to say why a stage reruns
+        atomic_write(_last_build(config, tag), json.dumps(plan.stage_inputs, indent=2))
+    return status
+
+
+def _run_stages(config: Config, plan: Plan, stage: str,
+                options: patches.Options | None) -> int:
+    tag = plan.tag
     settings = host_settings()
     pristine = sources.fetch(tag.upstream, config.build_dir / "sources" / plan.fetch_key, settings)
     if stage == "fetch":

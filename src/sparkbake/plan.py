@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ __all__ = [
     "SeriesInfo",
     "StagePlan",
     "base_identity",
+    "changed_inputs",
     "make",
     "read_series",
     "render_json",
@@ -71,6 +72,9 @@ class Plan:
     kernel_key: str  # the compiled inputs only: unchanged when a patch touches only Python
     wheels_key: str
     inputs: str  # the bake key: the hash of everything that goes into the image
+    # what each stage's key covers, by name, to say what changed since the last build
+    stage_inputs: dict[str, dict[str, Any]] = field(default_factory=dict, compare=False,
+                                                    hash=False)
 
     def key(self, stage: str) -> str:
         return {"fetch": self.fetch_key, "patch": self.patch_key, "kernels": self.kernel_key,
@@ -148,18 +152,39 @@ def make(config: Config, tag: Tag) -> Plan:
         "build_script": resources.digest("build_wheels.py"),
         "lock": _digest_or_none(lock.lock_path(config, tag.builder)),
     }
-    kernel_patches = [(s.name, name, sha) for s in series for name, sha in s.patches
+    kernel_patches = [f"{s.name}/{name}@{sha[:12]}" for s in series for name, sha in s.patches
                       if touches_kernels(s.folder / name)]
+    stage_inputs: dict[str, dict[str, Any]] = {
+        "fetch": {"upstream": upstream_pin(tag.upstream)},
+        "patch": {"patches": [f"{s.name}/{name}@{sha[:12]}" for s in series
+                              for name, sha in s.patches], "missing": problems},
+        "kernels": {"kernel patches": kernel_patches, **toolchain},
+        "wheels": toolchain,
+        "bake": {"runtime": base_identity(tag.runtime), "env": tag.env, "tag": tag.name,
+                 "bake": [oci.FORMAT, *map(resources.digest, _bake_resources())],
+                 "entrypoint": resources.digest("entrypoint.py")},
+    }
     kernel_key = data_hash({"fetch": fetch_key, "patches": kernel_patches, **toolchain})
     wheels_key = data_hash({"patch": patch_key, **toolchain})
-    inputs = data_hash({
-        "wheels": wheels_key, "runtime": base_identity(tag.runtime), "env": tag.env,
-        "tag": tag.name, "bake": [oci.FORMAT, *map(resources.digest, _bake_resources())],
-        "entrypoint": resources.digest("entrypoint.py"),
-    })
+    inputs = data_hash({"wheels": wheels_key, **stage_inputs["bake"]})
     return Plan(tag=tag, series=tuple(series), problems=tuple(problems), fetch_key=fetch_key,
                 patch_key=patch_key, kernel_key=kernel_key, wheels_key=wheels_key,
-                inputs=inputs)
+                inputs=inputs, stage_inputs=stage_inputs)
+
+
+def changed_inputs(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    """Names of what differs between two stages' inputs; list items (patches) by name."""
+    changes: list[str] = []
+    for name in sorted(set(before) | set(after)):
+        old, new = before.get(name), after.get(name)
+        if old == new:
+            continue
+        if isinstance(old, list) and isinstance(new, list):
+            changes += [f"{name}: {item}" for item in new if item not in old]
+            changes += [f"{name}: -{item}" for item in old if item not in new]
+        else:
+            changes.append(name)
+    return changes
 
 
 def _bake_resources() -> list[str]:

@@ -143,9 +143,15 @@ def test_plan_after_a_python_only_patch_change_reruns_wheels_not_kernels(
     patch.write_text(patch.read_text().replace('return "tinykern-fixture"',
                                                'return "tinykern-fixture-2"'))
     assert project.sparkbake("plan", "fixture", "--json") == 0
-    states = {s["name"]: s["state"] for s in json.loads(capsys.readouterr().out)["stages"]}
+    out = capsys.readouterr().out
+    states = {s["name"]: s["state"] for s in json.loads(out)["stages"]}
     assert (states["fetch"], states["patch"], states["kernels"], states["wheels"],
             states["bake"]) == ("cached", "missing", "cached", "missing", "missing")
+    details = {s["name"]: s["detail"] for s in json.loads(out)["stages"]}
+    changed = f"patches: tinykern/{PYTHON_PATCH}@"
+    assert details["wheels"].startswith("reruns: ") and changed in details["wheels"]
+    assert changed in details["bake"]
+    assert "reruns" not in details["kernels"]
 
 
 def test_a_python_only_change_reuses_the_compiled_kernel(
