@@ -56,8 +56,8 @@ def stage_states(config: Config, plan: Plan, client: Client | None) -> list[Stag
     return [
         StagePlan("fetch", plan.fetch_key, _exists(build / "sources" / plan.fetch_key / "tree"),
                   _upstream_text(plan.tag)),
-        StagePlan("patch", plan.patch_key, patch_state,
-                  "; ".join(plan.problems) or ", ".join(plan.tag.series)),
+        StagePlan("patch", plan.patch_key, patch_state, "; ".join(plan.problems)
+                  or why("patch", patch_state) or ", ".join(plan.tag.series)),
         StagePlan("kernels", plan.kernel_key, kernels_state,
                   why("kernels", kernels_state) or "compiled extensions; cached = no compiler"),
         StagePlan("wheels", plan.wheels_key, wheels_state,
@@ -72,8 +72,8 @@ def stage_states(config: Config, plan: Plan, client: Client | None) -> list[Stag
 
 
 # the stages whose inputs each stage's key covers
-COVERS = {"kernels": ("fetch", "kernels"), "wheels": ("fetch", "patch", "wheels"),
-          "bake": ("fetch", "patch", "wheels", "bake")}
+COVERS = {"patch": ("fetch", "patch"), "kernels": ("fetch", "kernels"),
+          "wheels": ("fetch", "patch", "wheels"), "bake": ("fetch", "patch", "wheels", "bake")}
 
 
 def _why(config: Config, plan: Plan) -> Callable[[str, str], str]:
@@ -83,12 +83,13 @@ def _why(config: Config, plan: Plan) -> Callable[[str, str], str]:
     except (OSError, ValueError):
         before = {}
 
+    now = json.loads(json.dumps(plan.stage_inputs))  # tuples as the record has them: lists
+
     def explain(stage: str, state: str) -> str:
         if state != "missing" or not before:
             return ""
-        changes = [change for covered in COVERS[stage] for change in
-                   plan_mod.changed_inputs(before.get(covered, {}),
-                                           plan.stage_inputs[covered])]
+        changes = dict.fromkeys(change for covered in COVERS[stage] for change in
+                                plan_mod.changed_inputs(before.get(covered, {}), now[covered]))
         return "reruns: " + ("; ".join(changes) if changes else "not built with these inputs")
 
     return explain

@@ -180,11 +180,21 @@ def changed_inputs(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
         if old == new:
             continue
         if isinstance(old, list) and isinstance(new, list):
-            changes += [f"{name}: {item}" for item in new if item not in old]
-            changes += [f"{name}: -{item}" for item in old if item not in new]
+            changes += _list_changes(name, old, new)
         else:
             changes.append(name)
     return changes
+
+
+def _list_changes(name: str, old: list[Any], new: list[Any]) -> list[str]:
+    """`name@sha` items: edited, added (+) or removed (-), by name."""
+    before = {str(item).split("@")[0]: item for item in old}
+    after = {str(item).split("@")[0]: item for item in new}
+    edited = [f"{name}: {key} edited" for key in after if key in before
+              and before[key] != after[key]]
+    added = [f"{name}: +{key}" for key in after if key not in before]
+    removed = [f"{name}: -{key}" for key in before if key not in after]
+    return edited + added + removed
 
 
 def _bake_resources() -> list[str]:
