@@ -9,8 +9,9 @@ nox.options.reuse_existing_virtualenvs = True
 nox.options.sessions = ["lint", "tests"]
 
 PIPELINE = ("plan", "lock", "fetch", "patch", "wheels", "build-image", "smoke", "publish",
-            "verify", "registry")
-TOOLS = ("patch-lint", "rebase-check", "export-series", "import-series", "check-env")
+            "verify", "registry", "deploy")
+TOOLS = ("patch-lint", "rebase-check", "export-series", "import-series", "check-env",
+         "releases", "diff")
 
 
 @nox.session

@@ -1,14 +1,18 @@
-"""In-image smoke checks of a sparkbake image. Standard library only (Python 3.11).
+"""In-image smoke checks of a sparkbake image. Standard library only (Python >= 3.10).
 
 Usage: smoke_check.py [--root DIR] EXPECTED
 
-EXPECTED is a JSON document (or the path of a file holding one) with the values the image
-must carry: tag, inputs, upstream, series, cuda_arch, sm_arch, env and
-gpu = {"mode": "auto|require|skip", "unavailable": null or why no GPU can be seen}.
---root prefixes /opt/sparkbake and /opt/venv, so the checks can run against a fake image
-root on a host. Prints ONE JSON document on stdout, as its last line:
+EXPECTED is a JSON document (or the path of a file holding one) with what the image must
+carry, as the host computed it: tag, inputs, upstream, series, cuda_arch, sm_arch, env,
+patched_files = {"files": [{"path", "sha256" (null: deleted), "patch"}], "not_installed",
+"problem"}, entrypoint = {"suite", "argv", "accept": [{"name", "env", "command"}],
+"reject": [{"name", "env", "rules"}]} and gpu = {"mode": "auto|require|skip",
+"unavailable": null or why no GPU can be seen}. --root prefixes /opt/sparkbake and
+/opt/venv, so the checks can run against a fake image root on a host. Prints ONE JSON
+document on stdout, as its last line:
 {"checks": [{"name", "status": "passed|failed|skipped", "detail", "seconds"}]}.
 Exit status: 0 when no check failed, 1 when one did, 2 when EXPECTED is unreadable.
+smoke_common.py, smoke_entry.py and smoke_gpu.py lie beside this file.
 """
 
 from __future__ import annotations
@@ -16,85 +20,30 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
-import hashlib
 import importlib
 import importlib.metadata
 import json
 import os
+import re
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-MANIFEST = "opt/sparkbake/manifest.json"
-VENV = "opt/venv"
+from smoke_common import (
+    CheckFailed,
+    CheckSkipped,
+    Image,
+    one_line,
+    public_version,
+    sha256_of,
+    short,
+)
+from smoke_entry import check_entrypoint_print, check_preflight_rejects
+from smoke_gpu import check_gpu, check_gpu_capability, check_gpu_op
+
 MANIFEST_KEYS = ("tag", "inputs", "upstream", "series", "cuda_arch", "env")
-SHORT = 72
-
-
-class CheckFailed(Exception):
-    """A check found the image wrong; the message is the one-line detail."""
-
-
-class CheckSkipped(Exception):
-    """A check does not apply; the message says why."""
-
-
-class Image:
-    """The image under check: its root, its manifest (read once) and its site-packages."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.manifest_path = root / MANIFEST
-        self.site_dirs = sorted((root / VENV / "lib").glob("python3*/site-packages"))
-        self._manifest: dict[str, Any] | None = None
-
-    def manifest(self) -> dict[str, Any]:
-        if self._manifest is None:
-            if not self.manifest_path.is_file():
-                raise CheckFailed(f"{self.manifest_path} does not exist")
-            loaded = json.loads(self.manifest_path.read_text())
-            if not isinstance(loaded, dict):
-                raise CheckFailed(f"{self.manifest_path} is not a JSON object")
-            self._manifest = loaded
-        return self._manifest
-
-    def wheels(self) -> list[dict[str, Any]]:
-        wheels = self.manifest().get("wheels", [])
-        return list(wheels) if isinstance(wheels, list) else []
-
-    def kernels(self) -> list[dict[str, Any]]:
-        return [kernel for wheel in self.wheels() for kernel in wheel.get("kernels", [])]
-
-    def site_file(self, relative: str) -> Path:
-        """A file relative to site-packages: the first site dir that has it."""
-        for site in self.site_dirs:
-            if (site / relative).exists():
-                return site / relative
-        where = ", ".join(str(s) for s in self.site_dirs) or f"{self.root / VENV}/lib/python3*"
-        raise CheckFailed(f"{relative} is not in site-packages ({where})")
-
-
-def short(value: Any) -> str:
-    text = json.dumps(value, sort_keys=True)
-    return text if len(text) <= SHORT else text[: SHORT - 3] + "..."
-
-
-def one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while chunk := handle.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-# --- the checks: each returns its detail, or raises CheckFailed / CheckSkipped ---------------
 
 
 def check_manifest(image: Image, expected: dict[str, Any]) -> str:
@@ -189,6 +138,72 @@ def top_level_packages(dist: importlib.metadata.Distribution) -> list[str]:
     return sorted(n for n in names if n != "__pycache__")
 
 
+def canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def check_vllm_import(image: Image, expected: dict[str, Any]) -> str:
+    """`import vllm` and its version: the upstream pin's when it is vllm from PyPI, else the
+    version of the vllm wheel the manifest lists (a git or dir pin of a vLLM fork)."""
+    pin = expected.get("upstream") or {}
+    pinned = pin.get("kind") == "pypi" and canonical(str(pin.get("name"))) == "vllm"
+    wheel = next((w for w in image.wheels() if canonical(str(w.get("name"))) == "vllm"), None)
+    if not pinned and wheel is None:
+        raise CheckSkipped(f"the upstream is a {pin.get('kind', '?')} pin, not vllm from PyPI, "
+                           "and no vllm wheel is installed (wheels-import imports its wheels)")
+    want = str(pin["version"]) if pinned else wheel_version(str(wheel.get("file"))) or "?"
+    source = "the upstream pin" if pinned else f"the wheel {wheel.get('file')}"
+    try:
+        installed = importlib.metadata.version("vllm")
+    except importlib.metadata.PackageNotFoundError as exc:
+        raise CheckFailed(f"vllm is not installed ({source} says {want})") from exc
+    try:
+        module = importlib.import_module("vllm")
+    except Exception as exc:  # any import failure is the finding
+        raise CheckFailed(f"import vllm failed: {one_line(exc)}") from exc
+    version = str(getattr(module, "__version__", "none"))
+    if public_version(installed) != public_version(want):
+        raise CheckFailed(f"vllm {installed} is installed, {source} is {want}")
+    if public_version(version) != public_version(want):
+        raise CheckFailed(f"vllm.__version__ is {version}, {source} is {want}")
+    return f"import vllm: {version} ({source}: {want})"
+
+
+def check_patched_files(image: Image, expected: dict[str, Any]) -> str:
+    """Each Python file the series patch, where it lands in site-packages, has the patched
+    tree's sha256 (a deleted one is absent)."""
+    if "patched_files" not in expected:
+        raise CheckSkipped("not asked: the host gave no patched files to compare")
+    spec = expected["patched_files"] or {}
+    if spec.get("problem"):
+        raise CheckFailed(str(spec["problem"]))
+    files: list[dict[str, Any]] = spec.get("files", [])
+    not_installed = ", ".join(spec.get("not_installed", []))
+    if not files:
+        raise CheckSkipped(spec.get("none") or "no patched Python file lands in site-packages"
+                           + (f" (not installed: {not_installed})" if not_installed else ""))
+    wrong = [problem for f in files if (problem := patched_file_problem(image, f))]
+    if wrong:
+        raise CheckFailed("; ".join(wrong))
+    tail = f"; not installed by any wheel: {not_installed}" if not_installed else ""
+    return (f"{len(files)} patched Python file(s) as in the patched tree: "
+            f"{', '.join(f['path'] for f in files)}{tail}")
+
+
+def patched_file_problem(image: Image, file: dict[str, Any]) -> str:
+    relative, want, patch = str(file["path"]), file.get("sha256"), file.get("patch", "?")
+    found = image.find_site_file(relative)
+    if want is None:
+        return f"{relative} is installed, but {patch} deletes it" if found else ""
+    if found is None:
+        return f"{relative} is not in site-packages (patched by {patch})"
+    actual = sha256_of(found)
+    if actual != want:
+        return (f"{relative}: installed sha256 {actual[:12]} differs from the patched tree's "
+                f"{str(want)[:12]} ({patch})")
+    return ""
+
+
 def check_kernels(image: Image, expected: dict[str, Any]) -> str:
     kernels = image.kernels()
     if not kernels:
@@ -217,54 +232,18 @@ def check_kernel(image: Image, kernel: dict[str, Any], sm_arch: str) -> str:
     return f"{relative} [{', '.join(sass)}]"
 
 
-def check_gpu(image: Image, expected: dict[str, Any]) -> str:
-    gpu = expected.get("gpu") or {}
-    mode = gpu.get("mode", "auto")
-    if mode == "skip":
-        raise CheckSkipped("not asked for (--gpu skip)")
-    count, how = device_count(image, gpu.get("unavailable"))
-    if count > 0:
-        return f"{count} GPU(s) visible ({how})"
-    reason = f"no GPU visible: {how}"
-    if mode == "require":
-        raise CheckFailed(f"{reason} (--gpu require)")
-    raise CheckSkipped(reason)
-
-
-def device_count(image: Image, unavailable: str | None) -> tuple[int, str]:
-    """How many GPUs the image sees, and through what (or why none)."""
-    if unavailable:
-        return 0, unavailable
-    for kernel in image.kernels():
-        library = ctypes.CDLL(str(image.site_file(str(kernel["path"]))))
-        if hasattr(library, "sparkbake_device_count"):
-            library.sparkbake_device_count.restype = ctypes.c_int
-            count = int(library.sparkbake_device_count())
-            return count, f"sparkbake_device_count() in {kernel['path']} returned {count}"
-    return driver_device_count()
-
-
-def driver_device_count() -> tuple[int, str]:
-    try:
-        cuda = ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return 0, "libcuda.so.1 cannot be loaded (no NVIDIA driver in the container)"
-    status = int(cuda.cuInit(0))
-    if status != 0:
-        return 0, f"cuInit failed with CUDA error {status}"
-    count = ctypes.c_int(0)
-    status = int(cuda.cuDeviceGetCount(ctypes.byref(count)))
-    if status != 0:
-        return 0, f"cuDeviceGetCount failed with CUDA error {status}"
-    return count.value, f"libcuda reports {count.value} device(s)"
-
-
 CHECKS: list[tuple[str, Callable[[Image, dict[str, Any]], str]]] = [
     ("manifest", check_manifest),
     ("env-defaults", check_env_defaults),
     ("wheels-import", check_wheels_import),  # before kernels: imports load their libraries
+    ("vllm-import", check_vllm_import),
+    ("patched-files", check_patched_files),
     ("kernels", check_kernels),
+    ("entrypoint-print", check_entrypoint_print),
+    ("preflight-rejects", check_preflight_rejects),
     ("gpu", check_gpu),
+    ("gpu-capability", check_gpu_capability),
+    ("gpu-op", check_gpu_op),
 ]
 
 
@@ -293,7 +272,7 @@ def read_expected(argument: str) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--root", type=Path, default=Path("/"),
                         help="prefix of /opt/sparkbake and /opt/venv (default: /)")
     parser.add_argument("expected", help="JSON of the expected values, or a file holding it")

@@ -12,11 +12,12 @@ from . import config as config_mod
 from . import pipeline
 from .errors import FatalError, UsageError
 from .patches import Options as PatchOptions
+from .smoke import Options as SmokeOptions
 
 __all__ = ["main"]
 
 TAG_COMMANDS = ("plan", "lock", "fetch", "patch", "wheels", "build-image", "smoke", "publish",
-                "verify")
+                "verify", "deploy")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -37,12 +38,15 @@ def parser() -> argparse.ArgumentParser:
         if name == "plan":
             sub.add_argument("--json", action="store_true", help="print the plan as JSON")
         if name == "smoke":
-            sub.add_argument("--gpu", choices=("auto", "require", "skip"), default="auto",
-                             help="GPU checks: run if a GPU is present (auto), fail without")
+            _smoke_options(sub)
         if name == "publish":
             sub.add_argument("--registry", help="HOST:PORT to push to instead of the tag's")
             sub.add_argument("--force", action="store_true",
                              help="overwrite a remote tag that points at another digest")
+            sub.add_argument("--skip-smoke", action="store_true",
+                             help="publish without a passing smoke record (recorded)")
+        if name == "deploy":
+            _deploy_options(sub)
         if name == "verify":
             sub.add_argument("--against", metavar="DIGEST",
                              help="compare with this manifest digest instead of build/oci's")
@@ -54,7 +58,39 @@ def parser() -> argparse.ArgumentParser:
     _common(registry)
     _check_env_parser(commands)
     _series_parsers(commands)
+    _release_parsers(commands)
     return top
+
+
+def _smoke_options(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument("--gpu", choices=("auto", "require", "skip"), default="auto",
+                     help="GPU checks: run if a GPU is present (auto), fail without")
+    sub.add_argument("--model", type=Path, metavar="PATH",
+                     help="serve this model folder (mounted at /model) and probe the server")
+    sub.add_argument("--serve-env", type=Path, metavar="FILE",
+                     help="the serve checks' node .env instead of the suite's serve.env")
+    sub.add_argument("--serve-timeout", type=float, default=1800.0, metavar="SECONDS",
+                     help="how long the server may take to answer /health (default 1800)")
+
+
+def _deploy_options(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument("--hosts", required=True, metavar="URL,URL",
+                     help="the nodes' Docker hosts: ssh://[USER@]HOST, tcp://HOST:PORT, "
+                          "unix:///PATH (a bare HOST means ssh://HOST)")
+    sub.add_argument("--stream", action="store_true",
+                     help="send the image from the local engine instead of pulling it")
+    sub.add_argument("--gpu", choices=("auto", "require", "skip"), default="auto",
+                     help="GPU checks of the smoke run on each node")
+
+
+def _release_parsers(commands: argparse._SubParsersAction[_Parser]) -> None:
+    listing = commands.add_parser("releases", help="the published releases (build/releases)")
+    listing.add_argument("--json", action="store_true", help="print the index as JSON")
+    diff = commands.add_parser("diff", help="what changed between two releases")
+    diff.add_argument("tags", nargs=2, metavar="TAG", help="two released tags (or suffixes)")
+    diff.add_argument("--json", action="store_true", help="print the differences as JSON")
+    for sub in (listing, diff):
+        _common(sub)
 
 
 def _patch_options(sub: argparse.ArgumentParser, maintainer: bool) -> None:
@@ -131,6 +167,12 @@ def dispatch(args: argparse.Namespace) -> int:
         return pipeline.registry_command(config, args.action, args.port)
     if args.command in ("patch-lint", "export-series", "import-series"):
         return _series_command(config, args)
+    if args.command == "releases":
+        print(pipeline.releases_report(config, as_json=args.json))
+        return 0
+    if args.command == "diff":
+        print(pipeline.diff_releases(config, (args.tags[0], args.tags[1]), as_json=args.json))
+        return 0
     tag = config.tag(args.tag)
     if args.command == "rebase-check":
         return pipeline.rebase_check(config, tag, args.to)
@@ -144,9 +186,14 @@ def dispatch(args: argparse.Namespace) -> int:
     if args.command == "verify":
         return pipeline.verify_tag(config, tag, against=args.against)
     if args.command == "smoke":
-        return pipeline.smoke_tag(config, tag, gpu=args.gpu)
+        return pipeline.smoke_tag(config, tag, SmokeOptions(
+            gpu=args.gpu, model=args.model, serve_env=args.serve_env,
+            serve_timeout=args.serve_timeout))
     if args.command == "publish":
-        return pipeline.publish(config, tag, registry_host=args.registry, force=args.force)
+        return pipeline.publish(config, tag, registry_host=args.registry, force=args.force,
+                                skip_smoke=args.skip_smoke)
+    if args.command == "deploy":
+        return pipeline.deploy_tag(config, tag, args.hosts, stream=args.stream, gpu=args.gpu)
     options = PatchOptions(skip_applied=getattr(args, "skip_applied", False),
                            keep=getattr(args, "keep", False),
                            checkout=getattr(args, "checkout", None))

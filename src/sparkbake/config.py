@@ -40,7 +40,8 @@ UPSTREAM_KINDS = ("pypi", "git", "dir")
 
 TOP_KEYS = ("schema", "defaults", "bases", "upstreams", "tags")
 DEFAULT_KEYS = ("repository", "platform", "cuda_arch", "builder", "runtime")
-TAG_KEYS = ("extends", "upstream", "series", "env", *DEFAULT_KEYS)
+TAG_KEYS = ("extends", "upstream", "series", "env", "smoke", *DEFAULT_KEYS)
+DEFAULT_SMOKE_SUITE = "common"  # smoke/<suite>/ or images/smoke/<suite>/: sample .env files
 DEBOOTSTRAP_KEYS = ("suite", "mirror", "variant", "packages")
 
 
@@ -113,6 +114,7 @@ class Tag:
     cuda_arch: str
     builder: Base
     runtime: Base
+    smoke: str = DEFAULT_SMOKE_SUITE  # the smoke suite: its sample .env files (README: Smoke)
 
     @property
     def sm_arch(self) -> str:
@@ -372,6 +374,8 @@ def _tag(where: _Where, name: str, raw_tags: LocatedDict, defaults: LocatedDict,
                                "a CUDA arch such as \"12.1a\""),
         builder=ref("builder", bases, "base"),
         runtime=ref("runtime", bases, "base"),
+        smoke=where.string(origin["smoke"], "smoke", NAME, "a smoke suite name")
+        if "smoke" in merged else DEFAULT_SMOKE_SUITE,
     )
 
 

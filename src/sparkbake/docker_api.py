@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import json
+import tarfile
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import docker
@@ -26,6 +28,7 @@ __all__ = [
     "image_exists",
     "load_image",
     "run_container",
+    "started_container",
 ]
 
 Client = Any  # docker.DockerClient: the SDK ships no type information
@@ -121,11 +124,15 @@ def run_container(
     quiet: bool = False,
     keep: bool = False,
     copy_out: tuple[str, Path] | None = None,
+    copy_in: Mapping[str, bytes] | None = None,
     **extra: Any,
 ) -> ContainerResult:
     """Run a container to its end, streaming its output; always removed unless keep.
-    copy_out=(path, tar): after a clean exit, path in the container is saved as a tar file."""
-    with _container(client, image, command, volumes, environment, network, keep, extra) as box:
+    copy_out=(path, tar): after a clean exit, path in the container is saved as a tar file.
+    copy_in={absolute path: bytes}: files put into the container before it starts (they
+    reach an engine on another machine, where a bind mount of a host path would not)."""
+    with _container(client, image, command, volumes, environment, network, keep, extra,
+                    copy_in) as box:
         lines: list[str] = []
         reader = threading.Thread(target=_follow, args=(box, lines, log_path, quiet), daemon=True)
         reader.start()
@@ -136,6 +143,21 @@ def run_container(
             _copy_out(box, *copy_out)
         return ContainerResult(exit_code=int(status["StatusCode"]), output="".join(lines),
                                oom_killed=bool(box.attrs["State"].get("OOMKilled")))
+
+
+@contextlib.contextmanager
+def started_container(
+    client: Client,
+    image: str,
+    command: Sequence[str],
+    *,
+    volumes: Mapping[str, Mapping[str, str]] | None = None,
+    environment: Mapping[str, str] | None = None,
+    **extra: Any,
+) -> Iterator[Any]:
+    """A container left running for the block (a server); then stopped and removed."""
+    with _container(client, image, command, volumes, environment, True, False, extra) as box:
+        yield box
 
 
 def _copy_out(box: Any, path: str, tar: Path) -> None:
@@ -162,23 +184,45 @@ def load_image(client: Client, archive: Path, *, error: type[FatalError]) -> Non
 def _container(client: Client, image: str, command: Sequence[str],
                volumes: Mapping[str, Mapping[str, str]] | None,
                environment: Mapping[str, str] | None, network: bool, keep: bool,
-               extra: dict[str, Any]) -> Iterator[Any]:
+               extra: dict[str, Any],
+               copy_in: Mapping[str, bytes] | None = None) -> Iterator[Any]:
+    options = dict(volumes=dict(volumes or {}), environment=dict(environment or {}),
+                   network_disabled=not network, **extra)
     try:
-        box = client.containers.run(
-            image, list(command), detach=True, volumes=dict(volumes or {}),
-            environment=dict(environment or {}), network_disabled=not network, **extra,
-        )
+        if copy_in:
+            box = client.containers.create(image, list(command), **options)
+        else:
+            box = client.containers.run(image, list(command), detach=True, **options)
     except docker.errors.ImageNotFound as exc:
         raise EngineError(f"image {image} is not in the engine", "build it first") from exc
     except docker.errors.APIError as exc:
         raise EngineError(f"cannot start a container of {image}: {exc.explanation or exc}",
                           "check the Docker engine") from exc
     try:
+        if copy_in:
+            box.put_archive("/", _tar_of(copy_in))
+            box.start()
         yield box
     finally:
         if not keep:
             with contextlib.suppress(docker.errors.APIError):
                 box.remove(force=True)
+
+
+def _tar_of(files: Mapping[str, bytes]) -> bytes:
+    """An uncompressed tar of {absolute path: bytes} (mode 0644, parents 0755), for put_archive."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        folders = {str(parent) for path in files for parent in PurePosixPath(path).parents}
+        for folder in sorted(folders - {"/"}):
+            entry = tarfile.TarInfo(folder.lstrip("/"))
+            entry.type, entry.mode = tarfile.DIRTYPE, 0o755
+            tar.addfile(entry)
+        for path, data in sorted(files.items()):
+            entry = tarfile.TarInfo(path.lstrip("/"))
+            entry.size, entry.mode = len(data), 0o644
+            tar.addfile(entry, io.BytesIO(data))
+    return buffer.getvalue()
 
 
 def _follow(box: Any, lines: list[str], log_path: Path | None, quiet: bool) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 
 from . import (
     bases,
+    deploy,
     embedded_registry,
     images,
     lock,
@@ -18,24 +19,27 @@ from . import (
     patchlint,
     rebase,
     registry,
+    releases,
     series,
     smoke,
     sources,
     verify,
     wheels,
 )
+from . import nodes as nodes_mod
 from . import plan as plan_mod
 from .cache import atomic_write, scratch_dir
 from .config import Config, Tag
 from .docker_api import Client, connect
-from .errors import EngineError
+from .errors import ConfigError, EngineError
 from .plan import Plan, StagePlan
 from .preflight import check_env
 from .proc import echo
 from .settings import HostSettings, host_settings
 
-__all__ = ["check_env", "export_series", "import_series", "lock_tag", "patch_lint", "plan_report",
-           "publish", "rebase_check", "registry_command", "run_until", "smoke_tag",
+__all__ = ["check_env", "deploy_tag", "diff_releases", "export_series", "import_series",
+           "lock_tag", "patch_lint", "plan_report", "publish", "rebase_check",
+           "registry_command", "releases_report", "run_until", "smoke_tag",
            "stage_states", "verify_tag"]
 
 STAGES = ("fetch", "patch", "wheels", "build-image")
@@ -208,14 +212,73 @@ def lock_tag(config: Config, tag: Tag) -> int:
     return _done(f"builder lock: {lock.resolve(config, tag, host_settings())}")
 
 
-def smoke_tag(config: Config, tag: Tag, gpu: str) -> int:
-    result: dict[str, Any] = smoke.run(connect(), config, plan_mod.make(config, tag), gpu)
-    return _done(f"smoke: {tag.name} passed ({len(result['checks'])} checks)")
+def smoke_tag(config: Config, tag: Tag, options: smoke.Options,
+              client: Client | None = None) -> int:
+    """The tag's smoke checks on its image in the engine (client: another engine's)."""
+    plan = plan_mod.make(config, tag)
+    client = client or connect()
+    smoke.require_image(client, plan)  # before the patch stage's cache is looked at
+    result: dict[str, Any] = smoke.run(client, config, plan, smoke_facts(config, plan), options)
+    counts = {s: sum(c["status"] == s for c in result["checks"]) for s in ("passed", "skipped")}
+    return _done(f"smoke: {tag.name} passed ({counts['passed']} checks passed, "
+                 f"{counts['skipped']} skipped; image {result['image_id'][:19]})")
 
 
-def publish(config: Config, tag: Tag, registry_host: str | None, force: bool) -> int:
-    record = registry.publish(connect(), config, plan_mod.make(config, tag), registry_host, force)
-    return _done(f"published {tag.name}: {record['digest']}")
+def smoke_facts(config: Config, plan: Plan) -> smoke.Facts:
+    """The patched tree and source date the smoke compares with: the fetch and patch
+    stages' cache entries (made again if missing; the smoke only reads them)."""
+    settings = host_settings()
+    pristine = sources.fetch(plan.tag.upstream, config.build_dir / "sources" / plan.fetch_key,
+                             settings)
+    patched = patches.apply(plan, pristine, config.build_dir / "patched" / plan.patch_key,
+                            patches.Options(skip_applied=True))
+    return smoke.Facts(patched, sources.source_date(plan.tag.upstream, pristine.parent))
+
+
+def publish(config: Config, tag: Tag, registry_host: str | None, force: bool,
+            skip_smoke: bool = False) -> int:
+    record = registry.publish(connect(), config, plan_mod.make(config, tag), registry_host, force,
+                              skip_smoke=skip_smoke)
+    return _done(f"published {tag.name}: {record['digest']} (smoke: {record['smoke']['result']})")
+
+
+def releases_report(config: Config, as_json: bool) -> str:
+    """The releases index as a table, or as JSON."""
+    listed = releases.entries(config.build_dir / "releases")
+    if as_json:
+        return json.dumps({"releases": listed}, indent=2)
+    if not listed:
+        return f"no releases in {config.build_dir / 'releases'} yet"
+    return "\n".join(releases.render_table(listed))
+
+
+def diff_releases(config: Config, names: tuple[str, str], as_json: bool) -> str:
+    """What changed between two releases, from their records (a tag may be a suffix)."""
+    folder = config.build_dir / "releases"
+    a, b = (releases.read_record(folder, _release_name(config, folder, n)) for n in names)
+    report = releases.diff(a, b)
+    return json.dumps(report, indent=2) if as_json else "\n".join(releases.render_diff(report))
+
+
+def _release_name(config: Config, folder: Path, name: str) -> str:
+    """The record's own name if there is one, else the tag versions.yaml resolves it to."""
+    if (folder / f"{name}.json").is_file():
+        return name
+    try:
+        return config.tag(name).name
+    except ConfigError:
+        return name  # read_record names the releases there are
+
+
+def deploy_tag(config: Config, tag: Tag, hosts: str, stream: bool, gpu: str) -> int:
+    """The tag's release onto each node, verified there and smoked (the common checks)."""
+    nodes = nodes_mod.parse_hosts(hosts)
+    plan = plan_mod.make(config, tag)
+    report = deploy.deploy(config, plan, nodes, lambda: smoke_facts(config, plan),
+                           smoke.Options(gpu=gpu), stream=stream)
+    methods = ", ".join(f"{h['host']} ({h['method']})" for h in report["hosts"])
+    return _done(f"deployed {tag.name} ({report['image_id'][:19]}) to {methods}; smoke passed "
+                 f"on each (report: {report['report']})")
 
 
 def registry_command(config: Config, action: str, port: int) -> int:

@@ -2,7 +2,9 @@
 
 The image goes from build/oci to the registry over the distribution API, blob for blob, so
 the registry serves the digest the bake wrote (`docker push` would recompress the layers and
-make another manifest). The engine's image must be that image: smoke tested it.
+make another manifest). The engine's image must be that image, and a passing smoke record
+must name its image ID (`--skip-smoke` overrides, and the release record says so). The
+release record also goes into the releases index (`releases`).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 
 import requests
 
-from . import images, oci
+from . import images, oci, releases
 from .cache import atomic_write
 from .config import Config
 from .distribution import Remote, Session, unreachable
@@ -26,8 +28,8 @@ from .proc import echo
 from .settings import host_settings, registry_login
 
 __all__ = [
-    "Remote", "check_overwrite", "check_smoke", "publish", "remote_for", "retarget",
-    "split_repository",
+    "Remote", "check_overwrite", "check_smoke", "publish", "read_smoke", "remote_for",
+    "retarget", "smoke_gate", "split_repository",
 ]
 
 INPUTS_LABEL = "dev.sparkbake.inputs"
@@ -36,13 +38,15 @@ REGISTRY_ARG = re.compile(r"(?:[A-Za-z0-9.-]+|\[[0-9A-Fa-f:]+\])(?::[0-9]+)?")
 
 
 def publish(client: Client, config: Config, plan: Plan, registry: str | None,
-            force: bool) -> dict[str, Any]:
+            force: bool, skip_smoke: bool = False) -> dict[str, Any]:
     """Push the tag's smoke-tested image under `<tag>` and `<tag>-<inputs[:12]>`, verify the
-    registry's digests and write build/releases/<tag>.json; return that record."""
+    registry's digests, write build/releases/<tag>.json and its line in the releases index;
+    return that record."""
     repository = retarget(plan.tag.repository, registry)
     attrs = _local_image(client, plan)
     baked = _baked(config, plan, attrs)
-    check_smoke(config.build_dir / "smoke" / f"{plan.tag.name}.json", plan)
+    smoked = smoke_gate(config.build_dir / "smoke" / f"{plan.tag.name}.json", plan.tag.name,
+                        baked.config, skip_smoke)
     names = [plan.tag.name, f"{plan.tag.name}-{plan.inputs[:12]}"]
     remote = remote_for(repository)
     _ping(remote)
@@ -58,7 +62,10 @@ def publish(client: Client, config: Config, plan: Plan, registry: str | None,
                            "manifests?)")
     for name in names:
         _verify(session, name, pushed)
-    return _record(config, plan, attrs, repository, names, pushed)
+    published = {"repository": repository, "images": [f"{repository}:{n}" for n in names],
+                 "digest": pushed, "pinned": f"{repository}@{pushed}", "smoke": smoked,
+                 "manifest": releases.image_manifest(oci.Layout(baked.layout), baked.image)}
+    return _record(config, plan, attrs, published)
 
 
 def retarget(repository: str, registry: str | None) -> str:
@@ -93,23 +100,53 @@ def remote_for(repository: str) -> Remote:
     return Remote(host=host, path=path, base_url=f"https://{api_host}", verify=verify)
 
 
-def check_smoke(path: Path, plan: Plan) -> dict[str, Any]:
-    """The passing smoke record of exactly these inputs, or PublishError."""
-    tag = plan.tag.name
-    remedy = f"run `nox -s smoke -- {tag}` first"
+def read_smoke(path: Path, image_id: str) -> tuple[str, dict[str, Any]]:
+    """What the smoke record at path says of the image: (`passed` | `failed` | `missing` |
+    `unreadable` | `other image`, the record or {})."""
     try:
         record = json.loads(path.read_text())
     except FileNotFoundError:
-        raise PublishError(f"{tag} has no smoke record ({path})", remedy) from None
-    except (OSError, ValueError) as exc:
-        raise PublishError(f"{path}: unreadable smoke record ({exc})", remedy) from exc
-    if not isinstance(record, dict) or record.get("inputs") != plan.inputs:
-        raise PublishError(f"{path}: the smoke record is not of the current image "
-                           f"(inputs {plan.inputs[:12]})", remedy)
-    if record.get("passed") is not True:
+        return "missing", {}
+    except (OSError, ValueError):
+        return "unreadable", {}
+    if not isinstance(record, dict):
+        return "unreadable", {}
+    if record.get("image_id") != image_id:
+        return "other image", record
+    return ("passed" if record.get("passed") is True else "failed"), record
+
+
+def check_smoke(path: Path, tag: str, image_id: str) -> dict[str, Any]:
+    """The passing smoke record of exactly this image (by its ID), or PublishError."""
+    state, record = read_smoke(path, image_id)
+    remedy = f"run `nox -s smoke -- {tag}` first (or publish with --skip-smoke, recorded)"
+    if state == "missing":
+        raise PublishError(f"{tag} has no smoke record ({path})", remedy)
+    if state == "unreadable":
+        raise PublishError(f"{path}: unreadable smoke record", remedy)
+    if state == "other image":
+        raise PublishError(f"{path}: the smoke record is not of the image to publish (it "
+                           f"checked {str(record.get('image_id'))[:19]}, not {image_id[:19]})",
+                           remedy)
+    if state == "failed":
         raise PublishError(f"{path}: the smoke checks of {tag} did not pass",
                            f"fix them, then run `nox -s smoke -- {tag}`")
     return record
+
+
+def smoke_gate(path: Path, tag: str, image_id: str, skip: bool) -> dict[str, Any]:
+    """The release record's `smoke`: the passing record's summary, or, with skip, what the
+    record said of the image when --skip-smoke overrode it."""
+    if skip:
+        found, _ = read_smoke(path, image_id)
+        echo(f"publish: --skip-smoke: {tag} ({image_id[:19]}) goes out without a passing "
+             f"smoke record (found: {found})")
+        return {"result": "skipped", "override": "--skip-smoke", "found": found}
+    record = check_smoke(path, tag, image_id)
+    checks = [c for c in record.get("checks") or [] if isinstance(c, dict)]
+    counts = {s: sum(c.get("status") == s for c in checks) for s in ("passed", "skipped")}
+    return {"result": "passed", "image_id": image_id, "time": record.get("time"),
+            "checks": counts}
 
 
 def check_overwrite(ref: str, remote: str | None, local: set[str], force: bool) -> None:
@@ -172,26 +209,28 @@ def _verify(session: Session, name: str, digest: str) -> None:
     echo(f"verified {remote.host}/{remote.path}:{name} = {digest}")
 
 
-def _record(config: Config, plan: Plan, attrs: dict[str, Any], repository: str,
-            names: list[str], digest: str) -> dict[str, Any]:
+def _record(config: Config, plan: Plan, attrs: dict[str, Any],
+            published: dict[str, Any]) -> dict[str, Any]:
+    """build/releases/<tag>.json (published: repository, images, digest, pinned, smoke and
+    the image's manifest.json), then its line in the releases index."""
     record: dict[str, Any] = {
         "tag": plan.tag.name,
-        "repository": repository,
-        "images": [f"{repository}:{name}" for name in names],
-        "digest": digest,
-        "pinned": f"{repository}@{digest}",
+        **published,
         "image_id": attrs.get("Id"),
         "build": _build_record(config, plan),
         "inputs": plan.inputs,
-        "upstream": upstream_pin(plan.tag.upstream),
+        "upstream": {"key": plan.tag.upstream.key, **upstream_pin(plan.tag.upstream)},
         "series": [{"name": s.name, "sha256": s.sha256, "patches": [list(p) for p in s.patches]}
                    for s in plan.series],
+        "env": dict(plan.tag.env),
         "labels": (attrs.get("Config") or {}).get("Labels") or {},
         "published": datetime.now(UTC).isoformat(timespec="seconds"),
     }
-    path = config.build_dir / "releases" / f"{plan.tag.name}.json"
-    atomic_write(path, json.dumps(record, indent=2, sort_keys=True) + "\n")
-    echo(f"release record: {path}")
+    folder = config.build_dir / "releases"
+    atomic_write(folder / f"{plan.tag.name}.json",
+                 json.dumps(record, indent=2, sort_keys=True) + "\n")
+    echo(f"release record: {folder / f'{plan.tag.name}.json'} (index: "
+         f"{releases.add(folder, record)})")
     return record
 
 

@@ -1,57 +1,77 @@
-"""The smoke stage: run images/smoke_check.py inside the baked image, record the results.
+"""The smoke stage: the tag's checks, on the host and in its image, recorded against the
+image ID they ran on.
 
-Results go to build/smoke/<tag>.json and build/smoke/<tag>.xml (JUnit) before any failure
-is raised, so CI keeps the record of a failing image too.
+On the host: the image's labels against the plan (smoke_host). In a network-less container
+of the image, by images/smoke_check.py and its sibling modules (copied in, never baked): the
+manifest, the ENV defaults, the wheels' imports and `import vllm`, each patched Python file
+against the patched tree, the kernels, the image's entrypoint on the tag's smoke suite
+(smoke_suite), and the GPU checks. With --model, the serve checks (smoke_serve). Results go
+to build/smoke/<tag>.json and build/smoke/<tag>.xml (JUnit) before any failure is raised, so
+CI keeps the record of a failing image too; a record of another image is removed first, so
+no record outlives the image it speaks of.
 """
 
 from __future__ import annotations
 
 import json
-import xml.etree.ElementTree as ET
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from . import docker_api, resources
+from . import docker_api, resources, smoke_host, smoke_serve, smoke_suite
 from .cache import atomic_write
 from .config import Config
 from .errors import SmokeError, UsageError
 from .plan import Plan, upstream_pin
 from .proc import echo, step
+from .smoke_host import Facts
+from .smoke_record import STATUSES, failed_names, junit_xml, parse_checks, timed
 
-__all__ = [
-    "CHECKER_IN_IMAGE",
-    "GPU_MODES",
-    "expected_values",
-    "junit_xml",
-    "parse_checks",
-    "results_paths",
-    "run",
-]
+__all__ = ["CHECKER_FILES", "GPU_MODES", "NO_GPU_RUNTIME", "STATUSES", "Facts", "Options",
+           "check_options", "common_checks", "drop_stale_record", "expected_values", "failed_names",
+           "has_gpu_runtime", "junit_xml", "parse_checks", "raise_if_failed", "report",
+           "require_image", "results_paths", "run", "run_checker"]
 
 GPU_MODES = ("auto", "require", "skip")
 INPUTS_LABEL = "dev.sparkbake.inputs"
 PYTHON_IN_IMAGE = "/opt/venv/bin/python"
-CHECKER_IN_IMAGE = "/opt/sparkbake-smoke/smoke_check.py"
+CHECKER_DIR = "/opt/sparkbake-smoke"
+CHECKER_FILES = ("smoke_check.py", "smoke_common.py", "smoke_entry.py", "smoke_gpu.py")
 NO_GPU_RUNTIME = "no GPU runtime in this engine"
-STATUSES = ("passed", "failed", "skipped")
-ALL_GPUS = {"count": -1, "capabilities": [["gpu"]]}  # the SDK makes a DeviceRequest of it
+GPU_CHECKS = {"gpu", "gpu-capability", "gpu-op"}
 
 
-def run(client: docker_api.Client, config: Config, plan: Plan, gpu: str = "auto") -> dict[str, Any]:
-    """Check the tag's image in a container; write JSON + JUnit results; raise if a check failed."""
-    if gpu not in GPU_MODES:
-        raise UsageError(f"--gpu {gpu!r} is not one of {', '.join(GPU_MODES)}", "pick one of them")
-    image_id = require_image(client, plan)
-    gpus = gpu != "skip" and has_gpu_runtime(client)
-    unavailable = NO_GPU_RUNTIME if gpu != "skip" and not gpus else None
-    expected = expected_values(plan, gpu, unavailable)
+@dataclass(frozen=True)
+class Options:
+    gpu: str = "auto"  # auto | require | skip
+    model: Path | None = None  # the serve checks' model folder (host path)
+    serve_env: Path | None = None  # instead of the suite's serve.env
+    serve_timeout: float = 1800.0  # seconds for the server's /health
+
+
+def run(client: docker_api.Client, config: Config, plan: Plan, facts: Facts,
+        options: Options = Options()) -> dict[str, Any]:
+    """Check the tag's image; write JSON + JUnit results; raise if a check failed."""
+    check_options(options)
+    image_id, attrs = require_image(client, plan)
+    suite = smoke_suite.load(config, plan.tag)
     json_path, xml_path = results_paths(config, plan)
-    with step(f"smoke {plan.tag.image_ref}"):
-        checks = run_checker(client, image_id, expected, gpus, json_path.with_suffix(".log"))
+    drop_stale_record(json_path, xml_path, image_id)
+    gpus = options.gpu != "skip" and has_gpu_runtime(client)
+    unavailable = NO_GPU_RUNTIME if options.gpu != "skip" and not gpus else None
+    serve = smoke_serve.Request(options.model, options.serve_env, options.serve_timeout,
+                                options.gpu, unavailable)
+    with step(f"smoke {plan.tag.image_ref} ({image_id[:19]}, suite {suite.name})"):
+        checks = common_checks(client, config, plan, facts, suite, (image_id, attrs),
+                               options.gpu, json_path.with_suffix(".log"))
+        checks += smoke_serve.run(client, image_id, plan.tag, suite, serve,
+                                  json_path.with_name(f"{plan.tag.name}-serve.log"))
     results = {
         "tag": plan.tag.name, "image": plan.tag.image_ref, "image_id": image_id,
-        "inputs": plan.inputs, "passed": not failed_names(checks), "checks": checks,
+        "inputs": plan.inputs, "suite": suite.name, "gpu": options.gpu,
+        "model": str(options.model) if options.model else None,
+        "passed": not failed_names(checks), "checks": checks,
         "time": datetime.now(UTC).isoformat(timespec="seconds"),
     }
     atomic_write(json_path, json.dumps(results, indent=2) + "\n")
@@ -61,8 +81,38 @@ def run(client: docker_api.Client, config: Config, plan: Plan, gpu: str = "auto"
     return results
 
 
-def require_image(client: docker_api.Client, plan: Plan) -> str:
-    """The id of the tag's image; it must exist and carry the plan's inputs label."""
+def common_checks(client: docker_api.Client, config: Config, plan: Plan, facts: Facts,
+                  suite: smoke_suite.Suite, image: tuple[str, dict[str, Any]], gpu: str,
+                  log_path: Path) -> list[dict[str, Any]]:
+    """Every check but the serve ones, on the image (its id and engine attributes) in the
+    engine of client: the labels on the host, the rest in a container of the image."""
+    image_id, attrs = image
+    gpus = gpu != "skip" and has_gpu_runtime(client)
+    unavailable = NO_GPU_RUNTIME if gpu != "skip" and not gpus else None
+    expected = {
+        **expected_values(plan, gpu, unavailable),
+        "patched_files": smoke_host.patched_files(plan, facts.patched.path,
+                                                  config.wheels_dir / plan.wheels_key),
+        "entrypoint": smoke_suite.expected(suite, entrypoint_of(attrs)),
+    }
+    labels = timed("labels", lambda: smoke_host.check_labels(client, attrs, plan, facts))
+    return [labels, *run_checker(client, image_id, expected, gpus, log_path)]
+
+
+def check_options(options: Options) -> None:
+    if options.gpu not in GPU_MODES:
+        raise UsageError(f"--gpu {options.gpu!r} is not one of {', '.join(GPU_MODES)}",
+                         "pick one of them")
+    if options.model is not None and not options.model.exists():
+        raise UsageError(f"--model {options.model}: no such file or folder",
+                         "give the model's folder on this host; it is mounted at /model")
+    if options.serve_env is not None and not options.serve_env.is_file():
+        raise UsageError(f"--serve-env {options.serve_env}: no such file",
+                         "give a node .env file (README: Smoke)")
+
+
+def require_image(client: docker_api.Client, plan: Plan) -> tuple[str, dict[str, Any]]:
+    """The id and attributes of the tag's image; it must exist and carry the plan's inputs."""
     ref, build = plan.tag.image_ref, f"run `nox -s build-image -- {plan.tag.name}`"
     if not docker_api.image_exists(client, ref):
         raise SmokeError(f"image {ref} does not exist in the Docker engine", build)
@@ -73,7 +123,26 @@ def require_image(client: docker_api.Client, plan: Plan) -> str:
         raise SmokeError(
             f"image {ref} is out of date: its {INPUTS_LABEL} is {found}, "
             f"the plan's is {plan.inputs[:16]}...", build)
-    return str(attrs["Id"])
+    return str(attrs["Id"]), attrs
+
+
+def entrypoint_of(attrs: dict[str, Any]) -> list[str]:
+    return [str(arg) for arg in (attrs.get("Config") or {}).get("Entrypoint") or []]
+
+
+def drop_stale_record(json_path: Path, xml_path: Path, image_id: str) -> bool:
+    """Remove the record of another image (a rebuilt tag's old one): it never stands for
+    this image, even if the run that follows ends early."""
+    try:
+        previous = json.loads(json_path.read_text()).get("image_id")
+    except (OSError, ValueError, AttributeError):
+        previous = None if not json_path.exists() else "unreadable"
+    if previous in (None, image_id):
+        return False
+    echo(f"smoke: removing {json_path.name}, the record of image {str(previous)[:19]}")
+    json_path.unlink(missing_ok=True)
+    xml_path.unlink(missing_ok=True)
+    return True
 
 
 def has_gpu_runtime(client: docker_api.Client) -> bool:
@@ -81,7 +150,7 @@ def has_gpu_runtime(client: docker_api.Client) -> bool:
 
 
 def expected_values(plan: Plan, gpu: str, unavailable: str | None) -> dict[str, Any]:
-    """What the image must carry, as smoke_check.py reads it."""
+    """What the image must carry, as smoke_check.py reads it (the plan's part)."""
     tag = plan.tag
     return {
         "tag": tag.name,
@@ -104,13 +173,13 @@ def run_checker(client: docker_api.Client, image_id: str, expected: dict[str, An
                 log_path: Path) -> list[dict[str, Any]]:
     """Run smoke_check.py in a network-less container of the image; return its checks."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    script = resources.path("smoke_check.py")
+    files = {f"{CHECKER_DIR}/{name}": resources.path(name).read_bytes()
+             for name in CHECKER_FILES}  # copied in: the engine may be another machine's
     result = docker_api.run_container(
-        client, image_id, ["-B", CHECKER_IN_IMAGE, json.dumps(expected)],
-        entrypoint=[PYTHON_IN_IMAGE],
-        volumes={str(script): {"bind": CHECKER_IN_IMAGE, "mode": "ro"}},
+        client, image_id, ["-B", f"{CHECKER_DIR}/{CHECKER_FILES[0]}", json.dumps(expected)],
+        entrypoint=[PYTHON_IN_IMAGE], copy_in=files,
         network=False, quiet=True, log_path=log_path,
-        device_requests=[dict(ALL_GPUS)] if gpus else None,
+        device_requests=[dict(smoke_serve.ALL_GPUS)] if gpus else None,
     )
     checks = parse_checks(result.output)
     if checks is None:
@@ -119,30 +188,6 @@ def run_checker(client: docker_api.Client, image_id: str, expected: dict[str, An
             f"(exit {result.exit_code}): {' / '.join(result.tail(3).splitlines())}",
             f"see {log_path}; the image needs {PYTHON_IN_IMAGE} (rebuild it with build-image)")
     return checks
-
-
-def parse_checks(output: str) -> list[dict[str, Any]] | None:
-    """The checks from the checker's last JSON line; None when there is none."""
-    for line in reversed(output.splitlines()):
-        if not line.startswith("{"):
-            continue
-        try:
-            document = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        checks = document.get("checks") if isinstance(document, dict) else None
-        if isinstance(checks, list) and all(_is_check(c) for c in checks):
-            return checks
-    return None
-
-
-def _is_check(check: Any) -> bool:
-    return (isinstance(check, dict) and isinstance(check.get("name"), str)
-            and check.get("status") in STATUSES)
-
-
-def failed_names(checks: list[dict[str, Any]]) -> list[str]:
-    return [c["name"] for c in checks if c["status"] == "failed"]
 
 
 def report(checks: list[dict[str, Any]]) -> None:
@@ -156,43 +201,15 @@ def raise_if_failed(plan: Plan, checks: list[dict[str, Any]], json_path: Path) -
     failed = failed_names(checks)
     if not failed:
         return
-    if failed == ["gpu"]:
-        remedy = "run on a host with a GPU and the NVIDIA container runtime, or pass --gpu auto"
+    if set(failed) <= GPU_CHECKS:
+        wanted = plan.tag.cuda_arch.rstrip("af")
+        remedy = (f"run on a host whose GPU has compute capability {wanted} and the NVIDIA "
+                  "container runtime, or pass --gpu auto")
+    elif all(name.startswith("serve-") for name in failed):
+        remedy = (f"read {json_path.with_name(f'{plan.tag.name}-serve.log')}; the checks' "
+                  "details in the record say what the server answered")
     else:
         remedy = (f"the image does not match versions.yaml or its wheels are broken: "
                   f"rebuild it with `nox -s build-image -- {plan.tag.name}`")
     raise SmokeError(f"smoke checks failed for {plan.tag.image_ref}: {', '.join(failed)} "
                      f"(results: {json_path})", remedy)
-
-
-def junit_xml(results: dict[str, Any]) -> str:
-    """JUnit XML of a results record: one testcase per check."""
-    checks: list[dict[str, Any]] = results["checks"]
-    suite_name = f"sparkbake.smoke.{results['tag']}"
-    counts = {s: sum(c["status"] == s for c in checks) for s in STATUSES}
-    total_time = f"{sum(float(c.get('seconds', 0)) for c in checks):.3f}"
-    suites = ET.Element("testsuites", name="sparkbake smoke", tests=str(len(checks)),
-                        failures=str(counts["failed"]), errors="0",
-                        skipped=str(counts["skipped"]), time=total_time)
-    suite = ET.SubElement(suites, "testsuite", name=suite_name, tests=str(len(checks)),
-                          failures=str(counts["failed"]), errors="0",
-                          skipped=str(counts["skipped"]), time=total_time,
-                          timestamp=str(results.get("time", "")))
-    properties = ET.SubElement(suite, "properties")
-    for key in ("image", "image_id", "inputs"):
-        ET.SubElement(properties, "property", name=key, value=str(results.get(key, "")))
-    for check in checks:
-        _testcase(suite, suite_name, check)
-    ET.indent(suites)
-    return ET.tostring(suites, encoding="unicode", xml_declaration=True) + "\n"
-
-
-def _testcase(suite: ET.Element, classname: str, check: dict[str, Any]) -> None:
-    case = ET.SubElement(suite, "testcase", classname=classname, name=check["name"],
-                         time=f"{float(check.get('seconds', 0)):.3f}")
-    detail = str(check.get("detail", ""))
-    if check["status"] == "failed":
-        failure = ET.SubElement(case, "failure", message=detail, type="SmokeCheckFailed")
-        failure.text = detail
-    elif check["status"] == "skipped":
-        ET.SubElement(case, "skipped", message=detail)

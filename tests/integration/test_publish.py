@@ -33,6 +33,7 @@ from tests.conftest import free_port
 pytestmark = pytest.mark.docker
 
 TAG = "production-1.0-pub"
+NEXT = "production-1.1-pub"  # TAG plus a patch series and another env
 RUN = uuid.uuid4().hex[:12]
 RUN_LABEL = "dev.sparkbake.test-run"
 VERSIONS = """\
@@ -53,6 +54,11 @@ tags:
   {tag}:
     upstream: fixture
     series: []
+    env: {{PUB_MODE: "one"}}
+  {next}:
+    extends: {tag}
+    series: [fix]
+    env: {{PUB_MODE: "two", PUB_EXTRA: "1"}}
 """
 
 
@@ -65,7 +71,11 @@ def _missing(what: str) -> NoReturn:
 def _config(root: Path, repository: str) -> Config:
     (root / "upstream").mkdir(parents=True, exist_ok=True)
     (root / "upstream" / "setup.py").write_text("# a stand-in upstream tree\n")
-    (root / "versions.yaml").write_text(VERSIONS.format(repository=repository, tag=TAG))
+    (root / "patches" / "fix").mkdir(parents=True, exist_ok=True)
+    (root / "patches" / "fix" / "series").write_text("0001-fix.patch\n")
+    (root / "patches" / "fix" / "0001-fix.patch").write_text("a stand-in patch (never applied)\n")
+    (root / "versions.yaml").write_text(VERSIONS.format(repository=repository, tag=TAG,
+                                                        next=NEXT))
     return config_mod.load(root / "versions.yaml")
 
 
@@ -112,33 +122,45 @@ class Project:
     def release(self) -> Path:
         return self.config.build_dir / "releases" / f"{TAG}.json"
 
-    def build(self, payload: str, inputs: str | None = None) -> str:
+    def plan_of(self, tag: str) -> plan_mod.Plan:
+        return self.plan if tag == TAG else plan_mod.make(self.config, self.config.tag(tag))
+
+    def build(self, payload: str, inputs: str | None = None, tag: str = TAG) -> str:
         """Bake a tiny image (/payload) into build/oci and the engine under the tag's ref, as
         the bake stage does; return its id."""
         work = self.config.root / f"bake-{uuid.uuid4().hex[:8]}"
         work.mkdir()
         layout = oci.Layout(self.config.build_dir / "oci")
+        plan = self.plan_of(tag)
         layer = layers.from_files({"payload": (payload.encode(), 0o644)}, work / "l.tgz", 0)
-        labels = {"dev.sparkbake.inputs": inputs or self.plan.inputs,
-                  "dev.sparkbake.tag": TAG, RUN_LABEL: RUN}
+        labels = {"dev.sparkbake.inputs": inputs or plan.inputs,
+                  "dev.sparkbake.tag": tag, RUN_LABEL: RUN}
         change = oci.ConfigChange(created=0, platform="linux/amd64",
                                   layers=((layer.diff_id, "payload"),), env=(), path="/",
                                   labels=tuple(labels.items()), entrypoint=("/payload",))
         config = layout.add_bytes(oci.canonical(oci.image_config({}, change)), oci.CONFIG_TYPE)
         blob = layout.add_file(layer.path, layer.digest, layers.MEDIA_TYPE)
         image = layout.add_bytes(oci.canonical(oci.manifest(config, [blob])), oci.MANIFEST_TYPE)
-        layout.tag(TAG, image)
-        oci.write_docker_archive(layout, image, self.plan.tag.image_ref, work / "image.tar")
+        layout.tag(tag, image)
+        oci.write_docker_archive(layout, image, plan.tag.image_ref, work / "image.tar")
         docker_api.load_image(self.client, work / "image.tar", error=BakeError)
         return config.digest
 
-    def smoke(self, passed: bool = True) -> None:
-        path = self.config.build_dir / "smoke" / f"{TAG}.json"
+    def smoke(self, passed: bool = True, tag: str = TAG) -> str:
+        """A smoke record, as the smoke stage writes it, of the engine's image of the tag."""
+        plan = self.plan_of(tag)
+        image_id = str(docker_api.image_attrs(self.client, plan.tag.image_ref)["Id"])
+        path = self.config.build_dir / "smoke" / f"{tag}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"tag": TAG, "inputs": self.plan.inputs, "passed": passed}))
+        path.write_text(json.dumps({"tag": tag, "inputs": plan.inputs, "image_id": image_id,
+                                    "passed": passed, "checks": [
+                                        {"name": "manifest", "status": "passed"}]}))
+        return image_id
 
-    def publish(self, registry_host: str | None = None, force: bool = False) -> dict[str, Any]:
-        return registry.publish(self.client, self.config, self.plan, registry_host, force)
+    def publish(self, registry_host: str | None = None, force: bool = False,
+                tag: str = TAG, skip_smoke: bool = False) -> dict[str, Any]:
+        return registry.publish(self.client, self.config, self.plan_of(tag), registry_host,
+                                force, skip_smoke=skip_smoke)
 
 
 @pytest.fixture
@@ -193,6 +215,7 @@ def test_another_image_under_a_published_tag_is_refused_unless_forced(project: P
     project.smoke()
     first = project.publish()["digest"]
     project.build("second")
+    project.smoke()  # smoked too: what stops it is the remote tag
     with pytest.raises(PublishError) as caught:
         project.publish()
     assert caught.value.exit_code == 7
@@ -211,6 +234,7 @@ def test_the_cli_refuses_the_overwrite_with_exit_7(project: Project) -> None:
     project.smoke()
     project.publish()
     project.build("cli-second")
+    project.smoke()
     assert main(["--config", str(project.config.path), "publish", TAG]) == 7
 
 
@@ -285,3 +309,57 @@ def test_a_missing_or_stale_image_is_refused(project: Project) -> None:
     with pytest.raises(PublishError, match="stale"):
         project.publish()
     assert not project.release.exists()
+
+
+def test_a_smoke_record_of_another_image_is_refused_even_with_the_same_inputs(
+        project: Project, capsys: pytest.CaptureFixture[str]) -> None:
+    smoked = project.build("smoked")
+    project.smoke()
+    rebuilt = project.build("rebuilt")  # the same inputs, another image: not what smoke saw
+    assert rebuilt != smoked
+    with pytest.raises(PublishError, match="not of the image to publish") as caught:
+        project.publish()
+    assert f"checked {smoked[:19]}, not {rebuilt[:19]}" in str(caught.value)
+    assert main(["--config", str(project.config.path), "publish", TAG]) == 7
+    assert "--skip-smoke" in capsys.readouterr().err
+    assert not project.release.exists()
+
+
+def test_skip_smoke_publishes_and_says_so_in_the_record_and_the_index(
+        project: Project, capsys: pytest.CaptureFixture[str]) -> None:
+    project.build("unsmoked")
+    assert main(["--config", str(project.config.path), "publish", TAG, "--skip-smoke"]) == 0
+    record = json.loads(project.release.read_text())
+    assert record["smoke"] == {"result": "skipped", "override": "--skip-smoke",
+                               "found": "missing"}
+    assert skopeo_digest(f"{project.plan.tag.repository}:{TAG}") == record["digest"]
+    index = json.loads((project.config.build_dir / "releases" / "index.json").read_text())
+    assert [(e["tag"], e["smoke"]) for e in index["releases"]] == [(TAG, "skipped")]
+    capsys.readouterr()
+    assert main(["--config", str(project.config.path), "releases"]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[1].split()[:2] == [TAG, record["digest"][:19]]
+    assert "skipped" in table[1].split()
+
+
+def test_the_index_lists_both_releases_and_diff_names_the_changed_patch_and_env(
+        project: Project, capsys: pytest.CaptureFixture[str]) -> None:
+    records = []
+    for tag, payload in ((TAG, "first"), (NEXT, "second")):
+        image_id = project.build(payload, tag=tag)
+        assert project.smoke(tag=tag) == image_id
+        records.append(project.publish(tag=tag))
+    assert records[1]["smoke"]["result"] == "passed"
+    assert records[1]["smoke"]["image_id"] == records[1]["image_id"]
+    assert records[1]["env"] == {"PUB_MODE": "two", "PUB_EXTRA": "1"}
+    capsys.readouterr()
+    assert main(["--config", str(project.config.path), "releases", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)["releases"]
+    assert [(e["tag"], e["digest"], e["series"], e["smoke"]) for e in listed] == [
+        (TAG, records[0]["digest"], [], "passed"), (NEXT, records[1]["digest"], ["fix"], "passed")]
+    assert main(["--config", str(project.config.path), "diff", TAG, NEXT]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"diff {TAG} -> {NEXT}"
+    assert "upstream: same" in out and "series: changed" in out
+    assert any(line.startswith("  + fix/0001-fix.patch: sha256:") for line in out)
+    assert "  ~ PUB_MODE: 'one' -> 'two'" in out and "  + PUB_EXTRA: '1'" in out

@@ -1,282 +1,193 @@
-"""The smoke stage against a real Docker engine and a small image baked here.
+"""The smoke stage on the fixture image, on a real Docker engine.
 
-The image is FROM a locally imported Debian rootfs and holds what the bake stage makes:
-/opt/venv with a tiny wheel (a Python package plus a gcc-built shared library standing in
-for a CUDA kernel), /opt/sparkbake/manifest.json, the tag's ENV and the inputs label.
+The shared fixture build (`built_fixture`) is smoked as built; variants of its image, made
+here FROM it with one thing planted, are smoked as a copy of the project that reuses the
+fixture's fetch, patch and wheels cache entries (linked in) and names its own repository.
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import io
 import json
 import shutil
-import subprocess
-import sysconfig
-import textwrap
 import uuid
 import xml.etree.ElementTree as ET
-import zipfile
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from sparkbake import config as config_mod
-from sparkbake import docker_api, plan, smoke
-from sparkbake.config import Config
-from sparkbake.errors import BakeError, SmokeError
+from sparkbake import docker_api, smoke
+from sparkbake.errors import BakeError
+from tests.conftest import Project, copy_project
 
 pytestmark = pytest.mark.docker
 
-GREETING = "SPARKBAKE_DEMO_GREETING"
-KERNEL = "smokekern/_kernels.so"
-KERNEL_SOURCE = "int smokekern_add(int a, int b) { return a + b; }\n"
-VERSIONS = """\
-schema: 1
-defaults:
-  repository: {repository}
-  platform: linux/amd64
-  cuda_arch: "12.1a"
-  builder: local-debian
-  runtime: local-debian
-bases:
-  local-debian:
-    debootstrap: {{suite: bookworm, packages: [python3, python3-venv]}}
-upstreams:
-  fixture:
-    dir: ./upstream
-tags:
-  demo:
-    upstream: fixture
-    series: [demo]
-    env: {{{greeting}: hello}}
-"""
-DOCKERFILE = """\
-FROM {base}
-COPY {wheel} /tmp/wheels/
-RUN python3 -m venv /opt/venv \\
- && /opt/venv/bin/pip install --no-index --no-deps --no-cache-dir /tmp/wheels/*.whl \\
- && rm -rf /tmp/wheels
-COPY manifest.json /opt/sparkbake/manifest.json
-ENV {greeting}={value}
-LABEL dev.sparkbake.inputs={inputs}
-ENTRYPOINT ["/opt/venv/bin/python", "/opt/sparkbake/entrypoint.py"]
-"""
+SITE = "/opt/venv/lib/python3.11/site-packages"
+NEW_CHECKS = ("labels", "patched-files", "entrypoint-print", "preflight-rejects")
 
 
-@dataclass(frozen=True)
-class Wheel:
-    path: Path
-    kernel_sha256: str
-
-
-@dataclass(frozen=True)
-class Project:
-    config: Config
-    plan: plan.Plan
-
-
-@pytest.fixture(scope="module")
-def client(docker_client: docker_api.Client) -> docker_api.Client:
-    return docker_client
-
-
-@pytest.fixture(scope="module")
-def debian(debian_base: str) -> str:
-    """The Debian base image the fixture's versions.yaml makes with debootstrap."""
-    return debian_base
-
-
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Wheel:
-    return build_wheel(tmp_path_factory.mktemp("wheel"))
-
-
-@pytest.fixture(scope="module")
-def built_refs(client: docker_api.Client) -> Iterator[list[str]]:
-    """Images baked by this module, removed at its end."""
-    refs: list[str] = []
-    yield refs
-    for ref in refs:
-        if docker_api.image_exists(client, ref):
-            client.images.remove(ref, force=True)
-
-
-@pytest.fixture
-def project(tmp_path: Path) -> Project:
-    """A versions.yaml with one tag `demo` and its own image repository."""
-    repository = f"sparkbake-test/smoke-{uuid.uuid4().hex[:10]}"
-    (tmp_path / "upstream").mkdir()
-    (tmp_path / "upstream" / "README").write_text("a stand-in upstream tree\n")
-    series = tmp_path / "patches" / "demo"
-    series.mkdir(parents=True)
-    (series / "series").write_text("0001-x.patch\n")
-    (series / "0001-x.patch").write_text("--- a/README\n+++ b/README\n@@ -1 +1 @@\n-a\n+b\n")
-    versions = tmp_path / "versions.yaml"
-    versions.write_text(VERSIONS.format(repository=repository, greeting=GREETING))
-    config = config_mod.load(versions)
-    return Project(config=config, plan=plan.make(config, config.tag("demo")))
-
-
-def build_wheel(folder: Path) -> Wheel:
-    """smokekern 0.1.0: a package whose import loads a gcc-built shared library."""
-    gcc = shutil.which("gcc")
-    if gcc is None:
-        pytest.fail("gcc is needed to build the stand-in kernel: apt-get install -y gcc")
-    source, library = folder / "kernels.c", folder / "_kernels.so"
-    source.write_text(KERNEL_SOURCE)
-    subprocess.run([gcc, "-shared", "-fPIC", "-o", str(library), str(source)], check=True)
-    platform_tag = sysconfig.get_platform().replace("-", "_").replace(".", "_")
-    files = {
-        "smokekern/__init__.py": (b"import ctypes, pathlib\n"
-                                  b"_lib = ctypes.CDLL(str(pathlib.Path(__file__)"
-                                  b".with_name('_kernels.so')))\n"),
-        KERNEL: library.read_bytes(),
-        "smokekern-0.1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: smokekern\n"
-                                              b"Version: 0.1.0\n",
-        "smokekern-0.1.0.dist-info/WHEEL": (f"Wheel-Version: 1.0\nGenerator: test\n"
-                                            f"Root-Is-Purelib: false\n"
-                                            f"Tag: py3-none-{platform_tag}\n").encode(),
-        "smokekern-0.1.0.dist-info/top_level.txt": b"smokekern\n",
-    }
-    path = folder / f"smokekern-0.1.0-py3-none-{platform_tag}.whl"
-    write_wheel(path, files)
-    return Wheel(path=path, kernel_sha256=hashlib.sha256(files[KERNEL]).hexdigest())
-
-
-def write_wheel(path: Path, files: dict[str, bytes]) -> None:
-    record = io.StringIO()
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
-        for name, data in files.items():
-            archive.writestr(zipfile.ZipInfo(name, (2020, 1, 1, 0, 0, 0)), data)
-            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
-            record.write(f"{name},sha256={digest.decode()},{len(data)}\n")
-        record.write("smokekern-0.1.0.dist-info/RECORD,,\n")
-        archive.writestr(zipfile.ZipInfo("smokekern-0.1.0.dist-info/RECORD", (2020, 1, 1, 0, 0, 0)),
-                         record.getvalue())
-
-
-def manifest_for(project: Project, wheel: Wheel) -> dict[str, Any]:
-    """The manifest the bake stage would write for the project's tag."""
-    tag, the_plan = project.plan.tag, project.plan
-    return {
-        "schema": 1, "tag": tag.name, "image": tag.image_ref, "inputs": the_plan.inputs,
-        "upstream": {"key": tag.upstream.key, **plan.upstream_pin(tag.upstream)},
-        "series": [{"name": s.name, "sha256": s.sha256,
-                    "patches": [{"file": f, "sha256": h} for f, h in s.patches]}
-                   for s in the_plan.series],
-        "cuda_arch": tag.cuda_arch, "sm_arch": tag.sm_arch, "platform": tag.platform,
-        "env": dict(tag.env),
-        "base": {"name": "local-debian", "image": "sparkbake-base/local-debian", "digest": ""},
-        "wheels": [{"file": wheel.path.name,
-                    "sha256": hashlib.sha256(wheel.path.read_bytes()).hexdigest(),
-                    "name": "smokekern",
-                    "kernels": [{"path": KERNEL, "sha256": wheel.kernel_sha256,
-                                 "sass": ["sm_121a"]}]}],
-    }
-
-
-@pytest.fixture
-def bake(client: docker_api.Client, debian: str, wheel: Wheel, built_refs: list[str],
-         tmp_path: Path) -> Any:
-    """bake(project, greeting=..., inputs=...) builds the project's image as the bake would."""
-
-    def bake_image(project: Project, greeting: str = "hello", inputs: str | None = None) -> str:
-        context = tmp_path / "context"
-        context.mkdir()
-        shutil.copy(wheel.path, context / wheel.path.name)
-        (context / "manifest.json").write_text(json.dumps(manifest_for(project, wheel)))
-        (context / "Dockerfile").write_text(textwrap.dedent(DOCKERFILE.format(
-            base=debian, wheel=wheel.path.name, greeting=GREETING, value=greeting,
-            inputs=inputs or project.plan.inputs)))
-        ref = project.plan.tag.image_ref
-        built_refs.append(ref)
-        return docker_api.build_image(client, context, ref, error=BakeError)
-
-    return bake_image
-
-
-def read_results(project: Project) -> tuple[dict[str, Any], ET.Element]:
-    json_path, xml_path = smoke.results_paths(project.config, project.plan)
+def record_of(project: Project) -> tuple[dict[str, Any], ET.Element]:
+    json_path, xml_path = smoke.results_paths(project.config(), project.plan())
     return json.loads(json_path.read_text()), ET.fromstring(xml_path.read_text())
 
 
-def statuses(checks: list[dict[str, Any]]) -> dict[str, str]:
-    return {c["name"]: c["status"] for c in checks}
+def by_name(record: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {check["name"]: check for check in record["checks"]}
 
 
-def test_a_matching_image_passes_and_writes_json_and_xml(
-        client: docker_api.Client, project: Project, bake: Any) -> None:
-    image_id = bake(project)
-    results = smoke.run(client, project.config, project.plan)
-    assert results["passed"] is True
-    assert statuses(results["checks"]) == {"manifest": "passed", "env-defaults": "passed",
-                                           "wheels-import": "passed", "kernels": "passed",
-                                           "gpu": "skipped"}
-    recorded, junit = read_results(project)
-    assert recorded == results
-    assert (recorded["tag"], recorded["image_id"]) == ("demo", image_id)
-    assert recorded["inputs"] == project.plan.inputs
-    cases = {case.get("name"): case for case in junit.iter("testcase")}
-    assert list(cases) == ["manifest", "env-defaults", "wheels-import", "kernels", "gpu"]
-    skipped = cases["gpu"].find("skipped")
-    assert skipped is not None
-    assert "no GPU runtime in this engine" in str(skipped.get("message"))
-    assert junit.get("failures") == "0"
+@pytest.fixture(scope="module")
+def variant(built_fixture: Project, tmp_path_factory: pytest.TempPathFactory,
+            docker_client: docker_api.Client) -> Iterator[Project]:
+    """tests/data copied with its own repository; build/sources, build/patched and wheels/
+    are the fixture's (read only here). Its image ref is free for the tests to set."""
+    project = copy_project(tmp_path_factory.mktemp("variant") / "project")
+    repository = f"sparkbake-test/smoke-{uuid.uuid4().hex[:10]}"
+    config = project.config_path
+    config.write_text(config.read_text().replace("localhost:5000/sparkbake-fixture", repository))
+    (project.root / "build").mkdir()
+    for cached in ("build/sources", "build/patched", "wheels"):
+        (project.root / cached).symlink_to(built_fixture.root / cached)
+    yield project
+    for image in docker_client.images.list(repository):
+        docker_client.images.remove(image.id, force=True)
 
 
-def test_an_image_whose_env_differs_fails_with_exit_6(
-        client: docker_api.Client, project: Project, bake: Any) -> None:
-    bake(project, greeting="goodbye")
-    with pytest.raises(SmokeError) as caught:
-        smoke.run(client, project.config, project.plan)
-    assert caught.value.exit_code == 6
-    assert "env-defaults" in caught.value.message
-    recorded, junit = read_results(project)
-    assert recorded["passed"] is False
-    assert [n for n, s in statuses(recorded["checks"]).items() if s == "failed"] == ["env-defaults"]
-    assert junit.find(".//testcase[@name='env-defaults']/failure") is not None
+def fixture_image_id(built_fixture: Project, client: docker_api.Client) -> str:
+    return str(client.images.get(built_fixture.plan().tag.image_ref).id)
 
 
-def test_gpu_require_without_a_gpu_fails_with_exit_6(
-        client: docker_api.Client, project: Project, bake: Any) -> None:
-    bake(project)
-    with pytest.raises(SmokeError) as caught:
-        smoke.run(client, project.config, project.plan, gpu="require")
-    assert caught.value.exit_code == 6
-    assert "gpu" in caught.value.message
-    recorded, _ = read_results(project)
-    gpu = {c["name"]: c for c in recorded["checks"]}["gpu"]
-    assert gpu["status"] == "failed"
-    assert "no GPU" in gpu["detail"]
+def make_variant(client: docker_api.Client, project: Project, base_id: str,
+                 *instructions: str) -> str:
+    """The fixture's image with instructions applied, under the variant's image ref."""
+    context = project.root / "build" / f"context-{uuid.uuid4().hex[:8]}"
+    context.mkdir()
+    (context / "Dockerfile").write_text("\n".join([f"FROM {base_id}", *instructions]) + "\n")
+    try:
+        return docker_api.build_image(client, context, project.plan().tag.image_ref,
+                                      error=BakeError)
+    finally:
+        shutil.rmtree(context)
 
 
-def test_gpu_skip_is_reported_as_not_asked(
-        client: docker_api.Client, project: Project, bake: Any) -> None:
-    bake(project)
-    results = smoke.run(client, project.config, project.plan, gpu="skip")
-    gpu = {c["name"]: c for c in results["checks"]}["gpu"]
-    assert (gpu["status"], gpu["detail"]) == ("skipped", "not asked for (--gpu skip)")
+def test_the_fixture_passes_the_new_checks_against_its_image_id(
+        built_fixture: Project, docker_client: docker_api.Client) -> None:
+    assert built_fixture.sparkbake("smoke", "fixture") == 0
+    record, junit = record_of(built_fixture)
+    assert record["image_id"] == fixture_image_id(built_fixture, docker_client)
+    assert (record["passed"], record["suite"], record["gpu"]) == (True, "common", "auto")
+    checks = by_name(record)
+    assert {name: checks[name]["status"] for name in NEW_CHECKS} == dict.fromkeys(
+        NEW_CHECKS, "passed")
+    assert checks["patched-files"]["detail"].startswith(
+        "1 patched Python file(s) as in the patched tree: tinykern/__init__.py")
+    assert "accept/single-node.env" in checks["entrypoint-print"]["detail"]
+    assert "reject/no-model.env [model-unset]" in checks["preflight-rejects"]["detail"]
+    for name in ("gpu", "gpu-capability", "gpu-op"):
+        assert checks[name]["status"] == "skipped"
+        assert checks[name]["detail"] == "no GPU visible: no GPU runtime in this engine"
+    serve = [c for c in record["checks"] if c["name"].startswith("serve-")]
+    assert [c["name"] for c in serve] == ["serve-health", "serve-models", "serve-completion",
+                                          "serve-metrics"]
+    assert {(c["status"], c["detail"]) for c in serve} == {("skipped", "no --model given")}
+    properties = {p.get("name"): p.get("value") for p in junit.iter("property")}
+    assert properties["image_id"] == record["image_id"]
+    assert [case.get("name") for case in junit.iter("testcase")] == \
+        [c["name"] for c in record["checks"]]
+
+
+def test_a_rebuilt_image_gets_its_own_record_and_a_planted_file_fails_by_name(
+        built_fixture: Project, variant: Project, docker_client: docker_api.Client,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    original = fixture_image_id(built_fixture, docker_client)
+    docker_client.images.get(original).tag(variant.plan().tag.image_ref)
+    assert variant.sparkbake("smoke", "fixture") == 0
+    assert record_of(variant)[0]["image_id"] == original
+    planted = make_variant(docker_client, variant, original,
+                           f"RUN echo '# planted' >> {SITE}/tinykern/__init__.py")
+    assert planted != original
+    assert variant.sparkbake("smoke", "fixture") == 6
+    err = capsys.readouterr().err
+    assert "smoke: removing fixture.json, the record of image " + original[:19] in err
+    assert "smoke checks failed for sparkbake-test/smoke-" in err
+    record, junit = record_of(variant)
+    assert (record["image_id"], record["passed"]) == (planted, False)
+    checks = by_name(record)
+    assert [name for name, c in checks.items() if c["status"] == "failed"] == ["patched-files"]
+    detail = checks["patched-files"]["detail"]
+    assert detail.startswith("tinykern/__init__.py: installed sha256 ")
+    assert "differs from the patched tree's" in detail
+    assert detail.endswith("(tinykern/0002-python-expose-the-ABI-version-and-the-patch-"
+                           "marker.patch)")
+    assert junit.find(".//testcase[@name='patched-files']/failure") is not None
+
+
+def test_a_label_other_than_the_plans_fails_naming_it(
+        built_fixture: Project, variant: Project, docker_client: docker_api.Client) -> None:
+    make_variant(docker_client, variant, fixture_image_id(built_fixture, docker_client),
+                 "LABEL org.opencontainers.image.revision=somewhere-else")
+    assert variant.sparkbake("smoke", "fixture") == 6
+    checks = by_name(record_of(variant)[0])
+    assert [name for name, c in checks.items() if c["status"] == "failed"] == ["labels"]
+    assert checks["labels"]["detail"].startswith(
+        "org.opencontainers.image.revision: image has 'somewhere-else', the plan says '")
+
+
+def test_an_entrypoint_that_adds_arguments_fails_both_entrypoint_checks(
+        built_fixture: Project, variant: Project, docker_client: docker_api.Client) -> None:
+    make_variant(docker_client, variant, fixture_image_id(built_fixture, docker_client),
+                 'ENTRYPOINT ["/opt/venv/bin/python", "/opt/sparkbake/entrypoint.py", '
+                 '"--print", "vllm", "serve", "/model"]')
+    assert variant.sparkbake("smoke", "fixture") == 6
+    checks = by_name(record_of(variant)[0])
+    assert checks["entrypoint-print"]["detail"].startswith(
+        "accept/single-node.env: word 4 is '--print', the host's command has "
+        "'--served-model-name'")
+    assert checks["preflight-rejects"]["detail"].startswith(
+        "reject/compressed-mla.env: exit 0, expected 2 (the preflight did not refuse it)")
+
+
+def test_gpu_require_and_a_model_without_a_gpu_fail_with_exit_6(
+        built_fixture: Project, variant: Project, docker_client: docker_api.Client,
+        tmp_path: Path) -> None:
+    docker_client.images.get(fixture_image_id(built_fixture, docker_client)).tag(
+        variant.plan().tag.image_ref)
+    assert variant.sparkbake("smoke", "fixture", "--gpu", "require",
+                             "--model", str(tmp_path)) == 6
+    record = record_of(variant)[0]
+    assert (record["gpu"], record["model"]) == ("require", str(tmp_path))
+    failed = {c["name"]: c["detail"] for c in record["checks"] if c["status"] == "failed"}
+    assert set(failed) == {"gpu", "gpu-capability", "gpu-op", "serve-health", "serve-models",
+                           "serve-completion", "serve-metrics"}
+    assert failed["serve-health"] == "vllm serve needs a GPU: no GPU runtime in this engine"
+    assert failed["gpu"] == "no GPU visible: no GPU runtime in this engine (--gpu require)"
+
+
+def test_a_model_that_is_not_there_is_a_usage_error(variant: Project,
+                                                    tmp_path: Path) -> None:
+    assert variant.sparkbake("smoke", "fixture", "--model", str(tmp_path / "none")) == 2
 
 
 def test_a_missing_image_asks_for_build_image(
-        client: docker_api.Client, project: Project) -> None:
-    with pytest.raises(SmokeError) as caught:
-        smoke.run(client, project.config, project.plan)
-    assert caught.value.exit_code == 6
-    assert "does not exist" in caught.value.message
-    assert caught.value.remedy == "run `nox -s build-image -- demo`"
+        docker_client: docker_api.Client, project: Project,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    config = project.config_path
+    config.write_text(config.read_text().replace(
+        "localhost:5000/sparkbake-fixture", f"sparkbake-test/absent-{uuid.uuid4().hex[:10]}"))
+    assert project.sparkbake("smoke", "fixture") == 6
+    err = capsys.readouterr().err
+    assert ":fixture does not exist in the Docker engine\n  -> run `nox -s build-image -- " \
+        "fixture`" in err
+    assert "patch:" not in err  # refused before any stage's cache is looked at
+    assert not smoke.results_paths(project.config(), project.plan())[0].exists()
 
 
 def test_an_image_from_other_inputs_is_refused(
-        client: docker_api.Client, project: Project, bake: Any) -> None:
-    bake(project, inputs="0" * 64)
-    with pytest.raises(SmokeError) as caught:
-        smoke.run(client, project.config, project.plan)
-    assert "out of date" in caught.value.message
-    assert "nox -s build-image -- demo" in caught.value.remedy
-    assert not smoke.results_paths(project.config, project.plan)[0].exists()
+        built_fixture: Project, variant: Project, docker_client: docker_api.Client,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    make_variant(docker_client, variant, fixture_image_id(built_fixture, docker_client),
+                 f"LABEL dev.sparkbake.inputs={'0' * 64}")
+    assert variant.sparkbake("smoke", "fixture") == 6
+    err = capsys.readouterr().err
+    assert "is out of date: its dev.sparkbake.inputs is 0000000000000000..." in err
+    assert "run `nox -s build-image -- fixture`" in err

@@ -2,7 +2,8 @@
 
 The fake root has what a baked image has: /opt/sparkbake/manifest.json and a venv
 site-packages with an installed distribution whose kernel is a real shared library
-compiled with gcc.
+compiled with gcc (standing in for CUDA code: its `GPU` functions run on the CPU). The
+image's entrypoint is images/entrypoint.py, run with this Python.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -19,15 +21,35 @@ from typing import Any
 
 import pytest
 
-CHECKER = Path(__file__).parents[2] / "images" / "smoke_check.py"
+from sparkbake import preflight
+
+REPO = Path(__file__).parents[2]
+CHECKER = REPO / "images" / "smoke_check.py"
+ENTRYPOINT = [sys.executable, str(REPO / "images" / "entrypoint.py")]
+TINYKERN_INIT = REPO / "tests" / "data" / "upstream" / "tinykern" / "__init__.py"
 SITE = Path("opt/venv/lib/python3.11/site-packages")
-KERNEL = "smokekern/_kernels.so"
 GREETING = "SPARKBAKE_SMOKE_GREETING"
 SERIES_SHA = "ab" * 32
 KERNEL_SOURCE = """
 int smokekern_add(int a, int b) { return a + b; }
 int sparkbake_device_count(void) { return DEVICES; }
+#if CAPABILITY
+int sparkbake_device_capability(int device) { return device == 0 ? CAPABILITY : -100; }
+#endif
+const char* tinykern_archs(void) { return "1210"; }
+int tinykern_scale(float* values, int count, float factor) {
+    for (int i = 0; i < count; i++) values[i] = values[i] * factor + OFFSET;
+    return 0;
+}
 """
+SMOKEKERN_INIT = """\
+import ctypes, pathlib
+lib = ctypes.CDLL(str(pathlib.Path(__file__).with_name('_kernels.so')))
+assert lib.smokekern_add(2, 3) == 5
+"""
+HEAD_ADDRESS_ON_WORKER = {"MODEL": "/model", "NNODES": "2", "TP_SIZE": "2", "NODE_RANK": "1",
+                          "MASTER_ADDR": "10.0.0.1", "VLLM_HOST_IP": "10.0.0.1",
+                          "GPU_MEMORY_UTILIZATION": "0.9"}
 
 
 @dataclass
@@ -36,10 +58,13 @@ class FakeImage:
     manifest: dict[str, Any]
     expected: dict[str, Any]
 
+    @property
+    def manifest_path(self) -> Path:
+        return self.root / "opt/sparkbake/manifest.json"
+
     def write_manifest(self) -> None:
-        path = self.root / "opt/sparkbake/manifest.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.manifest))
+        self.manifest_path.parent.mkdir(parents=True, exist_ok=True)
+        self.manifest_path.write_text(json.dumps(self.manifest))
 
     def check(self, env: dict[str, str] | None = None, gpu: str = "skip") -> dict[str, Any]:
         """Run the checker; return {check name: check}."""
@@ -49,6 +74,7 @@ class FakeImage:
         expected_file.write_text(json.dumps(self.expected))
         environment = {k: v for k, v in os.environ.items() if k != GREETING}
         environment.update({GREETING: "hello"} if env is None else env)
+        environment["SPARKBAKE_MANIFEST"] = str(self.manifest_path)  # for the entrypoint
         done = subprocess.run(
             [sys.executable, "-B", str(CHECKER), "--root", str(self.root), str(expected_file)],
             capture_output=True, text=True, env=environment, check=False, timeout=120,
@@ -59,48 +85,72 @@ class FakeImage:
         assert done.returncode == (1 if failed else 0), done.stderr
         return checks
 
+    def site(self, relative: str) -> Path:
+        return self.root / SITE / relative
 
-def compile_kernel(target: Path, devices: int) -> None:
+
+def compile_kernel(target: Path, devices: int, capability: int, offset: str) -> None:
     gcc = shutil.which("gcc")
     if gcc is None:
         pytest.fail("gcc is needed to build the stand-in kernel: apt-get install -y gcc")
     source = target.with_suffix(".c")
-    source.write_text(KERNEL_SOURCE.replace("DEVICES", str(devices)))
-    subprocess.run([gcc, "-shared", "-fPIC", "-o", str(target), str(source)], check=True)
+    source.write_text(KERNEL_SOURCE)
+    subprocess.run([gcc, "-shared", "-fPIC", f"-DDEVICES={devices}",
+                    f"-DCAPABILITY={capability}", f"-DOFFSET={offset}", "-o", str(target),
+                    str(source)], check=True)
     source.unlink()
 
 
-def install_distribution(site: Path, devices: int) -> str:
-    """smokekern 0.1.0 as pip would leave it; returns the kernel's sha256."""
-    package = site / "smokekern"
+def install_distribution(site: Path, name: str, init: str, version: str = "0.1.0") -> Path:
+    """A distribution as pip would leave it, with the package's __init__.py."""
+    package = site / name
     package.mkdir(parents=True)
-    (package / "__init__.py").write_text(
-        "import ctypes, pathlib\n"
-        "lib = ctypes.CDLL(str(pathlib.Path(__file__).with_name('_kernels.so')))\n"
-        "assert lib.smokekern_add(2, 3) == 5\n"
-    )
-    compile_kernel(package / "_kernels.so", devices)
-    info = site / "smokekern-0.1.0.dist-info"
+    (package / "__init__.py").write_text(init)
+    info = site / f"{name}-{version}.dist-info"
     info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: smokekern\nVersion: 0.1.0\n")
-    (info / "top_level.txt").write_text("smokekern\n")
-    (info / "RECORD").write_text("smokekern/__init__.py,,\nsmokekern/_kernels.so,,\n")
-    return hashlib.sha256((package / "_kernels.so").read_bytes()).hexdigest()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    (info / "top_level.txt").write_text(f"{name}\n")
+    (info / "RECORD").write_text(f"{name}/__init__.py,,\n")
+    return package
 
 
-def make_fake_image(root: Path, devices: int = 0) -> FakeImage:
-    kernel_sha = install_distribution(root / SITE, devices)
+def entrypoint_samples() -> dict[str, Any]:
+    accept_env = {"MODEL": "/model", "API_PORT": "8000", "SERVE_EXTRA_ARGS": "--seed 'a b'"}
+    command = preflight.entrypoint().serve_command(accept_env)
+    return {"suite": "test", "argv": ENTRYPOINT,
+            "accept": [{"name": "accept/one.env", "env": accept_env,
+                        "command": shlex.join(command)}],
+            "reject": [{"name": "reject/worker.env", "env": HEAD_ADDRESS_ON_WORKER,
+                        "rules": ["worker-has-head-address"]},
+                       {"name": "reject/no-model.env", "env": {"MODEL": ""},
+                        "rules": ["model-unset"]}]}
+
+
+def make_fake_image(root: Path, devices: int = 0, capability: int = 0,
+                    package: str = "smokekern", offset: str = "0.0f") -> FakeImage:
+    init = TINYKERN_INIT.read_text() if package == "tinykern" else SMOKEKERN_INIT
+    folder = install_distribution(root / SITE, package, init)
+    compile_kernel(folder / "_kernels.so", devices, capability, offset)
+    kernel_sha = hashlib.sha256((folder / "_kernels.so").read_bytes()).hexdigest()
     upstream = {"kind": "dir", "path": "upstream", "tree": "cd" * 32}
     series = [{"name": "demo", "sha256": SERIES_SHA}]
+    init_sha = hashlib.sha256((folder / "__init__.py").read_bytes()).hexdigest()
     expected = {"tag": "demo", "inputs": "ef" * 32, "upstream": upstream, "series": series,
-                "cuda_arch": "12.1a", "sm_arch": "sm_121a", "env": {GREETING: "hello"}}
+                "cuda_arch": "12.1a", "sm_arch": "sm_121a", "env": {GREETING: "hello"},
+                "patched_files": {"files": [{"path": f"{package}/__init__.py",
+                                             "tree": f"{package}/__init__.py",
+                                             "patch": "demo/0001-x.patch", "sha256": init_sha}],
+                                  "not_installed": ["setup.py"]},
+                "entrypoint": entrypoint_samples()}
     manifest = {
-        **{k: v for k, v in expected.items() if k != "series"},
+        **{k: v for k, v in expected.items()
+           if k not in ("series", "patched_files", "entrypoint")},
         "schema": 1, "image": "localhost:5000/sparkbake-demo:demo", "platform": "linux/amd64",
         "series": [{**series[0], "patches": [{"file": "0001-x.patch", "sha256": "01" * 32}]}],
-        "wheels": [{"file": "smokekern-0.1.0-cp311-cp311-linux_x86_64.whl", "sha256": "02" * 32,
-                    "name": "smokekern",
-                    "kernels": [{"path": KERNEL, "sha256": kernel_sha, "sass": ["sm_121a"]}]}],
+        "wheels": [{"file": f"{package}-0.1.0-cp311-cp311-linux_x86_64.whl",
+                    "sha256": "02" * 32, "name": package,
+                    "kernels": [{"path": f"{package}/_kernels.so", "sha256": kernel_sha,
+                                 "sass": ["sm_121a"]}]}],
     }
     return FakeImage(root=root, manifest=manifest, expected=expected)
 
@@ -116,9 +166,21 @@ def statuses(checks: dict[str, Any]) -> dict[str, str]:
 
 def test_a_matching_image_passes(image: FakeImage) -> None:
     checks = image.check()
-    assert statuses(checks) == {"manifest": "passed", "env-defaults": "passed",
-                                "wheels-import": "passed", "kernels": "passed", "gpu": "skipped"}
+    assert statuses(checks) == {
+        "manifest": "passed", "env-defaults": "passed", "wheels-import": "passed",
+        "vllm-import": "skipped", "patched-files": "passed", "kernels": "passed",
+        "entrypoint-print": "passed", "preflight-rejects": "passed", "gpu": "skipped",
+        "gpu-capability": "skipped", "gpu-op": "skipped"}
     assert "smokekern 0.1.0" in checks["wheels-import"]["detail"]
+    assert checks["patched-files"]["detail"] == (
+        "1 patched Python file(s) as in the patched tree: smokekern/__init__.py; "
+        "not installed by any wheel: setup.py")
+    assert checks["entrypoint-print"]["detail"] == \
+        "1 sample(s) of suite test print the host's command: accept/one.env"
+    assert checks["preflight-rejects"]["detail"] == (
+        "2 sample(s) refused with exit 2: reject/worker.env [worker-has-head-address]; "
+        "reject/no-model.env [model-unset]")
+    assert checks["vllm-import"]["detail"].startswith("the upstream is a dir pin, not vllm")
     assert all(isinstance(c["seconds"], float) for c in checks.values())
 
 
@@ -143,12 +205,13 @@ def test_upstream_may_carry_more_than_the_pin(image: FakeImage) -> None:
 
 def test_missing_manifest_fails_the_checks_that_need_it(image: FakeImage) -> None:
     image.check()
-    (image.root / "opt/sparkbake/manifest.json").unlink()
+    image.manifest_path.unlink()
     image.write_manifest = lambda: None  # type: ignore[method-assign]
     checks = image.check()
     assert statuses(checks)["manifest"] == "failed"
     assert "does not exist" in checks["manifest"]["detail"]
     assert checks["wheels-import"]["status"] == "failed"
+    assert checks["vllm-import"]["status"] == "failed"
     assert checks["env-defaults"]["status"] == "passed"
 
 
@@ -169,18 +232,19 @@ def test_kernel_sha_mismatch_is_detected(image: FakeImage) -> None:
 def test_kernel_without_a_recorded_sha_is_detected(image: FakeImage) -> None:
     del image.manifest["wheels"][0]["kernels"][0]["sha256"]
     checks = image.check()
-    assert checks["kernels"]["detail"] == f"{KERNEL}: the manifest records no sha256"
+    assert checks["kernels"]["detail"] == "smokekern/_kernels.so: the manifest records no sha256"
 
 
 def test_missing_sass_is_detected(image: FakeImage) -> None:
     image.manifest["wheels"][0]["kernels"][0]["sass"] = ["sm_90a"]
     checks = image.check()
     assert checks["kernels"]["status"] == "failed"
-    assert checks["kernels"]["detail"] == f"{KERNEL}: no SASS for sm_121a (built for sm_90a)"
+    assert checks["kernels"]["detail"] == \
+        "smokekern/_kernels.so: no SASS for sm_121a (built for sm_90a)"
 
 
 def test_missing_kernel_file_is_detected(image: FakeImage) -> None:
-    (image.root / SITE / KERNEL).unlink()
+    image.site("smokekern/_kernels.so").unlink()
     checks = image.check()
     assert checks["kernels"]["status"] == "failed"
     assert "is not in site-packages" in checks["kernels"]["detail"]
@@ -194,22 +258,185 @@ def test_uninstalled_wheel_is_detected(image: FakeImage) -> None:
     assert checks["wheels-import"]["detail"].startswith("notinstalled is not installed")
 
 
-def test_gpu_skipped_in_auto_without_a_device(image: FakeImage) -> None:
-    gpu = image.check(gpu="auto")["gpu"]
-    assert gpu["status"] == "skipped"
-    assert gpu["detail"] == f"no GPU visible: sparkbake_device_count() in {KERNEL} returned 0"
+# --- patched files -------------------------------------------------------------------------
 
 
-def test_gpu_failed_in_require_without_a_device(image: FakeImage) -> None:
-    gpu = image.check(gpu="require")["gpu"]
-    assert gpu["status"] == "failed"
-    assert gpu["detail"].endswith("returned 0 (--gpu require)")
+def test_an_installed_file_other_than_the_patched_trees_fails_naming_it(
+        image: FakeImage) -> None:
+    with image.site("smokekern/__init__.py").open("a") as init:
+        init.write("# planted\n")
+    detail = image.check()["patched-files"]["detail"]
+    assert detail.startswith("smokekern/__init__.py: installed sha256 ")
+    assert detail.endswith(" (demo/0001-x.patch)")
+    assert "differs from the patched tree's" in detail
+
+
+def test_a_file_the_series_delete_must_be_absent(image: FakeImage) -> None:
+    files = image.expected["patched_files"]["files"]
+    files.append({"path": "smokekern/old.py", "tree": "smokekern/old.py", "sha256": None,
+                  "patch": "demo/0002-y.patch"})
+    assert image.check()["patched-files"]["status"] == "passed"
+    image.site("smokekern/old.py").write_text("")
+    assert image.check()["patched-files"]["detail"] == \
+        "smokekern/old.py is installed, but demo/0002-y.patch deletes it"
+
+
+def test_a_patched_file_missing_from_site_packages_fails(image: FakeImage) -> None:
+    image.expected["patched_files"]["files"][0]["path"] = "smokekern/new.py"
+    assert image.check()["patched-files"]["detail"] == \
+        "smokekern/new.py is not in site-packages (patched by demo/0001-x.patch)"
+
+
+@pytest.mark.parametrize(("spec", "status", "detail"), [
+    ({"problem": "no wheels in /w: run `sparkbake wheels demo`"}, "failed",
+     "no wheels in /w: run `sparkbake wheels demo`"),
+    ({"files": [], "none": "the tag has no patch series"}, "skipped",
+     "the tag has no patch series"),
+    (None, "skipped", "not asked: the host gave no patched files to compare"),
+])
+def test_patched_files_that_cannot_be_compared_say_why(
+        image: FakeImage, spec: dict[str, Any] | None, status: str, detail: str) -> None:
+    if spec is None:
+        del image.expected["patched_files"]
+    else:
+        image.expected["patched_files"] = spec
+    check = image.check()["patched-files"]
+    assert (check["status"], check["detail"]) == (status, detail)
+
+
+# --- vllm -----------------------------------------------------------------------------------
+
+
+def with_vllm(image: FakeImage, module_version: str, pin: str) -> FakeImage:
+    install_distribution(image.root / SITE, "vllm", f"__version__ = {module_version!r}\n",
+                         version="0.33.0+cu130")
+    image.manifest["wheels"].append({"file": "vllm-0.33.0+cu130-cp38-abi3-linux_x86_64.whl",
+                                     "name": "vllm", "sha256": "03" * 32, "kernels": []})
+    image.expected["upstream"] = {"kind": "pypi", "name": "vllm", "version": pin,
+                                  "sha256": "04" * 32}
+    return image
+
+
+def test_import_vllm_and_its_version_against_the_pypi_pin(image: FakeImage) -> None:
+    check = with_vllm(image, "0.33.0+cu130", "0.33.0").check()["vllm-import"]
+    assert (check["status"], check["detail"]) == \
+        ("passed", "import vllm: 0.33.0+cu130 (the upstream pin: 0.33.0)")
+
+
+def test_a_vllm_other_than_the_pin_fails(image: FakeImage) -> None:
+    check = with_vllm(image, "0.33.0+cu130", "0.34.0").check()["vllm-import"]
+    assert check["detail"] == "vllm 0.33.0+cu130 is installed, the upstream pin is 0.34.0"
+
+
+def test_a_vllm_module_of_another_version_fails(image: FakeImage) -> None:
+    check = with_vllm(image, "dev", "0.33.0").check()["vllm-import"]
+    assert check["detail"] == "vllm.__version__ is dev, the upstream pin is 0.33.0"
+
+
+# --- entrypoint samples ----------------------------------------------------------------------
+
+
+def test_a_printed_command_other_than_the_hosts_fails_naming_the_word(image: FakeImage) -> None:
+    sample = image.expected["entrypoint"]["accept"][0]
+    sample["command"] = sample["command"].replace("--port 8000", "--port 9000")
+    detail = image.check()["entrypoint-print"]["detail"]
+    assert detail == "accept/one.env: word 7 is '8000', the host's command has '9000'"
+
+
+def test_an_accept_sample_the_preflight_refuses_fails_with_its_reason(image: FakeImage) -> None:
+    image.expected["entrypoint"]["accept"][0]["env"] = HEAD_ADDRESS_ON_WORKER
+    detail = image.check()["entrypoint-print"]["detail"]
+    assert detail == ("accept/one.env: exit 2: sparkbake preflight: refusing to start vllm: "
+                      "1 error(s); fix the environment, or set SPARKBAKE_PREFLIGHT=0 to skip "
+                      "these checks")
+
+
+def test_a_reject_sample_that_is_accepted_fails(image: FakeImage) -> None:
+    image.expected["entrypoint"]["reject"][0]["env"] = {"MODEL": "/model"}
+    detail = image.check()["preflight-rejects"]["detail"]
+    assert detail.startswith("reject/worker.env: exit 0, expected 2 (the preflight did not "
+                             "refuse it)")
+
+
+def test_a_sample_refused_for_another_rule_fails(image: FakeImage) -> None:
+    image.expected["entrypoint"]["reject"][1]["rules"] = ["compressed-mla-toggle"]
+    detail = image.check()["preflight-rejects"]["detail"]
+    assert detail.startswith("reject/no-model.env: refused, but not for compressed-mla-toggle")
+
+
+def test_an_image_without_an_entrypoint_fails_both(image: FakeImage) -> None:
+    image.expected["entrypoint"]["argv"] = []
+    checks = image.check()
+    for name in ("entrypoint-print", "preflight-rejects"):
+        assert checks[name]["detail"] == \
+            "the image has no entrypoint (its config's Entrypoint is empty)"
+
+
+def test_no_suite_given_skips_the_entrypoint_checks(image: FakeImage) -> None:
+    del image.expected["entrypoint"]
+    checks = image.check()
+    assert {checks[n]["detail"] for n in ("entrypoint-print", "preflight-rejects")} == \
+        {"not asked: the host gave no smoke suite"}
+
+
+# --- GPU -------------------------------------------------------------------------------------
+
+
+def test_gpu_checks_skipped_in_auto_without_a_device(image: FakeImage) -> None:
+    checks = image.check(gpu="auto")
+    reason = "no GPU visible: sparkbake_device_count() in smokekern/_kernels.so returned 0"
+    for name in ("gpu", "gpu-capability", "gpu-op"):
+        assert (checks[name]["status"], checks[name]["detail"]) == ("skipped", reason)
+
+
+def test_gpu_checks_failed_in_require_without_a_device(image: FakeImage) -> None:
+    checks = image.check(gpu="require")
+    for name in ("gpu", "gpu-capability", "gpu-op"):
+        assert checks[name]["status"] == "failed"
+        assert checks[name]["detail"].endswith("returned 0 (--gpu require)")
 
 
 def test_gpu_passes_when_the_kernel_library_sees_a_device(tmp_path: Path) -> None:
-    gpu = make_fake_image(tmp_path / "root", devices=2).check(gpu="require")["gpu"]
-    assert gpu["status"] == "passed"
-    assert gpu["detail"].startswith("2 GPU(s) visible")
+    checks = make_fake_image(tmp_path / "root", devices=2, capability=121).check(gpu="require")
+    assert checks["gpu"]["detail"].startswith("2 GPU(s) visible")
+    assert checks["gpu-capability"]["status"] == "failed"  # device 1 answers an error
+    assert checks["gpu-capability"]["detail"] == \
+        "sparkbake_device_capability(1) in smokekern/_kernels.so failed with CUDA error 100"
+
+
+def test_the_device_capability_is_the_tags(tmp_path: Path) -> None:
+    check = make_fake_image(tmp_path / "root", devices=1, capability=121).check(
+        gpu="require")["gpu-capability"]
+    assert (check["status"], check["detail"]) == \
+        ("passed", "1 device(s) of compute capability 12.1")
+
+
+def test_another_device_capability_fails(tmp_path: Path) -> None:
+    check = make_fake_image(tmp_path / "root", devices=1, capability=90).check(
+        gpu="require")["gpu-capability"]
+    assert check["detail"] == \
+        "device 0 is 9.0; the tag's cuda_arch 12.1a needs compute capability 12.1"
+
+
+def test_the_fixtures_op_matches_the_python_reference(tmp_path: Path) -> None:
+    image = make_fake_image(tmp_path / "root", devices=1, package="tinykern")
+    check = image.check(gpu="require")["gpu-op"]
+    assert (check["status"], check["detail"]) == \
+        ("passed", "tinykern.scale on 4096 floats equals the Python reference")
+
+
+def test_a_wrong_op_result_fails(tmp_path: Path) -> None:
+    image = make_fake_image(tmp_path / "root", devices=1, package="tinykern", offset="0.5f")
+    detail = image.check(gpu="require")["gpu-op"]["detail"]
+    assert detail.startswith("tinykern.scale(x, 1.7000000476837158) differs from the Python "
+                             "reference in 4096 of 4096 values; first at 0: ")
+
+
+def test_no_op_check_for_the_wheels_is_a_skip_naming_them(tmp_path: Path) -> None:
+    check = make_fake_image(tmp_path / "root", devices=1).check(gpu="require")["gpu-op"]
+    assert (check["status"], check["detail"]) == (
+        "skipped", "no custom op check for this image's wheels (smokekern); there are checks "
+        "for tinykern, vllm")
 
 
 def test_gpu_reason_given_by_the_host_is_reported(image: FakeImage) -> None:
@@ -217,7 +444,8 @@ def test_gpu_reason_given_by_the_host_is_reported(image: FakeImage) -> None:
     image.expected["gpu"] = {"mode": "require", "unavailable": "no GPU runtime in this engine"}
     done = subprocess.run(
         [sys.executable, str(CHECKER), "--root", str(image.root), json.dumps(image.expected)],
-        capture_output=True, text=True, check=False, env={**os.environ, GREETING: "hello"},
+        capture_output=True, text=True, check=False,
+        env={**os.environ, GREETING: "hello", "SPARKBAKE_MANIFEST": str(image.manifest_path)},
     )
     gpu = {c["name"]: c for c in json.loads(done.stdout)["checks"]}["gpu"]
     assert (done.returncode, gpu["status"]) == (1, "failed")

@@ -12,7 +12,6 @@ import yaml
 
 from sparkbake import config as config_mod
 from sparkbake import distribution, embedded_registry, registry, resources, settings
-from sparkbake import plan as plan_mod
 from sparkbake.errors import EngineError, PublishError, UsageError
 
 DIGEST_A = "sha256:" + "a" * 64
@@ -42,11 +41,6 @@ tags:
     series: []
 """)
     return config_mod.load(tmp_path / "versions.yaml")
-
-
-def _plan(tmp_path: Path) -> plan_mod.Plan:
-    config = _config(tmp_path)
-    return plan_mod.make(config, config.tag("1.0-unit"))
 
 
 # --- names and addresses ------------------------------------------------------------------
@@ -112,23 +106,39 @@ def test_check_overwrite_moves_the_tag_when_forced() -> None:
 # --- smoke gate ---------------------------------------------------------------------------
 
 
-def test_check_smoke_wants_a_passing_record_of_these_inputs(tmp_path: Path) -> None:
-    plan = _plan(tmp_path)
-    record = tmp_path / "smoke.json"
+def test_check_smoke_wants_a_passing_record_of_this_image_id(tmp_path: Path) -> None:
+    tag, record = "production-1.0-unit", tmp_path / "smoke.json"
     with pytest.raises(PublishError, match="no smoke record") as caught:
-        registry.check_smoke(record, plan)
+        registry.check_smoke(record, tag, DIGEST_A)
     assert "nox -s smoke -- production-1.0-unit" in str(caught.value)
+    assert "--skip-smoke" in str(caught.value)
     record.write_text("{not json")
     with pytest.raises(PublishError, match="unreadable"):
-        registry.check_smoke(record, plan)
-    record.write_text(json.dumps({"inputs": "0" * 64, "passed": True}))
-    with pytest.raises(PublishError, match="not of the current image"):
-        registry.check_smoke(record, plan)
-    record.write_text(json.dumps({"inputs": plan.inputs, "passed": False}))
+        registry.check_smoke(record, tag, DIGEST_A)
+    record.write_text(json.dumps({"image_id": DIGEST_B, "passed": True}))
+    with pytest.raises(PublishError, match="not of the image to publish") as caught:
+        registry.check_smoke(record, tag, DIGEST_A)
+    assert "checked sha256:bbbbbbbbbbbb, not sha256:aaaaaaaaaaaa" in str(caught.value)
+    record.write_text(json.dumps({"image_id": DIGEST_A, "passed": False}))
     with pytest.raises(PublishError, match="did not pass"):
-        registry.check_smoke(record, plan)
-    record.write_text(json.dumps({"inputs": plan.inputs, "passed": True, "checks": []}))
-    assert registry.check_smoke(record, plan)["passed"] is True
+        registry.check_smoke(record, tag, DIGEST_A)
+    record.write_text(json.dumps({"image_id": DIGEST_A, "passed": True, "checks": []}))
+    assert registry.check_smoke(record, tag, DIGEST_A)["passed"] is True
+
+
+def test_the_smoke_gate_summarises_a_pass_and_records_a_skip(tmp_path: Path) -> None:
+    record = tmp_path / "smoke.json"
+    checks = [{"name": "manifest", "status": "passed"}, {"name": "gpu", "status": "skipped"}]
+    record.write_text(json.dumps({"image_id": DIGEST_A, "passed": True, "checks": checks,
+                                  "time": "2026-01-01T00:00:00+00:00"}))
+    assert registry.smoke_gate(record, "t", DIGEST_A, skip=False) == {
+        "result": "passed", "image_id": DIGEST_A, "time": "2026-01-01T00:00:00+00:00",
+        "checks": {"passed": 1, "skipped": 1}}
+    assert registry.smoke_gate(record, "t", DIGEST_B, skip=True) == {
+        "result": "skipped", "override": "--skip-smoke", "found": "other image"}
+    assert registry.smoke_gate(tmp_path / "none", "t", DIGEST_A, skip=True)["found"] == "missing"
+    with pytest.raises(PublishError):
+        registry.smoke_gate(record, "t", DIGEST_B, skip=False)
 
 
 # --- the embedded registry ----------------------------------------------------------------

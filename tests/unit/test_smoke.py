@@ -1,4 +1,5 @@
-"""Pure logic of the smoke stage: expected values, output parsing, JUnit XML, the verdict."""
+"""Pure logic of the smoke stage: expected values, output parsing, JUnit XML, the verdict,
+the options, the record of another image, and host-side check results."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ from typing import Any
 
 import pytest
 
-from sparkbake import smoke
+from sparkbake import smoke, smoke_record
 from sparkbake.config import Config, DebootstrapBase, GitUpstream, Tag
 from sparkbake.errors import SmokeError, UsageError
+from sparkbake.patches import PatchedTree
 from sparkbake.plan import Plan, SeriesInfo
 
 BASE = DebootstrapBase(name="local-debian", suite="bookworm", mirror=None, variant="minbase",
@@ -36,8 +38,9 @@ CHECKS: list[dict[str, Any]] = [
      "seconds": 0.0},
 ]
 RESULTS: dict[str, Any] = {"tag": "demo", "image": "repo:demo", "image_id": "sha256:" + "5" * 64,
-                           "inputs": "4" * 64, "passed": False, "checks": CHECKS,
-                           "time": "2025-01-01T00:00:00+00:00"}
+                           "inputs": "4" * 64, "suite": "common", "passed": False,
+                           "checks": CHECKS, "time": "2025-01-01T00:00:00+00:00"}
+FACTS = smoke.Facts(PatchedTree(Path("tree"), "2" * 64, "6" * 64), 1735689600)
 
 
 def test_expected_values_come_from_the_plan() -> None:
@@ -76,7 +79,7 @@ def test_junit_xml_has_one_testcase_per_check() -> None:
     assert suite.get("time") == "0.012"
     properties = {p.get("name"): p.get("value") for p in suite.iter("property")}
     assert properties == {"image": "repo:demo", "image_id": "sha256:" + "5" * 64,
-                          "inputs": "4" * 64}
+                          "inputs": "4" * 64, "suite": "common"}
     cases = suite.findall("testcase")
     assert [c.get("name") for c in cases] == ["manifest", "env-defaults", "gpu"]
     assert {c.get("classname") for c in cases} == {"sparkbake.smoke.demo"}
@@ -129,7 +132,76 @@ def test_passing_and_skipped_checks_do_not_raise(tmp_path: Path) -> None:
     smoke.raise_if_failed(PLAN, [CHECKS[0], CHECKS[2]], tmp_path / "demo.json")
 
 
-def test_an_unknown_gpu_mode_is_a_usage_error(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("options", "message"), [
+    (smoke.Options(gpu="maybe"), "--gpu 'maybe' is not one of auto, require, skip"),
+    (smoke.Options(model=Path("/no/such/model")), "--model /no/such/model: no such file"),
+    (smoke.Options(serve_env=Path("/no/such.env")), "--serve-env /no/such.env: no such file"),
+])
+def test_bad_options_are_usage_errors_before_any_engine_call(
+        tmp_path: Path, options: smoke.Options, message: str) -> None:
     config = Config(path=tmp_path / "versions.yaml", tags={TAG.name: TAG})
-    with pytest.raises(UsageError):
-        smoke.run(None, config, PLAN, gpu="maybe")
+    with pytest.raises(UsageError) as caught:
+        smoke.run(None, config, PLAN, FACTS, options)  # no client: it is never reached
+    assert caught.value.exit_code == 2
+    assert caught.value.message.startswith(message)
+
+
+def test_a_gpu_capability_failure_names_the_tags_capability(tmp_path: Path) -> None:
+    failed = [{"name": "gpu-capability", "status": "failed", "detail": "device 0 is 9.0"}]
+    with pytest.raises(SmokeError) as caught:
+        smoke.raise_if_failed(PLAN, failed, tmp_path / "demo.json")
+    assert "compute capability 12.1 and the NVIDIA container runtime" in caught.value.remedy
+
+
+def test_a_serve_only_failure_points_at_the_serve_log(tmp_path: Path) -> None:
+    failed = [{"name": "serve-health", "status": "failed", "detail": "exited"},
+              {"name": "serve-models", "status": "failed", "detail": "not run"}]
+    with pytest.raises(SmokeError) as caught:
+        smoke.raise_if_failed(PLAN, failed, tmp_path / "demo.json")
+    assert "serve-health, serve-models" in caught.value.message
+    assert str(tmp_path / "production-3.73-vision-serve.log") in caught.value.remedy
+
+
+def write_record(folder: Path, image_id: str) -> tuple[Path, Path]:
+    json_path, xml_path = folder / "demo.json", folder / "demo.xml"
+    json_path.write_text(json.dumps({**RESULTS, "image_id": image_id}))
+    xml_path.write_text(smoke.junit_xml({**RESULTS, "image_id": image_id}))
+    return json_path, xml_path
+
+
+def test_the_record_of_another_image_is_removed(tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    json_path, xml_path = write_record(tmp_path, "sha256:" + "a" * 64)
+    assert smoke.drop_stale_record(json_path, xml_path, "sha256:" + "b" * 64) is True
+    assert not json_path.exists() and not xml_path.exists()
+    assert "the record of image sha256:aaaaaaaaaaaa" in capsys.readouterr().err
+
+
+def test_the_record_of_the_same_image_stays(tmp_path: Path) -> None:
+    json_path, xml_path = write_record(tmp_path, "sha256:" + "a" * 64)
+    assert smoke.drop_stale_record(json_path, xml_path, "sha256:" + "a" * 64) is False
+    assert json_path.exists() and xml_path.exists()
+    assert smoke.drop_stale_record(tmp_path / "none.json", tmp_path / "none.xml", "x") is False
+
+
+def test_an_unreadable_record_is_removed(tmp_path: Path) -> None:
+    json_path, xml_path = tmp_path / "demo.json", tmp_path / "demo.xml"
+    json_path.write_text("{not json")
+    assert smoke.drop_stale_record(json_path, xml_path, "sha256:" + "a" * 64) is True
+    assert not json_path.exists()
+
+
+def raise_(error: Exception) -> str:
+    raise error
+
+
+@pytest.mark.parametrize(("check", "status", "detail"), [
+    (lambda: "fine", "passed", "fine"),
+    (lambda: raise_(smoke_record.CheckFailed("wrong")), "failed", "wrong"),
+    (lambda: raise_(smoke_record.CheckSkipped("no GPU")), "skipped", "no GPU"),
+    (lambda: raise_(KeyError("Labels")), "failed", "KeyError: 'Labels'"),
+])
+def test_a_host_check_always_gives_a_result(check: Any, status: str, detail: str) -> None:
+    result = smoke_record.timed("labels", check)
+    assert (result["name"], result["status"], result["detail"]) == ("labels", status, detail)
+    assert isinstance(result["seconds"], float)

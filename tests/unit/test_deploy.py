@@ -1,0 +1,94 @@
+"""deploy's pure parts and its nodes: the --hosts list, the image ID check, an engine that
+does not answer."""
+
+from __future__ import annotations
+
+import pytest
+
+from sparkbake import deploy, nodes
+from sparkbake.__main__ import main
+from sparkbake.errors import EngineError, PublishError, UsageError
+from tests.conftest import DATA, free_port
+
+ID_A = "sha256:" + "a" * 64
+ID_B = "sha256:" + "b" * 64
+DIGEST = "sha256:" + "d" * 64
+
+
+def test_hosts_take_every_docker_host_url() -> None:
+    parsed = nodes.parse_hosts("ssh://spark-1, ssh://admin@spark-2:2222,tcp://10.0.0.3:2375,"
+                               "unix:///run/docker.sock,spark-4,root@spark-5,tcp://[fd00::3]:2375")
+    assert [n.url for n in parsed] == [
+        "ssh://spark-1", "ssh://admin@spark-2:2222", "tcp://10.0.0.3:2375",
+        "unix:///run/docker.sock", "ssh://spark-4", "ssh://root@spark-5", "tcp://[fd00::3]:2375"]
+    assert [n.slug for n in parsed] == [
+        "spark-1", "admin_spark-2_2222", "10.0.0.3_2375", "run_docker.sock", "spark-4",
+        "root_spark-5", "fd00_3_2375"]
+
+
+@pytest.mark.parametrize(("hosts", "says"), [
+    ("", "names no node"),
+    (" , ", "names no node"),
+    ("http://spark-1", "is not a Docker host URL"),
+    ("npipe:////./pipe/docker_engine", "is not a Docker host URL"),
+    ("unix://docker.sock", "is not a unix:// address"),
+    ("tcp://", "is not a tcp:// address"),
+    ("tcp://user@spark-1:2375", "is not a tcp:// address"),
+    ("ssh://spark 1", "is not a ssh:// address"),
+    ("spark-1:2375", "is not a Docker host URL"),
+    ("ssh://spark-1,spark-1", "more than once"),
+])
+def test_hosts_that_are_not_docker_hosts_are_exit_2(hosts: str, says: str) -> None:
+    with pytest.raises(UsageError, match=says) as caught:
+        nodes.parse_hosts(hosts)
+    assert caught.value.exit_code == 2
+
+
+def test_an_image_id_that_is_not_the_released_one_is_exit_7() -> None:
+    node = nodes.Node("ssh://spark-2")
+    release = {"image_id": ID_A, "digest": DIGEST}
+    deploy.check_image_id(node, "repo:tag", release, ID_A)
+    deploy.check_image_id(node, "repo:tag", release, DIGEST)  # the containerd image store's ID
+    with pytest.raises(PublishError) as caught:
+        deploy.check_image_id(node, "repo:tag", release, ID_B)
+    assert caught.value.exit_code == 7
+    text = str(caught.value)
+    assert text.startswith("node ssh://spark-2: repo:tag is sha256:bbbbbbbbbbbb")
+    assert "not the released image sha256:aaaaaaaaaaaa" in text
+    with pytest.raises(PublishError, match="repo:tag is missing"):
+        deploy.check_image_id(node, "repo:tag", release, None)
+
+
+@pytest.mark.parametrize(("platform", "arch"), [("linux/arm64", "arm64"),
+                                                ("linux/arm64/v8", "arm64"),
+                                                ("linux/amd64", "amd64")])
+def test_platform_arch(platform: str, arch: str) -> None:
+    assert deploy.platform_arch(platform) == arch
+
+
+@pytest.mark.parametrize("scheme", ["tcp", "unix"])
+def test_a_node_whose_engine_does_not_answer_is_exit_8_naming_it(scheme: str) -> None:
+    url = f"tcp://127.0.0.1:{free_port()}" if scheme == "tcp" else "unix:///nonexistent/d.sock"
+    with pytest.raises(EngineError) as caught:
+        nodes.connect(nodes.Node(url))
+    assert caught.value.exit_code == 8
+    message, remedy = str(caught.value).splitlines()
+    assert message.startswith(f"node {url}: no Docker engine answers (")
+    assert f"its engine listens at {url}" in remedy
+
+
+def test_the_ssh_remedy_names_the_command_to_try() -> None:
+    with pytest.raises(EngineError) as caught:
+        nodes.connect(nodes.Node("ssh://nobody@127.0.0.1:1"))
+    assert "`ssh -p 1 nobody@127.0.0.1 docker info`" in str(caught.value)
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    ([], "the following arguments are required: --hosts"),
+    (["--hosts", "http://spark-1"], "is not a Docker host URL"),
+    (["--hosts", "spark-1", "--gpu", "maybe"], "invalid choice: 'maybe'"),
+])
+def test_the_deploy_command_refuses_bad_usage_with_exit_2(
+        args: list[str], says: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--config", str(DATA / "versions.yaml"), "deploy", "fixture", *args]) == 2
+    assert says in capsys.readouterr().err

@@ -1,0 +1,255 @@
+"""The releases index and the diff of two release records: pure file work, no Docker."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sparkbake import layers, oci, releases
+from sparkbake.__main__ import main
+from sparkbake.errors import UsageError
+
+SHA = {c: c * 64 for c in "abcdef"}
+
+
+def record(tag: str, **changes: Any) -> dict[str, Any]:
+    """A release record as publish writes it (the fields releases and diff read)."""
+    base: dict[str, Any] = {
+        "tag": tag, "digest": "sha256:" + SHA["a"], "image_id": "sha256:" + SHA["b"],
+        "repository": "127.0.0.1:5000/sparkrun",
+        "pinned": f"127.0.0.1:5000/sparkrun@sha256:{SHA['a']}", "inputs": SHA["c"],
+        "upstream": {"key": "vllm-0.33.0", "kind": "pypi", "name": "vllm", "version": "0.33.0",
+                     "sha256": SHA["d"]},
+        "series": [{"name": "dcp-dspark", "sha256": SHA["e"],
+                    "patches": [["0001-dcp.patch", SHA["e"]], ["0002-dspark.patch", SHA["f"]]]},
+                   {"name": "vision", "sha256": SHA["f"], "patches": [["0001-vision.patch",
+                                                                       SHA["a"]]]}],
+        "env": {"VLLM_DSV4_CKV_GATHER": "1"},
+        "smoke": {"result": "passed"},
+        "manifest": {"wheels": [{"name": "vllm", "file": "vllm-0.33.0-cp312-linux_aarch64.whl",
+                                 "sha256": SHA["b"]}],
+                     "base": {"image": "nvidia/cuda:13.0.2-runtime",
+                              "digest": "sha256:" + SHA["c"]}},
+        "published": "2026-01-01T00:00:00+00:00",
+    }
+    base.update(changes)
+    return base
+
+
+def write_records(folder: Path, *records: dict[str, Any]) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for item in records:
+        (folder / f"{item['tag']}.json").write_text(json.dumps(item))
+
+
+# --- the index --------------------------------------------------------------------------------
+
+
+def test_add_keeps_one_line_per_tag_the_latest_last(tmp_path: Path) -> None:
+    folder = tmp_path / "releases"
+    releases.add(folder, record("production-3.72-vision"))
+    releases.add(folder, record("production-3.73-vision", digest="sha256:" + SHA["f"]))
+    again = record("production-3.72-vision", digest="sha256:" + SHA["e"],
+                   smoke={"result": "skipped", "override": "--skip-smoke"})
+    path = releases.add(folder, again)
+    index = json.loads(path.read_text())
+    assert index["schema"] == 1
+    assert [(e["tag"], e["digest"][-4:], e["smoke"]) for e in index["releases"]] == [
+        ("production-3.73-vision", "ffff", "passed"),
+        ("production-3.72-vision", "eeee", "skipped")]
+    assert sorted(p.name for p in folder.iterdir()) == [".index.json.lock", "index.json"]
+
+
+def test_an_entry_names_upstream_series_smoke_and_date() -> None:
+    line = releases.entry(record("production-3.73-vision"))
+    assert line["upstream"] == "vllm-0.33.0 (pypi vllm 0.33.0)"
+    assert line["series"] == ["dcp-dspark", "vision"]
+    assert line["smoke"] == "passed"
+    assert line["published"] == "2026-01-01T00:00:00+00:00"
+    assert line["record"] == "production-3.73-vision.json"
+
+
+@pytest.mark.parametrize(("upstream", "text"), [
+    ({"key": "fork", "kind": "git", "url": "https://example.invalid/v.git",
+      "commit": "0123456789abcdef" * 2}, "fork (git https://example.invalid/v.git @ 0123456789ab)"),
+    ({"kind": "dir", "path": "upstream", "tree": SHA["c"]}, "dir upstream tree cccccccccccc"),
+])
+def test_describe_upstream(upstream: dict[str, Any], text: str) -> None:
+    assert releases.describe_upstream(upstream) == text
+
+
+def test_without_an_index_the_records_are_listed(tmp_path: Path) -> None:
+    folder = tmp_path / "releases"
+    write_records(folder, record("b", published="2026-02-01T00:00:00+00:00"),
+                  record("a", published="2026-03-01T00:00:00+00:00"))
+    (folder / "broken.json").write_text("{")
+    assert [e["tag"] for e in releases.entries(folder)] == ["b", "a"]
+    assert releases.entries(tmp_path / "none") == []
+
+
+def test_the_table_has_a_column_per_field() -> None:
+    lines = releases.render_table([releases.entry(record("production-3.73-vision"))])
+    assert lines[0].split() == ["TAG", "DIGEST", "UPSTREAM", "SERIES", "SMOKE", "PUBLISHED"]
+    assert lines[1].startswith("production-3.73-vision  sha256:aaaaaaaaaaaa  vllm-0.33.0 (pypi")
+    assert "dcp-dspark,vision  passed  2026-01-01T00:00:00+00:00" in lines[1]
+
+
+def test_read_record_of_an_unknown_release_names_the_known_ones(tmp_path: Path) -> None:
+    folder = tmp_path / "releases"
+    releases.add(folder, record("production-3.72-vision"))
+    with pytest.raises(UsageError) as caught:
+        releases.read_record(folder, "production-9.99")
+    assert caught.value.exit_code == 2
+    assert "released: production-3.72-vision" in str(caught.value)
+
+
+# --- the diff ---------------------------------------------------------------------------------
+
+
+def changed_release() -> dict[str, Any]:
+    """3.72 -> 3.73: a series added, a patch refreshed, one env variable added, one changed,
+    the wheel rebuilt."""
+    b = record("production-3.73-vision", digest="sha256:" + SHA["d"])
+    b["series"] = copy.deepcopy(b["series"])
+    b["series"][0]["patches"][1] = ["0002-dspark.patch", SHA["b"]]
+    b["series"].insert(1, {"name": "prefix-cache", "sha256": SHA["c"],
+                           "patches": [["0001-prefix-cache.patch", SHA["d"]]]})
+    b["env"] = {"VLLM_DSV4_CKV_GATHER": "0", "VLLM_DSV4_DCP_PREFIX_CACHE": "1"}
+    b["manifest"] = copy.deepcopy(b["manifest"])
+    b["manifest"]["wheels"][0]["sha256"] = SHA["e"]
+    return b
+
+
+def test_diff_names_each_changed_patch_env_variable_and_wheel() -> None:
+    report = releases.diff(record("production-3.72-vision"), changed_release())
+    sections = report["sections"]
+    assert sections["upstream"] == [] and sections["base"] == [] and sections["smoke"] == []
+    assert sections["patches"] == [
+        {"op": "~", "what": "dcp-dspark/0002-dspark.patch", "a": "sha256:ffffffffffff",
+         "b": "sha256:bbbbbbbbbbbb"},
+        {"op": "+", "what": "prefix-cache/0001-prefix-cache.patch", "a": None,
+         "b": "sha256:dddddddddddd"}]
+    assert sections["series"] == [
+        {"op": "+", "what": "prefix-cache", "a": None, "b": "1 patch"},
+        {"op": "~", "what": "order", "a": "dcp-dspark, vision",
+         "b": "dcp-dspark, prefix-cache, vision"}]
+    assert [(c["op"], c["what"]) for c in sections["env"]] == [
+        ("~", "VLLM_DSV4_CKV_GATHER"), ("+", "VLLM_DSV4_DCP_PREFIX_CACHE")]
+    assert sections["wheels"][0]["what"] == "vllm"
+    assert sections["digest"][0]["b"] == "sha256:" + SHA["d"]
+
+
+def test_the_rendered_diff_reads_section_by_section() -> None:
+    lines = releases.render_diff(releases.diff(record("production-3.72-vision"),
+                                               changed_release()))
+    assert lines[0] == "diff production-3.72-vision -> production-3.73-vision"
+    assert "upstream: same" in lines and "env: changed" in lines
+    assert "  ~ dcp-dspark/0002-dspark.patch: sha256:ffffffffffff -> sha256:bbbbbbbbbbbb" in lines
+    assert "  + VLLM_DSV4_DCP_PREFIX_CACHE: '1'" in lines
+    assert "  ~ VLLM_DSV4_CKV_GATHER: '1' -> '0'" in lines
+    assert lines.index("patches: changed") < lines.index("env: changed")
+
+
+def test_diff_of_a_release_with_itself_is_all_same() -> None:
+    report = releases.diff(record("x"), record("x"))
+    assert all(changes == [] for changes in report["sections"].values())
+    assert releases.render_diff(report)[1:] == [f"{s}: same" for s in releases.SECTIONS]
+
+
+def test_diff_says_when_no_image_manifest_was_recorded() -> None:
+    report = releases.diff(record("a", manifest=None), record("b"))
+    assert report["no_manifest"] == ["a"]
+    assert report["sections"]["wheels"] is None and report["sections"]["base"] is None
+    assert report["sections"]["env"] == []
+    lines = releases.render_diff(report)
+    assert "wheels: unknown (no image manifest recorded for a)" in lines
+    assert "env: same" in lines
+
+
+# --- the image's manifest from the layout -------------------------------------------------------
+
+
+def layout_with(tmp_path: Path, files: dict[str, bytes]) -> tuple[oci.Layout, oci.Descriptor]:
+    layout = oci.Layout(tmp_path / "oci")
+    layer = layers.from_files({p: (data, 0o644) for p, data in files.items()},
+                              tmp_path / "layer.tgz", 0)
+    blob = layout.add_file(layer.path, layer.digest, layers.MEDIA_TYPE)
+    config = layout.add_bytes(b"{}", oci.CONFIG_TYPE)
+    image = layout.add_bytes(oci.canonical(oci.manifest(config, [blob])), oci.MANIFEST_TYPE)
+    return layout, image
+
+
+def test_image_manifest_is_read_from_the_last_layer(tmp_path: Path) -> None:
+    layout, image = layout_with(tmp_path, {"opt/sparkbake/manifest.json": b'{"tag": "x"}',
+                                           "opt/sparkbake/entrypoint.py": b""})
+    assert releases.image_manifest(layout, image) == {"tag": "x"}
+
+
+def test_an_image_without_a_manifest_gives_none(tmp_path: Path) -> None:
+    layout, image = layout_with(tmp_path, {"payload": b"one"})
+    assert releases.image_manifest(layout, image) is None
+
+
+# --- the commands -------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def config_file(tmp_path: Path) -> Path:
+    (tmp_path / "tree").mkdir()
+    (tmp_path / "tree" / "setup.py").write_text("# upstream\n")
+    (tmp_path / "versions.yaml").write_text("""\
+schema: 1
+defaults:
+  repository: localhost:5000/sparkrun
+  platform: linux/arm64
+  cuda_arch: "12.1a"
+  builder: deb
+  runtime: deb
+bases:
+  deb:
+    debootstrap: {suite: bookworm}
+upstreams:
+  tree:
+    dir: tree
+tags:
+  production-3.72-vision:
+    upstream: tree
+    series: []
+""")
+    return tmp_path / "versions.yaml"
+
+
+def test_releases_and_diff_commands(config_file: Path,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--config", str(config_file), "releases"]) == 0
+    assert "no releases in" in capsys.readouterr().out
+    folder = config_file.parent / "build" / "releases"
+    for item in (record("production-3.72-vision"), changed_release()):
+        write_records(folder, item)
+        releases.add(folder, item)
+    assert main(["--config", str(config_file), "releases", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)["releases"]
+    assert [e["tag"] for e in listed] == ["production-3.72-vision", "production-3.73-vision"]
+    assert main(["--config", str(config_file), "diff", "3.72-vision",
+                 "production-3.73-vision"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("diff production-3.72-vision -> production-3.73-vision")
+    assert "+ prefix-cache/0001-prefix-cache.patch" in out
+
+
+def test_diff_of_an_unpublished_tag_is_exit_2(config_file: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--config", str(config_file), "diff", "3.72-vision", "nothing"]) == 2
+    err = capsys.readouterr().err
+    assert "no release record of production-3.72-vision" in err
+
+
+def test_rendered_digests_are_short_and_the_json_keeps_them_whole() -> None:
+    report = releases.diff(record("a"), record("b", digest="sha256:" + SHA["d"]))
+    assert report["sections"]["digest"][0]["b"] == "sha256:" + SHA["d"]
+    assert "  ~ digest: sha256:aaaaaaaaaaaa -> sha256:dddddddddddd" in \
+        releases.render_diff(report)

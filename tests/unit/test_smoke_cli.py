@@ -1,0 +1,66 @@
+"""`sparkbake smoke`'s options: what reaches the stage, and what is refused before it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sparkbake import pipeline, smoke
+from sparkbake.__main__ import main
+
+CONFIG = """\
+schema: 1
+defaults: {repository: r, platform: linux/amd64, cuda_arch: "12.1a", builder: d, runtime: d}
+bases:
+  d: {debootstrap: {suite: bookworm}}
+upstreams:
+  u: {dir: upstream}
+tags:
+  production-1.0-vision: {upstream: u, series: []}
+"""
+
+
+@pytest.fixture
+def config_file(tmp_path: Path) -> Path:
+    (tmp_path / "upstream").mkdir()
+    (tmp_path / "versions.yaml").write_text(CONFIG)
+    return tmp_path / "versions.yaml"
+
+
+@pytest.fixture
+def calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, smoke.Options]]:
+    seen: list[tuple[str, smoke.Options]] = []
+
+    def smoke_tag(config: Any, tag: Any, options: smoke.Options) -> int:
+        seen.append((tag.name, options))
+        return 0
+
+    monkeypatch.setattr(pipeline, "smoke_tag", smoke_tag)
+    return seen
+
+
+def test_the_options_reach_the_stage(config_file: Path, tmp_path: Path,
+                                     calls: list[tuple[str, smoke.Options]]) -> None:
+    assert main(["--config", str(config_file), "smoke", "1.0-vision", "--gpu", "require",
+                 "--model", str(tmp_path), "--serve-env", "node.env",
+                 "--serve-timeout", "60"]) == 0
+    assert calls == [("production-1.0-vision", smoke.Options(
+        gpu="require", model=tmp_path, serve_env=Path("node.env"), serve_timeout=60.0))]
+
+
+def test_the_defaults(config_file: Path, calls: list[tuple[str, smoke.Options]]) -> None:
+    assert main(["--config", str(config_file), "smoke", "1.0-vision"]) == 0
+    assert calls == [("production-1.0-vision", smoke.Options())]
+    assert smoke.Options() == smoke.Options(gpu="auto", model=None, serve_env=None,
+                                            serve_timeout=1800.0)
+
+
+def test_a_timeout_that_is_no_number_is_a_usage_error(
+        config_file: Path, calls: list[tuple[str, smoke.Options]],
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--config", str(config_file), "smoke", "x", "--serve-timeout", "soon"]) == 2
+    assert calls == []
+    err = capsys.readouterr().err
+    assert err.startswith("sparkbake: error: argument --serve-timeout: invalid float value")

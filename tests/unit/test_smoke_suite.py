@@ -1,0 +1,152 @@
+"""Smoke suites: the `smoke:` key of versions.yaml, where a suite is found, how its samples
+are read, and the shipped suites checked against the host's preflight and the reference."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import pytest
+
+from sparkbake import config as config_mod
+from sparkbake import envfile, preflight, smoke_suite
+from sparkbake.config import Config, Tag
+from sparkbake.errors import ConfigError
+from tests.nodeenv import reference_command, write_sysctls
+
+REPO = Path(__file__).resolve().parents[2]
+CONFIG = """\
+schema: 1
+defaults: {repository: r, platform: linux/amd64, cuda_arch: "12.1a", builder: b, runtime: b}
+bases:
+  b: {debootstrap: {suite: bookworm}}
+upstreams:
+  u: {dir: upstream}
+tags:
+  plain: {upstream: u, series: []}
+  dsv4: {upstream: u, series: [], smoke: dsv4-4node}
+  child: {extends: dsv4, env: {A: "1"}}
+  local: {upstream: u, series: [], smoke: mine}
+"""
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Config:
+    (tmp_path / "upstream").mkdir()
+    (tmp_path / "versions.yaml").write_text(CONFIG)
+    return config_mod.load(tmp_path / "versions.yaml")
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def test_the_smoke_key_names_the_suite_is_inherited_and_defaults_to_common(
+        project: Config) -> None:
+    assert [project.tag(t).smoke for t in ("plain", "dsv4", "child", "local")] == \
+        ["common", "dsv4-4node", "dsv4-4node", "mine"]
+
+
+def test_a_smoke_key_that_is_not_a_name_is_refused_with_its_line(tmp_path: Path) -> None:
+    (tmp_path / "upstream").mkdir()
+    bad = write(tmp_path / "versions.yaml", CONFIG.replace("smoke: mine", "smoke: [mine]"))
+    with pytest.raises(ConfigError) as caught:
+        config_mod.load(bad)
+    assert caught.value.message == f"{bad}:11: smoke must be a string, not a list"
+
+
+def test_a_project_suite_comes_before_the_shipped_one(project: Config) -> None:
+    assert smoke_suite.find(project, project.tag("dsv4")) == \
+        REPO / "images" / "smoke" / "dsv4-4node"
+    mine = write(project.root / "smoke" / "dsv4-4node" / "accept" / "one.env", "MODEL=/m\n")
+    suite = smoke_suite.load(project, project.tag("dsv4"))
+    assert suite.folder == mine.parents[1]
+    assert [s.name for s in suite.accept] == ["accept/one.env"]
+    assert (suite.reject, suite.serve_env) == ((), None)
+
+
+def test_an_unknown_suite_names_both_places_and_the_known_ones(project: Config) -> None:
+    with pytest.raises(ConfigError) as caught:
+        smoke_suite.load(project, project.tag("local"))
+    assert caught.value.exit_code == 2
+    assert f"smoke suite 'mine' is neither {project.root / 'smoke' / 'mine'}" in \
+        caught.value.message
+    assert caught.value.remedy.startswith("name one of common, dsv4-4node in `smoke:`")
+
+
+def test_samples_carry_the_hosts_command_or_the_expected_rules(project: Config) -> None:
+    folder = project.root / "smoke" / "mine"
+    write(folder / "accept" / "a.env", "MODEL=/m  API_PORT=9000\n")
+    write(folder / "reject" / "r.env", "# why\n# expect: model-unset  bad-value\nMODEL=\n")
+    write(folder / "serve.env", "SERVED_MODEL_NAME=x\n")
+    tag = project.tag("local")
+    suite = smoke_suite.load(project, tag)
+    (accept,), (reject,) = suite.accept, suite.reject
+    command = preflight.entrypoint().serve_command({"MODEL": "/m", "API_PORT": "9000"})
+    assert (accept.env, accept.command) == ({"MODEL": "/m", "API_PORT": "9000"},
+                                            shlex.join(command))
+    assert (reject.name, reject.env, reject.rules) == ("reject/r.env", {"MODEL": ""},
+                                                       ("model-unset", "bad-value"))
+    assert suite.serve_env == folder / "serve.env"
+    assert smoke_suite.expected(suite, ["/entry"]) == {
+        "suite": "mine", "argv": ["/entry"],
+        "accept": [{"name": "accept/a.env", "env": accept.env, "command": accept.command}],
+        "reject": [{"name": "reject/r.env", "env": {"MODEL": ""},
+                    "rules": ["model-unset", "bad-value"]}],
+    }
+
+
+@pytest.mark.parametrize(("sample", "text", "message"), [
+    ("reject/r.env", "MODEL=\n", "a reject sample names the preflight rules it breaks"),
+    ("accept/a.env", "API_PORT=1\n",
+     "the preflight refuses this accept sample for local: model-unset"),
+    ("accept/a.env", "MODEL=/m\nNNODES=two\n",
+     "the preflight refuses this accept sample for local: bad-value"),
+])
+def test_a_sample_that_says_nothing_checkable_is_refused(
+        project: Config, sample: str, text: str, message: str) -> None:
+    path = write(project.root / "smoke" / "mine" / sample, text)
+    with pytest.raises(ConfigError) as caught:
+        smoke_suite.load(project, project.tag("local"))
+    assert caught.value.message.startswith(f"{path}: {message}")
+
+
+# --- the shipped suites, against the repository's own tags ----------------------------------
+
+REPO_CONFIG = config_mod.load(REPO / "versions.yaml")
+SUITE_TAGS = sorted(REPO_CONFIG.tags)
+
+
+def test_the_production_tags_use_the_reference_suite() -> None:
+    assert {t: REPO_CONFIG.tags[t].smoke for t in SUITE_TAGS} == {
+        "demo": "common", "production-3.72-vision": "dsv4-4node",
+        "production-3.73-vision": "dsv4-4node"}
+
+
+@pytest.mark.parametrize(("sample", "rank"), [("head.env", 0), ("worker.env", 1)])
+def test_the_reference_suite_prints_the_reference_command(sample: str, rank: int) -> None:
+    suite = smoke_suite.load(REPO_CONFIG, REPO_CONFIG.tag("3.73-vision"))
+    accepted = {s.name: s for s in suite.accept}[f"accept/{sample}"]
+    assert shlex.split(accepted.command) == reference_command(rank)
+
+
+def errors_of(tag: Tag, sample: smoke_suite.Sample, proc_sys: Path) -> list[str]:
+    findings = preflight.evaluate(tag, envfile.read(sample.path), proc_sys)
+    return [f.rule for f in findings if f.level == "error"]
+
+
+@pytest.mark.parametrize("tag_name", SUITE_TAGS)
+def test_shipped_samples_do_what_they_say_under_the_hosts_preflight(
+        tag_name: str, tmp_path: Path) -> None:
+    tag = REPO_CONFIG.tags[tag_name]
+    suite = smoke_suite.load(REPO_CONFIG, tag)
+    proc_sys = write_sysctls(tmp_path / "sys")
+    assert suite.accept and suite.reject and suite.serve_env is not None
+    for sample in suite.accept:
+        assert errors_of(tag, sample, proc_sys) == [], sample.name
+    for sample in suite.reject:
+        assert set(sample.rules) <= set(errors_of(tag, sample, proc_sys)), sample.name
+    serve = envfile.read(suite.serve_env)
+    assert "MODEL" not in serve.values  # the serve check mounts the model and sets it
