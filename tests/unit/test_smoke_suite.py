@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from sparkbake import config as config_mod
-from sparkbake import envfile, preflight, smoke_suite
+from sparkbake import envfile, preflight, resources, smoke_suite
 from sparkbake.config import Config, Tag
 from sparkbake.errors import ConfigError
 from tests.nodeenv import reference_command, write_sysctls
@@ -58,8 +58,8 @@ def test_a_smoke_key_that_is_not_a_name_is_refused_with_its_line(tmp_path: Path)
 
 
 def test_a_project_suite_comes_before_the_shipped_one(project: Config) -> None:
-    assert smoke_suite.find(project, project.tag("dsv4")) == \
-        REPO / "images" / "smoke" / "dsv4-4node"
+    shipped = resources.images_dir() / "smoke" / "dsv4-4node"  # installed or in the checkout
+    assert smoke_suite.find(project, project.tag("dsv4")) == shipped
     mine = write(project.root / "smoke" / "dsv4-4node" / "accept" / "one.env", "MODEL=/m\n")
     suite = smoke_suite.load(project, project.tag("dsv4"))
     assert suite.folder == mine.parents[1]
