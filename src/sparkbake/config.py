@@ -5,7 +5,6 @@ No other module reads YAML; the process environment is read by `settings` alone.
 
 from __future__ import annotations
 
-import difflib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,7 +12,7 @@ from typing import Any
 
 from . import yamlsource
 from .errors import ConfigError
-from .yamlsource import LocatedDict, LocatedList
+from .yamlsource import LocatedDict, Where, did_you_mean
 
 __all__ = [
     "Config",
@@ -163,7 +162,7 @@ class Config:
                 "give the full tag name",
             )
         raise ConfigError(
-            f"{self.path}: no tag {name!r}{_did_you_mean(name, self.tags)}",
+            f"{self.path}: no tag {name!r}{did_you_mean(name, self.tags)}",
             f"known tags: {', '.join(sorted(self.tags))}",
         )
 
@@ -172,7 +171,7 @@ def load(path: Path) -> Config:
     """Parse and validate a versions.yaml; every error names file:line."""
     path = path.resolve()
     doc = yamlsource.read(path)
-    where = _Where(path)
+    where = Where(path)
     if isinstance(doc, LocatedDict) and "schema" in doc:
         _check_schema(where, doc)
     top = where.mapping(doc, "the file", TOP_KEYS, required=TOP_KEYS)
@@ -189,7 +188,7 @@ def load(path: Path) -> Config:
     return Config(path=path, tags=tags, upstreams=upstreams)
 
 
-def _check_schema(where: _Where, doc: LocatedDict) -> None:
+def _check_schema(where: Where, doc: LocatedDict) -> None:
     # bool is an int in Python: `schema: true` must not pass for 1
     if type(doc["schema"]) is not int or doc["schema"] != 1:
         raise ConfigError(
@@ -198,78 +197,7 @@ def _check_schema(where: _Where, doc: LocatedDict) -> None:
         )
 
 
-class _Where:
-    """Formats `file:line` for a key of a located mapping and checks shapes."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def __call__(self, mapping: Any, key: str | None = None) -> str:
-        if isinstance(mapping, LocatedDict):
-            line = mapping.key_lines.get(key, mapping.line) if key else mapping.line
-            return f"{self.path}:{line}"
-        if isinstance(mapping, LocatedList):
-            return f"{self.path}:{mapping.line}"
-        return str(self.path)
-
-    def mapping(
-        self,
-        value: Any,
-        what: str,
-        allowed: tuple[str, ...] | None = None,
-        required: tuple[str, ...] = (),
-        parent: LocatedDict | None = None,
-        key: str | None = None,
-    ) -> LocatedDict:
-        """Check value is a mapping of allowed keys; errors point at parent[key] if given."""
-        if not isinstance(value, LocatedDict):
-            spot = self(parent, key) if parent is not None else self(value)
-            raise ConfigError(
-                f"{spot}: {what} must be a mapping, not {_kind(value)}",
-                "see the versions.yaml format in README.md",
-            )
-        for name in value:
-            if allowed is not None and name not in allowed:
-                raise ConfigError(
-                    f"{self(value, name)}: unknown key {name!r} in {what}"
-                    f"{_did_you_mean(name, allowed)}",
-                    f"allowed keys: {', '.join(allowed)}",
-                )
-        for name in required:
-            if name not in value:
-                raise ConfigError(
-                    f"{self(value)}: {what} lacks the key {name!r}",
-                    f"add '{name}:' (see README.md)",
-                )
-        return value
-
-    def string(self, mapping: LocatedDict, key: str, pattern: re.Pattern[str] | None = None,
-               hint: str = "") -> str:
-        value = mapping[key]
-        if not isinstance(value, str):
-            raise ConfigError(
-                f"{self(mapping, key)}: {key} must be a string, not {_kind(value)}",
-                "quote the value",
-            )
-        if pattern is not None and not pattern.fullmatch(value):
-            raise ConfigError(f"{self(mapping, key)}: {key} {value!r} is not {hint}",
-                              f"write {hint}")
-        return value
-
-    def strings(self, mapping: LocatedDict, key: str,
-                pattern: re.Pattern[str]) -> tuple[str, ...]:
-        items = mapping[key]
-        if not isinstance(items, LocatedList) or not all(isinstance(i, str) for i in items):
-            raise ConfigError(f"{self(mapping, key)}: {key} must be a list of strings",
-                              f"write {key}: [a, b]")
-        for item, line in zip(items, items.item_lines, strict=True):
-            if not pattern.fullmatch(item):
-                raise ConfigError(f"{self.path}:{line}: {item!r} is not a valid name in {key}",
-                                  f"names match {pattern.pattern}")
-        return tuple(items)
-
-
-def _base(where: _Where, name: str, raw_bases: LocatedDict) -> Base:
+def _base(where: Where, name: str, raw_bases: LocatedDict) -> Base:
     spec = where.mapping(raw_bases[name], f"base {name!r}", ("image", "debootstrap", "python"),
                          parent=raw_bases, key=name)
     python = None
@@ -295,7 +223,7 @@ def _base(where: _Where, name: str, raw_bases: LocatedDict) -> Base:
     )
 
 
-def _upstream(where: _Where, key: str, raw_upstreams: LocatedDict) -> Upstream:
+def _upstream(where: Where, key: str, raw_upstreams: LocatedDict) -> Upstream:
     spec = where.mapping(raw_upstreams[key], f"upstream {key!r}",
                          (*UPSTREAM_KINDS, "source_date_epoch"), parent=raw_upstreams, key=key)
     if len(set(UPSTREAM_KINDS) & set(spec)) != 1:
@@ -324,7 +252,7 @@ def _upstream(where: _Where, key: str, raw_upstreams: LocatedDict) -> Upstream:
     )
 
 
-def _source_date(where: _Where, spec: LocatedDict) -> int | None:
+def _source_date(where: Where, spec: LocatedDict) -> int | None:
     """The declared SOURCE_DATE_EPOCH of an upstream: whole seconds, 1980 to 2100."""
     if "source_date_epoch" not in spec:
         return None
@@ -338,7 +266,7 @@ def _source_date(where: _Where, spec: LocatedDict) -> int | None:
     return value
 
 
-def _tag(where: _Where, name: str, raw_tags: LocatedDict, defaults: LocatedDict,
+def _tag(where: Where, name: str, raw_tags: LocatedDict, defaults: LocatedDict,
          bases: dict[str, Base], upstreams: dict[str, Upstream]) -> Tag:
     merged, origin = _resolve_extends(where, name, raw_tags)
     for key in DEFAULT_KEYS:
@@ -353,7 +281,7 @@ def _tag(where: _Where, name: str, raw_tags: LocatedDict, defaults: LocatedDict,
         value = where.string(origin[key], key)
         if value not in table:
             raise ConfigError(
-                f"{where(origin[key], key)}: unknown {what} {value!r}{_did_you_mean(value, table)}",
+                f"{where(origin[key], key)}: unknown {what} {value!r}{did_you_mean(value, table)}",
                 f"define it under '{what}s:' or pick one of: {', '.join(sorted(table))}",
             )
         return table[value]
@@ -379,7 +307,7 @@ def _tag(where: _Where, name: str, raw_tags: LocatedDict, defaults: LocatedDict,
     )
 
 
-def _resolve_extends(where: _Where, name: str,
+def _resolve_extends(where: Where, name: str,
                      raw_tags: LocatedDict) -> tuple[dict[str, Any], dict[str, LocatedDict]]:
     """Merge a tag over its ancestors; `env` merges key by key, everything else replaces."""
     chain: list[str] = []
@@ -398,7 +326,7 @@ def _resolve_extends(where: _Where, name: str,
         if current is not None and current not in raw_tags:
             raise ConfigError(
                 f"{where(spec, 'extends')}: tag {chain[-1]!r} extends unknown tag {current!r}"
-                f"{_did_you_mean(current, [t for t in raw_tags if t != chain[-1]])}",
+                f"{did_you_mean(current, [t for t in raw_tags if t != chain[-1]])}",
                 "name a tag defined under 'tags:'",
             )
     merged: dict[str, Any] = {}
@@ -416,7 +344,7 @@ def _resolve_extends(where: _Where, name: str,
     return merged, origin
 
 
-def _env(where: _Where,
+def _env(where: Where,
          env: dict[str, tuple[Any, LocatedDict]]) -> tuple[tuple[str, str], ...]:
     for name, (value, block) in env.items():
         if not ENV_NAME.fullmatch(name) or not isinstance(value, str):
@@ -433,24 +361,3 @@ def _git_source(root: Path, url: str) -> str:
     if "://" in url or re.match(r"[^/]+:", url):
         return url
     return str((root / url).resolve())
-
-
-def _did_you_mean(word: str, choices: Any) -> str:
-    close = difflib.get_close_matches(word, list(choices), n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
-
-
-def _kind(value: Any) -> str:
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int):
-        return "an integer"
-    if isinstance(value, float):
-        return "a number"
-    if isinstance(value, dict):
-        return "a mapping"
-    if isinstance(value, list):
-        return "a list"
-    if value is None:
-        return "empty"
-    return f"a {type(value).__name__}"

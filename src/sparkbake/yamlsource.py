@@ -1,7 +1,9 @@
-"""YAML read with line numbers, so every config error can name file:line."""
+"""YAML read with line numbers, and the shape checks that name file:line in every error."""
 
 from __future__ import annotations
 
+import difflib
+import re
 from pathlib import Path
 from typing import Any
 
@@ -9,7 +11,7 @@ import yaml
 
 from .errors import ConfigError
 
-__all__ = ["Located", "LocatedDict", "LocatedList", "read"]
+__all__ = ["Located", "LocatedDict", "LocatedList", "Where", "did_you_mean", "kind_of", "read"]
 
 
 class LocatedDict(dict[str, Any]):
@@ -79,3 +81,95 @@ def _convert(node: yaml.Node, path: Path) -> Any:
             items.item_lines.append(item.start_mark.line + 1)
         return items
     return yaml.SafeLoader("").construct_object(node, deep=True)
+
+
+class Where:
+    """Formats `file:line` for a key of a located mapping and checks shapes."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __call__(self, mapping: Any, key: str | None = None) -> str:
+        if isinstance(mapping, LocatedDict):
+            line = mapping.key_lines.get(key, mapping.line) if key else mapping.line
+            return f"{self.path}:{line}"
+        if isinstance(mapping, LocatedList):
+            return f"{self.path}:{mapping.line}"
+        return str(self.path)
+
+    def mapping(
+        self,
+        value: Any,
+        what: str,
+        allowed: tuple[str, ...] | None = None,
+        required: tuple[str, ...] = (),
+        parent: LocatedDict | None = None,
+        key: str | None = None,
+    ) -> LocatedDict:
+        """Check value is a mapping of allowed keys; errors point at parent[key] if given."""
+        if not isinstance(value, LocatedDict):
+            spot = self(parent, key) if parent is not None else self(value)
+            raise ConfigError(
+                f"{spot}: {what} must be a mapping, not {kind_of(value)}",
+                "see the versions.yaml format in README.md",
+            )
+        for name in value:
+            if allowed is not None and name not in allowed:
+                raise ConfigError(
+                    f"{self(value, name)}: unknown key {name!r} in {what}"
+                    f"{did_you_mean(name, allowed)}",
+                    f"allowed keys: {', '.join(allowed)}",
+                )
+        for name in required:
+            if name not in value:
+                raise ConfigError(
+                    f"{self(value)}: {what} lacks the key {name!r}",
+                    f"add '{name}:' (see README.md)",
+                )
+        return value
+
+    def string(self, mapping: LocatedDict, key: str, pattern: re.Pattern[str] | None = None,
+               hint: str = "") -> str:
+        value = mapping[key]
+        if not isinstance(value, str):
+            raise ConfigError(
+                f"{self(mapping, key)}: {key} must be a string, not {kind_of(value)}",
+                "quote the value",
+            )
+        if pattern is not None and not pattern.fullmatch(value):
+            raise ConfigError(f"{self(mapping, key)}: {key} {value!r} is not {hint}",
+                              f"write {hint}")
+        return value
+
+    def strings(self, mapping: LocatedDict, key: str,
+                pattern: re.Pattern[str]) -> tuple[str, ...]:
+        items = mapping[key]
+        if not isinstance(items, LocatedList) or not all(isinstance(i, str) for i in items):
+            raise ConfigError(f"{self(mapping, key)}: {key} must be a list of strings",
+                              f"write {key}: [a, b]")
+        for item, line in zip(items, items.item_lines, strict=True):
+            if not pattern.fullmatch(item):
+                raise ConfigError(f"{self.path}:{line}: {item!r} is not a valid name in {key}",
+                                  f"names match {pattern.pattern}")
+        return tuple(items)
+
+
+def did_you_mean(word: str, choices: Any) -> str:
+    close = difflib.get_close_matches(word, list(choices), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def kind_of(value: Any) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a number"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    if value is None:
+        return "empty"
+    return f"a {type(value).__name__}"
