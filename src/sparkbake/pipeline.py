@@ -125,25 +125,38 @@ def run_until(config: Config, tag: Tag, stage: str,
 
 def _run_stages(config: Config, plan: Plan, stage: str,
                 options: patches.Options | None) -> int:
+    product = _build(config, plan, stage, options or patches.Options())
+    if isinstance(product, Path):
+        return _done(f"pristine tree: {product}")
+    if isinstance(product, patches.PatchedTree):
+        return _done(f"patched tree: {product.path} (hash {product.tree_hash[:16]})")
+    if isinstance(product, wheels.WheelSet):
+        return _done(f"wheels: {product.folder}")
+    return _done(f"image: {plan.tag.image_ref} = {product.image.digest} "
+                 f"(id {product.config[:19]}, inputs {plan.inputs[:12]})")
+
+
+def _build(config: Config, plan: Plan, stage: str, options: patches.Options, *,
+           load: bool = True) -> Path | patches.PatchedTree | wheels.WheelSet | images.Baked:
+    """fetch .. stage into config's build/ and wheels/, each stage skipped when cached;
+    returns the last stage's product. load=False leaves the engine's tag alone."""
     tag = plan.tag
     settings = host_settings()
     pristine = sources.fetch(tag.upstream, config.build_dir / "sources" / plan.fetch_key, settings)
     if stage == "fetch":
-        return _done(f"pristine tree: {pristine}")
+        return pristine
     date = sources.source_date(tag.upstream, pristine.parent)
     patched = patches.apply(plan, pristine, config.build_dir / "patched" / plan.patch_key,
-                            options or patches.Options())
+                            options)
     if stage == "patch":
-        return _done(f"patched tree: {patched.path} (hash {patched.tree_hash[:16]})")
+        return patched
     client = connect()
     built = _wheels(client, config, plan, patched, settings, date)
     if stage == "wheels":
-        return _done(f"wheels: {built.folder}")
+        return built
     runtime_base = bases.ensure(client, tag.runtime, tag.platform, config.build_dir, settings)
-    baked = images.bake(client, plan, runtime_base, built, patched, config.build_dir,
-                        source_date=date, cache=settings.cache_dir)
-    return _done(f"image: {tag.image_ref} = {baked.image.digest} (id {baked.config[:19]}, "
-                 f"inputs {plan.inputs[:12]})")
+    return images.bake(client, plan, runtime_base, built, patched, config.build_dir,
+                       source_date=date, cache=settings.cache_dir, load=load)
 
 
 def verify_tag(config: Config, tag: Tag, against: str | None) -> int:
@@ -160,17 +173,10 @@ def verify_tag(config: Config, tag: Tag, against: str | None) -> int:
 
 def _rebuild(config: Config, tag: Tag) -> images.Baked:
     """fetch .. bake into config's build/ and wheels/, leaving the engine's tag alone."""
-    plan = plan_mod.make(config, tag)
-    settings = host_settings()
-    pristine = sources.fetch(tag.upstream, config.build_dir / "sources" / plan.fetch_key, settings)
-    date = sources.source_date(tag.upstream, pristine.parent)
-    patched = patches.apply(plan, pristine, config.build_dir / "patched" / plan.patch_key,
-                            patches.Options())
-    client = connect()
-    built = _wheels(client, config, plan, patched, settings, date)
-    base = bases.ensure(client, tag.runtime, tag.platform, config.build_dir, settings)
-    return images.bake(client, plan, base, built, patched, config.build_dir, source_date=date,
-                       cache=settings.cache_dir, load=False)
+    baked = _build(config, plan_mod.make(config, tag), "build-image", patches.Options(),
+                   load=False)
+    assert isinstance(baked, images.Baked)
+    return baked
 
 
 def _wheels(client: Client, config: Config, plan: Plan, patched: patches.PatchedTree,
