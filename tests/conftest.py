@@ -42,6 +42,29 @@ class Project:
         return main(["--config", str(self.config_path), *args])
 
 
+VERSIONS_HEAD = """\
+schema: 1
+defaults:
+  repository: {repository}
+  platform: {platform}
+  cuda_arch: "12.1a"
+  builder: debian
+  runtime: debian
+bases:
+  debian:
+    debootstrap: {{suite: bookworm}}
+upstreams:
+  tree:
+    dir: upstream
+tags:
+"""
+
+
+def versions_yaml(repository: str, platform: str, tags: str) -> str:
+    """A versions.yaml with one debootstrap base `debian`, a dir upstream `tree`, and tags."""
+    return VERSIONS_HEAD.format(repository=repository, platform=platform) + tags
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on now."""
     with socket.socket() as probe:

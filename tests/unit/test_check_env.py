@@ -8,27 +8,14 @@ from pathlib import Path
 import pytest
 
 from sparkbake.__main__ import main
+from tests.conftest import versions_yaml
 from tests.nodeenv import ENV_DIR, HEAD_IP, reference_command, write_sysctls
 
 VERSIONS = Path(__file__).parents[2] / "versions.yaml"
 
 # A tag of its own: its env sets the gather (as production-3.72-vision's does), its series
 # includes prefix-cache.
-CONFIG = """\
-schema: 1
-defaults:
-  repository: localhost:5000/check-env
-  platform: linux/arm64
-  cuda_arch: "12.1a"
-  builder: debian
-  runtime: debian
-bases:
-  debian:
-    debootstrap: {suite: bookworm}
-upstreams:
-  tree:
-    dir: upstream
-tags:
+CONFIG = versions_yaml(repository="localhost:5000/check-env", platform="linux/arm64", tags="""\
   gathered:
     upstream: tree
     series: [dcp-dspark, prefix-cache]
@@ -36,7 +23,7 @@ tags:
   bare:
     extends: gathered
     env: {VLLM_DSV4_CKV_GATHER: "0"}
-"""
+""")
 
 
 @pytest.fixture

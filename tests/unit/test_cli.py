@@ -12,31 +12,18 @@ from pathlib import Path
 import pytest
 
 from sparkbake.__main__ import main
+from tests.conftest import versions_yaml
 
 REPO = Path(__file__).resolve().parents[2]
 STAGES = ["fetch", "patch", "kernels", "wheels", "bake", "smoke", "publish"]
 STATES = {"cached", "missing", "unknown", "blocked", "stale"}
 
-CONFIG = """\
-schema: 1
-defaults:
-  repository: localhost:5000/sparkbake-cli
-  platform: linux/amd64
-  cuda_arch: "12.1a"
-  builder: debian
-  runtime: debian
-bases:
-  debian:
-    debootstrap: {suite: bookworm}
-upstreams:
-  tree:
-    dir: upstream
-tags:
+CONFIG = versions_yaml(repository="localhost:5000/sparkbake-cli", platform="linux/amd64", tags="""\
   production-1.0-demo:
     upstream: tree
     series: [demo]
     env: {DEMO: "1"}
-"""
+""")
 
 
 def write_config(folder: Path, text: str) -> Path:

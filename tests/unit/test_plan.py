@@ -15,24 +15,11 @@ from sparkbake import plan as plan_mod
 from sparkbake.config import Config
 from sparkbake.errors import ConfigError
 from sparkbake.plan import SeriesInfo, StagePlan
+from tests.conftest import versions_yaml
 
 STAGES = ["fetch", "patch", "kernels", "wheels", "bake", "smoke", "publish"]
 
-CONFIG = """\
-schema: 1
-defaults:
-  repository: localhost:5000/sparkbake-test
-  platform: linux/arm64
-  cuda_arch: "12.1a"
-  builder: debian
-  runtime: debian
-bases:
-  debian:
-    debootstrap: {suite: bookworm}
-upstreams:
-  tree:
-    dir: upstream
-tags:
+CONFIG = versions_yaml(repository="localhost:5000/sparkbake-test", platform="linux/arm64", tags="""\
   main:
     upstream: tree
     series: [first, second]
@@ -40,7 +27,7 @@ tags:
   partial:
     upstream: tree
     series: [first, ghost, phantom]
-"""
+""")
 
 PATCH_A = "--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-x = 1\n+x = 2\n"
 PATCH_B = "--- a/y.py\n+++ b/y.py\n@@ -1 +1 @@\n-y = 1\n+y = 2\n"

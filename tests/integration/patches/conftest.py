@@ -19,6 +19,7 @@ import pytest
 from sparkbake import config
 from sparkbake.__main__ import main
 from sparkbake.plan import make
+from tests.conftest import Project
 
 SHA_0_32 = "d2c957d5eee3d0985012151315ddc62cbe0cd368fc96a5fc3510438d9dddf2ad"
 SHA_0_33 = "f4c33c2503d52bb411146afa9618a4f48bed68912f617e6803ac8d76e4c74112"
@@ -61,18 +62,8 @@ class Trees:
 
 
 @dataclass(frozen=True)
-class VllmProject:
-    root: Path
-
-    @property
-    def config_path(self) -> Path:
-        return self.root / "versions.yaml"
-
-    def config(self) -> config.Config:
-        return config.load(self.config_path)
-
-    def sparkbake(self, *args: str) -> int:
-        return main(["--config", str(self.config_path), *args])
+class VllmProject(Project):
+    """A project of its own around the vLLM trees (not a copy of tests/data)."""
 
     def run(self, *args: str) -> tuple[int, str, str]:
         """`sparkbake --config ... args`: exit code, stdout, stderr."""
