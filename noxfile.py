@@ -8,8 +8,8 @@ nox.options.default_venv_backend = "venv"
 nox.options.reuse_existing_virtualenvs = True
 nox.options.sessions = ["lint", "tests"]
 
-PIPELINE = ("plan", "lock", "fetch", "patch", "wheels", "build-image", "smoke", "publish",
-            "verify", "registry", "deploy")
+PIPELINE = ("plan", "lock", "fetch", "patch", "patch-tests", "wheels", "build-image", "smoke",
+            "publish", "verify", "registry", "deploy")
 TOOLS = ("patch-lint", "rebase-check", "export-series", "import-series", "check-env",
          "releases", "diff")
 
@@ -35,6 +35,13 @@ def bench(session: nox.Session) -> None:
     """The patch stage on the real vLLM tree; writes benchmarks/patch-apply.json."""
     session.install(".")
     session.run("python", "-m", "sparkbake.bench", *session.posargs)
+
+
+@nox.session(name="bench-cache")
+def bench_cache(session: nox.Session) -> None:
+    """The compile cache and the kernel arch list; writes benchmarks/compile-cache.json."""
+    session.install(".")
+    session.run("python", "-m", "sparkbake.bench_cache", *session.posargs)
 
 
 def _cli(command: str) -> None:

@@ -1,13 +1,19 @@
 """Runs inside the sparkbake builder: build the tree's wheels, then list each kernel's SASS.
 
 /src is the patched tree (read-only), /out receives the wheels and build-report.json.
+With SPARKBAKE_SCCACHE set, an sccache server (SCCACHE_* from sparkbake) serves the
+compiles and its statistics go into the report. `--relay HOST:PORT` instead forwards
+RELAY_PORT to HOST:PORT: the one way out of a builder's network to a Redis cache.
 Standard library only: this file is copied into the builder image.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -20,22 +26,90 @@ SOURCE = Path("/src")
 OUTPUT = Path("/out")
 WORK = Path("/build/src")  # a fixed path, so build paths are the same on every run
 CUBIN = re.compile(r"\.(sm_\d+[af]?)\.cubin")
+RELAY_PORT = 6379
 
 
 def main() -> int:
+    if sys.argv[1:2] == ["--relay"]:
+        asyncio.run(relay(sys.argv[2]))
+        return 0
     shutil.rmtree(WORK, ignore_errors=True)
     shutil.copytree(SOURCE, WORK, symlinks=True)
     normalize_modes(WORK)
+    backend = start_sccache(os.environ.get("SPARKBAKE_SCCACHE", ""))
     cmd = [sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "--no-build-isolation",
            "--no-index", "-w", str(OUTPUT), str(WORK)]
     print("+ " + " ".join(cmd), flush=True)
     status = subprocess.run(cmd, check=False).returncode
+    cache = {"backend": backend, "stats": stop_sccache() if backend != "off" else None}
     if status != 0:
         return status
     wheels = [describe(wheel) for wheel in sorted(OUTPUT.glob("*.whl"))]
-    report = {"wheels": wheels, "nvcc": nvcc_version()}
+    report = {"wheels": wheels, "nvcc": nvcc_version(), "sccache": cache}
     (OUTPUT / "build-report.json").write_text(json.dumps(report, indent=2))
     return 0
+
+
+def start_sccache(backend: str) -> str:
+    """Start the sccache server of the build; returns the backend it serves from. Redis that
+    fails falls back to the local folder, a server that fails to nvcc alone. Without sccache
+    nvcc gets -objtemp (intermediates named after the object, not its pid); sccache names
+    them so itself and reads -objtemp in NVCC_APPEND_FLAGS as `-o bjtemp`."""
+    attempts = [backend] if backend != "redis" else ["redis", "local"]
+    for attempt in filter(None, attempts):
+        if attempt == "local":
+            os.environ.pop("SCCACHE_REDIS_ENDPOINT", None)
+        print(f"+ sccache --start-server  ({attempt})", flush=True)
+        started = subprocess.run(["sccache", "--start-server"], check=False,
+                                 capture_output=True, text=True)
+        if started.returncode == 0:
+            return attempt if attempt == backend else f"{attempt} (fallback: {backend} failed)"
+        print(f"warning: sccache ({attempt}) did not start: {started.stderr.strip()}",
+              flush=True)
+    os.environ.update({"VLLM_DISABLE_SCCACHE": "1", "NVCC_APPEND_FLAGS": "-objtemp"})
+    return "off" if not backend else f"off (fallback: {backend} failed)"
+
+
+def stop_sccache() -> object:
+    """sccache's statistics of this build, as its JSON; the server stopped."""
+    shown = subprocess.run(["sccache", "--show-stats", "--stats-format=json"],
+                           capture_output=True, text=True, check=False)
+    subprocess.run(["sccache", "--stop-server"], capture_output=True, check=False)
+    try:
+        stats: object = json.loads(shown.stdout)
+    except ValueError:
+        return None
+    if isinstance(stats, dict):
+        stats.pop("cache_location", None)  # may carry the Redis password
+    print(f"sccache statistics: {json.dumps(stats)}", flush=True)
+    return stats
+
+
+async def relay(target: str) -> None:
+    """Forward every connection on RELAY_PORT to target (host:port)."""
+    host, port = target.rsplit(":", 1)
+
+    async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(OSError):
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+        writer.close()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            upstream_reader, upstream_writer = await asyncio.open_connection(host.strip("[]"),
+                                                                             int(port))
+        except OSError as exc:
+            print(f"relay: cannot reach {target}: {exc}", flush=True)
+            writer.close()
+            return
+        await asyncio.gather(pipe(reader, upstream_writer), pipe(upstream_reader, writer))
+
+    server = await asyncio.start_server(handle, "0.0.0.0", RELAY_PORT)
+    print(f"relay: :{RELAY_PORT} -> {target}", flush=True)
+    async with server:
+        await server.serve_forever()
 
 
 def normalize_modes(root: Path) -> None:

@@ -16,8 +16,8 @@ from .smoke import Options as SmokeOptions
 
 __all__ = ["main"]
 
-TAG_COMMANDS = ("plan", "lock", "fetch", "patch", "wheels", "build-image", "smoke", "publish",
-                "verify", "deploy")
+TAG_COMMANDS = ("plan", "lock", "fetch", "patch", "patch-tests", "wheels", "build-image",
+                "smoke", "publish", "verify", "deploy")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -47,6 +47,9 @@ def parser() -> argparse.ArgumentParser:
                              help="publish without a passing smoke record (recorded)")
         if name == "deploy":
             _deploy_options(sub)
+        if name == "lock":
+            sub.add_argument("--patch-tests", action="store_true",
+                             help="lock the venv of patch-tests for this host instead")
         if name == "verify":
             sub.add_argument("--against", metavar="DIGEST",
                              help="compare with this manifest digest instead of build/oci's")
@@ -182,7 +185,9 @@ def dispatch(args: argparse.Namespace) -> int:
         print(pipeline.plan_report(config, tag, as_json=args.json))
         return 0
     if args.command == "lock":
-        return pipeline.lock_tag(config, tag)
+        return pipeline.lock_tag(config, tag, for_patch_tests=args.patch_tests)
+    if args.command == "patch-tests":
+        return pipeline.patch_tests(config, tag)
     if args.command == "verify":
         return pipeline.verify_tag(config, tag, against=args.against)
     if args.command == "smoke":

@@ -6,7 +6,7 @@ No other module reads YAML; the process environment is read by `settings` alone.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -15,11 +15,13 @@ from .errors import ConfigError
 from .yamlsource import LocatedDict, Where, did_you_mean
 
 __all__ = [
+    "CompileCache",
     "Config",
     "DebootstrapBase",
     "DirUpstream",
     "GitUpstream",
     "ImageBase",
+    "KernelSeed",
     "PypiUpstream",
     "Tag",
     "load",
@@ -36,12 +38,19 @@ IMAGE_REF = re.compile(r"[^@\s]+@sha256:([0-9a-f]{64})")
 # SOURCE_DATE_EPOCH bounds: a zip (a wheel) stores no time before 1980; 2100 as a sanity bound
 EPOCH_MIN, EPOCH_MAX = 315532800, 4102444800
 UPSTREAM_KINDS = ("pypi", "git", "dir")
+REQUIREMENTS_KEYS = ("build_requirements", "runtime_requirements")  # files in the tree
+# a wheel file name: project-version(-build)?-python-abi-platform.whl
+WHEEL = re.compile(r"([A-Za-z0-9_.]+)-([^-]+)(-\d[^-]*)?-[^-]+-[^-]+-[^-]+\.whl")
+TREE_PATH = re.compile(r"(?!/)(?!.*(?:^|/)\.\.(?:/|$))[A-Za-z0-9._/-]+")
 
 TOP_KEYS = ("schema", "defaults", "bases", "upstreams", "tags")
 DEFAULT_KEYS = ("repository", "platform", "cuda_arch", "builder", "runtime")
-TAG_KEYS = ("extends", "upstream", "series", "env", "smoke", *DEFAULT_KEYS)
+TAG_KEYS = ("extends", "upstream", "series", "env", "smoke", "kernels", *DEFAULT_KEYS)
 DEFAULT_SMOKE_SUITE = "common"  # smoke/<suite>/ or images/smoke/<suite>/: sample .env files
 DEBOOTSTRAP_KEYS = ("suite", "mirror", "variant", "packages")
+# the compile cache's Redis: redis://[user:password@]host[:port][/db], rediss:// for TLS
+REDIS_URL = re.compile(r"rediss?://(?:[^@/\s]+@)?(?:[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])"
+                       r"(?::\d{1,5})?(?:/\d{1,2})?")
 
 
 @dataclass(frozen=True)
@@ -79,6 +88,8 @@ class PypiUpstream:
     version: str
     sha256: str
     source_date_epoch: int | None = None  # declared; else sources.DEFAULT_SOURCE_DATE
+    build_requirements: str | None = None  # in the tree: what its build imports (torch, ...)
+    runtime_requirements: str | None = None  # in the tree: what its wheels need installed
 
 
 @dataclass(frozen=True)
@@ -88,6 +99,8 @@ class GitUpstream:
     commit: str
     source: str  # what git fetches from: the url, or a local path resolved to the config
     source_date_epoch: int | None = None  # declared; else the commit time
+    build_requirements: str | None = None  # in the tree: what its build imports (torch, ...)
+    runtime_requirements: str | None = None  # in the tree: what its wheels need installed
 
 
 @dataclass(frozen=True)
@@ -95,9 +108,35 @@ class DirUpstream:
     key: str
     path: Path
     source_date_epoch: int | None = None  # declared; else sources.DEFAULT_SOURCE_DATE
+    build_requirements: str | None = None  # in the tree: what its build imports (torch, ...)
+    runtime_requirements: str | None = None  # in the tree: what its wheels need installed
 
 
 Upstream = PypiUpstream | GitUpstream | DirUpstream
+
+
+@dataclass(frozen=True)
+class KernelSeed:
+    """A published wheel whose compiled extensions stand for the pristine upstream's kernels:
+    the kernel cache entry is taken from it instead of compiling (`kernels:` of a tag)."""
+
+    wheel: str  # its file name on the package index
+    sha256: str
+    # its libraries built only for other devices (the runtime picks them by capability):
+    # exempt from the arch check, which still covers every other library
+    other_arch: tuple[str, ...] = ()
+
+    @property
+    def project(self) -> str:
+        return self.wheel.split("-", 1)[0]
+
+
+@dataclass(frozen=True)
+class CompileCache:
+    """The builder's compile cache (sccache; README: Caches): a folder on this host, or a
+    Redis server that builders on other hosts share (`cache: {redis: URL}`)."""
+
+    redis: str | None = None
 
 
 @dataclass(frozen=True)
@@ -114,6 +153,8 @@ class Tag:
     builder: Base
     runtime: Base
     smoke: str = DEFAULT_SMOKE_SUITE  # the smoke suite: its sample .env files (README: Smoke)
+    cache: CompileCache = CompileCache()  # top-level `cache:`, the same for every tag
+    kernels: KernelSeed | None = None
 
     @property
     def sm_arch(self) -> str:
@@ -174,7 +215,7 @@ def load(path: Path) -> Config:
     where = Where(path)
     if isinstance(doc, LocatedDict) and "schema" in doc:
         _check_schema(where, doc)
-    top = where.mapping(doc, "the file", TOP_KEYS, required=TOP_KEYS)
+    top = where.mapping(doc, "the file", (*TOP_KEYS, "cache"), required=TOP_KEYS)
     raw_bases = where.mapping(top["bases"], "bases", parent=top, key="bases")
     bases = {name: _base(where, name, raw_bases) for name in raw_bases}
     raw_upstreams = where.mapping(top["upstreams"], "upstreams", parent=top, key="upstreams")
@@ -182,10 +223,23 @@ def load(path: Path) -> Config:
     defaults = where.mapping(top["defaults"], "defaults", DEFAULT_KEYS, required=DEFAULT_KEYS,
                              parent=top, key="defaults")
     raw_tags = where.mapping(top["tags"], "tags", parent=top, key="tags")
+    cache = _compile_cache(where, top)
     tags = {
-        name: _tag(where, name, raw_tags, defaults, bases, upstreams) for name in raw_tags
+        name: replace(_tag(where, name, raw_tags, defaults, bases, upstreams), cache=cache)
+        for name in raw_tags
     }
     return Config(path=path, tags=tags, upstreams=upstreams)
+
+
+def _compile_cache(where: Where, top: LocatedDict) -> CompileCache:
+    """`cache: {redis: URL}`: the compile cache builders share; without it a local folder."""
+    if "cache" not in top:
+        return CompileCache()
+    spec = where.mapping(top["cache"], "cache", ("redis",), parent=top, key="cache")
+    if "redis" not in spec:
+        return CompileCache()
+    return CompileCache(redis=where.string(spec, "redis", REDIS_URL,
+                                           "a Redis URL such as redis://cache.lan:6379/0"))
 
 
 def _check_schema(where: Where, doc: LocatedDict) -> None:
@@ -225,22 +279,25 @@ def _base(where: Where, name: str, raw_bases: LocatedDict) -> Base:
 
 def _upstream(where: Where, key: str, raw_upstreams: LocatedDict) -> Upstream:
     spec = where.mapping(raw_upstreams[key], f"upstream {key!r}",
-                         (*UPSTREAM_KINDS, "source_date_epoch"), parent=raw_upstreams, key=key)
+                         (*UPSTREAM_KINDS, "source_date_epoch", *REQUIREMENTS_KEYS),
+                         parent=raw_upstreams, key=key)
     if len(set(UPSTREAM_KINDS) & set(spec)) != 1:
         raise ConfigError(f"{where(spec)}: upstream {key!r} needs exactly one of pypi, git, dir",
                           "keep one of them")
     date = _source_date(where, spec)
+    requirements = {key: where.string(spec, key, TREE_PATH, "a relative path inside the tree")
+                    for key in REQUIREMENTS_KEYS if key in spec}
     if "dir" in spec:
         rel = where.string(spec, "dir")
         return DirUpstream(key=key, path=(where.path.parent / rel).resolve(),
-                           source_date_epoch=date)
+                           source_date_epoch=date, **requirements)
     if "git" in spec:
         git = where.mapping(spec["git"], f"upstream {key!r} git", ("url", "commit"),
                             required=("url", "commit"), parent=spec, key="git")
         url = where.string(git, "url")
         return GitUpstream(key=key, url=url, source=_git_source(where.path.parent, url),
                            commit=where.string(git, "commit", COMMIT, "a full 40-hex commit"),
-                           source_date_epoch=date)
+                           source_date_epoch=date, **requirements)
     pypi = where.mapping(spec["pypi"], f"upstream {key!r} pypi", ("name", "version", "sha256"),
                          required=("name", "version", "sha256"), parent=spec, key="pypi")
     return PypiUpstream(
@@ -248,7 +305,7 @@ def _upstream(where: Where, key: str, raw_upstreams: LocatedDict) -> Upstream:
         name=where.string(pypi, "name", NAME, "a package name"),
         version=where.string(pypi, "version", NAME, "a version"),
         sha256=where.string(pypi, "sha256", SHA256, "64 lowercase hex digits"),
-        source_date_epoch=date,
+        source_date_epoch=date, **requirements,
     )
 
 
@@ -304,6 +361,18 @@ def _tag(where: Where, name: str, raw_tags: LocatedDict, defaults: LocatedDict,
         runtime=ref("runtime", bases, "base"),
         smoke=where.string(origin["smoke"], "smoke", NAME, "a smoke suite name")
         if "smoke" in merged else DEFAULT_SMOKE_SUITE,
+        kernels=_kernel_seed(where, origin["kernels"]) if "kernels" in merged else None,
+    )
+
+
+def _kernel_seed(where: Where, tag: LocatedDict) -> KernelSeed:
+    seed = where.mapping(tag["kernels"], "kernels", ("wheel", "sha256", "other_arch"),
+                         required=("wheel", "sha256"), parent=tag, key="kernels")
+    return KernelSeed(
+        wheel=where.string(seed, "wheel", WHEEL, "a wheel file name on the package index"),
+        sha256=where.string(seed, "sha256", SHA256, "64 lowercase hex digits"),
+        other_arch=where.strings(seed, "other_arch", TREE_PATH)
+        if "other_arch" in seed else (),
     )
 
 

@@ -9,6 +9,7 @@ __all__ = [
     "EngineError",
     "FatalError",
     "PatchError",
+    "PatchTestError",
     "PublishError",
     "ReproducibilityError",
     "SmokeError",
@@ -62,6 +63,12 @@ class BakeError(FatalError):
 
 class SmokeError(FatalError):
     """A smoke check failed."""
+
+    exit_code = 6
+
+
+class PatchTestError(FatalError):
+    """A series' own tests failed against the patched tree (patch-tests)."""
 
     exit_code = 6
 

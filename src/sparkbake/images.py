@@ -116,9 +116,11 @@ def is_current(client: Client, plan: Plan, build_dir: Path) -> bool:
 
 
 def bake(client: Client, plan: Plan, base: BaseImage, wheels: WheelSet, patched: PatchedTree,
-         build_dir: Path, *, source_date: int, cache: Path, load: bool = True) -> Baked:
+         build_dir: Path, *, source_date: int, cache: Path, load: bool = True,
+         runtime_wheels: Path | None = None) -> Baked:
     """Write the tag's image into build/oci and (load) into the engine as `<repository>:<tag>`,
-    unless the engine has it from these inputs. cache holds the base layers, per host."""
+    unless the engine has it from these inputs. cache holds the base layers, per host;
+    runtime_wheels the wheelhouse of the tag's runtime lock, if it has one."""
     current = find(build_dir, plan) if load and is_current(client, plan, build_dir) else None
     if current is not None:
         echo(f"bake: {current.ref} is current (inputs {plan.inputs[:12]}), nothing to do")
@@ -128,7 +130,8 @@ def bake(client: Client, plan: Plan, base: BaseImage, wheels: WheelSet, patched:
     with step(f"bake {plan.tag.image_ref}"), scratch_dir(build_dir / "contexts", "bake.") as work:
         runtime = _with_python(client, base, build_dir)
         below = _base_layers(client, runtime, oci.Layout(cache / "layers"), layout, work)
-        venv = _venv_layer(client, plan, runtime, wheels, work, source_date, log)
+        venv = _venv_layer(client, plan, runtime, (wheels, runtime_wheels), work, source_date,
+                           log)
         files = _files_layer(manifest(plan, base, wheels, patched, source_date), work,
                              source_date)
         added = [(venv, f"sparkbake: {VENV}: " + " ".join(_names(wheels))),
@@ -223,15 +226,20 @@ def _member(tar: tarfile.TarFile, name: str) -> bytes:
     return data.read()
 
 
-def _venv_layer(client: Client, plan: Plan, runtime: BaseImage, wheels: WheelSet, work: Path,
-                source_date: int, log: Path) -> layers.Layer:
-    """The wheels installed into /opt/venv in a network-less container of the runtime base,
-    copied out and written as a layer."""
+def _venv_layer(client: Client, plan: Plan, runtime: BaseImage,
+                wheels: tuple[WheelSet, Path | None], work: Path, source_date: int,
+                log: Path) -> layers.Layer:
+    """The wheels (and the runtime wheelhouse's) installed into /opt/venv in a network-less
+    container of the runtime base, copied out and written as a layer."""
     archive = work / "venv.tar"
+    built, house = wheels
+    volumes = {str(built.folder): {"bind": "/wheels", "mode": "ro"}}
+    if house is not None:
+        volumes[str(house)] = {"bind": "/runtime-wheels", "mode": "ro"}
     result = run_container(
-        client, runtime.ref, _names(wheels),
+        client, runtime.ref, _names(built),
         entrypoint=["/bin/sh", "-c", resources.path(INSTALL).read_text(), INSTALL],
-        volumes={str(wheels.folder): {"bind": "/wheels", "mode": "ro"}},
+        volumes=volumes,
         environment={"SOURCE_DATE_EPOCH": str(source_date), "PYTHONHASHSEED": "0"},
         network=False, log_path=log, copy_out=(VENV, archive))
     if result.exit_code != 0:

@@ -1,7 +1,10 @@
 """lock: the builder's Python packages resolved with hashes, per base Python and platform.
 
 The lock is committed; the builder installs from it with `pip --require-hashes`, so a
-download whose hash differs is refused. images/builder-requirements.txt is its input.
+download whose hash differs is refused. Its input is images/builder-requirements.txt (the
+CUDA toolchain from PyPI), or, for an upstream that declares `build_requirements` (vLLM:
+torch and its build backend), that file of the patched tree with
+images/builder-requirements-torch.txt: a toolchain of the CUDA release torch is built with.
 """
 
 from __future__ import annotations
@@ -12,52 +15,127 @@ from pathlib import Path
 
 from . import resources
 from .cache import atomic_write
-from .config import Base, Config, Tag
+from .config import Config, Tag
 from .errors import ConfigError, EngineError
+from .hashing import file_sha256
 from .proc import echo, run
 from .settings import HostSettings
 
-__all__ = ["lock_path", "require_lock", "resolve"]
+__all__ = ["lock_path", "require_lock", "require_runtime_lock", "resolve", "runtime_lock_path"]
 
 PLATFORMS = {"linux/amd64": "x86_64-unknown-linux-gnu", "linux/arm64": "aarch64-unknown-linux-gnu"}
+TOOLCHAIN = "builder-requirements.txt"
+TORCH_TOOLCHAIN = "builder-requirements-torch.txt"
 
 
-def lock_path(config: Config, base: Base) -> Path:
-    return config.root / "locks" / f"{base.name}.txt"
+def lock_path(config: Config, tag: Tag) -> Path:
+    """locks/<builder base>.txt; locks/<builder base>.<upstream>.txt when the upstream brings
+    its own build requirements."""
+    suffix = f".{tag.upstream.key}" if tag.upstream.build_requirements else ""
+    return config.root / "locks" / f"{tag.builder.name}{suffix}.txt"
 
 
-def require_lock(config: Config, tag: Tag) -> Path:
-    path = lock_path(config, tag.builder)
+def inputs(tag: Tag, tree: Path | None) -> list[Path]:
+    """The requirement files the lock is resolved from."""
+    wanted = tag.upstream.build_requirements
+    if wanted is None:
+        return [resources.path(TOOLCHAIN)]
+    if tree is None:
+        raise ValueError("the tree is needed for an upstream's build requirements")
+    if not (tree / wanted).is_file():
+        raise ConfigError(f"upstream {tag.upstream.key!r}: build_requirements {wanted} is not "
+                          "in its tree", "fix build_requirements in versions.yaml")
+    return [resources.path(TORCH_TOOLCHAIN), tree / wanted]
+
+
+def _stamp(tag: Tag, tree: Path | None) -> str:
+    """What the lock was made from, written into it: its input files' sha256."""
+    return " ".join(f"{p.name}={file_sha256(p)[:16]}" for p in inputs(tag, tree))
+
+
+def require_lock(config: Config, tag: Tag, tree: Path | None = None) -> Path:
+    path = lock_path(config, tag)
+    remedy = f"nox -s lock -- {tag.name}, and commit it"
     if not path.is_file():
         raise ConfigError(f"no builder lock for base {tag.builder.name!r} ({path})",
-                          f"create it: nox -s lock -- {tag.name}, and commit it")
+                          f"create it: {remedy}")
+    if tag.upstream.build_requirements and \
+            f"# from: {_stamp(tag, tree)}" not in path.read_text().splitlines()[:3]:
+        raise ConfigError(f"{path} was made from other build requirements than "
+                          f"{tag.upstream.build_requirements} of this tree", f"remake it: {remedy}")
     return path
 
 
-def resolve(config: Config, tag: Tag, settings: HostSettings) -> Path:
-    """Resolve images/builder-requirements.txt for the tag's builder base; write its lock."""
-    base = tag.builder
-    if base.python is None:
-        raise ConfigError(f"base {base.name!r} does not say its Python version",
-                          f'add python: "3.12" (its python3 version) to the base in {config.path}')
+def runtime_lock_path(config: Config, tag: Tag) -> Path | None:
+    """locks/runtime/<runtime base>.<upstream>.txt, for an upstream with runtime requirements."""
+    if tag.upstream.runtime_requirements is None:
+        return None
+    return config.root / "locks" / "runtime" / f"{tag.runtime.name}.{tag.upstream.key}.txt"
+
+
+def require_runtime_lock(config: Config, tag: Tag, tree: Path) -> Path | None:
+    """The runtime lock the bake installs from, if the upstream has runtime requirements."""
+    path = runtime_lock_path(config, tag)
+    wanted = tag.upstream.runtime_requirements
+    if path is None or wanted is None:
+        return None
+    remedy = f"nox -s lock -- {tag.name}, and commit it"
+    if not path.is_file():
+        raise ConfigError(f"no runtime lock for base {tag.runtime.name!r} ({path})",
+                          f"create it: {remedy}")
+    if f"# from: {wanted}={_sha(tree / wanted)}" not in path.read_text().splitlines()[:3]:
+        raise ConfigError(f"{path} was made from another {wanted} than this tree's",
+                          f"remake it: {remedy}")
+    return path
+
+
+def _sha(path: Path) -> str:
+    if not path.is_file():
+        raise ConfigError(f"{path.name} is not in the upstream's tree ({path})",
+                          "fix build_requirements / runtime_requirements in versions.yaml")
+    return file_sha256(path)[:16]
+
+
+def resolve(config: Config, tag: Tag, settings: HostSettings, tree: Path | None = None) -> Path:
+    """Resolve the builder requirements for the tag's builder base, and the upstream's runtime
+    requirements for its runtime base where it declares them; write the locks."""
+    target = lock_path(config, tag)
+    origin = f"# from: {_stamp(tag, tree)}\n" if tag.upstream.build_requirements else ""
+    _compile(tag, tag.builder.name, tag.builder.python, inputs(tag, tree), target, settings,
+             f"# builder lock of base {tag.builder.name} (python {tag.builder.python}, "
+             f"{tag.platform}).\n{origin}# Made by `sparkbake lock TAG` from images/{TOOLCHAIN}"
+             f" (or images/{TORCH_TOOLCHAIN} and the upstream's build requirements);"
+             " edit those and rerun.\n")
+    runtime = runtime_lock_path(config, tag)
+    wanted = tag.upstream.runtime_requirements
+    if runtime is not None and wanted is not None and tree is not None:
+        _compile(tag, tag.runtime.name, tag.runtime.python, [tree / wanted], runtime, settings,
+                 f"# runtime lock of base {tag.runtime.name} (python {tag.runtime.python}, "
+                 f"{tag.platform}) for upstream {tag.upstream.key}.\n"
+                 f"# from: {wanted}={_sha(tree / wanted)}\n"
+                 "# Made by `sparkbake lock TAG`; the bake installs from these wheels only.\n")
+    return target
+
+
+def _compile(tag: Tag, base: str, python: str | None, sources: list[Path], target: Path,
+             settings: HostSettings, header: str) -> None:
+    """uv pip compile sources for python on the tag's platform, with hashes, into target."""
+    if python is None:
+        raise ConfigError(f"base {base!r} does not say its Python version",
+                          'add python: "3.12" (its python3 version) to the base in versions.yaml')
     if tag.platform not in PLATFORMS:
         raise ConfigError(f"tag {tag.name}: no lock platform for {tag.platform}",
                           f"use one of {', '.join(PLATFORMS)}")
     uv = shutil.which("uv")
     if uv is None:
         raise EngineError("uv is not installed", "pip install uv")
-    target = lock_path(config, base)
     with tempfile.TemporaryDirectory() as scratch:
         output = Path(scratch) / "lock.txt"
-        run([uv, "pip", "compile", resources.path("builder-requirements.txt"),
+        run([uv, "pip", "compile", *sources,
              "--generate-hashes", "--no-header", "--no-annotate", "--no-python-downloads",
-             "--python-version", base.python, "--python-platform", PLATFORMS[tag.platform],
+             "--python-version", python, "--python-platform", PLATFORMS[tag.platform],
              "--index-url", settings.index_url, "-o", output],
-            error=EngineError, what="resolving the builder lock", capture=True,
+            error=EngineError, what=f"resolving the lock {target.name}", capture=True,
             env={"SSL_CERT_FILE": settings.ca_bundle} if settings.ca_bundle else None)
-        header = (f"# builder lock of base {base.name} (python {base.python}, {tag.platform}).\n"
-                  "# Made by `sparkbake lock TAG` from images/builder-requirements.txt;"
-                  " edit that and rerun.\n")
         atomic_write(target, header + output.read_text())
     echo(f"lock: {target}")
-    return target

@@ -13,10 +13,12 @@ from . import (
     deploy,
     embedded_registry,
     images,
+    kernelseed,
     lock,
     oci,
     patches,
     patchlint,
+    patchtests,
     rebase,
     registry,
     releases,
@@ -24,6 +26,7 @@ from . import (
     smoke,
     sources,
     verify,
+    wheelhouse,
     wheels,
 )
 from . import nodes as nodes_mod
@@ -63,7 +66,7 @@ def stage_states(config: Config, plan: Plan, client: Client | None) -> list[Stag
         StagePlan("patch", plan.patch_key, patch_state, "; ".join(plan.problems)
                   or why("patch", patch_state) or ", ".join(plan.tag.series)),
         StagePlan("kernels", plan.kernel_key, kernels_state,
-                  why("kernels", kernels_state) or "compiled extensions; cached = no compiler"),
+                  why("kernels", kernels_state) or _kernels_text(plan.tag)),
         StagePlan("wheels", plan.wheels_key, wheels_state,
                   why("wheels", wheels_state) or f"{plan.tag.sm_arch} on {plan.tag.builder.name}"),
         StagePlan("bake", plan.inputs, bake_state, why("bake", bake_state) or plan.tag.image_ref),
@@ -155,8 +158,11 @@ def _build(config: Config, plan: Plan, stage: str, options: patches.Options, *,
     if stage == "wheels":
         return built
     runtime_base = bases.ensure(client, tag.runtime, tag.platform, config.build_dir, settings)
+    runtime_lock = lock.require_runtime_lock(config, tag, patched.path)
+    house = wheelhouse.ensure(runtime_lock, tag, config.wheels_dir) if runtime_lock else None
     return images.bake(client, plan, runtime_base, built, patched, config.build_dir,
-                       source_date=date, cache=settings.cache_dir, load=load)
+                       source_date=date, cache=settings.cache_dir, load=load,
+                       runtime_wheels=house)
 
 
 def verify_tag(config: Config, tag: Tag, against: str | None) -> int:
@@ -182,15 +188,19 @@ def _rebuild(config: Config, tag: Tag) -> images.Baked:
 def _wheels(client: Client, config: Config, plan: Plan, patched: patches.PatchedTree,
             settings: HostSettings, source_date: int) -> wheels.WheelSet:
     folder = config.wheels_dir / plan.wheels_key
+    kernels = config.wheels_dir / "kernels" / plan.kernel_key
     builder = ""
     if not (folder / wheels.REPORT).is_file():  # cached wheels need no builder image
+        if plan.tag.kernels:
+            kernelseed.require_python_only(plan.tag,
+                                           plan.stage_inputs["kernels"]["kernel patches"])
+            kernelseed.seed(plan.tag.kernels, kernels, settings)
         base = bases.ensure(client, plan.tag.builder, plan.tag.platform, config.build_dir,
                             settings)
-        lock_file = lock.require_lock(config, plan.tag)
+        lock_file = lock.require_lock(config, plan.tag, patched.path)
         builder = wheels.builder_image(client, base, lock_file, settings, config.build_dir)
     request = wheels.BuildRequest(
-        tag=plan.tag, builder=builder, patched=patched, folder=folder,
-        kernels=config.wheels_dir / "kernels" / plan.kernel_key,
+        tag=plan.tag, builder=builder, patched=patched, folder=folder, kernels=kernels,
         log=config.build_dir / "logs" / f"{plan.tag.name}-wheels.log",
         jobs=wheels.compile_jobs(client.info(), settings), memory=settings.builder_memory,
         source_date=source_date,
@@ -214,8 +224,26 @@ def rebase_check(config: Config, tag: Tag, target: str) -> int:
     return rebase.check(config, tag, target, host_settings())
 
 
-def lock_tag(config: Config, tag: Tag) -> int:
-    return _done(f"builder lock: {lock.resolve(config, tag, host_settings())}")
+def lock_tag(config: Config, tag: Tag, for_patch_tests: bool = False) -> int:
+    tree = None
+    if for_patch_tests or tag.upstream.build_requirements:
+        patched = _build(config, plan_mod.make(config, tag), "patch", patches.Options())
+        assert isinstance(patched, patches.PatchedTree)
+        tree = patched.path
+    if for_patch_tests and tree:
+        return _done(f"patch-tests lock: {patchtests.resolve(config, tag, tree, host_settings())}")
+    return _done(f"builder lock: {lock.resolve(config, tag, host_settings(), tree)}")
+
+
+def patch_tests(config: Config, tag: Tag) -> int:
+    """The series' own tests against the tag's patched tree, on the CPU."""
+    plan = plan_mod.make(config, tag)
+    patched = _build(config, plan, "patch", patches.Options())
+    assert isinstance(patched, patches.PatchedTree)
+    lock_file = patchtests.require_lock(config, tag, patched.path)
+    result = patchtests.run_tests(plan, patched.path, lock_file, config.build_dir)
+    return _done(f"patch-tests: {tag.name} passed ({result.tests} tests, {result.skipped} "
+                 f"skipped; {result.junit})")
 
 
 def smoke_tag(config: Config, tag: Tag, options: smoke.Options,
@@ -314,6 +342,12 @@ def _record_state(path: Path, inputs: str) -> str:
     except (OSError, ValueError):
         return "stale"  # unreadable: it will be written anew
     return "cached" if isinstance(record, dict) and record.get("inputs") == inputs else "stale"
+
+
+def _kernels_text(tag: Tag) -> str:
+    if tag.kernels:
+        return f"from {tag.kernels.wheel} (seed: no compiler)"
+    return "compiled extensions; cached = no compiler"
 
 
 def _upstream_text(tag: Tag) -> str:

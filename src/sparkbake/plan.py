@@ -150,8 +150,10 @@ def make(config: Config, tag: Tag) -> Plan:
         "builder": base_identity(tag.builder), "cuda_arch": tag.cuda_arch,
         "platform": tag.platform, "template": resources.digest("builder.Dockerfile.j2"),
         "build_script": resources.digest("build_wheels.py"),
-        "lock": _digest_or_none(lock.lock_path(config, tag.builder)),
+        "lock": _digest_or_none(lock.lock_path(config, tag)),
     }
+    if tag.kernels:  # the seed's kernels go into the wheels
+        toolchain["kernel seed"] = asdict(tag.kernels)
     kernel_patches = [f"{s.name}/{name}@{sha[:12]}" for s in series for name, sha in s.patches
                       if touches_kernels(s.folder / name)]
     stage_inputs: dict[str, dict[str, Any]] = {
@@ -161,10 +163,16 @@ def make(config: Config, tag: Tag) -> Plan:
         "kernels": {"kernel patches": kernel_patches, **toolchain},
         "wheels": toolchain,
         "bake": {"runtime": base_identity(tag.runtime), "env": tag.env, "tag": tag.name,
+                 "runtime lock": _digest_or_none(lock.runtime_lock_path(config, tag)),
                  "bake": [oci.FORMAT, *map(resources.digest, _bake_resources())],
                  "entrypoint": resources.digest("entrypoint.py")},
     }
-    kernel_key = data_hash({"fetch": fetch_key, "patches": kernel_patches, **toolchain})
+    if tag.kernels:  # a published wheel's kernels stand for the upstream's: nothing compiles
+        stage_inputs["kernels"] = {"kernel patches": kernel_patches,
+                                   "seed": f"{tag.kernels.wheel}@{tag.kernels.sha256[:12]}"}
+    kernel_key = data_hash({"fetch": fetch_key, "seed": stage_inputs["kernels"]["seed"]}
+                           if tag.kernels else
+                           {"fetch": fetch_key, "patches": kernel_patches, **toolchain})
     wheels_key = data_hash({"patch": patch_key, **toolchain})
     inputs = data_hash({"wheels": wheels_key, **stage_inputs["bake"]})
     return Plan(tag=tag, series=tuple(series), problems=tuple(problems), fetch_key=fetch_key,
@@ -202,8 +210,8 @@ def _bake_resources() -> list[str]:
     return [*BAKE_RESOURCES, *files]
 
 
-def _digest_or_none(path: Path) -> str:
-    return file_sha256(path) if path.is_file() else "none"
+def _digest_or_none(path: Path | None) -> str:
+    return file_sha256(path) if path is not None and path.is_file() else "none"
 
 
 def touched_paths(patch: Path) -> set[str]:

@@ -13,9 +13,11 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from .config import REDIS_URL
 from .errors import ConfigError
 
-__all__ = ["HostSettings", "host_settings", "registry_login"]
+__all__ = ["CompileCacheSettings", "HostSettings", "compile_cache_settings", "host_settings",
+           "patch_tests_environment", "registry_login"]
 
 DEFAULT_GIB_PER_JOB = 6.0  # peak resident memory of one nvcc job on vLLM's largest sources
 
@@ -31,6 +33,8 @@ class HostSettings:
     gib_per_job: float = DEFAULT_GIB_PER_JOB  # SPARKBAKE_GIB_PER_JOB
     builder_memory: str | None = None  # SPARKBAKE_BUILDER_MEMORY: builder limit, e.g. "96g"
     cache_dir: Path = Path("/var/cache/sparkbake")  # SPARKBAKE_CACHE: base layers, per host
+    extra_index_urls: tuple[str, ...] = ()  # pip's extra-index-url, for host-side locks
+    find_links: tuple[str, ...] = ()  # pip's find-links, for host-side locks
 
 
 def host_settings() -> HostSettings:
@@ -46,7 +50,34 @@ def host_settings() -> HostSettings:
         gib_per_job=_positive("SPARKBAKE_GIB_PER_JOB") or DEFAULT_GIB_PER_JOB,
         builder_memory=os.environ.get("SPARKBAKE_BUILDER_MEMORY") or None,
         cache_dir=_cache_dir(),
+        extra_index_urls=_pip_list("PIP_EXTRA_INDEX_URL", "global.extra-index-url"),
+        find_links=_pip_list("PIP_FIND_LINKS", "global.find-links"),
     )
+
+
+def patch_tests_environment(**overrides: str) -> dict[str, str]:
+    """The host's environment without VLLM_* variables (they would change what vLLM's own
+    tests see), plus overrides: what the patch-tests run with."""
+    kept = {k: v for k, v in os.environ.items() if not k.startswith("VLLM_")}
+    return {**kept, **overrides}
+
+
+@dataclass(frozen=True)
+class CompileCacheSettings:
+    """The host's word on the builder's compile cache (README: Caches)."""
+
+    override: str | None  # SPARKBAKE_COMPILE_CACHE: off, local or a Redis URL
+    folder: Path  # the local cache, kept across builds: <cache dir>/sccache
+
+
+def compile_cache_settings() -> CompileCacheSettings:
+    """SPARKBAKE_COMPILE_CACHE overrides versions.yaml's `cache:`: `off` (no sccache),
+    `local` (this host's folder), or a Redis URL."""
+    raw = os.environ.get("SPARKBAKE_COMPILE_CACHE") or None
+    if raw is not None and raw not in ("off", "local") and not REDIS_URL.fullmatch(raw):
+        raise ConfigError(f"SPARKBAKE_COMPILE_CACHE={raw!r} is not off, local or a Redis URL",
+                          "write e.g. SPARKBAKE_COMPILE_CACHE=redis://cache.lan:6379/0")
+    return CompileCacheSettings(override=raw, folder=_cache_dir() / "sccache")
 
 
 def registry_login(host: str, config_dir: Path | None = None) -> str | None:
@@ -100,6 +131,11 @@ def _apt_mirror(apt_dir: Path = Path("/etc/apt")) -> str | None:
             if len(parts) >= 3 and parts[0] == "deb" and "-" not in parts[2]:
                 return parts[1]
     return None
+
+
+def _pip_list(variable: str, key: str) -> tuple[str, ...]:
+    """A whitespace-separated pip option, from its environment variable, else pip's config."""
+    return tuple((os.environ.get(variable) or _pip_config(key) or "").split())
 
 
 def _pip_config(name: str) -> str | None:

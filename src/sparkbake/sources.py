@@ -19,7 +19,8 @@ from .hashing import file_sha256
 from .proc import echo, run
 from .settings import HostSettings
 
-__all__ = ["DEFAULT_SOURCE_DATE", "fetch", "sdist_url", "source_date"]
+__all__ = ["DEFAULT_SOURCE_DATE", "download", "fetch", "index_url_of", "sdist_url",
+           "source_date"]
 
 CHUNK = 1 << 20
 DEFAULT_SOURCE_DATE = 315532800  # 1980-01-01T00:00:00Z, the earliest time a wheel (zip) stores
@@ -91,37 +92,49 @@ class _Links(HTMLParser):
             self.hrefs.append(href)
 
 
-def sdist_url(upstream: PypiUpstream, settings: HostSettings) -> str:
-    """The sdist's URL on the configured index (PEP 503 simple page)."""
-    project = re.sub(r"[-_.]+", "-", upstream.name).lower()
+def index_url_of(project: str, filenames: set[str], settings: HostSettings) -> str | None:
+    """The URL of one of filenames on the project's page of the configured index (PEP 503)."""
+    project = re.sub(r"[-_.]+", "-", project).lower()
     page = f"{settings.index_url}/{project}/"
-    text = _get(page, settings, error=ConfigError).text
     parser = _Links()
-    parser.feed(text)
+    parser.feed(_get(page, settings, error=ConfigError).text)
+    for href in parser.hrefs:
+        if Path(urlsplit(href).path).name in filenames:
+            return urljoin(page, href)
+    return None
+
+
+def sdist_url(upstream: PypiUpstream, settings: HostSettings) -> str:
+    """The sdist's URL on the configured index."""
+    project = re.sub(r"[-_.]+", "-", upstream.name).lower()
     wanted = {f"{stem}-{upstream.version}.tar.gz"
               for stem in (upstream.name, upstream.name.replace("-", "_"), project)}
-    for href in parser.hrefs:
-        if Path(urlsplit(href).path).name in wanted:
-            return urljoin(page, href)
-    raise ConfigError(f"upstream {upstream.key!r}: no sdist {upstream.name} {upstream.version} "
-                      f"on the package index", "check name and version in versions.yaml")
+    url = index_url_of(upstream.name, wanted, settings)
+    if url is None:
+        raise ConfigError(f"upstream {upstream.key!r}: no sdist {upstream.name} "
+                          f"{upstream.version} on the package index",
+                          "check name and version in versions.yaml")
+    return url
+
+
+def download(url: str, dest: Path, sha256: str, settings: HostSettings, pinned_in: str) -> None:
+    """url -> dest, refused (and deleted) unless its sha256 is the pinned one."""
+    echo(f"fetch: downloading {dest.name}")
+    with _get(url, settings, error=EngineError, stream=True) as response, dest.open("wb") as out:
+        for chunk in response.iter_content(CHUNK):
+            out.write(chunk)
+    actual = file_sha256(dest)
+    if actual != sha256:
+        dest.unlink()
+        raise ConfigError(
+            f"{pinned_in}: {dest.name} has sha256 {actual}, versions.yaml pins {sha256}; "
+            "download deleted", "if the new file is trusted, update sha256 in versions.yaml")
 
 
 def _fetch_sdist(upstream: PypiUpstream, tmp: Path, settings: HostSettings) -> None:
     url = sdist_url(upstream, settings)
     archive = tmp / Path(urlsplit(url).path).name
-    echo(f"fetch: downloading {archive.name}")
-    with _get(url, settings, error=EngineError, stream=True) as response, archive.open("wb") as out:
-        for chunk in response.iter_content(CHUNK):
-            out.write(chunk)
-    actual = file_sha256(archive)
-    if actual != upstream.sha256:
-        archive.unlink()
-        raise ConfigError(
-            f"upstream {upstream.key!r}: {archive.name} has sha256 {actual}, "
-            f"versions.yaml pins {upstream.sha256}; download deleted",
-            "if the new file is trusted, update sha256 in versions.yaml",
-        )
+    download(url, archive, upstream.sha256, settings, f"upstream {upstream.key!r}")
     _unpack(archive, tmp / "tree")
     archive.unlink()
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import resources
+from . import compile_cache, resources
 from .bases import BaseImage
 from .cache import atomic_dir, scratch_dir
 from .config import Tag
@@ -18,7 +18,7 @@ from .errors import BuildError
 from .hashing import data_hash, file_sha256
 from .patches import PatchedTree
 from .proc import echo, step
-from .settings import HostSettings
+from .settings import HostSettings, compile_cache_settings
 
 __all__ = ["BuildRequest", "Jobs", "WheelSet", "build", "builder_image", "check_sass",
            "compile_jobs", "loadable"]
@@ -121,10 +121,16 @@ def build(client: Client, request: BuildRequest) -> WheelSet:
         return WheelSet(folder, folder.name, json.loads(report_path.read_text()))
     reuse = _cached_kernel_wheel(request.kernels)
     how = f"reusing kernels {request.kernels.name[:12]}" if reuse else "compiling kernels"
-    echo(f"wheels: MAX_JOBS={request.jobs.max_jobs} ({request.jobs.reason}); {how}")
-    with step(f"wheels for {tag.name} ({tag.sm_arch})"), atomic_dir(folder) as out:
-        result = run_container(client, request.builder, [], network=False,
-                               log_path=request.log, **_container_args(request, out, reuse))
+    backend = compile_cache.reachable(compile_cache.choose(tag.cache, compile_cache_settings()))
+    echo(f"wheels: MAX_JOBS={request.jobs.max_jobs} ({request.jobs.reason}); {how}; "
+         f"compile cache: {backend.describe()}")
+    with step(f"wheels for {tag.name} ({tag.sm_arch})"), atomic_dir(folder) as out, \
+            compile_cache.container_args(client, backend, request.builder) as cache:
+        args = _container_args(request, out, reuse)
+        args["volumes"] |= cache.pop("volumes")
+        args["environment"] |= cache.pop("environment")
+        result = run_container(client, request.builder, [], network="network_mode" in cache,
+                               log_path=request.log, **args, **cache)
         if result.exit_code != 0:
             oom = result.oom_killed or result.exit_code == OOM_EXIT
             raise _build_failure(request, OOM_EXIT if oom else result.exit_code, result.tail())
@@ -134,6 +140,7 @@ def build(client: Client, request: BuildRequest) -> WheelSet:
         report["kernels"] = {"key": request.kernels.name, "reused": reuse is not None}
         report["jobs"] = {"MAX_JOBS": request.jobs.max_jobs,
                           "NVCC_THREADS": request.jobs.nvcc_threads, "why": request.jobs.reason}
+        report["compile_cache"] = _cache_report(backend, built)
         check_sass(tag, report)
         (out / REPORT).write_text(json.dumps(report, indent=2))
     if reuse is None:
@@ -148,10 +155,9 @@ def _container_args(request: BuildRequest, out: Path, reuse: str | None) -> dict
                    "SPARKBAKE_TAG": request.tag.name,
                    "MAX_JOBS": str(request.jobs.max_jobs),
                    "NVCC_THREADS": str(request.jobs.nvcc_threads),
-                   # reproducible wheels: zip times, hash order, and nvcc intermediates named
-                   # after the object file instead of nvcc's pid (see README: Reproducibility)
-                   "SOURCE_DATE_EPOCH": str(request.source_date), "PYTHONHASHSEED": "0",
-                   "NVCC_APPEND_FLAGS": "-objtemp"}
+                   # reproducible wheels: zip times, hash order (nvcc's intermediate names:
+                   # compile_cache, see README: Reproducibility)
+                   "SOURCE_DATE_EPOCH": str(request.source_date), "PYTHONHASHSEED": "0"}
     if reuse:
         # vLLM's own switch: take the compiled extensions from a wheel instead of compiling
         volumes[str(request.kernels)] = {"bind": "/kernels", "mode": "ro"}
@@ -161,6 +167,20 @@ def _container_args(request: BuildRequest, out: Path, reuse: str | None) -> dict
     if request.memory:
         limits = {"mem_limit": request.memory, "memswap_limit": request.memory}
     return {"volumes": volumes, "environment": environment, **limits}
+
+
+def _cache_report(backend: compile_cache.Backend, built: dict[str, Any]) -> dict[str, Any]:
+    """The compile cache used and sccache's counts, printed and kept in wheels.json."""
+    used = built.get("sccache") or {}
+    stats = compile_cache.summary(used.get("stats"))
+    backend_text = used.get("backend") or backend.describe()
+    if stats:
+        rate = "-" if stats["hit_rate"] is None else f"{stats['hit_rate']:.0%}"
+        echo(f"compile cache ({backend_text}): {stats['hits']} hits, {stats['misses']} misses "
+             f"({rate}), {stats['compile_requests']} compile requests, {stats['errors']} errors")
+    else:
+        echo(f"compile cache ({backend_text}): no statistics")
+    return {"backend": backend.kind, "used": backend_text, "stats": stats}
 
 
 def _cached_kernel_wheel(entry: Path) -> str | None:
@@ -224,13 +244,21 @@ def loadable(sass: str, target: str) -> bool:
 
 
 def check_sass(tag: Tag, report: dict[str, Any]) -> None:
-    """Every CUDA shared library must carry SASS that a device of the tag's arch loads."""
+    """Every CUDA shared library must carry SASS that a device of the tag's arch loads,
+    but those a kernel seed declares as built for other devices."""
+    exempt = set(tag.kernels.other_arch if tag.kernels else ())
+    found = {k["path"] for w in report["wheels"] for k in w["kernels"]}
+    if exempt - found:
+        raise BuildError(f"kernels.other_arch of {tag.name} names libraries no wheel has: "
+                         f"{', '.join(sorted(exempt - found))}", "remove them from versions.yaml")
     for wheel in report["wheels"]:
         for kernel in wheel["kernels"]:
+            if kernel["path"] in exempt:
+                continue
             if not any(loadable(sass, tag.sm_arch) for sass in kernel["sass"]):
-                found = ", ".join(kernel["sass"]) or "none"
+                has = ", ".join(kernel["sass"]) or "none"
                 raise BuildError(
                     f"{wheel['file']}: {kernel['path']} has no SASS a {tag.sm_arch} device "
-                    f"loads (has: {found})",
+                    f"loads (has: {has})",
                     f"build it for cuda_arch {tag.cuda_arch} (TORCH_CUDA_ARCH_LIST)",
                 )

@@ -423,6 +423,18 @@ ERRORS: list[tuple[str, str, str, str, int, str]] = [
     ("platform-bad", "  platform: linux/amd64", "  platform: amd64", "platform: amd64", 1,
      "a platform such as linux/arm64"),
     ("non-string-key", "  local:\n", "  3.74:\n", "3.74:", 1, "key 3.74 is not a string"),
+    ("kernels-not-a-wheel", "    series: []\n",
+     f"    series: []\n    kernels: {{wheel: vllm-0.33.0.tar.gz, sha256: {SDIST}}}\n",
+     "kernels:", 1, "a wheel file name on the package index"),
+    ("kernels-without-sha256", "    series: []\n",
+     "    series: []\n    kernels: {wheel: vllm-0.33.0-cp38-abi3-linux_x86_64.whl}\n",
+     "kernels:", 1, "lacks the key 'sha256'"),
+    ("kernels-misspelt-key", "    series: []\n",
+     f"    series: []\n    kernels: {{whl: v-1-py3-none-any.whl, sha256: {SDIST}}}\n",
+     "kernels:", 1, "did you mean 'wheel'?"),
+    ("build-requirements-outside-the-tree", "    dir: upstream\n",
+     "    dir: upstream\n    build_requirements: ../requirements.txt\n",
+     "build_requirements:", 1, "a relative path inside the tree"),
     ("null-key", "  local:\n", "  ~:\n", "~:", 1, "key None is not a string"),
 ]
 
@@ -558,6 +570,24 @@ def test_another_schema_is_reported_before_its_keys(tmp_path: Path) -> None:
 # --- the real files -----------------------------------------------------------------------
 
 
+def test_a_kernel_seed_and_build_requirements_load_and_are_inherited(tmp_path: Path) -> None:
+    wheel = "vllm-0.33.0-cp38-abi3-manylinux_2_28_x86_64.whl"
+    text = VALID.replace(
+        "    series: [dcp-dspark, ckv-gather, vision]\n",
+        f"    series: [dcp-dspark, ckv-gather, vision]\n    kernels: {{wheel: {wheel}, "
+        f"sha256: {SDIST}}}\n").replace(
+        f"sha256: {SDIST}}}\n  fork:",
+        f"sha256: {SDIST}}}\n    build_requirements: requirements/build/cuda.txt\n  fork:")
+    (tmp_path / "versions.yaml").write_text(text)
+    loaded = config_mod.load(tmp_path / "versions.yaml")
+    seed = loaded.tag("production-3.73-vision").kernels
+    assert seed == config_mod.KernelSeed(wheel=wheel, sha256=SDIST)
+    assert seed.project == "vllm"
+    assert loaded.tag("custom").kernels is None
+    assert loaded.upstreams["release"].build_requirements == "requirements/build/cuda.txt"
+    assert loaded.upstreams["fork"].build_requirements is None
+
+
 def test_the_repository_versions_yaml_loads() -> None:
     loaded = config_mod.load(REPO / "versions.yaml")
     assert loaded.root == REPO
@@ -646,3 +676,31 @@ def test_a_config_with_a_work_folder_keeps_build_and_wheels_there(loaded: Config
     assert (moved.build_dir, moved.wheels_dir) == (tmp_path / "scratch" / "build",
                                                   tmp_path / "scratch" / "wheels")
     assert moved.patches_dir == loaded.patches_dir and moved.root == loaded.root
+
+
+# --- cache: the builders' compile cache ---------------------------------------------------
+
+
+def test_a_redis_compile_cache_is_given_to_every_tag(tmp_path: Path) -> None:
+    text = VALID + "cache:\n  redis: redis://:secret@cache.lan:6379/2\n"
+    loaded = config_mod.load(write_config(tmp_path, text))
+    assert {t.cache.redis for t in loaded.tags.values()} == {"redis://:secret@cache.lan:6379/2"}
+    assert config_mod.load(write_config(tmp_path, VALID)).tag("3.72-vision").cache.redis is None
+
+
+@pytest.mark.parametrize(("block", "needle", "fragment"), [
+    ("cache:\n  redis: http://cache.lan:6379\n", "redis:", "is not a Redis URL"),
+    ("cache:\n  redis: redis://cache lan:6379\n", "redis:", "is not a Redis URL"),
+    ("cache:\n  redis: redis://cache.lan:port\n", "redis:", "is not a Redis URL"),
+    ("cache:\n  redis: 6379\n", "redis:", "redis must be a string"),
+    ("cache:\n  rediss: redis://cache.lan\n", "rediss:", "did you mean 'redis'?"),
+    ("cache: redis://cache.lan\n", "cache:", "cache"),
+    ("cashe:\n  redis: redis://cache.lan\n", "cashe:", "did you mean 'cache'?"),
+])
+def test_a_bad_compile_cache_names_its_line(tmp_path: Path, block: str, needle: str,
+                                            fragment: str) -> None:
+    text = VALID + block
+    error, path = load_error(tmp_path, text)
+    assert error.message.startswith(f"{path}:{line_of(text, needle)}: "), error.message
+    assert fragment in error.message
+    assert error.remedy

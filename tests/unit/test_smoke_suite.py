@@ -122,7 +122,7 @@ SUITE_TAGS = sorted(REPO_CONFIG.tags)
 def test_the_production_tags_use_the_reference_suite() -> None:
     assert {t: REPO_CONFIG.tags[t].smoke for t in SUITE_TAGS} == {
         "demo": "common", "production-3.72-vision": "dsv4-4node",
-        "production-3.73-vision": "dsv4-4node"}
+        "production-3.73-vision": "dsv4-4node", "vllm-reuse-sm90": "dsv4-4node"}
 
 
 @pytest.mark.parametrize(("sample", "rank"), [("head.env", 0), ("worker.env", 1)])

@@ -1,7 +1,8 @@
 """Builds tinykern/_kernels.so with nvcc for the arches in TORCH_CUDA_ARCH_LIST.
 
 Like vLLM, VLLM_USE_PRECOMPILED=1 with VLLM_PRECOMPILED_WHEEL_LOCATION=<wheel> takes the
-compiled library from that wheel instead of running nvcc.
+compiled library from that wheel instead of running nvcc, and sccache, when it is on PATH
+and VLLM_DISABLE_SCCACHE is not 1, launches the compiles (vLLM's CMAKE_*_COMPILER_LAUNCHER).
 """
 
 import os
@@ -48,6 +49,13 @@ class NvccBuild(build_ext):
         run(cmd)
 
 
+def launcher() -> list[str]:
+    """sccache in front of the compiler, as vLLM's setup.py (is_sccache_available) does."""
+    if shutil.which("sccache") and not int(os.environ.get("VLLM_DISABLE_SCCACHE", "0")):
+        return ["sccache"]
+    return []
+
+
 def compile_objects(sources: list[str], folder: Path, arch_list: str) -> list[str]:
     """Each source compiled to an object (-c) before the link, as CMake does: nvcc then names
     its intermediate files after the object (with -objtemp), not after its process id."""
@@ -55,8 +63,8 @@ def compile_objects(sources: list[str], folder: Path, arch_list: str) -> list[st
     objects = []
     for source in sources:
         obj = folder / (Path(source).stem + ".o")
-        run(["nvcc", "-O2", "-c", "-Xcompiler", "-fPIC", *gencode_flags(arch_list), source,
-             "-o", str(obj)])
+        run([*launcher(), "nvcc", "-O2", "-c", "-Xcompiler", "-fPIC", *gencode_flags(arch_list),
+             source, "-o", str(obj)])
         objects.append(str(obj))
     return objects
 

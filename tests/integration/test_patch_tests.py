@@ -1,0 +1,74 @@
+"""patch-tests on the real vLLM 0.33.0 tree: the production series' own CPU tests.
+
+The venv comes from the committed lock (locks/patch-tests/vllm-0.33.0.txt) and is made once
+in the repository's build/ (keyed by the lock's hash), like every other cached stage.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from sparkbake import config, patchtests
+from sparkbake import plan as plan_mod
+from sparkbake.__main__ import main
+from sparkbake.errors import PatchTestError
+from tests.conftest import versions_yaml
+
+REPO = Path(__file__).resolve().parents[2]
+CONFIG = REPO / "versions.yaml"
+PREFIX_CACHE_TESTS = "tests/v1/core/test_dcp_prefix_caching.py"
+
+
+def result_of(tag: str) -> dict[str, object]:
+    record: dict[str, object] = json.loads(
+        (REPO / "build" / "patch-tests" / tag / "result.json").read_text())
+    return record
+
+
+@pytest.mark.parametrize("tag", ["production-3.72-vision", "production-3.73-vision"])
+def test_each_production_tag_passes_its_series_tests(tag: str) -> None:
+    assert main(["--config", str(CONFIG), "patch-tests", tag]) == 0
+    result = result_of(tag)
+    loaded = config.load(CONFIG)
+    files = result["files"]
+    assert isinstance(files, list)
+    for series in plan_mod.make(loaded, loaded.tag(tag)).series:  # every series brings tests
+        touched = set().union(*(plan_mod.touched_paths(series.folder / name)
+                                for name, _ in series.patches))
+        assert touched & set(files), f"{series.name} adds no test module"
+    assert (PREFIX_CACHE_TESTS in files) == ("3.73" in tag)  # prefix-cache is 3.73's alone
+    assert result["failures"] == result["errors"] == 0
+    tests = result["tests"]
+    assert isinstance(tests, int) and tests >= 40
+
+
+def test_a_failing_series_test_stops_with_exit_6_and_names_the_report(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A series whose test fails, run in the venv of the committed vLLM lock."""
+    (tmp_path / "versions.yaml").write_text(versions_yaml(
+        repository="r/x", platform="linux/amd64", tags="  t: {upstream: tree, series: [s]}\n"))
+    tree = tmp_path / "upstream"
+    (tree / "tests").mkdir(parents=True)
+    (tree / "tests" / "test_series.py").write_text(
+        "def test_passes() -> None:\n    assert 1 + 1 == 2\n\n\n"
+        "def test_fails() -> None:\n    assert 1 + 1 == 3\n")
+    series = tmp_path / "patches" / "s"
+    series.mkdir(parents=True)
+    (series / "0001-t.patch").write_text(
+        "Subject: [PATCH] t\n\nd\n\ndiff --git a/tests/test_series.py b/tests/test_series.py\n"
+        "--- a/tests/test_series.py\n+++ b/tests/test_series.py\n")
+    (series / "series").write_text("0001-t.patch\n")
+    loaded = config.load(tmp_path / "versions.yaml")
+    plan = plan_mod.make(loaded, loaded.tag("t"))
+    build = REPO / "build"  # where the lock's venv is kept
+    lock = REPO / "locks" / "patch-tests" / "vllm-0.33.0.txt"
+    with pytest.raises(PatchTestError) as caught:
+        patchtests.run_tests(plan, tree, lock, build)
+    assert caught.value.exit_code == 6
+    assert "patch-tests t: 1 failed, 0 errors of 2 (pytest exit 1)" in caught.value.message
+    assert str(build / "patch-tests" / "t" / "junit.xml") in caught.value.remedy
+    assert "assert (1 + 1) == 3" in capsys.readouterr().err
+    assert not list(tree.rglob("__pycache__"))  # the tree stays as it was

@@ -1,0 +1,128 @@
+"""patch-tests, kernel seeds and per-upstream builder locks: the pure parts, no network."""
+
+from __future__ import annotations
+
+import platform
+from pathlib import Path
+
+import pytest
+
+from sparkbake import config, kernelseed, lock, patchtests, settings
+from sparkbake import plan as plan_mod
+from sparkbake.errors import ConfigError, PatchTestError
+from tests.conftest import versions_yaml
+
+WHEEL = "tree-1.0-cp38-abi3-linux_x86_64.whl"
+CONFIG = versions_yaml(repository="r/x", platform="linux/amd64", tags=f"""\
+  t:
+    upstream: tree
+    series: [s]
+  seeded:
+    upstream: tree
+    series: [s]
+    kernels: {{wheel: {WHEEL}, sha256: {"e" * 64}}}
+""").replace('bookworm}}\n', 'bookworm}, python: "3.11"}\n')
+
+
+def patch_text(*paths: str) -> str:
+    head = "From: a <a@b>\nSubject: [PATCH] x\n\ndescribed\n\n"
+    return head + "".join(f"diff --git a/{p} b/{p}\n--- a/{p}\n+++ b/{p}\n@@ -1 +1 @@\n-a\n+b\n"
+                          for p in paths)
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    (tmp_path / "versions.yaml").write_text(CONFIG)
+    (tmp_path / "upstream" / "tests" / "core").mkdir(parents=True)
+    (tmp_path / "upstream" / "tests" / "core" / "test_kept.py").write_text("")
+    (tmp_path / "upstream" / "tests" / "helper.py").write_text("")
+    series = tmp_path / "patches" / "s"
+    series.mkdir(parents=True)
+    (series / "0001-a.patch").write_text(patch_text("pkg/a.py", "tests/core/test_kept.py",
+                                                    "tests/helper.py", "docs/test_x.py"))
+    (series / "0002-b.patch").write_text(patch_text("tests/core/test_gone.py", "csrc/k.cu"))
+    (series / "series").write_text("0001-a.patch\n0002-b.patch\n")
+    return tmp_path
+
+
+def test_the_series_tests_are_the_test_modules_its_patches_touch_that_exist(
+        project: Path) -> None:
+    loaded = config.load(project / "versions.yaml")
+    plan = plan_mod.make(loaded, loaded.tag("t"))
+    # a helper, a file outside tests/ and a test module the tree lacks are not run
+    assert patchtests.series_tests(plan, project / "upstream") == ["tests/core/test_kept.py"]
+
+
+def test_a_patch_tests_lock_made_elsewhere_is_refused_with_the_command(project: Path) -> None:
+    loaded = config.load(project / "versions.yaml")
+    tag = loaded.tag("t")
+    path = patchtests.lock_path(loaded, tag)
+    with pytest.raises(ConfigError) as caught:
+        patchtests.require_lock(loaded, tag, project / "upstream")
+    assert "no patch-tests lock for upstream tree" in caught.value.message
+    assert caught.value.remedy == "create it: nox -s lock -- t --patch-tests, and commit it"
+    path.parent.mkdir(parents=True)
+    path.write_text("# patch-tests lock\n# stamp: 0000\npytest==9 \\\n")
+    with pytest.raises(ConfigError, match=f"this host: python 3.\\d+, {platform.machine()}"):
+        patchtests.require_lock(loaded, tag, project / "upstream")
+
+
+def test_junit_counts_are_read_and_a_missing_report_is_an_error(tmp_path: Path) -> None:
+    junit = tmp_path / "junit.xml"
+    junit.write_text('<?xml version="1.0"?><testsuites><testsuite name="pytest" tests="7" '
+                     'failures="1" errors="2" skipped="3"/></testsuites>')
+    result = patchtests._read_junit(junit, 1)
+    assert (result.tests, result.failures, result.errors, result.skipped) == (7, 1, 2, 3)
+    with pytest.raises(PatchTestError, match=r"pytest wrote no report \(exit 4\)"):
+        patchtests._read_junit(tmp_path / "none.xml", 4)
+
+
+def test_the_patch_tests_environment_drops_the_callers_vllm_variables(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VLLM_DSV4_CKV_GATHER", "1")
+    monkeypatch.setenv("KEEP_ME", "yes")
+    env = settings.patch_tests_environment(PYTHONPATH="/tree")
+    assert "VLLM_DSV4_CKV_GATHER" not in env
+    assert env["KEEP_ME"] == "yes"
+    assert env["PYTHONPATH"] == "/tree"
+
+
+def test_a_seeded_tag_refuses_patches_that_change_compiled_inputs(project: Path) -> None:
+    loaded = config.load(project / "versions.yaml")
+    plan = plan_mod.make(loaded, loaded.tag("seeded"))
+    touched = plan.stage_inputs["kernels"]["kernel patches"]
+    assert [p.split("@")[0] for p in touched] == ["s/0002-b.patch"]
+    with pytest.raises(ConfigError) as caught:
+        kernelseed.require_python_only(plan.tag, touched)
+    assert f"takes its kernels from {WHEEL}" in caught.value.message
+    assert "s/0002-b.patch" in caught.value.message
+    kernelseed.require_python_only(loaded.tag("t"), touched)  # no seed: compiling is fine
+
+
+def test_the_seed_is_the_kernel_key_not_the_toolchain(project: Path) -> None:
+    loaded = config.load(project / "versions.yaml")
+    seeded = plan_mod.make(loaded, loaded.tag("seeded"))
+    assert seeded.stage_inputs["kernels"]["seed"] == f"{WHEEL}@{'e' * 12}"
+    assert seeded.kernel_key != plan_mod.make(loaded, loaded.tag("t")).kernel_key
+
+
+def test_an_upstream_with_build_requirements_gets_its_own_lock_from_its_tree(
+        project: Path) -> None:
+    text = (project / "versions.yaml").read_text()
+    (project / "versions.yaml").write_text(
+        text.replace("dir: upstream", "dir: upstream\n    build_requirements: build.txt"))
+    loaded = config.load(project / "versions.yaml")
+    tag = loaded.tag("t")
+    assert lock.lock_path(loaded, tag) == project / "locks" / "debian.tree.txt"
+    with pytest.raises(ConfigError, match=r"build_requirements build\.txt is not in its tree"):
+        lock.inputs(tag, project / "upstream")
+    (project / "upstream" / "build.txt").write_text("torch==2.14.0\n")
+    assert [p.name for p in lock.inputs(tag, project / "upstream")] == [
+        lock.TORCH_TOOLCHAIN, "build.txt"]
+    path = lock.lock_path(loaded, tag)
+    path.parent.mkdir()
+    path.write_text(f"# builder lock\n# from: {lock._stamp(tag, project / 'upstream')}\n")
+    assert lock.require_lock(loaded, tag, project / "upstream") == path
+    (project / "upstream" / "build.txt").write_text("torch==2.15.0\n")
+    with pytest.raises(ConfigError, match=r"made from other build requirements than build\.txt"):
+        lock.require_lock(loaded, tag, project / "upstream")
