@@ -37,6 +37,13 @@ def bench(session: nox.Session) -> None:
     session.run("python", "-m", "sparkbake.bench", *session.posargs)
 
 
+@nox.session(name="bench-reuse")
+def bench_reuse(session: nox.Session) -> None:
+    """Kernel reuse on real vLLM vs a fixture compile; writes benchmarks/kernel-reuse.json."""
+    session.install(".")
+    session.run("python", "-m", "sparkbake.bench_reuse", *session.posargs)
+
+
 @nox.session(name="bench-cache")
 def bench_cache(session: nox.Session) -> None:
     """The compile cache and the kernel arch list; writes benchmarks/compile-cache.json."""

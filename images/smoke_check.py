@@ -25,6 +25,7 @@ import importlib.metadata
 import json
 import os
 import re
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -209,10 +210,15 @@ def check_kernels(image: Image, expected: dict[str, Any]) -> str:
     if not kernels:
         raise CheckSkipped("the manifest lists no kernels")
     sm_arch = str(expected["sm_arch"])
-    return "; ".join(check_kernel(image, kernel, sm_arch) for kernel in kernels)
+    loadable = set(expected.get("sass_loadable") or [sm_arch])
+    other = set(expected.get("other_arch") or [])
+    return "; ".join(check_kernel(image, kernel, sm_arch, loadable, other) for kernel in kernels)
 
 
-def check_kernel(image: Image, kernel: dict[str, Any], sm_arch: str) -> str:
+def check_kernel(image: Image, kernel: dict[str, Any], sm_arch: str, loadable: set[str],
+                 other_arch: set[str]) -> str:
+    """The installed library is the manifest's; unless declared for other devices, it has
+    SASS a device of sm_arch loads, and it loads (all but the GPU driver, without one)."""
     relative = str(kernel["path"])
     path = image.site_file(relative)
     recorded, actual = kernel.get("sha256"), sha256_of(path)
@@ -222,14 +228,45 @@ def check_kernel(image: Image, kernel: dict[str, Any], sm_arch: str) -> str:
         raise CheckFailed(f"{relative}: sha256 {actual[:12]} differs from the manifest's "
                           f"{str(recorded)[:12]}")
     sass = list(kernel.get("sass", []))
-    if sm_arch not in sass:
+    if relative in other_arch:
+        return f"{relative} [{', '.join(sass)}: for other devices, sha256 only]"
+    if not loadable & set(sass):
         built = ", ".join(sass) or "nothing"
         raise CheckFailed(f"{relative}: no SASS for {sm_arch} (built for {built})")
     try:
         ctypes.CDLL(str(path))
     except OSError as exc:
-        raise CheckFailed(f"{relative} does not load: {one_line(exc)}") from exc
+        missing = unresolved(image, path) if DRIVER in str(exc) and not has_driver() else None
+        if missing != {DRIVER}:
+            raise CheckFailed(f"{relative} does not load: {one_line(exc)}") from exc
+        return f"{relative} [{', '.join(sass)}; every library it needs but {DRIVER}]"
     return f"{relative} [{', '.join(sass)}]"
+
+
+DRIVER = "libcuda.so.1"  # the GPU driver's library: the NVIDIA container runtime mounts it
+
+
+def has_driver() -> bool:
+    try:
+        ctypes.CDLL(DRIVER)
+    except OSError:
+        return False
+    return True
+
+
+def unresolved(image: Image, library: Path) -> set[str] | None:
+    """What `ldd` cannot find for library, with the image's own library folders (torch's,
+    nvidia's wheels) searched as its loader would find them once torch is imported."""
+    folders = [str(p) for site in image.site_dirs
+               for p in [site / "torch" / "lib", *sorted(site.glob("nvidia/*/lib")),
+                         *sorted(site.glob("nvidia/cu*/lib"))] if p.is_dir()]
+    env = {**os.environ, "LD_LIBRARY_PATH": ":".join(folders)}
+    try:
+        listing = subprocess.run(["ldd", str(library)], capture_output=True, text=True,
+                                 env=env, check=False, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return {line.split()[0] for line in listing.stdout.splitlines() if "not found" in line}
 
 
 CHECKS: list[tuple[str, Callable[[Image, dict[str, Any]], str]]] = [

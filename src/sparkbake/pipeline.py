@@ -41,8 +41,8 @@ from .proc import echo
 from .settings import HostSettings, host_settings
 
 __all__ = ["check_env", "deploy_tag", "diff_releases", "export_series", "import_series",
-           "lock_tag", "patch_lint", "plan_report", "publish", "rebase_check",
-           "registry_command", "releases_report", "run_until", "smoke_tag",
+           "lock_tag", "patch_lint", "patch_tests", "plan_report", "publish", "rebase_check",
+           "rebuild", "registry_command", "releases_report", "run_until", "smoke_tag",
            "stage_states", "verify_tag"]
 
 STAGES = ("fetch", "patch", "wheels", "build-image")
@@ -172,12 +172,12 @@ def verify_tag(config: Config, tag: Tag, against: str | None) -> int:
     original = verify.original(config, plan, against)
     with scratch_dir(config.build_dir / "verify", f"{tag.name}.") as scratch:
         echo(f"verify: rebuilding {tag.name} from clean in {scratch}")
-        rebuilt = _rebuild(dataclasses.replace(config, work=scratch), tag)
+        rebuilt = rebuild(dataclasses.replace(config, work=scratch), tag)
         report = verify.compare(original, verify.Side(oci.Layout(rebuilt.layout), rebuilt.image))
     return _done(verify.conclude(config, plan, report))
 
 
-def _rebuild(config: Config, tag: Tag) -> images.Baked:
+def rebuild(config: Config, tag: Tag) -> images.Baked:
     """fetch .. bake into config's build/ and wheels/, leaving the engine's tag alone."""
     baked = _build(config, plan_mod.make(config, tag), "build-image", patches.Options(),
                    load=False)

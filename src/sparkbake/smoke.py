@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from . import docker_api, resources, smoke_host, smoke_serve, smoke_suite
+from . import docker_api, resources, smoke_host, smoke_serve, smoke_suite, wheels
 from .cache import atomic_write
 from .config import Config
 from .errors import SmokeError, UsageError
@@ -159,6 +159,8 @@ def expected_values(plan: Plan, gpu: str, unavailable: str | None) -> dict[str, 
         "series": [{"name": s.name, "sha256": s.sha256} for s in plan.series],
         "cuda_arch": tag.cuda_arch,
         "sm_arch": tag.sm_arch,
+        "sass_loadable": wheels.loadable_by(tag.sm_arch),
+        "other_arch": list(tag.kernels.other_arch) if tag.kernels else [],
         "env": dict(tag.env),
         "gpu": {"mode": gpu, "unavailable": unavailable},
     }

@@ -21,7 +21,7 @@ from .proc import echo, step
 from .settings import HostSettings, compile_cache_settings
 
 __all__ = ["BuildRequest", "Jobs", "WheelSet", "build", "builder_image", "check_sass",
-           "compile_jobs", "loadable"]
+           "compile_jobs", "loadable", "loadable_by"]
 
 REPORT = "wheels.json"
 OOM_EXIT = 137
@@ -241,6 +241,15 @@ def loadable(sass: str, target: str) -> bool:
     if have[3] == "a":
         return have[2] == want[2]
     return int(have[2]) <= int(want[2])
+
+
+def loadable_by(target: str) -> list[str]:
+    """Every SASS name a device of the target arch loads, e.g. sm_90a -> sm_90, sm_90a."""
+    major = SASS.fullmatch(target)
+    if major is None:
+        return [target]
+    names = (f"sm_{major[1]}{minor}{suffix}" for minor in range(10) for suffix in ("", "a", "f"))
+    return sorted(n for n in names if loadable(n, target))
 
 
 def check_sass(tag: Tag, report: dict[str, Any]) -> None:

@@ -46,6 +46,7 @@ class Engine:
     url: str
     client: docker_api.Client
     pid: int
+    tcp_url: str  # the same engine on loopback TCP (no TLS: loopback only, tests only)
 
 
 def _stop(process: subprocess.Popen[bytes]) -> None:
@@ -96,16 +97,17 @@ def engine(docker_client: docker_api.Client) -> Iterator[Engine]:
     kept = _links() & {"docker0"}  # the first engine's bridge, if it has one
     home = Path(tempfile.mkdtemp(prefix="sbd-", dir="/tmp"))
     url = f"unix://{home}/docker.sock"
+    tcp_url = f"tcp://127.0.0.1:{free_port()}"
     with _bridge() as bridge, (home / "dockerd.log").open("wb") as log:
-        args = [program, "--host", url, "--data-root", str(home / "data"), "--exec-root",
-                str(home / "exec"), "--pidfile", str(home / "docker.pid"), "--bridge", bridge,
-                "--iptables=false", "--ip6tables=false", "--ip-masq=false"]
+        args = [program, "--host", url, "--host", tcp_url, "--data-root", str(home / "data"),
+                "--exec-root", str(home / "exec"), "--pidfile", str(home / "docker.pid"),
+                "--bridge", bridge, "--iptables=false", "--ip6tables=false", "--ip-masq=false"]
         process = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log,
                                    stderr=subprocess.STDOUT, start_new_session=True)
         try:
             client = _wait_until_up(url, process, home / "dockerd.log")
             assert kept <= _links()
-            yield Engine(url, client, process.pid)
+            yield Engine(url, client, process.pid, tcp_url)
             client.close()
         finally:
             _stop(process)
@@ -178,6 +180,14 @@ def test_deploy_pulls_the_published_digest_on_the_node(
     assert_deployed(node, release, report["hosts"][0])
 
 
+def test_deploy_reaches_a_node_over_tcp(
+        built_fixture: Project, release: dict[str, Any], node: Engine) -> None:
+    assert built_fixture.sparkbake("deploy", "fixture", "--hosts", node.tcp_url) == 0
+    host = last_report(built_fixture)["hosts"][0]
+    assert host["host"] == node.tcp_url and host["method"] == "pull"
+    assert_deployed(dataclasses.replace(node, url=node.tcp_url), release, host)
+
+
 def test_deploy_streams_the_image_and_smokes_it_on_the_node(
         built_fixture: Project, release: dict[str, Any], node: Engine,
         docker_client: docker_api.Client) -> None:
@@ -220,3 +230,70 @@ def test_a_node_that_cannot_reach_the_registry_gets_the_image_streamed(
     assert host["method"] == "stream"
     assert f"cannot pull {release['pinned']}" in host["pull_failed"]
     assert_deployed(node, release, host)
+
+
+# --- a node over ssh:// ---------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def ssh_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    """An sshd this module starts on a loopback port, with keys of its own, in front of the
+    first engine (the node runs `docker system dial-stdio`, which reaches its default
+    socket). Returns the node's URL and a folder with an `ssh` that reads this module's
+    ssh config (OpenSSH reads ~/.ssh from the passwd entry, not from $HOME)."""
+    sshd, keygen, client = "/usr/sbin/sshd", shutil.which("ssh-keygen"), shutil.which("ssh")
+    if not Path(sshd).is_file() or keygen is None or client is None or os.geteuid() != 0:
+        _missing("sshd and ssh run as root (apt-get install -y openssh-server)")
+    home = tmp_path_factory.mktemp("ssh")
+    for key in ("host_key", "client_key"):
+        subprocess.run([keygen, "-q", "-t", "ed25519", "-N", "", "-f", str(home / key)],
+                       check=True)
+    (home / "authorized_keys").write_text((home / "client_key.pub").read_text())
+    port = free_port()
+    Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege separation folder
+    log = (home / "sshd.log").open("wb")
+    process = subprocess.Popen(
+        [sshd, "-D", "-e", "-f", "/dev/null", "-o", f"ListenAddress=127.0.0.1:{port}",
+         "-o", f"HostKey={home / 'host_key'}", "-o", f"AuthorizedKeysFile={home}/authorized_keys",
+         "-o", "PermitRootLogin=prohibit-password", "-o", "StrictModes=no", "-o", "UsePAM=no",
+         "-o", f"PidFile={home / 'sshd.pid'}"],
+        stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    host_key = (home / "host_key.pub").read_text().split()[:2]
+    (home / "known_hosts").write_text(f"[127.0.0.1]:{port} {' '.join(host_key)}\n")
+    (home / "config").write_text(
+        f"Host sparkbake-node\n  HostName 127.0.0.1\n  Port {port}\n  User root\n"
+        f"  IdentityFile {home / 'client_key'}\n  IdentitiesOnly yes\n"
+        f"  UserKnownHostsFile {home / 'known_hosts'}\n  StrictHostKeyChecking yes\n"
+        "  BatchMode yes\n")
+    shim = home / "bin"
+    shim.mkdir()
+    (shim / "ssh").write_text(f'#!/bin/sh\nexec {client} -F {home / "config"} "$@"\n')
+    (shim / "ssh").chmod(0o755)
+    try:
+        for _ in range(50):  # until sshd answers
+            probe = subprocess.run([str(shim / "ssh"), "sparkbake-node", "true"],
+                                   capture_output=True, check=False, timeout=30)
+            if probe.returncode == 0:
+                break
+            time.sleep(0.2)
+        else:
+            pytest.fail(f"sshd did not answer: {(home / 'sshd.log').read_text()[-2000:]}")
+        # the port in the URL: the docker SDK passes `-p 22` when it has none, over the config
+        yield f"ssh://sparkbake-node:{port}", shim
+    finally:
+        _stop(process)
+        log.close()
+
+
+def test_deploy_reaches_a_node_over_ssh(
+        built_fixture: Project, release: dict[str, Any], ssh_node: tuple[str, Path],
+        docker_client: docker_api.Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    url, shim = ssh_node
+    monkeypatch.setenv("PATH", f"{shim}:{os.environ['PATH']}")
+    assert built_fixture.sparkbake("deploy", "fixture", "--hosts", url) == 0
+    host = last_report(built_fixture)["hosts"][0]
+    assert host["result"] == "deployed" and host["host"] == url
+    assert host["image_id"] == release["image_id"]
+    assert host["smoke"]["passed"] is True
+    for ref in release["images"]:  # the engine behind the ssh node is the first one
+        assert docker_client.images.get(ref).id == release["image_id"]

@@ -243,6 +243,60 @@ def test_missing_sass_is_detected(image: FakeImage) -> None:
         "smokekern/_kernels.so: no SASS for sm_121a (built for sm_90a)"
 
 
+def test_a_cubin_of_the_family_is_accepted_as_the_host_says(image: FakeImage) -> None:
+    image.manifest["wheels"][0]["kernels"][0]["sass"] = ["sm_120"]
+    image.expected["sass_loadable"] = ["sm_120", "sm_120f", "sm_121", "sm_121a", "sm_121f"]
+    assert image.check()["kernels"]["detail"] == "smokekern/_kernels.so [sm_120]"
+
+
+def test_a_library_for_other_devices_is_checked_by_sha256_only(image: FakeImage) -> None:
+    kernel = image.manifest["wheels"][0]["kernels"][0]
+    kernel["sass"] = ["sm_80"]
+    assert image.check()["kernels"]["status"] == "failed"  # not declared: no sm_121a code
+    image.expected["other_arch"] = ["smokekern/_kernels.so"]
+    checks = image.check()
+    assert checks["kernels"]["detail"] == \
+        "smokekern/_kernels.so [sm_80: for other devices, sha256 only]"
+    kernel["sha256"] = "99" * 32  # the sha256 still counts
+    assert image.check()["kernels"]["status"] == "failed"
+
+
+def relink_against(image: FakeImage, libraries: list[str], tmp_path: Path) -> None:
+    """Rebuild the fake image's kernel so that it needs these libraries, which exist only
+    in a folder the checker is not told about (a GPU driver the engine does not mount)."""
+    stubs = tmp_path / "stubs"
+    stubs.mkdir()
+    for name in libraries:
+        subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(stubs / name),
+                        f"-Wl,-soname,{name}", "-x", "c", "/dev/null"], check=True)
+    target = image.site("smokekern/_kernels.so")
+    source = tmp_path / "kernel.c"
+    source.write_text(KERNEL_SOURCE)
+    subprocess.run(["gcc", "-shared", "-fPIC", "-DDEVICES=0", "-DCAPABILITY=0", "-DOFFSET=0.0f",
+                    "-o", str(target), str(source), f"-L{stubs}", "-Wl,--no-as-needed",
+                    *(f"-l:{name}" for name in libraries)], check=True)
+    image.manifest["wheels"][0]["kernels"][0]["sha256"] = \
+        hashlib.sha256(target.read_bytes()).hexdigest()
+    image.site("smokekern/__init__.py").write_text("")  # the import must not load it
+
+
+def test_a_kernel_that_needs_only_the_absent_gpu_driver_passes_and_says_so(
+        image: FakeImage, tmp_path: Path) -> None:
+    relink_against(image, ["libcuda.so.1"], tmp_path)
+    checks = image.check()
+    assert checks["kernels"]["status"] == "passed"
+    assert checks["kernels"]["detail"] == \
+        "smokekern/_kernels.so [sm_121a; every library it needs but libcuda.so.1]"
+
+
+def test_a_kernel_that_needs_more_than_the_driver_fails(
+        image: FakeImage, tmp_path: Path) -> None:
+    relink_against(image, ["libcuda.so.1", "libsparkbake-absent.so"], tmp_path)
+    checks = image.check()
+    assert checks["kernels"]["status"] == "failed"
+    assert checks["kernels"]["detail"].startswith("smokekern/_kernels.so does not load: ")
+
+
 def test_missing_kernel_file_is_detected(image: FakeImage) -> None:
     image.site("smokekern/_kernels.so").unlink()
     checks = image.check()

@@ -52,6 +52,9 @@ def test_expected_values_come_from_the_plan() -> None:
         "series": [{"name": "dcp-dspark", "sha256": SERIES.sha256}],
         "cuda_arch": "12.1a",
         "sm_arch": "sm_121a",
+        # a 12.1 device loads plain and family cubins of 12.0 and 12.1, and sm_121a
+        "sass_loadable": ["sm_120", "sm_120f", "sm_121", "sm_121a", "sm_121f"],
+        "other_arch": [],
         "env": {"VLLM_DSV4_CKV_GATHER": "1"},
         "gpu": {"mode": "auto", "unavailable": "no GPU runtime in this engine"},
     }
