@@ -148,7 +148,9 @@ def _vllm_kernel(work: Path, config_path: Path, upstream_key: str) -> dict[str, 
     timed = {}
     for name, arches in (("sm_121a_only", ("12.1a",)), ("vllm_default", VLLM_CUDA13_ARCHS)):
         timed[name] = _nvcc(client, builder, tree / "csrc", arches, threads)
-    return {"source": f"{KERNEL} of {upstream_key} ({tree})", "builder": builder,
+    return {"source": f"{KERNEL} of {upstream_key} (sdist sha256 {upstream.sha256[:12]})"
+            if isinstance(upstream, config_mod.PypiUpstream) else f"{KERNEL} of {upstream_key}",
+            "builder": builder,
             "nvcc": f"-O3 -std=c++17 -c --threads {threads}, one -gencode per arch "
                     "(sm_XY; compute_XY PTX for the last, as CMake's default)",
             "vllm_default_archs": list(VLLM_CUDA13_ARCHS), "results": timed,
