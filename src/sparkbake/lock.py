@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 from . import resources
@@ -21,9 +22,10 @@ from .hashing import file_sha256
 from .proc import echo, run
 from .settings import HostSettings
 
-__all__ = ["lock_path", "require_lock", "require_runtime_lock", "resolve", "runtime_lock_path"]
+__all__ = ["ARCHES", "compile_requirements", "lock_path", "require_lock", "require_runtime_lock",
+           "resolve", "runtime_lock_path"]
 
-PLATFORMS = {"linux/amd64": "x86_64-unknown-linux-gnu", "linux/arm64": "aarch64-unknown-linux-gnu"}
+ARCHES = {"linux/amd64": "x86_64", "linux/arm64": "aarch64"}  # platform -> machine
 TOOLCHAIN = "builder-requirements.txt"
 TORCH_TOOLCHAIN = "builder-requirements-torch.txt"
 
@@ -123,9 +125,17 @@ def _compile(tag: Tag, base: str, python: str | None, sources: list[Path], targe
     if python is None:
         raise ConfigError(f"base {base!r} does not say its Python version",
                           'add python: "3.12" (its python3 version) to the base in versions.yaml')
-    if tag.platform not in PLATFORMS:
+    if tag.platform not in ARCHES:
         raise ConfigError(f"tag {tag.name}: no lock platform for {tag.platform}",
-                          f"use one of {', '.join(PLATFORMS)}")
+                          f"use one of {', '.join(ARCHES)}")
+    compile_requirements(sources, python, ARCHES[tag.platform], target, header, settings)
+
+
+def compile_requirements(sources: list[Path], python: str, machine: str, target: Path,
+                         header: str, settings: HostSettings,
+                         indexes: Sequence[str] = ()) -> None:
+    """uv pip compile sources for python on Linux/machine, with hashes, into target (header
+    first); indexes: more uv index options than the configured index."""
     uv = shutil.which("uv")
     if uv is None:
         raise EngineError("uv is not installed", "pip install uv")
@@ -133,8 +143,8 @@ def _compile(tag: Tag, base: str, python: str | None, sources: list[Path], targe
         output = Path(scratch) / "lock.txt"
         run([uv, "pip", "compile", *sources,
              "--generate-hashes", "--no-header", "--no-annotate", "--no-python-downloads",
-             "--python-version", python, "--python-platform", PLATFORMS[tag.platform],
-             "--index-url", settings.index_url, "-o", output],
+             "--python-version", python, "--python-platform", f"{machine}-unknown-linux-gnu",
+             "--index-url", settings.index_url, *indexes, "-o", output],
             error=EngineError, what=f"resolving the lock {target.name}", capture=True,
             env={"SSL_CERT_FILE": settings.ca_bundle} if settings.ca_bundle else None)
         atomic_write(target, header + output.read_text())

@@ -14,7 +14,6 @@ import json
 import platform
 import shutil
 import sys
-import tempfile
 import xml.etree.ElementTree as ElementTree
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -24,6 +23,7 @@ from .cache import atomic_write
 from .config import Config, Tag
 from .errors import ConfigError, EngineError, PatchTestError
 from .hashing import data_hash, file_sha256
+from .lock import ARCHES, compile_requirements
 from .plan import Plan, touched_paths
 from .proc import echo, run, step
 from .settings import HostSettings, patch_tests_environment
@@ -33,7 +33,6 @@ __all__ = ["Result", "lock_path", "resolve", "run_tests", "series_tests"]
 REQUIREMENTS = "patch-tests-requirements.txt"  # images/: torch for the CPU, pytest
 TREE_REQUIREMENTS = "requirements/common.txt"  # vLLM's own runtime requirements
 TEST_PATTERNS = ("tests/**/test_*.py", "tests/test_*.py")
-PLATFORMS = {"x86_64": "x86_64-unknown-linux-gnu", "aarch64": "aarch64-unknown-linux-gnu"}
 
 
 @dataclass(frozen=True)
@@ -75,33 +74,23 @@ def _stamp(tree: Path) -> str:
 
 def resolve(config: Config, tag: Tag, tree: Path, settings: HostSettings) -> Path:
     """Resolve the patch-tests requirements for this host's Python and machine; write the lock."""
-    uv = shutil.which("uv")
-    if uv is None:
-        raise EngineError("uv is not installed", "pip install uv")
-    if platform.machine() not in PLATFORMS:
+    if platform.machine() not in ARCHES.values():
         raise EngineError(f"no lock platform for this machine ({platform.machine()})",
-                          f"run patch-tests on one of {', '.join(PLATFORMS)}")
+                          f"run patch-tests on one of {', '.join(ARCHES.values())}")
     # Like pip: every configured index and find-links location, best version across them.
-    sources = ["--index-url", settings.index_url, "--index-strategy", "unsafe-best-match"]
+    indexes = ["--index-strategy", "unsafe-best-match"]
     for url in settings.extra_index_urls:
-        sources += ["--extra-index-url", url]
+        indexes += ["--extra-index-url", url]
     for place in settings.find_links:
-        sources += ["--find-links", place]
+        indexes += ["--find-links", place]
     target = lock_path(config, tag)
-    with tempfile.TemporaryDirectory() as scratch:
-        output = Path(scratch) / "lock.txt"
-        run([uv, "pip", "compile", *_inputs(tree), "--generate-hashes", "--no-header",
-             "--no-annotate", "--no-python-downloads", "--python-version", host_python(),
-             "--python-platform", PLATFORMS[platform.machine()], *sources, "-o", output],
-            error=EngineError, what="resolving the patch-tests lock", capture=True,
-            env={"SSL_CERT_FILE": settings.ca_bundle} if settings.ca_bundle else None)
-        header = (f"# patch-tests lock of upstream {tag.upstream.key} (python {host_python()},"
-                  f" {platform.machine()}).\n# stamp: {_stamp(tree)}\n"
-                  "# Made by `sparkbake lock TAG --patch-tests` from images/"
-                  f"{REQUIREMENTS} and the tree's {TREE_REQUIREMENTS}; rerun it after"
-                  " changing either.\n")
-        atomic_write(target, header + output.read_text())
-    echo(f"lock: {target}")
+    header = (f"# patch-tests lock of upstream {tag.upstream.key} (python {host_python()},"
+              f" {platform.machine()}).\n# stamp: {_stamp(tree)}\n"
+              "# Made by `sparkbake lock TAG --patch-tests` from images/"
+              f"{REQUIREMENTS} and the tree's {TREE_REQUIREMENTS}; rerun it after"
+              " changing either.\n")
+    compile_requirements(_inputs(tree), host_python(), platform.machine(), target, header,
+                         settings, indexes)
     return target
 
 

@@ -10,12 +10,12 @@ from .cache import atomic_dir
 from .config import Tag
 from .errors import BakeError
 from .hashing import file_sha256
+from .lock import ARCHES
 from .proc import echo, run, step
 
 __all__ = ["ensure", "platform_tags"]
 
 DONE = ".sparkbake-complete"
-ARCHES = {"linux/amd64": "x86_64", "linux/arm64": "aarch64"}
 MANYLINUX_MAX = 39  # glibc 2.39 (Ubuntu 24.04); the lock's hashes decide the file anyway
 
 
