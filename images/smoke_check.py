@@ -258,8 +258,8 @@ def unresolved(image: Image, library: Path) -> set[str] | None:
     """What `ldd` cannot find for library, with the image's own library folders (torch's,
     nvidia's wheels) searched as its loader would find them once torch is imported."""
     folders = [str(p) for site in image.site_dirs
-               for p in [site / "torch" / "lib", *sorted(site.glob("nvidia/*/lib")),
-                         *sorted(site.glob("nvidia/cu*/lib"))] if p.is_dir()]
+               for p in [site / "torch" / "lib", *sorted(site.glob("nvidia/*/lib"))]
+               if p.is_dir()]
     env = {**os.environ, "LD_LIBRARY_PATH": ":".join(folders)}
     try:
         listing = subprocess.run(["ldd", str(library)], capture_output=True, text=True,

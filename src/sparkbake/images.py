@@ -130,8 +130,7 @@ def bake(client: Client, plan: Plan, base: BaseImage, wheels: WheelSet, patched:
     with step(f"bake {plan.tag.image_ref}"), scratch_dir(build_dir / "contexts", "bake.") as work:
         runtime = _with_python(client, base, build_dir)
         below = _base_layers(client, runtime, oci.Layout(cache / "layers"), layout, work)
-        venv = _venv_layer(client, plan, runtime, (wheels, runtime_wheels), work, source_date,
-                           log)
+        venv = _venv_layer(client, plan, runtime, wheels, runtime_wheels, work, source_date, log)
         files = _files_layer(manifest(plan, base, wheels, patched, source_date), work,
                              source_date)
         added = [(venv, f"sparkbake: {VENV}: " + " ".join(_names(wheels))),
@@ -226,13 +225,11 @@ def _member(tar: tarfile.TarFile, name: str) -> bytes:
     return data.read()
 
 
-def _venv_layer(client: Client, plan: Plan, runtime: BaseImage,
-                wheels: tuple[WheelSet, Path | None], work: Path, source_date: int,
-                log: Path) -> layers.Layer:
+def _venv_layer(client: Client, plan: Plan, runtime: BaseImage, built: WheelSet,
+                house: Path | None, work: Path, source_date: int, log: Path) -> layers.Layer:
     """The wheels (and the runtime wheelhouse's) installed into /opt/venv in a network-less
     container of the runtime base, copied out and written as a layer."""
     archive = work / "venv.tar"
-    built, house = wheels
     volumes = {str(built.folder): {"bind": "/wheels", "mode": "ro"}}
     if house is not None:
         volumes[str(house)] = {"bind": "/runtime-wheels", "mode": "ro"}
