@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import platform
 from pathlib import Path
 
 import pytest
 
-from sparkbake import config, kernelseed, lock, patchtests, settings
+from sparkbake import config, kernelseed, lock, patchtests, settings, wheels
 from sparkbake import plan as plan_mod
-from sparkbake.errors import ConfigError, PatchTestError
+from sparkbake.errors import BuildError, ConfigError, PatchTestError
 from tests.conftest import versions_yaml
 
 WHEEL = "tree-1.0-cp38-abi3-linux_x86_64.whl"
@@ -126,3 +127,42 @@ def test_an_upstream_with_build_requirements_gets_its_own_lock_from_its_tree(
     (project / "upstream" / "build.txt").write_text("torch==2.15.0\n")
     with pytest.raises(ConfigError, match=r"made from other build requirements than build\.txt"):
         lock.require_lock(loaded, tag, project / "upstream")
+
+
+def test_a_runtime_lock_missing_or_made_from_another_file_is_refused(project: Path) -> None:
+    text = (project / "versions.yaml").read_text()
+    (project / "versions.yaml").write_text(
+        text.replace("dir: upstream", "dir: upstream\n    runtime_requirements: run.txt"))
+    loaded = config.load(project / "versions.yaml")
+    tag, tree = loaded.tag("t"), project / "upstream"
+    path = lock.runtime_lock_path(loaded, tag)
+    assert path == project / "locks" / "runtime" / "debian.tree.txt"
+    with pytest.raises(ConfigError) as caught:
+        lock.require_runtime_lock(loaded, tag, tree)
+    assert caught.value.message == f"no runtime lock for base 'debian' ({path})"
+    assert caught.value.remedy == "create it: nox -s lock -- t, and commit it"
+    path.parent.mkdir(parents=True)
+    path.write_text("# runtime lock\n# from: run.txt=0000000000000000\n")
+    with pytest.raises(ConfigError, match=r"run\.txt is not in the upstream's tree"):
+        lock.require_runtime_lock(loaded, tag, tree)
+    (tree / "run.txt").write_text("torch==2.14.0\n")
+    with pytest.raises(ConfigError, match=r"was made from another run\.txt than this tree's"):
+        lock.require_runtime_lock(loaded, tag, tree)
+    path.write_text(f"# runtime lock\n# from: run.txt={lock._sha(tree / 'run.txt')}\n")
+    assert lock.require_runtime_lock(loaded, tag, tree) == path
+    assert lock.require_runtime_lock(loaded, loaded.tag("seeded"), tree) == path  # same upstream
+
+
+def test_other_arch_naming_a_library_no_wheel_has_is_refused(project: Path) -> None:
+    loaded = config.load(project / "versions.yaml")
+    seeded = loaded.tag("seeded")
+    assert seeded.kernels is not None
+    tag = dataclasses.replace(seeded, kernels=dataclasses.replace(
+        seeded.kernels, other_arch=("pkg/_gone.so",)))
+    report = {"wheels": [{"file": WHEEL, "kernels": [
+        {"path": "pkg/_k.so", "sha256": "0" * 64, "sass": ["sm_121a"]}]}]}
+    with pytest.raises(BuildError) as caught:
+        wheels.check_sass(tag, report)
+    assert caught.value.message == \
+        "kernels.other_arch of seeded names libraries no wheel has: pkg/_gone.so"
+    assert caught.value.exit_code == 4
