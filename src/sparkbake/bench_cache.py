@@ -27,7 +27,7 @@ from . import config as config_mod
 from . import plan as plan_mod
 from .__main__ import main as cli
 from .bench import _machine
-from .docker_api import connect, run_container
+from .docker_api import bridge_gateway, connect, run_container
 from .settings import host_settings
 
 __all__ = ["main"]
@@ -44,7 +44,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     result: dict[str, Any] = {"benchmark": "compile cache (sccache) and kernel arch list"}
-    with _redis(args.redis_port) as url:
+    with _redis(args.redis_port, _fixture_base(work)) as url:
         result["fixture"] = _fixture(work, url, args.runs)
     if not args.skip_kernel:
         result["vllm_kernel"] = _vllm_kernel(work, args.config.resolve(), args.upstream)
@@ -67,11 +67,17 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _fixture_base(work: Path) -> str:
+    """The fixture's base image: a container of it tells the bridge's gateway address."""
+    tag = config_mod.load(FIXTURE / "versions.yaml").tag("fixture")
+    return bases.ensure(connect(), tag.builder, tag.platform, work, host_settings()).ref
+
+
 @contextmanager
-def _redis(port: int) -> Iterator[str]:
+def _redis(port: int, image: str) -> Iterator[str]:
     """redis-server on the Docker bridge's gateway address (builders reach it through their
     relay), stopped at the end."""
-    gateway = connect().networks.get("bridge").attrs["IPAM"]["Config"][0]["Gateway"]
+    gateway = bridge_gateway(connect(), image)
     server = subprocess.Popen(["redis-server", "--bind", gateway, "--port", str(port),
                                "--save", "", "--appendonly", "no", "--protected-mode", "no"],
                               stdout=subprocess.DEVNULL)

@@ -22,6 +22,7 @@ from .proc import echo
 __all__ = [
     "Client",
     "ContainerResult",
+    "bridge_gateway",
     "build_image",
     "connect",
     "image_attrs",
@@ -158,6 +159,19 @@ def started_container(
     """A container left running for the block (a server); then stopped and removed."""
     with _container(client, image, command, volumes, environment, True, False, extra) as box:
         yield box
+
+
+def bridge_gateway(client: Client, image: str) -> str:
+    """The host's address on the default bridge, as its containers route to it. Read from a
+    container's own routing table: an engine's IPAM record may leave out the gateway."""
+    result = run_container(client, image, ["cat", "/proc/net/route"], quiet=True)
+    for line in result.output.splitlines()[1:]:
+        fields = line.split()
+        if len(fields) > 2 and fields[1] == "00000000" and fields[2] != "00000000":
+            # little-endian hex, as the kernel writes it
+            return ".".join(str(b) for b in reversed(bytes.fromhex(fields[2])))
+    raise EngineError(f"a container of {image} has no default route on the bridge network",
+                      "check the engine's default bridge (docker network inspect bridge)")
 
 
 def _copy_out(box: Any, path: str, tar: Path) -> None:
