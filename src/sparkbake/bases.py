@@ -31,8 +31,10 @@ class BaseImage:
     digest: str  # registry digest, or the image id of a local import
 
 
-def local_ref(base: DebootstrapBase) -> str:
-    return f"sparkbake-base/{base.name}:{data_hash(base_identity(base))[:12]}"
+def local_ref(base: DebootstrapBase, platform_name: str) -> str:
+    """The engine's name of a debootstrap base made for a platform."""
+    key = data_hash({**base_identity(base), "platform": platform_name})
+    return f"sparkbake-base/{base.name}:{key[:12]}"
 
 
 def ensure(client: Client, base: Base, platform_name: str, build_dir: Path,
@@ -42,7 +44,7 @@ def ensure(client: Client, base: Base, platform_name: str, build_dir: Path,
         if not image_exists(client, base.image):
             _pull(client, base)
         return BaseImage(base.name, base.image, base.digest)
-    ref = local_ref(base)
+    ref = local_ref(base, platform_name)
     if not image_exists(client, ref):
         _debootstrap(client, base, ref, platform_name, build_dir, settings)
     return BaseImage(base.name, ref, str(client.images.get(ref).id))

@@ -31,10 +31,15 @@ TORCH_TOOLCHAIN = "builder-requirements-torch.txt"
 
 
 def lock_path(config: Config, tag: Tag) -> Path:
-    """locks/<builder base>.txt; locks/<builder base>.<upstream>.txt when the upstream brings
-    its own build requirements."""
+    """locks/<builder base>.<arch>.txt; locks/<builder base>.<upstream>.<arch>.txt when the
+    upstream brings its own build requirements. One base serves tags of several platforms."""
     suffix = f".{tag.upstream.key}" if tag.upstream.build_requirements else ""
-    return config.root / "locks" / f"{tag.builder.name}{suffix}.txt"
+    return config.root / "locks" / f"{tag.builder.name}{suffix}.{_arch(tag)}.txt"
+
+
+def _arch(tag: Tag) -> str:
+    """linux/arm64 -> arm64: the platform's part in a lock's file name."""
+    return tag.platform.rsplit("/", 1)[-1]
 
 
 def inputs(tag: Tag, tree: Path | None) -> list[Path]:
@@ -69,10 +74,12 @@ def require_lock(config: Config, tag: Tag, tree: Path | None = None) -> Path:
 
 
 def runtime_lock_path(config: Config, tag: Tag) -> Path | None:
-    """locks/runtime/<runtime base>.<upstream>.txt, for an upstream with runtime requirements."""
+    """locks/runtime/<runtime base>.<upstream>.<arch>.txt, for an upstream with runtime
+    requirements."""
     if tag.upstream.runtime_requirements is None:
         return None
-    return config.root / "locks" / "runtime" / f"{tag.runtime.name}.{tag.upstream.key}.txt"
+    name = f"{tag.runtime.name}.{tag.upstream.key}.{_arch(tag)}.txt"
+    return config.root / "locks" / "runtime" / name
 
 
 def require_runtime_lock(config: Config, tag: Tag, tree: Path) -> Path | None:
@@ -131,14 +138,26 @@ def _compile(tag: Tag, base: str, python: str | None, sources: list[Path], targe
     compile_requirements(sources, python, ARCHES[tag.platform], target, header, settings)
 
 
+def _uv() -> str:
+    """uv from the `uv` package beside sparkbake (an unactivated venv or pipx has it off PATH),
+    else from PATH."""
+    try:
+        import uv as uv_package
+
+        return str(uv_package.find_uv_bin())
+    except (ImportError, FileNotFoundError):
+        found = shutil.which("uv")
+    if found is None:
+        raise EngineError("uv is not installed", "pip install uv")
+    return found
+
+
 def compile_requirements(sources: list[Path], python: str, machine: str, target: Path,
                          header: str, settings: HostSettings,
                          indexes: Sequence[str] = ()) -> None:
     """uv pip compile sources for python on Linux/machine, with hashes, into target (header
     first); indexes: more uv index options than the configured index."""
-    uv = shutil.which("uv")
-    if uv is None:
-        raise EngineError("uv is not installed", "pip install uv")
+    uv = _uv()
     with tempfile.TemporaryDirectory() as scratch:
         output = Path(scratch) / "lock.txt"
         run([uv, "pip", "compile", *sources,

@@ -162,15 +162,18 @@ def make(config: Config, tag: Tag) -> Plan:
                               for name, sha in s.patches], "missing": problems},
         "kernels": {"kernel patches": kernel_patches, **toolchain},
         "wheels": toolchain,
-        "bake": {"runtime": base_identity(tag.runtime), "env": tag.env, "tag": tag.name,
+        "bake": {"runtime": base_identity(tag.runtime), "platform": tag.platform,
+                 "env": tag.env, "tag": tag.name,
                  "runtime lock": _digest_or_none(lock.runtime_lock_path(config, tag)),
                  "bake": [oci.FORMAT, *map(resources.digest, _bake_resources())],
                  "entrypoint": resources.digest("entrypoint.py")},
     }
     if tag.kernels:  # a published wheel's kernels stand for the upstream's: nothing compiles
         stage_inputs["kernels"] = {"kernel patches": kernel_patches,
-                                   "seed": f"{tag.kernels.wheel}@{tag.kernels.sha256[:12]}"}
-    kernel_key = data_hash({"fetch": fetch_key, "seed": stage_inputs["kernels"]["seed"]}
+                                   "seed": f"{tag.kernels.wheel}@{tag.kernels.sha256[:12]}",
+                                   "platform": tag.platform}
+    kernel_key = data_hash({"fetch": fetch_key, "seed": stage_inputs["kernels"]["seed"],
+                            "platform": tag.platform}
                            if tag.kernels else
                            {"fetch": fetch_key, "patches": kernel_patches, **toolchain})
     wheels_key = data_hash({"patch": patch_key, **toolchain})

@@ -31,12 +31,12 @@ class Facts:
     source_date: int
 
 
-def expected_base(client: Client, base: Base) -> tuple[bases.BaseImage, str]:
+def expected_base(client: Client, base: Base, platform: str) -> tuple[bases.BaseImage, str]:
     """The runtime base as the bake saw it, and a note when its digest cannot be known here
     (a debootstrap base is an image of the engine that made it)."""
     if isinstance(base, ImageBase):
         return bases.BaseImage(base.name, base.image, base.digest), ""
-    ref = bases.local_ref(base)
+    ref = bases.local_ref(base, platform)
     if image_exists(client, ref):
         return bases.BaseImage(base.name, ref, str(client.images.get(ref).id)), ""
     return bases.BaseImage(base.name, ref, ""), f"; {BASE_DIGEST} not checked: {ref} is not " \
@@ -51,7 +51,7 @@ def _shown(value: str | None) -> str:
 def check_labels(client: Client, attrs: dict[str, Any], plan: Plan, facts: Facts) -> str:
     """The image's labels, as the engine reports them, against those the plan gives it."""
     actual: dict[str, str] = (attrs.get("Config") or {}).get("Labels") or {}
-    base, note = expected_base(client, plan.tag.runtime)
+    base, note = expected_base(client, plan.tag.runtime, plan.tag.platform)
     wanted = images.labels(plan, base, facts.patched, facts.source_date)
     if note:
         del wanted[BASE_DIGEST]

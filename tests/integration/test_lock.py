@@ -17,7 +17,7 @@ def pins(text: str) -> set[str]:
 
 
 def test_lock_resolves_every_package_pinned_and_hashed(project: Project) -> None:
-    lock = project.root / "locks" / "debian.txt"
+    lock = project.root / "locks" / "debian.amd64.txt"
     lock.unlink()
     assert project.sparkbake("lock", "fixture") == 0
     text = lock.read_text()
@@ -32,7 +32,7 @@ def test_lock_resolves_every_package_pinned_and_hashed(project: Project) -> None
 
 def test_a_download_whose_hash_differs_from_the_lock_is_refused(
         project: Project, debian_base: str, capsys: pytest.CaptureFixture[str]) -> None:
-    lock = project.root / "locks" / "debian.txt"
+    lock = project.root / "locks" / "debian.amd64.txt"
     # every hash of the first package: whichever of its files pip picks, it mismatches
     head, rest = re.split(r"\n(?=[A-Za-z])", lock.read_text().split("\n", 2)[2], maxsplit=1)
     tampered = re.sub(r"sha256:[0-9a-f]{64}", "sha256:" + "0" * 64, head)
@@ -45,6 +45,6 @@ def test_a_download_whose_hash_differs_from_the_lock_is_refused(
 
 def test_a_missing_lock_stops_before_building(
         project: Project, debian_base: str, capsys: pytest.CaptureFixture[str]) -> None:
-    (project.root / "locks" / "debian.txt").unlink()
+    (project.root / "locks" / "debian.amd64.txt").unlink()
     assert project.sparkbake("wheels", "fixture") == 2
     assert "create it: nox -s lock -- fixture" in capsys.readouterr().err

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -33,7 +34,7 @@ def test_a_missing_lock_names_the_command_that_makes_it(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as caught:
         lock.require_lock(loaded, loaded.tag("t"))
     assert caught.value.exit_code == 2
-    assert str(tmp_path / "locks" / "b.txt") in caught.value.message
+    assert str(tmp_path / "locks" / "b.amd64.txt") in caught.value.message
     assert caught.value.remedy == "create it: nox -s lock -- t, and commit it"
 
 
@@ -46,6 +47,7 @@ def test_a_base_without_its_python_version_cannot_be_locked(tmp_path: Path) -> N
 def test_without_uv_the_lock_is_an_environment_error(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     loaded = load(tmp_path)
+    monkeypatch.setitem(sys.modules, "uv", None)  # the package gone: `import uv` fails
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(EngineError, match="uv is not installed"):
         lock.resolve(loaded, loaded.tag("t"), SETTINGS)
@@ -53,9 +55,15 @@ def test_without_uv_the_lock_is_an_environment_error(
 
 def test_an_unreachable_index_fails_without_writing_a_lock(tmp_path: Path) -> None:
     loaded = load(tmp_path)
-    with pytest.raises(EngineError, match=r"resolving the lock b\.txt failed"):
+    with pytest.raises(EngineError, match=r"resolving the lock b\.amd64\.txt failed"):
         lock.resolve(loaded, loaded.tag("t"), SETTINGS)
-    assert not (tmp_path / "locks" / "b.txt").exists()
+    assert not (tmp_path / "locks" / "b.amd64.txt").exists()
+
+
+def test_uv_is_found_beside_sparkbake_with_an_empty_path(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # as from an unactivated venv's sparkbake
+    assert Path(lock._uv()).name == "uv"
 
 
 def test_a_bad_python_version_is_refused_with_its_line(tmp_path: Path) -> None:

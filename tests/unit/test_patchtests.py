@@ -114,7 +114,7 @@ def test_an_upstream_with_build_requirements_gets_its_own_lock_from_its_tree(
         text.replace("dir: upstream", "dir: upstream\n    build_requirements: build.txt"))
     loaded = config.load(project / "versions.yaml")
     tag = loaded.tag("t")
-    assert lock.lock_path(loaded, tag) == project / "locks" / "debian.tree.txt"
+    assert lock.lock_path(loaded, tag) == project / "locks" / "debian.tree.amd64.txt"
     with pytest.raises(ConfigError, match=r"build_requirements build\.txt is not in its tree"):
         lock.inputs(tag, project / "upstream")
     (project / "upstream" / "build.txt").write_text("torch==2.14.0\n")
@@ -136,7 +136,7 @@ def test_a_runtime_lock_missing_or_made_from_another_file_is_refused(project: Pa
     loaded = config.load(project / "versions.yaml")
     tag, tree = loaded.tag("t"), project / "upstream"
     path = lock.runtime_lock_path(loaded, tag)
-    assert path == project / "locks" / "runtime" / "debian.tree.txt"
+    assert path == project / "locks" / "runtime" / "debian.tree.amd64.txt"
     with pytest.raises(ConfigError) as caught:
         lock.require_runtime_lock(loaded, tag, tree)
     assert caught.value.message == f"no runtime lock for base 'debian' ({path})"
