@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import layers, oci, resources
+from . import layers, oci, resources, venv
 from .bases import BaseImage
 from .cache import atomic_write, scratch_dir
 from .docker_api import Client, build_image, image_attrs, image_exists, load_image, run_container
@@ -31,9 +31,7 @@ from .wheels import WheelSet
 __all__ = ["Baked", "bake", "find", "is_current", "labels", "manifest"]
 
 INPUTS_LABEL = "dev.sparkbake.inputs"
-VENV = "/opt/venv"
 RUNTIME = "runtime.json"
-INSTALL = "install_wheels.sh"
 PYTHON_TEMPLATE = "runtime-python.Dockerfile.j2"
 
 
@@ -64,6 +62,8 @@ def manifest(plan: Plan, base: BaseImage, wheels: WheelSet, patched: PatchedTree
         "env": dict(tag.env),
         "base": {"name": base.name, "image": base.ref, "digest": base.digest},
         "wheels": wheels.wheels, "nvcc": wheels.report.get("nvcc", ""),
+        # CMake's downloads as locked, for a tree that has them
+        **({"thirdparty": wheels.report["thirdparty"]} if wheels.report.get("thirdparty") else {}),
     }
 
 
@@ -130,10 +130,11 @@ def bake(client: Client, plan: Plan, base: BaseImage, wheels: WheelSet, patched:
     with step(f"bake {plan.tag.image_ref}"), scratch_dir(build_dir / "contexts", "bake.") as work:
         runtime = _with_python(client, base, build_dir)
         below = _base_layers(client, runtime, oci.Layout(cache / "layers"), layout, work)
-        venv = _venv_layer(client, plan, runtime, wheels, runtime_wheels, work, source_date, log)
+        venv_layer = _venv_layer(client, plan, runtime, wheels, runtime_wheels, work,
+                                 source_date, log)
         files = _files_layer(manifest(plan, base, wheels, patched, source_date), work,
                              source_date)
-        added = [(venv, f"sparkbake: {VENV}: " + " ".join(_names(wheels))),
+        added = [(venv_layer, f"sparkbake: {venv.VENV}: " + " ".join(_names(wheels))),
                  (files, "sparkbake: /opt/sparkbake")]
         baked = _write(layout, plan, below, added, labels(plan, base, patched, source_date),
                        source_date)
@@ -227,24 +228,10 @@ def _member(tar: tarfile.TarFile, name: str) -> bytes:
 
 def _venv_layer(client: Client, plan: Plan, runtime: BaseImage, built: WheelSet,
                 house: Path | None, work: Path, source_date: int, log: Path) -> layers.Layer:
-    """The wheels (and the runtime wheelhouse's) installed into /opt/venv in a network-less
-    container of the runtime base, copied out and written as a layer."""
-    archive = work / "venv.tar"
-    volumes = {str(built.folder): {"bind": "/wheels", "mode": "ro"}}
-    if house is not None:
-        volumes[str(house)] = {"bind": "/runtime-wheels", "mode": "ro"}
-    result = run_container(
-        client, runtime.ref, _names(built),
-        entrypoint=["/bin/sh", "-c", resources.path(INSTALL).read_text(), INSTALL],
-        volumes=volumes,
-        environment={"SOURCE_DATE_EPOCH": str(source_date), "PYTHONHASHSEED": "0"},
-        network=False, log_path=log, copy_out=(VENV, archive))
-    if result.exit_code != 0:
-        raise BakeError(f"building {plan.tag.image_ref} failed: installing its wheels into "
-                        f"{runtime.ref} ended with exit {result.exit_code} (log: {log})",
-                        "last output: " + " / ".join(result.tail(4).splitlines()))
-    return layers.from_archive(archive, work / "venv.tar.gz", VENV.rsplit("/", 1)[0],
-                               source_date)
+    """The wheels (and the runtime wheelhouse's) installed into /opt/venv (see `venv`)."""
+    folders = [built.folder] if house is None else [built.folder, house]
+    return venv.install(client, runtime.ref, plan.tag.platform, folders, _names(built), work,
+                        source_date, log)
 
 
 def _files_layer(recorded: dict[str, Any], work: Path, source_date: int) -> layers.Layer:

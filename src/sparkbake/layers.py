@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import io
+import os
 import tarfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -128,6 +129,30 @@ def from_archive(source: Path, dest: Path, prefix: str, mtime: int) -> Layer:
         for member in members:
             name = "/".join([*_parts(prefix), *_parts(member.name)])
             tar.addfile(*_normalized(archive, member, name, mtime))
+    return writer.close()
+
+
+def from_folder(root: Path, dest: Path, mtime: int) -> Layer:
+    """Everything under root as a layer (root is the image's `/`): modes as git records
+    them (0755 for folders and executables, else 0644), whatever the host's umask was."""
+    writer = _Writer(dest)
+    paths = sorted((p for p in root.rglob("*")), key=lambda p: p.relative_to(root).parts)
+    with writer.tar() as tar:
+        for path in paths:
+            name = path.relative_to(root).as_posix()
+            if path.is_symlink():
+                tar.addfile(_info(name, tarfile.SYMTYPE, 0o777, mtime,
+                                  linkname=os.readlink(path)))
+            elif path.is_dir():
+                tar.addfile(_info(name, tarfile.DIRTYPE, 0o755, mtime))
+            elif path.is_file():
+                mode = 0o755 if path.stat().st_mode & 0o111 else 0o644
+                with path.open("rb") as data:
+                    tar.addfile(_info(name, tarfile.REGTYPE, mode, mtime, path.stat().st_size),
+                                data)
+            else:
+                raise BakeError(f"/{name}: a special file cannot go into a layer",
+                                "install nothing that creates devices or pipes")
     return writer.close()
 
 

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import lock, oci, resources
+from . import lock, oci, resources, sourcelock
 from .config import Base, Config, DebootstrapBase, DirUpstream, GitUpstream, Tag, Upstream
 from .errors import ConfigError
 from .hashing import data_hash, file_sha256, tree_hash
@@ -23,6 +23,7 @@ __all__ = [
     "StagePlan",
     "base_identity",
     "changed_inputs",
+    "locked_sources",
     "make",
     "read_series",
     "render_json",
@@ -34,7 +35,7 @@ __all__ = [
 
 
 # What the bake reads besides the wheels (runtime.json names the files it copies in)
-BAKE_RESOURCES = ("runtime.json", "install_wheels.sh", "runtime-python.Dockerfile.j2")
+BAKE_RESOURCES = ("runtime.json", "make_venv.sh", "runtime-python.Dockerfile.j2")
 
 # What the compiled extensions of a tree depend on (vLLM's layout; the fixture's is a subset).
 KERNEL_INPUTS = ("csrc/*", "CMakeLists.txt", "cmake/*", "setup.py", "pyproject.toml",
@@ -149,11 +150,13 @@ def make(config: Config, tag: Tag) -> Plan:
     toolchain = {
         "builder": base_identity(tag.builder), "cuda_arch": tag.cuda_arch,
         "platform": tag.platform, "template": resources.digest("builder.Dockerfile.j2"),
-        "build_script": resources.digest("build_wheels.py"),
+        "build_scripts": {name: resources.digest(name) for name in resources.BUILDER_FILES},
         "lock": _digest_or_none(lock.lock_path(config, tag)),
     }
     if tag.kernels:  # the seed's kernels go into the wheels
         toolchain["kernel seed"] = asdict(tag.kernels)
+    elif third_party := locked_sources(config, tag):  # what CMake compiles besides the tree
+        toolchain["third-party sources"] = third_party
     kernel_patches = [f"{s.name}/{name}@{sha[:12]}" for s in series for name, sha in s.patches
                       if touches_kernels(s.folder / name)]
     stage_inputs: dict[str, dict[str, Any]] = {
@@ -181,6 +184,12 @@ def make(config: Config, tag: Tag) -> Plan:
     return Plan(tag=tag, series=tuple(series), problems=tuple(problems), fetch_key=fetch_key,
                 patch_key=patch_key, kernel_key=kernel_key, wheels_key=wheels_key,
                 inputs=inputs, stage_inputs=stage_inputs)
+
+
+def locked_sources(config: Config, tag: Tag) -> list[str]:
+    """The tag's sources lock as `name@commit:tree` items (README: Builder lock)."""
+    locked = sourcelock.read(sourcelock.lock_path(config, tag))
+    return [f"{s.name}@{s.pin[:16]}:{s.tree[:16]}" for s in locked.sources] if locked else []
 
 
 def changed_inputs(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
@@ -248,5 +257,6 @@ def render_json(plan: Plan, stages: list[StagePlan]) -> str:
         "inputs": plan.inputs,
         "series": [{"name": s.name, "sha256": s.sha256} for s in plan.series],
         "problems": list(plan.problems),
+        "sources": plan.stage_inputs["wheels"].get("third-party sources", []),
         "stages": [asdict(s) for s in stages],
     }, indent=2)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import compile_cache, resources
+from . import compile_cache, resources, thirdparty
 from .bases import BaseImage
 from .cache import atomic_dir, scratch_dir
 from .config import Tag
@@ -109,6 +109,7 @@ class BuildRequest:
     jobs: Jobs
     memory: str | None
     source_date: int  # SOURCE_DATE_EPOCH of the tag
+    third_party: tuple[thirdparty.Fetched, ...] = ()  # CMake's downloads, fetched and verified
 
 
 def build(client: Client, request: BuildRequest) -> WheelSet:
@@ -141,6 +142,9 @@ def build(client: Client, request: BuildRequest) -> WheelSet:
         report["jobs"] = {"MAX_JOBS": request.jobs.max_jobs,
                           "NVCC_THREADS": request.jobs.nvcc_threads, "why": request.jobs.reason}
         report["compile_cache"] = _cache_report(backend, built)
+        report["thirdparty"] = [{"name": f.locked.name, "url": f.locked.url, "ref": f.locked.ref,
+                                 "pin": f.locked.pin, "tree": f.locked.tree}
+                                for f in request.third_party]
         check_sass(tag, report)
         (out / REPORT).write_text(json.dumps(report, indent=2))
     if reuse is None:
@@ -158,6 +162,9 @@ def _container_args(request: BuildRequest, out: Path, reuse: str | None) -> dict
                    # reproducible wheels: zip times, hash order (nvcc's intermediate names:
                    # compile_cache, see README: Reproducibility)
                    "SOURCE_DATE_EPOCH": str(request.source_date), "PYTHONHASHSEED": "0"}
+    sources, cmake = thirdparty.builder_args(request.third_party)
+    volumes |= sources
+    environment |= cmake
     if reuse:
         # vLLM's own switch: take the compiled extensions from a wheel instead of compiling
         volumes[str(request.kernels)] = {"bind": "/kernels", "mode": "ro"}

@@ -194,8 +194,9 @@ def test_a_debootstrap_base_missing_here_leaves_its_digest_unchecked(tmp_path: P
     debian = DebootstrapBase(name="debian", suite="bookworm", mirror=None, variant="minbase",
                              packages=())
     plan = make_plan(tmp_path, runtime=debian)
-    wanted = images.labels(plan, BaseImage("debian", local_ref(debian, plan.tag.platform), "sha256:old"),
-                           FACTS.patched, FACTS.source_date)
+    ref = local_ref(debian, plan.tag.platform)
+    wanted = images.labels(plan, BaseImage("debian", ref, "sha256:old"), FACTS.patched,
+                           FACTS.source_date)
     detail = smoke_host.check_labels(NoImages(), attrs_with(wanted), plan, FACTS)
     assert detail.endswith(f"; org.opencontainers.image.base.digest not checked: "
                            f"{local_ref(debian, plan.tag.platform)} is not in this engine")

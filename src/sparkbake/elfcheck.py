@@ -1,0 +1,38 @@
+"""The bake's platform check: every ELF file going into an image is for its platform."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .errors import BakeError
+
+__all__ = ["ELF_MACHINES", "machine_of", "require_platform"]
+
+ELF_MACHINES = {62: "linux/amd64", 183: "linux/arm64"}  # e_machine -> platform
+_MAGIC = b"\x7fELF"
+
+
+def machine_of(header: bytes) -> int | None:
+    """e_machine of an ELF header (its first 20 bytes), None for anything else."""
+    if len(header) < 20 or not header.startswith(_MAGIC):
+        return None
+    return int.from_bytes(header[18:20], "little" if header[5] == 1 else "big")
+
+
+def require_platform(root: Path, platform: str) -> None:
+    """Refuse the first ELF file under root built for another machine than platform's."""
+    for folder, _, files in sorted(os.walk(root)):
+        for name in sorted(files):
+            path = Path(folder, name)
+            if path.is_symlink():
+                continue
+            with path.open("rb") as handle:
+                machine = machine_of(handle.read(20))
+            if machine is None or ELF_MACHINES.get(machine) == platform:
+                continue
+            found = ELF_MACHINES.get(machine, f"ELF machine {machine}")
+            raise BakeError(
+                f"/{path.relative_to(root)} is built for {found}, the image is {platform}",
+                "install a wheel built for the image's platform (check the runtime lock and "
+                "the tag's platform)")

@@ -1,0 +1,57 @@
+"""Platforms: the host's and the engine's, and the qemu binfmt handler that lets an engine
+run images of another one (linux/arm64 on x86_64)."""
+
+from __future__ import annotations
+
+import platform as host_machine
+from pathlib import Path
+
+from .docker_api import Client
+from .errors import EngineError
+
+__all__ = ["BINFMT", "MACHINES", "engine_platform", "host_platform", "require_binfmt",
+           "require_engine_runs"]
+
+MACHINES = {"linux/amd64": "x86_64", "linux/arm64": "aarch64"}  # platform -> machine
+BINFMT = Path("/proc/sys/fs/binfmt_misc")
+_PLATFORMS = {machine: name for name, machine in MACHINES.items()}
+_ENGINE_ARCHES = {"arm64": "aarch64", "amd64": "x86_64"}  # engine spellings -> machine
+
+
+def host_platform() -> str:
+    machine = host_machine.machine()
+    return _PLATFORMS.get(machine, f"linux/{machine}")
+
+
+def engine_platform(client: Client) -> str:
+    """The platform of the engine's own host (the one its containers run natively on)."""
+    arch = str(client.info().get("Architecture", ""))
+    machine = _ENGINE_ARCHES.get(arch, arch)
+    return _PLATFORMS.get(machine, f"linux/{machine}")
+
+
+def require_binfmt(platform: str, binfmt: Path = BINFMT) -> None:
+    """Programs of platform run on this host: natively, or through an enabled qemu binfmt
+    handler (what debootstrap's second stage and the engine's containers rely on)."""
+    host = host_platform()
+    if platform == host:
+        return
+    machine = MACHINES.get(platform, platform.rsplit("/", 1)[-1])
+    handler = binfmt / f"qemu-{machine}"
+    try:
+        enabled = handler.read_text().splitlines()[:1] == ["enabled"]
+    except OSError:
+        enabled = False
+    if not enabled:
+        raise EngineError(
+            f"{platform} needs emulation on this {host} host, and {handler} is not an enabled "
+            "qemu handler",
+            "install and register it: apt-get install qemu-user-static, mount binfmt_misc on "
+            f"{binfmt} (bash scripts/host-setup does both)")
+
+
+def require_engine_runs(client: Client, platform: str) -> None:
+    """The engine can run containers of platform; checked where the engine is this host."""
+    engine = engine_platform(client)
+    if platform != engine and str(client.api.base_url).startswith("http+docker://localhost"):
+        require_binfmt(platform)

@@ -1,0 +1,142 @@
+"""The /opt/venv layer: the venv made by the runtime base's own Python, the wheels installed
+into it by this host's pip.
+
+Only `python3 -m venv` runs in a container of the runtime base (emulated where the image is
+another platform's: seconds). Resolving and unpacking the wheels, compiling their bytecode
+and writing the layer is file work, done natively with pip's `--target` for the image's
+platform and Python, so an arm64 bake costs about what an amd64 one does.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import shutil
+import sys
+import tarfile
+from pathlib import Path
+
+from . import elfcheck, layers, resources
+from .docker_api import Client, run_container
+from .errors import BakeError
+from .proc import echo, run
+from .wheelhouse import platform_tags
+
+__all__ = ["INTERPRETER", "SKELETON", "VENV", "install"]
+
+VENV = "/opt/venv"
+INTERPRETER = f"{VENV}/bin/python3"
+SKELETON = "make_venv.sh"
+PYTHON_MARK = "sparkbake-python "  # the skeleton script's line giving its Python version
+DATA_DIRS = ("bin", "include", "share", "etc")  # pip --target's non-package top folders
+
+
+def install(client: Client, runtime_ref: str, platform: str, wheel_dirs: list[Path],
+            names: list[str], work: Path, source_date: int, log: Path) -> layers.Layer:
+    """The layer of /opt/venv with names (and what they need, from wheel_dirs) installed."""
+    root, python = _skeleton(client, runtime_ref, work, source_date, log)
+    venv = root / VENV.lstrip("/")
+    site = work / "site"
+    _pip_target(site, platform, python, wheel_dirs, names, source_date, log)
+    _merge(site, venv, python)
+    elfcheck.require_platform(root, platform)
+    return layers.from_folder(root, work / "venv.tar.gz", source_date)
+
+
+def _skeleton(client: Client, runtime_ref: str, work: Path, source_date: int,
+              log: Path) -> tuple[Path, str]:
+    """python3 -m venv /opt/venv in a network-less container of the runtime base, unpacked
+    under work/root; and its Python version (`3.11`)."""
+    archive = work / "venv-skeleton.tar"
+    result = run_container(
+        client, runtime_ref, [],
+        entrypoint=["/bin/sh", "-c", resources.path(SKELETON).read_text(), SKELETON],
+        environment={"SOURCE_DATE_EPOCH": str(source_date), "PYTHONHASHSEED": "0"},
+        network=False, log_path=log, copy_out=(VENV, archive))
+    versions = [line[len(PYTHON_MARK):].strip() for line in result.output.splitlines()
+                if line.startswith(PYTHON_MARK)]
+    if result.exit_code != 0 or not versions:
+        raise BakeError(f"making {VENV} in {runtime_ref} failed (exit {result.exit_code}; log: "
+                        f"{log})", "last output: " + " / ".join(result.tail(4).splitlines()))
+    root = work / "root"
+    (root / "opt").mkdir(parents=True)
+    with tarfile.open(archive) as tar:
+        tar.extractall(root / "opt", filter="tar")
+    archive.unlink()
+    return root, versions[0]
+
+
+def _pip_target(site: Path, platform: str, python: str, wheel_dirs: list[Path],
+                names: list[str], source_date: int, log: Path) -> None:
+    """This host's pip resolves and installs for the image's platform and Python, offline.
+    SOURCE_DATE_EPOCH makes its bytecode checked-hash based: no mtime in it."""
+    native = python == f"{sys.version_info[0]}.{sys.version_info[1]}"
+    if not native:
+        echo(f"bake: the image's Python is {python}, this host's "
+             f"{sys.version_info[0]}.{sys.version_info[1]}: no bytecode in {VENV}")
+    links = [arg for folder in wheel_dirs for arg in ("--find-links", str(folder))]
+    run([sys.executable, "-m", "pip", "install", "--no-index", "--no-cache-dir",
+         "--disable-pip-version-check", "--only-binary=:all:", "--target", site,
+         f"--python-version={python}", "--implementation=cp",
+         *(f"--platform={tag}" for tag in platform_tags(platform)),
+         *([] if native else ["--no-compile"]), *links, *names],
+        error=BakeError, what=f"installing {', '.join(names)} for {platform} (log: {log})",
+        capture=True, env={"SOURCE_DATE_EPOCH": str(source_date), "PYTHONHASHSEED": "0"})
+
+
+def _merge(site: Path, venv: Path, python: str) -> None:
+    """pip --target's folder into the venv: packages into site-packages, its bin/ (scripts
+    whose `#!` names this host's Python) and data folders beside the venv's own."""
+    packages = venv / "lib" / f"python{python}" / "site-packages"
+    for entry in sorted(site.iterdir()):
+        if entry.name in DATA_DIRS and entry.is_dir():
+            _merge_folder(entry, venv / entry.name)
+        else:
+            _replace(entry, packages / entry.name)
+    for script in (venv / "bin").iterdir():
+        if script.is_file() and not script.is_symlink():
+            _rewrite_shebang(script)
+    for record in packages.glob("*.dist-info/RECORD"):
+        _rewrite_record(record, packages, venv)
+
+
+def _merge_folder(source: Path, dest: Path) -> None:
+    dest.mkdir(parents=True, exist_ok=True)
+    for entry in source.iterdir():
+        _replace(entry, dest / entry.name)
+
+
+def _replace(source: Path, dest: Path) -> None:
+    if dest.is_dir() and not dest.is_symlink():
+        shutil.rmtree(dest)
+    elif dest.exists() or dest.is_symlink():
+        dest.unlink()
+    os.replace(source, dest)
+
+
+def _rewrite_shebang(script: Path) -> None:
+    """A script pip wrote for this host's interpreter runs the venv's instead."""
+    data = script.read_bytes()
+    first, newline, rest = data.partition(b"\n")
+    if first.startswith(b"#!") and b"python" in first:
+        script.write_bytes(f"#!{INTERPRETER}".encode() + newline + rest)
+
+
+def _rewrite_record(record: Path, packages: Path, venv: Path) -> None:
+    """RECORD lines of moved scripts: their place beside the venv and their new hash."""
+    lines = []
+    for line in record.read_text().splitlines():
+        path, *_ = line.rsplit(",", 2)
+        if path.startswith("bin/"):
+            moved = venv / path
+            path = os.path.relpath(moved, packages)
+            line = f"{path},{_record_hash(moved)},{moved.stat().st_size}" if moved.is_file() \
+                else f"{path},,"
+        lines.append(line)
+    record.write_text("\n".join(lines) + "\n")
+
+
+def _record_hash(path: Path) -> str:
+    digest = hashlib.sha256(path.read_bytes()).digest()
+    return "sha256=" + base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
