@@ -230,8 +230,8 @@ def _venv_layer(client: Client, plan: Plan, runtime: BaseImage, built: WheelSet,
                 house: Path | None, work: Path, source_date: int, log: Path) -> layers.Layer:
     """The wheels (and the runtime wheelhouse's) installed into /opt/venv (see `venv`)."""
     folders = [built.folder] if house is None else [built.folder, house]
-    return venv.install(client, runtime.ref, plan.tag.platform, folders, _names(built), work,
-                        source_date, log)
+    return venv.install(client, runtime.ref, plan.tag.image_ref, plan.tag.platform, folders,
+                        _names(built), work, source_date, log)
 
 
 def _files_layer(recorded: dict[str, Any], work: Path, source_date: int) -> layers.Layer:

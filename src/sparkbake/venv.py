@@ -32,13 +32,14 @@ PYTHON_MARK = "sparkbake-python "  # the skeleton script's line giving its Pytho
 DATA_DIRS = ("bin", "include", "share", "etc")  # pip --target's non-package top folders
 
 
-def install(client: Client, runtime_ref: str, platform: str, wheel_dirs: list[Path],
-            names: list[str], work: Path, source_date: int, log: Path) -> layers.Layer:
-    """The layer of /opt/venv with names (and what they need, from wheel_dirs) installed."""
+def install(client: Client, runtime_ref: str, image: str, platform: str,
+            wheel_dirs: list[Path], names: list[str], work: Path, source_date: int,
+            log: Path) -> layers.Layer:
+    """The layer of /opt/venv of image with names (and what they need, from wheel_dirs)."""
     root, python = _skeleton(client, runtime_ref, work, source_date, log)
     venv = root / VENV.lstrip("/")
     site = work / "site"
-    _pip_target(site, platform, python, wheel_dirs, names, source_date, log)
+    _pip_target(site, image, platform, python, wheel_dirs, names, source_date, log)
     _merge(site, venv, python)
     elfcheck.require_platform(root, platform)
     return layers.from_folder(root, work / "venv.tar.gz", source_date)
@@ -67,7 +68,7 @@ def _skeleton(client: Client, runtime_ref: str, work: Path, source_date: int,
     return root, versions[0]
 
 
-def _pip_target(site: Path, platform: str, python: str, wheel_dirs: list[Path],
+def _pip_target(site: Path, image: str, platform: str, python: str, wheel_dirs: list[Path],
                 names: list[str], source_date: int, log: Path) -> None:
     """This host's pip resolves and installs for the image's platform and Python, offline.
     SOURCE_DATE_EPOCH makes its bytecode checked-hash based: no mtime in it."""
@@ -76,13 +77,20 @@ def _pip_target(site: Path, platform: str, python: str, wheel_dirs: list[Path],
         echo(f"bake: the image's Python is {python}, this host's "
              f"{sys.version_info[0]}.{sys.version_info[1]}: no bytecode in {VENV}")
     links = [arg for folder in wheel_dirs for arg in ("--find-links", str(folder))]
-    run([sys.executable, "-m", "pip", "install", "--no-index", "--no-cache-dir",
-         "--disable-pip-version-check", "--only-binary=:all:", "--target", site,
-         f"--python-version={python}", "--implementation=cp",
-         *(f"--platform={tag}" for tag in platform_tags(platform)),
-         *([] if native else ["--no-compile"]), *links, *names],
-        error=BakeError, what=f"installing {', '.join(names)} for {platform} (log: {log})",
-        capture=True, env={"SOURCE_DATE_EPOCH": str(source_date), "PYTHONHASHSEED": "0"})
+    done = run([sys.executable, "-m", "pip", "install", "--no-index", "--no-cache-dir",
+                "--disable-pip-version-check", "--only-binary=:all:", "--target", site,
+                f"--python-version={python}", "--implementation=cp",
+                *(f"--platform={tag}" for tag in platform_tags(platform)),
+                *([] if native else ["--no-compile"]), *links, *names],
+               error=BakeError, what="pip", capture=True, check=False,
+               env={"SOURCE_DATE_EPOCH": str(source_date), "PYTHONHASHSEED": "0"})
+    with log.open("a") as out:
+        out.write(done.stdout + done.stderr)
+    if done.returncode != 0:
+        tail = done.stderr.strip().splitlines()[-2:]
+        raise BakeError(f"building {image} failed: installing its wheels for {platform} ended "
+                        f"with exit {done.returncode} (log: {log})",
+                        "last output: " + " / ".join(tail))
 
 
 def _merge(site: Path, venv: Path, python: str) -> None:
