@@ -9,7 +9,10 @@ import jinja2
 
 from .hashing import file_sha256
 
-__all__ = ["digest", "images_dir", "path", "render"]
+__all__ = ["BUILDER_FILES", "digest", "images_dir", "path", "render"]
+
+# copied into the builder image: the build script and the nvcc in front of the real one
+BUILDER_FILES = ("build_wheels.py", "nvcc_wrapper.py")
 
 
 @functools.cache

@@ -44,7 +44,7 @@ class WheelSet:
 def builder_image(client: Client, base: BaseImage, lock: Path, settings: HostSettings,
                   build_dir: Path) -> str:
     """The builder image for a base and its lock, rendered from images/builder.Dockerfile.j2."""
-    names = ("builder.Dockerfile.j2", "build_wheels.py")
+    names = ("builder.Dockerfile.j2", *resources.BUILDER_FILES)
     key = data_hash({"base": base.digest, "files": [resources.digest(n) for n in names],
                      "lock": file_sha256(lock), "index": settings.index_url,
                      "ca": bool(settings.ca_bundle)})
@@ -55,7 +55,8 @@ def builder_image(client: Client, base: BaseImage, lock: Path, settings: HostSet
         (context / "Dockerfile").write_text(resources.render(
             "builder.Dockerfile.j2", base_image=base.ref, ca_bundle=bool(settings.ca_bundle),
             index_url=settings.index_url))
-        shutil.copy(resources.path("build_wheels.py"), context / "build_wheels.py")
+        for name in resources.BUILDER_FILES:
+            shutil.copy(resources.path(name), context / name)
         shutil.copy(lock, context / "builder.lock")
         if settings.ca_bundle:
             shutil.copy(settings.ca_bundle, context / "ca-bundle.crt")

@@ -1,0 +1,67 @@
+#!/opt/builder/bin/python3 -I
+"""`nvcc` in the sparkbake builder: the real nvcc, with one-step builds made reproducible.
+
+nvcc names its intermediate files `tmpxft_<pid>_...`, and that name lands in the library
+(the static initializer's symbol). `-objtemp` renames them after the object file, but only
+for `-c` compiles; `nvcc -shared -o lib.so x.cu` (compile and link in one step) keeps the pid.
+Here such a step gets `-keep -keep-dir <fresh folder>`: nvcc then names the intermediates
+after the sources and the output, and the folder is removed afterwards. Everything else
+(`-c`, `-E`, `--dryrun`, ... as sccache calls it) goes to nvcc unchanged: sccache caches `-c`
+compiles itself and fails on `-keep`. Standard library only: copied into the builder image.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+# options after which nvcc does not link, or that name intermediates or options elsewhere
+NO_LINK = frozenset({
+    "-c", "--compile", "-dc", "--device-c", "-dw", "--device-w", "-dlink", "--device-link",
+    "-E", "--preprocess", "-M", "--generate-dependencies", "-MM",
+    "--generate-nonsystem-dependencies", "-ptx", "--ptx", "-cubin", "--cubin", "-fatbin",
+    "--fatbin", "-cuda", "--cuda", "-optix-ir", "--optix-ir", "-dryrun", "--dryrun",
+    "-keep", "--keep", "-keep-dir", "--keep-dir", "-save-temps", "--save-temps",
+    "-optf", "--options-file", "-V", "--version", "-h", "--help",
+})
+SOURCES = (".cu", ".c", ".cc", ".cpp", ".cxx", ".c++", ".C")
+
+
+def main(args: list[str]) -> int:
+    real = real_nvcc()
+    sources = one_step_sources(args)
+    if sources and len({Path(s).stem for s in sources}) < len(sources):
+        print(f"sparkbake nvcc: sources of one name ({' '.join(sources)}) in one step: its "
+              "intermediates carry the process id, the library may differ between builds",
+              file=sys.stderr, flush=True)
+        sources = []
+    if not sources:
+        os.execv(real, [real, *args])
+    with tempfile.TemporaryDirectory(prefix="sparkbake-nvcc.") as keep:
+        status = subprocess.run([real, "-keep", "-keep-dir", keep, *args], check=False)
+    return status.returncode if status.returncode >= 0 else 128 - status.returncode
+
+
+def one_step_sources(args: list[str]) -> list[str]:
+    """The sources of a step that compiles and links; none for any other step."""
+    if any(arg.split("=", 1)[0] in NO_LINK for arg in args):
+        return []
+    return [arg for arg in args if not arg.startswith("-") and arg.endswith(SOURCES)]
+
+
+def real_nvcc() -> str:
+    """The first nvcc on PATH after this one."""
+    here = Path(__file__).resolve().parent
+    for folder in os.environ.get("PATH", "").split(os.pathsep):
+        candidate = Path(folder or ".") / "nvcc"
+        if candidate.resolve().parent != here and os.access(candidate, os.X_OK) \
+                and candidate.is_file():
+            return str(candidate)
+    sys.exit("sparkbake nvcc: no nvcc on PATH after " + str(here))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
