@@ -26,6 +26,7 @@ from .settings import HostSettings
 __all__ = ["BaseImage", "ensure", "local_ref"]
 
 PLATFORM_TO_DEBIAN = {"linux/amd64": "amd64", "linux/arm64": "arm64"}
+IMPORT_FORMAT = 2  # raise when _import writes another image for the same rootfs
 
 
 @dataclass(frozen=True)
@@ -37,7 +38,7 @@ class BaseImage:
 
 def local_ref(base: DebootstrapBase, platform_name: str) -> str:
     """The engine's name of a debootstrap base made for a platform."""
-    key = data_hash({**base_identity(base), "platform": platform_name})
+    key = data_hash({**base_identity(base), "platform": platform_name, "import": IMPORT_FORMAT})
     return f"sparkbake-base/{base.name}:{key[:12]}"
 
 
@@ -120,9 +121,10 @@ def _import(client: Client, rootfs: Path, ref: str, platform_name: str, archive:
         while chunk := stream.read(1 << 20):
             digest.update(chunk)
     os_name, arch = platform_name.split("/", 1)
+    created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     config = json.dumps({
-        "architecture": arch, "os": os_name, "config": {},
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "architecture": arch, "os": os_name, "config": {}, "created": created,
+        "history": [{"created": created, "created_by": f"sparkbake: debootstrap {ref}"}],
         "rootfs": {"type": "layers", "diff_ids": [f"sha256:{digest.hexdigest()}"]},
     }, sort_keys=True).encode()
     manifest = json.dumps([{"Config": "config.json", "RepoTags": [ref],

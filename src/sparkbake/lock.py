@@ -105,16 +105,21 @@ def _sha(path: Path) -> str:
     return file_sha256(path)[:16]
 
 
-def resolve(config: Config, tag: Tag, settings: HostSettings, tree: Path | None = None) -> Path:
-    """Resolve the builder requirements for the tag's builder base, and the upstream's runtime
-    requirements for its runtime base where it declares them; write the locks."""
-    target = lock_path(config, tag)
-    origin = f"# from: {_stamp(tag, tree)}\n" if tag.upstream.build_requirements else ""
-    _compile(tag, tag.builder.name, tag.builder.python, inputs(tag, tree), target, settings,
-             f"# builder lock of base {tag.builder.name} (python {tag.builder.python}, "
-             f"{tag.platform}).\n{origin}# Made by `sparkbake lock TAG` from images/{TOOLCHAIN}"
-             f" (or images/{TORCH_TOOLCHAIN} and the upstream's build requirements);"
-             " edit those and rerun.\n")
+def resolve(config: Config, tag: Tag, settings: HostSettings,
+            tree: Path | None = None) -> list[Path]:
+    """Resolve the builder requirements for the tag's builder base (but for a kernel seed),
+    and the upstream's runtime requirements for its runtime base where it declares them;
+    write the locks and return them."""
+    written = []
+    if tag.kernels is None:  # a kernel seed's wheel is made on the host: no builder
+        target = lock_path(config, tag)
+        origin = f"# from: {_stamp(tag, tree)}\n" if tag.upstream.build_requirements else ""
+        _compile(tag, tag.builder.name, tag.builder.python, inputs(tag, tree), target,
+                 settings, f"# builder lock of base {tag.builder.name} (python "
+                 f"{tag.builder.python}, {tag.platform}).\n{origin}# Made by `sparkbake lock "
+                 f"TAG` from images/{TOOLCHAIN} (or images/{TORCH_TOOLCHAIN} and the "
+                 "upstream's build requirements); edit those and rerun.\n")
+        written.append(target)
     runtime = runtime_lock_path(config, tag)
     wanted = tag.upstream.runtime_requirements
     if runtime is not None and wanted is not None and tree is not None:
@@ -123,7 +128,8 @@ def resolve(config: Config, tag: Tag, settings: HostSettings, tree: Path | None 
                  f"{tag.platform}) for upstream {tag.upstream.key}.\n"
                  f"# from: {wanted}={_sha(tree / wanted)}\n"
                  "# Made by `sparkbake lock TAG`; the bake installs from these wheels only.\n")
-    return target
+        written.append(runtime)
+    return written
 
 
 def _compile(tag: Tag, base: str, python: str | None, sources: list[Path], target: Path,

@@ -10,8 +10,10 @@ platform and Python, so an arm64 bake costs about what an amd64 one does.
 from __future__ import annotations
 
 import base64
+import compileall
 import hashlib
 import os
+import py_compile
 import shutil
 import sys
 import tarfile
@@ -40,7 +42,8 @@ def install(client: Client, runtime_ref: str, image: str, platform: str,
     venv = root / VENV.lstrip("/")
     site = work / "site"
     _pip_target(site, image, platform, python, wheel_dirs, names, source_date, log)
-    _merge(site, venv, python)
+    installed = _merge(site, venv, python)
+    _compile(installed, root, python)
     elfcheck.require_platform(root, platform)
     return layers.from_folder(root, work / "venv.tar.gz", source_date)
 
@@ -70,18 +73,14 @@ def _skeleton(client: Client, runtime_ref: str, work: Path, source_date: int,
 
 def _pip_target(site: Path, image: str, platform: str, python: str, wheel_dirs: list[Path],
                 names: list[str], source_date: int, log: Path) -> None:
-    """This host's pip resolves and installs for the image's platform and Python, offline.
-    SOURCE_DATE_EPOCH makes its bytecode checked-hash based: no mtime in it."""
-    native = python == f"{sys.version_info[0]}.{sys.version_info[1]}"
-    if not native:
-        echo(f"bake: the image's Python is {python}, this host's "
-             f"{sys.version_info[0]}.{sys.version_info[1]}: no bytecode in {VENV}")
+    """This host's pip resolves and installs for the image's platform and Python, offline;
+    no bytecode: pip would record this host's paths in it (see _compile)."""
     links = [arg for folder in wheel_dirs for arg in ("--find-links", str(folder))]
     done = run([sys.executable, "-m", "pip", "install", "--no-index", "--no-cache-dir",
                 "--disable-pip-version-check", "--only-binary=:all:", "--target", site,
                 f"--python-version={python}", "--implementation=cp",
                 *(f"--platform={tag}" for tag in platform_tags(platform)),
-                *([] if native else ["--no-compile"]), *links, *names],
+                "--no-compile", *links, *names],
                error=BakeError, what="pip", capture=True, check=False,
                env={"SOURCE_DATE_EPOCH": str(source_date), "PYTHONHASHSEED": "0"})
     with log.open("a") as out:
@@ -93,20 +92,47 @@ def _pip_target(site: Path, image: str, platform: str, python: str, wheel_dirs: 
                         "last output: " + " / ".join(tail))
 
 
-def _merge(site: Path, venv: Path, python: str) -> None:
+def _merge(site: Path, venv: Path, python: str) -> list[Path]:
     """pip --target's folder into the venv: packages into site-packages, its bin/ (scripts
-    whose `#!` names this host's Python) and data folders beside the venv's own."""
+    whose `#!` names this host's Python) and data folders beside the venv's own. Returns
+    what went into site-packages."""
     packages = venv / "lib" / f"python{python}" / "site-packages"
+    installed = []
     for entry in sorted(site.iterdir()):
         if entry.name in DATA_DIRS and entry.is_dir():
             _merge_folder(entry, venv / entry.name)
         else:
             _replace(entry, packages / entry.name)
+            installed.append(packages / entry.name)
     for script in (venv / "bin").iterdir():
         if script.is_file() and not script.is_symlink():
             _rewrite_shebang(script)
     for record in packages.glob("*.dist-info/RECORD"):
         _rewrite_record(record, packages, venv)
+    return installed
+
+
+def _compile(installed: list[Path], root: Path, python: str) -> None:
+    """Bytecode of the installed packages as the image's Python imports them: its source path
+    in the image, checked-hash based (no mtime). Left out when this host's Python is another
+    version (the image's then compiles on import)."""
+    if python != f"{sys.version_info[0]}.{sys.version_info[1]}":
+        echo(f"bake: the image's Python is {python}, this host's {sys.version_info[0]}."
+             f"{sys.version_info[1]}: no bytecode in {VENV}")
+        return
+    mode = py_compile.PycInvalidationMode.CHECKED_HASH
+    for path in installed:
+        where = "/" + path.relative_to(root).as_posix()
+        if path.is_dir():
+            done = compileall.compile_dir(path, ddir=where, quiet=2, invalidation_mode=mode,
+                                          workers=os.cpu_count() or 1)
+        elif path.suffix == ".py":
+            done = compileall.compile_file(path, ddir=str(Path(where).parent), quiet=2,
+                                           invalidation_mode=mode)
+        else:
+            continue
+        if not done:
+            echo(f"bake: warning: some files under {where} do not compile (left as source)")
 
 
 def _merge_folder(source: Path, dest: Path) -> None:
