@@ -30,9 +30,10 @@ def engine_platform(client: Client) -> str:
     return _PLATFORMS.get(machine, f"linux/{machine}")
 
 
-def require_binfmt(platform: str, binfmt: Path = BINFMT) -> None:
+def require_binfmt(platform: str, binfmt: Path | None = None) -> None:
     """Programs of platform run on this host: natively, or through an enabled qemu binfmt
     handler (what debootstrap's second stage and the engine's containers rely on)."""
+    binfmt = binfmt or BINFMT
     host = host_platform()
     if platform == host:
         return

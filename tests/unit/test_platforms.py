@@ -1,0 +1,70 @@
+"""Platforms: the binfmt check, the ELF check of the bake, keys that differ per platform."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from sparkbake import bases, elfcheck, emulation, plan
+from sparkbake.config import DebootstrapBase
+from sparkbake.errors import BakeError, EngineError
+from tests.conftest import Project
+
+# the first 20 bytes of an ELF header: class, byte order, then e_machine at offset 18
+X86_64 = b"\x7fELF\x02\x01\x01" + bytes(11) + (62).to_bytes(2, "little")
+AARCH64 = b"\x7fELF\x02\x01\x01" + bytes(11) + (183).to_bytes(2, "little")
+
+
+def test_elf_machines_are_read_from_the_header() -> None:
+    assert elfcheck.machine_of(X86_64) == 62
+    assert elfcheck.machine_of(AARCH64) == 183
+    assert elfcheck.machine_of(b"#!/bin/sh\n" + bytes(10)) is None
+    assert elfcheck.machine_of(b"\x7fELF") is None  # too short to say
+
+
+def test_an_elf_file_of_another_machine_is_named_with_exit_5(tmp_path: Path) -> None:
+    lib = tmp_path / "opt" / "venv" / "lib" / "x.so"
+    lib.parent.mkdir(parents=True)
+    lib.write_bytes(AARCH64 + b"rest")
+    (tmp_path / "opt" / "venv" / "script").write_bytes(b"#!/bin/sh\n")
+    elfcheck.require_platform(tmp_path, "linux/arm64")
+    with pytest.raises(BakeError) as caught:
+        elfcheck.require_platform(tmp_path, "linux/amd64")
+    assert caught.value.exit_code == 5
+    assert caught.value.message == \
+        "/opt/venv/lib/x.so is built for linux/arm64, the image is linux/amd64"
+
+
+def test_a_foreign_platform_without_its_binfmt_handler_is_exit_8(tmp_path: Path) -> None:
+    with pytest.raises(EngineError) as caught:
+        emulation.require_binfmt("linux/arm64", tmp_path)
+    assert caught.value.exit_code == 8
+    assert f"{tmp_path}/qemu-aarch64 is not an enabled qemu handler" in caught.value.message
+    assert "apt-get install qemu-user-static" in caught.value.remedy
+    (tmp_path / "qemu-aarch64").write_text("disabled\ninterpreter /usr/bin/qemu\n")
+    with pytest.raises(EngineError):
+        emulation.require_binfmt("linux/arm64", tmp_path)
+    (tmp_path / "qemu-aarch64").write_text("enabled\ninterpreter /usr/bin/qemu\n")
+    emulation.require_binfmt("linux/arm64", tmp_path)
+
+
+def test_the_hosts_own_platform_needs_no_handler(tmp_path: Path) -> None:
+    emulation.require_binfmt(emulation.host_platform(), tmp_path)
+
+
+def test_a_debootstrap_base_is_another_image_per_platform() -> None:
+    base = DebootstrapBase(name="d", suite="bookworm", mirror=None, variant="minbase",
+                           packages=())
+    assert bases.local_ref(base, "linux/amd64") != bases.local_ref(base, "linux/arm64")
+
+
+def test_every_key_of_an_arm64_tag_differs_from_its_amd64_twin(project: Project) -> None:
+    loaded = project.config()
+    amd64 = loaded.tag("fixture")
+    arm64 = dataclasses.replace(amd64, platform="linux/arm64")
+    one, other = plan.make(loaded, amd64), plan.make(loaded, arm64)
+    for stage in ("kernels", "wheels", "bake"):
+        assert one.key(stage) != other.key(stage), stage
+    assert one.key("patch") == other.key("patch")  # the tree is the same
