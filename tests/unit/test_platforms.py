@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkbake import bases, elfcheck, emulation, plan
+from sparkbake import bases, elfcheck, emulation, pipeline, plan
 from sparkbake.config import DebootstrapBase
 from sparkbake.errors import BakeError, EngineError
 from tests.conftest import Project
@@ -68,3 +68,17 @@ def test_every_key_of_an_arm64_tag_differs_from_its_amd64_twin(project: Project)
     for stage in ("kernels", "wheels", "bake"):
         assert one.key(stage) != other.key(stage), stage
     assert one.key("patch") == other.key("patch")  # the tree is the same
+
+
+def test_plan_says_which_stages_run_emulated(project: Project) -> None:
+    loaded = project.config()
+    host = emulation.host_platform()
+    other = "linux/arm64" if host == "linux/amd64" else "linux/amd64"
+    native = dataclasses.replace(loaded.tag("fixture"), platform=host)
+    foreign = dataclasses.replace(native, platform=other)
+    said = {tag.platform: {s.name: s.detail for s in pipeline.stage_states(
+        loaded, plan.make(loaded, tag), None)} for tag in (native, foreign)}
+    assert f"; emulated: {other} on {host}" in said[other]["wheels"]
+    assert f"; emulated: {other} on {host}" in said[other]["smoke"]
+    assert "(venv made emulated, files native)" in said[other]["bake"]
+    assert not any("emulated" in detail for detail in said[host].values())
