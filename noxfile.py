@@ -51,6 +51,14 @@ def bench_cache(session: nox.Session) -> None:
     session.run("python", "-m", "sparkbake.bench_cache", *session.posargs)
 
 
+@nox.session(name="repro-one-step")
+def repro_one_step(session: nox.Session) -> None:
+    """Four more pairs of clean builds of a one-step nvcc library, cache on and off."""
+    session.install(".[test]")
+    session.run("pytest", "-m", "repeated", "tests/integration/test_one_step_nvcc.py",
+                *session.posargs)
+
+
 def _cli(command: str) -> None:
     @nox.session(name=command)
     def session_for_command(session: nox.Session) -> None:
