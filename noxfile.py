@@ -59,6 +59,14 @@ def repro_one_step(session: nox.Session) -> None:
                 *session.posargs)
 
 
+@nox.session(name="repro-vllm")
+def repro_vllm(session: nox.Session) -> None:
+    """The real vLLM images (x86_64 and the arm64 fast path) built twice from clean each."""
+    session.install(".[test]")
+    session.run("pytest", "-m", "repeated", "tests/integration/test_vllm_reuse.py",
+                *session.posargs)
+
+
 def _cli(command: str) -> None:
     @nox.session(name=command)
     def session_for_command(session: nox.Session) -> None:

@@ -1,10 +1,12 @@
-"""The real vLLM path without a Spark: the production series built around the kernels of
-vLLM's own x86_64 release wheel (tag vllm-reuse-sm90 of the repository's versions.yaml).
+"""The real vLLM images are reproducible: the production series around the kernels of vLLM's
+own release wheels, for x86_64 (vllm-reuse-sm90) and for the Spark (arm64,
+production-3.73-vision-seeded), each built twice from clean, wheels and image, in two work
+folders at two times, must come out bit for bit the same.
 
-Nothing compiles. The tag is built twice from clean, wheels and image, in two work folders
-at two times, and both must come out bit for bit the same. A slow module (about 20 minutes
-and 25 GB of disk at its peak: a builder with torch, the runtime wheelhouse of about 4 GB
-and an image of about 10 GB, written twice); the images are not loaded into the engine.
+Nothing compiles. A slow module, run by `nox -s repro-vllm`, not by `nox -s tests` (CI builds
+the arm64 tag once, in test_production_arm64.py): about 10 minutes and 25 GB of disk per
+tag (the runtime wheelhouse of about 4 GB and an image of about 10 GB, written twice); the
+images are not loaded into the engine.
 """
 
 from __future__ import annotations
@@ -24,10 +26,9 @@ from sparkbake import plan as plan_mod
 from sparkbake.errors import BuildError
 from sparkbake.hashing import file_sha256
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.repeated]
 
 REPO = Path(__file__).resolve().parents[2]
-TAG = "vllm-reuse-sm90"
 NEW_MODULE = "vllm/models/deepseek_v4/common/dcp_gather.py"  # added by the ckv-gather series
 KERNEL = "vllm/_C_stable_libtorch.abi3.so"
 
@@ -40,8 +41,14 @@ class Build:
     layout: Path
 
 
+@pytest.fixture(scope="module", params=["vllm-reuse-sm90", "production-3.73-vision-seeded"])
+def tag_name(request: pytest.FixtureRequest) -> str:
+    name: str = request.param
+    return name
+
+
 @pytest.fixture(scope="module")
-def builds(docker_client: docker_api.Client,
+def builds(docker_client: docker_api.Client, tag_name: str,
            tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Build]]:
     """The tag built twice, each from an empty build/ and wheels/; removed afterwards."""
     loaded = config.load(REPO / "versions.yaml")
@@ -50,8 +57,8 @@ def builds(docker_client: docker_api.Client,
         work = tmp_path_factory.mktemp(name)
         works.append(work)
         scratch = dataclasses.replace(loaded, work=work)
-        baked = pipeline.rebuild(scratch, scratch.tag(TAG))
-        plan = plan_mod.make(scratch, scratch.tag(TAG))
+        baked = pipeline.rebuild(scratch, scratch.tag(tag_name))
+        plan = plan_mod.make(scratch, scratch.tag(tag_name))
         folder = work / "wheels" / plan.wheels_key
         shutil.rmtree(work / "wheels" / "runtime")  # 4 GB each: checked by hash, not needed
         done.append(Build(folder, json.loads((folder / wheels.REPORT).read_text()),
@@ -81,12 +88,13 @@ def test_two_clean_builds_give_the_same_wheel(builds: list[Build]) -> None:
         file_sha256(the_wheel(second.folder, second.report))
 
 
-def test_no_compiler_ran_and_the_kernels_are_the_release_wheels(builds: list[Build]) -> None:
+def test_no_compiler_ran_and_the_kernels_are_the_release_wheels(builds: list[Build],
+                                                                 tag_name: str) -> None:
     folder, report = builds[0].folder, builds[0].report
     assert report["kernels"]["reused"] is True
-    assert report["compile_cache"]["stats"]["compile_requests"] == 0  # sccache saw no compile
-    seed = config.load(REPO / "versions.yaml").tag(TAG).kernels
+    seed = config.load(REPO / "versions.yaml").tag(tag_name).kernels
     assert seed is not None
+    assert report["nvcc"] == f"none: kernels from {seed.wheel}"  # no builder, no compiler
     (release,) = (folder.parent / "kernels").glob(f"*/{seed.wheel}")
     assert file_sha256(release) == seed.sha256
     with zipfile.ZipFile(release) as published, \
@@ -94,26 +102,26 @@ def test_no_compiler_ran_and_the_kernels_are_the_release_wheels(builds: list[Bui
         assert built.read(KERNEL) == published.read(KERNEL)
 
 
-def test_the_wheel_carries_the_patched_python(builds: list[Build]) -> None:
+def test_the_wheel_carries_the_patched_python(builds: list[Build], tag_name: str) -> None:
     folder, report = builds[0].folder, builds[0].report
     loaded = config.load(REPO / "versions.yaml")
-    plan = plan_mod.make(loaded, loaded.tag(TAG))
+    plan = plan_mod.make(loaded, loaded.tag(tag_name))
     tree = folder.parents[1] / "build" / "patched" / plan.patch_key / "tree"
     with zipfile.ZipFile(the_wheel(folder, report)) as built:
         assert built.read(NEW_MODULE) == (tree / NEW_MODULE).read_bytes()
         assert b"VLLM_DSV4_DCP_PREFIX_CACHE" in built.read("vllm/envs.py")
 
 
-def test_the_arch_check_names_a_release_library_without_hopper_code(
-        builds: list[Build]) -> None:
+def test_the_arch_check_names_a_release_library_without_code_for_the_arch(
+        builds: list[Build], tag_name: str) -> None:
     report = builds[0].report
     sass = {k["path"]: k["sass"] for k in report["wheels"][0]["kernels"]}
     assert "sm_90a" in sass["vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so"]
-    tag = config.load(REPO / "versions.yaml").tag(TAG)
+    tag = config.load(REPO / "versions.yaml").tag(tag_name)
     assert tag.kernels is not None
     undeclared = dataclasses.replace(tag, kernels=dataclasses.replace(
         tag.kernels, other_arch=tuple(p for p in tag.kernels.other_arch
                                       if "deepselect" not in p)))
-    with pytest.raises(BuildError, match=r"vllm/_deepselect_C\.abi3\.so has no SASS a sm_90a "
-                                         r"device loads \(has: sm_100\)"):
+    with pytest.raises(BuildError, match=r"vllm/_deepselect_C\.abi3\.so has no SASS a "
+                                         rf"{tag.sm_arch} device loads \(has: sm_100\)"):
         wheels.check_sass(undeclared, report)

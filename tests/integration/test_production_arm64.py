@@ -1,0 +1,132 @@
+"""The Spark image's fast path, end to end on this host: production-3.73-vision-seeded of the
+repository's versions.yaml (the four production series on vLLM's aarch64 release wheel) is
+built for linux/arm64, smoked under qemu and published to the embedded registry.
+
+Built once (about 15 minutes here and 30 GB of disk at the peak: a 4 GB arm64 wheelhouse
+and a 10 GB image in build/oci, the engine and the registry); everything after asserts on
+that one build. The second clean build that proves it bit for bit is `nox -s repro-vllm`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sparkbake import config, docker_api, embedded_registry, pipeline, smoke, wheels
+from sparkbake import plan as plan_mod
+from sparkbake.hashing import file_sha256
+from tests.conftest import free_port
+
+pytestmark = pytest.mark.docker
+
+REPO = Path(__file__).resolve().parents[2]
+TAG = "production-3.73-vision-seeded"
+NEW_MODULE = "vllm/models/deepseek_v4/common/dcp_gather.py"  # added by the ckv-gather series
+KERNEL = "vllm/_C_stable_libtorch.abi3.so"
+
+
+@dataclasses.dataclass(frozen=True)
+class Built:
+    config: config.Config  # the repository's versions.yaml with build/ and wheels/ in a tmp dir
+    plan: plan_mod.Plan
+
+    @property
+    def report(self) -> dict[str, Any]:
+        folder = self.config.wheels_dir / self.plan.wheels_key
+        report: dict[str, Any] = json.loads((folder / wheels.REPORT).read_text())
+        return report
+
+    @property
+    def wheel(self) -> Path:
+        (wheel,) = self.report["wheels"]
+        return self.config.wheels_dir / self.plan.wheels_key / str(wheel["file"])
+
+    def result(self, name: str) -> dict[str, Any]:
+        record: dict[str, Any] = json.loads(
+            (self.config.build_dir / name / f"{TAG}.json").read_text())
+        return record
+
+
+@pytest.fixture(scope="module")
+def built(docker_client: docker_api.Client,
+          tmp_path_factory: pytest.TempPathFactory) -> Iterator[Built]:
+    """build-image, smoke and publish of the tag, once; the image and work removed after."""
+    work = tmp_path_factory.mktemp("arm64")
+    loaded = dataclasses.replace(config.load(REPO / "versions.yaml"), work=work)
+    tag = loaded.tag(TAG)
+    assert pipeline.run_until(loaded, tag, "build-image") == 0
+    assert pipeline.smoke_tag(loaded, tag, smoke.Options()) == 0
+    port = free_port()
+    embedded_registry.start(loaded, port)
+    try:
+        assert pipeline.publish(loaded, tag, f"127.0.0.1:{port}", force=False) == 0
+        yield Built(loaded, plan_mod.make(loaded, tag))
+    finally:
+        embedded_registry.stop(loaded)
+        docker_client.images.remove(tag.image_ref, force=True)
+
+
+def test_the_image_is_arm64_and_its_containers_run_aarch64(
+        built: Built, docker_client: docker_api.Client) -> None:
+    baked = json.loads((built.config.build_dir / "oci" / "index.json").read_text())
+    assert baked["manifests"]
+    attrs = docker_api.image_attrs(docker_client, built.plan.tag.image_ref)
+    assert (attrs["Os"], attrs["Architecture"]) == ("linux", "arm64")
+    ran = docker_api.run_container(docker_client, built.plan.tag.image_ref, ["-m"],
+                                   entrypoint=["uname"], network=False, quiet=True)
+    assert ran.output.strip() == "aarch64"
+
+
+def test_the_wheel_is_the_release_wheels_kernels_and_the_patched_python(built: Built) -> None:
+    report = built.report
+    seed = built.plan.tag.kernels
+    assert seed is not None
+    assert report["kernels"] == {"key": built.plan.kernel_key, "reused": True,
+                                 "seed": seed.wheel}
+    assert report["nvcc"] == f"none: kernels from {seed.wheel}"  # no builder, no compiler
+    release = built.config.wheels_dir / "kernels" / built.plan.kernel_key / seed.wheel
+    assert file_sha256(release) == seed.sha256
+    tree = built.config.build_dir / "patched" / built.plan.patch_key / "tree"
+    with zipfile.ZipFile(release) as published, zipfile.ZipFile(built.wheel) as made:
+        assert made.read(KERNEL) == published.read(KERNEL)
+        assert made.read(NEW_MODULE) == (tree / NEW_MODULE).read_bytes()
+        assert b"VLLM_DSV4_DCP_PREFIX_CACHE" in made.read("vllm/envs.py")
+        assert b"VLLM_DSV4_DCP_PREFIX_CACHE" not in published.read("vllm/envs.py")
+
+
+def test_the_kernels_for_a_gb10_are_sm_120_family_code(built: Built) -> None:
+    sass = {k["path"]: k["sass"] for k in built.report["wheels"][0]["kernels"]}
+    for library in (KERNEL, "vllm/_moe_C_stable_libtorch.abi3.so"):
+        assert "sm_120" in sass[library] and "sm_121a" not in sass[library]
+        assert wheels.loadable("sm_120", built.plan.tag.sm_arch)
+
+
+def test_smoke_checked_the_image_under_emulation(built: Built) -> None:
+    record = built.result("smoke")
+    status = {check["name"]: check["status"] for check in record["checks"]}
+    for name in ("labels", "manifest", "vllm-import", "patched-files", "kernels",
+                 "entrypoint-print", "preflight-rejects"):
+        assert status[name] == "passed", (name, record)
+    detail = {check["name"]: check["detail"] for check in record["checks"]}
+    assert "0.33.0" in detail["vllm-import"]
+
+
+def test_the_registry_holds_the_baked_digest_for_arm64(built: Built) -> None:
+    release = built.result("releases")
+    baked = json.loads((built.config.build_dir / "oci" / "index.json").read_text())
+    digests = {m["digest"] for m in baked["manifests"]
+               if m.get("annotations", {}).get("org.opencontainers.image.ref.name") == TAG}
+    assert release["digest"] in digests
+    shown = subprocess.run(["skopeo", "inspect", "--tls-verify=false",
+                            f"docker://{release['images'][0]}"],
+                           capture_output=True, text=True, check=True, timeout=300)
+    inspected = json.loads(shown.stdout)
+    assert inspected["Digest"] == release["digest"]
+    assert inspected["Architecture"] == "arm64"
