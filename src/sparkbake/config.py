@@ -139,14 +139,17 @@ def _base(where: Where, name: str, raw_bases: LocatedDict) -> Base:
 
 def _upstream(where: Where, key: str, raw_upstreams: LocatedDict) -> Upstream:
     spec = where.mapping(raw_upstreams[key], f"upstream {key!r}",
-                         (*UPSTREAM_KINDS, "source_date_epoch", *REQUIREMENTS_KEYS),
+                         (*UPSTREAM_KINDS, "source_date_epoch", *REQUIREMENTS_KEYS,
+                          "cmake_skip"),
                          parent=raw_upstreams, key=key)
     if len(set(UPSTREAM_KINDS) & set(spec)) != 1:
         raise ConfigError(f"{where(spec)}: upstream {key!r} needs exactly one of pypi, git, dir",
                           "keep one of them")
     date = _source_date(where, spec)
-    requirements = {key: where.string(spec, key, TREE_PATH, "a relative path inside the tree")
-                    for key in REQUIREMENTS_KEYS if key in spec}
+    requirements: dict[str, Any] = {
+        key: where.string(spec, key, TREE_PATH, "a relative path inside the tree")
+        for key in REQUIREMENTS_KEYS if key in spec}
+    requirements["cmake_skip"] = _cmake_skip(where, spec)
     if "dir" in spec:
         rel = where.string(spec, "dir")
         return DirUpstream(key=key, path=(where.path.parent / rel).resolve(),
@@ -167,6 +170,18 @@ def _upstream(where: Where, key: str, raw_upstreams: LocatedDict) -> Upstream:
         sha256=where.string(pypi, "sha256", SHA256, "64 lowercase hex digits"),
         source_date_epoch=date, **requirements,
     )
+
+
+def _cmake_skip(where: Where, spec: LocatedDict) -> tuple[tuple[str, str], ...]:
+    """cmake_skip: {<CMake file in the tree>: <why this build never reaches it>}."""
+    if "cmake_skip" not in spec:
+        return ()
+    skip = where.mapping(spec["cmake_skip"], "cmake_skip", parent=spec, key="cmake_skip")
+    for name in skip:
+        if not TREE_PATH.fullmatch(name) or not isinstance(skip[name], str):
+            raise ConfigError(f"{where(skip, name)}: cmake_skip wants <path in the tree>: "
+                              "<reason>", 'write e.g. cmake/cpu_extension.cmake: "CPU build"')
+    return tuple(sorted((name, str(skip[name])) for name in skip))
 
 
 def _source_date(where: Where, spec: LocatedDict) -> int | None:

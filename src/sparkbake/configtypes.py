@@ -54,6 +54,8 @@ class PypiUpstream:
     source_date_epoch: int | None = None  # declared; else sources.DEFAULT_SOURCE_DATE
     build_requirements: str | None = None  # in the tree: what its build imports (torch, ...)
     runtime_requirements: str | None = None  # in the tree: what its wheels need installed
+    # CMake files of the tree whose downloads this build never reaches -> why (cmake_sources)
+    cmake_skip: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,8 @@ class GitUpstream:
     source_date_epoch: int | None = None  # declared; else the commit time
     build_requirements: str | None = None  # in the tree: what its build imports (torch, ...)
     runtime_requirements: str | None = None  # in the tree: what its wheels need installed
+    # CMake files of the tree whose downloads this build never reaches -> why (cmake_sources)
+    cmake_skip: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -74,6 +78,8 @@ class DirUpstream:
     source_date_epoch: int | None = None  # declared; else sources.DEFAULT_SOURCE_DATE
     build_requirements: str | None = None  # in the tree: what its build imports (torch, ...)
     runtime_requirements: str | None = None  # in the tree: what its wheels need installed
+    # CMake files of the tree whose downloads this build never reaches -> why (cmake_sources)
+    cmake_skip: tuple[tuple[str, str], ...] = ()
 
 
 Upstream = PypiUpstream | GitUpstream | DirUpstream

@@ -25,6 +25,7 @@ from . import (
     series,
     smoke,
     sources,
+    thirdparty,
     verify,
     wheelhouse,
     wheels,
@@ -62,7 +63,7 @@ def stage_states(config: Config, plan: Plan, client: Client | None) -> list[Stag
     wheels_state = _exists(config.wheels_dir / plan.wheels_key / wheels.REPORT)
     return [
         StagePlan("fetch", plan.fetch_key, _exists(build / "sources" / plan.fetch_key / "tree"),
-                  _upstream_text(plan.tag)),
+                  _upstream_text(plan)),
         StagePlan("patch", plan.patch_key, patch_state, "; ".join(plan.problems)
                   or why("patch", patch_state) or ", ".join(plan.tag.series)),
         StagePlan("kernels", plan.kernel_key, kernels_state,
@@ -147,6 +148,9 @@ def _build(config: Config, plan: Plan, stage: str, options: patches.Options, *,
     settings = host_settings()
     pristine = sources.fetch(tag.upstream, config.build_dir / "sources" / plan.fetch_key, settings)
     if stage == "fetch":
+        fetched = thirdparty.fetch_locked(config, tag, settings)
+        echo(f"third-party sources: {len(fetched)} verified" if fetched else
+             "third-party sources: none locked")
         return pristine
     date = sources.source_date(tag.upstream, pristine.parent)
     patched = patches.apply(plan, pristine, config.build_dir / "patched" / plan.patch_key,
@@ -190,6 +194,7 @@ def _wheels(client: Client, config: Config, plan: Plan, patched: patches.Patched
     folder = config.wheels_dir / plan.wheels_key
     kernels = config.wheels_dir / "kernels" / plan.kernel_key
     builder = ""
+    fetched: tuple[thirdparty.Fetched, ...] = ()
     if not (folder / wheels.REPORT).is_file():  # cached wheels need no builder image
         if plan.tag.kernels:
             kernelseed.require_python_only(plan.tag,
@@ -198,9 +203,11 @@ def _wheels(client: Client, config: Config, plan: Plan, patched: patches.Patched
         base = bases.ensure(client, plan.tag.builder, plan.tag.platform, config.build_dir,
                             settings)
         lock_file = lock.require_lock(config, plan.tag, patched.path)
+        fetched = thirdparty.prepare(config, plan.tag, patched.path, settings)
         builder = wheels.builder_image(client, base, lock_file, settings, config.build_dir)
     request = wheels.BuildRequest(
         tag=plan.tag, builder=builder, patched=patched, folder=folder, kernels=kernels,
+        third_party=fetched,
         log=config.build_dir / "logs" / f"{plan.tag.name}-wheels.log",
         jobs=wheels.compile_jobs(client.info(), settings), memory=settings.builder_memory,
         source_date=source_date,
@@ -226,12 +233,14 @@ def rebase_check(config: Config, tag: Tag, target: str) -> int:
 
 def lock_tag(config: Config, tag: Tag, for_patch_tests: bool = False) -> int:
     tree = None
-    if for_patch_tests or tag.upstream.build_requirements:
+    if for_patch_tests or tag.upstream.build_requirements or not tag.kernels:
         patched = _build(config, plan_mod.make(config, tag), "patch", patches.Options())
         assert isinstance(patched, patches.PatchedTree)
         tree = patched.path
     if for_patch_tests and tree:
         return _done(f"patch-tests lock: {patchtests.resolve(config, tag, tree, host_settings())}")
+    if tree and not tag.kernels:  # a kernel seed compiles nothing: no CMake sources
+        thirdparty.lock(config, tag, tree, host_settings())
     return _done(f"builder lock: {lock.resolve(config, tag, host_settings(), tree)}")
 
 
@@ -350,7 +359,9 @@ def _kernels_text(tag: Tag) -> str:
     return "compiled extensions; cached = no compiler"
 
 
-def _upstream_text(tag: Tag) -> str:
-    pin = plan_mod.upstream_pin(tag.upstream)
-    return f"{tag.upstream.key} ({pin['kind']})"
+def _upstream_text(plan: Plan) -> str:
+    pin = plan_mod.upstream_pin(plan.tag.upstream)
+    third = plan.stage_inputs["wheels"].get("third-party sources", [])
+    extra = f" + {len(third)} third-party sources (locked)" if third else ""
+    return f"{plan.tag.upstream.key} ({pin['kind']}){extra}"
 
