@@ -1,0 +1,208 @@
+"""Finding a CMake tree's downloads, the sources lock's format and coverage check, the
+builder's arguments: pure logic, no network, no Docker."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from sparkbake import config, sourcelock, thirdparty
+from sparkbake.cmake_sources import commands, discover
+from sparkbake.errors import ConfigError
+from tests.conftest import versions_yaml
+
+CUTLASS = """\
+# a comment with FetchContent_Declare(fake GIT_REPOSITORY x GIT_TAG y)
+#[[ a bracket comment
+FetchContent_Declare(fake2 GIT_REPOSITORY x GIT_TAG y) ]]
+set(CUTLASS_REVISION "v4.7.1" CACHE STRING "the CUTLASS tag")
+if (DEFINED ENV{VLLM_CUTLASS_SRC_DIR})
+  set(VLLM_CUTLASS_SRC_DIR $ENV{VLLM_CUTLASS_SRC_DIR})
+endif()
+if(VLLM_CUTLASS_SRC_DIR)
+  FetchContent_Declare(cutlass SOURCE_DIR ${VLLM_CUTLASS_SRC_DIR})
+else()
+  FetchContent_Declare(
+      cutlass
+      GIT_REPOSITORY https://github.com/nvidia/cutlass.git
+      GIT_TAG ${CUTLASS_REVISION}
+      GIT_PROGRESS TRUE
+      GIT_SHALLOW TRUE
+  )
+endif()
+"""
+DEEPGEMM = """\
+if (DEFINED ENV{DEEPGEMM_SRC_DIR})
+  set(DEEPGEMM_SRC_DIR $ENV{DEEPGEMM_SRC_DIR})
+endif()
+set(_REPO "https://github.com/vllm-project/DeepGEMM.git")
+set(_TAG "0820030756945b2daec208e8e8255268360f337d")
+FetchContent_Populate(
+  deepgemm
+  SOURCE_DIR "${_src}"
+  GIT_REPOSITORY "${_REPO}"
+  GIT_TAG "${_TAG}"
+  GIT_SUBMODULES "third-party/cutlass" "third-party/deep_jit"
+)
+"""
+ARCHIVE = """\
+FetchContent_Declare(json URL [=[https://example.invalid/json-3.11.3.tar.xz]=]
+  URL_HASH SHA256=D6C65AA6A28A4F2BD4C3CF8B6C1B9D3E6E4F5C7B1A2B3C4D5E6F708192A3B4C5)
+"""
+
+
+def tree(root: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return root
+
+
+def test_commands_skip_comments_and_unquote_arguments() -> None:
+    found = commands('set(A "x y" [[z]])  # set(B 1)\nmessage(STATUS "a\\"b")\n')
+    assert [(c.name, c.args, c.line) for c in found] == [
+        ("set", ("A", "x y", "z"), 1), ("message", ("STATUS", 'a"b'), 2)]
+
+
+def test_a_git_declaration_resolves_its_cache_variable_and_finds_its_env(tmp_path: Path) -> None:
+    found = discover(tree(tmp_path, {"CMakeLists.txt": CUTLASS}))
+    [cutlass] = found.declarations
+    assert (cutlass.name, cutlass.kind, cutlass.url, cutlass.ref, cutlass.written) == (
+        "cutlass", "git", "https://github.com/nvidia/cutlass.git", "v4.7.1",
+        "${CUTLASS_REVISION}")
+    assert cutlass.submodules is None  # not given: CMake takes them all
+    assert (cutlass.env, cutlass.form, cutlass.where) == (
+        ("VLLM_CUTLASS_SRC_DIR",), "declare", "CMakeLists.txt:11")
+
+
+def test_populate_with_its_own_details_and_submodules(tmp_path: Path) -> None:
+    found = discover(tree(tmp_path, {"cmake/deepgemm.cmake": DEEPGEMM}))
+    [deepgemm] = found.declarations
+    assert deepgemm.form == "populate"
+    assert deepgemm.ref == "0820030756945b2daec208e8e8255268360f337d"
+    assert deepgemm.submodules == ("third-party/cutlass", "third-party/deep_jit")
+    assert deepgemm.env == ("DEEPGEMM_SRC_DIR",)
+
+
+def test_a_url_declaration_keeps_its_sha256(tmp_path: Path) -> None:
+    [json_lib] = discover(tree(tmp_path, {"CMakeLists.txt": ARCHIVE})).declarations
+    assert json_lib.kind == "url"
+    assert json_lib.url == "https://example.invalid/json-3.11.3.tar.xz"
+    assert json_lib.ref == "sha256:d6c65aa6a28a4f2bd4c3cf8b6c1b9d3e6e4f5c7b1a2b3c4d5e6f708192a3b4c5"
+
+
+def test_an_md5_url_hash_is_refused(tmp_path: Path) -> None:
+    tree(tmp_path, {"CMakeLists.txt": "FetchContent_Declare(x URL u URL_HASH MD5=ab)\n"})
+    with pytest.raises(ConfigError, match=r"CMakeLists.txt:1: FetchContent x: URL_HASH MD5=ab"):
+        discover(tmp_path)
+
+
+def test_an_unresolved_variable_names_the_declaration_and_its_line(tmp_path: Path) -> None:
+    tree(tmp_path, {"CMakeLists.txt": "set(A 1)\n", "cmake/x.cmake":
+                    "\nFetchContent_Declare(x GIT_REPOSITORY u GIT_TAG $ENV{X_TAG})\n"})
+    with pytest.raises(ConfigError) as raised:
+        discover(tmp_path)
+    assert raised.value.message.startswith("cmake/x.cmake:2: FetchContent x: GIT_TAG "
+                                           "$ENV{X_TAG} cannot be resolved")
+
+
+def test_cmakelists_values_reach_the_other_files_and_skipped_files_are_said_why(
+        tmp_path: Path) -> None:
+    tree(tmp_path, {"CMakeLists.txt": 'set(TAG "v1")\n',
+                    "cmake/a.cmake": "FetchContent_Declare(a GIT_REPOSITORY u GIT_TAG ${TAG})\n",
+                    "cmake/cpu.cmake": "FetchContent_Declare(b GIT_REPOSITORY v GIT_TAG w)\n"})
+    found = discover(tmp_path, {"cmake/cpu.cmake": "the CPU build's"})
+    assert [(d.name, d.ref) for d in found.declarations] == [("a", "v1")]
+    assert [(s.name, s.file, s.line, s.reason) for s in found.left_out] == [
+        ("b", "cmake/cpu.cmake", 1, "the CPU build's")]
+
+
+def test_one_name_declared_twice_differently_is_refused(tmp_path: Path) -> None:
+    tree(tmp_path, {"CMakeLists.txt": "FetchContent_Declare(a GIT_REPOSITORY u GIT_TAG v1)\n"
+                    "FetchContent_Declare(a GIT_REPOSITORY u GIT_TAG v2)\n"})
+    with pytest.raises(ConfigError, match=r"CMakeLists\.txt:2: FetchContent a is declared again"):
+        discover(tmp_path)
+
+
+def locked(name: str = "cutlass", **changes: str) -> sourcelock.Locked:
+    values = {"name": name, "kind": "git", "url": "https://github.com/nvidia/cutlass.git",
+              "ref": "v4.7.1", "pin": "a" * 40, "submodules": None, "env": ("X_SRC_DIR",),
+              "form": "declare", "tree": "b" * 64, "declared": "CMakeLists.txt:11", **changes}
+    return sourcelock.Locked(**values)  # type: ignore[arg-type]
+
+
+def test_the_lock_is_stable_json_and_reads_back(tmp_path: Path) -> None:
+    lock = sourcelock.SourcesLock("up", (locked("z"), locked("a", submodules=("c",))))
+    sourcelock.write(tmp_path / "l.json", lock)
+    text = (tmp_path / "l.json").read_text()
+    assert [s["name"] for s in json.loads(text)["sources"]] == ["a", "z"]
+    again = sourcelock.read(tmp_path / "l.json")
+    assert again is not None and again.get("a") == locked("a", submodules=("c",))
+    sourcelock.write(tmp_path / "m.json", again)
+    assert (tmp_path / "m.json").read_text() == text
+
+
+def test_a_lock_with_a_short_commit_is_a_config_error(tmp_path: Path) -> None:
+    sourcelock.write(tmp_path / "l.json", sourcelock.SourcesLock("up", (locked(pin="abc"),)))
+    with pytest.raises(ConfigError, match="not a sources lock"):
+        sourcelock.read(tmp_path / "l.json")
+
+
+def coverage_tag(tmp_path: Path) -> config.Tag:
+    (tmp_path / "upstream").mkdir()
+    (tmp_path / "versions.yaml").write_text(versions_yaml(
+        "localhost:5000/t", "linux/amd64", "  t: {upstream: tree, series: []}\n"))
+    return config.load(tmp_path / "versions.yaml").tag("t")
+
+
+def test_a_declaration_the_lock_lacks_or_has_otherwise_is_exit_2(tmp_path: Path) -> None:
+    found = discover(tree(tmp_path / "src", {"CMakeLists.txt": CUTLASS}))
+    tag = coverage_tag(tmp_path)
+    path = tmp_path / "locks" / "sources" / "tree.json"
+    sourcelock.require_covered(path, sourcelock.SourcesLock("tree", (locked(),)), found, tag)
+    with pytest.raises(ConfigError) as raised:
+        sourcelock.require_covered(path, None, found, tag)
+    assert raised.value.exit_code == 2
+    assert str(raised.value) == (
+        "CMakeLists.txt:11: FetchContent cutlass (https://github.com/nvidia/cutlass.git v4.7.1)"
+        " is not in the sources lock tree.json\n  -> run `sparkbake lock t` and commit "
+        "sources/tree.json")
+    moved = sourcelock.SourcesLock("tree", (locked(ref="v4.8.0"),))
+    with pytest.raises(ConfigError, match="differs from its entry in the sources lock"):
+        sourcelock.require_covered(path, moved, found, tag)
+
+
+def test_a_40_hex_ref_is_kept_without_asking_the_server(tmp_path: Path) -> None:
+    [deepgemm] = discover(tree(tmp_path, {"x.cmake": DEEPGEMM})).declarations
+    assert sourcelock.resolve_ref(deepgemm) == (deepgemm.ref, False)
+
+
+def test_the_builder_gets_fetchcontent_dirs_and_the_populate_forms_own_variables() -> None:
+    fetched = (thirdparty.Fetched(locked("vllm-flash-attn"), Path("/c/1/tree")),
+               thirdparty.Fetched(locked("deepgemm", form="populate",
+                                         env=("DEEPGEMM_SRC_DIR",)), Path("/c/2/tree")))
+    volumes, environment = thirdparty.builder_args(fetched)
+    assert volumes == {"/c/1/tree": {"bind": "/thirdparty/vllm-flash-attn", "mode": "ro"},
+                       "/c/2/tree": {"bind": "/thirdparty/deepgemm", "mode": "ro"}}
+    assert environment == {
+        "CMAKE_ARGS": "-DFETCHCONTENT_FULLY_DISCONNECTED=ON "
+                      "-DFETCHCONTENT_SOURCE_DIR_VLLM-FLASH-ATTN=/thirdparty/vllm-flash-attn "
+                      "-DFETCHCONTENT_SOURCE_DIR_DEEPGEMM=/thirdparty/deepgemm",
+        "DEEPGEMM_SRC_DIR": "/thirdparty/deepgemm"}
+    assert thirdparty.builder_args(()) == ({}, {})
+
+
+def test_cmake_skip_in_versions_yaml(tmp_path: Path) -> None:
+    (tmp_path / "upstream").mkdir()
+    text = versions_yaml("localhost:5000/t", "linux/amd64", "  t: {upstream: tree, series: []}\n")
+    text = text.replace("    dir: upstream\n", "    dir: upstream\n    cmake_skip:\n"
+                        '      cmake/cpu_extension.cmake: "the CPU build\'s"\n')
+    (tmp_path / "versions.yaml").write_text(text)
+    tag = config.load(tmp_path / "versions.yaml").tag("t")
+    assert tag.upstream.cmake_skip == (("cmake/cpu_extension.cmake", "the CPU build's"),)
+    (tmp_path / "versions.yaml").write_text(text.replace('"the CPU build\'s"', "[1]"))
+    with pytest.raises(ConfigError, match=r"versions.yaml:\d+: cmake_skip wants"):
+        config.load(tmp_path / "versions.yaml")
+
