@@ -3,12 +3,14 @@ builder's arguments: pure logic, no network, no Docker."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from sparkbake import config, sourcelock, thirdparty
+from sparkbake import config, plan, sourcelock, thirdparty
 from sparkbake.cmake_sources import commands, discover
 from sparkbake.errors import ConfigError
 from tests.conftest import versions_yaml
@@ -126,11 +128,11 @@ def test_one_name_declared_twice_differently_is_refused(tmp_path: Path) -> None:
         discover(tmp_path)
 
 
-def locked(name: str = "cutlass", **changes: str) -> sourcelock.Locked:
-    values = {"name": name, "kind": "git", "url": "https://github.com/nvidia/cutlass.git",
-              "ref": "v4.7.1", "pin": "a" * 40, "submodules": None, "env": ("X_SRC_DIR",),
-              "form": "declare", "tree": "b" * 64, "declared": "CMakeLists.txt:11", **changes}
-    return sourcelock.Locked(**values)  # type: ignore[arg-type]
+def locked(name: str = "cutlass", **changes: Any) -> sourcelock.Locked:
+    base = sourcelock.Locked(name, "git", "https://github.com/nvidia/cutlass.git", "v4.7.1",
+                             "a" * 40, None, ("X_SRC_DIR",), "declare", "b" * 64,
+                             "CMakeLists.txt:11")
+    return dataclasses.replace(base, **changes)
 
 
 def test_the_lock_is_stable_json_and_reads_back(tmp_path: Path) -> None:
@@ -206,3 +208,17 @@ def test_cmake_skip_in_versions_yaml(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"versions.yaml:\d+: cmake_skip wants"):
         config.load(tmp_path / "versions.yaml")
 
+
+
+def test_the_sources_lock_enters_the_kernel_and_wheels_keys(tmp_path: Path) -> None:
+    tag = coverage_tag(tmp_path)
+    loaded = config.load(tmp_path / "versions.yaml")
+    before = plan.make(loaded, tag)
+    sourcelock.write(tmp_path / "locks" / "sources" / "tree.json",
+                     sourcelock.SourcesLock("tree", (locked(),)))
+    after = plan.make(loaded, tag)
+    assert (after.fetch_key, after.patch_key) == (before.fetch_key, before.patch_key)
+    assert after.kernel_key != before.kernel_key and after.wheels_key != before.wheels_key
+    assert after.stage_inputs["kernels"]["third-party sources"] == [f"cutlass@{'a' * 16}:"
+                                                                    f"{'b' * 16}"]
+    assert "third-party sources" not in before.stage_inputs["kernels"]
