@@ -12,6 +12,7 @@ from . import (
     bases,
     deploy,
     embedded_registry,
+    emulation,
     images,
     kernelseed,
     lock,
@@ -61,6 +62,7 @@ def stage_states(config: Config, plan: Plan, client: Client | None) -> list[Stag
     why = _why(config, plan)
     kernels_state = _exists(config.wheels_dir / "kernels" / plan.kernel_key / "kernels.json")
     wheels_state = _exists(config.wheels_dir / plan.wheels_key / wheels.REPORT)
+    emulated = _emulation_text(plan.tag, client)
     return [
         StagePlan("fetch", plan.fetch_key, _exists(build / "sources" / plan.fetch_key / "tree"),
                   _upstream_text(plan)),
@@ -69,10 +71,12 @@ def stage_states(config: Config, plan: Plan, client: Client | None) -> list[Stag
         StagePlan("kernels", plan.kernel_key, kernels_state,
                   why("kernels", kernels_state) or _kernels_text(plan.tag)),
         StagePlan("wheels", plan.wheels_key, wheels_state,
-                  why("wheels", wheels_state) or f"{plan.tag.sm_arch} on {plan.tag.builder.name}"),
-        StagePlan("bake", plan.inputs, bake_state, why("bake", bake_state) or plan.tag.image_ref),
+                  why("wheels", wheels_state)
+                  or _wheels_text(plan.tag) + ("" if plan.tag.kernels else emulated)),
+        StagePlan("bake", plan.inputs, bake_state, why("bake", bake_state)
+                  or plan.tag.image_ref + (emulated and " (venv made emulated, files native)")),
         StagePlan("smoke", plan.inputs, _record_state(smoke_record, plan.inputs),
-                  str(smoke_record.relative_to(config.root))),
+                  str(smoke_record.relative_to(config.root)) + emulated),
         StagePlan("publish", plan.inputs,
                   _record_state(build / "releases" / f"{plan.tag.name}.json", plan.inputs),
                   f"{plan.tag.name}, {plan.tag.name}-{plan.inputs[:12]}"),
@@ -158,7 +162,7 @@ def _build(config: Config, plan: Plan, stage: str, options: patches.Options, *,
     if stage == "patch":
         return patched
     client = connect()
-    built = _wheels(client, config, plan, patched, settings, date)
+    built = _wheels(client, config, plan, (pristine, patched), settings, date)
     if stage == "wheels":
         return built
     runtime_base = bases.ensure(client, tag.runtime, tag.platform, config.build_dir, settings)
@@ -189,8 +193,10 @@ def rebuild(config: Config, tag: Tag) -> images.Baked:
     return baked
 
 
-def _wheels(client: Client, config: Config, plan: Plan, patched: patches.PatchedTree,
-            settings: HostSettings, source_date: int) -> wheels.WheelSet:
+def _wheels(client: Client, config: Config, plan: Plan,
+            trees: tuple[Path, patches.PatchedTree], settings: HostSettings,
+            source_date: int) -> wheels.WheelSet:
+    pristine, patched = trees
     folder = config.wheels_dir / plan.wheels_key
     kernels = config.wheels_dir / "kernels" / plan.kernel_key
     builder = ""
@@ -200,6 +206,8 @@ def _wheels(client: Client, config: Config, plan: Plan, patched: patches.Patched
             kernelseed.require_python_only(plan.tag,
                                            plan.stage_inputs["kernels"]["kernel patches"])
             kernelseed.seed(plan.tag.kernels, kernels, settings)
+            return kernelseed.build_wheels(plan.tag, kernels, pristine, patched.path, folder,
+                                           source_date)
         base = bases.ensure(client, plan.tag.builder, plan.tag.platform, config.build_dir,
                             settings)
         lock_file = lock.require_lock(config, plan.tag, patched.path)
@@ -241,7 +249,8 @@ def lock_tag(config: Config, tag: Tag, for_patch_tests: bool = False) -> int:
         return _done(f"patch-tests lock: {patchtests.resolve(config, tag, tree, host_settings())}")
     if tree and not tag.kernels:  # a kernel seed compiles nothing: no CMake sources
         thirdparty.lock(config, tag, tree, host_settings())
-    return _done(f"builder lock: {lock.resolve(config, tag, host_settings(), tree)}")
+    written = lock.resolve(config, tag, host_settings(), tree)
+    return _done("locks: " + (", ".join(map(str, written)) or "none needed"))
 
 
 def patch_tests(config: Config, tag: Tag) -> int:
@@ -351,6 +360,19 @@ def _record_state(path: Path, inputs: str) -> str:
     except (OSError, ValueError):
         return "stale"  # unreadable: it will be written anew
     return "cached" if isinstance(record, dict) and record.get("inputs") == inputs else "stale"
+
+
+def _wheels_text(tag: Tag) -> str:
+    if tag.kernels:
+        return f"{tag.sm_arch}: {tag.kernels.wheel} + the series, on this host"
+    return f"{tag.sm_arch} on {tag.builder.name}"
+
+
+def _emulation_text(tag: Tag, client: Client | None) -> str:
+    """Where the tag's containers run under qemu: on another platform than the engine's (or,
+    without an engine, this host's)."""
+    native = emulation.engine_platform(client) if client else emulation.host_platform()
+    return "" if tag.platform == native else f"; emulated: {tag.platform} on {native}"
 
 
 def _kernels_text(tag: Tag) -> str:

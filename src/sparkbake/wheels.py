@@ -272,10 +272,15 @@ def check_sass(tag: Tag, report: dict[str, Any]) -> None:
         for kernel in wheel["kernels"]:
             if kernel["path"] in exempt:
                 continue
-            if not any(loadable(sass, tag.sm_arch) for sass in kernel["sass"]):
+            usable = [sass for sass in kernel["sass"] if loadable(sass, tag.sm_arch)]
+            if not usable:
                 has = ", ".join(kernel["sass"]) or "none"
                 raise BuildError(
                     f"{wheel['file']}: {kernel['path']} has no SASS a {tag.sm_arch} device "
                     f"loads (has: {has})",
                     f"build it for cuda_arch {tag.cuda_arch} (TORCH_CUDA_ARCH_LIST)",
                 )
+            if tag.sm_arch not in usable:
+                echo(f"kernels: {kernel['path']}: no {tag.sm_arch} SASS; taking "
+                     f"{', '.join(usable)}, which a {tag.sm_arch} device loads (same major "
+                     "version, a lower or equal minor, not arch-specific)")
