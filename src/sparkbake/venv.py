@@ -17,6 +17,7 @@ import py_compile
 import shutil
 import sys
 import tarfile
+import warnings
 from pathlib import Path
 
 from . import elfcheck, layers, resources
@@ -121,18 +122,18 @@ def _compile(installed: list[Path], root: Path, python: str) -> None:
              f"{sys.version_info[1]}: no bytecode in {VENV}")
         return
     mode = py_compile.PycInvalidationMode.CHECKED_HASH
-    for path in installed:
-        where = "/" + path.relative_to(root).as_posix()
-        if path.is_dir():
-            done = compileall.compile_dir(path, ddir=where, quiet=2, invalidation_mode=mode,
-                                          workers=os.cpu_count() or 1)
-        elif path.suffix == ".py":
-            done = compileall.compile_file(path, ddir=str(Path(where).parent), quiet=2,
-                                           invalidation_mode=mode)
-        else:
-            continue
-        if not done:
-            echo(f"bake: warning: some files under {where} do not compile (left as source)")
+    # as pip does: a file that does not compile (a template, Python 2) stays source only,
+    # and the compiler's warnings about the packages' code are not ours to show
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for path in installed:
+            where = "/" + path.relative_to(root).as_posix()
+            if path.is_dir():
+                compileall.compile_dir(path, ddir=where, quiet=2, invalidation_mode=mode,
+                                       workers=os.cpu_count() or 1)
+            elif path.suffix == ".py":
+                compileall.compile_file(path, ddir=str(Path(where).parent), quiet=2,
+                                        invalidation_mode=mode)
 
 
 def _merge_folder(source: Path, dest: Path) -> None:
