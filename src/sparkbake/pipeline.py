@@ -270,6 +270,7 @@ def smoke_tag(config: Config, tag: Tag, options: smoke.Options,
     plan = plan_mod.make(config, tag)
     client = client or connect()
     smoke.require_image(client, plan)  # before the patch stage's cache is looked at
+    emulation.require_engine_runs(client, plan.tag.platform)
     result: dict[str, Any] = smoke.run(client, config, plan, smoke_facts(config, plan), options)
     counts = {s: sum(c["status"] == s for c in result["checks"]) for s in ("passed", "skipped")}
     return _done(f"smoke: {tag.name} passed ({counts['passed']} checks passed, "
