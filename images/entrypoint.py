@@ -10,6 +10,7 @@ preflight.py and preflight.json beside it.
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import json
 import os
@@ -132,8 +133,10 @@ STEPS: tuple[Step, ...] = (
     value("TP_SIZE", "--tensor-parallel-size"),
     value("DCP_SIZE", "--decode-context-parallel-size"),
     value("DCP_COMM_BACKEND", "--dcp-comm-backend"),
-    fixed("--attention-backend", "B12X_MLA_SPARSE", "--moe-backend", "b12x",
-          "--linear-backend", "b12x", "--kv-cache-dtype", "fp8", "--block-size", "256"),
+    value("ATTENTION_BACKEND", "--attention-backend"),
+    value("MOE_BACKEND", "--moe-backend"),
+    value("LINEAR_BACKEND", "--linear-backend"),
+    fixed("--kv-cache-dtype", "fp8", "--block-size", "256"),
     value("GPU_MEMORY_UTILIZATION", "--gpu-memory-utilization"),
     value("KV_CACHE_MEMORY_BYTES", "--kv-cache-memory-bytes"),
     value("MAX_MODEL_LEN", "--max-model-len"),
@@ -184,6 +187,19 @@ def read_manifest(env: Env) -> dict[str, Any] | None:
     return manifest if isinstance(manifest, dict) else None
 
 
+def image_facts(manifest: Mapping[str, Any] | None) -> Any:
+    """What the preflight knows of this image: the installed vLLM's version (without its
+    local part), the installed distributions, and the capabilities the manifest declares."""
+    installed = frozenset(checks.canonical(d.metadata["Name"] or "")
+                          for d in importlib.metadata.distributions())
+    try:
+        vllm: str | None = importlib.metadata.version("vllm").split("+", 1)[0]
+    except importlib.metadata.PackageNotFoundError:
+        vllm = None
+    return checks.Image(vllm=vllm, installed=installed,
+                        capabilities=(manifest or {}).get("capabilities"))
+
+
 def preflight(env: Env) -> int:
     """Print the findings of the checks on stderr; 2 when one is an error, else 0."""
     if env.get("SPARKBAKE_PREFLIGHT", "1").strip().lower() in checks.FALSE:
@@ -197,7 +213,7 @@ def preflight(env: Env) -> int:
     series = [s["name"] for s in manifest.get("series", [])] if manifest else None
     findings = checks.check(effective_env(env), series=series,
                             proc_sys=env.get("SPARKBAKE_PROC_SYS") or "/proc/sys",
-                            known=(manifest or {}).get("env", {}))
+                            known=(manifest or {}).get("env", {}), image=image_facts(manifest))
     for finding in findings:
         print(finding.lines(PREFIX), file=sys.stderr)
     errors = checks.errors(findings)

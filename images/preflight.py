@@ -43,6 +43,17 @@ class Finding:
         return f"{prefix}{self.level}: {self.message} [{self.rule}]\n  -> {self.reason}"
 
 
+@dataclass(frozen=True)
+class Image:
+    """What the checks know of the image: its vLLM version (None: no vLLM, or not known),
+    the Python distributions installed in it (None: not known), and the tag's declared
+    capabilities (None: not declared)."""
+
+    vllm: str | None = None
+    installed: frozenset[str] | None = None
+    capabilities: Mapping[str, Any] | None = None
+
+
 class Unknown(Exception):
     """A value the rule needs is unset or unreadable: the rule does not apply."""
 
@@ -74,11 +85,18 @@ class Context:
     """The environment, typed through the variable table, plus the tag's series and sysctls."""
 
     def __init__(self, env: Mapping[str, str], rules: Mapping[str, Any],
-                 series: Iterable[str] | None, proc_sys: Path | str) -> None:
+                 series: Iterable[str] | None, proc_sys: Path | str,
+                 image: Image | None = None) -> None:
         self.env = dict(env)
         self.variables: dict[str, dict[str, Any]] = rules["variables"]
         self.series = None if series is None else tuple(series)
         self.proc_sys = Path(proc_sys)
+        self.image = image or Image()
+        self.backend_names: dict[str, list[str]] | None = (
+            rules.get("backends", {}).get("vllm", {}).get(self.image.vllm)
+            if self.image.vllm else None)
+        self.backend_packages: dict[str, dict[str, str]] = \
+            rules.get("backends", {}).get("packages", {})
 
     def given(self, name: str) -> bool:
         return self.env.get(name, "") != ""
@@ -99,6 +117,34 @@ class Context:
             raise Unknown("series")
         return name in self.series
 
+    def can(self, name: str, *value: Any) -> bool:
+        """The tag declares it can (a flag), or can at this value (a list); True where the
+        tag declares nothing, so an undeclared tag is not refused."""
+        if self.image.capabilities is None:
+            return True
+        declared: Any = self.image.capabilities.get(name)
+        return value[0] in (declared or ()) if value else bool(declared)
+
+    def capability(self, name: str) -> Any:
+        """What the tag declares it can run (versions.yaml `capabilities:`)."""
+        if self.image.capabilities is None or name not in self.image.capabilities:
+            raise Unknown("capabilities")
+        return self.image.capabilities[name]
+
+    def because(self, name: str) -> str:
+        """Why the tag cannot do more, as it declares; else a pointer to the declaration."""
+        if self.image.capabilities is None:
+            raise Unknown("capabilities")
+        reasons = self.image.capabilities.get("because") or {}
+        return str(reasons.get(name) or f"the tag declares {name}: "
+                   f"{self.image.capabilities.get(name)!r} (versions.yaml capabilities)")
+
+    def backends(self, kind: str) -> list[str]:
+        """The backend names of a kind (attention, moe, linear) the image's vLLM has."""
+        if self.backend_names is None or kind not in self.backend_names:
+            raise Unknown("backends")
+        return list(self.backend_names[kind])
+
     def evaluate(self, expression: str) -> Any:
         return _eval(ast.parse(expression, mode="eval").body, self)
 
@@ -111,9 +157,10 @@ class Context:
             if inner in self.variables:
                 return self.env.get(inner) or self._unset(inner)
             try:
-                return str(self.evaluate(inner))
+                value = self.evaluate(inner)
             except Unknown:
                 return "?"
+            return ", ".join(map(str, value)) if isinstance(value, list | tuple) else str(value)
         return FIELD.sub(field, template)
 
     def _unset(self, name: str) -> str:
@@ -126,10 +173,12 @@ class Context:
 
 def _call(node: ast.Call, ctx: Context) -> Any:
     name = node.func.id if isinstance(node.func, ast.Name) else ""
-    if name in ("given", "has_series"):
+    if name in ("given", "has_series", "capability", "because", "backends"):
         if len(node.args) != 1 or not isinstance(node.args[0], ast.Constant):
             raise ValueError(f"{name}() takes one quoted name")
         return getattr(ctx, name)(str(node.args[0].value))
+    if name == "can" and node.args and isinstance(node.args[0], ast.Constant):
+        return ctx.can(str(node.args[0].value), *(_eval(a, ctx) for a in node.args[1:2]))
     if name == "max" and len(node.args) == 1:
         return max(_eval(node.args[0], ctx))
     raise ValueError(f"unknown function {ast.unparse(node.func)}")
@@ -139,12 +188,14 @@ BINARY: dict[type[ast.AST], Callable[[Any, Any], Any]] = {
     ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
     ast.Eq: lambda a, b: a == b, ast.NotEq: lambda a, b: a != b, ast.Lt: lambda a, b: a < b,
     ast.LtE: lambda a, b: a <= b, ast.Gt: lambda a, b: a > b, ast.GtE: lambda a, b: a >= b,
+    ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b,
 }
 
 
 def _eval(node: ast.AST, ctx: Context) -> Any:
     """Evaluate the small expression language of the rules: names, constants, arithmetic,
-    comparisons, and/or/not, given('X'), has_series('s'), max(LIST)."""
+    comparisons (`in` too), and/or/not, given('X'), has_series('s'), max(LIST),
+    can('key'[, value]), capability('key'), because('key'), backends('kind')."""
     if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.And):
         return all(_eval(v, ctx) for v in node.values)  # stops at the first false
     if isinstance(node, ast.BoolOp):
@@ -182,7 +233,56 @@ def check_when(ctx: Context, rule: Mapping[str, Any]) -> list[Finding]:
         fired = bool(ctx.evaluate(rule["when"]))
     except Unknown:
         return []
-    return [_finding(rule, ctx.render(rule["message"]), rule.get("at", ""))] if fired else []
+    if not fired:
+        return []
+    return [_finding(rule, ctx.render(rule["message"]), rule.get("at", ""),
+                     reason=ctx.render(rule["reason"]))]
+
+
+def normal_backend(kind: str, name: str) -> str:
+    """A backend name as vLLM reads it: attention names upper case, the others lower case
+    with `_` for `-`."""
+    return name.upper() if kind == "attention" else name.lower().replace("-", "_")
+
+
+def check_backends(ctx: Context, rule: Mapping[str, Any]) -> list[Finding]:
+    """Each backend variable names a backend of its kind the image's vLLM has."""
+    found = []
+    for name, kind in rule["variables"].items():
+        if not ctx.given(name):
+            continue
+        try:
+            known = ctx.backends(kind)
+        except Unknown:
+            continue
+        value = normal_backend(kind, ctx.env[name])
+        if value not in known and not (kind == "attention" and value == "AUTO"):
+            extra = {"name": name, "value": ctx.env[name], "kind": kind,
+                     "vllm": str(ctx.image.vllm), "known": ", ".join(known)}
+            found.append(_finding(rule, ctx.render(rule["message"], extra), name,
+                                  reason=ctx.render(rule["reason"], extra)))
+    return found
+
+
+def check_backend_packages(ctx: Context, rule: Mapping[str, Any]) -> list[Finding]:
+    """A backend that needs a Python package (vLLM's `b12x` extra) finds it installed."""
+    if ctx.image.installed is None:
+        return []
+    found = []
+    for name, kind in rule["variables"].items():
+        if not ctx.given(name):
+            continue
+        package = ctx.backend_packages.get(kind, {}).get(normal_backend(kind, ctx.env[name]))
+        if package and canonical(package) not in ctx.image.installed:
+            extra = {"name": name, "value": ctx.env[name], "kind": kind, "package": package}
+            found.append(_finding(rule, ctx.render(rule["message"], extra), name,
+                                  reason=ctx.render(rule["reason"], extra)))
+    return found
+
+
+def canonical(distribution: str) -> str:
+    """A distribution name as the installed set holds it (PEP 503)."""
+    return re.sub(r"[-_.]+", "-", distribution).lower()
 
 
 def check_types(ctx: Context, rule: Mapping[str, Any]) -> list[Finding]:
@@ -234,23 +334,26 @@ def check_typos(ctx: Context, rule: Mapping[str, Any], known: Iterable[str] = ()
     return found
 
 
-def _finding(rule: Mapping[str, Any], message: str, at: str = "") -> Finding:
+def _finding(rule: Mapping[str, Any], message: str, at: str = "",
+             reason: str | None = None) -> Finding:
     return Finding(rule=rule["id"], level=rule["level"], message=message,
-                   reason=rule["reason"], at=at)
+                   reason=rule["reason"] if reason is None else reason, at=at)
 
 
 CHECKS: dict[str, Callable[[Context, Mapping[str, Any]], list[Finding]]] = {
     "when": check_when, "types": check_types, "sysctls": check_sysctls,
+    "backends": check_backends, "backend-packages": check_backend_packages,
 }
 
 
 def check(env: Mapping[str, str], rules: Mapping[str, Any] | None = None,
           series: Iterable[str] | None = None, proc_sys: Path | str = "/proc/sys",
-          known: Iterable[str] = ()) -> list[Finding]:
+          known: Iterable[str] = (), image: Image | None = None) -> list[Finding]:
     """Every finding of every rule, in the rules' order. `series` None: the tag is unknown and
-    the rules about it do not apply; `known`: more variable names that are not typos."""
+    the rules about it do not apply; `known`: more variable names that are not typos;
+    `image`: its vLLM, packages and capabilities (unknown ones: their rules do not apply)."""
     rules = load_rules() if rules is None else rules
-    ctx = Context(env, rules, series, proc_sys)
+    ctx = Context(env, rules, series, proc_sys, image)
     found: list[Finding] = []
     for rule in rules["rules"]:
         kind = rule.get("check", "when")

@@ -27,3 +27,34 @@ def write_sysctls(root: Path, **overrides: int) -> Path:
     for name, number in values.items():
         (root / "vm" / name).write_text(f"{number}\n")
     return root
+
+
+# What production-3.73-vision's image has (versions.yaml env): the reference file with these
+# backends and DCP 1 is what that image can serve.
+IMAGE_BACKENDS = ("ATTENTION_BACKEND=FLASHINFER_MLA_SPARSE_DSV4  MOE_BACKEND=auto  "
+                  "LINEAR_BACKEND=auto")
+
+
+def at_dcp_1(text: str) -> str:
+    """A reference node file with DCP_SIZE=1 and the image's backends, nothing else changed."""
+    lines = [("DCP_SIZE=1" if line.startswith("DCP_SIZE=") else
+              IMAGE_BACKENDS if line.startswith("ATTENTION_BACKEND=") else line)
+             for line in text.splitlines()]
+    assert "DCP_SIZE=1" in lines and IMAGE_BACKENDS in lines
+    return "\n".join(lines) + "\n"
+
+
+def image_command(rank: int) -> list[str]:
+    """The reference command as production-3.73-vision serves it from at_dcp_1's file
+    without the gather and VISION_MHC (images/smoke/dsv4-4node/accept): DCP 1, no DCP comm
+    backend, the image's backends."""
+    cmd = reference_command(rank)
+    at = cmd.index("--decode-context-parallel-size")
+    assert cmd[at:at + 10] == [
+        "--decode-context-parallel-size", "2", "--dcp-comm-backend", "ag_rs",
+        "--attention-backend", "B12X_MLA_SPARSE", "--moe-backend", "b12x",
+        "--linear-backend", "b12x"]
+    cmd[at:at + 10] = ["--decode-context-parallel-size", "1", *(
+        word for pair in IMAGE_BACKENDS.split() for word in (
+            "--" + pair.split("=")[0].lower().replace("_", "-"), pair.split("=")[1]))]
+    return cmd

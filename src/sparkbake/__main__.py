@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from . import config as config_mod
+from . import lock as lock_mod
 from . import pipeline
 from .errors import FatalError, UsageError
 from .patches import Options as PatchOptions
@@ -180,7 +181,8 @@ def dispatch(args: argparse.Namespace) -> int:
     if args.command == "rebase-check":
         return pipeline.rebase_check(config, tag, args.to)
     if args.command == "check-env":
-        return pipeline.check_env(tag, args.env_file, args.proc_sys, show=args.show)
+        return pipeline.check_env(tag, args.env_file, args.proc_sys, show=args.show,
+                                  runtime_lock=lock_mod.runtime_lock_path(config, tag))
     if args.command == "plan":
         print(pipeline.plan_report(config, tag, as_json=args.json))
         return 0

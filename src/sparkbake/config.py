@@ -12,9 +12,11 @@ from typing import Any
 
 from . import yamlsource
 from .configtypes import (
+    CAPABILITY_KEYS,
     CUDA_ARCH,
     DEFAULT_SMOKE_SUITE,
     Base,
+    Capabilities,
     CompileCache,
     Config,
     DebootstrapBase,
@@ -31,6 +33,7 @@ from .yamlsource import LocatedDict, Where, did_you_mean
 
 __all__ = [
     "Base",
+    "Capabilities",
     "CompileCache",
     "Config",
     "DebootstrapBase",
@@ -61,7 +64,9 @@ TREE_PATH = re.compile(r"(?!/)(?!.*(?:^|/)\.\.(?:/|$))[A-Za-z0-9._/-]+")
 
 TOP_KEYS = ("schema", "defaults", "bases", "upstreams", "tags")
 DEFAULT_KEYS = ("repository", "platform", "cuda_arch", "builder", "runtime")
-TAG_KEYS = ("extends", "upstream", "series", "env", "smoke", "kernels", *DEFAULT_KEYS)
+TAG_KEYS = ("extends", "upstream", "series", "env", "smoke", "kernels", "capabilities",
+            *DEFAULT_KEYS)
+DCP_SIZES = (1, 2, 4, 8)  # the decode-context-parallel sizes a capability may name
 DEBOOTSTRAP_KEYS = ("suite", "mirror", "variant", "packages")
 # the compile cache's Redis: redis://[user:password@]host[:port][/db], rediss:// for TLS
 REDIS_URL = re.compile(r"rediss?://(?:[^@/\s]+@)?(?:[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])"
@@ -237,7 +242,52 @@ def _tag(where: Where, name: str, raw_tags: LocatedDict, defaults: LocatedDict,
         smoke=where.string(origin["smoke"], "smoke", NAME, "a smoke suite name")
         if "smoke" in merged else DEFAULT_SMOKE_SUITE,
         kernels=_kernel_seed(where, origin["kernels"]) if "kernels" in merged else None,
+        capabilities=_capabilities(where, origin["capabilities"])
+        if "capabilities" in merged else None,
     )
+
+
+def _capabilities(where: Where, tag: LocatedDict) -> Capabilities:
+    """`capabilities:` what the image can run; an absent key is the cautious default."""
+    spec = where.mapping(tag["capabilities"], "capabilities", (*CAPABILITY_KEYS, "because"),
+                         parent=tag, key="capabilities")
+    flags = {key: _flag(where, spec, key) for key in
+             ("images_under_dcp", "prefix_cache_under_dcp", "ckv_gather", "vision_mhc")
+             if key in spec}
+    return Capabilities(
+        dcp_sizes=_dcp_sizes(where, spec) if "dcp_sizes" in spec else (1,),
+        speculative=where.strings(spec, "speculative", NAME) if "speculative" in spec else (),
+        because=_because(where, spec) if "because" in spec else (),
+        **flags,
+    )
+
+
+def _flag(where: Where, spec: LocatedDict, key: str) -> bool:
+    if not isinstance(spec[key], bool):
+        raise ConfigError(f"{where(spec, key)}: capabilities {key} must be true or false, "
+                          f"not {spec[key]!r}", f"write '{key}: false' or '{key}: true'")
+    return bool(spec[key])
+
+
+def _dcp_sizes(where: Where, spec: LocatedDict) -> tuple[int, ...]:
+    sizes = spec["dcp_sizes"]
+    if not isinstance(sizes, list) or not sizes or 1 not in sizes or any(
+            type(size) is not int or size not in DCP_SIZES for size in sizes):
+        raise ConfigError(f"{where(spec, 'dcp_sizes')}: capabilities dcp_sizes must list DCP "
+                          f"sizes from {', '.join(map(str, DCP_SIZES))}, 1 among them, not "
+                          f"{sizes!r}", "write e.g. 'dcp_sizes: [1]' or 'dcp_sizes: [1, 2]'")
+    return tuple(sorted(set(sizes)))
+
+
+def _because(where: Where, spec: LocatedDict) -> tuple[tuple[str, str], ...]:
+    because = where.mapping(spec["because"], "capabilities because", CAPABILITY_KEYS,
+                            parent=spec, key="because")
+    for key in because:
+        if not isinstance(because[key], str) or not because[key].strip():
+            raise ConfigError(f"{where(because, key)}: capabilities because {key} must be a "
+                              "sentence saying why the image cannot do more",
+                              "quote it, e.g. dcp_sizes: \"vLLM 0.33.0 asserts ...\"")
+    return tuple(sorted((key, " ".join(str(because[key]).split())) for key in because))
 
 
 def _kernel_seed(where: Where, tag: LocatedDict) -> KernelSeed:

@@ -9,7 +9,8 @@ from pathlib import Path
 from .errors import ConfigError
 from .yamlsource import did_you_mean
 
-__all__ = ["CUDA_ARCH", "DEFAULT_SMOKE_SUITE", "Base", "CompileCache", "Config",
+__all__ = ["CAPABILITY_KEYS", "CUDA_ARCH", "DEFAULT_SMOKE_SUITE", "Base", "Capabilities",
+           "CompileCache", "Config",
            "DebootstrapBase", "DirUpstream", "GitUpstream", "ImageBase", "KernelSeed",
            "PypiUpstream", "Tag", "Upstream"]
 
@@ -109,6 +110,32 @@ class CompileCache:
     redis: str | None = None
 
 
+# what a tag's image can run (`capabilities:`); each key's default is the cautious one
+CAPABILITY_KEYS = ("dcp_sizes", "images_under_dcp", "prefix_cache_under_dcp", "speculative",
+                   "ckv_gather", "vision_mhc")
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a tag's image can run, declared in versions.yaml and enforced by the image's
+    preflight (README: Preflight); `because` says, per key, why it cannot do more."""
+
+    dcp_sizes: tuple[int, ...] = (1,)  # DeepSeek-V4 decode-context-parallel sizes
+    images_under_dcp: bool = False  # image requests at DCP > 1
+    prefix_cache_under_dcp: bool = False  # VLLM_DSV4_DCP_PREFIX_CACHE=1 at DCP > 1
+    speculative: tuple[str, ...] = ()  # speculative methods (`dspark`)
+    ckv_gather: bool = False  # VLLM_DSV4_CKV_GATHER / _ALLOW_IMAGES on a path that reads them
+    vision_mhc: bool = False  # VISION_MHC read by something in the image
+    because: tuple[tuple[str, str], ...] = ()  # capability key -> why not more
+
+    def as_dict(self) -> dict[str, object]:
+        """The JSON form the image's manifest carries and its preflight reads."""
+        return {"dcp_sizes": list(self.dcp_sizes), "images_under_dcp": self.images_under_dcp,
+                "prefix_cache_under_dcp": self.prefix_cache_under_dcp,
+                "speculative": list(self.speculative), "ckv_gather": self.ckv_gather,
+                "vision_mhc": self.vision_mhc, "because": dict(self.because)}
+
+
 @dataclass(frozen=True)
 class Tag:
     """One image tag with every default and `extends` resolved."""
@@ -125,6 +152,7 @@ class Tag:
     smoke: str = DEFAULT_SMOKE_SUITE  # the smoke suite: its sample .env files (README: Smoke)
     cache: CompileCache = CompileCache()  # top-level `cache:`, the same for every tag
     kernels: KernelSeed | None = None
+    capabilities: Capabilities | None = None  # None: not declared, and not enforced
 
     @property
     def sm_arch(self) -> str:

@@ -60,6 +60,8 @@ def manifest(plan: Plan, base: BaseImage, wheels: WheelSet, patched: PatchedTree
         "patched_tree": patched.tree_hash,
         "cuda_arch": tag.cuda_arch, "sm_arch": tag.sm_arch, "platform": tag.platform,
         "env": dict(tag.env),
+        # what the entrypoint's preflight enforces; absent: nothing declared
+        **({"capabilities": tag.capabilities.as_dict()} if tag.capabilities else {}),
         "base": {"name": base.name, "image": base.ref, "digest": base.digest},
         "wheels": wheels.wheels, "nvcc": wheels.report.get("nvcc", ""),
         # CMake's downloads as locked, for a tree that has them

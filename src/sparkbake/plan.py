@@ -169,7 +169,9 @@ def make(config: Config, tag: Tag) -> Plan:
                  "env": tag.env, "tag": tag.name,
                  "runtime lock": _digest_or_none(lock.runtime_lock_path(config, tag)),
                  "bake": [oci.FORMAT, *map(resources.digest, _bake_resources())],
-                 "entrypoint": resources.digest("entrypoint.py")},
+                 "entrypoint": resources.digest("entrypoint.py"),
+                 # what the image's preflight enforces (versions.yaml capabilities)
+                 **({"capabilities": tag.capabilities.as_dict()} if tag.capabilities else {})},
     }
     if tag.kernels:  # a published wheel's kernels stand for the upstream's: nothing compiles
         stage_inputs["kernels"] = {"kernel patches": kernel_patches,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import re
 import shlex
 import sys
 from pathlib import Path
@@ -18,13 +19,15 @@ from types import ModuleType
 from typing import Any
 
 from . import envfile, resources
-from .config import Tag
+from .config import PypiUpstream, Tag
 from .errors import ConfigError
 from .proc import echo
 
-__all__ = ["check_env", "entrypoint", "evaluate", "node_env", "report"]
+__all__ = ["check_env", "entrypoint", "evaluate", "image_facts", "locked_distributions",
+           "node_env", "report"]
 
 MODULE = "sparkbake_image_entrypoint"
+LOCKED = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==", re.MULTILINE)
 
 
 @functools.cache
@@ -43,12 +46,34 @@ def node_env(tag: Tag, env_file: envfile.EnvFile) -> dict[str, str]:
     return {**dict(tag.env), **env_file.values}
 
 
-def evaluate(tag: Tag, env_file: envfile.EnvFile, proc_sys: Path) -> list[Any]:
+def image_facts(tag: Tag, runtime_lock: Path | None = None) -> Any:
+    """What the host knows of the tag's image: the vLLM version of its upstream pin, the
+    distributions of its runtime lock (unknown without one) and its declared capabilities."""
+    upstream = tag.upstream
+    vllm = upstream.version if isinstance(upstream, PypiUpstream) and \
+        upstream.name == "vllm" else None
+    return entrypoint().checks.Image(
+        vllm=vllm, installed=locked_distributions(runtime_lock),
+        capabilities=tag.capabilities.as_dict() if tag.capabilities else None)
+
+
+def locked_distributions(runtime_lock: Path | None) -> frozenset[str] | None:
+    """The distribution names a runtime lock pins (`name==version`); None without one."""
+    if runtime_lock is None or not runtime_lock.is_file():
+        return None
+    canonical = entrypoint().checks.canonical
+    return frozenset(canonical(match.group(1)) for match in
+                     LOCKED.finditer(runtime_lock.read_text(encoding="utf-8")))
+
+
+def evaluate(tag: Tag, env_file: envfile.EnvFile, proc_sys: Path,
+             runtime_lock: Path | None = None) -> list[Any]:
     """The preflight findings for this node's file on this tag, in the rules' order."""
     image = entrypoint()
     env = image.effective_env(node_env(tag, env_file))
     return list(image.checks.check(env, series=tag.series, proc_sys=proc_sys,
-                                   known=[name for name, _ in tag.env]))
+                                   known=[name for name, _ in tag.env],
+                                   image=image_facts(tag, runtime_lock)))
 
 
 def report(env_file: envfile.EnvFile, findings: list[Any]) -> list[str]:
@@ -59,10 +84,12 @@ def report(env_file: envfile.EnvFile, findings: list[Any]) -> list[str]:
     return lines + [finding.lines(f"{env_file.where(finding.at)}: ") for finding in findings]
 
 
-def check_env(tag: Tag, path: Path, proc_sys: Path, show: bool) -> int:
-    """Print the findings; raise ConfigError (exit 2) when one is an error."""
+def check_env(tag: Tag, path: Path, proc_sys: Path, show: bool,
+              runtime_lock: Path | None = None) -> int:
+    """Print the findings; raise ConfigError (exit 2) when one is an error. runtime_lock:
+    the tag's, which says what the image has installed (the backends' packages)."""
     env_file = envfile.read(path)
-    findings = evaluate(tag, env_file, proc_sys)
+    findings = evaluate(tag, env_file, proc_sys, runtime_lock)
     for line in report(env_file, findings):
         print(line)
     errors = [f for f in findings if f.level == "error"]

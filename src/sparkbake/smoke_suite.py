@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import envfile, preflight, resources
+from . import envfile, lock, preflight, resources
 from .config import Config, Tag
 from .errors import ConfigError
 
@@ -76,7 +76,8 @@ def load(config: Config, tag: Tag) -> Suite:
     folder = find(config, tag)
     return Suite(
         name=tag.smoke, folder=folder,
-        accept=tuple(_accept(tag, path) for path in sorted((folder / "accept").glob("*.env"))),
+        accept=tuple(_accept(tag, path, lock.runtime_lock_path(config, tag))
+                     for path in sorted((folder / "accept").glob("*.env"))),
         reject=tuple(_reject(path) for path in sorted((folder / "reject").glob("*.env"))),
         serve_env=folder / "serve.env" if (folder / "serve.env").is_file() else None,
     )
@@ -86,9 +87,10 @@ def _name(path: Path) -> str:
     return f"{path.parent.name}/{path.name}"
 
 
-def _accept(tag: Tag, path: Path) -> Sample:
+def _accept(tag: Tag, path: Path, runtime_lock: Path | None) -> Sample:
     env_file = envfile.read(path)
-    refused = [f for f in preflight.evaluate(tag, env_file, PROC_SYS) if f.level == "error"]
+    refused = [f for f in preflight.evaluate(tag, env_file, PROC_SYS, runtime_lock)
+               if f.level == "error"]
     if refused:
         raise ConfigError(f"{path}: the preflight refuses this accept sample for {tag.name}: "
                           f"{refused[0].rule}: {refused[0].message}",

@@ -9,7 +9,7 @@ import pytest
 
 from sparkbake.__main__ import main
 from tests.conftest import versions_yaml
-from tests.nodeenv import ENV_DIR, HEAD_IP, reference_command, write_sysctls
+from tests.nodeenv import ENV_DIR, HEAD_IP, at_dcp_1, reference_command, write_sysctls
 
 VERSIONS = Path(__file__).parents[2] / "versions.yaml"
 
@@ -23,6 +23,17 @@ CONFIG = versions_yaml(repository="localhost:5000/check-env", platform="linux/ar
   bare:
     extends: gathered
     env: {VLLM_DSV4_CKV_GATHER: "0"}
+  textonly:
+    upstream: tree
+    series: [dcp-dspark]
+    env: {VLLM_ENABLE_DSPARK: "1", VLLM_DSV4_CKV_GATHER: "1", VLLM_DSV4_CKV_ALLOW_IMAGES: "1"}
+  dcp2:
+    upstream: tree
+    series: [dcp-dspark]
+    capabilities:
+      dcp_sizes: [1, 2]
+      speculative: [dspark]
+      because: {images_under_dcp: "no gather on this path"}
 """)
 
 
@@ -53,30 +64,59 @@ def line_of(text: str, start: str) -> int:
     return next(n for n, line in enumerate(text.splitlines(), 1) if line.startswith(start))
 
 
-def test_the_reference_files_pass_on_3_73_without_findings(
+def test_the_reference_files_are_refused_on_3_73_for_dcp_and_backends(
         proc_sys: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    text = (ENV_DIR / "head.env").read_text()
+    assert check_env(ENV_DIR / "head.env", "3.73-vision", "--proc-sys", str(proc_sys)) == 2
+    out, err = capsys.readouterr()
+    errors = {line.rsplit("[", 1)[1].rstrip("]"): (line, reason) for line, reason in
+              zip(out.splitlines()[::2], out.splitlines()[1::2], strict=True)
+              if ": error: " in line}
+    assert set(errors) == {"dcp-size-unsupported", "unknown-backend", "backend-not-installed",
+                           "images-under-dcp-unsupported", "prefix-cache-under-dcp-unsupported",
+                           "ckv-gather-unsupported"}
+    line, reason = errors["dcp-size-unsupported"]
+    assert line == (f"{ENV_DIR / 'head.env'}:{line_of(text, 'DCP_SIZE=')}: error: DCP_SIZE=2, "
+                    "but this image runs DeepSeek-V4 at DCP sizes 1 only [dcp-size-unsupported]")
+    assert '"DCP not support sliding window."' in reason
+    assert all(pr in reason for pr in ("#44573", "#56738", "local-inference-lab/vllm PR #764"))
+    line, reason = errors["unknown-backend"]
+    assert "ATTENTION_BACKEND=B12X_MLA_SPARSE is not among the attention backends of this " \
+           "image's vLLM 0.33.0" in line
+    assert "FLASHINFER_MLA_SPARSE_DSV4, " in reason and ", B12X, " in reason
+    line, reason = errors["backend-not-installed"]
+    assert "MOE_BACKEND=b12x needs the Python package b12x" in out  # and LINEAR_BACKEND
+    assert "LINEAR_BACKEND=b12x needs the Python package b12x" in out
+    assert "7 preflight error(s) for production-3.73-vision" in err
+
+
+def test_the_reference_at_dcp_1_with_the_images_backends_passes(
+        tmp_path: Path, proc_sys: Path, capsys: pytest.CaptureFixture[str]) -> None:
     for node in ("head", "worker"):
-        assert check_env(ENV_DIR / f"{node}.env", "3.73-vision", "--proc-sys", str(proc_sys)) == 0
+        env = write_env(tmp_path, at_dcp_1((ENV_DIR / f"{node}.env").read_text()))
+        assert check_env(env, "3.73-vision", "--proc-sys", str(proc_sys)) == 0
         out, err = capsys.readouterr()
-        assert out == ""
-        assert f"check-env: {ENV_DIR / node}.env passes for production-3.73-vision " \
-               "(0 warning(s))" in err
+        found = [line.rsplit("[", 1)[1] for line in out.splitlines() if line.endswith("]")]
+        assert found == ["ckv-gather-inert]", "vision-mhc-unread]"]  # warnings: both inert
+        assert "passes for production-3.73-vision (2 warning(s))" in err
 
 
 def test_print_shows_the_command_the_image_would_run(
-        proc_sys: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert check_env(ENV_DIR / "worker.env", "3.73-vision", "--print",
-                     "--proc-sys", str(proc_sys)) == 0
-    assert shlex.split(capsys.readouterr().out) == reference_command(1)
+        own_config: Path, proc_sys: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert check_env(ENV_DIR / "worker.env", "textonly", "--print",
+                     "--proc-sys", str(proc_sys), config=own_config) == 0
+    assert shlex.split(capsys.readouterr().out.splitlines()[-1]) == reference_command(1)
 
 
 def test_a_worker_with_the_heads_address_is_an_error_with_file_and_line(
         tmp_path: Path, proc_sys: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    text = (ENV_DIR / "worker.env").read_text().replace("192.168.100.12", HEAD_IP)
+    text = at_dcp_1((ENV_DIR / "worker.env").read_text().replace("192.168.100.12", HEAD_IP))
     bad = write_env(tmp_path, text)
     assert check_env(bad, "3.73-vision", "--proc-sys", str(proc_sys), "--print") == 2
     out, err = capsys.readouterr()
-    assert out.splitlines() == [
+    lines = out.splitlines()
+    first = next(n for n, line in enumerate(lines) if ": error: " in line)
+    assert lines[first:first + 2] == [
         f"{bad}:{line_of(text, 'VLLM_HOST_IP=')}: error: worker NODE_RANK=1 has "
         f"VLLM_HOST_IP={HEAD_IP}, which is MASTER_ADDR, the head's address "
         "[worker-has-head-address]",
@@ -87,11 +127,12 @@ def test_a_worker_with_the_heads_address_is_an_error_with_file_and_line(
 
 
 def test_warnings_are_printed_and_the_exit_is_0(
-        tmp_path: Path, proc_sys: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        tmp_path: Path, own_config: Path, proc_sys: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
     text = (ENV_DIR / "head.env").read_text()
     env = write_env(tmp_path, text + "KV_CACHE_MEMORY_BYTES=26000000000\n")
     kv_line, last = line_of(text, "KV_CACHE_MEMORY_BYTES="), len(text.splitlines()) + 1
-    assert check_env(env, "3.72-vision", "--proc-sys", str(proc_sys)) == 0
+    assert check_env(env, "textonly", "--proc-sys", str(proc_sys), config=own_config) == 0
     out, err = capsys.readouterr()
     lines = [line for line in out.splitlines() if not line.startswith("  -> ")]
     assert lines == [
@@ -102,7 +143,7 @@ def test_warnings_are_printed_and_the_exit_is_0(
         f"{env}:{line_of(text, 'VLLM_DSV4_DCP_PREFIX_CACHE=')}: warning: "
         "VLLM_DSV4_DCP_PREFIX_CACHE=1 on a tag without the prefix-cache series "
         "[prefix-cache-without-series]"]
-    assert "passes for production-3.72-vision (3 warning(s))" in err
+    assert "passes for textonly (3 warning(s))" in err
 
 
 def test_the_tags_env_lies_under_the_file(
@@ -125,7 +166,7 @@ def test_the_tags_series_decide_the_prefix_cache_rules(
     env = write_env(tmp_path, "MODEL=/m DCP_SIZE=2 ENABLE_PREFIX_CACHING=1\n")
     assert check_env(env, "gathered", "--proc-sys", str(proc_sys), config=own_config) == 0
     assert "[prefix-cache-inert]" in capsys.readouterr().out
-    assert check_env(env, "3.72-vision", "--proc-sys", str(proc_sys)) == 0
+    assert check_env(env, "textonly", "--proc-sys", str(proc_sys), config=own_config) == 0
     out = capsys.readouterr().out
     assert "[prefix-cache-inert]" not in out and "[dspark-without-tokens]" in out
 
@@ -133,8 +174,9 @@ def test_the_tags_series_decide_the_prefix_cache_rules(
 def test_host_sysctls_are_read_from_proc_sys(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     proc_sys = write_sysctls(tmp_path / "sys", swappiness=60)
-    assert check_env(ENV_DIR / "head.env", "3.73-vision", "--proc-sys", str(proc_sys)) == 0
-    assert f"{ENV_DIR / 'head.env'}: warning: host memory floor not applied: vm.swappiness=60 " \
+    env = write_env(tmp_path, at_dcp_1((ENV_DIR / "head.env").read_text()))
+    assert check_env(env, "3.73-vision", "--proc-sys", str(proc_sys)) == 0
+    assert f"{env}: warning: host memory floor not applied: vm.swappiness=60 " \
            "(want <= 10) [host-memory-floor]" in capsys.readouterr().out
 
 

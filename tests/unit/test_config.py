@@ -439,6 +439,29 @@ ERRORS: list[tuple[str, str, str, str, int, str]] = [
      "    dir: upstream\n    build_requirements: ../requirements.txt\n",
      "build_requirements:", 1, "a relative path inside the tree"),
     ("null-key", "  local:\n", "  ~:\n", "~:", 1, "key None is not a string"),
+    ("capabilities-misspelt-key", "    series: []\n",
+     "    series: []\n    capabilities: {dcp_size: [1]}\n", "capabilities:", 1,
+     "unknown key 'dcp_size' in capabilities (did you mean 'dcp_sizes'?)"),
+    ("capabilities-misspelt-because", "    series: []\n",
+     "    series: []\n    capabilities:\n      because:\n        images_under_dpc: no\n",
+     "images_under_dpc:", 1, "did you mean 'images_under_dcp'?"),
+    ("capabilities-not-a-mapping", "    series: []\n", "    series: []\n    capabilities: [1]\n",
+     "capabilities:", 1, "capabilities must be a mapping"),
+    ("capabilities-dcp-size-3", "    series: []\n",
+     "    series: []\n    capabilities:\n      dcp_sizes: [1, 3]\n", "dcp_sizes:", 1,
+     "dcp_sizes must list DCP sizes from 1, 2, 4, 8, 1 among them"),
+    ("capabilities-dcp-without-1", "    series: []\n",
+     "    series: []\n    capabilities:\n      dcp_sizes: [2]\n", "dcp_sizes:", 1,
+     "1 among them"),
+    ("capabilities-flag-a-string", "    series: []\n",
+     "    series: []\n    capabilities:\n      images_under_dcp: \"no\"\n", "images_under_dcp:",
+     1, "capabilities images_under_dcp must be true or false"),
+    ("capabilities-empty-reason", "    series: []\n",
+     "    series: []\n    capabilities:\n      because: {ckv_gather: \"\"}\n", "because:", 1,
+     "saying why the image cannot do more"),
+    ("capabilities-speculative-path", "    series: []\n",
+     "    series: []\n    capabilities:\n      speculative: [../x]\n", "../x", 1,
+     "not a valid name in speculative"),
 ]
 
 
@@ -591,6 +614,24 @@ def test_a_kernel_seed_and_build_requirements_load_and_are_inherited(tmp_path: P
     assert loaded.upstreams["fork"].build_requirements is None
 
 
+def test_capabilities_load_with_cautious_defaults_and_are_inherited(tmp_path: Path) -> None:
+    text = edit(VALID, "    series: [dcp-dspark, ckv-gather, vision]\n",
+                "    series: [dcp-dspark, ckv-gather, vision]\n    capabilities:\n"
+                "      dcp_sizes: [2, 1, 2]\n      speculative: [dspark]\n"
+                "      because:\n        images_under_dcp: >-\n          no gather\n"
+                "          here\n")
+    loaded = config_mod.load(write_config(tmp_path, text))
+    declared = loaded.tag("production-3.73-vision").capabilities
+    assert declared == config_mod.Capabilities(
+        dcp_sizes=(1, 2), speculative=("dspark",),
+        because=(("images_under_dcp", "no gather here"),))
+    assert declared.as_dict() == {
+        "dcp_sizes": [1, 2], "images_under_dcp": False, "prefix_cache_under_dcp": False,
+        "speculative": ["dspark"], "ckv_gather": False, "vision_mhc": False,
+        "because": {"images_under_dcp": "no gather here"}}
+    assert loaded.tag("custom").capabilities is None
+
+
 def test_the_repository_versions_yaml_loads() -> None:
     loaded = config_mod.load(REPO / "versions.yaml")
     assert loaded.root == REPO
@@ -600,7 +641,15 @@ def test_the_repository_versions_yaml_loads() -> None:
     assert v372.series == ("dcp-dspark", "ckv-gather", "vision")
     assert v373.series == ("dcp-dspark", "prefix-cache", "ckv-gather", "vision")
     assert v373.env == v372.env  # inherited, nothing added
-    assert dict(v373.env)["VLLM_DSV4_CKV_GATHER"] == "1"
+    # backends its vLLM has; nothing baked that switches on a path the image cannot run
+    assert dict(v373.env)["ATTENTION_BACKEND"] == "FLASHINFER_MLA_SPARSE_DSV4"
+    assert not {"VLLM_DSV4_CKV_GATHER", "VLLM_DSV4_CKV_ALLOW_IMAGES", "VISION_MHC"} & \
+        set(dict(v373.env))
+    assert v373.capabilities == v372.capabilities  # inherited
+    assert v373.capabilities is not None and v373.capabilities.dcp_sizes == (1,)
+    assert not v373.capabilities.ckv_gather and not v373.capabilities.images_under_dcp
+    assert "#44573" in dict(v373.capabilities.because)["dcp_sizes"]
+    assert loaded.tag("demo").capabilities is None
     assert v373.upstream == v372.upstream
     assert isinstance(v373.upstream, PypiUpstream)
     assert (v373.upstream.name, v373.upstream.version) == ("vllm", "0.33.0")

@@ -13,7 +13,7 @@ from types import ModuleType
 
 import pytest
 
-from sparkbake import envfile, preflight, resources
+from sparkbake import config, envfile, preflight, resources
 from tests.nodeenv import ENV_DIR, HEAD_IP, reference_command, write_sysctls
 
 SCRIPT = resources.path("entrypoint.py")
@@ -23,7 +23,6 @@ README = Path(__file__).parents[2] / "README.md"
 BASELINE = [
     "vllm", "serve", "/m", "--host", "0.0.0.0",
     "--trust-remote-code", "--distributed-executor-backend", "mp",
-    "--attention-backend", "B12X_MLA_SPARSE", "--moe-backend", "b12x", "--linear-backend", "b12x",
     "--kv-cache-dtype", "fp8", "--block-size", "256",
     "--compilation-config", '{"custom_ops":["all"]}',
     "--async-scheduling", "--no-scheduler-reserve-full-isl", "--enable-chunked-prefill",
@@ -48,6 +47,11 @@ VARIABLE_CASES: list[tuple[dict[str, str], list[str]]] = [
     ({"TP_SIZE": "4"}, ["--tensor-parallel-size", "4"]),
     ({"DCP_SIZE": "2"}, ["--decode-context-parallel-size", "2"]),
     ({"DCP_COMM_BACKEND": "ag_rs"}, ["--dcp-comm-backend", "ag_rs"]),
+    ({"ATTENTION_BACKEND": "FLASHINFER_MLA_SPARSE_DSV4"},
+     ["--attention-backend", "FLASHINFER_MLA_SPARSE_DSV4", "--kv-cache-dtype"]),
+    ({"MOE_BACKEND": "marlin"}, ["--moe-backend", "marlin", "--kv-cache-dtype"]),
+    ({"LINEAR_BACKEND": "auto", "MOE_BACKEND": "auto"},
+     ["--moe-backend", "auto", "--linear-backend", "auto", "--kv-cache-dtype", "fp8"]),
     ({"GPU_MEMORY_UTILIZATION": "0.75"}, ["--gpu-memory-utilization", "0.75"]),
     ({"KV_CACHE_MEMORY_BYTES": "26000000000"}, ["--kv-cache-memory-bytes", "26000000000"]),
     ({"MAX_MODEL_LEN": "393216"}, ["--max-model-len", "393216"]),
@@ -115,8 +119,20 @@ def image_env(tmp_path: Path) -> dict[str, str]:
         "series": [{"name": n} for n in ("dcp-dspark", "prefix-cache", "ckv-gather", "vision")],
         "env": {"VLLM_DSV4_CKV_GATHER": "1", "VLLM_DSV4_CKV_ALLOW_IMAGES": "1"}}))
     write_sysctls(tmp_path / "sys")
+    site = installed(tmp_path / "site", "b12x-1.5.1")  # the reference's backends need it
     return {"PATH": "/usr/bin:/bin", "SPARKBAKE_MANIFEST": str(manifest),
-            "SPARKBAKE_PROC_SYS": str(tmp_path / "sys")}
+            "SPARKBAKE_PROC_SYS": str(tmp_path / "sys"), "PYTHONPATH": str(site)}
+
+
+def installed(site: Path, *distributions: str) -> Path:
+    """A folder on PYTHONPATH where importlib.metadata finds these `name-version`s."""
+    for distribution in distributions:
+        name, version = distribution.split("-", 1)
+        info = site / f"{name}-{version}.dist-info"
+        info.mkdir(parents=True, exist_ok=True)
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\n"
+                                       f"Version: {version}\n")
+    return site
 
 
 def test_given_arguments_are_run_exactly_without_env_flags() -> None:
@@ -234,3 +250,65 @@ def test_print_without_model_describes_the_image(image_env: dict[str, str]) -> N
     result = run("--print", env=image_env)
     assert result.stdout.strip() == (f"repo:production-3.73-vision (inputs {'ab' * 6}); "
                                      "set MODEL to serve")
+
+
+def with_capabilities(image_env: dict[str, str], tag: str = "production-3.73-vision"
+                      ) -> dict[str, str]:
+    """image_env whose manifest declares the tag's capabilities, as the bake writes them."""
+    manifest = Path(image_env["SPARKBAKE_MANIFEST"])
+    declared = config.load(README.parent / "versions.yaml").tags[tag].capabilities
+    assert declared is not None
+    manifest.write_text(json.dumps({**json.loads(manifest.read_text()),
+                                    "capabilities": declared.as_dict()}))
+    return image_env
+
+
+def test_an_attention_backend_the_installed_vllm_lacks_is_refused_naming_its_own(
+        image_env: dict[str, str]) -> None:
+    installed(Path(image_env["PYTHONPATH"]), "vllm-0.33.0+cu130")
+    env = {**image_env, **envfile.read(ENV_DIR / "worker.env").values}
+    result = run("--print", env=env)
+    assert result.returncode == 2 and result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert lines[0] == ("sparkbake preflight: error: ATTENTION_BACKEND=B12X_MLA_SPARSE is not "
+                        "among the attention backends of this image's vLLM 0.33.0 "
+                        "[unknown-backend]")
+    assert lines[1].startswith("  -> vllm serve stops before it loads anything; its attention "
+                               "backends: FLASH_ATTN, ")
+    assert ", FLASHINFER_MLA_SPARSE_DSV4, " in lines[1]
+    assert "refusing to start vllm: 1 error(s)" in result.stderr
+    fixed = run("--print", env={**env, "ATTENTION_BACKEND": "flashinfer_mla_sparse_dsv4"})
+    assert fixed.returncode == 0, fixed.stderr
+
+
+def test_a_backend_whose_package_is_not_installed_is_refused(
+        image_env: dict[str, str], tmp_path: Path) -> None:
+    env = {**image_env, "PYTHONPATH": str(tmp_path / "empty"), "MODEL": "/m",
+           "MOE_BACKEND": "b12x", "LINEAR_BACKEND": "B12X"}
+    result = run("--print", env=env)
+    assert result.returncode == 2
+    assert [line for line in result.stderr.splitlines() if "[backend-not-installed]" in line] == [
+        "sparkbake preflight: error: MOE_BACKEND=b12x needs the Python package b12x, which this "
+        "image does not have [backend-not-installed]",
+        "sparkbake preflight: error: LINEAR_BACKEND=B12X needs the Python package b12x, which "
+        "this image does not have [backend-not-installed]"]
+    with_b12x = run("--print", env={**env, "PYTHONPATH": image_env["PYTHONPATH"]})
+    assert with_b12x.returncode == 0, with_b12x.stderr
+
+
+def test_the_manifests_capabilities_refuse_dcp_2_with_the_reason(
+        image_env: dict[str, str]) -> None:
+    env = {**image_env, **envfile.read(ENV_DIR / "worker.env").values}
+    assert run("--print", env=env).returncode == 0  # a manifest without capabilities
+    result = run("--print", env=with_capabilities(image_env) | envfile.read(
+        ENV_DIR / "worker.env").values)
+    assert result.returncode == 2
+    lines = result.stderr.splitlines()
+    at = lines.index("sparkbake preflight: error: DCP_SIZE=2, but this image runs DeepSeek-V4 "
+                     "at DCP sizes 1 only [dcp-size-unsupported]")
+    assert "#44573" in lines[at + 1] and "PR #764" in lines[at + 1]
+    assert "[images-under-dcp-unsupported]" in result.stderr
+    at_dcp_1 = {**env, "DCP_SIZE": "1", "VLLM_DSV4_CKV_GATHER": "", "VISION_MHC": "",
+                "VLLM_DSV4_CKV_ALLOW_IMAGES": ""}
+    accepted = run("--print", env=with_capabilities(image_env) | at_dcp_1)
+    assert accepted.returncode == 0, accepted.stderr

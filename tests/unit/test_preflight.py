@@ -9,14 +9,14 @@ from typing import Any
 
 import pytest
 
-from sparkbake import envfile, preflight
+from sparkbake import config, envfile, lock, preflight
 from tests.nodeenv import ENV_DIR, HEAD_IP, write_sysctls
 
 from .test_entrypoint import README
 
 SERIES_373 = ("dcp-dspark", "prefix-cache", "ckv-gather", "vision")
 SERIES_372 = ("dcp-dspark", "ckv-gather", "vision")
-FUNCTIONS = {"given", "has_series", "max"}
+FUNCTIONS = {"given", "has_series", "max", "can", "capability", "because", "backends"}
 
 checks = preflight.entrypoint().checks
 RULES: dict[str, Any] = checks.load_rules()
@@ -120,7 +120,7 @@ def test_near_misses_do_not_fire(rule: str, changes: dict[str, str], sysctls: Pa
 
 def test_every_rule_is_tested() -> None:
     tested = {rule for rule, _, _ in FIRING} | {"host-memory-floor", "prefix-cache-without-series"}
-    assert tested == set(RULE_IDS)
+    assert tested | {rule for rule, _, _, _ in IMAGE_FIRING} == set(RULE_IDS)
 
 
 def test_every_rule_is_documented_in_the_readme() -> None:
@@ -243,3 +243,121 @@ def test_rules_whose_values_are_unset_do_not_fire(sysctls: Path) -> None:
     with pytest.raises(checks.Unknown):
         ctx.evaluate("NUM_SPECULATIVE_TOKENS + 1")
     assert ctx.evaluate("DCP_SIZE > 1 and MAX_NUM_SEQS > 0") is False  # stops at the first
+
+
+# --- the rules about the image: its vLLM's backends, its packages, its capabilities --------
+
+REPO_CONFIG = config.load(Path(__file__).parents[2] / "versions.yaml")
+TAG_373 = REPO_CONFIG.tag("3.73-vision")
+# what production-3.73-vision's image is, as the host knows it (the suite's accept samples)
+IMAGE_373 = preflight.image_facts(TAG_373, lock.runtime_lock_path(REPO_CONFIG, TAG_373))
+SERVABLE = Path(__file__).parents[2] / "images" / "smoke" / "dsv4-4node" / "accept"
+DCP_2 = {"DCP_SIZE": "2", "LIMIT_MM_IMAGES": "0"}  # DCP 2, text only
+CAN_DCP_2 = {"dcp_sizes": [1, 2]}
+
+
+def servable(**changes: str) -> dict[str, str]:
+    """The worker that production-3.73-vision can serve, with its ENV, some values changed."""
+    values = {**dict(TAG_373.env), **envfile.read(SERVABLE / "worker.env").values, **changes}
+    env: dict[str, str] = preflight.entrypoint().effective_env(values)
+    return env
+
+
+def image_fired(env: dict[str, str], proc_sys: Path, image: Any = IMAGE_373,
+                **capabilities: Any) -> dict[str, str]:
+    if capabilities:
+        image = checks.Image(vllm=image.vllm, installed=image.installed,
+                             capabilities={**image.capabilities, **capabilities})
+    return {f.rule: f.level for f in checks.check(env, series=SERIES_373, proc_sys=proc_sys,
+                                                  image=image)}
+
+
+# (rule, level, changes to the servable worker, capabilities changed from 3.73's)
+IMAGE_FIRING: list[tuple[str, str, dict[str, str], dict[str, Any]]] = [
+    ("unknown-backend", "error", {"ATTENTION_BACKEND": "B12X_MLA_SPARSE"}, {}),
+    ("unknown-backend", "error", {"MOE_BACKEND": "b12x_mla"}, {}),
+    ("unknown-backend", "error", {"LINEAR_BACKEND": "cutlass-3"}, {}),
+    ("backend-not-installed", "error", {"MOE_BACKEND": "b12x"}, {}),
+    ("backend-not-installed", "error", {"ATTENTION_BACKEND": "b12x"}, {}),
+    ("dcp-size-unsupported", "error", DCP_2, {}),
+    ("dcp-size-unsupported", "error", {"DCP_SIZE": "4", "LIMIT_MM_IMAGES": "0"}, CAN_DCP_2),
+    ("images-under-dcp-unsupported", "error", {"DCP_SIZE": "2"}, CAN_DCP_2),
+    ("images-under-dcp-unsupported", "error", {"DCP_SIZE": "2", "LIMIT_MM_IMAGES": ""},
+     CAN_DCP_2),
+    ("prefix-cache-under-dcp-unsupported", "error", {**DCP_2, "VLLM_DSV4_DCP_PREFIX_CACHE": "1"},
+     CAN_DCP_2),
+    ("speculative-unsupported", "error", {}, {"speculative": []}),
+    ("ckv-gather-unsupported", "error", {**DCP_2, "VLLM_DSV4_CKV_GATHER": "1"}, CAN_DCP_2),
+    ("ckv-gather-inert", "warning", {"VLLM_DSV4_CKV_ALLOW_IMAGES": "1"}, {}),
+    ("vision-mhc-unread", "warning", {"VISION_MHC": "1"}, {}),
+]
+
+# (rule, changes that come close to firing it but must not, capabilities changed)
+IMAGE_QUIET: list[tuple[str, dict[str, str], dict[str, Any]]] = [
+    ("unknown-backend", {"ATTENTION_BACKEND": "auto"}, {}),
+    ("unknown-backend", {"ATTENTION_BACKEND": "flashmla_sparse_dsv4"}, {}),
+    ("unknown-backend", {"MOE_BACKEND": "Flashinfer-B12X", "LINEAR_BACKEND": "MARLIN"}, {}),
+    ("dcp-size-unsupported", DCP_2, CAN_DCP_2),
+    ("images-under-dcp-unsupported", DCP_2, CAN_DCP_2),
+    ("images-under-dcp-unsupported", {"DCP_SIZE": "2"}, {**CAN_DCP_2, "images_under_dcp": True}),
+    ("prefix-cache-under-dcp-unsupported", {**DCP_2, "VLLM_DSV4_DCP_PREFIX_CACHE": "0"},
+     CAN_DCP_2),
+    ("speculative-unsupported", {"VLLM_ENABLE_DSPARK": "0"}, {"speculative": []}),
+    ("ckv-gather-unsupported", {**DCP_2, "VLLM_DSV4_CKV_GATHER": "1"},
+     {**CAN_DCP_2, "ckv_gather": True}),
+    ("vision-mhc-unread", {"VISION_MHC": "0"}, {}),
+]
+
+
+def test_the_servable_samples_pass_on_the_image_with_no_finding(sysctls: Path) -> None:
+    assert image_fired(servable(), sysctls) == {}
+
+
+@pytest.mark.parametrize(("rule", "level", "changes", "capabilities"), IMAGE_FIRING,
+                         ids=[f"{r}-{i}" for i, (r, _, _, _) in enumerate(IMAGE_FIRING)])
+def test_each_image_rule_fires_alone(rule: str, level: str, changes: dict[str, str],
+                                     capabilities: dict[str, Any], sysctls: Path) -> None:
+    assert image_fired(servable(**changes), sysctls, **capabilities) == {rule: level}
+
+
+@pytest.mark.parametrize(("rule", "changes", "capabilities"), IMAGE_QUIET,
+                         ids=[f"{r}-{i}" for i, (r, _, _) in enumerate(IMAGE_QUIET)])
+def test_image_near_misses_do_not_fire(rule: str, changes: dict[str, str],
+                                       capabilities: dict[str, Any], sysctls: Path) -> None:
+    assert rule not in image_fired(servable(**changes), sysctls, **capabilities)
+
+
+def test_what_is_not_known_of_the_image_is_not_refused(sysctls: Path) -> None:
+    reference = node("head")  # DCP 2, B12X_MLA_SPARSE, b12x, gather, VISION_MHC
+    assert image_fired(reference, sysctls, checks.Image()) == {}
+    other_vllm = checks.Image(vllm="0.99.0", installed=frozenset({"b12x"}))
+    assert image_fired(reference, sysctls, other_vllm) == {}
+
+
+def test_a_refusal_names_the_backends_the_image_has_and_the_reason_declared(
+        sysctls: Path) -> None:
+    env = servable(ATTENTION_BACKEND="B12X_MLA_SPARSE", DCP_SIZE="2", LIMIT_MM_IMAGES="0")
+    found = {f.rule: f for f in checks.check(env, series=SERIES_373, proc_sys=sysctls,
+                                             image=IMAGE_373)}
+    assert found["unknown-backend"].at == "ATTENTION_BACKEND"
+    assert found["unknown-backend"].reason.startswith(
+        "vllm serve stops before it loads anything; its attention backends: FLASH_ATTN, ")
+    assert TAG_373.capabilities is not None
+    assert found["dcp-size-unsupported"].reason == dict(TAG_373.capabilities.because)["dcp_sizes"]
+    assert found["dcp-size-unsupported"].message == \
+        "DCP_SIZE=2, but this image runs DeepSeek-V4 at DCP sizes 1 only"
+
+
+def test_the_backend_lists_are_those_of_the_pinned_vllm_tree() -> None:
+    """preflight.json's lists are what vLLM 0.33.0's registries define (read from its
+    source, when the fetched tree is there; the smoke check compares them in the image)."""
+    trees = sorted((Path(__file__).parents[2] / "build" / "sources").glob("*/tree"))
+    registry = [t for t in trees if (t / "vllm/v1/attention/backends/registry.py").is_file()]
+    if not registry:
+        pytest.skip("no fetched vLLM tree in build/sources (sparkbake fetch 3.73-vision)")
+    source = ast.parse((registry[0] / "vllm/v1/attention/backends/registry.py").read_text())
+    [enum] = [n for n in source.body if isinstance(n, ast.ClassDef)
+              and n.name == "AttentionBackendEnum"]
+    members = [t.id for a in enum.body if isinstance(a, ast.Assign)
+               for t in a.targets if isinstance(t, ast.Name)]
+    assert RULES["backends"]["vllm"]["0.33.0"]["attention"] == members

@@ -4,15 +4,16 @@ are read, and the shipped suites checked against the host's preflight and the re
 from __future__ import annotations
 
 import shlex
+import shutil
 from pathlib import Path
 
 import pytest
 
 from sparkbake import config as config_mod
-from sparkbake import envfile, preflight, resources, smoke_suite
+from sparkbake import envfile, lock, preflight, resources, smoke_suite
 from sparkbake.config import Config, Tag
 from sparkbake.errors import ConfigError
-from tests.nodeenv import reference_command, write_sysctls
+from tests.nodeenv import ENV_DIR, image_command, write_sysctls
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = """\
@@ -122,18 +123,45 @@ SUITE_TAGS = sorted(REPO_CONFIG.tags)
 def test_the_production_tags_use_the_reference_suite() -> None:
     assert {t: REPO_CONFIG.tags[t].smoke for t in SUITE_TAGS} == {
         "demo": "common", "production-3.72-vision": "dsv4-4node",
-        "production-3.73-vision": "dsv4-4node", "vllm-reuse-sm90": "dsv4-4node"}
+        "production-3.73-vision": "dsv4-4node", "production-3.73-vision-seeded": "dsv4-4node",
+        "vllm-reuse-sm90": "dsv4-4node"}
 
 
 @pytest.mark.parametrize(("sample", "rank"), [("head.env", 0), ("worker.env", 1)])
-def test_the_reference_suite_prints_the_reference_command(sample: str, rank: int) -> None:
+def test_the_reference_suite_prints_what_the_image_can_serve(sample: str, rank: int) -> None:
     suite = smoke_suite.load(REPO_CONFIG, REPO_CONFIG.tag("3.73-vision"))
     accepted = {s.name: s for s in suite.accept}[f"accept/{sample}"]
-    assert shlex.split(accepted.command) == reference_command(rank)
+    assert shlex.split(accepted.command) == image_command(rank)
+
+
+def test_the_reference_dcp_2_file_is_a_refused_sample_refused_for_dcp() -> None:
+    suite = smoke_suite.load(REPO_CONFIG, REPO_CONFIG.tag("3.73-vision"))
+    refused = {s.name: s for s in suite.reject}["reject/reference-dcp2.env"]
+    assert refused.rules[0] == "dcp-size-unsupported" and "unknown-backend" in refused.rules
+    reference = envfile.read(ENV_DIR / "head.env").values
+    assert refused.env == reference  # the reference's head file, as it is
+
+
+def test_an_accept_sample_naming_a_backend_the_image_lacks_stops_the_suite(
+        tmp_path: Path) -> None:
+    folder = tmp_path / "smoke" / "dsv4-4node"
+    shutil.copytree(smoke_suite.places(REPO_CONFIG, "dsv4-4node")[1], folder)
+    head = folder / "accept" / "head.env"
+    head.write_text(head.read_text() + "MOE_BACKEND=b12x\n")
+    (tmp_path / "versions.yaml").write_text((REPO / "versions.yaml").read_text())
+    (tmp_path / "locks").symlink_to(REPO / "locks")
+    own = config_mod.load(tmp_path / "versions.yaml")
+    with pytest.raises(ConfigError) as caught:
+        smoke_suite.load(own, own.tag("3.73-vision"))
+    assert caught.value.exit_code == 2
+    assert str(caught.value).startswith(f"{head}: the preflight refuses this accept sample for "
+                                        "production-3.73-vision: backend-not-installed: "
+                                        "MOE_BACKEND=b12x needs the Python package b12x")
 
 
 def errors_of(tag: Tag, sample: smoke_suite.Sample, proc_sys: Path) -> list[str]:
-    findings = preflight.evaluate(tag, envfile.read(sample.path), proc_sys)
+    findings = preflight.evaluate(tag, envfile.read(sample.path), proc_sys,
+                                  lock.runtime_lock_path(REPO_CONFIG, tag))
     return [f.rule for f in findings if f.level == "error"]
 
 
