@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from sparkbake import emulation
 from sparkbake.__main__ import main
 from tests.conftest import versions_yaml
 
@@ -225,9 +226,16 @@ def test_production_plan_lists_its_series_in_order(capsys: pytest.CaptureFixture
     assert lines["patch"][1] in STATES - {"blocked"}
     patch_line = next(line for line in out.splitlines() if line.startswith("patch"))
     assert patch_line.endswith("dcp-dspark, prefix-cache, ckv-gather, vision")
-    assert lines["bake"][2:] == ["localhost:5000/sparkrun-vllm-ds4-gb10:production-3.73-vision"]
+    image = "localhost:5000/sparkrun-vllm-ds4-gb10:production-3.73-vision"
     assert lines["fetch"][2:] == ["vllm-0.33.0", "(pypi)"]
-    assert lines["wheels"][2:] == ["sm_121a", "on", "cuda-devel"]
+    if emulation.host_platform() == "linux/arm64":  # the tag's own platform: all native
+        assert lines["bake"][2:] == [image]
+        assert lines["wheels"][2:] == ["sm_121a", "on", "cuda-devel"]
+    else:
+        host = emulation.host_platform()
+        assert lines["bake"][2:] == [image, "(venv", "made", "emulated,", "files", "native)"]
+        assert lines["wheels"][2:] == ["sm_121a", "on", "cuda-devel;", "emulated:",
+                                       "linux/arm64", "on", host]
     assert err == ""
 
 
