@@ -12,7 +12,7 @@ patched_files = {"files": [{"path", "sha256" (null: deleted), "patch"}], "not_in
 document on stdout, as its last line:
 {"checks": [{"name", "status": "passed|failed|skipped", "detail", "seconds"}]}.
 Exit status: 0 when no check failed, 1 when one did, 2 when EXPECTED is unreadable.
-smoke_common.py, smoke_entry.py and smoke_gpu.py lie beside this file.
+smoke_common.py, smoke_entry.py, smoke_gpu.py and smoke_vllm.py lie beside this file.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ from smoke_common import (
 )
 from smoke_entry import check_entrypoint_print, check_preflight_rejects
 from smoke_gpu import check_gpu, check_gpu_capability, check_gpu_op
+from smoke_vllm import check_vllm_serve_args
 
 MANIFEST_KEYS = ("tag", "inputs", "upstream", "series", "cuda_arch", "env")
 
@@ -277,6 +278,7 @@ CHECKS: list[tuple[str, Callable[[Image, dict[str, Any]], str]]] = [
     ("patched-files", check_patched_files),
     ("kernels", check_kernels),
     ("entrypoint-print", check_entrypoint_print),
+    ("vllm-serve-args", check_vllm_serve_args),
     ("preflight-rejects", check_preflight_rejects),
     ("gpu", check_gpu),
     ("gpu-capability", check_gpu_capability),

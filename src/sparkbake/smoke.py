@@ -37,7 +37,8 @@ GPU_MODES = ("auto", "require", "skip")
 INPUTS_LABEL = "dev.sparkbake.inputs"
 PYTHON_IN_IMAGE = "/opt/venv/bin/python"
 CHECKER_DIR = "/opt/sparkbake-smoke"
-CHECKER_FILES = ("smoke_check.py", "smoke_common.py", "smoke_entry.py", "smoke_gpu.py")
+CHECKER_FILES = ("smoke_check.py", "smoke_common.py", "smoke_entry.py", "smoke_gpu.py",
+                 "smoke_vllm.py")
 NO_GPU_RUNTIME = "no GPU runtime in this engine"
 GPU_CHECKS = {"gpu", "gpu-capability", "gpu-op"}
 
