@@ -203,3 +203,49 @@ def test_usage_errors_exit_2(args: list[str], message: str, proc_sys: Path,
 def test_a_missing_env_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert check_env(tmp_path / "none.env", "3.73-vision") == 2
     assert "cannot read" in capsys.readouterr().err
+
+
+def test_images_under_dcp_on_a_tag_that_runs_dcp_but_not_images_are_refused(
+        tmp_path: Path, own_config: Path, proc_sys: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    env = write_env(tmp_path, "MODEL=/m TP_SIZE=2 DCP_SIZE=2\n")
+    assert check_env(env, "dcp2", "--proc-sys", str(proc_sys), config=own_config) == 2
+    out, err = capsys.readouterr()
+    assert out.splitlines() == [
+        f"{env}: error: images are allowed (LIMIT_MM_IMAGES=4) under DCP_SIZE=2, which this "
+        "image cannot serve [images-under-dcp-unsupported]",
+        "  -> no gather on this path; set LIMIT_MM_IMAGES=0 or DCP_SIZE=1"]
+    assert err.startswith(f"sparkbake: error: {env}: 1 preflight error(s) for dcp2\n")
+    text_only = write_env(tmp_path, "MODEL=/m TP_SIZE=2 DCP_SIZE=2 LIMIT_MM_IMAGES=0\n", "t.env")
+    assert check_env(text_only, "dcp2", "--proc-sys", str(proc_sys), config=own_config) == 0
+    four = write_env(tmp_path, "MODEL=/m TP_SIZE=4 DCP_SIZE=4 LIMIT_MM_IMAGES=0\n", "4.env")
+    assert check_env(four, "dcp2", "--proc-sys", str(proc_sys), config=own_config) == 2
+    assert "DCP_SIZE=4, but this image runs DeepSeek-V4 at DCP sizes 1, 2 only" in \
+        capsys.readouterr().out
+
+
+def test_an_unknown_backend_is_two_lines_and_exit_2(
+        tmp_path: Path, proc_sys: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    text = at_dcp_1((ENV_DIR / "head.env").read_text()).replace(
+        "LINEAR_BACKEND=auto", "LINEAR_BACKEND=cutlas")
+    env = write_env(tmp_path, text)
+    assert check_env(env, "3.73-vision", "--proc-sys", str(proc_sys)) == 2
+    out = capsys.readouterr().out.splitlines()
+    at = out.index(f"{env}:{line_of(text, 'ATTENTION_BACKEND=')}: error: LINEAR_BACKEND=cutlas "
+                   "is not among the linear backends of this image's vLLM 0.33.0 "
+                   "[unknown-backend]")
+    assert out[at + 1].startswith("  -> vllm serve stops before it loads anything; its linear "
+                                  "backends: auto, cutlass, ")
+
+
+def test_a_misspelt_capability_in_versions_yaml_is_exit_2_with_its_line(
+        tmp_path: Path, own_config: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    text = own_config.read_text().replace("      dcp_sizes: [1, 2]", "      dcp_size: [1, 2]")
+    own_config.write_text(text)
+    assert check_env(ENV_DIR / "head.env", "dcp2", config=own_config) == 2
+    err = capsys.readouterr().err
+    assert err.splitlines() == [
+        f"sparkbake: error: {own_config}:{line_of(text, '      dcp_size:')}: unknown key "
+        "'dcp_size' in capabilities (did you mean 'dcp_sizes'?)",
+        "  -> allowed keys: dcp_sizes, images_under_dcp, prefix_cache_under_dcp, speculative, "
+        "ckv_gather, vision_mhc, because"]
