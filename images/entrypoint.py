@@ -189,14 +189,15 @@ def read_manifest(env: Env) -> dict[str, Any] | None:
 
 def image_facts(manifest: Mapping[str, Any] | None) -> Any:
     """What the preflight knows of this image: the installed vLLM's version (without its
-    local part), the installed distributions, and the capabilities the manifest declares."""
-    installed = frozenset(checks.canonical(d.metadata["Name"] or "")
-                          for d in importlib.metadata.distributions())
+    local part), which modules the backends need are importable (found, not imported), and
+    the capabilities the manifest declares."""
+    modules = frozenset(m for m in checks.backend_modules(checks.load_rules())
+                        if importlib.util.find_spec(m) is not None)
     try:
         vllm: str | None = importlib.metadata.version("vllm").split("+", 1)[0]
     except importlib.metadata.PackageNotFoundError:
         vllm = None
-    return checks.Image(vllm=vllm, installed=installed,
+    return checks.Image(vllm=vllm, modules=modules,
                         capabilities=(manifest or {}).get("capabilities"))
 
 

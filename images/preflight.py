@@ -46,11 +46,11 @@ class Finding:
 @dataclass(frozen=True)
 class Image:
     """What the checks know of the image: its vLLM version (None: no vLLM, or not known),
-    the Python distributions installed in it (None: not known), and the tag's declared
-    capabilities (None: not declared)."""
+    which of the Python modules backends need it has (None: not known), and the tag's
+    declared capabilities (None: not declared)."""
 
     vllm: str | None = None
-    installed: frozenset[str] | None = None
+    modules: frozenset[str] | None = None  # of the modules backends need, those it has
     capabilities: Mapping[str, Any] | None = None
 
 
@@ -95,8 +95,9 @@ class Context:
         self.backend_names: dict[str, list[str]] | None = (
             rules.get("backends", {}).get("vllm", {}).get(self.image.vllm)
             if self.image.vllm else None)
-        self.backend_packages: dict[str, dict[str, str]] = \
-            rules.get("backends", {}).get("packages", {})
+        self.backend_modules: dict[str, dict[str, str]] = \
+            rules.get("backends", {}).get("modules", {})
+        self.providers: dict[str, list[str]] = rules.get("backends", {}).get("providers", {})
 
     def given(self, name: str) -> bool:
         return self.env.get(name, "") != ""
@@ -265,24 +266,39 @@ def check_backends(ctx: Context, rule: Mapping[str, Any]) -> list[Finding]:
 
 
 def check_backend_packages(ctx: Context, rule: Mapping[str, Any]) -> list[Finding]:
-    """A backend that needs a Python package (vLLM's `b12x` extra) finds it installed."""
-    if ctx.image.installed is None:
+    """A backend that needs a Python module (vLLM's `b12x` extra) finds it in the image."""
+    if ctx.image.modules is None:
         return []
     found = []
     for name, kind in rule["variables"].items():
         if not ctx.given(name):
             continue
-        package = ctx.backend_packages.get(kind, {}).get(normal_backend(kind, ctx.env[name]))
-        if package and canonical(package) not in ctx.image.installed:
-            extra = {"name": name, "value": ctx.env[name], "kind": kind, "package": package}
+        module = ctx.backend_modules.get(kind, {}).get(normal_backend(kind, ctx.env[name]))
+        if module and module not in ctx.image.modules:
+            extra = {"name": name, "value": ctx.env[name], "kind": kind, "package": module,
+                     "providers": ", ".join(ctx.providers.get(module, [module]))}
             found.append(_finding(rule, ctx.render(rule["message"], extra), name,
                                   reason=ctx.render(rule["reason"], extra)))
     return found
 
 
 def canonical(distribution: str) -> str:
-    """A distribution name as the installed set holds it (PEP 503)."""
+    """A distribution name as PEP 503 compares it."""
     return re.sub(r"[-_.]+", "-", distribution).lower()
+
+
+def backend_modules(rules: Mapping[str, Any]) -> set[str]:
+    """Every module a backend of the rules needs."""
+    return {module for table in rules.get("backends", {}).get("modules", {}).values()
+            for module in table.values()}
+
+
+def provided_modules(rules: Mapping[str, Any], distributions: Iterable[str]) -> frozenset[str]:
+    """The backends' modules these distributions install (a runtime lock's, on the host)."""
+    have = {canonical(d) for d in distributions}
+    providers = rules.get("backends", {}).get("providers", {})
+    return frozenset(module for module in backend_modules(rules)
+                     if have & {canonical(d) for d in providers.get(module, [module])})
 
 
 def check_types(ctx: Context, rule: Mapping[str, Any]) -> list[Finding]:

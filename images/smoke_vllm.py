@@ -67,9 +67,9 @@ class Serve:
         self.engine_args.from_cli_args(args)
         return args
 
-    def backend(self, kind: str, name: str | None, packages: dict[str, str]) -> str:
+    def backend(self, kind: str, name: str | None, modules: dict[str, str]) -> str:
         """'' when vLLM resolves the name (an attention backend's class imports too) and the
-        package it needs (preflight.json's `packages`: vLLM's b12x extra) imports."""
+        module it needs (preflight.json's `modules`: vLLM's b12x extra) is there."""
         if name is None or name.lower() == "auto":
             return ""
         if kind != "attention" and name not in self.names[kind]:
@@ -79,9 +79,9 @@ class Serve:
                 self.attention[name.upper()].get_class()
             except Exception as exc:  # unknown, or its module does not import: the finding
                 return f"attention backend {name!r}: {one_line(exc)}"
-        package = packages.get(name.upper() if kind == "attention" else name)
+        package = modules.get(name.upper() if kind == "attention" else name)
         if package and importlib.util.find_spec(package) is None:
-            return f"{kind} backend {name!r} needs the package {package}, which does not import"
+            return f"{kind} backend {name!r} needs the module {package}, which is not there"
         return ""
 
 
@@ -98,7 +98,7 @@ def installed_vllm() -> str:
 
 
 def backend_data(image: Image) -> dict[str, Any]:
-    """preflight.json's `backends`: names per vLLM version, packages per backend."""
+    """preflight.json's `backends`: names per vLLM version, modules per backend."""
     data: dict[str, Any] = json.loads((image.root / PREFLIGHT_RULES).read_text())
     return dict(data.get("backends", {}))
 
@@ -119,14 +119,14 @@ def data_problems(data: dict[str, Any], version: str, serve: Serve) -> list[str]
 
 
 def sample_problems(serve: Serve, sample: dict[str, Any],
-                    packages: dict[str, dict[str, str]]) -> list[str]:
+                    modules: dict[str, dict[str, str]]) -> list[str]:
     try:
         args = serve.parse(str(sample["command"]))
     except CheckFailed as exc:
         return [f"{sample['name']}: {exc}"]
     except Exception as exc:  # vLLM's validation refused it
         return [f"{sample['name']}: {one_line(exc)}"]
-    found = [serve.backend(kind, getattr(args, f"{kind}_backend", None), packages.get(kind, {}))
+    found = [serve.backend(kind, getattr(args, f"{kind}_backend", None), modules.get(kind, {}))
              for kind in KINDS]
     return [f"{sample['name']}: {problem}" for problem in found if problem]
 
@@ -140,7 +140,7 @@ def check_vllm_serve_args(image: Image, expected: dict[str, Any]) -> str:
     serve, data = Serve(), backend_data(image)
     problems = data_problems(data, version, serve)
     for sample in samples:
-        problems += sample_problems(serve, sample, data.get("packages", {}))
+        problems += sample_problems(serve, sample, data.get("modules", {}))
     if problems:
         raise CheckFailed("; ".join(problems))
     return (f"vLLM {version} parses the command of {len(samples)} sample(s) of suite "

@@ -48,12 +48,15 @@ def node_env(tag: Tag, env_file: envfile.EnvFile) -> dict[str, str]:
 
 def image_facts(tag: Tag, runtime_lock: Path | None = None) -> Any:
     """What the host knows of the tag's image: the vLLM version of its upstream pin, the
-    distributions of its runtime lock (unknown without one) and its declared capabilities."""
+    backends' modules its runtime lock installs (unknown without one), its capabilities."""
     upstream = tag.upstream
     vllm = upstream.version if isinstance(upstream, PypiUpstream) and \
         upstream.name == "vllm" else None
-    return entrypoint().checks.Image(
-        vllm=vllm, installed=locked_distributions(runtime_lock),
+    checks = entrypoint().checks
+    locked = locked_distributions(runtime_lock)
+    return checks.Image(
+        vllm=vllm,
+        modules=None if locked is None else checks.provided_modules(checks.load_rules(), locked),
         capabilities=tag.capabilities.as_dict() if tag.capabilities else None)
 
 
@@ -61,8 +64,7 @@ def locked_distributions(runtime_lock: Path | None) -> frozenset[str] | None:
     """The distribution names a runtime lock pins (`name==version`); None without one."""
     if runtime_lock is None or not runtime_lock.is_file():
         return None
-    canonical = entrypoint().checks.canonical
-    return frozenset(canonical(match.group(1)) for match in
+    return frozenset(match.group(1) for match in
                      LOCKED.finditer(runtime_lock.read_text(encoding="utf-8")))
 
 

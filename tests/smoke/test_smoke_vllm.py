@@ -93,8 +93,8 @@ def test_the_reference_command_an_unknown_flag_and_stale_data_fail(
     assert problems[1].startswith("reference.env: attention backend 'B12X_MLA_SPARSE': "
                                   "ValueError: Unknown attention backend: 'B12X_MLA_SPARSE'")
     assert problems[2:4] == [
-        "reference.env: moe backend 'b12x' needs the package b12x, which does not import",
-        "reference.env: linear backend 'b12x' needs the package b12x, which does not import"]
+        "reference.env: moe backend 'b12x' needs the module b12x, which is not there",
+        "reference.env: linear backend 'b12x' needs the module b12x, which is not there"]
     assert problems[-1] == "flag.env: vllm: error: unrecognized arguments: --no-such-flag"
 
 

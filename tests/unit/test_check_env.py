@@ -72,7 +72,7 @@ def test_the_reference_files_are_refused_on_3_73_for_dcp_and_backends(
     errors = {line.rsplit("[", 1)[1].rstrip("]"): (line, reason) for line, reason in
               zip(out.splitlines()[::2], out.splitlines()[1::2], strict=True)
               if ": error: " in line}
-    assert set(errors) == {"dcp-size-unsupported", "unknown-backend", "backend-not-installed",
+    assert set(errors) == {"dcp-size-unsupported", "unknown-backend",
                            "images-under-dcp-unsupported", "prefix-cache-under-dcp-unsupported",
                            "ckv-gather-unsupported"}
     line, reason = errors["dcp-size-unsupported"]
@@ -84,10 +84,33 @@ def test_the_reference_files_are_refused_on_3_73_for_dcp_and_backends(
     assert "ATTENTION_BACKEND=B12X_MLA_SPARSE is not among the attention backends of this " \
            "image's vLLM 0.33.0" in line
     assert "FLASHINFER_MLA_SPARSE_DSV4, " in reason and ", B12X, " in reason
-    line, reason = errors["backend-not-installed"]
-    assert "MOE_BACKEND=b12x needs the Python package b12x" in out  # and LINEAR_BACKEND
-    assert "LINEAR_BACKEND=b12x needs the Python package b12x" in out
-    assert "7 preflight error(s) for production-3.73-vision" in err
+    # b12x for MoE and linear: the runtime lock's flashinfer-python installs the b12x module
+    assert "MOE_BACKEND=b12x" not in out and "LINEAR_BACKEND=b12x" not in out
+    assert "5 preflight error(s) for production-3.73-vision" in err
+
+
+def test_a_backend_whose_module_no_locked_distribution_installs_is_refused(
+        tmp_path: Path, own_config: Path, proc_sys: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The host reads what the image has from the tag's runtime lock."""
+    text = own_config.read_text().replace("    dir: upstream", "    pypi: {name: vllm, version: "
+                                          f"0.33.0, sha256: {'a' * 64}}}\n"
+                                          "    runtime_requirements: requirements/cuda.txt")
+    own_config.write_text(text)
+    lock = tmp_path / "locks" / "runtime" / "debian.tree.arm64.txt"  # lock.runtime_lock_path
+    lock.parent.mkdir(parents=True)
+    lock.write_text("torch==2.14.0 \\\n    --hash=sha256:00\n")
+    env = write_env(tmp_path, "MODEL=/m MOE_BACKEND=b12x ATTENTION_BACKEND=B12X\n")
+    assert check_env(env, "textonly", "--proc-sys", str(proc_sys), config=own_config) == 2
+    out = capsys.readouterr().out.splitlines()
+    assert out[out.index(f"{env}:1: error: MOE_BACKEND=b12x needs the Python module b12x, which "
+                         "this image does not have [backend-not-installed]") + 1] == (
+        "  -> vLLM knows the name, but its kernels come from b12x, which none of b12x, "
+        "flashinfer-python installs in this image; pick another moe backend, e.g. auto")
+    assert f"{env}:1: error: ATTENTION_BACKEND=B12X needs the Python module b12x, which this " \
+           "image does not have [backend-not-installed]" in out
+    lock.write_text("flashinfer-python==0.7.2.post1 \\\n    --hash=sha256:00\n")
+    assert check_env(env, "textonly", "--proc-sys", str(proc_sys), config=own_config) == 0
 
 
 def test_the_reference_at_dcp_1_with_the_images_backends_passes(

@@ -119,7 +119,9 @@ def image_env(tmp_path: Path) -> dict[str, str]:
         "series": [{"name": n} for n in ("dcp-dspark", "prefix-cache", "ckv-gather", "vision")],
         "env": {"VLLM_DSV4_CKV_GATHER": "1", "VLLM_DSV4_CKV_ALLOW_IMAGES": "1"}}))
     write_sysctls(tmp_path / "sys")
-    site = installed(tmp_path / "site", "b12x-1.5.1")  # the reference's backends need it
+    site = tmp_path / "site"
+    (site / "b12x").mkdir(parents=True)  # the module the reference's backends need
+    (site / "b12x" / "__init__.py").write_text("")
     return {"PATH": "/usr/bin:/bin", "SPARKBAKE_MANIFEST": str(manifest),
             "SPARKBAKE_PROC_SYS": str(tmp_path / "sys"), "PYTHONPATH": str(site)}
 
@@ -288,9 +290,9 @@ def test_a_backend_whose_package_is_not_installed_is_refused(
     result = run("--print", env=env)
     assert result.returncode == 2
     assert [line for line in result.stderr.splitlines() if "[backend-not-installed]" in line] == [
-        "sparkbake preflight: error: MOE_BACKEND=b12x needs the Python package b12x, which this "
+        "sparkbake preflight: error: MOE_BACKEND=b12x needs the Python module b12x, which this "
         "image does not have [backend-not-installed]",
-        "sparkbake preflight: error: LINEAR_BACKEND=B12X needs the Python package b12x, which "
+        "sparkbake preflight: error: LINEAR_BACKEND=B12X needs the Python module b12x, which "
         "this image does not have [backend-not-installed]"]
     with_b12x = run("--print", env={**env, "PYTHONPATH": image_env["PYTHONPATH"]})
     assert with_b12x.returncode == 0, with_b12x.stderr

@@ -119,7 +119,8 @@ def test_near_misses_do_not_fire(rule: str, changes: dict[str, str], sysctls: Pa
 
 
 def test_every_rule_is_tested() -> None:
-    tested = {rule for rule, _, _ in FIRING} | {"host-memory-floor", "prefix-cache-without-series"}
+    tested = {rule for rule, _, _ in FIRING} | {"host-memory-floor", "prefix-cache-without-series",
+                                                "backend-not-installed"}
     assert tested | {rule for rule, _, _, _ in IMAGE_FIRING} == set(RULE_IDS)
 
 
@@ -266,7 +267,7 @@ def servable(**changes: str) -> dict[str, str]:
 def image_fired(env: dict[str, str], proc_sys: Path, image: Any = IMAGE_373,
                 **capabilities: Any) -> dict[str, str]:
     if capabilities:
-        image = checks.Image(vllm=image.vllm, installed=image.installed,
+        image = checks.Image(vllm=image.vllm, modules=image.modules,
                              capabilities={**image.capabilities, **capabilities})
     return {f.rule: f.level for f in checks.check(env, series=SERIES_373, proc_sys=proc_sys,
                                                   image=image)}
@@ -277,8 +278,6 @@ IMAGE_FIRING: list[tuple[str, str, dict[str, str], dict[str, Any]]] = [
     ("unknown-backend", "error", {"ATTENTION_BACKEND": "B12X_MLA_SPARSE"}, {}),
     ("unknown-backend", "error", {"MOE_BACKEND": "b12x_mla"}, {}),
     ("unknown-backend", "error", {"LINEAR_BACKEND": "cutlass-3"}, {}),
-    ("backend-not-installed", "error", {"MOE_BACKEND": "b12x"}, {}),
-    ("backend-not-installed", "error", {"ATTENTION_BACKEND": "b12x"}, {}),
     ("dcp-size-unsupported", "error", DCP_2, {}),
     ("dcp-size-unsupported", "error", {"DCP_SIZE": "4", "LIMIT_MM_IMAGES": "0"}, CAN_DCP_2),
     ("images-under-dcp-unsupported", "error", {"DCP_SIZE": "2"}, CAN_DCP_2),
@@ -330,7 +329,7 @@ def test_image_near_misses_do_not_fire(rule: str, changes: dict[str, str],
 def test_what_is_not_known_of_the_image_is_not_refused(sysctls: Path) -> None:
     reference = node("head")  # DCP 2, B12X_MLA_SPARSE, b12x, gather, VISION_MHC
     assert image_fired(reference, sysctls, checks.Image()) == {}
-    other_vllm = checks.Image(vllm="0.99.0", installed=frozenset({"b12x"}))
+    other_vllm = checks.Image(vllm="0.99.0", modules=frozenset({"b12x"}))
     assert image_fired(reference, sysctls, other_vllm) == {}
 
 
@@ -361,3 +360,21 @@ def test_the_backend_lists_are_those_of_the_pinned_vllm_tree() -> None:
     members = [t.id for a in enum.body if isinstance(a, ast.Assign)
                for t in a.targets if isinstance(t, ast.Name)]
     assert RULES["backends"]["vllm"]["0.33.0"]["attention"] == members
+
+
+def test_a_backend_whose_module_the_image_lacks_is_refused(sysctls: Path) -> None:
+    assert IMAGE_373.modules == {"b12x"}  # the lock's flashinfer-python installs it
+    lacking = checks.Image(vllm="0.33.0", modules=frozenset(),
+                           capabilities=IMAGE_373.capabilities)
+    for changes in ({"MOE_BACKEND": "b12x"}, {"ATTENTION_BACKEND": "b12x"},
+                    {"LINEAR_BACKEND": "B12X"}):
+        assert image_fired(servable(**changes), sysctls, lacking) == \
+            {"backend-not-installed": "error"}
+        assert image_fired(servable(**changes), sysctls) == {}
+    assert image_fired(servable(MOE_BACKEND="marlin"), sysctls, lacking) == {}
+
+
+def test_the_backends_modules_come_from_the_distributions_that_install_them() -> None:
+    assert checks.provided_modules(RULES, ["flashinfer_python", "torch"]) == {"b12x"}
+    assert checks.provided_modules(RULES, ["B12X"]) == {"b12x"}
+    assert checks.provided_modules(RULES, ["torch"]) == frozenset()

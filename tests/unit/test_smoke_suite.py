@@ -147,7 +147,7 @@ def test_an_accept_sample_naming_a_backend_the_image_lacks_stops_the_suite(
     folder = tmp_path / "smoke" / "dsv4-4node"
     shutil.copytree(smoke_suite.places(REPO_CONFIG, "dsv4-4node")[1], folder)
     head = folder / "accept" / "head.env"
-    head.write_text(head.read_text() + "MOE_BACKEND=b12x\n")
+    head.write_text(head.read_text() + "ATTENTION_BACKEND=B12X_MLA_SPARSE\n")
     (tmp_path / "versions.yaml").write_text((REPO / "versions.yaml").read_text())
     (tmp_path / "locks").symlink_to(REPO / "locks")
     own = config_mod.load(tmp_path / "versions.yaml")
@@ -155,8 +155,8 @@ def test_an_accept_sample_naming_a_backend_the_image_lacks_stops_the_suite(
         smoke_suite.load(own, own.tag("3.73-vision"))
     assert caught.value.exit_code == 2
     assert str(caught.value).startswith(f"{head}: the preflight refuses this accept sample for "
-                                        "production-3.73-vision: backend-not-installed: "
-                                        "MOE_BACKEND=b12x needs the Python package b12x")
+                                        "production-3.73-vision: unknown-backend: "
+                                        "ATTENTION_BACKEND=B12X_MLA_SPARSE is not among")
 
 
 def errors_of(tag: Tag, sample: smoke_suite.Sample, proc_sys: Path) -> list[str]:
