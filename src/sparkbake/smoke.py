@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from . import docker_api, resources, smoke_host, smoke_serve, smoke_suite, wheels
+from . import docker_api, emulation, resources, smoke_host, smoke_serve, smoke_suite, wheels
 from .cache import atomic_write
 from .config import Config
 from .errors import SmokeError, UsageError
@@ -97,7 +97,8 @@ def common_checks(client: docker_api.Client, config: Config, plan: Plan, facts: 
         "entrypoint": smoke_suite.expected(suite, entrypoint_of(attrs)),
     }
     labels = timed("labels", lambda: smoke_host.check_labels(client, attrs, plan, facts))
-    return [labels, *run_checker(client, image_id, expected, gpus, log_path)]
+    with emulation.cpu_sysfs(client, plan.tag.platform) as volumes:
+        return [labels, *run_checker(client, image_id, expected, gpus, log_path, volumes)]
 
 
 def check_options(options: Options) -> None:
@@ -173,14 +174,16 @@ def results_paths(config: Config, plan: Plan) -> tuple[Path, Path]:
 
 
 def run_checker(client: docker_api.Client, image_id: str, expected: dict[str, Any], gpus: bool,
-                log_path: Path) -> list[dict[str, Any]]:
-    """Run smoke_check.py in a network-less container of the image; return its checks."""
+                log_path: Path,
+                volumes: dict[str, dict[str, str]] | None = None) -> list[dict[str, Any]]:
+    """Run smoke_check.py in a network-less container of the image; return its checks.
+    volumes: what an emulated container needs (emulation.cpu_sysfs)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     files = {f"{CHECKER_DIR}/{name}": resources.path(name).read_bytes()
              for name in CHECKER_FILES}  # copied in: the engine may be another machine's
     result = docker_api.run_container(
         client, image_id, ["-B", f"{CHECKER_DIR}/{CHECKER_FILES[0]}", json.dumps(expected)],
-        entrypoint=[PYTHON_IN_IMAGE], copy_in=files,
+        entrypoint=[PYTHON_IN_IMAGE], copy_in=files, volumes=volumes,
         network=False, quiet=True, log_path=log_path,
         device_requests=[dict(smoke_serve.ALL_GPUS)] if gpus else None,
     )

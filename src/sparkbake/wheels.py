@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import compile_cache, resources, thirdparty
+from . import compile_cache, emulation, resources, thirdparty
 from .bases import BaseImage
 from .cache import atomic_dir, scratch_dir
 from .config import Tag
@@ -127,9 +127,10 @@ def build(client: Client, request: BuildRequest) -> WheelSet:
     echo(f"wheels: MAX_JOBS={request.jobs.max_jobs} ({request.jobs.reason}); {how}; "
          f"compile cache: {backend.describe()}")
     with step(f"wheels for {tag.name} ({tag.sm_arch})"), atomic_dir(folder) as out, \
-            compile_cache.container_args(client, backend, request.builder) as cache:
+            compile_cache.container_args(client, backend, request.builder) as cache, \
+            emulation.cpu_sysfs(client, tag.platform) as cpu:
         args = _container_args(request, out, reuse)
-        args["volumes"] |= cache.pop("volumes")
+        args["volumes"] |= cache.pop("volumes") | cpu
         args["environment"] |= cache.pop("environment")
         result = run_container(client, request.builder, [], network="network_mode" in cache,
                                log_path=request.log, **args, **cache)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import types
 from pathlib import Path
 
 import pytest
@@ -82,3 +83,45 @@ def test_plan_says_which_stages_run_emulated(project: Project) -> None:
     assert f"; emulated: {other} on {host}" in said[other]["smoke"]
     assert "(venv made emulated, files native)" in said[other]["bake"]
     assert not any("emulated" in detail for detail in said[host].values())
+
+
+class FakeEngine:
+    """What cpu_sysfs asks of a client: where the engine is and its machine."""
+
+    def __init__(self, arch: str, base_url: str = "http+docker://localhost") -> None:
+        self.arch = arch
+        self.api = types.SimpleNamespace(base_url=base_url)
+
+    def info(self) -> dict[str, str]:
+        return {"Architecture": self.arch}
+
+
+def test_an_emulated_arm64_container_gets_a_cpu_tree_with_its_identity() -> None:
+    with emulation.cpu_sysfs(FakeEngine("x86_64"), "linux/arm64") as volumes:
+        ((folder, bind),) = volumes.items()
+        assert bind == {"bind": "/sys/devices/system/cpu", "mode": "ro"}
+        midr = Path(folder, "cpu0", "regs", "identification", "midr_el1").read_text()
+        assert midr == emulation.ARM64_MIDR + "\n"
+        assert Path(folder, "online").read_text().startswith("0-")
+    assert not Path(folder).exists()  # removed after the container
+
+
+def test_a_native_or_remote_container_gets_no_cpu_tree() -> None:
+    for engine, platform in ((FakeEngine("aarch64"), "linux/arm64"),
+                             (FakeEngine("x86_64"), "linux/amd64"),
+                             (FakeEngine("x86_64", "ssh://node"), "linux/arm64")):
+        with emulation.cpu_sysfs(engine, platform) as volumes:
+            assert volumes == {}
+
+
+def test_files_kept_under_a_folder_named_for_their_platform_pass(tmp_path: Path) -> None:
+    stub = tmp_path / "opt/venv/lib/cutlass/lib/stubs/aarch64-unknown-linux-gnu/libstub.so"
+    stub.parent.mkdir(parents=True)
+    stub.write_bytes(AARCH64)
+    elfcheck.require_platform(tmp_path, "linux/amd64")  # a cross target's stub: on purpose
+    extension = tmp_path / "opt/venv/lib/pkg/_k.cpython-311-aarch64-linux-gnu.so"
+    extension.parent.mkdir(parents=True)
+    extension.write_bytes(AARCH64)
+    with pytest.raises(BakeError, match=r"_k\.cpython-311-aarch64-linux-gnu\.so is built for "
+                                        r"linux/arm64, the image is linux/amd64"):
+        elfcheck.require_platform(tmp_path, "linux/amd64")
