@@ -53,7 +53,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     result = {
         "benchmark": "wheels stage: Python-only change on real vLLM vs a full kernel compile",
         "reuse": {"tag": args.tag, "what": "vLLM 0.33.0 + the production series around the "
-                  "cached kernels (VLLM_USE_PRECOMPILED): setup.py, the wheel, the SASS check",
+                  "seed's kernels: the release wheel with the series' Python files, made on the "
+                  "host (no builder), and the SASS check",
                   "median_s": round(medians[0], 1), "samples_s": [round(x, 1) for x in reuse]},
         "compile": {"tag": "fixture", "what": "tinykern: one nvcc compile for sm_121a, the "
                     "link, the wheel, no compile cache",
