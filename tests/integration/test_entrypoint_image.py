@@ -13,8 +13,12 @@ from tests.nodeenv import ENV_DIR, HEAD_IP, reference_command
 pytestmark = pytest.mark.docker
 
 
+# the fixture image has no b12x package: the reference file's b12x kernels are refused there
+FIXTURE_BACKENDS = {"MOE_BACKEND": "auto", "LINEAR_BACKEND": "auto"}
+
+
 def worker_env(**changes: str) -> dict[str, str]:
-    return {**envfile.read(ENV_DIR / "worker.env").values, **changes}
+    return {**envfile.read(ENV_DIR / "worker.env").values, **FIXTURE_BACKENDS, **changes}
 
 
 def test_the_baked_entrypoint_prints_the_reference_command(
@@ -22,7 +26,20 @@ def test_the_baked_entrypoint_prints_the_reference_command(
     ref = built_fixture.plan().tag.image_ref
     out: bytes = docker_client.containers.run(ref, ["--print"], environment=worker_env(),
                                               remove=True, stdout=True, stderr=False)
-    assert shlex.split(out.decode()) == reference_command(1)
+    expected = reference_command(1)
+    for flag in ("--moe-backend", "--linear-backend"):
+        expected[expected.index(flag) + 1] = "auto"
+    assert shlex.split(out.decode()) == expected
+
+
+def test_the_baked_preflight_refuses_b12x_kernels_the_image_lacks(
+        built_fixture: Project, docker_client: docker_api.Client) -> None:
+    ref = built_fixture.plan().tag.image_ref
+    result = docker_api.run_container(docker_client, ref, [], quiet=True, network=False,
+                                      environment=worker_env(MOE_BACKEND="b12x"))
+    assert result.exit_code == 2
+    assert ("sparkbake preflight: error: MOE_BACKEND=b12x needs the Python module b12x, which "
+            "this image does not have [backend-not-installed]") in result.output
 
 
 def test_the_baked_preflight_refuses_a_bad_env(
