@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -10,7 +11,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["data_hash", "file_sha256", "tree_files", "tree_hash"]
+__all__ = ["data_hash", "file_sha256", "record_hash", "tree_files", "tree_hash"]
 
 CHUNK = 1 << 20
 
@@ -21,6 +22,12 @@ def file_sha256(path: Path) -> str:
         while chunk := handle.read(CHUNK):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def record_hash(data: bytes) -> str:
+    """A file's hash as a wheel's RECORD writes it: sha256=<urlsafe base64, no padding>."""
+    digest = hashlib.sha256(data).digest()
+    return "sha256=" + base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
 
 
 def data_hash(data: Any) -> str:

@@ -9,9 +9,7 @@ compiled inputs only, so no patch of the tag may change those.
 
 from __future__ import annotations
 
-import base64
 import functools
-import hashlib
 import importlib.util
 import json
 import re
@@ -24,7 +22,7 @@ from pathlib import Path
 from .cache import atomic_dir
 from .config import KernelSeed, Tag
 from .errors import BuildError, ConfigError
-from .hashing import file_sha256
+from .hashing import file_sha256, record_hash
 from .proc import echo, require_tool, run, step
 from .settings import HostSettings
 from .sources import download, index_url_of
@@ -121,7 +119,7 @@ def _write_wheel(dest: Path, files: dict[str, tuple[int, Callable[[], bytes]]], 
             mode, read = files[name]
             data = read()
             out.writestr(_zip_info(name, stamp, mode), data)
-            lines.append(f"{name},{_record_hash(data)},{len(data)}")
+            lines.append(f"{name},{record_hash(data)},{len(data)}")
         lines.append(f"{record},,")
         out.writestr(_zip_info(record, stamp, 0o644), "\n".join(lines) + "\n")
 
@@ -131,11 +129,6 @@ def _zip_info(name: str, stamp: tuple[int, ...], mode: int) -> zipfile.ZipInfo:
     info.external_attr = (mode & 0o7777 | 0o100000) << 16
     info.compress_type = zipfile.ZIP_DEFLATED
     return info
-
-
-def _record_hash(data: bytes) -> str:
-    digest = hashlib.sha256(data).digest()
-    return "sha256=" + base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
 
 
 def list_kernels(wheel: Path) -> list[dict[str, object]]:

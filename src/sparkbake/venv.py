@@ -9,9 +9,7 @@ platform and Python, so an arm64 bake costs about what an amd64 one does.
 
 from __future__ import annotations
 
-import base64
 import compileall
-import hashlib
 import os
 import py_compile
 import shutil
@@ -23,6 +21,7 @@ from pathlib import Path
 from . import elfcheck, layers, resources
 from .docker_api import Client, run_container
 from .errors import BakeError
+from .hashing import record_hash
 from .proc import echo, run
 from .wheelhouse import platform_tags
 
@@ -166,12 +165,9 @@ def _rewrite_record(record: Path, packages: Path, venv: Path) -> None:
         if path.startswith("bin/"):
             moved = venv / path
             path = os.path.relpath(moved, packages)
-            line = f"{path},{_record_hash(moved)},{moved.stat().st_size}" if moved.is_file() \
-                else f"{path},,"
+            data = moved.read_bytes() if moved.is_file() else None
+            line = f"{path},," if data is None else f"{path},{record_hash(data)},{len(data)}"
         lines.append(line)
     record.write_text("\n".join(lines) + "\n")
 
 
-def _record_hash(path: Path) -> str:
-    digest = hashlib.sha256(path.read_bytes()).digest()
-    return "sha256=" + base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
