@@ -55,7 +55,7 @@ def manifest(plan: Plan, base: BaseImage, wheels: WheelSet, patched: PatchedTree
         "upstream": {"key": tag.upstream.key, **upstream_pin(tag.upstream)},
         "source_date_epoch": source_date,
         "series": [{"name": s.name, "sha256": s.sha256,
-                    "patches": [{"file": f, "sha256": h} for f, h in s.patches]}
+                    "patches": [s.record(f, h) for f, h in s.patches]}
                    for s in plan.series],
         "patched_tree": patched.tree_hash,
         "cuda_arch": tag.cuda_arch, "sm_arch": tag.sm_arch, "platform": tag.platform,

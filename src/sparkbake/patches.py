@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import gitapply, gitwork, patchlint
+from . import gitapply, gitwork, patchlint, remote_patches
 from .cache import atomic_dir
 from .config import Upstream
 from .errors import ConfigError, PatchError, UsageError
@@ -48,6 +48,7 @@ def apply(plan: Plan, pristine: Path, entry: Path, options: Options = Options())
     entry/git holds the history (outside the tree, so builds see a plain source tree).
     """
     plan.require_series()
+    _require_fetched(plan.series)
     check_safety(plan.series, pristine)
     if options.checkout is not None and options.checkout.exists() and any(
             options.checkout.iterdir()):
@@ -74,7 +75,8 @@ def _cached(plan: Plan, entry: Path, options: Options) -> PatchedTree:
     record = _record(entry)
     skipped = [p for s in record["series"] for p in s["patches"] if p["status"] == "upstream"]
     if skipped and not options.skip_applied:
-        raise _upstream_error(plan, f"{skipped[0]['series']}/{skipped[0]['file']}")
+        first = skipped[0]
+        raise _upstream_error(plan, f"{first['series']}/{first.get('file') or first['url']}")
     echo(f"patch: {plan.tag.name} cached at {entry.name[:12]}"
          + (f" ({len(skipped)} already-upstream patch(es) skipped)" if skipped else ""))
     return PatchedTree(entry / "tree", plan.patch_key, record["tree_hash"])
@@ -109,21 +111,21 @@ def _apply_series(plan: Plan, series: SeriesInfo, repo: gitwork.Repo,
                   options: Options) -> dict[str, Any]:
     records = []
     for name, sha in series.patches:
-        patch = series.folder / name
+        patch = series.path(name)
         echo(f"patch: {series.name}/{name}")
         header = gitapply.read_header(repo, patch)
         outcome = gitapply.attempt(repo, patch, message(header, series.name, name),
                                    header.author)
-        _judge(plan, series, patch, header, outcome, options)
-        records.append({"series": series.name, "file": name, "sha256": sha,
+        _judge(plan, series, name, header, outcome, options)
+        records.append({"series": series.name, **series.record(name, sha),
                         "subject": header.subject, "status": outcome.status,
                         "notes": list(outcome.notes)})
     return {"name": series.name, "sha256": series.sha256, "patches": records}
 
 
-def _judge(plan: Plan, series: SeriesInfo, patch: Path, header: gitapply.Header,
+def _judge(plan: Plan, series: SeriesInfo, name: str, header: gitapply.Header,
            outcome: Outcome, options: Options) -> None:
-    where = f"{series.name}/{patch.name}"
+    where = f"{series.name}/{name}"
     if outcome.status == "upstream":
         if not options.skip_applied:
             raise _upstream_error(plan, where)
@@ -134,9 +136,9 @@ def _judge(plan: Plan, series: SeriesInfo, patch: Path, header: gitapply.Header,
         raise Conflict(
             f"tag {plan.tag.name}: patch {where} does not apply to {plan.tag.upstream.key} "
             f"({describe_pin(plan.tag.upstream)}): {where_in}",
-            f"refresh {patch} against this upstream (README: Patches); "
-            "the partial tree is kept for inspection",
-            conflict_report(plan, series, patch, header.subject, outcome), series.name,
+            f"{_refresh(series, name)} (README: Patches); the partial tree is kept for "
+            "inspection", conflict_report(plan, series, name, header.subject, outcome),
+            series.name,
             header.author)
     for note in outcome.notes:
         echo(f"warning: patch {where}: {note}")
@@ -151,7 +153,21 @@ class Conflict(PatchError):
         self.report, self.series, self.author = report, series, author
 
 
-def conflict_report(plan: Plan, series: SeriesInfo, patch: Path, subject: str,
+def _refresh(series: SeriesInfo, name: str) -> str:
+    """What to do about a patch that conflicts: refresh a local one, re-pin a remote one."""
+    if not remote_patches.is_remote(name):
+        return f"refresh {series.folder / name} against this upstream"
+    where = next(r.where for r in series.remote if r.url == name)
+    return (f"pin a version of {name} made for this upstream (URL and sha256 at {where}), "
+            "or refresh it as a local patch")
+
+
+def _shown(series: SeriesInfo, name: str) -> str:
+    """A patch as a person finds it: its file in the series folder, or its URL."""
+    return name if remote_patches.is_remote(name) else str(series.folder / name)
+
+
+def conflict_report(plan: Plan, series: SeriesInfo, name: str, subject: str,
                     outcome: Outcome) -> str:
     """The block printed before the error: everything needed to refresh the patch."""
     lines = [
@@ -159,7 +175,7 @@ def conflict_report(plan: Plan, series: SeriesInfo, patch: Path, subject: str,
         f"  tag:      {plan.tag.name}",
         f"  upstream: {plan.tag.upstream.key} ({describe_pin(plan.tag.upstream)})",
         f"  series:   {series.name}",
-        f"  patch:    {patch}",
+        f"  patch:    {_shown(series, name)}",
         f"  subject:  {subject}",
         f"  file:     {outcome.target}" + "".join(f" ({n})" for n in outcome.notes),
     ]
@@ -198,10 +214,20 @@ def check_safety(series: tuple[SeriesInfo, ...], tree: Path | None) -> None:
     """Refuse patches that reach outside the tree or lack binary data, before any copy."""
     for info in series:
         for name, _sha in info.patches:
-            problems = patchlint.unsafe(patchlint.read_patch(info.folder / name), tree)
+            problems = patchlint.unsafe(patchlint.read_patch(info.path(name)), tree)
             if problems:
-                raise ConfigError(f"{problems[0]}", "fix the patch (sparkbake patch-lint "
-                                  "lists every problem)")
+                line = problems[0].where.rsplit(":", 1)[-1]
+                raise ConfigError(f"{_shown(info, name)}:{line}: {problems[0].what}",
+                                  "fix the patch (sparkbake patch-lint lists every problem)")
+
+
+def _require_fetched(series: tuple[SeriesInfo, ...]) -> None:
+    """Remote patches come from the fetch stage: no network here."""
+    for info in series:
+        for remote in remote_patches.missing(info.remote):
+            raise ConfigError(f"{remote.where}: remote patch {remote.url} is not fetched",
+                              f"run `sparkbake fetch TAG` first (it downloads it into "
+                              f"{remote.path.parent})")
 
 
 def checkout(entry: Path, dest: Path) -> None:

@@ -10,10 +10,12 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from . import remote_patches
 from .config import Config
 from .errors import ConfigError
 from .plan import make
 from .proc import echo
+from .remote_patches import RemotePatch
 
 __all__ = ["Listing", "PatchFile", "Problem", "lint", "read_listing", "read_patch", "unsafe"]
 
@@ -39,6 +41,7 @@ class Listing:
     path: Path
     entries: tuple[tuple[int, str], ...]
     problems: tuple[Problem, ...]
+    remote: tuple[RemotePatch, ...] = ()  # the entries naming a patch by URL and sha256
 
 
 @dataclass
@@ -53,26 +56,32 @@ class PatchFile:
     binary: list[int] = field(default_factory=list)  # sections with `Binary files`, no data
 
 
-def read_listing(folder: Path) -> Listing:
+def read_listing(folder: Path, build_dir: Path) -> Listing:
     path = folder / "series"
     entries: list[tuple[int, str]] = []
     problems: list[Problem] = []
+    remote: list[RemotePatch] = []
     seen: dict[str, int] = {}
     for number, raw in enumerate(path.read_text(errors="replace").splitlines(), start=1):
         entry, *options = raw.split("#", 1)[0].split() or [""]
         where = f"{path}:{number}"
         if not entry:
             continue
-        if options not in ([], ["-p1"]):
+        if remote_patches.is_remote(entry):
+            try:
+                remote.append(remote_patches.parse(where, entry, options, build_dir))
+            except ConfigError as exc:
+                problems.append(Problem(where, exc.message.removeprefix(f"{where}: ")))
+        elif options not in ([], ["-p1"]):
             problems.append(Problem(where, f"options {' '.join(options)!r} are not supported"))
         if entry in seen:
             problems.append(Problem(where, f"{entry} is listed twice (first on line "
                                            f"{seen[entry]})"))
-        elif not (folder / entry).is_file():
+        elif not remote_patches.is_remote(entry) and not (folder / entry).is_file():
             problems.append(Problem(where, f"patch {entry!r} does not exist"))
         seen.setdefault(entry, number)
         entries.append((number, entry))
-    return Listing(path, tuple(entries), tuple(problems))
+    return Listing(path, tuple(entries), tuple(problems), tuple(remote))
 
 
 def read_patch(path: Path) -> PatchFile:
@@ -196,11 +205,11 @@ def lint_patch(path: Path, trees: list[Path]) -> list[Problem]:
     return problems
 
 
-def lint_folder(folder: Path, trees: list[Path]) -> tuple[int, list[Problem]]:
+def lint_folder(folder: Path, trees: list[Path], build_dir: Path) -> tuple[int, list[Problem]]:
     """Lint one series folder; returns its number of patches and its problems."""
     if not (folder / "series").is_file():
         return 0, [Problem(str(folder), "no `series` file listing the patches in order")]
-    listing = read_listing(folder)
+    listing = read_listing(folder, build_dir)
     problems = list(listing.problems)
     listed = {name for _, name in listing.entries}
     for extra in sorted(folder.iterdir()):
@@ -209,7 +218,21 @@ def lint_folder(folder: Path, trees: list[Path]) -> tuple[int, list[Problem]]:
     for _, name in listing.entries:
         if (folder / name).is_file():
             problems += lint_patch(folder / name, trees)
+    for remote in listing.remote:
+        problems += lint_remote(remote, trees)
     return len(listed), problems
+
+
+def lint_remote(remote: RemotePatch, trees: list[Path]) -> list[Problem]:
+    """A remote patch's cached copy, its problems named by its URL; without a verified
+    copy (not fetched yet) only its series line was checked: lint needs no network."""
+    if remote_patches.missing([remote]):
+        echo(f"patch-lint: {remote.where}: {remote.url} is not fetched (`sparkbake fetch TAG`):"
+             " its line checked, not its content")
+        return []
+    cached = str(remote.path)
+    return [Problem(p.where.replace(cached, remote.url, 1), p.what)
+            for p in lint_patch(remote.path, trees)]
 
 
 def lint(config: Config) -> int:
@@ -219,7 +242,7 @@ def lint(config: Config) -> int:
     problems: list[Problem] = []
     count = 0
     for folder in folders:
-        found, more = lint_folder(folder, _trees(config, folder.name))
+        found, more = lint_folder(folder, _trees(config, folder.name), config.build_dir)
         count, problems = count + found, problems + more
     for name in sorted(names - {f.name for f in folders}):
         echo(f"patch-lint: warning: series {name!r} is named by a tag but "

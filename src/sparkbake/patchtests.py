@@ -55,7 +55,7 @@ def lock_path(config: Config, tag: Tag) -> Path:
 def series_tests(plan: Plan, tree: Path) -> list[str]:
     """The test modules the tag's patches add or change that the patched tree has."""
     found = {path for series in plan.series for name, _ in series.patches
-             for path in touched_paths(series.folder / name)
+             for path in touched_paths(series.path(name))
              if any(fnmatch.fnmatch(path, p) for p in TEST_PATTERNS)
              and PurePosixPath(path).name.startswith("test_")}
     return sorted(path for path in found if (tree / path).is_file())

@@ -23,6 +23,7 @@ from . import (
     rebase,
     registry,
     releases,
+    remote_patches,
     series,
     smoke,
     sources,
@@ -64,8 +65,8 @@ def stage_states(config: Config, plan: Plan, client: Client | None) -> list[Stag
     wheels_state = _exists(config.wheels_dir / plan.wheels_key / wheels.REPORT)
     emulated = _emulation_text(plan.tag, client)
     return [
-        StagePlan("fetch", plan.fetch_key, _exists(build / "sources" / plan.fetch_key / "tree"),
-                  _upstream_text(plan)),
+        StagePlan("fetch", plan.fetch_key, "missing" if remote_patches.missing(_remote(plan))
+                  else _exists(build / "sources" / plan.fetch_key / "tree"), _upstream_text(plan)),
         StagePlan("patch", plan.patch_key, patch_state, "; ".join(plan.problems)
                   or why("patch", patch_state) or ", ".join(plan.tag.series)),
         StagePlan("kernels", plan.kernel_key, kernels_state,
@@ -124,7 +125,7 @@ def plan_report(config: Config, tag: Tag, as_json: bool) -> str:
 def run_until(config: Config, tag: Tag, stage: str,
               options: patches.Options | None = None) -> int:
     """Run fetch .. stage; every stage whose key is cached is skipped."""
-    plan = plan_mod.make(config, tag)
+    plan = _fetched_plan(config, tag)
     status = _run_stages(config, plan, stage, options)
     if stage == "build-image":  # what `plan` compares with, to say why a stage reruns
         atomic_write(_last_build(config, tag), json.dumps(plan.stage_inputs, indent=2))
@@ -151,6 +152,7 @@ def _build(config: Config, plan: Plan, stage: str, options: patches.Options, *,
     tag = plan.tag
     settings = host_settings()
     pristine = sources.fetch(tag.upstream, config.build_dir / "sources" / plan.fetch_key, settings)
+    remote_patches.fetch(_remote(plan), settings)
     if stage == "fetch":
         fetched = thirdparty.fetch_locked(config, tag, settings)
         echo(f"third-party sources: {len(fetched)} verified" if fetched else
@@ -187,10 +189,23 @@ def verify_tag(config: Config, tag: Tag, against: str | None) -> int:
 
 def rebuild(config: Config, tag: Tag) -> images.Baked:
     """fetch .. bake into config's build/ and wheels/, leaving the engine's tag alone."""
-    baked = _build(config, plan_mod.make(config, tag), "build-image", patches.Options(),
+    baked = _build(config, _fetched_plan(config, tag), "build-image", patches.Options(),
                    load=False)
     assert isinstance(baked, images.Baked)
     return baked
+
+
+def _fetched_plan(config: Config, tag: Tag) -> Plan:
+    """The plan once the tag's remote patches are fetched: until then their content, and so
+    whether they touch kernels, is unknown (the fetch stage's network, done first)."""
+    plan = plan_mod.make(config, tag)
+    if remote_patches.fetch(_remote(plan), host_settings()):
+        return plan_mod.make(config, tag)
+    return plan
+
+
+def _remote(plan: Plan) -> list[remote_patches.RemotePatch]:
+    return [patch for series in plan.series for patch in series.remote]
 
 
 def _wheels(client: Client, config: Config, plan: Plan,
@@ -242,7 +257,7 @@ def rebase_check(config: Config, tag: Tag, target: str) -> int:
 def lock_tag(config: Config, tag: Tag, for_patch_tests: bool = False) -> int:
     tree = None
     if for_patch_tests or tag.upstream.build_requirements or not tag.kernels:
-        patched = _build(config, plan_mod.make(config, tag), "patch", patches.Options())
+        patched = _build(config, _fetched_plan(config, tag), "patch", patches.Options())
         assert isinstance(patched, patches.PatchedTree)
         tree = patched.path
     if for_patch_tests and tree:
@@ -255,7 +270,7 @@ def lock_tag(config: Config, tag: Tag, for_patch_tests: bool = False) -> int:
 
 def patch_tests(config: Config, tag: Tag) -> int:
     """The series' own tests against the tag's patched tree, on the CPU."""
-    plan = plan_mod.make(config, tag)
+    plan = _fetched_plan(config, tag)
     patched = _build(config, plan, "patch", patches.Options())
     assert isinstance(patched, patches.PatchedTree)
     lock_file = patchtests.require_lock(config, tag, patched.path)
@@ -386,5 +401,7 @@ def _upstream_text(plan: Plan) -> str:
     pin = plan_mod.upstream_pin(plan.tag.upstream)
     third = plan.stage_inputs["wheels"].get("third-party sources", [])
     extra = f" + {len(third)} third-party sources (locked)" if third else ""
+    remote = _remote(plan)
+    extra += f" + {len(remote)} remote patch(es)" if remote else ""
     return f"{plan.tag.upstream.key} ({pin['kind']}){extra}"
 

@@ -12,10 +12,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import lock, oci, resources, sourcelock
+from . import lock, oci, remote_patches, resources, sourcelock
 from .config import Base, Config, DebootstrapBase, DirUpstream, GitUpstream, Tag, Upstream
 from .errors import ConfigError
 from .hashing import data_hash, file_sha256, tree_hash
+from .remote_patches import RemotePatch
 
 __all__ = [
     "Plan",
@@ -48,11 +49,21 @@ class SeriesInfo:
 
     name: str
     folder: Path
-    patches: tuple[tuple[str, str], ...]  # (file name, sha256)
+    patches: tuple[tuple[str, str], ...]  # (file name, or URL of a remote patch; sha256)
+    remote: tuple[RemotePatch, ...] = ()  # the remote entries, in series order
 
     @property
     def sha256(self) -> str:
         return data_hash([self.name, list(self.patches)])
+
+    def path(self, name: str) -> Path:
+        """The patch file of an entry: in the series folder, or a remote patch's cached copy."""
+        found = [r.path for r in self.remote if r.url == name]
+        return found[0] if found else self.folder / name
+
+    def record(self, name: str, sha256: str) -> dict[str, str]:
+        """How reports and the image manifest list an entry: its file, or its URL."""
+        return {"url" if remote_patches.is_remote(name) else "file": name, "sha256": sha256}
 
 
 @dataclass(frozen=True)
@@ -112,17 +123,24 @@ def base_identity(base: Base) -> dict[str, Any]:
     return {"image": base.image}
 
 
-def read_series(patches_dir: Path, name: str) -> SeriesInfo:
-    """Read patches/<name>/series: quilt order, `#` comments and blank lines ignored."""
+def read_series(patches_dir: Path, name: str, build_dir: Path | None = None) -> SeriesInfo:
+    """Read patches/<name>/series: quilt order, `#` comments and blank lines ignored; a
+    remote patch (`URL sha256=<hex>`) is identified by its pin, cached under build_dir."""
     folder = patches_dir / name
     listing = folder / "series"
     if not listing.is_file():
         raise ConfigError(f"series {name!r}: {listing} does not exist",
                           f"create {listing} listing the patches in order")
     patches: list[tuple[str, str]] = []
+    remote: list[RemotePatch] = []
     for number, raw in enumerate(listing.read_text().splitlines(), start=1):
         entry, *options = raw.split("#", 1)[0].split()  or [""]
         if not entry:
+            continue
+        if remote_patches.is_remote(entry):
+            remote.append(remote_patches.parse(f"{listing}:{number}", entry, options,
+                                               build_dir or patches_dir.parent / "build"))
+            patches.append((entry, remote[-1].sha256))
             continue
         if options not in ([], ["-p1"]):
             raise ConfigError(f"{listing}:{number}: options {' '.join(options)!r} are not "
@@ -132,7 +150,7 @@ def read_series(patches_dir: Path, name: str) -> SeriesInfo:
             raise ConfigError(f"{listing}:{number}: patch {entry!r} does not exist",
                               "add the file or remove the line")
         patches.append((entry, file_sha256(patch)))
-    return SeriesInfo(name=name, folder=folder, patches=tuple(patches))
+    return SeriesInfo(name=name, folder=folder, patches=tuple(patches), remote=tuple(remote))
 
 
 def make(config: Config, tag: Tag) -> Plan:
@@ -141,7 +159,7 @@ def make(config: Config, tag: Tag) -> Plan:
     problems: list[str] = []
     for name in tag.series:
         try:
-            series.append(read_series(config.patches_dir, name))
+            series.append(read_series(config.patches_dir, name, config.build_dir))
         except ConfigError as exc:
             problems.append(exc.message)
     fetch_key = data_hash({"upstream": upstream_pin(tag.upstream)})
@@ -158,7 +176,7 @@ def make(config: Config, tag: Tag) -> Plan:
     elif third_party := locked_sources(config, tag):  # what CMake compiles besides the tree
         toolchain["third-party sources"] = third_party
     kernel_patches = [f"{s.name}/{name}@{sha[:12]}" for s in series for name, sha in s.patches
-                      if touches_kernels(s.folder / name)]
+                      if _may_touch_kernels(s.path(name))]
     stage_inputs: dict[str, dict[str, Any]] = {
         "fetch": {"upstream": upstream_pin(tag.upstream)},
         "patch": {"patches": [f"{s.name}/{name}@{sha[:12]}" for s in series
@@ -237,6 +255,11 @@ def touched_paths(patch: Path) -> set[str]:
         elif line.startswith(("--- a/", "+++ b/")):
             paths.add(line[6:].split("\t")[0])
     return paths
+
+
+def _may_touch_kernels(patch: Path) -> bool:
+    """A remote patch not fetched yet counts as touching kernels: its content is unknown."""
+    return not patch.is_file() or touches_kernels(patch)
 
 
 def touches_kernels(patch: Path) -> bool:

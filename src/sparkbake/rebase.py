@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from . import gitapply, gitwork, patches, patchlint, sources
+from . import gitapply, gitwork, patches, patchlint, remote_patches, sources
 from . import plan as plan_mod
 from .cache import scratch_dir
 from .config import Config, Tag
@@ -32,6 +32,7 @@ def check(config: Config, tag: Tag, target_key: str, settings: HostSettings) -> 
     plan = plan_mod.make(config, dataclasses.replace(tag, upstream=target))
     plan.require_series()
     pristine = sources.fetch(target, config.build_dir / "sources" / plan.fetch_key, settings)
+    remote_patches.fetch([r for s in plan.series for r in s.remote], settings)
     patches.check_safety(plan.series, pristine)
     upstream = gitwork.upstream_repo(pristine, patches.upstream_message(target))
     rows = _rows(plan, pristine, upstream, config.build_dir)
@@ -48,13 +49,13 @@ def check(config: Config, tag: Tag, target_key: str, settings: HostSettings) -> 
 def _rows(plan: plan_mod.Plan, pristine: Path, upstream: Path,
           build: Path) -> list[tuple[str, str, Outcome]]:
     paths = sorted({p for s in plan.series for name, _ in s.patches
-                    for _, p in patchlint.read_patch(s.folder / name).paths})
+                    for _, p in patchlint.read_patch(s.path(name)).paths})
     rows = []
     with scratch_dir(build / "rebase-check", f"{plan.tag.name}-") as scratch:
         repo = gitwork.work_tree(upstream, pristine, scratch / "tree", sparse=paths)
         for series in plan.series:
             for name, _sha in series.patches:
-                patch = series.folder / name
+                patch = series.path(name)
                 header = gitapply.read_header(repo, patch)
                 outcome = gitapply.attempt(repo, patch, patches.message(header, series.name,
                                                                         name), header.author)

@@ -68,7 +68,7 @@ def patched_python_paths(plan: Plan) -> dict[str, str]:
     touched: dict[str, str] = {}
     for series in plan.series:
         for name, _sha in series.patches:
-            for path in sorted(touched_paths(series.folder / name)):
+            for path in sorted(touched_paths(series.path(name))):
                 if path.endswith(".py"):
                     touched[path] = f"{series.name}/{name}"
     return touched

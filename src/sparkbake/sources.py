@@ -117,9 +117,11 @@ def sdist_url(upstream: PypiUpstream, settings: HostSettings) -> str:
     return url
 
 
-def download(url: str, dest: Path, sha256: str, settings: HostSettings, pinned_in: str) -> None:
-    """url -> dest, refused (and deleted) unless its sha256 is the pinned one."""
-    echo(f"fetch: downloading {dest.name}")
+def download(url: str, dest: Path, sha256: str, settings: HostSettings, pinned_in: str, *,
+             name: str = "", pinned_by: str = "versions.yaml") -> None:
+    """url -> dest, refused (and deleted) unless its sha256 is the pinned one; the error
+    names the file (or name) and what pins it."""
+    echo(f"fetch: downloading {name or dest.name}")
     with _get(url, settings, error=EngineError, stream=True) as response, dest.open("wb") as out:
         for chunk in response.iter_content(CHUNK):
             out.write(chunk)
@@ -127,8 +129,8 @@ def download(url: str, dest: Path, sha256: str, settings: HostSettings, pinned_i
     if actual != sha256:
         dest.unlink()
         raise ConfigError(
-            f"{pinned_in}: {dest.name} has sha256 {actual}, versions.yaml pins {sha256}; "
-            "download deleted", "if the new file is trusted, update sha256 in versions.yaml")
+            f"{pinned_in}: {name or dest.name} has sha256 {actual}, {pinned_by} pins {sha256}; "
+            "download deleted", f"if the new file is trusted, update sha256 in {pinned_by}")
 
 
 def _fetch_sdist(upstream: PypiUpstream, tmp: Path, settings: HostSettings) -> None:
@@ -161,7 +163,7 @@ def _get(url: str, settings: HostSettings, *, error: type[FatalError],
     try:
         response = requests.get(url, timeout=60, stream=stream, verify=verify)
     except requests.RequestException as exc:
-        raise EngineError(f"cannot reach the package index: {type(exc).__name__}",
+        raise EngineError(f"cannot reach {url.split('?')[0]}: {type(exc).__name__}",
                           "check the network, PIP_INDEX_URL and PIP_CERT") from exc
     if response.status_code != 200:
         raise error(f"{url.split('?')[0]}: HTTP {response.status_code}",
