@@ -6,13 +6,15 @@ EXPECTED is a JSON document (or the path of a file holding one) with what the im
 carry, as the host computed it: tag, inputs, upstream, series, cuda_arch, sm_arch, env,
 patched_files = {"files": [{"path", "sha256" (null: deleted), "patch"}], "not_installed",
 "problem"}, entrypoint = {"suite", "argv", "accept": [{"name", "env", "command"}],
-"reject": [{"name", "env", "rules"}]} and gpu = {"mode": "auto|require|skip",
-"unavailable": null or why no GPU can be seen}. --root prefixes /opt/sparkbake and
+"reject": [{"name", "env", "rules"}]}, jit_required (the image must carry a CUDA
+toolchain) and gpu = {"mode": "auto|require|skip", "unavailable": null or why no GPU can
+be seen}. --root prefixes /opt/sparkbake and
 /opt/venv, so the checks can run against a fake image root on a host. Prints ONE JSON
 document on stdout, as its last line:
 {"checks": [{"name", "status": "passed|failed|skipped", "detail", "seconds"}]}.
 Exit status: 0 when no check failed, 1 when one did, 2 when EXPECTED is unreadable.
-smoke_common.py, smoke_entry.py, smoke_gpu.py and smoke_vllm.py lie beside this file.
+smoke_common.py, smoke_entry.py, smoke_gpu.py, smoke_jit.py and smoke_vllm.py lie beside
+this file.
 """
 
 from __future__ import annotations
@@ -40,9 +42,11 @@ from smoke_common import (
     public_version,
     sha256_of,
     short,
+    top_level_packages,
 )
 from smoke_entry import check_entrypoint_print, check_preflight_rejects
 from smoke_gpu import check_gpu, check_gpu_capability, check_gpu_op
+from smoke_jit import check_asked, check_jit_toolchain
 from smoke_vllm import check_vllm_serve_args
 
 MANIFEST_KEYS = ("tag", "inputs", "upstream", "series", "cuda_arch", "env")
@@ -122,22 +126,6 @@ def wheel_version(file_name: str) -> str | None:
 def same_version(version: str) -> str:
     """Enough of PEP 440 normalization to compare a file name's version with METADATA's."""
     return version.lower().replace("-", ".").replace("_", ".")
-
-
-def top_level_packages(dist: importlib.metadata.Distribution) -> list[str]:
-    """Import names of a distribution: top_level.txt, else the first parts of RECORD paths."""
-    listed = dist.read_text("top_level.txt")
-    if listed:
-        return sorted({line.strip() for line in listed.splitlines() if line.strip()})
-    names = set()
-    for file in dist.files or []:
-        first = file.parts[0]
-        in_package = len(file.parts) > 1 and not first.endswith((".dist-info", ".data"))
-        if in_package and first.isidentifier():
-            names.add(first)
-        elif len(file.parts) == 1 and file.suffix in (".py", ".so") and first != "__init__.py":
-            names.add(first.split(".")[0])
-    return sorted(n for n in names if n != "__pycache__")
 
 
 def canonical(name: str) -> str:
@@ -277,6 +265,8 @@ CHECKS: list[tuple[str, Callable[[Image, dict[str, Any]], str]]] = [
     ("vllm-import", check_vllm_import),
     ("patched-files", check_patched_files),
     ("kernels", check_kernels),
+    ("asked", check_asked),
+    ("jit-toolchain", check_jit_toolchain),
     ("entrypoint-print", check_entrypoint_print),
     ("vllm-serve-args", check_vllm_serve_args),
     ("preflight-rejects", check_preflight_rejects),

@@ -4,6 +4,7 @@ passing. Standard library only; mounted beside smoke_check.py, never baked."""
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import json
 from pathlib import Path
 from typing import Any
@@ -85,3 +86,19 @@ def public_version(version: str) -> str:
     """A PEP 440 version without its local part (vLLM builds add `+cu130`), normalized
     enough to compare a wheel file name's version with METADATA's."""
     return version.split("+", 1)[0].lower().replace("-", ".").replace("_", ".")
+
+
+def top_level_packages(dist: importlib.metadata.Distribution) -> list[str]:
+    """Import names of a distribution: top_level.txt, else the first parts of RECORD paths."""
+    listed = dist.read_text("top_level.txt")
+    if listed:
+        return sorted({line.strip() for line in listed.splitlines() if line.strip()})
+    names = set()
+    for file in dist.files or []:
+        first = file.parts[0]
+        in_package = len(file.parts) > 1 and not first.endswith((".dist-info", ".data"))
+        if in_package and first.isidentifier():
+            names.add(first)
+        elif len(file.parts) == 1 and file.suffix in (".py", ".so") and first != "__init__.py":
+            names.add(first.split(".")[0])
+    return sorted(n for n in names if n != "__pycache__")

@@ -24,6 +24,7 @@ from .configtypes import (
     GitUpstream,
     ImageBase,
     KernelSeed,
+    Listed,
     PypiUpstream,
     Tag,
     Upstream,
@@ -65,7 +66,9 @@ TREE_PATH = re.compile(r"(?!/)(?!.*(?:^|/)\.\.(?:/|$))[A-Za-z0-9._/-]+")
 TOP_KEYS = ("schema", "defaults", "bases", "upstreams", "tags")
 DEFAULT_KEYS = ("repository", "platform", "cuda_arch", "builder", "runtime")
 TAG_KEYS = ("extends", "upstream", "series", "env", "smoke", "kernels", "capabilities",
-            *DEFAULT_KEYS)
+            "extras", "pins", *DEFAULT_KEYS)
+# a pin over the upstream's runtime requirements: an exact version (README: versions.yaml)
+PIN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*==[0-9][A-Za-z0-9.+!_-]*")
 DCP_SIZES = (1, 2, 4, 8)  # the decode-context-parallel sizes a capability may name
 DEBOOTSTRAP_KEYS = ("suite", "mirror", "variant", "packages")
 # the compile cache's Redis: redis://[user:password@]host[:port][/db], rediss:// for TLS
@@ -244,7 +247,21 @@ def _tag(where: Where, name: str, raw_tags: LocatedDict, defaults: LocatedDict,
         kernels=_kernel_seed(where, origin["kernels"]) if "kernels" in merged else None,
         capabilities=_capabilities(where, origin["capabilities"])
         if "capabilities" in merged else None,
+        extras=_listed(where, origin, merged, "extras", NAME),
+        pins=_listed(where, origin, merged, "pins", PIN),
     )
+
+
+def _listed(where: Where, origin: dict[str, Any], merged: dict[str, Any], key: str,
+            pattern: re.Pattern[str]) -> Listed:
+    """extras: / pins: with where they are written, for the lock's errors."""
+    if key not in merged:
+        return Listed()
+    items = where.strings(origin[key], key, pattern)
+    if len({item.split("==")[0].lower() for item in items}) != len(items):
+        raise ConfigError(f"{where(origin[key], key)}: {key} names a package twice",
+                          "list each once")
+    return Listed(items, where(origin[key], key))
 
 
 def _capabilities(where: Where, tag: LocatedDict) -> Capabilities:

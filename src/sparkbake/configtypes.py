@@ -11,7 +11,7 @@ from .yamlsource import did_you_mean
 
 __all__ = ["CAPABILITY_KEYS", "CUDA_ARCH", "DEFAULT_SMOKE_SUITE", "Base", "Capabilities",
            "CompileCache", "Config",
-           "DebootstrapBase", "DirUpstream", "GitUpstream", "ImageBase", "KernelSeed",
+           "DebootstrapBase", "DirUpstream", "GitUpstream", "ImageBase", "KernelSeed", "Listed",
            "PypiUpstream", "Tag", "Upstream"]
 
 CUDA_ARCH = re.compile(r"(\d+)\.(\d)([af]?)")
@@ -137,6 +137,14 @@ class Capabilities:
 
 
 @dataclass(frozen=True)
+class Listed:
+    """A list from versions.yaml and where it is written (`versions.yaml:12`)."""
+
+    items: tuple[str, ...] = ()
+    at: str = ""
+
+
+@dataclass(frozen=True)
 class Tag:
     """One image tag with every default and `extends` resolved."""
 
@@ -153,6 +161,8 @@ class Tag:
     cache: CompileCache = CompileCache()  # top-level `cache:`, the same for every tag
     kernels: KernelSeed | None = None
     capabilities: Capabilities | None = None  # None: not declared, and not enforced
+    extras: Listed = Listed()  # the upstream's extras the runtime lock adds (b12x)
+    pins: Listed = Listed()  # exact versions over the upstream's runtime requirements
 
     @property
     def sm_arch(self) -> str:

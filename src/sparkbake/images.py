@@ -11,13 +11,14 @@ publish. `bake` is the one entry point.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import layers, oci, resources, venv
+from . import layers, oci, requirements, resources, venv
 from .bases import BaseImage
 from .cache import atomic_write, scratch_dir
 from .docker_api import Client, build_image, image_attrs, image_exists, load_image, run_container
@@ -46,7 +47,7 @@ class Baked:
 
 
 def manifest(plan: Plan, base: BaseImage, wheels: WheelSet, patched: PatchedTree,
-             source_date: int) -> dict[str, Any]:
+             source_date: int, venv_layer: venv.VenvLayer | None = None) -> dict[str, Any]:
     """What went into the image, recorded inside it (how it was built, such as the job
     count, is host state: the wheels report and the release record keep that)."""
     tag = plan.tag
@@ -66,7 +67,17 @@ def manifest(plan: Plan, base: BaseImage, wheels: WheelSet, patched: PatchedTree
         "wheels": wheels.wheels, "nvcc": wheels.report.get("nvcc", ""),
         # CMake's downloads as locked, for a tree that has them
         **({"thirdparty": wheels.report["thirdparty"]} if wheels.report.get("thirdparty") else {}),
+        # the distributions the tag asks for by name (extras, pins), and the JIT toolchain
+        **({"asked": [dataclasses.asdict(a) for a in requirements.asked(tag, patched.path)]}
+           if tag.extras.items or tag.pins.items else {}),
+        **({"jit": _jit(venv_layer.cuda_home)} if venv_layer and venv_layer.cuda_home else {}),
     }
+
+
+def _jit(cuda_home: str) -> dict[str, Any]:
+    jit = _runtime()["jit"]
+    return {"cuda_home": cuda_home, "cache": jit["cache"],
+            "env": {"CUDA_HOME": cuda_home, **jit["env"]}, "path": f"{cuda_home}/bin"}
 
 
 def labels(plan: Plan, base: BaseImage, patched: PatchedTree, source_date: int) -> dict[str, str]:
@@ -132,14 +143,14 @@ def bake(client: Client, plan: Plan, base: BaseImage, wheels: WheelSet, patched:
     with step(f"bake {plan.tag.image_ref}"), scratch_dir(build_dir / "contexts", "bake.") as work:
         runtime = _with_python(client, base, build_dir)
         below = _base_layers(client, runtime, oci.Layout(cache / "layers"), layout, work)
-        venv_layer = _venv_layer(client, plan, runtime, wheels, runtime_wheels, work,
+        venv_layer = _venv_layer(client, plan, runtime, wheels, runtime_wheels, patched, work,
                                  source_date, log)
-        files = _files_layer(manifest(plan, base, wheels, patched, source_date), work,
-                             source_date)
-        added = [(venv_layer, f"sparkbake: {venv.VENV}: " + " ".join(_names(wheels))),
+        recorded = manifest(plan, base, wheels, patched, source_date, venv_layer)
+        files = _files_layer(recorded, work, source_date)
+        added = [(venv_layer.layer, f"sparkbake: {venv.VENV}: " + " ".join(_names(wheels))),
                  (files, "sparkbake: /opt/sparkbake")]
         baked = _write(layout, plan, below, added, labels(plan, base, patched, source_date),
-                       source_date)
+                       source_date, recorded.get("jit"))
         echo(f"bake: {plan.tag.image_ref} = {baked.image.digest} (config {baked.config[:19]})")
         if load:
             _load(client, baked, below, work)
@@ -229,16 +240,22 @@ def _member(tar: tarfile.TarFile, name: str) -> bytes:
 
 
 def _venv_layer(client: Client, plan: Plan, runtime: BaseImage, built: WheelSet,
-                house: Path | None, work: Path, source_date: int, log: Path) -> layers.Layer:
-    """The wheels (and the runtime wheelhouse's) installed into /opt/venv (see `venv`)."""
+                house: Path | None, patched: PatchedTree, work: Path, source_date: int,
+                log: Path) -> venv.VenvLayer:
+    """The wheels (and the runtime wheelhouse's, with what the tag asks for by name)
+    installed into /opt/venv (see `venv`)."""
     folders = [built.folder] if house is None else [built.folder, house]
+    asked = tuple(a.name for a in requirements.asked(plan.tag, patched.path)) if house else ()
     return venv.install(client, runtime.ref, plan.tag.image_ref, plan.tag.platform, folders,
-                        _names(built), work, source_date, log)
+                        _names(built), work, source_date, log, asked)
 
 
 def _files_layer(recorded: dict[str, Any], work: Path, source_date: int) -> layers.Layer:
     text = json.dumps(recorded, indent=2, sort_keys=True) + "\n"
-    files = {"opt/sparkbake/manifest.json": (text.encode(), 0o644)}
+    files: dict[str, tuple[bytes | None, int]] = {
+        "opt/sparkbake/manifest.json": (text.encode(), 0o644)}
+    if "jit" in recorded:  # any user the container runs as compiles into it
+        files[recorded["jit"]["cache"].lstrip("/")] = (None, 0o1777)
     for name in _runtime()["files"]:
         files[f"opt/sparkbake/{name}"] = (resources.path(name).read_bytes(), 0o644)
     return layers.from_files(files, work / "files.tar.gz", source_date)
@@ -246,13 +263,15 @@ def _files_layer(recorded: dict[str, Any], work: Path, source_date: int) -> laye
 
 def _write(layout: oci.Layout, plan: Plan, below: _Below,
            added: list[tuple[layers.Layer, str]], label_map: dict[str, str],
-           source_date: int) -> Baked:
+           source_date: int, jit: dict[str, Any] | None) -> Baked:
     runtime = _runtime()
+    path = runtime["path"] + (f":{jit['path']}" if jit else "")
+    env = plan.tag.env + tuple(sorted((jit or {}).get("env", {}).items()))
     new = [layout.add_file(layer.path, layer.digest, layers.MEDIA_TYPE) for layer, _ in added]
     change = oci.ConfigChange(
         created=source_date, platform=plan.tag.platform,
-        layers=tuple((layer.diff_id, what) for layer, what in added), env=plan.tag.env,
-        path=runtime["path"], labels=tuple(sorted(label_map.items())),
+        layers=tuple((layer.diff_id, what) for layer, what in added), env=env,
+        path=path, labels=tuple(sorted(label_map.items())),
         entrypoint=tuple(runtime["entrypoint"]))
     config = layout.add_bytes(oci.canonical(oci.image_config(below.config, change)),
                               oci.CONFIG_TYPE)

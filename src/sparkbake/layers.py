@@ -103,17 +103,16 @@ def _parents(paths: list[str]) -> list[str]:
     return sorted(found, key=_parts)
 
 
-def from_files(files: Mapping[str, tuple[bytes, int]], dest: Path, mtime: int) -> Layer:
-    """A layer holding files (path -> (content, mode)) and their folders (0755)."""
+def from_files(files: Mapping[str, tuple[bytes | None, int]], dest: Path, mtime: int) -> Layer:
+    """A layer holding files (path -> (content, mode); content None: a folder of that mode)
+    and their folders (0755)."""
     writer = _Writer(dest)
+    entries = {path: (None, 0o755) for path in _parents(list(files))} | dict(files)
     with writer.tar() as tar:
-        folders = [(path, None) for path in _parents(list(files))]
-        for path, data in sorted([*folders, *((p, files[p]) for p in files)],
-                                 key=lambda item: _parts(item[0])):
-            if data is None:
-                tar.addfile(_info(path, tarfile.DIRTYPE, 0o755, mtime))
+        for path, (content, mode) in sorted(entries.items(), key=lambda item: _parts(item[0])):
+            if content is None:
+                tar.addfile(_info(path, tarfile.DIRTYPE, mode, mtime))
             else:
-                content, mode = data
                 tar.addfile(_info(path, tarfile.REGTYPE, mode, mtime, len(content)),
                             io.BytesIO(content))
     return writer.close()

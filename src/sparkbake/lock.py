@@ -14,7 +14,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from . import resources
+from . import requirements, resources
 from .cache import atomic_write
 from .config import Config, Tag
 from .errors import ConfigError, EngineError
@@ -92,10 +92,18 @@ def require_runtime_lock(config: Config, tag: Tag, tree: Path) -> Path | None:
     if not path.is_file():
         raise ConfigError(f"no runtime lock for base {tag.runtime.name!r} ({path})",
                           f"create it: {remedy}")
-    if f"# from: {wanted}={_sha(tree / wanted)}" not in path.read_text().splitlines()[:3]:
-        raise ConfigError(f"{path} was made from another {wanted} than this tree's",
-                          f"remake it: {remedy}")
+    if _runtime_origin(tag, tree, wanted) not in path.read_text().splitlines()[:3]:
+        raise ConfigError(f"{path} was made from another {wanted} than this tree's, or for "
+                          f"other extras or pins than tag {tag.name}'s", f"remake it: {remedy}")
     return path
+
+
+def _runtime_origin(tag: Tag, tree: Path, wanted: str) -> str:
+    """The runtime lock's `# from:` line: the upstream's requirement file, and the tag's
+    extras and pins where it has them."""
+    machine = ARCHES.get(tag.platform, tag.platform)
+    return (f"# from: {wanted}={_sha(tree / wanted)}"
+            f"{requirements.stamp(tag, tree, wanted, machine)}")
 
 
 def _sha(path: Path) -> str:
@@ -123,11 +131,18 @@ def resolve(config: Config, tag: Tag, settings: HostSettings,
     runtime = runtime_lock_path(config, tag)
     wanted = tag.upstream.runtime_requirements
     if runtime is not None and wanted is not None and tree is not None:
-        _compile(tag, tag.runtime.name, tag.runtime.python, [tree / wanted], runtime, settings,
-                 f"# runtime lock of base {tag.runtime.name} (python {tag.runtime.python}, "
-                 f"{tag.platform}) for upstream {tag.upstream.key}.\n"
-                 f"# from: {wanted}={_sha(tree / wanted)}\n"
-                 "# Made by `sparkbake lock TAG`; the bake installs from these wheels only.\n")
+        origin = _runtime_origin(tag, tree, wanted)
+        added = requirements.input_text(tag, tree, wanted, ARCHES.get(tag.platform, ""))
+        with tempfile.TemporaryDirectory() as scratch:
+            asked = Path(scratch) / "asked.txt"  # the extras' requirements and the pins
+            asked.write_text(added)
+            _compile(tag, tag.runtime.name, tag.runtime.python,
+                     [tree / wanted, *([asked] if added else [])], runtime, settings,
+                     f"# runtime lock of base {tag.runtime.name} (python {tag.runtime.python}, "
+                     f"{tag.platform}) for upstream {tag.upstream.key}.\n{origin}\n"
+                     "# Made by `sparkbake lock TAG` from the upstream's runtime requirements, "
+                     "the tag's extras and pins; the bake installs from these wheels only.\n"
+                     + "".join(f"# asked: {line}\n" for line in added.splitlines()))
         written.append(runtime)
     return written
 

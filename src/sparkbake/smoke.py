@@ -38,7 +38,7 @@ INPUTS_LABEL = "dev.sparkbake.inputs"
 PYTHON_IN_IMAGE = "/opt/venv/bin/python"
 CHECKER_DIR = "/opt/sparkbake-smoke"
 CHECKER_FILES = ("smoke_check.py", "smoke_common.py", "smoke_entry.py", "smoke_gpu.py",
-                 "smoke_vllm.py")
+                 "smoke_jit.py", "smoke_vllm.py")
 NO_GPU_RUNTIME = "no GPU runtime in this engine"
 GPU_CHECKS = {"gpu", "gpu-capability", "gpu-op"}
 
@@ -164,6 +164,8 @@ def expected_values(plan: Plan, gpu: str, unavailable: str | None) -> dict[str, 
         "sass_loadable": wheels.loadable_by(tag.sm_arch),
         "other_arch": list(tag.kernels.other_arch) if tag.kernels else [],
         "env": dict(tag.env),
+        # an upstream with runtime requirements (vLLM) compiles kernels on first use
+        "jit_required": tag.upstream.runtime_requirements is not None,
         "gpu": {"mode": gpu, "unavailable": unavailable},
     }
 

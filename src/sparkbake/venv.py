@@ -10,13 +10,18 @@ platform and Python, so an arm64 bake costs about what an amd64 one does.
 from __future__ import annotations
 
 import compileall
+import csv
 import os
 import py_compile
 import shutil
 import sys
 import tarfile
 import warnings
+import zipfile
+from dataclasses import dataclass
 from pathlib import Path
+
+from packaging.utils import canonicalize_name
 
 from . import elfcheck, layers, resources
 from .docker_api import Client, run_container
@@ -25,27 +30,85 @@ from .hashing import record_hash
 from .proc import echo, run
 from .wheelhouse import platform_tags
 
-__all__ = ["INTERPRETER", "SKELETON", "VENV", "install"]
+__all__ = ["CUDA_HOME", "INTERPRETER", "SKELETON", "VENV", "VenvLayer", "install"]
 
 VENV = "/opt/venv"
 INTERPRETER = f"{VENV}/bin/python3"
 SKELETON = "make_venv.sh"
 PYTHON_MARK = "sparkbake-python "  # the skeleton script's line giving its Python version
 DATA_DIRS = ("bin", "include", "share", "etc")  # pip --target's non-package top folders
+# the CUDA toolkit of NVIDIA's wheels (nvcc, ptxas, headers) as one stable path: the JIT of
+# FlashInfer, Triton and CuTe DSL finds it through CUDA_HOME
+CUDA_HOME = f"{VENV}/cuda"
+TOOLKIT = "nvidia/cu13"  # where those wheels put it in site-packages
+
+
+@dataclass(frozen=True)
+class VenvLayer:
+    layer: layers.Layer
+    cuda_home: str | None  # CUDA_HOME when the venv has nvcc
 
 
 def install(client: Client, runtime_ref: str, image: str, platform: str,
             wheel_dirs: list[Path], names: list[str], work: Path, source_date: int,
-            log: Path) -> layers.Layer:
-    """The layer of /opt/venv of image with names (and what they need, from wheel_dirs)."""
+            log: Path, asked: tuple[str, ...] = ()) -> VenvLayer:
+    """The layer of /opt/venv of image with names (and what they need, from wheel_dirs).
+    Where two distributions hold the same file, an asked one's copy is kept."""
     root, python = _skeleton(client, runtime_ref, work, source_date, log)
     venv = root / VENV.lstrip("/")
     site = work / "site"
-    _pip_target(site, image, platform, python, wheel_dirs, names, source_date, log)
+    _pip_target(site, image, platform, python, wheel_dirs, [*names, *asked], source_date, log)
+    _settle_shared_files(site, wheel_dirs, {str(canonicalize_name(a)) for a in asked})
     installed = _merge(site, venv, python)
     _compile(installed, root, python)
     elfcheck.require_platform(root, platform)
-    return layers.from_folder(root, work / "venv.tar.gz", source_date)
+    cuda_home = _link_toolkit(venv, python)
+    return VenvLayer(layers.from_folder(root, work / "venv.tar.gz", source_date), cuda_home)
+
+
+def _settle_shared_files(site: Path, wheel_dirs: list[Path], asked: set[str]) -> None:
+    """A file two distributions' RECORDs list (flashinfer-python ships a `b12x` shim over
+    the b12x package) holds whichever pip wrote last; make it the asked distribution's."""
+    owners: dict[str, list[Path]] = {}
+    for record in sorted(site.glob("*.dist-info/RECORD")):
+        for row in csv.reader(record.read_text(encoding="utf-8").splitlines()):
+            if row and not row[0].startswith("..") and ".dist-info/" not in row[0]:
+                owners.setdefault(row[0], []).append(record.parent)
+    for path, infos in sorted(owners.items()):
+        if len(infos) < 2:
+            continue
+        names = [_dist_name(info) for info in infos]
+        keep = next((info for info in infos if _dist_name(info) in asked), None)
+        if keep is None:
+            echo(f"bake: {path} is in {' and '.join(names)}; pip's last copy stays")
+            continue
+        (site / path).write_bytes(_wheel_member(keep, wheel_dirs, path))
+        echo(f"bake: {path} is in {' and '.join(names)}; {_dist_name(keep)}'s copy is kept "
+             "(the tag asks for it)")
+
+
+def _dist_name(info: Path) -> str:
+    return str(canonicalize_name(info.name.split("-")[0]))
+
+
+def _wheel_member(info: Path, wheel_dirs: list[Path], member: str) -> bytes:
+    """The bytes of member in the wheel that installed info (`b12x-1.5.1.dist-info`)."""
+    stem = info.name.removesuffix(".dist-info")
+    for folder in wheel_dirs:
+        for wheel in sorted(folder.glob(f"{stem}-*.whl")):
+            with zipfile.ZipFile(wheel) as archive:
+                return archive.read(member)
+    raise BakeError(f"the wheel of {stem} is not in {', '.join(map(str, wheel_dirs))}",
+                    "rerun the bake; a wheelhouse is made anew when it is incomplete")
+
+
+def _link_toolkit(venv: Path, python: str) -> str | None:
+    """venv/cuda -> site-packages/nvidia/cu13, when NVIDIA's nvcc wheel is installed."""
+    toolkit = Path("lib") / f"python{python}" / "site-packages" / TOOLKIT
+    if not (venv / toolkit / "bin" / "nvcc").is_file():
+        return None
+    (venv / "cuda").symlink_to(toolkit)
+    return CUDA_HOME
 
 
 def _skeleton(client: Client, runtime_ref: str, work: Path, source_date: int,

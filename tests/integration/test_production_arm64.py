@@ -113,11 +113,16 @@ def test_the_kernels_for_a_gb10_are_sm_120_family_code(built: Built) -> None:
 def test_smoke_checked_the_image_under_emulation(built: Built) -> None:
     record = built.result("smoke")
     status = {check["name"]: check["status"] for check in record["checks"]}
-    for name in ("labels", "manifest", "vllm-import", "patched-files", "kernels",
-                 "entrypoint-print", "vllm-serve-args", "preflight-rejects"):
+    for name in ("labels", "manifest", "vllm-import", "patched-files", "kernels", "asked",
+                 "jit-toolchain", "entrypoint-print", "vllm-serve-args", "preflight-rejects"):
         assert status[name] == "passed", (name, record)
     detail = {check["name"]: check["detail"] for check in record["checks"]}
     assert "0.33.0" in detail["vllm-import"]
+    # vLLM's b12x extra: the package's own files over flashinfer-python's shim, importable
+    assert "b12x 1.5.1 (extra b12x; imports b12x)" in detail["asked"]
+    # the first-use JIT: the image's nvcc (the pinned 13.0) and Triton's ptxas, for a GB10
+    assert detail["jit-toolchain"].startswith("nvcc V13.0.88 and Triton's ptxas")
+    assert "compile for sm_121a" in detail["jit-toolchain"]
     # the reference deployment's DCP 2 head file: refused for what 0.33.0 cannot run
     assert "reject/reference-dcp2.env [dcp-size-unsupported" in detail["preflight-rejects"]
 

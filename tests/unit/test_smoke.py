@@ -56,6 +56,7 @@ def test_expected_values_come_from_the_plan() -> None:
         "sass_loadable": ["sm_120", "sm_120f", "sm_121", "sm_121a", "sm_121f"],
         "other_arch": [],
         "env": {"VLLM_DSV4_CKV_GATHER": "1"},
+        "jit_required": False,
         "gpu": {"mode": "auto", "unavailable": "no GPU runtime in this engine"},
     }
     json.dumps(expected)  # it travels as JSON

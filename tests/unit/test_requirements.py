@@ -1,0 +1,128 @@
+"""A tag's extras and pins: read from the upstream's PKG-INFO, checked against its
+requirements, and part of the runtime lock's stamp."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sparkbake import config, lock, requirements
+from sparkbake.errors import ConfigError
+
+VERSIONS = """\
+schema: 1
+defaults: {repository: r/x, platform: linux/arm64, cuda_arch: "12.1a", builder: b, runtime: b}
+bases:
+  b: {debootstrap: {suite: bookworm}, python: "3.11"}
+upstreams:
+  u: {dir: tree, runtime_requirements: requirements/cuda.txt}
+tags:
+  t:
+    upstream: u
+    series: []
+%s
+"""
+PKG_INFO = """\
+Metadata-Version: 2.4
+Name: vllm
+Version: 0.33.0
+Provides-Extra: bench
+Requires-Dist: pandas; extra == "bench"
+Requires-Dist: scipy; python_version >= "3.10" and extra == "bench"
+Provides-Extra: b12x
+Requires-Dist: b12x==1.5.1; extra == "b12x"
+Provides-Extra: video
+Requires-Dist: regex
+
+A description that mentions extra == "b12x" is not a header.
+"""
+COMMON = "regex\ntorch == 2.14.0 # the release\n"
+CUDA = """\
+-r common.txt
+flashinfer-python==0.7.2.post1
+numba == 0.65.0; platform_machine == "x86_64"
+"""
+
+
+def tag_with(tmp_path: Path, keys: str) -> config.Tag:
+    tree = tmp_path / "tree"
+    (tree / "requirements").mkdir(parents=True, exist_ok=True)
+    (tree / "PKG-INFO").write_text(PKG_INFO)
+    (tree / "requirements" / "common.txt").write_text(COMMON)
+    (tree / "requirements" / "cuda.txt").write_text(CUDA)
+    (tmp_path / "versions.yaml").write_text(VERSIONS % keys)
+    return config.load(tmp_path / "versions.yaml").tag("t")
+
+
+def test_the_extras_come_from_pkg_info_without_their_extra_clause(tmp_path: Path) -> None:
+    tag_with(tmp_path, "")
+    assert requirements.extras_of(tmp_path / "tree") == {
+        "bench": ["pandas", 'scipy; python_version >= "3.10"'],
+        "b12x": ["b12x==1.5.1"], "video": []}
+
+
+def test_the_lock_input_lists_the_extras_requirements_and_the_pins(tmp_path: Path) -> None:
+    tag = tag_with(tmp_path, "    extras: [b12x]\n    pins: [nvidia-cuda-nvcc==13.0.88, "
+                             "torch==2.14.0]")
+    text = requirements.input_text(tag, tmp_path / "tree", "requirements/cuda.txt", "aarch64")
+    assert text == ("b12x==1.5.1  # extra b12x\nnvidia-cuda-nvcc==13.0.88  # pin\n"
+                    "torch==2.14.0  # pin\n")
+    assert [a.name for a in requirements.asked(tag, tmp_path / "tree")] == \
+        ["b12x", "nvidia-cuda-nvcc", "torch"]
+
+
+def test_an_extra_the_upstream_lacks_names_the_ones_it_has(tmp_path: Path) -> None:
+    tag = tag_with(tmp_path, "    extras: [b12x, b12z]")
+    with pytest.raises(ConfigError) as caught:
+        requirements.asked(tag, tmp_path / "tree")
+    assert caught.value.exit_code == 2
+    assert caught.value.message == (
+        f"{tmp_path / 'versions.yaml'}:11: tag t: upstream u has no extra 'b12z'; its "
+        "extras: b12x, bench, video")
+
+
+def test_a_pin_that_conflicts_with_the_upstream_names_both(tmp_path: Path) -> None:
+    tag = tag_with(tmp_path, "    pins: [torch==2.13.0]")
+    with pytest.raises(ConfigError) as caught:
+        requirements.input_text(tag, tmp_path / "tree", "requirements/cuda.txt", "aarch64")
+    assert caught.value.exit_code == 2
+    assert caught.value.message == (
+        f"{tmp_path / 'versions.yaml'}:11: tag t: the pin torch==2.13.0 conflicts with "
+        "requirements/common.txt:2: torch==2.14.0")
+
+
+def test_a_requirement_whose_marker_excludes_the_platform_does_not_conflict(
+        tmp_path: Path) -> None:
+    tag = tag_with(tmp_path, "    pins: [numba==0.61.0]")
+    assert requirements.input_text(tag, tmp_path / "tree", "requirements/cuda.txt",
+                                   "aarch64") == "numba==0.61.0  # pin\n"
+    with pytest.raises(ConfigError, match=r"conflicts with requirements/cuda\.txt:3"):
+        requirements.input_text(tag, tmp_path / "tree", "requirements/cuda.txt", "x86_64")
+
+
+def test_a_pin_must_be_an_exact_version(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"versions\.yaml:11: 'torch>=2' is not a valid name "
+                                          r"in pins"):
+        tag_with(tmp_path, "    pins: [torch>=2]")
+
+
+def test_a_package_pinned_twice_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="pins names a package twice"):
+        tag_with(tmp_path, "    pins: [torch==2.14.0, Torch==2.14.0]")
+
+
+def test_the_runtime_lock_is_stale_when_the_extras_or_pins_change(tmp_path: Path) -> None:
+    tag = tag_with(tmp_path, "    extras: [b12x]")
+    loaded, tree = config.load(tmp_path / "versions.yaml"), tmp_path / "tree"
+    path = lock.runtime_lock_path(loaded, tag)
+    assert path is not None
+    path.parent.mkdir(parents=True)
+    origin = f"# from: requirements/cuda.txt={lock._sha(tree / 'requirements/cuda.txt')}"
+    path.write_text(f"# runtime lock\n{origin}\n")
+    with pytest.raises(ConfigError, match="for other extras or pins than tag t's"):
+        lock.require_runtime_lock(loaded, tag, tree)
+    stamp = requirements.stamp(tag, tree, "requirements/cuda.txt", "aarch64")
+    assert stamp.startswith(" extras=b12x asked=")
+    path.write_text(f"# runtime lock\n{origin}{stamp}\n")
+    assert lock.require_runtime_lock(loaded, tag, tree) == path
