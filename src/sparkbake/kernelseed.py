@@ -9,20 +9,19 @@ compiled inputs only, so no patch of the tag may change those.
 
 from __future__ import annotations
 
-import functools
 import importlib.util
 import json
 import re
 import tempfile
-import time
 import zipfile
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 
+from . import wheelfile, wheelversion
 from .cache import atomic_dir
 from .config import KernelSeed, Tag
 from .errors import BuildError, ConfigError
-from .hashing import file_sha256, record_hash
+from .hashing import file_sha256
 from .proc import echo, require_tool, run, step
 from .settings import HostSettings
 from .sources import download, index_url_of
@@ -32,7 +31,6 @@ __all__ = ["KERNELS_FILE", "build_wheels", "list_kernels", "overlay", "require_p
            "seed"]
 
 KERNELS_FILE = "kernels.json"
-ZIP_EPOCH = 315532800  # 1980-01-01: the earliest time a zip entry stores
 LIBRARY = re.compile(r"\.so(\.\d+)*$")
 CUBIN = re.compile(r"\.(sm_\d+[af]?)\.cubin")
 
@@ -62,30 +60,27 @@ def seed(kernels: KernelSeed, entry: Path, settings: HostSettings) -> None:
     echo(f"kernels: seeded {entry.name[:12]} from {kernels.wheel}")
 
 
-def overlay(seed_wheel: Path, pristine: Path, patched: Path, dest: Path,
-            source_date: int) -> list[str]:
-    """dest: the seed wheel with the series' changes to its packages (files the patched tree
-    has other than the pristine one: changed, added, removed), entries dated source_date.
-    Its compiled libraries stay the seed's, byte for byte. Returns the changed paths."""
+def overlay(seed_wheel: Path, pristine: Path, patched: Path, folder: Path, source_date: int,
+            local: str = "") -> tuple[Path, list[str]]:
+    """The seed wheel with the series' changes to its packages (files the patched tree has
+    other than the pristine one: changed, added, removed), entries dated source_date and the
+    local version in its name and metadata (wheelversion), written into folder. Its compiled
+    libraries stay the seed's, byte for byte. Returns the wheel and the changed paths."""
     with zipfile.ZipFile(seed_wheel) as seed:
-        infos = {i.filename: i for i in seed.infolist() if not i.filename.endswith("/")}
-        record = next(name for name in infos if name.endswith(".dist-info/RECORD"))
-        changed = _series_changes(pristine, patched, _packages(infos, record))
-        files: dict[str, tuple[int, Callable[[], bytes]]] = {
-            name: (info.external_attr >> 16 or 0o644, functools.partial(seed.read, info))
-            for name, info in infos.items() if name != record}
+        files = wheelfile.read(seed)
+        changed = _series_changes(pristine, patched, _packages(files, wheelfile.dist_info(files)))
         for name in changed:
             if (patched / name).is_file():
                 files[name] = (0o644, (patched / name).read_bytes)
             else:
                 files.pop(name, None)
-        _write_wheel(dest, files, record, source_date)
-    return changed
+        dest = folder / wheelversion.stamped_file_name(seed_wheel.name, local)
+        wheelfile.write(dest, wheelversion.stamp_entries(files, local), source_date)
+    return dest, changed
 
 
-def _packages(names: Iterable[str], record: str) -> set[str]:
+def _packages(names: Iterable[str], metadata: str) -> set[str]:
     """The wheel's top-level folders but its metadata: what the tree's changes may reach."""
-    metadata = record.split("/", 1)[0]
     return {name.split("/", 1)[0] for name in names if "/" in name
             and not name.startswith((metadata, metadata.replace(".dist-info", ".data")))}
 
@@ -105,30 +100,6 @@ def _files(folder: Path, root: Path) -> set[str]:
     if not folder.is_dir():
         return set()
     return {p.relative_to(root).as_posix() for p in folder.rglob("*") if p.is_file()}
-
-
-def _write_wheel(dest: Path, files: dict[str, tuple[int, Callable[[], bytes]]], record: str,
-                 source_date: int) -> None:
-    """A wheel whose bytes depend only on files and source_date: sorted entries but the
-    metadata last (as wheels write it), one time, RECORD made anew."""
-    stamp = time.gmtime(max(source_date, ZIP_EPOCH))[:6]
-    metadata = record.split("/", 1)[0] + "/"
-    lines = []
-    with zipfile.ZipFile(dest, "w", zipfile.ZIP_DEFLATED) as out:
-        for name in sorted(files, key=lambda name: (name.startswith(metadata), name)):
-            mode, read = files[name]
-            data = read()
-            out.writestr(_zip_info(name, stamp, mode), data)
-            lines.append(f"{name},{record_hash(data)},{len(data)}")
-        lines.append(f"{record},,")
-        out.writestr(_zip_info(record, stamp, 0o644), "\n".join(lines) + "\n")
-
-
-def _zip_info(name: str, stamp: tuple[int, ...], mode: int) -> zipfile.ZipInfo:
-    info = zipfile.ZipInfo(name, date_time=stamp)  # type: ignore[arg-type]
-    info.external_attr = (mode & 0o7777 | 0o100000) << 16
-    info.compress_type = zipfile.ZIP_DEFLATED
-    return info
 
 
 def list_kernels(wheel: Path) -> list[dict[str, object]]:
@@ -164,17 +135,18 @@ def _cuobjdump() -> str:
 
 
 def build_wheels(tag: Tag, entry: Path, pristine: Path, patched: Path, folder: Path,
-                 source_date: int) -> WheelSet:
+                 source_date: int, local: str = "") -> WheelSet:
     """The wheels stage of a seeded tag, on this host with no builder and no compiler: the
-    seed wheel with the series' Python changes; its kernels checked for the tag's arch."""
+    seed wheel with the series' Python changes and the local version (wheelversion); its
+    kernels checked for the tag's arch."""
     if (folder / REPORT).is_file():
         echo(f"wheels: {tag.name} cached at wheels/{folder.name[:12]}")
         return WheelSet(folder, folder.name, json.loads((folder / REPORT).read_text()))
     listing = json.loads((entry / KERNELS_FILE).read_text())
     with step(f"wheels for {tag.name}: {listing['wheel']} + the series (no compiler)"), \
             atomic_dir(folder) as out:
-        wheel = out / listing["wheel"]
-        changed = overlay(entry / listing["wheel"], pristine, patched, wheel, source_date)
+        wheel, changed = overlay(entry / listing["wheel"], pristine, patched, out, source_date,
+                                 local)
         echo(f"wheels: {len(changed)} file(s) of the series in {wheel.name}")
         report = {"cuda_arch": tag.cuda_arch, "sm_arch": tag.sm_arch,
                   "nvcc": f"none: kernels from {listing['wheel']}",
@@ -182,7 +154,7 @@ def build_wheels(tag: Tag, entry: Path, pristine: Path, patched: Path, folder: P
                               "name": wheel.name.split("-", 1)[0],
                               "kernels": listing["kernels"]}],
                   "kernels": {"key": entry.name, "reused": True, "seed": listing["wheel"]},
-                  "series files": changed}
+                  "series files": changed, "local_version": local}
         check_sass(tag, report)
         (out / REPORT).write_text(json.dumps(report, indent=2))
     return WheelSet(folder, folder.name, report)

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import lock, oci, remote_patches, resources, sourcelock
+from . import lock, oci, remote_patches, resources, sourcelock, wheelversion
 from .config import Base, Config, DebootstrapBase, DirUpstream, GitUpstream, Tag, Upstream
 from .errors import ConfigError
 from .hashing import data_hash, file_sha256, tree_hash
@@ -87,6 +87,8 @@ class Plan:
     # what each stage's key covers, by name, to say what changed since the last build
     stage_inputs: dict[str, dict[str, Any]] = field(default_factory=dict, compare=False,
                                                     hash=False)
+    # the local version part the wheels carry (wheelversion): "" for a tag without patches
+    local_version: str = ""
 
     def key(self, stage: str) -> str:
         return {"fetch": self.fetch_key, "patch": self.patch_key, "kernels": self.kernel_key,
@@ -165,6 +167,7 @@ def make(config: Config, tag: Tag) -> Plan:
     fetch_key = data_hash({"upstream": upstream_pin(tag.upstream)})
     patch_key = data_hash({"fetch": fetch_key, "series": [(s.name, s.patches) for s in series],
                            "missing": problems})
+    local = wheelversion.local_part(patch_key, any(s.patches for s in series))
     toolchain = {
         "builder": base_identity(tag.builder), "cuda_arch": tag.cuda_arch,
         "platform": tag.platform, "template": resources.digest("builder.Dockerfile.j2"),
@@ -182,7 +185,8 @@ def make(config: Config, tag: Tag) -> Plan:
         "patch": {"patches": [f"{s.name}/{name}@{sha[:12]}" for s in series
                               for name, sha in s.patches], "missing": problems},
         "kernels": {"kernel patches": kernel_patches, **toolchain},
-        "wheels": toolchain,
+        # the version scheme: the wheels say the patch key (wheelversion)
+        "wheels": {**toolchain, "local version": local or "none"},
         "bake": {"runtime": base_identity(tag.runtime), "platform": tag.platform,
                  "env": tag.env, "tag": tag.name,
                  "runtime lock": _digest_or_none(lock.runtime_lock_path(config, tag)),
@@ -199,11 +203,11 @@ def make(config: Config, tag: Tag) -> Plan:
                             "platform": tag.platform}
                            if tag.kernels else
                            {"fetch": fetch_key, "patches": kernel_patches, **toolchain})
-    wheels_key = data_hash({"patch": patch_key, **toolchain})
+    wheels_key = data_hash({"patch": patch_key, **stage_inputs["wheels"]})
     inputs = data_hash({"wheels": wheels_key, **stage_inputs["bake"]})
     return Plan(tag=tag, series=tuple(series), problems=tuple(problems), fetch_key=fetch_key,
                 patch_key=patch_key, kernel_key=kernel_key, wheels_key=wheels_key,
-                inputs=inputs, stage_inputs=stage_inputs)
+                inputs=inputs, stage_inputs=stage_inputs, local_version=local)
 
 
 def locked_sources(config: Config, tag: Tag) -> list[str]:
@@ -281,6 +285,7 @@ def render_json(plan: Plan, stages: list[StagePlan]) -> str:
         "image": plan.tag.image_ref,
         "inputs": plan.inputs,
         "series": [{"name": s.name, "sha256": s.sha256} for s in plan.series],
+        "local_version": plan.local_version,
         "problems": list(plan.problems),
         "sources": plan.stage_inputs["wheels"].get("third-party sources", []),
         "stages": [asdict(s) for s in stages],

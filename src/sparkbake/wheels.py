@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import compile_cache, emulation, resources, thirdparty
+from . import compile_cache, emulation, resources, thirdparty, wheelversion
 from .bases import BaseImage
 from .cache import atomic_dir, scratch_dir
 from .config import Tag
@@ -111,6 +111,7 @@ class BuildRequest:
     memory: str | None
     source_date: int  # SOURCE_DATE_EPOCH of the tag
     third_party: tuple[thirdparty.Fetched, ...] = ()  # CMake's downloads, fetched and verified
+    local_version: str = ""  # the local version part the wheels get (wheelversion)
 
 
 def build(client: Client, request: BuildRequest) -> WheelSet:
@@ -139,7 +140,9 @@ def build(client: Client, request: BuildRequest) -> WheelSet:
             raise _build_failure(request, OOM_EXIT if oom else result.exit_code, result.tail())
         built = json.loads((out / "build-report.json").read_text())
         (out / "build-report.json").unlink()
+        built["wheels"] = _stamp(built["wheels"], out, request)
         report = _report(tag, out, built)
+        report["local_version"] = request.local_version
         report["kernels"] = {"key": request.kernels.name, "reused": reuse is not None}
         report["jobs"] = {"MAX_JOBS": request.jobs.max_jobs,
                           "NVCC_THREADS": request.jobs.nvcc_threads, "why": request.jobs.reason}
@@ -176,6 +179,15 @@ def _container_args(request: BuildRequest, out: Path, reuse: str | None) -> dict
     if request.memory:
         limits = {"mem_limit": request.memory, "memswap_limit": request.memory}
     return {"volumes": volumes, "environment": environment, **limits}
+
+
+def _stamp(built: list[dict[str, Any]], out: Path,
+           request: BuildRequest) -> list[dict[str, Any]]:
+    """The upstream's wheels given the local version, on this host: one way for any build
+    backend (README: Versions)."""
+    return [{**wheel, "file": wheelversion.stamp(out / wheel["file"], request.local_version,
+                                                 request.source_date).name}
+            for wheel in built]
 
 
 def _cache_report(backend: compile_cache.Backend, built: dict[str, Any]) -> dict[str, Any]:

@@ -108,6 +108,20 @@ def test_the_patched_kernel_and_python_run_in_the_image(
     assert out == "2 tinykern-fixture ['1210'] quotes \" and $HOME stay literal"
 
 
+def test_the_wheel_and_the_installed_package_say_the_local_version(
+        built_fixture: Project, docker_client: docker_api.Client) -> None:
+    plan = built_fixture.plan()
+    assert plan.local_version == f"sb.{plan.patch_key[:8]}"  # the patch row `plan` prints
+    version = f"0.1.0+{plan.local_version}"
+    report = json.loads((built_fixture.root / "wheels" / plan.wheels_key / wheels.REPORT)
+                        .read_text())
+    assert report["wheels"][0]["file"].startswith(f"tinykern-{version}-cp311-")
+    out = python_in(docker_client, plan.tag.image_ref,
+                    "import importlib.metadata as m, tinykern as t, tinykern._version as v; "
+                    "print(m.version('tinykern'), t.__version__, v.version_tuple)")
+    assert out == f"{version} {version} (0, 1, 0, '{plan.local_version}')"
+
+
 def test_the_entrypoint_runs_given_arguments_exactly(
         built_fixture: Project, docker_client: docker_api.Client) -> None:
     ref = built_fixture.plan().tag.image_ref

@@ -6,7 +6,7 @@ import ctypes
 from pathlib import Path
 
 __all__ = ["archs", "device_count", "scale"]
-__version__ = "0.1.0"
+from ._version import __version__ as __version__
 
 # setuptools names the library with the ABI suffix: _kernels.cpython-311-x86_64-linux-gnu.so
 _library = ctypes.CDLL(str(next(Path(__file__).parent.glob("_kernels*.so"))))
