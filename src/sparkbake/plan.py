@@ -185,8 +185,8 @@ def make(config: Config, tag: Tag) -> Plan:
         "patch": {"patches": [f"{s.name}/{name}@{sha[:12]}" for s in series
                               for name, sha in s.patches], "missing": problems},
         "kernels": {"kernel patches": kernel_patches, **toolchain},
-        # the version scheme: the wheels say the patch key (wheelversion)
-        "wheels": {**toolchain, "local version": local or "none"},
+        # the version scheme, not its value: the patch key is in the wheels key already
+        "wheels": {**toolchain, "local version": wheelversion.SCHEME if local else "none"},
         "bake": {"runtime": base_identity(tag.runtime), "platform": tag.platform,
                  "env": tag.env, "tag": tag.name,
                  "runtime lock": _digest_or_none(lock.runtime_lock_path(config, tag)),
