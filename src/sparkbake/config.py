@@ -59,6 +59,7 @@ IMAGE_REF = re.compile(r"[^@\s]+@sha256:([0-9a-f]{64})")
 EPOCH_MIN, EPOCH_MAX = 315532800, 4102444800
 UPSTREAM_KINDS = ("pypi", "git", "dir")
 REQUIREMENTS_KEYS = ("build_requirements", "runtime_requirements")  # files in the tree
+KERNEL_REUSE = re.compile(r"assemble|builder")  # how a wheel reuses cached kernels
 # a wheel file name: project-version(-build)?-python-abi-platform.whl
 WHEEL = re.compile(r"([A-Za-z0-9_.]+)-([^-]+)(-\d[^-]*)?-[^-]+-[^-]+-[^-]+\.whl")
 TREE_PATH = re.compile(r"(?!/)(?!.*(?:^|/)\.\.(?:/|$))[A-Za-z0-9._/-]+")
@@ -148,7 +149,7 @@ def _base(where: Where, name: str, raw_bases: LocatedDict) -> Base:
 def _upstream(where: Where, key: str, raw_upstreams: LocatedDict) -> Upstream:
     spec = where.mapping(raw_upstreams[key], f"upstream {key!r}",
                          (*UPSTREAM_KINDS, "source_date_epoch", *REQUIREMENTS_KEYS,
-                          "cmake_skip"),
+                          "cmake_skip", "kernel_reuse"),
                          parent=raw_upstreams, key=key)
     if len(set(UPSTREAM_KINDS) & set(spec)) != 1:
         raise ConfigError(f"{where(spec)}: upstream {key!r} needs exactly one of pypi, git, dir",
@@ -158,6 +159,9 @@ def _upstream(where: Where, key: str, raw_upstreams: LocatedDict) -> Upstream:
         key: where.string(spec, key, TREE_PATH, "a relative path inside the tree")
         for key in REQUIREMENTS_KEYS if key in spec}
     requirements["cmake_skip"] = _cmake_skip(where, spec)
+    if "kernel_reuse" in spec:
+        requirements["kernel_reuse"] = where.string(
+            spec, "kernel_reuse", KERNEL_REUSE, "assemble (on this host) or builder")
     if "dir" in spec:
         rel = where.string(spec, "dir")
         return DirUpstream(key=key, path=(where.path.parent / rel).resolve(),

@@ -57,6 +57,9 @@ class PypiUpstream:
     runtime_requirements: str | None = None  # in the tree: what its wheels need installed
     # CMake files of the tree whose downloads this build never reaches -> why (cmake_sources)
     cmake_skip: tuple[tuple[str, str], ...] = ()
+    # cached kernels: `assemble` the wheel on this host from the cached one and the series'
+    # Python files (any upstream), or run the `builder` with VLLM_USE_PRECOMPILED (vLLM's)
+    kernel_reuse: str = "assemble"
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,9 @@ class GitUpstream:
     runtime_requirements: str | None = None  # in the tree: what its wheels need installed
     # CMake files of the tree whose downloads this build never reaches -> why (cmake_sources)
     cmake_skip: tuple[tuple[str, str], ...] = ()
+    # cached kernels: `assemble` the wheel on this host from the cached one and the series'
+    # Python files (any upstream), or run the `builder` with VLLM_USE_PRECOMPILED (vLLM's)
+    kernel_reuse: str = "assemble"
 
 
 @dataclass(frozen=True)
@@ -81,6 +87,9 @@ class DirUpstream:
     runtime_requirements: str | None = None  # in the tree: what its wheels need installed
     # CMake files of the tree whose downloads this build never reaches -> why (cmake_sources)
     cmake_skip: tuple[tuple[str, str], ...] = ()
+    # cached kernels: `assemble` the wheel on this host from the cached one and the series'
+    # Python files (any upstream), or run the `builder` with VLLM_USE_PRECOMPILED (vLLM's)
+    kernel_reuse: str = "assemble"
 
 
 Upstream = PypiUpstream | GitUpstream | DirUpstream

@@ -14,10 +14,8 @@ import json
 import re
 import tempfile
 import zipfile
-from collections.abc import Iterable
 from pathlib import Path
 
-from . import wheelfile, wheelversion
 from .cache import atomic_dir
 from .config import KernelSeed, Tag
 from .errors import BuildError, ConfigError
@@ -25,10 +23,11 @@ from .hashing import file_sha256
 from .proc import echo, require_tool, run, step
 from .settings import HostSettings
 from .sources import download, index_url_of
+from .wheeloverlay import overlay
 from .wheels import REPORT, WheelSet, check_sass
 
-__all__ = ["KERNELS_FILE", "build_wheels", "list_kernels", "overlay", "require_python_only",
-           "seed"]
+__all__ = ["KERNELS_FILE", "assembles", "build_wheels", "list_kernels", "overlay",
+           "require_python_only", "seed"]
 
 KERNELS_FILE = "kernels.json"
 LIBRARY = re.compile(r"\.so(\.\d+)*$")
@@ -58,48 +57,6 @@ def seed(kernels: KernelSeed, entry: Path, settings: HostSettings) -> None:
             {"wheel": kernels.wheel, "sha256": kernels.sha256, "seeded": True,
              "kernels": list_kernels(tmp / kernels.wheel)}, indent=2))
     echo(f"kernels: seeded {entry.name[:12]} from {kernels.wheel}")
-
-
-def overlay(seed_wheel: Path, pristine: Path, patched: Path, folder: Path, source_date: int,
-            local: str = "") -> tuple[Path, list[str]]:
-    """The seed wheel with the series' changes to its packages (files the patched tree has
-    other than the pristine one: changed, added, removed), entries dated source_date and the
-    local version in its name and metadata (wheelversion), written into folder. Its compiled
-    libraries stay the seed's, byte for byte. Returns the wheel and the changed paths."""
-    with zipfile.ZipFile(seed_wheel) as seed:
-        files = wheelfile.read(seed)
-        changed = _series_changes(pristine, patched, _packages(files, wheelfile.dist_info(files)))
-        for name in changed:
-            if (patched / name).is_file():
-                files[name] = (0o644, (patched / name).read_bytes)
-            else:
-                files.pop(name, None)
-        dest = folder / wheelversion.stamped_file_name(seed_wheel.name, local)
-        wheelfile.write(dest, wheelversion.stamp_entries(files, local), source_date)
-    return dest, changed
-
-
-def _packages(names: Iterable[str], metadata: str) -> set[str]:
-    """The wheel's top-level folders but its metadata: what the tree's changes may reach."""
-    return {name.split("/", 1)[0] for name in names if "/" in name
-            and not name.startswith((metadata, metadata.replace(".dist-info", ".data")))}
-
-
-def _series_changes(pristine: Path, patched: Path, packages: set[str]) -> list[str]:
-    changed = []
-    for package in sorted(packages):
-        before = _files(pristine / package, pristine)
-        after = _files(patched / package, patched)
-        changed += [name for name in sorted(before | after)
-                    if name not in before or name not in after
-                    or (pristine / name).read_bytes() != (patched / name).read_bytes()]
-    return [name for name in changed if "__pycache__" not in name]
-
-
-def _files(folder: Path, root: Path) -> set[str]:
-    if not folder.is_dir():
-        return set()
-    return {p.relative_to(root).as_posix() for p in folder.rglob("*") if p.is_file()}
 
 
 def list_kernels(wheel: Path) -> list[dict[str, object]]:
@@ -134,15 +91,27 @@ def _cuobjdump() -> str:
     return require_tool("cuobjdump", "nvidia-cuda-toolkit (or pip install nvidia-cuda-cuobjdump)")
 
 
+def assembles(entry: Path) -> bool:
+    """Is the kernel cache entry a wheel of the pristine tree (a seed, or a build's pristine
+    copy), from which this host can assemble any series' wheel?"""
+    listing = entry / KERNELS_FILE
+    if not listing.is_file():
+        return False
+    described = json.loads(listing.read_text())
+    return bool(described.get("seeded") or described.get("pristine"))
+
+
 def build_wheels(tag: Tag, entry: Path, pristine: Path, patched: Path, folder: Path,
                  source_date: int, local: str = "") -> WheelSet:
-    """The wheels stage of a seeded tag, on this host with no builder and no compiler: the
-    seed wheel with the series' Python changes and the local version (wheelversion); its
-    kernels checked for the tag's arch."""
+    """The wheels stage on this host with no builder and no compiler: the kernel cache's
+    wheel (a seed, or the pristine copy of an earlier build) with the series' Python changes
+    and the local version (wheelversion); its kernels checked for the tag's arch from the
+    cache's listing (their bytes are the cached ones)."""
     if (folder / REPORT).is_file():
         echo(f"wheels: {tag.name} cached at wheels/{folder.name[:12]}")
         return WheelSet(folder, folder.name, json.loads((folder / REPORT).read_text()))
     listing = json.loads((entry / KERNELS_FILE).read_text())
+    source = "seed" if listing.get("seeded") else "assembled from"
     with step(f"wheels for {tag.name}: {listing['wheel']} + the series (no compiler)"), \
             atomic_dir(folder) as out:
         wheel, changed = overlay(entry / listing["wheel"], pristine, patched, out, source_date,
@@ -153,7 +122,7 @@ def build_wheels(tag: Tag, entry: Path, pristine: Path, patched: Path, folder: P
                   "wheels": [{"file": wheel.name, "sha256": file_sha256(wheel),
                               "name": wheel.name.split("-", 1)[0],
                               "kernels": listing["kernels"]}],
-                  "kernels": {"key": entry.name, "reused": True, "seed": listing["wheel"]},
+                  "kernels": {"key": entry.name, "reused": True, source: listing["wheel"]},
                   "series files": changed, "local_version": local}
         check_sass(tag, report)
         (out / REPORT).write_text(json.dumps(report, indent=2))

@@ -223,6 +223,9 @@ def _wheels(client: Client, config: Config, plan: Plan,
             kernelseed.seed(plan.tag.kernels, kernels, settings)
             return kernelseed.build_wheels(plan.tag, kernels, pristine, patched.path, folder,
                                            source_date, plan.local_version)
+        if plan.tag.upstream.kernel_reuse == "assemble" and kernelseed.assembles(kernels):
+            return kernelseed.build_wheels(plan.tag, kernels, pristine, patched.path, folder,
+                                           source_date, plan.local_version)
         base = bases.ensure(client, plan.tag.builder, plan.tag.platform, config.build_dir,
                             settings)
         lock_file = lock.require_lock(config, plan.tag, patched.path)
@@ -233,7 +236,7 @@ def _wheels(client: Client, config: Config, plan: Plan,
         third_party=fetched,
         log=config.build_dir / "logs" / f"{plan.tag.name}-wheels.log",
         jobs=wheels.compile_jobs(client.info(), settings), memory=settings.builder_memory,
-        source_date=source_date, local_version=plan.local_version,
+        source_date=source_date, local_version=plan.local_version, pristine=pristine,
     )
     return wheels.build(client, request)
 

@@ -186,7 +186,8 @@ def make(config: Config, tag: Tag) -> Plan:
                               for name, sha in s.patches], "missing": problems},
         "kernels": {"kernel patches": kernel_patches, **toolchain},
         # the version scheme, not its value: the patch key is in the wheels key already
-        "wheels": {**toolchain, "local version": wheelversion.SCHEME if local else "none"},
+        "wheels": {**toolchain, "local version": wheelversion.SCHEME if local else "none",
+                   "kernel reuse": tag.upstream.kernel_reuse},
         "bake": {"runtime": base_identity(tag.runtime), "platform": tag.platform,
                  "env": tag.env, "tag": tag.name,
                  "runtime lock": _digest_or_none(lock.runtime_lock_path(config, tag)),

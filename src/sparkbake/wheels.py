@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import compile_cache, emulation, resources, thirdparty, wheelversion
+from . import compile_cache, emulation, resources, thirdparty, wheeloverlay, wheelversion
 from .bases import BaseImage
 from .cache import atomic_dir, scratch_dir
 from .config import Tag
@@ -25,6 +25,7 @@ __all__ = ["BuildRequest", "Jobs", "WheelSet", "build", "builder_image", "check_
 
 REPORT = "wheels.json"
 OOM_EXIT = 137
+FOR_KERNELS = ".for-kernel-cache"  # in a fresh wheels folder until the kernel cache takes it
 
 
 @dataclass(frozen=True)
@@ -112,6 +113,7 @@ class BuildRequest:
     source_date: int  # SOURCE_DATE_EPOCH of the tag
     third_party: tuple[thirdparty.Fetched, ...] = ()  # CMake's downloads, fetched and verified
     local_version: str = ""  # the local version part the wheels get (wheelversion)
+    pristine: Path | None = None  # the unpatched tree: the kernel cache's wheel is made of it
 
 
 def build(client: Client, request: BuildRequest) -> WheelSet:
@@ -140,6 +142,8 @@ def build(client: Client, request: BuildRequest) -> WheelSet:
             raise _build_failure(request, OOM_EXIT if oom else result.exit_code, result.tail())
         built = json.loads((out / "build-report.json").read_text())
         (out / "build-report.json").unlink()
+        if reuse is None:
+            _pristine_copy(built["wheels"], out, request)
         built["wheels"] = _stamp(built["wheels"], out, request)
         report = _report(tag, out, built)
         report["local_version"] = request.local_version
@@ -212,17 +216,32 @@ def _cached_kernel_wheel(entry: Path) -> str | None:
     return wheel
 
 
-def _store_kernels(entry: Path, folder: Path, report: dict[str, Any]) -> None:
-    """Keep the first wheel that carries kernels, for builds whose kernel inputs are the same."""
-    with_kernels = [w for w in report["wheels"] if w["kernels"]]
-    if not with_kernels or entry.exists():
+def _pristine_copy(built: list[dict[str, Any]], out: Path, request: BuildRequest) -> None:
+    """The first wheel with kernels as the pristine tree would give it (the series' changes
+    to its packages taken back, no local version): what the kernel cache keeps, so that a
+    later build of the same kernels is that wheel with its own series (kernelseed)."""
+    with_kernels = [w for w in built if w.get("kernels")]
+    if not with_kernels or request.pristine is None:
         return
-    wheel = with_kernels[0]
-    with atomic_dir(entry) as tmp:
-        shutil.copy(folder / wheel["file"], tmp / wheel["file"])
-        (tmp / "kernels.json").write_text(json.dumps(
-            {"wheel": wheel["file"], "sha256": wheel["sha256"], "kernels": wheel["kernels"]},
-            indent=2))
+    (out / FOR_KERNELS).mkdir()
+    wheeloverlay.overlay(out / with_kernels[0]["file"], request.patched.path, request.pristine,
+                         out / FOR_KERNELS, request.source_date)
+
+
+def _store_kernels(entry: Path, folder: Path, report: dict[str, Any]) -> None:
+    """Keep the first wheel that carries kernels, for builds whose kernel inputs are the same:
+    its pristine copy where there is one (`pristine`: a build may assemble its wheel from it
+    on this host), else the wheel (only the builder can reuse it, VLLM_USE_PRECOMPILED)."""
+    with_kernels = [w for w in report["wheels"] if w["kernels"]]
+    kept = sorted((folder / FOR_KERNELS).glob("*.whl"))
+    if with_kernels and not entry.exists():
+        wheel = kept[0] if kept else folder / with_kernels[0]["file"]
+        with atomic_dir(entry) as tmp:
+            shutil.copy(wheel, tmp / wheel.name)
+            (tmp / "kernels.json").write_text(json.dumps(
+                {"wheel": wheel.name, "sha256": file_sha256(wheel), "pristine": bool(kept),
+                 "kernels": with_kernels[0]["kernels"]}, indent=2))
+    shutil.rmtree(folder / FOR_KERNELS, ignore_errors=True)
 
 
 def _build_failure(request: BuildRequest, exit_code: int, tail: str) -> BuildError:

@@ -169,6 +169,9 @@ def test_plan_after_a_python_only_patch_change_reruns_wheels_not_kernels(
 
 def test_a_python_only_change_reuses_the_compiled_kernel(
         built_fixture: Project, project: Project, capsys: pytest.CaptureFixture[str]) -> None:
+    """The wheel is assembled on this host from the kernel cache's pristine wheel and the
+    series: no builder runs, so an upstream's own reuse switch (VLLM_USE_PRECOMPILED) is not
+    needed, and the library's bytes are the compiled ones."""
     (project.root / "wheels").symlink_to(built_fixture.root / "wheels")  # the kernel cache
     before = built_fixture.plan()
     patch = project.root / "patches" / "tinykern" / PYTHON_PATCH
@@ -177,20 +180,46 @@ def test_a_python_only_change_reuses_the_compiled_kernel(
     after = project.plan()
     assert after.kernel_key == before.kernel_key and after.wheels_key != before.wheels_key
     assert project.sparkbake("wheels", "fixture") == 0
-    assert "reusing kernels" in capsys.readouterr().err
-    log = (project.root / "build" / "logs" / "fixture-wheels.log").read_text()
-    assert "using precompiled kernels from /kernels/" in log
-    assert "+ nvcc" not in log  # no compiler ran
+    assert "+ the series (no compiler)" in capsys.readouterr().err
+    assert not (project.root / "build" / "logs" / "fixture-wheels.log").exists()  # no builder
+    cache = json.loads((built_fixture.root / "wheels" / "kernels" / after.kernel_key /
+                        "kernels.json").read_text())
+    assert cache["pristine"] is True
     old = json.loads((built_fixture.root / "wheels" / before.wheels_key / wheels.REPORT)
                      .read_text())["wheels"][0]
     new = json.loads((project.root / "wheels" / after.wheels_key / wheels.REPORT)
                      .read_text())
-    assert new["kernels"] == {"key": after.kernel_key, "reused": True}
-    assert new["wheels"][0]["kernels"] == old["kernels"]  # the same library, byte for byte
+    assert new["kernels"] == {"key": after.kernel_key, "reused": True,
+                              "assembled from": cache["wheel"]}
+    assert new["wheels"][0]["kernels"] == old["kernels"]
     assert new["wheels"][0]["sha256"] != old["sha256"]
+    library = old["kernels"][0]["path"]
     with zipfile.ZipFile(project.root / "wheels" / after.wheels_key /
-                         new["wheels"][0]["file"]) as wheel:
-        assert b"tinykern-fixture-2" in wheel.read("tinykern/__init__.py")
+                         new["wheels"][0]["file"]) as made, \
+            zipfile.ZipFile(built_fixture.root / "wheels" / before.wheels_key /
+                            old["file"]) as compiled:
+        assert b"tinykern-fixture-2" in made.read("tinykern/__init__.py")
+        assert made.read(library) == compiled.read(library)  # byte for byte
+
+
+def test_an_upstream_may_reuse_kernels_through_its_own_build(
+        built_fixture: Project, project: Project, capsys: pytest.CaptureFixture[str]) -> None:
+    """kernel_reuse: builder runs the builder with VLLM_USE_PRECOMPILED, as vLLM's setup.py
+    wants where its own logic is needed."""
+    (project.root / "wheels").symlink_to(built_fixture.root / "wheels")
+    project.config_path.write_text(project.config_path.read_text().replace(
+        "dir: upstream\n", "dir: upstream\n    kernel_reuse: builder\n", 1))
+    patch = project.root / "patches" / "tinykern" / PYTHON_PATCH
+    patch.write_text(patch.read_text().replace('return "tinykern-fixture"',
+                                               'return "tinykern-fixture-3"'))
+    assert project.sparkbake("wheels", "fixture") == 0
+    assert "reusing kernels" in capsys.readouterr().err
+    log = (project.root / "build" / "logs" / "fixture-wheels.log").read_text()
+    assert "using precompiled kernels from /kernels/" in log
+    assert "+ nvcc" not in log  # no compiler ran
+    report = json.loads((project.root / "wheels" / project.plan().wheels_key / wheels.REPORT)
+                        .read_text())
+    assert report["kernels"] == {"key": project.plan().kernel_key, "reused": True}
 
 
 def test_an_out_of_memory_builder_names_the_job_count(

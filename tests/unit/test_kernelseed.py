@@ -110,14 +110,28 @@ def test_the_wheel_is_the_same_bytes_every_time(tmp_path: Path) -> None:
     assert made[0] == made[1]
 
 
-def seeded_entry(root: Path, sass: list[str]) -> Path:
+def seeded_entry(root: Path, sass: list[str], origin: str = "seeded") -> Path:
+    """A kernel cache entry as seed() writes it (or, origin "pristine", as a build keeps it)."""
     entry = root / "kernels" / "k"
     entry.mkdir(parents=True)
     make_seed(entry / SEED)
     (entry / kernelseed.KERNELS_FILE).write_text(json.dumps({
-        "wheel": SEED, "kernels": [{"path": "pkg/_C.abi3.so", "sha256": "0" * 64,
-                                    "sass": sass}]}))
+        "wheel": SEED, origin: True, "kernels": [{"path": "pkg/_C.abi3.so", "sha256": "0" * 64,
+                                                  "sass": sass}]}))
     return entry
+
+
+def test_only_a_pristine_wheel_is_assembled_on_this_host(
+        tmp_path: Path, project: Project) -> None:
+    """A build's kept wheel without its pristine mark (an older cache) goes to the builder."""
+    entry = seeded_entry(tmp_path / "built", ["sm_121a"], origin="pristine")
+    assert kernelseed.assembles(entry)
+    assert not kernelseed.assembles(seeded_entry(tmp_path / "old", ["sm_121a"], origin="x"))
+    assert not kernelseed.assembles(tmp_path / "none")
+    pristine, patched = make_trees(tmp_path)
+    built = kernelseed.build_wheels(project.config().tag("fixture"), entry, pristine, patched,
+                                    tmp_path / "out", 1735689600)
+    assert built.report["kernels"] == {"key": "k", "reused": True, "assembled from": SEED}
 
 
 def test_a_seed_with_family_code_for_the_arch_is_taken_and_said_so(
