@@ -44,6 +44,13 @@ def bench_reuse(session: nox.Session) -> None:
     session.run("python", "-m", "sparkbake.bench_reuse", *session.posargs)
 
 
+@nox.session(name="bench-incremental")
+def bench_incremental(session: nox.Session) -> None:
+    """A Python-only change: build-image and publish again; writes benchmarks/incremental-*."""
+    session.install(".")
+    session.run("python", "-m", "sparkbake.bench_incremental", *session.posargs)
+
+
 @nox.session(name="bench-cache")
 def bench_cache(session: nox.Session) -> None:
     """The compile cache and the kernel arch list; writes benchmarks/compile-cache.json."""

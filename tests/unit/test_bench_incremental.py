@@ -1,0 +1,65 @@
+"""bench-incremental's own logic: which line it changes, and how layers are compared."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sparkbake import bench_incremental, config
+
+PATCH = """\
+From 1 Mon Sep 17 00:00:00 2001
+Subject: [PATCH] x
+
+diff --git a/csrc/k.cu b/csrc/k.cu
+--- a/csrc/k.cu
++++ b/csrc/k.cu
+@@ -1 +1,2 @@
+ int a;
++// a C comment
+diff --git a/pkg/m.py b/pkg/m.py
+--- a/pkg/m.py
++++ b/pkg/m.py
+@@ -1 +1,3 @@
+ x = 1
++    # why this is so
++y = 2
+"""
+VERSIONS = """\
+schema: 1
+defaults: {repository: r/x, platform: linux/amd64, cuda_arch: "12.1a", builder: b, runtime: b}
+bases:
+  b: {debootstrap: {suite: bookworm}}
+upstreams:
+  u: {dir: .}
+tags:
+  t: {upstream: u, series: [s]}
+"""
+
+
+def test_the_first_added_python_comment_gets_a_word_more(tmp_path: Path) -> None:
+    (tmp_path / "patches" / "s").mkdir(parents=True)
+    patch = tmp_path / "patches" / "s" / "0001-x.patch"
+    patch.write_text(PATCH)
+    (tmp_path / "versions.yaml").write_text(VERSIONS)
+    loaded = config.load(tmp_path / "versions.yaml")
+    changed = bench_incremental._change_a_python_patch(loaded, loaded.tag("t"))
+    assert changed == "s/0001-x.patch: +    # why this is so"
+    assert patch.read_text() == PATCH.replace("# why this is so", "# why this is so (changed)")
+
+
+def test_a_series_without_a_python_comment_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "patches" / "s").mkdir(parents=True)
+    (tmp_path / "patches" / "s" / "0001-x.patch").write_text(PATCH.split("diff --git a/pkg")[0])
+    (tmp_path / "versions.yaml").write_text(VERSIONS)
+    loaded = config.load(tmp_path / "versions.yaml")
+    with pytest.raises(SystemExit, match="no Python comment line to change"):
+        bench_incremental._change_a_python_patch(loaded, loaded.tag("t"))
+
+
+def test_kept_layers_are_counted_by_digest() -> None:
+    before = [{"digest": d, "size": 1, "what": w} for d, w in (("a", "base"), ("b", "venv"))]
+    after = [before[0], {"digest": "c", "size": 2, "what": "venv"}]
+    assert bench_incremental._kept(before, after) == {
+        "kept": 1, "of": 2, "changed": [{"what": "venv", "size": 2}]}
