@@ -57,8 +57,10 @@ def parser() -> argparse.ArgumentParser:
         if name in ("patch", "wheels", "build-image"):
             _patch_options(sub, maintainer=name == "patch")
     registry = commands.add_parser("registry", help="the embedded local registry")
-    registry.add_argument("action", choices=("start", "stop", "status"))
-    registry.add_argument("--port", type=int, default=5000)
+    registry.add_argument("action", choices=("start", "stop", "status"),
+                          help="start it, stop the one started, or say whether it answers")
+    registry.add_argument("--port", type=int, default=5000,
+                          help="the port of 127.0.0.1 to start it on (default: 5000)")
     _common(registry)
     _check_env_parser(commands)
     _series_parsers(commands)

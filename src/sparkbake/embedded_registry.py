@@ -16,7 +16,7 @@ from pathlib import Path
 
 import requests
 
-from . import resources
+from . import ports, resources
 from .cache import atomic_write
 from .config import Config
 from .errors import EngineError
@@ -28,21 +28,28 @@ START_TIMEOUT = 10.0
 
 
 def start(config: Config, port: int = 5000, *, readonly: bool = False) -> str:
-    """Start docker-registry on 127.0.0.1:port unless a registry already answers there."""
+    """Start docker-registry on 127.0.0.1:port; already running there is fine, a port that
+    another process holds is exit 8 naming it (never a registry of someone else's)."""
     address = f"127.0.0.1:{port}"
-    if _answers(f"http://{address}"):
-        return f"registry: a registry already answers at {address}"
-    program = require_tool("docker-registry", "docker-registry")
     running = _running_pid(config)
     if running is not None:
-        raise EngineError(f"sparkbake's registry already runs (pid {running}), not on {address}",
-                          "stop it first: `nox -s registry -- stop`")
+        if _started_port(config) == port:
+            return f"registry: already running at {address} (pid {running})"
+        raise EngineError(f"sparkbake's registry already runs (pid {running}) on port "
+                          f"{_started_port(config)}, not on {port}",
+                          "stop it first: `sparkbake registry stop`")
+    holder = ports.holder(port)
+    if holder is not None:
+        raise EngineError(f"port {port} of 127.0.0.1 is held by {holder}",
+                          "pick a free port: `sparkbake registry start --port N` (and publish "
+                          "with --registry 127.0.0.1:N)")
+    program = require_tool("docker-registry", "docker-registry")
     home = _home(config)
     (home / "data").mkdir(parents=True, exist_ok=True)
     atomic_write(home / "config.yml", resources.render(
         "registry-config.yml.j2", data_dir=str(home / "data"), port=port, readonly=readonly))
     child = _spawn([program, "serve", str(home / "config.yml")], home / "registry.log")
-    atomic_write(home / "registry.pid", f"{child.pid}\n")
+    atomic_write(home / "registry.pid", f"{child.pid}\n{port}\n")
     _wait_until_up(child, address, home)
     return f"registry: docker-registry (pid {child.pid}) answers at {address}, data in {home}"
 
@@ -65,17 +72,25 @@ def stop(config: Config) -> bool:
     return True
 
 
-def status(config: Config, port: int = 5000) -> str:
-    address = f"127.0.0.1:{port}"
+def status(config: Config) -> tuple[bool, str]:
+    """Whether the registry `start` started answers, and a line saying where (port, pid)."""
     pid = _running_pid(config)
-    answers = _answers(f"http://{address}")
-    if answers and pid is not None:
-        return f"registry: running at {address} (pid {pid}, log {_home(config) / 'registry.log'})"
-    if answers:
-        return f"registry: a registry answers at {address} (not started from {config.path})"
-    if pid is not None:
-        return f"registry: pid {pid} runs but nothing answers at {address} (another port?)"
-    return f"registry: nothing answers at {address}; start it with `nox -s registry -- start`"
+    if pid is None:
+        return False, ("registry: none started from this project; start it with "
+                       "`sparkbake registry start`")
+    address = f"127.0.0.1:{_started_port(config)}"
+    if _answers(f"http://{address}"):
+        return True, (f"registry: running at {address} (pid {pid}, log "
+                      f"{_home(config) / 'registry.log'})")
+    return False, f"registry: pid {pid} runs but nothing answers at {address}"
+
+
+def _started_port(config: Config) -> int | None:
+    """The port the running registry was started on (the pid file's second line)."""
+    try:
+        return int((_home(config) / "registry.pid").read_text().split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _home(config: Config) -> Path:
@@ -117,8 +132,8 @@ def _running_pid(config: Config) -> int | None:
     """The pid in the pid file if that process is still our docker-registry; else forget it."""
     pid_file = _home(config) / "registry.pid"
     try:
-        pid = int(pid_file.read_text().strip())
-    except (OSError, ValueError):
+        pid = int(pid_file.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
         return None
     if _is_ours(pid, config):
         return pid

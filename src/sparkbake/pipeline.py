@@ -358,7 +358,9 @@ def registry_command(config: Config, action: str, port: int) -> int:
     elif action == "stop":
         echo("registry stopped" if embedded_registry.stop(config) else "registry was not running")
     else:
-        echo(embedded_registry.status(config, port))
+        answers, line = embedded_registry.status(config)
+        echo(line)
+        return 0 if answers else EngineError.exit_code
     return 0
 
 

@@ -125,22 +125,27 @@ class Project:
     def plan_of(self, tag: str) -> plan_mod.Plan:
         return self.plan if tag == TAG else plan_mod.make(self.config, self.config.tag(tag))
 
-    def build(self, payload: str, inputs: str | None = None, tag: str = TAG) -> str:
-        """Bake a tiny image (/payload) into build/oci and the engine under the tag's ref, as
-        the bake stage does; return its id."""
+    def build(self, payload: str, inputs: str | None = None, tag: str = TAG,
+              base: str | None = None) -> str:
+        """Bake a tiny image (/payload, under a layer of /base when base is given: the same
+        bytes give the same blob) into build/oci and the engine under the tag's ref, as the
+        bake stage does; return its id."""
         work = self.config.root / f"bake-{uuid.uuid4().hex[:8]}"
         work.mkdir()
         layout = oci.Layout(self.config.build_dir / "oci")
         plan = self.plan_of(tag)
-        layer = layers.from_files({"payload": (payload.encode(), 0o644)}, work / "l.tgz", 0)
+        files = [("payload", payload)] if base is None else [("base", base), ("payload", payload)]
+        made = {name: layers.from_files({name: (text.encode(), 0o644)}, work / f"{name}.tgz", 0)
+                for name, text in files}
         labels = {"dev.sparkbake.inputs": inputs or plan.inputs,
                   "dev.sparkbake.tag": tag, RUN_LABEL: RUN}
         change = oci.ConfigChange(created=0, platform="linux/amd64",
-                                  layers=((layer.diff_id, "payload"),), env=(), path="/",
-                                  labels=tuple(labels.items()), entrypoint=("/payload",))
+                                  layers=tuple((m.diff_id, n) for n, m in made.items()),
+                                  env=(), path="/", labels=tuple(labels.items()),
+                                  entrypoint=("/payload",))
         config = layout.add_bytes(oci.canonical(oci.image_config({}, change)), oci.CONFIG_TYPE)
-        blob = layout.add_file(layer.path, layer.digest, layers.MEDIA_TYPE)
-        image = layout.add_bytes(oci.canonical(oci.manifest(config, [blob])), oci.MANIFEST_TYPE)
+        blobs = [layout.add_file(m.path, m.digest, layers.MEDIA_TYPE) for m in made.values()]
+        image = layout.add_bytes(oci.canonical(oci.manifest(config, blobs)), oci.MANIFEST_TYPE)
         layout.tag(tag, image)
         oci.write_docker_archive(layout, image, plan.tag.image_ref, work / "image.tar")
         docker_api.load_image(self.client, work / "image.tar", error=BakeError)
@@ -177,10 +182,23 @@ def skopeo_digest(ref: str) -> str:
 
 
 def test_start_again_is_a_no_op_and_status_says_it_runs(local: Local, tmp_path: Path) -> None:
+    pid = (local.config.build_dir / "registry" / "registry.pid").read_text().split()[0]
+    assert embedded_registry.start(local.config, local.port) == \
+        f"registry: already running at 127.0.0.1:{local.port} (pid {pid})"
+    answers, line = embedded_registry.status(local.config)
+    assert answers and line.startswith(f"registry: running at 127.0.0.1:{local.port} (pid {pid}")
+
+
+def test_another_projects_registry_is_never_reused(local: Local, tmp_path: Path) -> None:
     other = _config(tmp_path, "127.0.0.1:1/unused")
-    assert "already answers" in embedded_registry.start(other, local.port)
+    pid = (local.config.build_dir / "registry" / "registry.pid").read_text().split()[0]
+    with pytest.raises(EngineError) as caught:
+        embedded_registry.start(other, local.port)
+    assert caught.value.exit_code == 8
+    assert caught.value.message == \
+        f"port {local.port} of 127.0.0.1 is held by docker-registry (pid {pid})"
     assert not (other.build_dir / "registry" / "registry.pid").exists()
-    assert "running at" in embedded_registry.status(local.config, local.port)
+    assert embedded_registry.status(other)[0] is False
     assert embedded_registry.stop(other) is False
 
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,7 +13,8 @@ import requests
 import yaml
 
 from sparkbake import config as config_mod
-from sparkbake import distribution, embedded_registry, registry, resources, settings
+from sparkbake import distribution, embedded_registry, ports, registry, resources, settings
+from sparkbake.__main__ import main
 from sparkbake.errors import EngineError, PublishError, UsageError
 
 DIGEST_A = "sha256:" + "a" * 64
@@ -175,10 +178,26 @@ def test_stop_and_status_without_a_registry(tmp_path: Path) -> None:
     (config.build_dir / "registry" / "registry.pid").write_text("999999999\n")
     assert embedded_registry.stop(config) is False
     assert not (config.build_dir / "registry" / "registry.pid").exists()
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    assert "nothing answers" in embedded_registry.status(config, port)
+    assert embedded_registry.status(config) == (
+        False, "registry: none started from this project; start it with "
+               "`sparkbake registry start`")
+
+
+def test_a_port_another_process_holds_is_refused_naming_it(tmp_path: Path) -> None:
+    config = _config(tmp_path)
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        holder = f"{Path(sys.executable).name} (pid {os.getpid()})"  # this test's Python
+        assert ports.holder(port) == holder
+        with pytest.raises(EngineError) as caught:
+            embedded_registry.start(config, port)
+    assert caught.value.exit_code == 8
+    assert caught.value.message == f"port {port} of 127.0.0.1 is held by {holder}"
+    assert "--port N" in caught.value.remedy
+    assert ports.holder(port) is None  # closed: free again
+    assert not (config.build_dir / "registry" / "registry.pid").exists()
 
 
 # --- registry logins ------------------------------------------------------------------------
@@ -212,3 +231,10 @@ def test_a_basic_challenge_is_answered_once_with_the_stored_login() -> None:
     anonymous = distribution.Session(remote)
     assert anonymous._login(challenge('Basic realm="registry"')) is False
     assert anonymous._auth() == {}
+
+
+def test_registry_status_is_exit_8_when_none_answers(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = _config(tmp_path)
+    assert main(["--config", str(config.path), "registry", "status"]) == 8
+    assert "none started from this project" in capsys.readouterr().err
