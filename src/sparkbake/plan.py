@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import lock, oci, remote_patches, resources, sourcelock, wheelversion
+from . import lock, oci, remote_patches, resources, sourcelock, wheelfile, wheelversion
 from .config import Base, Config, DebootstrapBase, DirUpstream, GitUpstream, Tag, Upstream
 from .errors import ConfigError
 from .hashing import data_hash, file_sha256, tree_hash
@@ -187,7 +187,8 @@ def make(config: Config, tag: Tag) -> Plan:
         "kernels": {"kernel patches": kernel_patches, **toolchain},
         # the version scheme, not its value: the patch key is in the wheels key already
         "wheels": {**toolchain, "local version": wheelversion.SCHEME if local else "none",
-                   "kernel reuse": tag.upstream.kernel_reuse},
+                   "kernel reuse": tag.upstream.kernel_reuse,
+                   "wheel format": wheelfile.FORMAT},  # how this host writes a wheel
         "bake": {"runtime": base_identity(tag.runtime), "platform": tag.platform,
                  "env": tag.env, "tag": tag.name,
                  "runtime lock": _digest_or_none(lock.runtime_lock_path(config, tag)),

@@ -3,7 +3,9 @@ and source date always give the same bytes (the seeded wheel, the version stamp)
 
 from __future__ import annotations
 
+import csv
 import functools
+import io
 import time
 import zipfile
 from collections.abc import Callable, Iterable
@@ -11,8 +13,9 @@ from pathlib import Path
 
 from .hashing import record_hash
 
-__all__ = ["ZIP_EPOCH", "Entries", "Entry", "dist_info", "read", "write"]
+__all__ = ["FORMAT", "ZIP_EPOCH", "Entries", "Entry", "dist_info", "read", "write"]
 
+FORMAT = 2  # raise when write() gives other bytes for the same entries (2: RECORD as CSV)
 ZIP_EPOCH = 315532800  # 1980-01-01: the earliest time a zip entry stores
 
 Entry = tuple[int, Callable[[], bytes]]  # file mode, and how to read its bytes
@@ -43,15 +46,16 @@ def write(dest: Path, files: Entries, source_date: int) -> None:
     stamp = time.gmtime(max(source_date, ZIP_EPOCH))[:6]
     metadata = dist_info(files) + "/"
     record = metadata + "RECORD"
-    lines = []
+    lines = io.StringIO()
+    rows = csv.writer(lines, lineterminator="\n")  # quoted where a path holds a comma
     with zipfile.ZipFile(dest, "w", zipfile.ZIP_DEFLATED) as out:
         for name in sorted(files, key=lambda name: (name.startswith(metadata), name)):
             mode, read_bytes = files[name]
             data = read_bytes()
             out.writestr(_zip_info(name, stamp, mode), data)
-            lines.append(f"{name},{record_hash(data)},{len(data)}")
-        lines.append(f"{record},,")
-        out.writestr(_zip_info(record, stamp, 0o644), "\n".join(lines) + "\n")
+            rows.writerow((name, record_hash(data), len(data)))
+        rows.writerow((record, "", ""))
+        out.writestr(_zip_info(record, stamp, 0o644), lines.getvalue())
 
 
 def _zip_info(name: str, stamp: tuple[int, ...], mode: int) -> zipfile.ZipInfo:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import csv
 import dataclasses
 import hashlib
 import json
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkbake import kernelseed
+from sparkbake import kernelseed, wheelfile
 from sparkbake.config import KernelSeed
 from sparkbake.errors import BuildError
 from tests.conftest import Project
@@ -160,3 +161,18 @@ def test_a_seed_without_code_for_the_arch_is_exit_4_naming_the_library(
     assert caught.value.message == (f"{SEED}: pkg/_C.abi3.so has no SASS a sm_121a device "
                                     "loads (has: sm_90a, sm_100)")
     assert not (tmp_path / "wheels" / "w").exists()  # no cache entry
+
+
+def test_a_path_with_a_comma_is_quoted_in_record(tmp_path: Path) -> None:
+    """vLLM ships tuning files named `N=7168,K=8192,...json`: RECORD is CSV, as pip reads it."""
+    name = "pkg/configs/N=7168,K=8192.json"
+    files = {name: (0o644, lambda: b"{}"), "pkg-1.0.dist-info/METADATA":
+             (0o644, lambda: b"Metadata-Version: 2.1\nName: pkg\nVersion: 1.0\n")}
+    wheelfile.write(tmp_path / "pkg-1.0-py3-none-any.whl", files, 1735689600)
+    with zipfile.ZipFile(tmp_path / "pkg-1.0-py3-none-any.whl") as wheel:
+        record = wheel.read("pkg-1.0.dist-info/RECORD").decode()
+    rows = list(csv.reader(record.splitlines()))
+    assert [row[0] for row in rows] == [name, "pkg-1.0.dist-info/METADATA",
+                                        "pkg-1.0.dist-info/RECORD"]
+    assert all(len(row) == 3 for row in rows)
+    assert record.startswith(f'"{name}",sha256=')
