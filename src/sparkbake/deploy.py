@@ -5,7 +5,8 @@ On each node the release's digest is pulled from its registry; when the node can
 instead (`docker save` of the image ID into the node's `docker load`). The node's image ID
 must be the release record's; the published names are tagged there, and the common smoke
 checks run on the node (smoke.run with the node's client; its record goes beside the
-report, not over the local one). Each deploy leaves a report in build/deploys/.
+report, not over the local one). Each deploy leaves a report in build/deploys/, with the
+bytes each node pulled (the layers its engine did not have) or was streamed.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import dataclasses
 import functools
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,7 +24,7 @@ from typing import Any
 import docker.errors
 import requests
 
-from . import docker_api, releases, smoke
+from . import docker_api, releases, smoke, transfer
 from .cache import atomic_write
 from .config import Config
 from .docker_api import Client, image_exists, stream_errors
@@ -142,45 +143,59 @@ def _engine(client: Client, node: Node, plan: Plan) -> dict[str, Any]:
 
 
 def _transfer(job: Job, node: Node, client: Client) -> dict[str, Any]:
-    """How the image got onto the node: present, pull, or stream (with why pull failed)."""
+    """How the image got onto the node: present, pull, or stream (with why pull failed),
+    and the bytes that travelled to it."""
     if image_exists(client, job.release["image_id"]):
-        echo(f"deploy: {node.url} has {job.release['image_id'][:19]} already")
-        return {"method": "present"}
+        had = transfer.Pulled((), tuple(_layer_sizes(job.release).items()))
+        echo(had.line(node.url, image=job.release["image_id"]))
+        return {"method": "present", **had.record()}
     if job.stream:
-        _stream(job, node, client)
-        return {"method": "stream"}
+        return {"method": "stream", **_stream(job, node, client)}
     try:
-        _pull(client, node, job.release["pinned"])
-        return {"method": "pull"}
+        pulled = _pull(client, node, job.release["pinned"], _layer_sizes(job.release))
     except PublishError as exc:
         echo(f"deploy: {exc.message}; streaming it from the local engine instead")
-        _stream(job, node, client)
-        return {"method": "stream", "pull_failed": exc.message}
+        return {"method": "stream", "pull_failed": exc.message, **_stream(job, node, client)}
+    echo(pulled.line(node.url))
+    return {"method": "pull", **pulled.record()}
 
 
-def _pull(client: Client, node: Node, ref: str) -> None:
+def _layer_sizes(release: dict[str, Any]) -> dict[str, int]:
+    """The release's layer sizes by pull progress id: its blobs but the config (none in a
+    record from before publish counted its blobs: then the pull's own progress gives them)."""
+    blobs = (release.get("transfer") or {}).get("blobs") or []
+    return transfer.progress_ids(b for b in blobs if b.get("digest") != release["image_id"])
+
+
+def _pull(client: Client, node: Node, ref: str, sizes: dict[str, int]) -> transfer.Pulled:
+    """`docker pull ref` on the node; which layers it fetched, from its progress."""
     remedy = "check that the node reaches the registry (and is logged in), or use --stream"
+    progress: list[dict[str, Any]] = []
     with step(f"pull {ref} on {node.url}"):
         try:
-            for _, message in stream_errors(client.api.pull(ref, stream=True, decode=True)):
+            for chunk, message in stream_errors(client.api.pull(ref, stream=True, decode=True)):
                 if message:
                     raise PublishError(f"node {node.url} cannot pull {ref}: "
                                        f"{message.strip()[:300]}", remedy)
+                progress.append(chunk)
         except docker.errors.APIError as exc:
             raise PublishError(f"node {node.url} cannot pull {ref}: "
                                f"{str(exc.explanation or exc)[:300]}", remedy) from exc
+    return transfer.pulled_from_progress(progress, sizes)
 
 
-def _stream(job: Job, node: Node, client: Client) -> None:
-    """`docker save IMAGE_ID` here, piped into `docker load` on the node."""
+def _stream(job: Job, node: Node, client: Client) -> dict[str, Any]:
+    """`docker save IMAGE_ID` here, piped into `docker load` on the node; the bytes sent
+    (the whole image: load has no way to skip the layers the node has)."""
     image_id, local = job.release["image_id"], job.local()
     if not image_exists(local, image_id):
         raise PublishError(f"the local engine has no image {image_id[:19]} (the release "
                            f"{job.release['pinned']}) to stream to {node.url}",
                            f"pull it here first (`docker pull {job.release['pinned']}`)")
+    counted = _Counted(local.api.get_image(image_id))
     with step(f"stream {image_id[:19]} to {node.url}"):
         try:
-            loading = client.api.load_image(local.api.get_image(image_id), quiet=False)
+            loading = client.api.load_image(counted, quiet=False)
             for _, message in stream_errors(loading):
                 if message:
                     raise PublishError(f"node {node.url}: loading {image_id[:19]} failed: "
@@ -190,6 +205,20 @@ def _stream(job: Job, node: Node, client: Client) -> None:
             raise PublishError(f"node {node.url}: streaming {image_id[:19]} failed: "
                                f"{str(exc)[:300]}",
                                "check both engines and the node's free disk space") from exc
+    echo(f"deploy: {node.url}: streamed {transfer.human_bytes(counted.bytes)}")
+    return {"streamed": {"bytes": counted.bytes}}
+
+
+class _Counted:
+    """An iterable of byte chunks that counts what passes through it."""
+
+    def __init__(self, chunks: Iterable[bytes]) -> None:
+        self.chunks, self.bytes = chunks, 0
+
+    def __iter__(self) -> Iterator[bytes]:
+        for chunk in self.chunks:
+            self.bytes += len(chunk)
+            yield chunk
 
 
 def _tag_and_verify(job: Job, node: Node, client: Client, pulled: bool) -> str:

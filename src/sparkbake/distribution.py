@@ -20,7 +20,7 @@ from urllib.parse import urljoin
 
 import requests
 
-from . import oci
+from . import oci, transfer
 from .errors import FatalError, PublishError
 
 __all__ = ["MANIFEST_TYPES", "Remote", "Session", "unreachable"]
@@ -91,16 +91,26 @@ class Session:
         header = response.headers.get("Docker-Content-Digest")
         return header or "sha256:" + hashlib.sha256(response.content).hexdigest()
 
-    def push(self, layout: oci.Layout, image: oci.Descriptor, tags: list[str]) -> str:
-        """Every blob of the image (those the registry lacks), the manifest by its digest,
-        then each tag; returns the digest the registry reports."""
+    def push(self, layout: oci.Layout, image: oci.Descriptor,
+             tags: list[str]) -> tuple[str, transfer.Sent]:
+        """The blobs of the image the registry lacks (HEAD first), then the manifest by its
+        digest and each tag to set (none: the tags already name it, and no manifest goes);
+        returns the digest the registry reports and which blobs were sent."""
         doc = layout.read_json(image.digest)
-        for blob in [doc["config"], *doc["layers"]]:
-            self._push_blob(layout, oci.Descriptor.of(blob))
+        listed = [doc["config"], *doc["layers"]]
+        blobs = list(dict.fromkeys(oci.Descriptor.of(blob) for blob in listed))
+        missing = {blob for blob in blobs if not self._has_blob(blob)}
+        for blob in blobs:
+            if blob in missing:
+                self._push_blob(layout, blob)
+        sent = transfer.Sent(tuple(b for b in blobs if b in missing),
+                             tuple(b for b in blobs if b not in missing))
+        if not tags:
+            return image.digest, sent
         digest = self._put_manifest(layout.read(image.digest), image, image.digest)
         for tag in tags:
             self._put_manifest(layout.read(image.digest), image, tag)
-        return digest
+        return digest, sent
 
     def pull(self, digest: str, layout: oci.Layout) -> oci.Descriptor:
         """The image manifest digest and its blobs, from the registry into layout."""
@@ -118,9 +128,11 @@ class Session:
                 self._pull_blob(oci.Descriptor.of(blob), layout)
         return image
 
+    def _has_blob(self, blob: oci.Descriptor) -> bool:
+        """HEAD on the blob: 200 when the registry has it (by digest, so the same bytes)."""
+        return self.request("HEAD", self.url("blobs", blob.digest)).status_code == 200
+
     def _push_blob(self, layout: oci.Layout, blob: oci.Descriptor) -> None:
-        if self.request("HEAD", self.url("blobs", blob.digest)).status_code == 200:
-            return
         start = self.request("POST", self.url("blobs", "uploads/"))
         self._check(start, "pushing", f"the start of the upload of {blob.digest[:19]}", 202)
         location = urljoin(self.remote.base_url + "/", start.headers["Location"])

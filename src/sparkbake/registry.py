@@ -2,7 +2,8 @@
 
 The image goes from build/oci to the registry over the distribution API, blob for blob, so
 the registry serves the digest the bake wrote (`docker push` would recompress the layers and
-make another manifest). The engine's image must be that image, and a passing smoke record
+make another manifest); only the blobs the registry lacks are sent, and the record counts
+them. The engine's image must be that image, and a passing smoke record
 must name its image ID (`--skip-smoke` overrides, and the release record says so). The
 release record also goes into the releases index (`releases`).
 """
@@ -51,11 +52,13 @@ def publish(client: Client, config: Config, plan: Plan, registry: str | None,
     remote = remote_for(repository)
     _ping(remote)
     session = Session(remote, login=registry_login(remote.host))
+    current = {name: session.manifest_digest(name) for name in names}
     for name in names:
-        check_overwrite(f"{repository}:{name}", session.manifest_digest(name),
-                        {baked.image.digest}, force)
+        check_overwrite(f"{repository}:{name}", current[name], {baked.image.digest}, force)
     echo(f"+ push oci:{baked.layout}:{plan.tag.name} -> {repository}:{{{','.join(names)}}}")
-    pushed = session.push(oci.Layout(baked.layout), baked.image, names)
+    moving = [name for name in names if current[name] != baked.image.digest]
+    pushed, sent = session.push(oci.Layout(baked.layout), baked.image, moving)
+    echo(sent.line(baked.image.digest))
     if pushed != baked.image.digest:
         raise PublishError(f"{repository} stored the image as {pushed}, not as the baked "
                            f"{baked.image.digest}", "check the registry (does it rewrite "
@@ -64,7 +67,8 @@ def publish(client: Client, config: Config, plan: Plan, registry: str | None,
         _verify(session, name, pushed)
     published = {"repository": repository, "images": [f"{repository}:{n}" for n in names],
                  "digest": pushed, "pinned": f"{repository}@{pushed}", "smoke": smoked,
-                 "manifest": releases.image_manifest(oci.Layout(baked.layout), baked.image)}
+                 "manifest": releases.image_manifest(oci.Layout(baked.layout), baked.image),
+                 "transfer": sent.record()}
     return _record(config, plan, attrs, published)
 
 
@@ -211,8 +215,8 @@ def _verify(session: Session, name: str, digest: str) -> None:
 
 def _record(config: Config, plan: Plan, attrs: dict[str, Any],
             published: dict[str, Any]) -> dict[str, Any]:
-    """build/releases/<tag>.json (published: repository, images, digest, pinned, smoke and
-    the image's manifest.json), then its line in the releases index."""
+    """build/releases/<tag>.json (published: repository, images, digest, pinned, smoke, the
+    image's manifest.json and the blobs sent), then its line in the releases index."""
     record: dict[str, Any] = {
         "tag": plan.tag.name,
         **published,
