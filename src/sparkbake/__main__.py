@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import sys
 import traceback
 from collections.abc import Sequence
@@ -10,15 +11,30 @@ from pathlib import Path
 
 from . import config as config_mod
 from . import lock as lock_mod
-from . import pipeline
-from .errors import FatalError, UsageError
+from . import pipeline, tagslist
+from .errors import ConfigError, FatalError, UsageError
 from .patches import Options as PatchOptions
 from .smoke import Options as SmokeOptions
 
 __all__ = ["main"]
 
-TAG_COMMANDS = ("plan", "lock", "fetch", "patch", "patch-tests", "wheels", "build-image",
-                "smoke", "publish", "verify", "deploy")
+DESCRIPTION = ("Reproducible vLLM images for DGX Spark: fetch a pinned upstream, apply patch "
+               "series, build wheels, bake, smoke-test and publish each tag of versions.yaml.")
+# each tag command and what it does (its one-line help)
+TAG_COMMANDS = {
+    "plan": "each stage's key and state, and what changed since the last build; exit 2 when "
+            "a stage is blocked",
+    "lock": "resolve the tag's builder and runtime locks (and its CMake sources) with hashes",
+    "fetch": "fetch the pinned upstream tree, remote patches and locked third-party sources",
+    "patch": "apply the tag's series to the pristine tree",
+    "patch-tests": "run the tests the series add or change, on the CPU",
+    "wheels": "build the wheels (or assemble them around cached kernels) and check their SASS",
+    "build-image": "fetch, patch, wheels and bake the tag's image",
+    "smoke": "check the tag's image in the engine: manifest, imports, kernels, entrypoint, GPU",
+    "publish": "push the smoked image to its registry and record what went into the digest",
+    "verify": "rebuild the tag from clean and compare it with the baked image",
+    "deploy": "pull the tag's release onto each node's engine and smoke it there",
+}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -27,13 +43,18 @@ class _Parser(argparse.ArgumentParser):
 
 
 def parser() -> argparse.ArgumentParser:
-    top = _Parser(prog="sparkbake", description=__doc__)
+    top = _Parser(prog="sparkbake", description=DESCRIPTION)
     top.add_argument("--config", type=Path, default=Path("versions.yaml"),
                      help="versions.yaml to use (default: ./versions.yaml)")
     top.add_argument("--debug", action="store_true", help="show tracebacks")
+    top.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     commands = top.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    for name in TAG_COMMANDS:
-        sub = commands.add_parser(name)
+    tags = commands.add_parser("tags", help="every tag: platform, series, built, smoked, "
+                                            "published")
+    tags.add_argument("--json", action="store_true", help="print the list as JSON")
+    _common(tags)
+    for name, what in TAG_COMMANDS.items():
+        sub = commands.add_parser(name, help=what, description=what)
         _common(sub)
         sub.add_argument("tag", help="tag name or its suffix, e.g. 3.73-vision")
         if name == "plan":
@@ -66,6 +87,13 @@ def parser() -> argparse.ArgumentParser:
     _series_parsers(commands)
     _release_parsers(commands)
     return top
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("sparkbake")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (not installed)"
 
 
 def _smoke_options(sub: argparse.ArgumentParser) -> None:
@@ -117,8 +145,10 @@ def _series_parsers(commands: argparse._SubParsersAction[_Parser]) -> None:
     export.add_argument("--range", dest="commits", metavar="A..B",
                         help="export these commits instead of the series' own")
     imp = commands.add_parser("import-series", help="a commit range of a fork -> a series")
-    imp.add_argument("--from", dest="source", required=True, metavar="GIT_URL_OR_DIR")
-    imp.add_argument("--range", dest="commits", required=True, metavar="A..B")
+    imp.add_argument("--from", dest="source", required=True, metavar="GIT_URL_OR_DIR",
+                     help="the fork to take the commits from: a git URL or a checkout")
+    imp.add_argument("--range", dest="commits", required=True, metavar="A..B",
+                     help="the commits to import, oldest first, as git log takes them")
     imp.add_argument("series", help="the series to write, patches/SERIES/")
     rebase = commands.add_parser("rebase-check", help="would the series apply to UPSTREAM?")
     rebase.add_argument("tag", help="tag name or its suffix")
@@ -173,6 +203,9 @@ def dispatch(args: argparse.Namespace) -> int:
         return pipeline.registry_command(config, args.action, args.port)
     if args.command in ("patch-lint", "export-series", "import-series"):
         return _series_command(config, args)
+    if args.command == "tags":
+        print(tagslist.report(config, as_json=args.json))
+        return 0
     if args.command == "releases":
         print(pipeline.releases_report(config, as_json=args.json))
         return 0
@@ -186,8 +219,9 @@ def dispatch(args: argparse.Namespace) -> int:
         return pipeline.check_env(tag, args.env_file, args.proc_sys, show=args.show,
                                   runtime_lock=lock_mod.runtime_lock_path(config, tag))
     if args.command == "plan":
-        print(pipeline.plan_report(config, tag, as_json=args.json))
-        return 0
+        text, blocked = pipeline.plan_report(config, tag, as_json=args.json)
+        print(text)
+        return ConfigError.exit_code if blocked else 0
     if args.command == "lock":
         return pipeline.lock_tag(config, tag, for_patch_tests=args.patch_tests)
     if args.command == "patch-tests":

@@ -43,7 +43,8 @@ from .preflight import check_env
 from .proc import echo
 from .settings import HostSettings, host_settings
 
-__all__ = ["check_env", "deploy_tag", "diff_releases", "export_series", "import_series",
+__all__ = ["check_env", "deploy_tag", "diff_releases", "engine_or_none", "export_series",
+           "import_series",
            "lock_tag", "patch_lint", "patch_tests", "plan_report", "publish", "rebase_check",
            "rebuild", "registry_command", "releases_report", "run_until", "smoke_tag",
            "stage_states", "verify_tag"]
@@ -112,14 +113,20 @@ def _last_build(config: Config, tag: Tag) -> Path:
     return config.build_dir / "plans" / f"{tag.name}.json"
 
 
-def plan_report(config: Config, tag: Tag, as_json: bool) -> str:
+def plan_report(config: Config, tag: Tag, as_json: bool) -> tuple[str, bool]:
+    """The plan as text or JSON, and whether a stage is blocked (its remedy is in it)."""
     plan = plan_mod.make(config, tag)
+    states = stage_states(config, plan, engine_or_none())
+    text = plan_mod.render_json(plan, states) if as_json else plan_mod.render_text(states)
+    return text, any(state.state == "blocked" for state in states)
+
+
+def engine_or_none() -> Client | None:
+    """The engine if one answers: `plan` and `tags` work without one."""
     try:
-        client: Client | None = connect()
+        return connect()
     except EngineError:
-        client = None
-    states = stage_states(config, plan, client)
-    return plan_mod.render_json(plan, states) if as_json else plan_mod.render_text(states)
+        return None
 
 
 def run_until(config: Config, tag: Tag, stage: str,

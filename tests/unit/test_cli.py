@@ -6,13 +6,15 @@ DOCKER_HOST points at a closed port, so `plan` finds no engine and reports the b
 
 from __future__ import annotations
 
+import argparse
+import importlib.metadata
 import json
 from pathlib import Path
 
 import pytest
 
 from sparkbake import emulation
-from sparkbake.__main__ import main
+from sparkbake.__main__ import main, parser
 from tests.conftest import versions_yaml
 
 REPO = Path(__file__).resolve().parents[2]
@@ -253,3 +255,50 @@ def test_production_plan_json_lists_the_series(capsys: pytest.CaptureFixture[str
     assert doc["tag"] == "production-3.72-vision"
     assert [s["name"] for s in doc["series"]] == ["dcp-dspark", "ckv-gather", "vision"]
     assert doc["problems"] == []
+
+
+# --- help, version, tags, plan's exit -------------------------------------------------------
+
+
+def test_every_command_and_option_has_a_one_line_help() -> None:
+    top = parser()
+    commands = next(a for a in top._actions if isinstance(a, argparse._SubParsersAction))
+    helps = {choice.dest: choice.help for choice in commands._choices_actions}
+    assert set(helps) == set(commands.choices)
+    for name, command in commands.choices.items():
+        what = helps[name]
+        assert what and "\n" not in what, name
+        for action in command._actions:
+            if action.help != argparse.SUPPRESS and not isinstance(action, argparse._HelpAction):
+                assert action.help and "\n" not in action.help, (name, action.dest)
+
+
+def test_version_is_the_installed_packages(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out == f"sparkbake {importlib.metadata.version('sparkbake')}\n"
+
+
+def test_tags_lists_each_tag_with_platform_series_and_states(
+        config_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--config", str(config_file), "tags"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["tag", "platform", "series", "built", "smoked", "published"]
+    # no engine: whether it is built is unknown; nothing smoked or published yet
+    assert lines[1].split() == ["production-1.0-demo", "linux/amd64", "demo", "?", "no", "no"]
+    assert main(["--config", str(config_file), "tags", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == [
+        {"tag": "production-1.0-demo", "platform": "linux/amd64", "series": ["demo"],
+         "built": "?", "smoked": "no", "published": "no"}]
+
+
+def test_plan_is_exit_2_when_a_stage_is_blocked(
+        config_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--config", str(config_file), "plan", "demo"]) == 0
+    (config_file.parent / "patches" / "demo" / "series").unlink()
+    (config_file.parent / "patches" / "demo" / "0001-demo.patch").unlink()
+    (config_file.parent / "patches" / "demo").rmdir()
+    capsys.readouterr()
+    assert main(["--config", str(config_file), "plan", "demo"]) == 2
+    assert plan_lines(capsys.readouterr().out)["patch"][1] == "blocked"
