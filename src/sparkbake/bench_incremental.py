@@ -103,8 +103,10 @@ def _build_and_publish(loaded: config_mod.Config, tag: config_mod.Tag,
                                  skip_smoke=True))  # smoke is not what is measured
     timed["build_image_s"] = round(timed["patch_s"] + timed["wheels_s"] + timed["bake_s"], 1)
     record = json.loads((loaded.build_dir / "releases" / f"{tag.name}.json").read_text())
-    timed["publish"] = {key: record[key] for key in ("digest", "bytes_sent", "blobs_sent",
-                                                     "blobs_present") if key in record}
+    transfer = record["transfer"]
+    timed["publish"] = {"digest": record["digest"], "bytes_sent": transfer["sent"]["bytes"],
+                        "blobs_sent": transfer["sent"]["blobs"],
+                        "blobs_present": transfer["present"]["blobs"]}
     plan = plan_mod.make(loaded, tag)
     timed["keys"] = {"kernels": plan.kernel_key[:16], "wheels": plan.wheels_key[:16],
                      "bake": plan.inputs[:16]}
