@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import os
 import sys
 import traceback
 from collections.abc import Sequence
@@ -77,6 +78,9 @@ def parser() -> argparse.ArgumentParser:
                              help="compare with this manifest digest instead of build/oci's")
         if name in ("patch", "wheels", "build-image"):
             _patch_options(sub, maintainer=name == "patch")
+        if name in ("wheels", "build-image", "verify"):
+            sub.add_argument("--locked", action="store_true",
+                             help="refuse a missing lock instead of making it (as CI does)")
     registry = commands.add_parser("registry", help="the embedded local registry")
     registry.add_argument("action", choices=("start", "stop", "status"),
                           help="start it, stop the one started, or say whether it answers")
@@ -198,6 +202,20 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def dispatch(args: argparse.Namespace) -> int:
+    if not getattr(args, "locked", False):
+        return _dispatch(args)
+    before = os.environ.get("SPARKBAKE_LOCKED")
+    os.environ["SPARKBAKE_LOCKED"] = "1"  # lock.locked() reads it wherever a lock is needed
+    try:
+        return _dispatch(args)
+    finally:
+        if before is None:
+            del os.environ["SPARKBAKE_LOCKED"]
+        else:
+            os.environ["SPARKBAKE_LOCKED"] = before
+
+
+def _dispatch(args: argparse.Namespace) -> int:
     config = config_mod.load(args.config)
     if args.command == "registry":
         return pipeline.registry_command(config, args.action, args.port)

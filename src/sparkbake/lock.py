@@ -9,6 +9,7 @@ images/builder-requirements-torch.txt: a toolchain of the CUDA release torch is 
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from collections.abc import Sequence
@@ -22,8 +23,8 @@ from .hashing import file_sha256
 from .proc import echo, run
 from .settings import HostSettings
 
-__all__ = ["ARCHES", "compile_requirements", "lock_path", "require_lock", "require_runtime_lock",
-           "resolve", "runtime_lock_path"]
+__all__ = ["ARCHES", "compile_requirements", "lock_path", "locked", "make_missing",
+           "require_lock", "require_runtime_lock", "resolve", "runtime_lock_path"]
 
 ARCHES = {"linux/amd64": "x86_64", "linux/arm64": "aarch64"}  # platform -> machine
 TOOLCHAIN = "builder-requirements.txt"
@@ -113,14 +114,34 @@ def _sha(path: Path) -> str:
     return file_sha256(path)[:16]
 
 
+def locked() -> bool:
+    """Must every lock exist already? Under CI (`CI=true`) and with --locked
+    (SPARKBAKE_LOCKED=1): a lock is an input to review, never made on the fly there."""
+    return (os.environ.get("CI", "").lower() in ("1", "true", "yes")
+            or os.environ.get("SPARKBAKE_LOCKED") == "1")
+
+
+def make_missing(config: Config, tag: Tag, settings: HostSettings, tree: Path) -> list[Path]:
+    """On a developer's machine, the tag's locks that do not exist yet, made with a notice
+    (an existing lock is left as it is: a stale one stays an error of require_*)."""
+    wanted = [path for path in (None if tag.kernels else lock_path(config, tag),
+                                runtime_lock_path(config, tag))
+              if path is not None and not path.is_file()]
+    if not wanted or locked():
+        return []
+    echo(f"lock: {', '.join(str(p.relative_to(config.root)) for p in wanted)} missing: making "
+         "it now; commit it (CI and --locked refuse a missing lock)")
+    return resolve(config, tag, settings, tree, missing_only=True)
+
+
 def resolve(config: Config, tag: Tag, settings: HostSettings,
-            tree: Path | None = None) -> list[Path]:
+            tree: Path | None = None, missing_only: bool = False) -> list[Path]:
     """Resolve the builder requirements for the tag's builder base (but for a kernel seed),
     and the upstream's runtime requirements for its runtime base where it declares them;
-    write the locks and return them."""
+    write the locks (missing_only: those that do not exist) and return them."""
     written = []
-    if tag.kernels is None:  # a kernel seed's wheel is made on the host: no builder
-        target = lock_path(config, tag)
+    target = lock_path(config, tag)
+    if tag.kernels is None and not (missing_only and target.is_file()):
         origin = f"# from: {_stamp(tag, tree)}\n" if tag.upstream.build_requirements else ""
         _compile(tag, tag.builder.name, tag.builder.python, inputs(tag, tree), target,
                  settings, f"# builder lock of base {tag.builder.name} (python "
@@ -130,6 +151,8 @@ def resolve(config: Config, tag: Tag, settings: HostSettings,
         written.append(target)
     runtime = runtime_lock_path(config, tag)
     wanted = tag.upstream.runtime_requirements
+    if missing_only and runtime is not None and runtime.is_file():
+        runtime = None
     if runtime is not None and wanted is not None and tree is not None:
         origin = _runtime_origin(tag, tree, wanted)
         added = requirements.input_text(tag, tree, wanted, ARCHES.get(tag.platform, ""))

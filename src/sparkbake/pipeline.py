@@ -175,6 +175,7 @@ def _build(config: Config, plan: Plan, stage: str, options: patches.Options, *,
     if stage == "wheels":
         return built
     runtime_base = bases.ensure(client, tag.runtime, tag.platform, config.build_dir, settings)
+    lock.make_missing(config, tag, settings, patched.path)
     runtime_lock = lock.require_runtime_lock(config, tag, patched.path)
     house = wheelhouse.ensure(runtime_lock, tag, config.wheels_dir) if runtime_lock else None
     return images.bake(client, plan, runtime_base, built, patched, config.build_dir,
@@ -235,6 +236,7 @@ def _wheels(client: Client, config: Config, plan: Plan,
                                            source_date, plan.local_version)
         base = bases.ensure(client, plan.tag.builder, plan.tag.platform, config.build_dir,
                             settings)
+        lock.make_missing(config, plan.tag, settings, patched.path)
         lock_file = lock.require_lock(config, plan.tag, patched.path)
         fetched = thirdparty.prepare(config, plan.tag, patched.path, settings)
         builder = wheels.builder_image(client, base, lock_file, settings, config.build_dir)

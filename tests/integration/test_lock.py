@@ -43,8 +43,26 @@ def test_a_download_whose_hash_differs_from_the_lock_is_refused(
     assert "HASHES" in err or "hash" in err.lower()
 
 
-def test_a_missing_lock_stops_before_building(
-        project: Project, debian_base: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_missing_lock_stops_before_building_with_locked(
+        project: Project, debian_base: str, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CI", raising=False)  # --locked alone refuses it
     (project.root / "locks" / "debian.amd64.txt").unlink()
-    assert project.sparkbake("wheels", "fixture") == 2
+    assert project.sparkbake("wheels", "fixture", "--locked") == 2
     assert "create it: nox -s lock -- fixture" in capsys.readouterr().err
+    assert not (project.root / "locks" / "debian.amd64.txt").exists()
+
+
+def test_a_missing_lock_is_made_on_a_developers_machine(
+        project: Project, debian_base: str, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CI", raising=False)
+    committed = (project.root / "locks" / "debian.amd64.txt").read_text()
+    (project.root / "locks" / "debian.amd64.txt").unlink()
+    assert project.sparkbake("wheels", "fixture") == 0
+    assert "lock: locks/debian.amd64.txt missing: making it now" in capsys.readouterr().err
+    made = (project.root / "locks" / "debian.amd64.txt").read_text()
+    pinned = [line for line in resources.path("builder-requirements.txt").read_text()
+              .splitlines() if "==" in line]
+    assert all(f"{pin} \\" in made for pin in pinned)  # its inputs, resolved with hashes
+    assert committed.splitlines()[0] == made.splitlines()[0]  # the same header

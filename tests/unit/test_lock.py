@@ -69,3 +69,38 @@ def test_uv_is_found_beside_sparkbake_with_an_empty_path(
 def test_a_bad_python_version_is_refused_with_its_line(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"versions.yaml:4: python '3' is not"):
         load(tmp_path, python=', python: "3"')
+
+
+def test_a_missing_lock_is_made_with_a_notice_on_a_developers_machine(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.delenv("CI", raising=False)
+    monkeypatch.delenv("SPARKBAKE_LOCKED", raising=False)
+    loaded = load(tmp_path)
+    # it is made: uv runs against the (here unreachable) index
+    with pytest.raises(EngineError, match=r"resolving the lock b\.amd64\.txt failed"):
+        lock.make_missing(loaded, loaded.tag("t"), SETTINGS, tmp_path)
+    assert "lock: locks/b.amd64.txt missing: making it now; commit it (CI and --locked " \
+           "refuse a missing lock)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("env", [{"CI": "true"}, {"SPARKBAKE_LOCKED": "1"}])
+def test_under_ci_or_locked_a_missing_lock_stays_an_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> None:
+    monkeypatch.delenv("CI", raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    loaded = load(tmp_path)
+    assert lock.make_missing(loaded, loaded.tag("t"), SETTINGS, tmp_path) == []
+    with pytest.raises(ConfigError, match="no builder lock for base 'b'"):
+        lock.require_lock(loaded, loaded.tag("t"))
+
+
+def test_an_existing_lock_is_never_remade(tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CI", raising=False)
+    loaded = load(tmp_path)
+    (tmp_path / "locks").mkdir()
+    (tmp_path / "locks" / "b.amd64.txt").write_text("# committed\n")
+    assert lock.make_missing(loaded, loaded.tag("t"), SETTINGS, tmp_path) == []
+    assert (tmp_path / "locks" / "b.amd64.txt").read_text() == "# committed\n"
