@@ -1,29 +1,30 @@
 """bake: the runtime image of a tag, written layer by layer by sparkbake, reproducibly.
 
 The image is the runtime base's layers (exported from the engine once, compressed once per
-host) and two layers made here: /opt/venv (the tag's wheels, installed offline in a
-container of the base) and /opt/sparkbake (manifest.json and the files images/runtime.json
-lists). Layers, config and manifest carry the source date as their only time (`layers`,
-`oci`), so the same inputs give the same digest. They go into build/oci, an OCI image
-layout, and the image is loaded into the engine as `<repository>:<tag>` for smoke and
-publish. `bake` is the one entry point.
+host) and four layers made here, by rate of change: /opt/venv split in three (the runtime
+packages, the upstream's compiled libraries, the rest of the upstream's files: see
+`venvlayers`, each blob kept by its key in build/layers) and /opt/sparkbake (manifest.json
+and the files images/runtime.json lists). Layers, config and manifest carry the source
+date as their only time (`layers`, `oci`), so the same inputs give the same digest. They go
+into build/oci, an OCI image layout, and the image is loaded into the engine as
+`<repository>:<tag>` for smoke and publish. `bake` is the one entry point.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import layers, oci, requirements, resources, venv
+from . import baselayers, layers, oci, requirements, resources, venvlayers
 from .bases import BaseImage
-from .cache import atomic_write, scratch_dir
+from .cache import scratch_dir
 from .docker_api import Client, build_image, image_attrs, image_exists, load_image, run_container
 from .errors import BakeError
 from .hashing import data_hash
+from .layercache import LayerCache
 from .patches import PatchedTree
 from .plan import Plan, upstream_pin
 from .proc import echo, step
@@ -47,7 +48,7 @@ class Baked:
 
 
 def manifest(plan: Plan, base: BaseImage, wheels: WheelSet, patched: PatchedTree,
-             source_date: int, venv_layer: venv.VenvLayer | None = None) -> dict[str, Any]:
+             source_date: int, cuda_home: str | None = None) -> dict[str, Any]:
     """What went into the image, recorded inside it (how it was built, such as the job
     count, is host state: the wheels report and the release record keep that)."""
     tag = plan.tag
@@ -70,7 +71,7 @@ def manifest(plan: Plan, base: BaseImage, wheels: WheelSet, patched: PatchedTree
         # the distributions the tag asks for by name (extras, pins), and the JIT toolchain
         **({"asked": [dataclasses.asdict(a) for a in requirements.asked(tag, patched.path)]}
            if tag.extras.items or tag.pins.items else {}),
-        **({"jit": _jit(venv_layer.cuda_home)} if venv_layer and venv_layer.cuda_home else {}),
+        **({"jit": _jit(cuda_home)} if cuda_home else {}),
     }
 
 
@@ -142,13 +143,12 @@ def bake(client: Client, plan: Plan, base: BaseImage, wheels: WheelSet, patched:
     layout = oci.Layout(build_dir / "oci")
     with step(f"bake {plan.tag.image_ref}"), scratch_dir(build_dir / "contexts", "bake.") as work:
         runtime = _with_python(client, base, build_dir)
-        below = _base_layers(client, runtime, oci.Layout(cache / "layers"), layout, work)
-        venv_layer = _venv_layer(client, plan, runtime, wheels, runtime_wheels, patched, work,
-                                 source_date, log)
-        recorded = manifest(plan, base, wheels, patched, source_date, venv_layer)
+        below = baselayers.ensure(client, runtime, oci.Layout(cache / "layers"), layout, work)
+        venv = venvlayers.bake(client, runtime, _upstream(plan, wheels, runtime_wheels, patched),
+                               LayerCache(build_dir / "layers", layout), work, source_date, log)
+        recorded = manifest(plan, base, wheels, patched, source_date, venv.cuda_home)
         files = _files_layer(recorded, work, source_date)
-        added = [(venv_layer.layer, f"sparkbake: {venv.VENV}: " + " ".join(_names(wheels))),
-                 (files, "sparkbake: /opt/sparkbake")]
+        added = [*venv.added, (files, "sparkbake: /opt/sparkbake")]
         baked = _write(layout, plan, below, added, labels(plan, base, patched, source_date),
                        source_date, recorded.get("jit"))
         echo(f"bake: {plan.tag.image_ref} = {baked.image.digest} (config {baked.config[:19]})")
@@ -185,69 +185,14 @@ def _with_python(client: Client, base: BaseImage, build_dir: Path) -> BaseImage:
     return BaseImage(base.name, ref, str(client.images.get(ref).id))
 
 
-@dataclass(frozen=True)
-class _Below:
-    """The base image's config and its layers as blobs in the layout."""
-
-    config: dict[str, Any]
-    layers: list[oci.Descriptor]
-
-
-def _base_layers(client: Client, base: BaseImage, cache: oci.Layout, layout: oci.Layout,
-                 work: Path) -> _Below:
-    """The base's layers, compressed once per host into cache (keyed by the engine's image
-    id: the same base image gives the same blobs), then put into the layout."""
-    image_id = str(client.images.get(base.ref).id)
-    record = cache.root / "bases" / f"{image_id.split(':')[1]}.json"
-    listing = json.loads(record.read_text()) if record.is_file() else None
-    if listing is None or not all(cache.has(d) for d in [listing["config"],
-                                                          *listing["layers"]]):
-        listing = _export_base(client, base, image_id, cache, work)
-        atomic_write(record, json.dumps(listing, indent=2) + "\n")
-    return _Below(cache.read_json(listing["config"]),
-                  [layout.add_file(cache.blob(d), d, layers.MEDIA_TYPE)
-                   for d in listing["layers"]])
-
-
-def _export_base(client: Client, base: BaseImage, image_id: str, cache: oci.Layout,
-                 work: Path) -> dict[str, Any]:
-    archive = work / "base.tar"
-    with step(f"base layers of {base.ref} ({image_id[:19]})"), archive.open("wb") as out:
-        for chunk in client.images.get(base.ref).save(named=False):
-            out.write(chunk)
-    with tarfile.open(archive) as tar:
-        index = json.loads(_member(tar, "manifest.json"))[0]
-        config = _member(tar, index["Config"])
-        digests = []
-        for name, diff_id in zip(index["Layers"], json.loads(config)["rootfs"]["diff_ids"],
-                                 strict=True):
-            source = tar.extractfile(name)
-            assert source is not None
-            layer = layers.compress(source, work / "base-layer.tar.gz")
-            if layer.diff_id != diff_id:
-                raise BakeError(f"base {base.ref}: its layer {name} is {layer.diff_id}, its "
-                                f"config says {diff_id}", "remove the image and rebuild it")
-            digests.append(cache.add_file(layer.path, layer.digest, layers.MEDIA_TYPE).digest)
-    archive.unlink()
-    return {"image": image_id, "config": cache.add_bytes(config, oci.CONFIG_TYPE).digest,
-            "layers": digests}
-
-
-def _member(tar: tarfile.TarFile, name: str) -> bytes:
-    data = tar.extractfile(name)
-    assert data is not None
-    return data.read()
-
-
-def _venv_layer(client: Client, plan: Plan, runtime: BaseImage, built: WheelSet,
-                house: Path | None, patched: PatchedTree, work: Path, source_date: int,
-                log: Path) -> venv.VenvLayer:
-    """The wheels (and the runtime wheelhouse's, with what the tag asks for by name)
-    installed into /opt/venv (see `venv`)."""
-    folders = [built.folder] if house is None else [built.folder, house]
+def _upstream(plan: Plan, built: WheelSet, house: Path | None,
+              patched: PatchedTree) -> venvlayers.Upstream:
+    """What goes into /opt/venv: the tag's wheels (and the runtime wheelhouse's, with what
+    the tag asks for by name)."""
     asked = tuple(a.name for a in requirements.asked(plan.tag, patched.path)) if house else ()
-    return venv.install(client, runtime.ref, plan.tag.image_ref, plan.tag.platform, folders,
-                        _names(built), work, source_date, log, asked)
+    return venvlayers.Upstream(plan.tag.image_ref, plan.tag.platform, built.folder,
+                               tuple(_names(built)), house, asked, plan.kernel_key,
+                               patched.tree_hash)
 
 
 def _files_layer(recorded: dict[str, Any], work: Path, source_date: int) -> layers.Layer:
@@ -261,7 +206,7 @@ def _files_layer(recorded: dict[str, Any], work: Path, source_date: int) -> laye
     return layers.from_files(files, work / "files.tar.gz", source_date)
 
 
-def _write(layout: oci.Layout, plan: Plan, below: _Below,
+def _write(layout: oci.Layout, plan: Plan, below: baselayers.Below,
            added: list[tuple[layers.Layer, str]], label_map: dict[str, str],
            source_date: int, jit: dict[str, Any] | None) -> Baked:
     runtime = _runtime()
@@ -281,15 +226,31 @@ def _write(layout: oci.Layout, plan: Plan, below: _Below,
     return Baked(plan.tag.image_ref, image, config.digest, layout.root)
 
 
-def _load(client: Client, baked: Baked, below: _Below, work: Path) -> None:
-    """docker load the image; the base's layers stay out of the archive (the engine has
-    them), unless the engine wants them anyway."""
+def _load(client: Client, baked: Baked, below: baselayers.Below, work: Path) -> None:
+    """docker load the image; the layers the engine has stay out of the archive: the
+    base's, and those the tag's image loaded before starts with (a cached runtime packages'
+    layer of 10 GB is not loaded again)."""
     archive = work / "image.tar"
     layout = oci.Layout(baked.layout)
-    omit = frozenset(layer.digest for layer in below.layers)
+    omit = frozenset(layer.digest for layer in below.layers) | _loaded_before(client, baked)
     oci.write_docker_archive(layout, baked.image, baked.ref, archive, omit)
     load_image(client, archive, error=BakeError)
     loaded = str(client.images.get(baked.ref).id)
     if loaded != baked.config:
         raise BakeError(f"the engine loaded {baked.ref} as {loaded[:19]}, not as its config "
                         f"{baked.config[:19]}", "check the Docker engine's image store")
+
+
+def _loaded_before(client: Client, baked: Baked) -> frozenset[str]:
+    """The blobs of the layers the engine's image of the tag shares with baked, from the
+    bottom up: the engine has each of them on the same layers below (the same chain)."""
+    if not image_exists(client, baked.ref):
+        return frozenset()
+    engine = image_attrs(client, baked.ref)["RootFS"].get("Layers") or []
+    layout = oci.Layout(baked.layout)
+    diff_ids = layout.read_json(baked.config)["rootfs"]["diff_ids"]
+    blobs = [layer["digest"] for layer in layout.read_json(baked.image.digest)["layers"]]
+    shared = 0
+    while shared < min(len(engine), len(diff_ids)) and engine[shared] == diff_ids[shared]:
+        shared += 1
+    return frozenset(blobs[:shared])

@@ -13,7 +13,7 @@ import hashlib
 import io
 import os
 import tarfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -21,7 +21,7 @@ from typing import IO, Any
 from .errors import BakeError
 
 __all__ = ["GZIP_LEVEL", "MEDIA_TYPE", "Entry", "Layer", "compress", "entries", "from_archive",
-           "from_files"]
+           "from_files", "from_folder", "from_paths"]
 
 MEDIA_TYPE = "application/vnd.oci.image.layer.v1.tar+gzip"
 GZIP_LEVEL = 6
@@ -132,27 +132,38 @@ def from_archive(source: Path, dest: Path, prefix: str, mtime: int) -> Layer:
 
 
 def from_folder(root: Path, dest: Path, mtime: int) -> Layer:
-    """Everything under root as a layer (root is the image's `/`): modes as git records
-    them (0755 for folders and executables, else 0644), whatever the host's umask was."""
+    """Everything under root as a layer (root is the image's `/`)."""
+    return from_paths(root, [p.relative_to(root).as_posix() for p in root.rglob("*")], dest,
+                      mtime)
+
+
+def from_paths(root: Path, names: Iterable[str], dest: Path, mtime: int) -> Layer:
+    """The given paths under root (files, links, folders; relative, `/`-separated) and the
+    folders above them, as a layer (root is the image's `/`): modes as git records them
+    (0755 for folders and executables, else 0644), whatever the host's umask was."""
     writer = _Writer(dest)
-    paths = sorted((p for p in root.rglob("*")), key=lambda p: p.relative_to(root).parts)
+    chosen = set(names)
     with writer.tar() as tar:
-        for path in paths:
-            name = path.relative_to(root).as_posix()
-            if path.is_symlink():
-                tar.addfile(_info(name, tarfile.SYMTYPE, 0o777, mtime,
-                                  linkname=os.readlink(path)))
-            elif path.is_dir():
-                tar.addfile(_info(name, tarfile.DIRTYPE, 0o755, mtime))
-            elif path.is_file():
-                mode = 0o755 if path.stat().st_mode & 0o111 else 0o644
-                with path.open("rb") as data:
-                    tar.addfile(_info(name, tarfile.REGTYPE, mode, mtime, path.stat().st_size),
-                                data)
+        for name in sorted(chosen | set(_parents(list(chosen))), key=_parts):
+            info = _info_of(root / name, name, mtime)
+            if info.isfile():
+                with (root / name).open("rb") as data:
+                    tar.addfile(info, data)
             else:
-                raise BakeError(f"/{name}: a special file cannot go into a layer",
-                                "install nothing that creates devices or pipes")
+                tar.addfile(info)
     return writer.close()
+
+
+def _info_of(path: Path, name: str, mtime: int) -> tarfile.TarInfo:
+    if path.is_symlink():
+        return _info(name, tarfile.SYMTYPE, 0o777, mtime, linkname=os.readlink(path))
+    if path.is_dir():
+        return _info(name, tarfile.DIRTYPE, 0o755, mtime)
+    if path.is_file():
+        mode = 0o755 if path.stat().st_mode & 0o111 else 0o644
+        return _info(name, tarfile.REGTYPE, mode, mtime, path.stat().st_size)
+    raise BakeError(f"/{name}: a special file cannot go into a layer",
+                    "install nothing that creates devices or pipes")
 
 
 def _normalized(archive: tarfile.TarFile, member: tarfile.TarInfo, name: str,

@@ -29,7 +29,7 @@ __all__ = ["CONFIG_TYPE", "FORMAT", "INDEX_TYPE", "LAYER_TYPE", "MANIFEST_TYPE",
            "ConfigChange", "Descriptor", "Layout", "canonical", "image_config", "manifest",
            "rfc3339", "write_docker_archive"]
 
-FORMAT = 2  # raise when the bake writes other bytes for the same inputs
+FORMAT = 3  # raise when the bake writes other bytes for the same inputs
 MANIFEST_TYPE = "application/vnd.oci.image.manifest.v1+json"
 CONFIG_TYPE = "application/vnd.oci.image.config.v1+json"
 INDEX_TYPE = "application/vnd.oci.image.index.v1+json"

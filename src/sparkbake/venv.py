@@ -1,9 +1,9 @@
-"""The /opt/venv layer: the venv made by the runtime base's own Python, the wheels installed
-into it by this host's pip.
+"""/opt/venv: the venv made by the runtime base's own Python, the wheels installed into it
+by this host's pip (`venvlayers` splits it into layers).
 
 Only `python3 -m venv` runs in a container of the runtime base (emulated where the image is
 another platform's: seconds). Resolving and unpacking the wheels, compiling their bytecode
-and writing the layer is file work, done natively with pip's `--target` for the image's
+and writing the layers is file work, done natively with pip's `--target` for the image's
 platform and Python, so an arm64 bake costs about what an amd64 one does.
 """
 
@@ -23,14 +23,15 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
-from . import elfcheck, layers, resources
+from . import elfcheck, resources
 from .docker_api import Client, run_container
 from .errors import BakeError
 from .hashing import record_hash
 from .proc import echo, run
 from .wheelhouse import platform_tags
 
-__all__ = ["CUDA_HOME", "INTERPRETER", "SKELETON", "VENV", "VenvLayer", "install"]
+__all__ = ["CUDA_HOME", "DATA_DIRS", "INTERPRETER", "SKELETON", "VENV", "Installed", "install",
+           "install_only", "site_packages"]
 
 VENV = "/opt/venv"
 INTERPRETER = f"{VENV}/bin/python3"
@@ -44,15 +45,22 @@ TOOLKIT = "nvidia/cu13"  # where those wheels put it in site-packages
 
 
 @dataclass(frozen=True)
-class VenvLayer:
-    layer: layers.Layer
+class Installed:
+    """A venv tree under root (root is the image's `/`), for the image's Python (`3.11`)."""
+
+    root: Path
+    python: str
     cuda_home: str | None  # CUDA_HOME when the venv has nvcc
+
+
+def site_packages(venv: Path, python: str) -> Path:
+    return venv / "lib" / f"python{python}" / "site-packages"
 
 
 def install(client: Client, runtime_ref: str, image: str, platform: str,
             wheel_dirs: list[Path], names: list[str], work: Path, source_date: int,
-            log: Path, asked: tuple[str, ...] = ()) -> VenvLayer:
-    """The layer of /opt/venv of image with names (and what they need, from wheel_dirs).
+            log: Path, asked: tuple[str, ...] = ()) -> Installed:
+    """/opt/venv of image with names (and what they need, from wheel_dirs), under work/root.
     Where two distributions hold the same file, an asked one's copy is kept."""
     root, python = _skeleton(client, runtime_ref, work, source_date, log)
     venv = root / VENV.lstrip("/")
@@ -62,8 +70,24 @@ def install(client: Client, runtime_ref: str, image: str, platform: str,
     installed = _merge(site, venv, python)
     _compile(installed, root, python)
     elfcheck.require_platform(root, platform)
-    cuda_home = _link_toolkit(venv, python)
-    return VenvLayer(layers.from_folder(root, work / "venv.tar.gz", source_date), cuda_home)
+    return Installed(root, python, _link_toolkit(venv, python))
+
+
+def install_only(image: str, platform: str, python: str, wheel_dirs: list[Path],
+                 names: list[str], work: Path, source_date: int, log: Path) -> Installed:
+    """names alone (no dependencies) into an empty /opt/venv tree under work/root: their
+    files as `install` would put them, when the rest of the venv is a cached layer."""
+    root = work / "root"
+    venv = root / VENV.lstrip("/")
+    (venv / "bin").mkdir(parents=True)
+    site_packages(venv, python).mkdir(parents=True)
+    site = work / "site"
+    _pip_target(site, image, platform, python, wheel_dirs, ["--no-deps", *names], source_date,
+                log)
+    installed = _merge(site, venv, python)
+    _compile(installed, root, python)
+    elfcheck.require_platform(root, platform)
+    return Installed(root, python, None)
 
 
 def _settle_shared_files(site: Path, wheel_dirs: list[Path], asked: set[str]) -> None:
@@ -159,7 +183,7 @@ def _merge(site: Path, venv: Path, python: str) -> list[Path]:
     """pip --target's folder into the venv: packages into site-packages, its bin/ (scripts
     whose `#!` names this host's Python) and data folders beside the venv's own. Returns
     what went into site-packages."""
-    packages = venv / "lib" / f"python{python}" / "site-packages"
+    packages = site_packages(venv, python)
     installed = []
     for entry in sorted(site.iterdir()):
         if entry.name in DATA_DIRS and entry.is_dir():
