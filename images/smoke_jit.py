@@ -24,8 +24,8 @@ COMPILE_SECONDS = 900  # nvcc's front end under qemu takes minutes
 
 
 def check_jit_toolchain(image: Image, expected: dict[str, Any]) -> str:
-    """The image's nvcc compiles a kernel for the tag's arch, Triton's own ptxas assembles
-    its PTX for that arch, and the JIT cache folder is writable."""
+    """The image's nvcc compiles a kernel for the tag's arch, the ptxas Triton takes for
+    that arch assembles its PTX, and the JIT cache folder is writable."""
     jit = image.manifest().get("jit")
     if not jit:
         if expected.get("jit_required"):
@@ -47,7 +47,7 @@ def check_jit_toolchain(image: Image, expected: dict[str, Any]) -> str:
         require_cubin(work / "kernel.cubin", "nvcc")
         compile_with([nvcc, f"-arch={sm_arch}", "-ptx", "-o", "kernel.ptx", "kernel.cu"],
                      work, "nvcc -ptx")
-        ptxas = triton_ptxas(image)
+        ptxas = triton_ptxas(sm_arch)
         compile_with([str(ptxas), f"-arch={sm_arch}", "-o", "triton.cubin", "kernel.ptx"],
                      work, "Triton's ptxas")
         require_cubin(work / "triton.cubin", "Triton's ptxas")
@@ -89,13 +89,15 @@ def require_cubin(path: Path, what: str) -> None:
         raise CheckFailed(f"{what} wrote no cubin ({path.name}: {len(data)} bytes)")
 
 
-def triton_ptxas(image: Image) -> Path:
-    """Triton compiles with the ptxas its wheel carries, not the toolkit's."""
-    found = image.find_site_file("triton/backends/nvidia/bin/ptxas")
-    if found is None:
-        raise CheckFailed("triton/backends/nvidia/bin/ptxas is not in site-packages: Triton "
-                          "cannot compile its kernels")
-    return found
+def triton_ptxas(sm_arch: str) -> Path:
+    """The ptxas Triton itself picks for the arch (its wheel carries two: CUDA 12's, and a
+    newer one it takes for Blackwell), asked of Triton's own compiler module."""
+    capability = int("".join(ch for ch in sm_arch.removeprefix("sm_") if ch.isdigit()))
+    try:
+        compiler = importlib.import_module("triton.backends.nvidia.compiler")
+        return Path(str(compiler.get_ptxas(capability).path))
+    except Exception as exc:
+        raise CheckFailed(f"Triton cannot name its ptxas for {sm_arch}: {one_line(exc)}") from exc
 
 
 def tool_version(tool: str) -> str:

@@ -28,6 +28,13 @@ out = args[args.index("-o") + 1]
 data = b".target sm_121a\\n" if "-ptx" in args else b"\\x7fELF" + bytes(14) + bytes([190, 0])
 open(out, "wb").write(data)
 """
+# a stand-in of Triton's compiler module: get_ptxas(arch) names the ptxas it takes
+TRITON_COMPILER = """\
+import pathlib, types
+def get_ptxas(arch):
+    name = "ptxas-blackwell" if arch >= 100 else "ptxas"
+    return types.SimpleNamespace(path=str(pathlib.Path(__file__).parent / "bin" / name))
+"""
 UNSUPPORTED = ('print("nvcc fatal   : Unsupported gpu architecture \'compute_121a\'", '
                'file=sys.stderr); sys.exit(1)')
 
@@ -46,7 +53,12 @@ def image(tmp_path: Path) -> FakeImage:
     image.manifest["jit"] = {"cuda_home": CUDA_HOME, "cache": CACHE, "env": {},
                              "path": f"{CUDA_HOME}/bin"}
     tool(image.root / CUDA_HOME.lstrip("/") / "bin" / "nvcc")
-    tool(image.site("triton/backends/nvidia/bin/ptxas"))
+    for package in ("triton", "triton/backends", "triton/backends/nvidia"):
+        image.site(package).mkdir(parents=True, exist_ok=True)
+        image.site(f"{package}/__init__.py").write_text("")
+    image.site("triton/backends/nvidia/compiler.py").write_text(TRITON_COMPILER)
+    tool(image.site("triton/backends/nvidia/bin/ptxas"), fail=UNSUPPORTED)  # CUDA 12's
+    tool(image.site("triton/backends/nvidia/bin/ptxas-blackwell"))
     (image.root / CACHE.lstrip("/")).mkdir(parents=True)
     return image
 
@@ -75,11 +87,21 @@ def test_an_arch_nvcc_does_not_know_fails_with_its_error(image: FakeImage) -> No
         "nvcc failed (exit 1): nvcc fatal   : Unsupported gpu architecture 'compute_121a'"))
 
 
-def test_tritons_ptxas_must_be_there(image: FakeImage) -> None:
-    image.site("triton/backends/nvidia/bin/ptxas").unlink()
+def test_the_ptxas_triton_takes_for_the_arch_is_the_one_run(image: FakeImage) -> None:
+    """For sm_121a Triton takes ptxas-blackwell; its CUDA 12 ptxas would refuse the PTX."""
+    tool(image.site("triton/backends/nvidia/bin/ptxas-blackwell"), fail=UNSUPPORTED)
+    check = image.check()["jit-toolchain"]
+    assert (check["status"], check["detail"]) == ("failed", (
+        "Triton's ptxas failed (exit 1): nvcc fatal   : Unsupported gpu architecture "
+        "'compute_121a'"))
+
+
+def test_an_image_without_triton_fails(image: FakeImage) -> None:
+    image.site("triton/backends/nvidia/compiler.py").unlink()
     check = image.check()["jit-toolchain"]
     assert check["status"] == "failed"
-    assert check["detail"].startswith("triton/backends/nvidia/bin/ptxas is not in site-packages")
+    assert check["detail"].startswith("Triton cannot name its ptxas for sm_121a: "
+                                      "ModuleNotFoundError")
 
 
 def test_the_cache_folder_must_be_there(image: FakeImage) -> None:
