@@ -10,9 +10,9 @@ import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
+from . import cachetrim, housekeeping, pipeline, tagslist
 from . import config as config_mod
 from . import lock as lock_mod
-from . import pipeline, tagslist
 from .errors import ConfigError, FatalError, UsageError
 from .patches import Options as PatchOptions
 from .smoke import Options as SmokeOptions
@@ -88,6 +88,7 @@ def parser() -> argparse.ArgumentParser:
                           help="the port of 127.0.0.1 to start it on (default: 5000)")
     _common(registry)
     _check_env_parser(commands)
+    _housekeeping_parsers(commands)
     _series_parsers(commands)
     _release_parsers(commands)
     return top
@@ -139,6 +140,23 @@ def _patch_options(sub: argparse.ArgumentParser, maintainer: bool) -> None:
                          help="on a conflict, keep the three-way conflict markers in the tree")
         sub.add_argument("--checkout", type=Path, metavar="DIR",
                          help="also write a git work tree: upstream commit + one per patch")
+
+
+def _housekeeping_parsers(commands: argparse._SubParsersAction[_Parser]) -> None:
+    clean = commands.add_parser("clean", help="remove a tag's build trees, wheels and records "
+                                              "(or, with --all, build/ and wheels/)")
+    clean.add_argument("tag", nargs="?", help="tag name or its suffix; keys other tags use stay")
+    clean.add_argument("--all", action="store_true", dest="everything",
+                       help="everything in build/ and wheels/ but release records and locks")
+    gc = commands.add_parser("gc", help="remove what no tag uses now: stale cache entries, "
+                                        "leftovers, stale sparkbake images, old compile cache")
+    gc.add_argument("--max-cache-size", default=cachetrim.DEFAULT_MAX_SIZE, metavar="SIZE",
+                    help="trim the compile cache to SIZE, oldest files first (default: "
+                         f"{cachetrim.DEFAULT_MAX_SIZE}; K, M, G, T: powers of 1000)")
+    for sub in (clean, gc):
+        sub.add_argument("--dry-run", action="store_true",
+                         help="print what would be removed and its size; remove nothing")
+        _common(sub)
 
 
 def _series_parsers(commands: argparse._SubParsersAction[_Parser]) -> None:
@@ -224,6 +242,10 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "tags":
         print(tagslist.report(config, as_json=args.json))
         return 0
+    if args.command == "gc":
+        return housekeeping.gc(config, args.dry_run, args.max_cache_size)
+    if args.command == "clean":
+        return housekeeping.clean(config, args.tag, args.everything, args.dry_run)
     if args.command == "releases":
         print(pipeline.releases_report(config, as_json=args.json))
         return 0

@@ -22,7 +22,7 @@ from .config import Config
 from .errors import EngineError
 from .proc import echo, require_tool
 
-__all__ = ["start", "status", "stop"]
+__all__ = ["running", "start", "status", "stop"]
 
 START_TIMEOUT = 10.0
 
@@ -83,6 +83,11 @@ def status(config: Config) -> tuple[bool, str]:
         return True, (f"registry: running at {address} (pid {pid}, log "
                       f"{_home(config) / 'registry.log'})")
     return False, f"registry: pid {pid} runs but nothing answers at {address}"
+
+
+def running(config: Config) -> int | None:
+    """The pid of the registry `start` started, while it runs (clean leaves its data alone)."""
+    return _running_pid(config)
 
 
 def _started_port(config: Config) -> int | None:

@@ -20,8 +20,8 @@ from .patches import PatchedTree
 from .proc import echo, step
 from .settings import HostSettings, compile_cache_settings
 
-__all__ = ["BuildRequest", "Jobs", "WheelSet", "build", "builder_image", "check_sass",
-           "compile_jobs", "loadable", "loadable_by"]
+__all__ = ["BuildRequest", "Jobs", "WheelSet", "build", "builder_image", "builder_ref",
+           "check_sass", "compile_jobs", "loadable", "loadable_by"]
 
 REPORT = "wheels.json"
 OOM_EXIT = 137
@@ -42,14 +42,19 @@ class WheelSet:
         return wheels
 
 
-def builder_image(client: Client, base: BaseImage, lock: Path, settings: HostSettings,
-                  build_dir: Path) -> str:
-    """The builder image for a base and its lock, rendered from images/builder.Dockerfile.j2."""
+def builder_ref(base: BaseImage, lock: Path, settings: HostSettings) -> str:
+    """The engine's name of the builder image for a base and its lock (gc keeps these)."""
     names = ("builder.Dockerfile.j2", *resources.BUILDER_FILES)
     key = data_hash({"base": base.digest, "files": [resources.digest(n) for n in names],
                      "lock": file_sha256(lock), "index": settings.index_url,
                      "ca": bool(settings.ca_bundle)})
-    ref = f"sparkbake-builder/{base.name}:{key[:12]}"
+    return f"sparkbake-builder/{base.name}:{key[:12]}"
+
+
+def builder_image(client: Client, base: BaseImage, lock: Path, settings: HostSettings,
+                  build_dir: Path) -> str:
+    """The builder image for a base and its lock, rendered from images/builder.Dockerfile.j2."""
+    ref = builder_ref(base, lock, settings)
     if image_exists(client, ref):
         return ref
     with step(f"builder image {ref}"), scratch_dir(build_dir / "contexts", "builder.") as context:
