@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkbake import bases, config, docker_api, plan, settings
+from sparkbake import bases, config, docker_api, invocation, plan, settings
 from sparkbake.__main__ import main
 from sparkbake.errors import EngineError
 
@@ -111,3 +111,11 @@ def built_fixture(docker_client: docker_api.Client, debian_base: str,
 def project(tmp_path: Path) -> Project:
     """A fresh copy of tests/data that a test may edit."""
     return copy_project(tmp_path / "project")
+
+
+@pytest.fixture(autouse=True)
+def plain_invocation(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Remedies name `sparkbake COMMAND` (not nox's form, as under `nox -s tests`), and no
+    --config of an earlier test's command line."""
+    monkeypatch.delenv("NOX_CURRENT_SESSION", raising=False)
+    invocation.remember_config(invocation.DEFAULT_CONFIG)

@@ -29,6 +29,7 @@ from .cache import atomic_write
 from .config import Config
 from .docker_api import Client, image_exists, stream_errors
 from .errors import EngineError, FatalError, PublishError, SmokeError
+from .invocation import command
 from .nodes import Node, connect
 from .plan import Plan
 from .proc import echo, step
@@ -109,7 +110,7 @@ def _release(config: Config, plan: Plan) -> dict[str, Any]:
         raise PublishError(f"the release of {plan.tag.name} (inputs "
                            f"{str(record.get('inputs'))[:12]}) is not the image versions.yaml "
                            f"now describes (inputs {plan.inputs[:12]})",
-                           f"publish it again (`nox -s publish -- {plan.tag.name}`), or deploy "
+                           f"publish it again (`{command('publish', plan.tag.name)}`), or deploy "
                            "from the checkout it was published from")
     return record
 

@@ -22,6 +22,7 @@ import requests
 
 from . import oci, transfer
 from .errors import FatalError, PublishError
+from .invocation import command
 
 __all__ = ["MANIFEST_TYPES", "Remote", "Session", "unreachable"]
 
@@ -216,8 +217,8 @@ def unreachable(remote: Remote, exc: Exception,
         reason = errno.group(0) if errno else f"{type(exc).__name__}: {str(exc)[:160]}"
     if remote.base_url.startswith("http://"):
         port = remote.host.rsplit(":", 1)[1] if ":" in remote.host else "80"
-        remedy = "start it with `nox -s registry -- start" + (
-            "`" if port == "5000" else f" --port {port}`")
+        start = ("registry", "start") + (() if port == "5000" else ("--port", port))
+        remedy = f"start it with `{command(*start)}`"
     else:
         remedy = "check the address, the network and TLS trust (PIP_CERT / REQUESTS_CA_BUNDLE)"
     return error(f"registry {remote.host} does not answer ({reason})", remedy)

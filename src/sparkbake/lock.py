@@ -20,6 +20,7 @@ from .cache import atomic_write
 from .config import Config, Tag
 from .errors import ConfigError, EngineError
 from .hashing import file_sha256
+from .invocation import command
 from .proc import echo, run
 from .settings import HostSettings
 
@@ -63,7 +64,7 @@ def _stamp(tag: Tag, tree: Path | None) -> str:
 
 def require_lock(config: Config, tag: Tag, tree: Path | None = None) -> Path:
     path = lock_path(config, tag)
-    remedy = f"nox -s lock -- {tag.name}, and commit it"
+    remedy = f"{command('lock', tag.name)}, and commit it"
     if not path.is_file():
         raise ConfigError(f"no builder lock for base {tag.builder.name!r} ({path})",
                           f"create it: {remedy}")
@@ -89,7 +90,7 @@ def require_runtime_lock(config: Config, tag: Tag, tree: Path) -> Path | None:
     wanted = tag.upstream.runtime_requirements
     if path is None or wanted is None:
         return None
-    remedy = f"nox -s lock -- {tag.name}, and commit it"
+    remedy = f"{command('lock', tag.name)}, and commit it"
     if not path.is_file():
         raise ConfigError(f"no runtime lock for base {tag.runtime.name!r} ({path})",
                           f"create it: {remedy}")

@@ -23,6 +23,7 @@ from .cache import atomic_write
 from .config import Config, Tag
 from .errors import ConfigError, EngineError, PatchTestError
 from .hashing import data_hash, file_sha256
+from .invocation import command
 from .lock import ARCHES, compile_requirements
 from .plan import Plan, touched_paths
 from .proc import echo, run, step
@@ -96,7 +97,7 @@ def resolve(config: Config, tag: Tag, tree: Path, settings: HostSettings) -> Pat
 
 def require_lock(config: Config, tag: Tag, tree: Path) -> Path:
     path = lock_path(config, tag)
-    remedy = f"nox -s lock -- {tag.name} --patch-tests, and commit it"
+    remedy = f"{command('lock', tag.name, '--patch-tests')}, and commit it"
     if not path.is_file():
         raise ConfigError(f"no patch-tests lock for upstream {tag.upstream.key} ({path})",
                           f"create it: {remedy}")

@@ -24,6 +24,7 @@ from .config import Config
 from .distribution import Remote, Session, unreachable
 from .docker_api import Client, image_attrs, image_exists
 from .errors import PublishError, UsageError
+from .invocation import command
 from .plan import Plan, upstream_pin
 from .proc import echo
 from .settings import host_settings, registry_login
@@ -123,7 +124,7 @@ def read_smoke(path: Path, image_id: str) -> tuple[str, dict[str, Any]]:
 def check_smoke(path: Path, tag: str, image_id: str) -> dict[str, Any]:
     """The passing smoke record of exactly this image (by its ID), or PublishError."""
     state, record = read_smoke(path, image_id)
-    remedy = f"run `nox -s smoke -- {tag}` first (or publish with --skip-smoke, recorded)"
+    remedy = f"run `{command('smoke', tag)}` first (or publish with --skip-smoke, recorded)"
     if state == "missing":
         raise PublishError(f"{tag} has no smoke record ({path})", remedy)
     if state == "unreadable":
@@ -134,7 +135,7 @@ def check_smoke(path: Path, tag: str, image_id: str) -> dict[str, Any]:
                            remedy)
     if state == "failed":
         raise PublishError(f"{path}: the smoke checks of {tag} did not pass",
-                           f"fix them, then run `nox -s smoke -- {tag}`")
+                           f"fix them, then run `{command('smoke', tag)}`")
     return record
 
 
@@ -169,13 +170,13 @@ def _local_image(client: Client, plan: Plan) -> dict[str, Any]:
     ref, tag = plan.tag.image_ref, plan.tag.name
     if not image_exists(client, ref):
         raise PublishError(f"image {ref} is not in the Docker engine",
-                           f"build it: `nox -s build-image -- {tag}`")
+                           f"build it: `{command('build-image', tag)}`")
     attrs = image_attrs(client, ref)
     built = ((attrs.get("Config") or {}).get("Labels") or {}).get(INPUTS_LABEL)
     if built != plan.inputs:
         raise PublishError(f"image {ref} is stale: its {INPUTS_LABEL} is {str(built)[:12]}, "
                            f"the plan's inputs are {plan.inputs[:12]}",
-                           f"rebuild it: `nox -s build-image -- {tag}`")
+                           f"rebuild it: `{command('build-image', tag)}`")
     return attrs
 
 
@@ -186,7 +187,7 @@ def _baked(config: Config, plan: Plan, attrs: dict[str, Any]) -> images.Baked:
         where = "has none" if baked is None else f"has {baked.config[:19]}"
         raise PublishError(f"the engine's {plan.tag.image_ref} ({str(attrs.get('Id'))[:19]}) "
                            f"is not the image baked into {config.build_dir / 'oci'} ({where})",
-                           f"rebuild it: `nox -s build-image -- {plan.tag.name}`, then smoke")
+                           f"rebuild it: `{command('build-image', plan.tag.name)}`, then smoke")
     return baked
 
 

@@ -16,6 +16,7 @@ from typing import Any
 from . import oci
 from .cache import atomic_write
 from .errors import UsageError
+from .invocation import command
 
 __all__ = ["INDEX", "add", "describe_upstream", "diff", "entries", "entry", "image_manifest",
            "read_record", "render_diff", "render_table"]
@@ -93,7 +94,7 @@ def read_record(folder: Path, name: str) -> dict[str, Any]:
     if record is None:
         known = ", ".join(e["tag"] for e in entries(folder)) or "none yet"
         raise UsageError(f"no release record of {name} ({folder / f'{name}.json'})",
-                         f"publish it first (`nox -s publish -- {name}`); released: {known}")
+                         f"publish it first (`{command('publish', name)}`); released: {known}")
     return record
 
 

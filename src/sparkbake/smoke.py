@@ -23,6 +23,7 @@ from . import docker_api, emulation, resources, smoke_host, smoke_serve, smoke_s
 from .cache import atomic_write
 from .config import Config
 from .errors import SmokeError, UsageError
+from .invocation import command
 from .plan import Plan, upstream_pin
 from .proc import echo, step
 from .smoke_host import Facts
@@ -115,7 +116,7 @@ def check_options(options: Options) -> None:
 
 def require_image(client: docker_api.Client, plan: Plan) -> tuple[str, dict[str, Any]]:
     """The id and attributes of the tag's image; it must exist and carry the plan's inputs."""
-    ref, build = plan.tag.image_ref, f"run `nox -s build-image -- {plan.tag.name}`"
+    ref, build = plan.tag.image_ref, f"run `{command('build-image', plan.tag.name)}`"
     if not docker_api.image_exists(client, ref):
         raise SmokeError(f"image {ref} does not exist in the Docker engine", build)
     attrs = docker_api.image_attrs(client, ref)
@@ -218,6 +219,6 @@ def raise_if_failed(plan: Plan, checks: list[dict[str, Any]], json_path: Path) -
                   "details in the record say what the server answered")
     else:
         remedy = (f"the image does not match versions.yaml or its wheels are broken: "
-                  f"rebuild it with `nox -s build-image -- {plan.tag.name}`")
+                  f"rebuild it with `{command('build-image', plan.tag.name)}`")
     raise SmokeError(f"smoke checks failed for {plan.tag.image_ref}: {', '.join(failed)} "
                      f"(results: {json_path})", remedy)

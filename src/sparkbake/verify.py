@@ -19,6 +19,7 @@ from .cache import atomic_write
 from .config import Config
 from .distribution import Session
 from .errors import ReproducibilityError, UsageError
+from .invocation import command
 from .plan import Plan
 from .proc import echo
 from .settings import registry_login
@@ -45,7 +46,7 @@ def original(config: Config, plan: Plan, against: str | None) -> Side:
         baked = images.find(config.build_dir, plan)
         if baked is None:
             raise UsageError(f"{tag} has no baked image in {layout.root}",
-                             f"build it (`nox -s build-image -- {tag}`) or pass --against DIGEST")
+                             f"build it (`{command('build-image', tag)}`) or pass --against DIGEST")
         labels = layout.read_json(baked.config)["config"].get("Labels") or {}
         if labels.get(images.INPUTS_LABEL) != plan.inputs:
             raise UsageError(f"the image of {tag} in {layout.root} was baked from other inputs "

@@ -49,7 +49,8 @@ def test_a_missing_lock_stops_before_building_with_locked(
     monkeypatch.delenv("CI", raising=False)  # --locked alone refuses it
     (project.root / "locks" / "debian.amd64.txt").unlink()
     assert project.sparkbake("wheels", "fixture", "--locked") == 2
-    assert "create it: nox -s lock -- fixture" in capsys.readouterr().err
+    assert f"create it: sparkbake --config {project.config_path} lock fixture" in \
+        capsys.readouterr().err
     assert not (project.root / "locks" / "debian.amd64.txt").exists()
 
 

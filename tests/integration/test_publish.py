@@ -272,7 +272,7 @@ def test_an_unreachable_registry_is_exit_7_without_a_record(project: Project) ->
         project.publish(registry_host=f"127.0.0.1:{port}")
     assert caught.value.exit_code == 7
     assert "does not answer" in str(caught.value)
-    assert f"nox -s registry -- start --port {port}" in str(caught.value)
+    assert f"sparkbake registry start --port {port}" in str(caught.value)
     assert not project.release.exists()
 
 
@@ -297,7 +297,7 @@ def test_a_missing_or_failed_smoke_record_is_refused(project: Project) -> None:
     project.build("unsmoked")
     with pytest.raises(PublishError, match="no smoke record") as caught:
         project.publish()
-    assert f"nox -s smoke -- {TAG}" in str(caught.value)
+    assert f"sparkbake smoke {TAG}" in str(caught.value)
     project.smoke(passed=False)
     with pytest.raises(PublishError, match="did not pass"):
         project.publish()
@@ -314,14 +314,14 @@ def test_an_engine_image_that_is_not_the_baked_one_is_refused(project: Project) 
     layout.tag(TAG, tested)  # ... then the layout alone goes back
     with pytest.raises(PublishError, match="is not the image baked into") as caught:
         project.publish()
-    assert f"nox -s build-image -- {TAG}" in str(caught.value)
+    assert f"sparkbake build-image {TAG}" in str(caught.value)
     assert not project.release.exists()
 
 
 def test_a_missing_or_stale_image_is_refused(project: Project) -> None:
     with pytest.raises(PublishError, match="not in the Docker engine") as caught:
         project.publish()
-    assert f"nox -s build-image -- {TAG}" in str(caught.value)
+    assert f"sparkbake build-image {TAG}" in str(caught.value)
     project.build("stale", inputs="0" * 64)
     project.smoke()
     with pytest.raises(PublishError, match="stale"):

@@ -176,8 +176,9 @@ def test_a_missing_image_asks_for_build_image(
         "localhost:5000/sparkbake-fixture", f"sparkbake-test/absent-{uuid.uuid4().hex[:10]}"))
     assert project.sparkbake("smoke", "fixture") == 6
     err = capsys.readouterr().err
-    assert ":fixture does not exist in the Docker engine\n  -> run `nox -s build-image -- " \
-        "fixture`" in err
+    # the remedy repeats the user's own command line, with its --config
+    assert (":fixture does not exist in the Docker engine\n  -> run `sparkbake --config "
+            f"{config} build-image fixture`") in err
     assert "patch:" not in err  # refused before any stage's cache is looked at
     assert not smoke.results_paths(project.config(), project.plan())[0].exists()
 
@@ -190,4 +191,4 @@ def test_an_image_from_other_inputs_is_refused(
     assert variant.sparkbake("smoke", "fixture") == 6
     err = capsys.readouterr().err
     assert "is out of date: its dev.sparkbake.inputs is 0000000000000000..." in err
-    assert "run `nox -s build-image -- fixture`" in err
+    assert f"run `sparkbake --config {variant.config_path} build-image fixture`" in err

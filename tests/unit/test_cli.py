@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkbake import emulation
+from sparkbake import emulation, invocation
 from sparkbake.__main__ import main, parser
 from tests.conftest import versions_yaml
 
@@ -302,3 +302,18 @@ def test_plan_is_exit_2_when_a_stage_is_blocked(
     capsys.readouterr()
     assert main(["--config", str(config_file), "plan", "demo"]) == 2
     assert plan_lines(capsys.readouterr().out)["patch"][1] == "blocked"
+
+
+def test_a_remedy_repeats_the_users_invocation(
+        config_file: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without a smoke record, publish names the smoke command as the user would type it:
+    with their --config; under nox, as a nox session."""
+    assert main(["--config", str(config_file), "releases"]) == 0
+    assert invocation.command("smoke", "demo") == f"sparkbake --config {config_file} smoke demo"
+    monkeypatch.setenv("NOX_CURRENT_SESSION", "publish")
+    assert invocation.command("smoke", "demo") == \
+        f"nox -s smoke -- demo --config {config_file}"
+    invocation.remember_config(Path("versions.yaml"))
+    assert invocation.command("registry", "start", "--port", "5001") == \
+        "nox -s registry -- start --port 5001"

@@ -35,7 +35,7 @@ def test_a_missing_lock_names_the_command_that_makes_it(tmp_path: Path) -> None:
         lock.require_lock(loaded, loaded.tag("t"))
     assert caught.value.exit_code == 2
     assert str(tmp_path / "locks" / "b.amd64.txt") in caught.value.message
-    assert caught.value.remedy == "create it: nox -s lock -- t, and commit it"
+    assert caught.value.remedy == "create it: sparkbake lock t, and commit it"
 
 
 def test_a_base_without_its_python_version_cannot_be_locked(tmp_path: Path) -> None:

@@ -61,7 +61,7 @@ def test_a_patch_tests_lock_made_elsewhere_is_refused_with_the_command(project: 
     with pytest.raises(ConfigError) as caught:
         patchtests.require_lock(loaded, tag, project / "upstream")
     assert "no patch-tests lock for upstream tree" in caught.value.message
-    assert caught.value.remedy == "create it: nox -s lock -- t --patch-tests, and commit it"
+    assert caught.value.remedy == "create it: sparkbake lock t --patch-tests, and commit it"
     path.parent.mkdir(parents=True)
     path.write_text("# patch-tests lock\n# stamp: 0000\npytest==9 \\\n")
     with pytest.raises(ConfigError, match=f"this host: python 3.\\d+, {platform.machine()}"):
@@ -140,7 +140,7 @@ def test_a_runtime_lock_missing_or_made_from_another_file_is_refused(project: Pa
     with pytest.raises(ConfigError) as caught:
         lock.require_runtime_lock(loaded, tag, tree)
     assert caught.value.message == f"no runtime lock for base 'debian' ({path})"
-    assert caught.value.remedy == "create it: nox -s lock -- t, and commit it"
+    assert caught.value.remedy == "create it: sparkbake lock t, and commit it"
     path.parent.mkdir(parents=True)
     path.write_text("# runtime lock\n# from: run.txt=0000000000000000\n")
     with pytest.raises(ConfigError, match=r"run\.txt is not in the upstream's tree"):

@@ -113,7 +113,7 @@ def test_check_smoke_wants_a_passing_record_of_this_image_id(tmp_path: Path) -> 
     tag, record = "production-1.0-unit", tmp_path / "smoke.json"
     with pytest.raises(PublishError, match="no smoke record") as caught:
         registry.check_smoke(record, tag, DIGEST_A)
-    assert "nox -s smoke -- production-1.0-unit" in str(caught.value)
+    assert "sparkbake smoke production-1.0-unit" in str(caught.value)
     assert "--skip-smoke" in str(caught.value)
     record.write_text("{not json")
     with pytest.raises(PublishError, match="unreadable"):

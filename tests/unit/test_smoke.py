@@ -122,7 +122,7 @@ def test_failed_checks_raise_exit_6_naming_them(tmp_path: Path) -> None:
     assert caught.value.exit_code == 6
     assert "env-defaults" in caught.value.message
     assert str(tmp_path / "demo.json") in caught.value.message
-    assert "nox -s build-image -- production-3.73-vision" in caught.value.remedy
+    assert "sparkbake build-image production-3.73-vision" in caught.value.remedy
 
 
 def test_a_gpu_only_failure_points_at_the_gpu_runtime(tmp_path: Path) -> None:
