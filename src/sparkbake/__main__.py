@@ -10,7 +10,7 @@ import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
-from . import cachetrim, housekeeping, pipeline, tagslist
+from . import cachetrim, housekeeping, invocation, pipeline, tagslist
 from . import config as config_mod
 from . import lock as lock_mod
 from .errors import ConfigError, FatalError, UsageError
@@ -234,6 +234,7 @@ def dispatch(args: argparse.Namespace) -> int:
 
 
 def _dispatch(args: argparse.Namespace) -> int:
+    invocation.remember_config(args.config)  # remedies repeat the user's --config
     config = config_mod.load(args.config)
     if args.command == "registry":
         return pipeline.registry_command(config, args.action, args.port)
