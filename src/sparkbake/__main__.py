@@ -19,6 +19,8 @@ from .smoke import Options as SmokeOptions
 
 __all__ = ["main"]
 
+PIPE_CLOSED = 141  # 128 + SIGPIPE: what a shell reports for a command whose reader left
+
 DESCRIPTION = ("Reproducible vLLM images for DGX Spark: fetch a pinned upstream, apply patch "
                "series, build wheels, bake, smoke-test and publish each tag of versions.yaml.")
 # each tag command and what it does (its one-line help)
@@ -202,7 +204,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = None
     try:
         args = parser().parse_args(argv)
-        return dispatch(args)
+        code = dispatch(args)
+        sys.stdout.flush()  # a closed pipe shows here, not at exit where it can't be caught
+        return code
+    except BrokenPipeError:
+        return _pipe_closed()
     except FatalError as exc:
         if args is not None and args.debug:
             traceback.print_exc()
@@ -217,6 +223,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"sparkbake: internal error: {type(exc).__name__}: {exc}\n"
               "  -> rerun with --debug for the traceback, and report it", file=sys.stderr)
         return 1
+
+
+def _pipe_closed() -> int:
+    """The reader of the output left (`sparkbake plan TAG | head -1`): stop quietly with the
+    status of a process ended by SIGPIPE, as cat or grep would. The standard streams point at
+    /dev/null so that Python's flush at exit finds no closed pipe (the Python docs' recipe)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    for stream in (sys.stdout, sys.stderr):
+        os.dup2(devnull, stream.fileno())
+    return PIPE_CLOSED
 
 
 def dispatch(args: argparse.Namespace) -> int:

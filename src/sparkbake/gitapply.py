@@ -8,6 +8,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import patchsyntax
 from .gitwork import Author, Repo
 
 __all__ = ["Header", "Outcome", "attempt", "hunk_at", "read_header", "trailers"]
@@ -31,7 +32,10 @@ class Header:
 
 @dataclass(frozen=True)
 class Outcome:
-    """What happened to one patch. status: applied | offset | three-way | upstream | conflict."""
+    """What happened to one patch.
+
+    status: applied | offset | three-way | upstream | conflict | malformed (git cannot read it).
+    """
 
     status: str
     notes: tuple[str, ...] = ()  # offsets, or the three-way merge
@@ -39,6 +43,7 @@ class Outcome:
     hunk: str = ""  # conflict: its `@@` header
     lines: tuple[str, ...] = ()  # conflict: the hunk's first lines
     markers: tuple[str, ...] = ()  # conflict: files left with three-way conflict markers
+    line: int = 0  # malformed: the line of the patch file git stopped at
 
     @property
     def applied(self) -> bool:
@@ -73,7 +78,7 @@ def attempt(repo: Repo, patch: Path, message: str, author: Author) -> Outcome:
         offsets = _offsets(forward.stderr)
         return Outcome("offset" if offsets else "applied", offsets)
     failure = _failure(patch, forward.stderr)
-    if not _has_index_lines(patch):
+    if failure.status == "malformed" or not _has_index_lines(patch):
         return failure
     merged = repo.git("apply", "--3way", "--whitespace=nowarn", patch, check=False)
     if merged.returncode == 0:
@@ -98,6 +103,8 @@ def _offsets(stderr: str) -> tuple[str, ...]:
 
 
 def _failure(patch: Path, stderr: str) -> Outcome:
+    if corrupt := patchsyntax.from_git(stderr):  # the file is broken, not the upstream
+        return Outcome("malformed", (corrupt.what,), line=corrupt.line)
     if found := FAILED.search(stderr):
         header, lines = hunk_at(patch, found["file"], int(found["line"]))
         return Outcome("conflict", (), found["file"], header, lines)

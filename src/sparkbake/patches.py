@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import gitapply, gitwork, patchlint, remote_patches
+from . import gitapply, gitwork, patchlint, patchsyntax, remote_patches
 from .cache import atomic_dir
 from .config import Upstream
 from .errors import ConfigError, PatchError, UsageError
@@ -131,6 +131,9 @@ def _judge(plan: Plan, series: SeriesInfo, name: str, header: gitapply.Header,
             raise _upstream_error(plan, where)
         echo(f"warning: patch {where} is already in upstream {describe_pin(plan.tag.upstream)}:"
              " skipped (--skip-applied); drop it from the series")
+    elif outcome.status == "malformed":
+        raise malformed_error(_shown(series, name),
+                              patchsyntax.Malformed(outcome.line, outcome.notes[0]))
     elif outcome.status == "conflict":
         where_in = f"{outcome.target}, hunk {outcome.hunk!r}" if outcome.hunk else outcome.target
         raise Conflict(
@@ -211,14 +214,24 @@ def message(header: gitapply.Header, series: str, patch: str) -> str:
 
 
 def check_safety(series: tuple[SeriesInfo, ...], tree: Path | None) -> None:
-    """Refuse patches that reach outside the tree or lack binary data, before any copy."""
+    """Refuse patches that are malformed, reach outside the tree or lack binary data,
+    before any copy."""
     for info in series:
         for name, _sha in info.patches:
+            if found := patchsyntax.check(info.path(name).read_text(errors="replace")):
+                raise malformed_error(_shown(info, name), found)
             problems = patchlint.unsafe(patchlint.read_patch(info.path(name)), tree)
             if problems:
                 line = problems[0].where.rsplit(":", 1)[-1]
                 raise ConfigError(f"{_shown(info, name)}:{line}: {problems[0].what}",
                                   "fix the patch (sparkbake patch-lint lists every problem)")
+
+
+def malformed_error(shown: str, found: patchsyntax.Malformed) -> PatchError:
+    """A patch file git cannot read as its author meant: broken, not in conflict."""
+    return PatchError(f"{shown}:{found.line}: malformed patch (not a conflict): {found.what}",
+                      "remake it with `git format-patch`, or fix that hunk and its @@ line "
+                      "counts (`sparkbake patch-lint` checks every patch)")
 
 
 def _require_fetched(series: tuple[SeriesInfo, ...]) -> None:

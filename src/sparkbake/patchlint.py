@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from . import remote_patches
+from . import patchsyntax, remote_patches
 from .config import Config
 from .errors import ConfigError
 from .plan import make
@@ -200,6 +200,8 @@ def lint_patch(path: Path, trees: list[Path]) -> list[Problem]:
                                 "no description: say what, why, upstream status, when to drop"))
     if not patch.paths:
         problems.append(Problem(f"{path}:1", "no diff in this patch"))
+    if malformed := patchsyntax.check(path.read_text(errors="replace")):
+        problems.append(Problem(f"{path}:{malformed.line}", f"malformed: {malformed.what}"))
     for found in [unsafe(patch, tree) for tree in trees] or [unsafe(patch)]:
         problems += [p for p in found if p not in problems]
     return problems

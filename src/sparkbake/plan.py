@@ -89,6 +89,7 @@ class Plan:
                                                     hash=False)
     # the local version part the wheels carry (wheelversion): "" for a tag without patches
     local_version: str = ""
+    remedies: tuple[str, ...] = ()  # what to do about each of problems, in its order
 
     def key(self, stage: str) -> str:
         return {"fetch": self.fetch_key, "patch": self.patch_key, "kernels": self.kernel_key,
@@ -99,7 +100,7 @@ class Plan:
 
     def require_series(self) -> None:
         if self.problems:
-            raise ConfigError(self.problems[0], "create the series folder (see README: patches)")
+            raise ConfigError(self.problems[0], self.remedies[0])
 
 
 def upstream_pin(upstream: Upstream) -> dict[str, str]:
@@ -150,7 +151,7 @@ def read_series(patches_dir: Path, name: str, build_dir: Path | None = None) -> 
         patch = folder / entry
         if not patch.is_file():
             raise ConfigError(f"{listing}:{number}: patch {entry!r} does not exist",
-                              "add the file or remove the line")
+                              f"add {patch}, or remove line {number} from the series file")
         patches.append((entry, file_sha256(patch)))
     return SeriesInfo(name=name, folder=folder, patches=tuple(patches), remote=tuple(remote))
 
@@ -159,11 +160,13 @@ def make(config: Config, tag: Tag) -> Plan:
     """Compute every key of the tag's pipeline from its inputs alone."""
     series: list[SeriesInfo] = []
     problems: list[str] = []
+    remedies: list[str] = []
     for name in tag.series:
         try:
             series.append(read_series(config.patches_dir, name, config.build_dir))
         except ConfigError as exc:
             problems.append(exc.message)
+            remedies.append(exc.remedy)
     fetch_key = data_hash({"upstream": upstream_pin(tag.upstream)})
     patch_key = data_hash({"fetch": fetch_key, "series": [(s.name, s.patches) for s in series],
                            "missing": problems})
@@ -209,7 +212,8 @@ def make(config: Config, tag: Tag) -> Plan:
     inputs = data_hash({"wheels": wheels_key, **stage_inputs["bake"]})
     return Plan(tag=tag, series=tuple(series), problems=tuple(problems), fetch_key=fetch_key,
                 patch_key=patch_key, kernel_key=kernel_key, wheels_key=wheels_key,
-                inputs=inputs, stage_inputs=stage_inputs, local_version=local)
+                inputs=inputs, stage_inputs=stage_inputs, local_version=local,
+                remedies=tuple(remedies))
 
 
 def locked_sources(config: Config, tag: Tag) -> list[str]:

@@ -20,7 +20,8 @@ from .settings import HostSettings
 __all__ = ["check", "render"]
 
 RESULTS = {"applied": "applies", "offset": "applies with offset", "three-way":
-           "applies (three-way merge)", "upstream": "already upstream", "conflict": "conflicts"}
+           "applies (three-way merge)", "upstream": "already upstream", "conflict": "conflicts",
+           "malformed": "is malformed"}
 
 
 def check(config: Config, tag: Tag, target_key: str, settings: HostSettings) -> int:
@@ -88,4 +89,6 @@ def _detail(outcome: Outcome) -> str:
         return f": {outcome.target}{hunk}{notes}"
     if outcome.status == "offset":
         return ": " + "; ".join(outcome.notes)
+    if outcome.status == "malformed":
+        return f": line {outcome.line}: {outcome.notes[0]}"
     return ""

@@ -12,6 +12,7 @@ from typing import Any
 from . import compile_cache, emulation, resources, thirdparty, wheeloverlay, wheelversion
 from .bases import BaseImage
 from .cache import atomic_dir, scratch_dir
+from .compile_errors import failure_summary
 from .config import Tag
 from .docker_api import Client, build_image, image_exists, run_container
 from .errors import BuildError
@@ -144,7 +145,7 @@ def build(client: Client, request: BuildRequest) -> WheelSet:
                                log_path=request.log, **args, **cache)
         if result.exit_code != 0:
             oom = result.oom_killed or result.exit_code == OOM_EXIT
-            raise _build_failure(request, OOM_EXIT if oom else result.exit_code, result.tail())
+            raise _build_failure(request, OOM_EXIT if oom else result.exit_code, result.output)
         built = json.loads((out / "build-report.json").read_text())
         (out / "build-report.json").unlink()
         if reuse is None:
@@ -249,7 +250,7 @@ def _store_kernels(entry: Path, folder: Path, report: dict[str, Any]) -> None:
     shutil.rmtree(folder / FOR_KERNELS, ignore_errors=True)
 
 
-def _build_failure(request: BuildRequest, exit_code: int, tail: str) -> BuildError:
+def _build_failure(request: BuildRequest, exit_code: int, output: str) -> BuildError:
     name = request.tag.name
     if exit_code == OOM_EXIT:
         return BuildError(
@@ -258,8 +259,10 @@ def _build_failure(request: BuildRequest, exit_code: int, tail: str) -> BuildErr
             f"lower the job count: SPARKBAKE_MAX_JOBS={max(1, request.jobs.max_jobs // 2)} "
             "(or raise SPARKBAKE_GIB_PER_JOB)",
         )
-    return BuildError(f"building wheels for {name} failed (exit {exit_code}); "
-                      f"full log: {request.log}\n{tail}", "fix the error above (see the log)")
+    heading, lines = failure_summary(output)  # the cause, not pip's last words
+    quoted = "".join(f"\n    {line}" for line in lines)
+    return BuildError(f"building wheels for {name} failed (exit {exit_code}); {heading}:"
+                      f"{quoted}\n  full log: {request.log}", "fix the error above (see the log)")
 
 
 def _report(tag: Tag, out: Path, built: dict[str, Any]) -> dict[str, Any]:
