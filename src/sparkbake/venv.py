@@ -91,24 +91,30 @@ def install_only(image: str, platform: str, python: str, wheel_dirs: list[Path],
 
 
 def _settle_shared_files(site: Path, wheel_dirs: list[Path], asked: set[str]) -> None:
-    """A file two distributions' RECORDs list (flashinfer-python ships a `b12x` shim over
-    the b12x package) holds whichever pip wrote last; make it the asked distribution's."""
-    owners: dict[str, list[Path]] = {}
+    """A file two distributions' RECORDs list with different hashes (flashinfer-python ships
+    a `b12x` shim over the b12x package) holds whichever pip wrote last; make it the asked
+    distribution's. One line per pair of distributions says what happened."""
+    owners: dict[str, list[tuple[Path, str]]] = {}
     for record in sorted(site.glob("*.dist-info/RECORD")):
         for row in csv.reader(record.read_text(encoding="utf-8").splitlines()):
             if row and not row[0].startswith("..") and ".dist-info/" not in row[0]:
-                owners.setdefault(row[0], []).append(record.parent)
-    for path, infos in sorted(owners.items()):
-        if len(infos) < 2:
-            continue
-        names = [_dist_name(info) for info in infos]
+                digest = row[1] if len(row) > 1 else ""
+                owners.setdefault(row[0], []).append((record.parent, digest))
+    shared: dict[tuple[str, ...], list[str]] = {}
+    for path, claims in sorted(owners.items()):
+        if len({digest for _, digest in claims}) < 2:
+            continue  # one distribution, or the same bytes in each
+        infos = [info for info, _ in claims]
         keep = next((info for info in infos if _dist_name(info) in asked), None)
-        if keep is None:
-            echo(f"bake: {path} is in {' and '.join(names)}; pip's last copy stays")
-            continue
-        (site / path).write_bytes(_wheel_member(keep, wheel_dirs, path))
-        echo(f"bake: {path} is in {' and '.join(names)}; {_dist_name(keep)}'s copy is kept "
-             "(the tag asks for it)")
+        if keep is not None:
+            (site / path).write_bytes(_wheel_member(keep, wheel_dirs, path))
+        key = (*sorted(_dist_name(info) for info in infos), _dist_name(keep) if keep else "")
+        shared.setdefault(key, []).append(path)
+    for (*names, kept), paths in shared.items():
+        outcome = (f"{kept}'s copies are kept (the tag asks for it)" if kept
+                   else "pip's last copies stay; pin or ask for the one to keep")
+        echo(f"bake: {' and '.join(names)} hold {len(paths)} same-named file(s) with other "
+             f"bytes ({', '.join(paths[:2])}{', ...' if len(paths) > 2 else ''}); {outcome}")
 
 
 def _dist_name(info: Path) -> str:

@@ -9,6 +9,7 @@ import pytest
 
 from sparkbake import venv
 from sparkbake.errors import BakeError
+from sparkbake.hashing import record_hash
 
 SHIM = b"# flashinfer's b12x shim\n"
 REAL = b"# the b12x package\n"
@@ -20,7 +21,7 @@ def installed(site: Path, dist: str, version: str, files: dict[str, bytes]) -> N
     for path, data in files.items():
         (site / path).parent.mkdir(parents=True, exist_ok=True)
         (site / path).write_bytes(data)
-    (info / "RECORD").write_text("".join(f"{path},sha256=x,{len(data)}\n"
+    (info / "RECORD").write_text("".join(f"{path},{record_hash(data)},{len(data)}\n"
                                          for path, data in files.items())
                                  + f"{info.name}/RECORD,,\n")
 
@@ -47,7 +48,8 @@ def test_the_asked_distributions_copy_is_kept(
         site: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     venv._settle_shared_files(site, [wheelhouse(tmp_path)], {"b12x"})
     assert (site / "b12x/__init__.py").read_bytes() == REAL
-    assert "b12x/__init__.py is in b12x and flashinfer-python; b12x's copy is kept" in \
+    assert ("bake: b12x and flashinfer-python hold 1 same-named file(s) with other bytes "
+            "(b12x/__init__.py); b12x's copies are kept (the tag asks for it)") in \
         capsys.readouterr().err
 
 
@@ -55,7 +57,8 @@ def test_an_overlap_of_unasked_distributions_is_reported_and_left(
         site: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     venv._settle_shared_files(site, [wheelhouse(tmp_path)], set())
     assert (site / "b12x/__init__.py").read_bytes() == SHIM
-    assert "b12x/__init__.py is in b12x and flashinfer-python; pip's last copy stays" in \
+    assert ("b12x and flashinfer-python hold 1 same-named file(s) with other bytes "
+            "(b12x/__init__.py); pip's last copies stay; pin or ask for the one to keep") in \
         capsys.readouterr().err
 
 
@@ -65,3 +68,12 @@ def test_the_asked_wheel_missing_from_the_wheelhouse_is_a_bake_error(
     empty.mkdir()
     with pytest.raises(BakeError, match=r"the wheel of b12x-1\.5\.1 is not in"):
         venv._settle_shared_files(site, [empty], {"b12x"})
+
+
+def test_the_same_bytes_in_two_distributions_are_no_conflict(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    site = tmp_path / "site"
+    installed(site, "one", "1.0", {"build_backend.py": b"same\n", "one/__init__.py": b""})
+    installed(site, "two", "1.0", {"build_backend.py": b"same\n", "two/__init__.py": b""})
+    venv._settle_shared_files(site, [], set())
+    assert capsys.readouterr().err == ""
