@@ -23,11 +23,19 @@ def tests(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff and mypy --strict on sources, tests and this file; patch-lint on patches/."""
+    """ruff and mypy --strict on sources, tests, this file and the docs generator; patch-lint."""
     session.install(".[lint]")
-    session.run("ruff", "check", "src", "tests", "noxfile.py")
-    session.run("mypy", "--strict", "src", "tests", "noxfile.py")
+    session.run("ruff", "check", "src", "tests", "noxfile.py", "docs")
+    session.run("mypy", "--strict", "src", "tests", "noxfile.py", "docs/gen_pages.py")
     session.run("sparkbake", "patch-lint")
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """The manual: pages generated from images/ and benchmarks/, then mkdocs --strict."""
+    session.install("mkdocs==1.6.1")
+    session.run("python", "docs/gen_pages.py")
+    session.run("mkdocs", "build", "--strict", "--site-dir", "build/site")
 
 
 @nox.session

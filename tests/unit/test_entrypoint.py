@@ -16,8 +16,9 @@ import pytest
 from sparkbake import config, envfile, preflight, resources
 from tests.nodeenv import ENV_DIR, HEAD_IP, reference_command, write_sysctls
 
+from .test_docs import ROOT, page_section
+
 SCRIPT = resources.path("entrypoint.py")
-README = Path(__file__).parents[2] / "README.md"
 
 # With MODEL alone: the fixed flags of the model family and the defaults, in order.
 BASELINE = [
@@ -184,8 +185,8 @@ def test_the_entrypoint_variables_are_the_flag_variables_of_the_rules() -> None:
     assert flagged == set(entrypoint().VARIABLES)
 
 
-def test_readme_documents_every_variable_in_its_entrypoint_section() -> None:
-    section = README.read_text().split("## Entrypoint", 1)[1].split("\n## ", 1)[0]
+def test_the_docs_document_every_variable_in_the_entrypoint_section() -> None:
+    section = page_section("reference/environment.md", "Entrypoint")
     documented = set(re.findall(r"`([A-Z][A-Z0-9_]+)`", section))
     assert set(entrypoint().VARIABLES) <= documented
 
@@ -258,7 +259,7 @@ def with_capabilities(image_env: dict[str, str], tag: str = "production-3.73-vis
                       ) -> dict[str, str]:
     """image_env whose manifest declares the tag's capabilities, as the bake writes them."""
     manifest = Path(image_env["SPARKBAKE_MANIFEST"])
-    declared = config.load(README.parent / "versions.yaml").tags[tag].capabilities
+    declared = config.load(ROOT / "versions.yaml").tags[tag].capabilities
     assert declared is not None
     manifest.write_text(json.dumps({**json.loads(manifest.read_text()),
                                     "capabilities": declared.as_dict()}))

@@ -1,0 +1,167 @@
+"""The manual's pages made from data, and the figures its pages quote from benchmarks/.
+
+Run as a script (`python docs/gen_pages.py [--out DIR]`, the `docs` nox session does) it
+writes reference/preflight-rules.md from images/preflight.json and reference/benchmarks.md
+from benchmarks/*.json. Loaded by mkdocs as a hook (mkdocs.yml `hooks:`), it replaces each
+`{{ FILE.json: KEY.PATH }}` in a page with that value of benchmarks/FILE.json, so a measured
+figure is quoted from its file, never retyped; an unknown file or key stops the build.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+RULES = ROOT / "images" / "preflight.json"
+BENCHMARKS = ROOT / "benchmarks"
+QUOTE = re.compile(r"\{\{\s*([\w.-]+\.json):\s*([\w.]+)\s*\}\}")
+
+PREFLIGHT_INTRO = """\
+# Preflight rules
+
+Generated from `images/preflight.json` by `docs/gen_pages.py`: edit the rules there, not
+here. How the rules are read and where they run: [Preflight](preflight.md). A rule is
+`error` (the entrypoint refuses to start, `check-env` exits 2) or `warning` (printed).
+`{NAME}` and `{expression}` in a message or reason are filled in from the node's values.
+"""
+
+VARIABLES_INTRO = """\
+Every variable the rules know (`variables`): its type, its use (`flag`: the entrypoint makes
+a `vllm serve` flag of it; `env`: read by vLLM or the series; `launcher`: for the launcher on
+the host, the image ignores it; `sparkbake`: read by the entrypoint's preflight) and, where a
+rule needs it, what an unset one means."""
+
+SYSCTL = {"min": "{name} < {limit}", "max": "{name} > {limit}",
+          "max-nonzero": "{name} not in 1 … {limit}"}
+CHECKS = {
+    "types": "a known variable's value is not of its type (see the variables below)",
+    "backends": "{variables} is not a backend name the image's vLLM version knows",
+    "backend-packages": "{variables} names a backend whose Python module the image lacks",
+    "typos": "a variable no table knows is close to one that is (similarity {cutoff} or more)",
+}
+
+
+def cell(text: object) -> str:
+    """Text made safe for one cell of a Markdown table."""
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def code(text: object) -> str:
+    """Inline code for a table cell; backquotes inside become plain quotes."""
+    return "`" + cell(text).replace("`", "'") + "`"
+
+
+def trigger(rule: dict[str, Any]) -> str:
+    """What makes the rule fire: its `when` expression, or its check's own condition."""
+    if "when" in rule:
+        return code(rule["when"])
+    if rule.get("check") == "sysctls":
+        limits = [SYSCTL[kind].format(name=code(name), limit=limit)
+                  for name, limit, kind in rule["sysctls"]]
+        return ", ".join(limits) + " (or `/proc/sys` unreadable)"
+    described = CHECKS[rule["check"]]
+    names = ", ".join(code(name) for name in rule.get("variables", {}))
+    return cell(described.format(variables=names, cutoff=rule.get("cutoff", "")))
+
+
+def rule_rows(rules: list[dict[str, Any]]) -> list[str]:
+    """The rules' table: id, level, what triggers it, its message and its reason."""
+    rows = ["| rule | level | fires when | message | reason |", "|---|---|---|---|---|"]
+    for rule in rules:
+        at = f" (at {code(rule['at'])})" if "at" in rule else ""
+        rows.append(f"| `{rule['id']}` | {rule['level']} | {trigger(rule)}{at} | "
+                    f"{code(rule['message'])} | {cell(rule['reason'])} |")
+    return rows
+
+
+def variable_rows(variables: dict[str, dict[str, Any]]) -> list[str]:
+    """The known variables' table: name, type, use and what an unset one means."""
+    rows = ["| variable | type | use | unset means |", "|---|---|---|---|"]
+    for name, spec in variables.items():
+        unset = code(spec["unset_means"]) if "unset_means" in spec else ""
+        rows.append(f"| `{name}` | {spec['type']} | {spec['use']} | {unset} |")
+    return rows
+
+
+def preflight_page(data: dict[str, Any]) -> str:
+    """reference/preflight-rules.md: every rule, then every variable the rules know."""
+    parts = [PREFLIGHT_INTRO, "## Rules", "", *rule_rows(data["rules"]), "",
+             "## Variables", "", VARIABLES_INTRO, "", *variable_rows(data["variables"]), ""]
+    return "\n".join(parts)
+
+
+def flatten(value: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    """A JSON value as (dotted key, leaf) pairs; lists of plain values are one leaf."""
+    if isinstance(value, dict):
+        return [pair for key, item in value.items()
+                for pair in flatten(item, f"{prefix}.{key}" if prefix else key)]
+    return [(prefix, value)]
+
+
+def shown(value: Any) -> str:
+    """A leaf as the pages print it: numbers as they are, lists comma-separated."""
+    if isinstance(value, list):
+        return ", ".join(shown(item) for item in value)
+    return str(value)
+
+
+def benchmark_section(path: Path) -> list[str]:
+    """One benchmark file's heading and every figure in it."""
+    data = json.loads(path.read_text())
+    rows = [f"## {path.stem}", "", f"`benchmarks/{path.name}`: {data.get('benchmark', '')}", "",
+            "| key | value |", "|---|---|"]
+    rows += [f"| `{key}` | {cell(shown(value))} |" for key, value in flatten(data)
+             if key != "benchmark"]
+    return [*rows, ""]
+
+
+def benchmarks_page(files: list[Path]) -> str:
+    """reference/benchmarks.md: every file of benchmarks/, figure by figure."""
+    intro = ["# Benchmarks", "",
+             "Generated from `benchmarks/*.json` by `docs/gen_pages.py`; each file is written by "
+             "its nox session (see [Develop and test](../how-to/develop.md#benchmarks)) with the "
+             "machine it ran on. The other pages quote their figures from these files.", ""]
+    return "\n".join(intro + [line for path in files for line in benchmark_section(path)])
+
+
+def quote(name: str, key: str) -> str:
+    """The value at KEY of benchmarks/NAME, as a page prints it."""
+    value: Any = json.loads((BENCHMARKS / name).read_text())
+    for part in key.split("."):
+        if not isinstance(value, dict) or part not in value:
+            raise KeyError(f"benchmarks/{name} has no {key}")
+        value = value[part]
+    return shown(value)
+
+
+def on_page_markdown(markdown: str, **_: object) -> str:
+    """mkdocs hook: every `{{ FILE.json: KEY }}` replaced by its value."""
+    return QUOTE.sub(lambda match: quote(match.group(1), match.group(2)), markdown)
+
+
+def write_pages(out: Path) -> list[Path]:
+    """Both generated pages under OUT (the docs folder); returns their paths."""
+    pages = {
+        out / "reference" / "preflight-rules.md": preflight_page(json.loads(RULES.read_text())),
+        out / "reference" / "benchmarks.md": benchmarks_page(sorted(BENCHMARKS.glob("*.json"))),
+    }
+    for path, text in pages.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return list(pages)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent,
+                        help="the docs folder to write into (default: this one)")
+    for path in write_pages(parser.parse_args().out):
+        print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,72 @@
+"""The README is one screen's entry to docs/; the pages made from data cover all of it."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).parents[2]
+README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def gen_pages() -> ModuleType:
+    """docs/gen_pages.py, the generator and mkdocs hook, loaded as a module."""
+    spec = importlib.util.spec_from_file_location("gen_pages", DOCS / "gen_pages.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def page_section(page: str, heading: str) -> str:
+    """The text under `## heading` of docs/PAGE, up to the next `## ` heading."""
+    text = (DOCS / page).read_text()
+    return text.split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_readme_fits_on_two_screens() -> None:
+    assert len(README.read_text().splitlines()) < 200
+
+
+def test_every_relative_link_of_the_readme_names_a_file_of_the_repository() -> None:
+    targets = [t for t in LINK.findall(README.read_text())
+               if not re.match(r"[a-z]+:", t) and not t.startswith("#")]
+    assert targets, "the README links into docs/"
+    missing = [t for t in targets if not (ROOT / t.split("#", 1)[0]).exists()]
+    assert missing == []
+
+
+def test_the_preflight_page_lists_every_rule_of_preflight_json(tmp_path: Path) -> None:
+    [rules, _] = gen_pages().write_pages(tmp_path)
+    listed = re.findall(r"^\| `([a-z0-9-]+)` \| (error|warning) \|", rules.read_text(),
+                        re.MULTILINE)
+    data = json.loads((ROOT / "images" / "preflight.json").read_text())
+    assert listed == [(rule["id"], rule["level"]) for rule in data["rules"]]
+
+
+def test_the_benchmarks_page_has_a_section_per_file(tmp_path: Path) -> None:
+    [_, benchmarks] = gen_pages().write_pages(tmp_path)
+    text = benchmarks.read_text()
+    for path in (ROOT / "benchmarks").glob("*.json"):
+        assert f"## {path.stem}\n" in text
+
+
+def test_every_quoted_figure_names_a_value_of_its_benchmark_file() -> None:
+    module = gen_pages()
+    quotes = [match for page in DOCS.rglob("*.md")
+              for match in module.QUOTE.finditer(page.read_text())]
+    assert quotes
+    for match in quotes:
+        assert module.on_page_markdown(match.group(0)) != match.group(0)
+
+
+def test_a_quote_of_a_missing_key_stops_the_build() -> None:
+    with pytest.raises(KeyError, match=r"patch-apply\.json has no results\.nothing"):
+        gen_pages().on_page_markdown("{{ patch-apply.json: results.nothing }}")
