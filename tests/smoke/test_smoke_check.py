@@ -130,6 +130,8 @@ def make_fake_image(root: Path, devices: int = 0, capability: int = 0,
                     package: str = "smokekern", offset: str = "0.0f") -> FakeImage:
     init = TINYKERN_INIT.read_text() if package == "tinykern" else SMOKEKERN_INIT
     folder = install_distribution(root / SITE, package, init)
+    if package == "tinykern":  # its __init__ imports the version module the build writes
+        shutil.copy(TINYKERN_INIT.with_name("_version.py"), folder / "_version.py")
     compile_kernel(folder / "_kernels.so", devices, capability, offset)
     kernel_sha = hashlib.sha256((folder / "_kernels.so").read_bytes()).hexdigest()
     upstream = {"kind": "dir", "path": "upstream", "tree": "cd" * 32}
