@@ -44,7 +44,7 @@ def connect() -> Client:
     except (docker.errors.DockerException, requests.RequestException) as exc:
         raise EngineError(
             f"no Docker engine answers ({str(exc).splitlines()[0][:160]})",
-            "start one (e.g. `dockerd &` as root, see README) or set DOCKER_HOST",
+            "start one (e.g. `dockerd &` as root, see docs/tutorial.md) or set DOCKER_HOST",
         ) from exc
     return client
 

@@ -57,7 +57,7 @@ def parse(text: str, path: Path) -> EnvFile:
         except _LineError as exc:
             raise ConfigError(f"{path}:{number}: {exc}: {line.strip()[:60]!r}",
                               "write NAME=VALUE pairs; quote values with spaces "
-                              "(see README: Preflight)") from None
+                              "(see docs/reference/preflight.md)") from None
         for name, value in pairs:
             if name in lines:
                 repeated.append((name, lines[name], number))

@@ -139,7 +139,7 @@ def _judge(plan: Plan, series: SeriesInfo, name: str, header: gitapply.Header,
         raise Conflict(
             f"tag {plan.tag.name}: patch {where} does not apply to {plan.tag.upstream.key} "
             f"({describe_pin(plan.tag.upstream)}): {where_in}",
-            f"{_refresh(series, name)} (README: Patches); the partial tree is kept for "
+            f"{_refresh(series, name)} (docs/how-to/patches.md); the partial tree is kept for "
             "inspection", conflict_report(plan, series, name, header.subject, outcome),
             series.name,
             header.author)

@@ -253,7 +253,7 @@ def lint(config: Config) -> int:
         echo(str(problem))
     if problems:
         raise ConfigError(f"patch-lint: {len(problems)} problem(s) in {config.patches_dir}",
-                          "fix each file:line above (README: Patches)")
+                          "fix each file:line above (docs/how-to/patches.md)")
     echo(f"patch-lint: {len(folders)} series, {count} patches: ok")
     return 0
 

@@ -25,7 +25,7 @@ __all__ = ["CACHE", "RemotePatch", "fetch", "is_remote", "missing", "parse"]
 CACHE = "remote-patches"  # under build/: one <sha256>.patch per remote patch
 SCHEMES = ("https", "http")  # http too: the sha256 pin is the integrity check
 SHA256 = re.compile(r"sha256=([0-9a-f]{64})")
-SYNTAX = "write `URL sha256=<64 hex>` (README: Series format)"
+SYNTAX = "write `URL sha256=<64 hex>` (docs/how-to/patches.md)"
 
 
 @dataclass(frozen=True)

@@ -111,7 +111,7 @@ def check_options(options: Options) -> None:
                          "give the model's folder on this host; it is mounted at /model")
     if options.serve_env is not None and not options.serve_env.is_file():
         raise UsageError(f"--serve-env {options.serve_env}: no such file",
-                         "give a node .env file (README: Smoke)")
+                         "give a node .env file (docs/reference/smoke.md)")
 
 
 def require_image(client: docker_api.Client, plan: Plan) -> tuple[str, dict[str, Any]]:

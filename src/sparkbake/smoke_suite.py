@@ -69,7 +69,7 @@ def find(config: Config, tag: Tag) -> Path:
         f"{config.path}: tag {tag.name}: smoke suite {tag.smoke!r} is neither {project} "
         f"nor {shipped}",
         f"name one of {', '.join(known(config)) or 'none'} in `smoke:`, or create "
-        f"{project}/ with accept/ and reject/ .env files (README: Smoke)")
+        f"{project}/ with accept/ and reject/ .env files (docs/reference/smoke.md)")
 
 
 def load(config: Config, tag: Tag) -> Suite:
@@ -109,7 +109,8 @@ def _reject(path: Path) -> Sample:
                   if (match := EXPECT.match(line)) for rule in match.group(1).split())
     if not rules:
         raise ConfigError(f"{path}: a reject sample names the preflight rules it breaks",
-                          "add a line `# expect: RULE` (rule ids: README, Preflight)")
+                          "add a line `# expect: RULE` (rule ids: "
+                          "docs/reference/preflight-rules.md)")
     return Sample(_name(path), path, env_file.values, rules=rules)
 
 

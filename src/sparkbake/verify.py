@@ -83,7 +83,8 @@ def conclude(config: Config, plan: Plan, report: dict[str, Any]) -> str:
         raise ReproducibilityError(
             f"{plan.tag.name} rebuilt as {report['rebuilt']}, not {report['original']}: "
             f"{summary(report)}",
-            f"the report: {path}; make what it names deterministic (README: Reproducibility)")
+            f"the report: {path}; make what it names deterministic "
+            "(docs/explanation/reproducibility.md)")
     return f"verified {plan.tag.name}: a clean rebuild gives {report['rebuilt']}, bit for bit"
 
 

@@ -111,7 +111,7 @@ class Where:
             spot = self(parent, key) if parent is not None else self(value)
             raise ConfigError(
                 f"{spot}: {what} must be a mapping, not {kind_of(value)}",
-                "see the versions.yaml format in README.md",
+                "see docs/reference/versions-yaml.md",
             )
         for name in value:
             if allowed is not None and name not in allowed:
@@ -124,7 +124,7 @@ class Where:
             if name not in value:
                 raise ConfigError(
                     f"{self(value)}: {what} lacks the key {name!r}",
-                    f"add '{name}:' (see README.md)",
+                    f"add '{name}:' (see docs/reference/versions-yaml.md)",
                 )
         return value
 

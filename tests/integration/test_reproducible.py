@@ -238,7 +238,7 @@ def test_verify_finds_and_names_a_planted_non_determinism(
     assert "fixture rebuilt as sha256:" in error[0]
     assert "tinykern/_stamp.py" in error[0]  # located: the file that differs
     assert "(sparkbake: /opt/venv: tinykern Python (patched tree" in error[0]  # its layer
-    assert "README: Reproducibility" in error[1]
+    assert "docs/explanation/reproducibility.md" in error[1]
     report = json.loads((planted.root / "build" / "verify" / "fixture.json").read_text())
     assert report["equal"] is False
     venv = next(layer for layer in report["layers"] if "tinykern Python" in layer["made_by"])

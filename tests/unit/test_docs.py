@@ -70,3 +70,15 @@ def test_every_quoted_figure_names_a_value_of_its_benchmark_file() -> None:
 def test_a_quote_of_a_missing_key_stops_the_build() -> None:
     with pytest.raises(KeyError, match=r"patch-apply\.json has no results\.nothing"):
         gen_pages().on_page_markdown("{{ patch-apply.json: results.nothing }}")
+
+
+def test_every_page_a_message_names_exists() -> None:
+    """An error's remedy that names docs/<page>.md names a page of the manual (or one the
+    docs session generates)."""
+    generator = (DOCS / "gen_pages.py").read_text()
+    named = {match for source in [*(ROOT / "src").rglob("*.py"), *(ROOT / "images").glob("*.py")]
+             for match in re.findall(r"docs/[a-z/-]+\.md", source.read_text())}
+    assert named  # the messages do name pages
+    missing = [page for page in sorted(named)
+               if not (ROOT / page).is_file() and Path(page).name not in generator]
+    assert missing == []

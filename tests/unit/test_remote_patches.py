@@ -68,7 +68,7 @@ def test_a_bad_remote_line_is_a_config_error_at_its_file_and_line(
     assert info.value.exit_code == 2
     assert info.value.message.startswith(f"{listing}:3: ")
     assert what in info.value.message
-    assert "README: Series format" in info.value.remedy
+    assert "docs/how-to/patches.md" in info.value.remedy
 
 
 @pytest.mark.parametrize(("line", "what"), BAD_LINES)
