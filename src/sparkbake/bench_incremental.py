@@ -128,10 +128,8 @@ def _layers(loaded: config_mod.Config, tag: config_mod.Tag) -> list[dict[str, An
     assert image is not None
     manifest = layout.read_json(image.digest)
     config = layout.read_json(manifest["config"]["digest"])
-    made_by = [h.get("created_by", "") for h in config.get("history", [])
-               if not h.get("empty_layer")]
     return [{"digest": layer["digest"], "size": layer["size"],
-             "what": made_by[index] if index < len(made_by) else ""}
+             "what": oci.made_by(config, index)}
             for index, layer in enumerate(manifest["layers"])]
 
 

@@ -94,18 +94,18 @@ def require_runtime_lock(config: Config, tag: Tag, tree: Path) -> Path | None:
     if not path.is_file():
         raise ConfigError(f"no runtime lock for base {tag.runtime.name!r} ({path})",
                           f"create it: {remedy}")
-    if _runtime_origin(tag, tree, wanted) not in path.read_text().splitlines()[:3]:
+    if _runtime_origin(tag, tree, wanted)[0] not in path.read_text().splitlines()[:3]:
         raise ConfigError(f"{path} was made from another {wanted} than this tree's, or for "
                           f"other extras or pins than tag {tag.name}'s", f"remake it: {remedy}")
     return path
 
 
-def _runtime_origin(tag: Tag, tree: Path, wanted: str) -> str:
-    """The runtime lock's `# from:` line: the upstream's requirement file, and the tag's
-    extras and pins where it has them."""
-    machine = ARCHES.get(tag.platform, tag.platform)
-    return (f"# from: {wanted}={_sha(tree / wanted)}"
-            f"{requirements.stamp(tag, tree, wanted, machine)}")
+def _runtime_origin(tag: Tag, tree: Path, wanted: str) -> tuple[str, str]:
+    """The runtime lock's `# from:` line (the upstream's requirement file, and the tag's
+    extras and pins where it has them), and the extras' and pins' requirement text."""
+    digest = _sha(tree / wanted)  # first: a missing file is named as such
+    added = requirements.input_text(tag, tree, wanted, ARCHES.get(tag.platform, ""))
+    return f"# from: {wanted}={digest}{requirements.stamp(tag, added)}", added
 
 
 def _sha(path: Path) -> str:
@@ -155,8 +155,7 @@ def resolve(config: Config, tag: Tag, settings: HostSettings,
     if missing_only and runtime is not None and runtime.is_file():
         runtime = None
     if runtime is not None and wanted is not None and tree is not None:
-        origin = _runtime_origin(tag, tree, wanted)
-        added = requirements.input_text(tag, tree, wanted, ARCHES.get(tag.platform, ""))
+        origin, added = _runtime_origin(tag, tree, wanted)
         with tempfile.TemporaryDirectory() as scratch:
             asked = Path(scratch) / "asked.txt"  # the extras' requirements and the pins
             asked.write_text(added)

@@ -26,8 +26,8 @@ from .cache import atomic_write
 from .layers import MEDIA_TYPE as LAYER_TYPE
 
 __all__ = ["CONFIG_TYPE", "FORMAT", "INDEX_TYPE", "LAYER_TYPE", "MANIFEST_TYPE", "REF_NAME",
-           "ConfigChange", "Descriptor", "Layout", "canonical", "image_config", "manifest",
-           "rfc3339", "write_docker_archive"]
+           "ConfigChange", "Descriptor", "Layout", "canonical", "image_config", "made_by",
+           "manifest", "rfc3339", "write_docker_archive"]
 
 FORMAT = 3  # raise when the bake writes other bytes for the same inputs
 MANIFEST_TYPE = "application/vnd.oci.image.manifest.v1+json"
@@ -227,3 +227,11 @@ def write_docker_archive(layout: Layout, image: Descriptor, ref: str, dest: Path
         info = tarfile.TarInfo("manifest.json")
         info.size = len(data)
         tar.addfile(info, io.BytesIO(data))
+
+
+def made_by(config: dict[str, Any], index: int) -> str:
+    """The history line of the index-th layer (history entries with empty_layer skip none)."""
+    made = [h for h in config.get("history") or [] if not h.get("empty_layer")]
+    if index < len(made):
+        return str(made[index].get("created_by") or made[index].get("comment") or "")
+    return ""

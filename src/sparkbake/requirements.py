@@ -77,6 +77,8 @@ def input_text(tag: Tag, tree: Path, requirement_file: str, machine: str) -> str
     """The lock's second input: the extras' requirements and the pins, each pin checked
     against the upstream's requirement file for Linux/machine (exit 2 naming both when
     they disagree)."""
+    if not tag.extras.items and not tag.pins.items:
+        return ""
     wanted = asked(tag, tree)
     upstream = _requirements(tree / requirement_file, tree)
     environment = {str(key): str(value) for key, value in default_environment().items()}
@@ -113,9 +115,9 @@ def _requirements(path: Path, tree: Path) -> list[tuple[str, Requirement]]:
     return found
 
 
-def stamp(tag: Tag, tree: Path, requirement_file: str, machine: str) -> str:
-    """The extras and pins part of the lock's `# from:` line; "" when the tag has neither."""
+def stamp(tag: Tag, text: str) -> str:
+    """The extras and pins part of the lock's `# from:` line, from input_text's text; ""
+    when the tag has neither."""
     if not tag.extras.items and not tag.pins.items:
         return ""
-    text = input_text(tag, tree, requirement_file, machine)
     return f" extras={','.join(tag.extras.items) or '-'} asked={data_hash(text)[:16]}"

@@ -129,7 +129,7 @@ def _layer_change(index: int, original: Side, rebuilt: Side, docs: list[dict[str
     if blobs[0] and blobs[1] and blobs[0]["digest"] == blobs[1]["digest"]:
         return None
     change: dict[str, Any] = {
-        "index": index, "made_by": _made_by(configs[1] if blobs[1] else configs[0], index),
+        "index": index, "made_by": oci.made_by(configs[1] if blobs[1] else configs[0], index),
         **{name: {"digest": blob["digest"], "size": blob["size"]} if blob else None
            for name, blob in zip(("original", "rebuilt"), blobs, strict=True)},
         "files": [],
@@ -140,14 +140,6 @@ def _layer_change(index: int, original: Side, rebuilt: Side, docs: list[dict[str
         if not change["files"]:
             change["note"] = _same_files_note(configs, index)
     return change
-
-
-def _made_by(config: dict[str, Any], index: int) -> str:
-    """The history line of the index-th layer (history entries with empty_layer skip none)."""
-    made = [h for h in config.get("history") or [] if not h.get("empty_layer")]
-    if index < len(made):
-        return str(made[index].get("created_by") or made[index].get("comment") or "")
-    return ""
 
 
 def _file_changes(old: dict[str, layers.Entry],

@@ -122,7 +122,8 @@ def test_the_runtime_lock_is_stale_when_the_extras_or_pins_change(tmp_path: Path
     path.write_text(f"# runtime lock\n{origin}\n")
     with pytest.raises(ConfigError, match="for other extras or pins than tag t's"):
         lock.require_runtime_lock(loaded, tag, tree)
-    stamp = requirements.stamp(tag, tree, "requirements/cuda.txt", "aarch64")
+    stamp = requirements.stamp(
+        tag, requirements.input_text(tag, tree, "requirements/cuda.txt", "aarch64"))
     assert stamp.startswith(" extras=b12x asked=")
     path.write_text(f"# runtime lock\n{origin}{stamp}\n")
     assert lock.require_runtime_lock(loaded, tag, tree) == path
