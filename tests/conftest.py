@@ -41,6 +41,10 @@ class Project:
     def sparkbake(self, *args: str) -> int:
         return main(["--config", str(self.config_path), *args])
 
+    def log(self, tag: str, stage: str) -> str:
+        """The full output of a stage's last run: build/logs/<tag>/<stage>.log."""
+        return (self.root / "build" / "logs" / tag / f"{stage}.log").read_text()
+
 
 VERSIONS_HEAD = """\
 schema: 1

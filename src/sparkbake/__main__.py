@@ -10,7 +10,7 @@ import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
-from . import cachetrim, housekeeping, invocation, pipeline, tagslist
+from . import cachetrim, console, housekeeping, invocation, pipeline, tagslist
 from . import config as config_mod
 from . import lock as lock_mod
 from .errors import ConfigError, FatalError, UsageError
@@ -40,6 +40,9 @@ TAG_COMMANDS = {
 }
 
 
+STAGE_COMMANDS = ("fetch", "patch", "wheels", "build-image")
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         raise UsageError(message, f"run `{self.prog} --help`")
@@ -50,6 +53,12 @@ def parser() -> argparse.ArgumentParser:
     top.add_argument("--config", type=Path, default=Path("versions.yaml"),
                      help="versions.yaml to use (default: ./versions.yaml)")
     top.add_argument("--debug", action="store_true", help="show tracebacks")
+    loudness = top.add_mutually_exclusive_group()
+    loudness.add_argument("-v", "--verbose", action="store_true",
+                          help="stream every command's output as it runs (it is always in "
+                               "build/logs/TAG/STAGE.log)")
+    loudness.add_argument("-q", "--quiet", action="store_true",
+                          help="print only errors and the result")
     top.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     commands = top.add_subparsers(dest="command", required=True, parser_class=_Parser)
     tags = commands.add_parser("tags", help="every tag: platform, series, built, smoked, "
@@ -80,6 +89,12 @@ def parser() -> argparse.ArgumentParser:
                              help="compare with this manifest digest instead of build/oci's")
         if name in ("patch", "wheels", "build-image"):
             _patch_options(sub, maintainer=name == "patch")
+        if name in STAGE_COMMANDS:
+            sub.add_argument("--json", action="store_true",
+                             help="print the result and each stage's state as JSON on stdout")
+        if name == "build-image":
+            sub.add_argument("--metadata-file", type=Path, metavar="FILE",
+                             help="also write the result as JSON to FILE (as buildx does)")
         if name in ("wheels", "build-image", "verify"):
             sub.add_argument("--locked", action="store_true",
                              help="refuse a missing lock instead of making it (as CI does)")
@@ -198,12 +213,17 @@ def _common(sub: argparse.ArgumentParser) -> None:
     sub.add_argument("--config", type=Path, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     sub.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                      help=argparse.SUPPRESS)
+    sub.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                     help=argparse.SUPPRESS)
+    sub.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
+                     help=argparse.SUPPRESS)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = None
     try:
         args = parser().parse_args(argv)
+        console.configure(_verbosity(args))
         code = dispatch(args)
         sys.stdout.flush()  # a closed pipe shows here, not at exit where it can't be caught
         return code
@@ -223,6 +243,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"sparkbake: internal error: {type(exc).__name__}: {exc}\n"
               "  -> rerun with --debug for the traceback, and report it", file=sys.stderr)
         return 1
+
+
+def _verbosity(args: argparse.Namespace) -> console.Verbosity:
+    if getattr(args, "verbose", False) and getattr(args, "quiet", False):
+        raise UsageError("-v and -q say opposite things", "give one of them")
+    if getattr(args, "verbose", False):
+        return console.Verbosity.VERBOSE
+    return console.Verbosity.QUIET if getattr(args, "quiet", False) else console.Verbosity.NORMAL
 
 
 def _pipe_closed() -> int:
@@ -297,7 +325,8 @@ def _dispatch(args: argparse.Namespace) -> int:
     options = PatchOptions(skip_applied=getattr(args, "skip_applied", False),
                            keep=getattr(args, "keep", False),
                            checkout=getattr(args, "checkout", None))
-    return pipeline.run_until(config, tag, stage=args.command, options=options)
+    output = pipeline.Output(json=args.json, metadata_file=getattr(args, "metadata_file", None))
+    return pipeline.run_until(config, tag, stage=args.command, options=options, output=output)
 
 
 def _series_command(config: config_mod.Config, args: argparse.Namespace) -> int:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from . import console
 from .config import CompileCache
 from .docker_api import Client, started_container
 from .errors import EngineError
@@ -85,8 +86,8 @@ def reachable(backend: Backend) -> Backend:
     problem = probe(backend.redis)
     if problem is None:
         return backend
-    echo(f"warning: compile cache: Redis {public_url(backend.redis)} does not answer ({problem}); "
-         f"using the local cache {backend.folder} for this build")
+    console.notice(f"warning: compile cache: Redis {public_url(backend.redis)} does not answer "
+                   f"({problem}); using the local cache {backend.folder} for this build")
     return Backend("local", backend.folder, why=f"Redis unreachable: {problem}")
 
 

@@ -24,7 +24,7 @@ from typing import Any
 import docker.errors
 import requests
 
-from . import docker_api, releases, smoke, transfer
+from . import console, docker_api, releases, smoke, transfer
 from .cache import atomic_write
 from .config import Config
 from .docker_api import Client, image_exists, stream_errors
@@ -32,7 +32,7 @@ from .errors import EngineError, FatalError, PublishError, SmokeError
 from .invocation import command
 from .nodes import Node, connect
 from .plan import Plan
-from .proc import echo, step
+from .proc import step
 
 __all__ = ["Job", "check_image_id", "deploy", "platform_arch"]
 
@@ -98,7 +98,7 @@ def deploy(config: Config, plan: Plan, nodes: list[Node], facts: Callable[[], sm
         path = folder.with_name(f"{folder.name}.json")
         atomic_write(path, json.dumps(report, indent=2) + "\n")
         report["report"] = str(path)
-        echo(f"deploy report: {path}")
+        console.notice(f"deploy report: {path}")
     return report
 
 
@@ -148,16 +148,16 @@ def _transfer(job: Job, node: Node, client: Client) -> dict[str, Any]:
     and the bytes that travelled to it."""
     if image_exists(client, job.release["image_id"]):
         had = transfer.Pulled((), tuple(_layer_sizes(job.release).items()))
-        echo(had.line(node.url, image=job.release["image_id"]))
+        console.notice(had.line(node.url, image=job.release["image_id"]))
         return {"method": "present", **had.record()}
     if job.stream:
         return {"method": "stream", **_stream(job, node, client)}
     try:
         pulled = _pull(client, node, job.release["pinned"], _layer_sizes(job.release))
     except PublishError as exc:
-        echo(f"deploy: {exc.message}; streaming it from the local engine instead")
+        console.notice(f"deploy: {exc.message}; streaming it from the local engine instead")
         return {"method": "stream", "pull_failed": exc.message, **_stream(job, node, client)}
-    echo(pulled.line(node.url))
+    console.notice(pulled.line(node.url))
     return {"method": "pull", **pulled.record()}
 
 
@@ -206,7 +206,7 @@ def _stream(job: Job, node: Node, client: Client) -> dict[str, Any]:
             raise PublishError(f"node {node.url}: streaming {image_id[:19]} failed: "
                                f"{str(exc)[:300]}",
                                "check both engines and the node's free disk space") from exc
-    echo(f"deploy: {node.url}: streamed {transfer.human_bytes(counted.bytes)}")
+    console.notice(f"deploy: {node.url}: streamed {transfer.human_bytes(counted.bytes)}")
     return {"streamed": {"bytes": counted.bytes}}
 
 
@@ -235,7 +235,8 @@ def _tag_and_verify(job: Job, node: Node, client: Client, pulled: bool) -> str:
         repository, tag = name.rsplit(":", 1)
         client.api.tag(source, repository, tag, force=True)
         check_image_id(node, name, release, _image_id(client, name))
-    echo(f"deploy: {node.url}: {', '.join([source, *names])} = {str(found)[:19]} (verified)")
+    console.notice(f"deploy: {node.url}: {', '.join([source, *names])} = {str(found)[:19]} "
+                   "(verified)")
     return str(found)
 
 

@@ -16,6 +16,7 @@ import docker
 import docker.errors
 import requests
 
+from . import console
 from .errors import EngineError, FatalError
 from .proc import echo
 
@@ -69,13 +70,10 @@ def build_image(
     *,
     error: type[FatalError],
     buildargs: Mapping[str, str] | None = None,
-    log_path: Path | None = None,
 ) -> str:
-    """Build context/Dockerfile with the classic builder; stream its output; return the id."""
+    """Build context/Dockerfile with the classic builder; its output goes to the console (the
+    stage's log); return the id."""
     lines: list[str] = []
-    if log_path:
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-    log = log_path.open("w") if log_path else None
     try:
         stream = client.api.build(path=str(context), tag=tag, rm=True, forcerm=True,
                                   decode=True, buildargs=dict(buildargs or {}))
@@ -85,21 +83,17 @@ def build_image(
                 text = chunk["stream"]
                 lines.extend(text.rstrip("\n").splitlines())
                 echo(text.rstrip("\n")) if text.strip() else None
-                if log:
-                    log.write(text)
             if "error" in chunk:
-                where = f" (log: {log_path})" if log_path else ""
+                log = console.open_log()
+                where = f" (log: {log})" if log else ""
                 last = " / ".join(lines[-5:])
                 raise error(f"building {tag} failed: {chunk['error'].strip()}{where}",
-                            f"last output: {last}" if last else "see the output above")
+                            f"last output: {last}" if last else console.output_hint())
             if "aux" in chunk and "ID" in chunk["aux"]:
                 image_id = chunk["aux"]["ID"]
     except docker.errors.APIError as exc:
         raise error(f"building {tag} failed: {exc.explanation or exc}",
                     "check the Docker engine") from exc
-    finally:
-        if log:
-            log.close()
     return str(image_id or client.images.get(tag).id)
 
 

@@ -12,6 +12,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import console
 from .cache import atomic_dir
 from .errors import EngineError, FatalError
 from .proc import echo, run
@@ -69,7 +70,7 @@ class Repo:
         done = subprocess.run(cmd, input=message, text=True, capture_output=True, env=env,
                               cwd=self.tree, check=False)
         if done.returncode != 0:
-            raise EngineError(f"git commit failed: {done.stderr.strip()}", "see the output above")
+            raise EngineError(f"git commit failed: {done.stderr.strip()}", console.output_hint())
 
     def mailinfo(self, patch: Path, scratch: Path) -> tuple[dict[str, str], str]:
         """`git mailinfo -b` of a patch file: its header fields and its message body."""

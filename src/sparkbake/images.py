@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import baselayers, layers, oci, requirements, resources, venvlayers
+from . import baselayers, console, layers, oci, requirements, resources, venvlayers
 from .bases import BaseImage
 from .cache import scratch_dir
 from .docker_api import Client, build_image, image_attrs, image_exists, load_image, run_container
@@ -131,15 +131,15 @@ def is_current(client: Client, plan: Plan, build_dir: Path) -> bool:
 
 def bake(client: Client, plan: Plan, base: BaseImage, wheels: WheelSet, patched: PatchedTree,
          build_dir: Path, *, source_date: int, cache: Path, load: bool = True,
-         runtime_wheels: Path | None = None) -> Baked:
+         runtime_wheels: Path | None = None, log: Path) -> Baked:
     """Write the tag's image into build/oci and (load) into the engine as `<repository>:<tag>`,
     unless the engine has it from these inputs. cache holds the base layers, per host;
     runtime_wheels the wheelhouse of the tag's runtime lock, if it has one."""
     current = find(build_dir, plan) if load and is_current(client, plan, build_dir) else None
     if current is not None:
-        echo(f"bake: {current.ref} is current (inputs {plan.inputs[:12]}), nothing to do")
+        console.cached("bake", f"bake: {current.ref} is current (inputs {plan.inputs[:12]}), "
+                       "nothing to do")
         return current
-    log = build_dir / "logs" / f"{plan.tag.name}-bake.log"
     layout = oci.Layout(build_dir / "oci")
     with step(f"bake {plan.tag.image_ref}"), scratch_dir(build_dir / "contexts", "bake.") as work:
         runtime = _with_python(client, base, build_dir)
@@ -180,8 +180,7 @@ def _with_python(client: Client, base: BaseImage, build_dir: Path) -> BaseImage:
         with scratch_dir(build_dir / "contexts", "runtime-python.") as context:
             (context / "Dockerfile").write_text(resources.render(PYTHON_TEMPLATE,
                                                                  base_image=base.ref))
-            build_image(client, context, ref, error=BakeError,
-                        log_path=build_dir / "logs" / f"runtime-python-{base.name}.log")
+            build_image(client, context, ref, error=BakeError)
     return BaseImage(base.name, ref, str(client.images.get(ref).id))
 
 

@@ -16,6 +16,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from . import console
 from .cache import atomic_dir
 from .config import KernelSeed, Tag
 from .errors import BuildError, ConfigError
@@ -108,7 +109,7 @@ def build_wheels(tag: Tag, entry: Path, pristine: Path, patched: Path, folder: P
     and the local version (wheelversion); its kernels checked for the tag's arch from the
     cache's listing (their bytes are the cached ones)."""
     if (folder / REPORT).is_file():
-        echo(f"wheels: {tag.name} cached at wheels/{folder.name[:12]}")
+        console.cached("wheels", f"wheels: {tag.name} cached at wheels/{folder.name[:12]}")
         return WheelSet(folder, folder.name, json.loads((folder / REPORT).read_text()))
     listing = json.loads((entry / KERNELS_FILE).read_text())
     source = "seed" if listing.get("seeded") else "assembled from"

@@ -15,7 +15,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from . import requirements, resources
+from . import console, requirements, resources
 from .cache import atomic_write
 from .config import Config, Tag
 from .errors import ConfigError, EngineError
@@ -130,8 +130,9 @@ def make_missing(config: Config, tag: Tag, settings: HostSettings, tree: Path) -
               if path is not None and not path.is_file()]
     if not wanted or locked():
         return []
-    echo(f"lock: {', '.join(str(p.relative_to(config.root)) for p in wanted)} missing: making "
-         "it now; commit it (CI and --locked refuse a missing lock)")
+    names = ", ".join(str(p.relative_to(config.root)) for p in wanted)
+    console.notice(f"lock: {names} missing: making it now; commit it (CI and --locked refuse a "
+                   "missing lock)")
     return resolve(config, tag, settings, tree, missing_only=True)
 
 

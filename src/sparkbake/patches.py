@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import gitapply, gitwork, patchlint, patchsyntax, remote_patches
+from . import console, gitapply, gitwork, patchlint, patchsyntax, remote_patches
 from .cache import atomic_dir
 from .config import Upstream
 from .errors import ConfigError, PatchError, UsageError
@@ -77,7 +77,7 @@ def _cached(plan: Plan, entry: Path, options: Options) -> PatchedTree:
     if skipped and not options.skip_applied:
         first = skipped[0]
         raise _upstream_error(plan, f"{first['series']}/{first.get('file') or first['url']}")
-    echo(f"patch: {plan.tag.name} cached at {entry.name[:12]}"
+    console.cached("patch", f"patch: {plan.tag.name} cached at {entry.name[:12]}"
          + (f" ({len(skipped)} already-upstream patch(es) skipped)" if skipped else ""))
     return PatchedTree(entry / "tree", plan.patch_key, record["tree_hash"])
 
@@ -129,8 +129,9 @@ def _judge(plan: Plan, series: SeriesInfo, name: str, header: gitapply.Header,
     if outcome.status == "upstream":
         if not options.skip_applied:
             raise _upstream_error(plan, where)
-        echo(f"warning: patch {where} is already in upstream {describe_pin(plan.tag.upstream)}:"
-             " skipped (--skip-applied); drop it from the series")
+        console.notice(f"warning: patch {where} is already in upstream "
+                       f"{describe_pin(plan.tag.upstream)}: skipped (--skip-applied); drop it "
+                       "from the series")
     elif outcome.status == "malformed":
         raise malformed_error(_shown(series, name),
                               patchsyntax.Malformed(outcome.line, outcome.notes[0]))
@@ -144,7 +145,7 @@ def _judge(plan: Plan, series: SeriesInfo, name: str, header: gitapply.Header,
             series.name,
             header.author)
     for note in outcome.notes:
-        echo(f"warning: patch {where}: {note}")
+        console.notice(f"warning: patch {where}: {note}")
 
 
 class Conflict(PatchError):

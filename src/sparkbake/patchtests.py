@@ -18,7 +18,7 @@ import xml.etree.ElementTree as ElementTree
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from . import resources
+from . import console, resources
 from .cache import atomic_write
 from .config import Config, Tag
 from .errors import ConfigError, EngineError, PatchTestError
@@ -155,18 +155,18 @@ def run_tests(plan: Plan, tree: Path, lock: Path, build_dir: Path) -> Result:
         raise PatchTestError(
             f"patch-tests {plan.tag.name}: {result.failures} failed, {result.errors} errors of"
             f" {result.tests} (pytest exit {process.returncode})",
-            f"see the output above and {junit}")
+            f"{console.output_hint()} and {junit}")
     return result
 
 
 def _read_junit(junit: Path, returncode: int) -> Result:
     if not junit.is_file():
         raise PatchTestError(f"pytest wrote no report (exit {returncode})",
-                             "see the output above")
+                             console.output_hint())
     root = ElementTree.parse(junit).getroot()
     suite = root.find("testsuite") if root.tag == "testsuites" else root
     if suite is None:
-        raise PatchTestError(f"{junit} has no test suite", "see the output above")
+        raise PatchTestError(f"{junit} has no test suite", console.output_hint())
     def count(key: str) -> int:
         return int(suite.get(key, "0"))
 

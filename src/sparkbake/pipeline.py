@@ -10,6 +10,7 @@ from typing import Any
 
 from . import (
     bases,
+    console,
     deploy,
     embedded_registry,
     emulation,
@@ -129,27 +130,56 @@ def engine_or_none() -> Client | None:
         return None
 
 
+@dataclasses.dataclass(frozen=True)
+class Output:
+    """Where a stage command's result goes besides the console: JSON on stdout, a file."""
+
+    json: bool = False
+    metadata_file: Path | None = None
+
+
 def run_until(config: Config, tag: Tag, stage: str,
-              options: patches.Options | None = None) -> int:
+              options: patches.Options | None = None, output: Output = Output()) -> int:
     """Run fetch .. stage; every stage whose key is cached is skipped."""
     plan = _fetched_plan(config, tag)
-    status = _run_stages(config, plan, stage, options)
+    product = _build(config, plan, stage, options or patches.Options())
     if stage == "build-image":  # what `plan` compares with, to say why a stage reruns
         atomic_write(_last_build(config, tag), json.dumps(plan.stage_inputs, indent=2))
-    return status
+    found = _result(plan, product)
+    for line in console.summary_lines(console.current.runs, console.current):
+        console.notice(line)
+    console.result(found.pop("text"))
+    found["stages"] = [run.to_json() for run in console.current.runs]
+    if output.metadata_file:
+        atomic_write(output.metadata_file, json.dumps(found, indent=2) + "\n")
+    if output.json:
+        print(json.dumps(found, indent=2))
+    return 0
 
 
-def _run_stages(config: Config, plan: Plan, stage: str,
-                options: patches.Options | None) -> int:
-    product = _build(config, plan, stage, options or patches.Options())
+def _result(plan: Plan, product: Path | patches.PatchedTree | wheels.WheelSet | images.Baked
+            ) -> dict[str, Any]:
+    """The last stage's product: a line for the user ("text") and its facts, for --json."""
+    base: dict[str, Any] = {"tag": plan.tag.name, "inputs": plan.inputs}
     if isinstance(product, Path):
-        return _done(f"pristine tree: {product}")
+        return {**base, "text": f"pristine tree: {product}", "tree": str(product)}
     if isinstance(product, patches.PatchedTree):
-        return _done(f"patched tree: {product.path} (hash {product.tree_hash[:16]})")
+        return {**base, "text": f"patched tree: {product.path} (hash {product.tree_hash[:16]})",
+                "tree": str(product.path), "tree_hash": product.tree_hash}
     if isinstance(product, wheels.WheelSet):
-        return _done(f"wheels: {product.folder}")
-    return _done(f"image: {plan.tag.image_ref} = {product.image.digest} "
-                 f"(id {product.config[:19]}, inputs {plan.inputs[:12]})")
+        return {**base, "text": f"wheels: {product.folder}", "wheels": str(product.folder),
+                "files": [wheel["file"] for wheel in product.report["wheels"]]}
+    digest = product.image.digest
+    return {**base, "text": f"image: {plan.tag.image_ref} = {digest} (id {product.config[:19]}, "
+                          f"inputs {plan.inputs[:12]})",
+            "image": plan.tag.image_ref, "digest": digest, "config": product.config,
+            # the keys `docker buildx build --metadata-file` writes, for tools that read them
+            "image.name": plan.tag.image_ref, "containerimage.digest": digest}
+
+
+def stage_log(config: Config, tag: Tag, stage: str) -> Path:
+    """A stage's full output: build/logs/<tag>/<stage>.log."""
+    return config.build_dir / "logs" / tag.name / f"{stage}.log"
 
 
 def _build(config: Config, plan: Plan, stage: str, options: patches.Options, *,
@@ -158,29 +188,35 @@ def _build(config: Config, plan: Plan, stage: str, options: patches.Options, *,
     returns the last stage's product. load=False leaves the engine's tag alone."""
     tag = plan.tag
     settings = host_settings()
-    pristine = sources.fetch(tag.upstream, config.build_dir / "sources" / plan.fetch_key, settings)
-    remote_patches.fetch(_remote(plan), settings)
-    if stage == "fetch":
-        fetched = thirdparty.fetch_locked(config, tag, settings)
-        echo(f"third-party sources: {len(fetched)} verified" if fetched else
-             "third-party sources: none locked")
-        return pristine
-    date = sources.source_date(tag.upstream, pristine.parent)
-    patched = patches.apply(plan, pristine, config.build_dir / "patched" / plan.patch_key,
-                            options)
+    with console.stage("fetch", plan.fetch_key, stage_log(config, tag, "fetch")):
+        pristine = sources.fetch(tag.upstream, config.build_dir / "sources" / plan.fetch_key,
+                                 settings)
+        remote_patches.fetch(_remote(plan), settings)
+        if stage == "fetch":
+            fetched = thirdparty.fetch_locked(config, tag, settings)
+            echo(f"third-party sources: {len(fetched)} verified" if fetched else
+                 "third-party sources: none locked")
+            return pristine
+        date = sources.source_date(tag.upstream, pristine.parent)
+    with console.stage("patch", plan.patch_key, stage_log(config, tag, "patch")):
+        patched = patches.apply(plan, pristine, config.build_dir / "patched" / plan.patch_key,
+                                options)
     if stage == "patch":
         return patched
     client = connect()
-    built = _wheels(client, config, plan, (pristine, patched), settings, date)
+    with console.stage("wheels", plan.wheels_key, stage_log(config, tag, "wheels")):
+        built = _wheels(client, config, plan, (pristine, patched), settings, date)
     if stage == "wheels":
         return built
-    runtime_base = bases.ensure(client, tag.runtime, tag.platform, config.build_dir, settings)
-    lock.make_missing(config, tag, settings, patched.path)
-    runtime_lock = lock.require_runtime_lock(config, tag, patched.path)
-    house = wheelhouse.ensure(runtime_lock, tag, config.wheels_dir) if runtime_lock else None
-    return images.bake(client, plan, runtime_base, built, patched, config.build_dir,
-                       source_date=date, cache=settings.cache_dir, load=load,
-                       runtime_wheels=house)
+    with console.stage("bake", plan.inputs, stage_log(config, tag, "bake")):
+        runtime_base = bases.ensure(client, tag.runtime, tag.platform, config.build_dir,
+                                    settings)
+        lock.make_missing(config, tag, settings, patched.path)
+        runtime_lock = lock.require_runtime_lock(config, tag, patched.path)
+        house = wheelhouse.ensure(runtime_lock, tag, config.wheels_dir) if runtime_lock else None
+        return images.bake(client, plan, runtime_base, built, patched, config.build_dir,
+                           source_date=date, cache=settings.cache_dir, load=load,
+                           runtime_wheels=house, log=stage_log(config, tag, "bake"))
 
 
 def verify_tag(config: Config, tag: Tag, against: str | None) -> int:
@@ -243,7 +279,7 @@ def _wheels(client: Client, config: Config, plan: Plan,
     request = wheels.BuildRequest(
         tag=plan.tag, builder=builder, patched=patched, folder=folder, kernels=kernels,
         third_party=fetched,
-        log=config.build_dir / "logs" / f"{plan.tag.name}-wheels.log",
+        log=stage_log(config, plan.tag, "wheels"),
         jobs=wheels.compile_jobs(client.info(), settings), memory=settings.builder_memory,
         source_date=source_date, local_version=plan.local_version, pristine=pristine,
     )
@@ -272,11 +308,13 @@ def lock_tag(config: Config, tag: Tag, for_patch_tests: bool = False) -> int:
         patched = _build(config, _fetched_plan(config, tag), "patch", patches.Options())
         assert isinstance(patched, patches.PatchedTree)
         tree = patched.path
-    if for_patch_tests and tree:
-        return _done(f"patch-tests lock: {patchtests.resolve(config, tag, tree, host_settings())}")
-    if tree and not tag.kernels:  # a kernel seed compiles nothing: no CMake sources
-        thirdparty.lock(config, tag, tree, host_settings())
-    written = lock.resolve(config, tag, host_settings(), tree)
+    with console.stage("lock", tag.name, stage_log(config, tag, "lock")):
+        if for_patch_tests and tree:
+            written = [patchtests.resolve(config, tag, tree, host_settings())]
+            return _done(f"patch-tests lock: {written[0]}")
+        if tree and not tag.kernels:  # a kernel seed compiles nothing: no CMake sources
+            thirdparty.lock(config, tag, tree, host_settings())
+        written = lock.resolve(config, tag, host_settings(), tree)
     return _done("locks: " + (", ".join(map(str, written)) or "none needed"))
 
 
@@ -286,7 +324,8 @@ def patch_tests(config: Config, tag: Tag) -> int:
     patched = _build(config, plan, "patch", patches.Options())
     assert isinstance(patched, patches.PatchedTree)
     lock_file = patchtests.require_lock(config, tag, patched.path)
-    result = patchtests.run_tests(plan, patched.path, lock_file, config.build_dir)
+    with console.stage("patch-tests", plan.patch_key, stage_log(config, tag, "patch-tests")):
+        result = patchtests.run_tests(plan, patched.path, lock_file, config.build_dir)
     return _done(f"patch-tests: {tag.name} passed ({result.tests} tests, {result.skipped} "
                  f"skipped; {result.junit})")
 
@@ -298,7 +337,9 @@ def smoke_tag(config: Config, tag: Tag, options: smoke.Options,
     client = client or connect()
     smoke.require_image(client, plan)  # before the patch stage's cache is looked at
     emulation.require_engine_runs(client, plan.tag.platform)
-    result: dict[str, Any] = smoke.run(client, config, plan, smoke_facts(config, plan), options)
+    with console.stage("smoke", plan.inputs, stage_log(config, tag, "smoke")):
+        result: dict[str, Any] = smoke.run(client, config, plan, smoke_facts(config, plan),
+                                           options)
     counts = {s: sum(c["status"] == s for c in result["checks"]) for s in ("passed", "skipped")}
     return _done(f"smoke: {tag.name} passed ({counts['passed']} checks passed, "
                  f"{counts['skipped']} skipped; image {result['image_id'][:19]})")
@@ -317,8 +358,10 @@ def smoke_facts(config: Config, plan: Plan) -> smoke.Facts:
 
 def publish(config: Config, tag: Tag, registry_host: str | None, force: bool,
             skip_smoke: bool = False) -> int:
-    record = registry.publish(connect(), config, plan_mod.make(config, tag), registry_host, force,
-                              skip_smoke=skip_smoke)
+    plan = plan_mod.make(config, tag)
+    with console.stage("publish", plan.inputs, stage_log(config, tag, "publish")):
+        record = registry.publish(connect(), config, plan, registry_host, force,
+                                  skip_smoke=skip_smoke)
     return _done(f"published {tag.name}: {record['digest']} (smoke: {record['smoke']['result']})")
 
 
@@ -354,8 +397,9 @@ def deploy_tag(config: Config, tag: Tag, hosts: str, stream: bool, gpu: str) -> 
     """The tag's release onto each node, verified there and smoked (the common checks)."""
     nodes = nodes_mod.parse_hosts(hosts)
     plan = plan_mod.make(config, tag)
-    report = deploy.deploy(config, plan, nodes, lambda: smoke_facts(config, plan),
-                           smoke.Options(gpu=gpu), stream=stream)
+    with console.stage("deploy", plan.inputs, stage_log(config, tag, "deploy")):
+        report = deploy.deploy(config, plan, nodes, lambda: smoke_facts(config, plan),
+                               smoke.Options(gpu=gpu), stream=stream)
     methods = ", ".join(f"{h['host']} ({h['method']})" for h in report["hosts"])
     return _done(f"deployed {tag.name} ({report['image_id'][:19]}) to {methods}; smoke passed "
                  f"on each (report: {report['report']})")
@@ -374,7 +418,7 @@ def registry_command(config: Config, action: str, port: int) -> int:
 
 
 def _done(message: str) -> int:
-    echo(message)
+    console.result(message)
     return 0
 
 

@@ -6,18 +6,19 @@ import os
 import shlex
 import shutil
 import subprocess
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from . import console
 from .errors import EngineError, FatalError
 
 __all__ = ["echo", "require_tool", "run", "step"]
 
 
 def echo(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
+    """A line of what the current stage does: its log, or the console (console.detail)."""
+    console.detail(message)
 
 
 def require_tool(name: str, package: str) -> str:
@@ -56,14 +57,14 @@ def run(
         lines = []
         for line in process.stdout or ():
             lines.append(line)
-            sys.stderr.write(line)
+            console.detail(line)
         stdout, stderr = "".join(lines), ""
         process.wait()
     result = subprocess.CompletedProcess(args, process.returncode, stdout, stderr)
     if check and result.returncode != 0:
         tail = (result.stderr or result.stdout).strip().splitlines()[-3:]
         raise error(f"{what} failed (exit {result.returncode}): {' / '.join(tail)}",
-                    "see the output above")
+                    console.output_hint())
     return result
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import requests
 
-from . import images, oci, releases
+from . import console, images, oci, releases
 from .cache import atomic_write
 from .config import Config
 from .distribution import Remote, Session, unreachable
@@ -59,7 +59,7 @@ def publish(client: Client, config: Config, plan: Plan, registry: str | None,
     echo(f"+ push oci:{baked.layout}:{plan.tag.name} -> {repository}:{{{','.join(names)}}}")
     moving = [name for name in names if current[name] != baked.image.digest]
     pushed, sent = session.push(oci.Layout(baked.layout), baked.image, moving)
-    echo(sent.line(baked.image.digest))
+    console.notice(sent.line(baked.image.digest))
     if pushed != baked.image.digest:
         raise PublishError(f"{repository} stored the image as {pushed}, not as the baked "
                            f"{baked.image.digest}", "check the registry (does it rewrite "
@@ -144,7 +144,7 @@ def smoke_gate(path: Path, tag: str, image_id: str, skip: bool) -> dict[str, Any
     record said of the image when --skip-smoke overrode it."""
     if skip:
         found, _ = read_smoke(path, image_id)
-        echo(f"publish: --skip-smoke: {tag} ({image_id[:19]}) goes out without a passing "
+        console.notice(f"publish: --skip-smoke: {tag} ({image_id[:19]}) goes out without a passing "
              f"smoke record (found: {found})")
         return {"result": "skipped", "override": "--skip-smoke", "found": found}
     record = check_smoke(path, tag, image_id)
@@ -159,7 +159,7 @@ def check_overwrite(ref: str, remote: str | None, local: set[str], force: bool) 
     if remote is None or remote in local:
         return
     if force:
-        echo(f"{ref}: moving the tag away from {remote} (--force)")
+        console.notice(f"{ref}: moving the tag away from {remote} (--force)")
         return
     mine = ", ".join(sorted(local)) if local else "not pushed there yet"
     raise PublishError(f"{ref} already points at {remote}, not at the local image ({mine})",

@@ -19,13 +19,22 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from . import docker_api, emulation, resources, smoke_host, smoke_serve, smoke_suite, wheels
+from . import (
+    console,
+    docker_api,
+    emulation,
+    resources,
+    smoke_host,
+    smoke_serve,
+    smoke_suite,
+    wheels,
+)
 from .cache import atomic_write
 from .config import Config
 from .errors import SmokeError, UsageError
 from .invocation import command
 from .plan import Plan, upstream_pin
-from .proc import echo, step
+from .proc import step
 from .smoke_host import Facts
 from .smoke_record import STATUSES, failed_names, junit_xml, parse_checks, timed
 
@@ -142,7 +151,7 @@ def drop_stale_record(json_path: Path, xml_path: Path, image_id: str) -> bool:
         previous = None if not json_path.exists() else "unreadable"
     if previous in (None, image_id):
         return False
-    echo(f"smoke: removing {json_path.name}, the record of image {str(previous)[:19]}")
+    console.notice(f"smoke: removing {json_path.name}, the record of image {str(previous)[:19]}")
     json_path.unlink(missing_ok=True)
     xml_path.unlink(missing_ok=True)
     return True
@@ -202,7 +211,7 @@ def run_checker(client: docker_api.Client, image_id: str, expected: dict[str, An
 def report(checks: list[dict[str, Any]]) -> None:
     width = max((len(c["name"]) for c in checks), default=0)
     for check in checks:
-        echo(f"  {check['status']:<7}  {check['name']:<{width}}  "
+        console.result(f"  {check['status']:<7}  {check['name']:<{width}}  "
              f"{float(check.get('seconds', 0)):6.2f}s  {check.get('detail', '')}")
 
 

@@ -15,11 +15,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from . import console
 from .cache import atomic_write
 from .cmake_sources import Declaration, Discovery, Form, Kind
 from .config import Config, Tag
 from .errors import ConfigError, EngineError
-from .proc import echo, run
+from .proc import run
 
 __all__ = ["Locked", "SourcesLock", "lock_path", "read", "require_covered", "resolve_ref",
            "unreachable", "write"]
@@ -138,8 +139,9 @@ def resolve_ref(declared: Declaration) -> tuple[str, bool]:
     for candidate in (f"refs/tags/{declared.ref}^{{}}", f"refs/tags/{declared.ref}",
                       f"refs/heads/{declared.ref}", declared.ref):
         if candidate in refs:
-            echo(f"warning: {declared.where}: {declared.name} pins {declared.ref!r}, a moving "
-                 f"ref ({candidate}); locked to its commit {refs[candidate][:12]}")
+            console.notice(f"warning: {declared.where}: {declared.name} pins {declared.ref!r}, "
+                           f"a moving ref ({candidate}); locked to its commit "
+                           f"{refs[candidate][:12]}")
             return refs[candidate], True
     raise ConfigError(f"{declared.where}: FetchContent {declared.name}: {declared.url} has no "
                       f"ref {declared.ref!r}", "pin a tag, a branch or a full 40-hex commit")

@@ -12,6 +12,7 @@ from urllib.parse import urljoin, urlsplit
 
 import requests
 
+from . import console
 from .cache import atomic_dir
 from .config import DirUpstream, GitUpstream, PypiUpstream, Upstream
 from .errors import ConfigError, EngineError, FatalError
@@ -31,7 +32,7 @@ def fetch(upstream: Upstream, entry: Path, settings: HostSettings) -> Path:
     """Make entry/tree the pristine upstream tree unless it is already cached; return it."""
     tree = entry / "tree"
     if tree.is_dir() and (not isinstance(upstream, GitUpstream) or (entry / DATE_FILE).is_file()):
-        echo(f"fetch: {upstream.key} cached at {entry.name[:12]}")
+        console.cached("fetch", f"fetch: {upstream.key} cached at {entry.name[:12]}")
         return tree
     with atomic_dir(entry) as tmp:
         if isinstance(upstream, PypiUpstream):

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
-from . import elfcheck, resources
+from . import console, elfcheck, resources
 from .docker_api import Client, run_container
 from .errors import BakeError
 from .hashing import record_hash
@@ -150,7 +150,7 @@ def _skeleton(client: Client, runtime_ref: str, work: Path, source_date: int,
         client, runtime_ref, [],
         entrypoint=["/bin/sh", "-c", resources.path(SKELETON).read_text(), SKELETON],
         environment={"SOURCE_DATE_EPOCH": str(source_date), "PYTHONHASHSEED": "0"},
-        network=False, log_path=log, copy_out=(VENV, archive))
+        network=False, copy_out=(VENV, archive))
     versions = [line[len(PYTHON_MARK):].strip() for line in result.output.splitlines()
                 if line.startswith(PYTHON_MARK)]
     if result.exit_code != 0 or not versions:
@@ -176,8 +176,7 @@ def _pip_target(site: Path, image: str, platform: str, python: str, wheel_dirs: 
                 "--no-compile", *links, *names],
                error=BakeError, what="pip", capture=True, check=False,
                env={"SOURCE_DATE_EPOCH": str(source_date), "PYTHONHASHSEED": "0"})
-    with log.open("a") as out:
-        out.write(done.stdout + done.stderr)
+    echo(done.stdout + done.stderr)
     if done.returncode != 0:
         tail = done.stderr.strip().splitlines()[-2:]
         raise BakeError(f"building {image} failed: installing its wheels for {platform} ended "
@@ -210,7 +209,7 @@ def _compile(installed: list[Path], root: Path, python: str) -> None:
     in the image, checked-hash based (no mtime). Left out when this host's Python is another
     version (the image's then compiles on import)."""
     if python != f"{sys.version_info[0]}.{sys.version_info[1]}":
-        echo(f"bake: the image's Python is {python}, this host's {sys.version_info[0]}."
+        console.notice(f"bake: the image's Python is {python}, this host's {sys.version_info[0]}."
              f"{sys.version_info[1]}: no bytecode in {VENV}")
         return
     mode = py_compile.PycInvalidationMode.CHECKED_HASH

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import compile_cache, emulation, resources, thirdparty, wheeloverlay, wheelversion
+from . import compile_cache, console, emulation, resources, thirdparty, wheeloverlay, wheelversion
 from .bases import BaseImage
 from .cache import atomic_dir, scratch_dir
 from .compile_errors import failure_summary
@@ -67,8 +67,7 @@ def builder_image(client: Client, base: BaseImage, lock: Path, settings: HostSet
         shutil.copy(lock, context / "builder.lock")
         if settings.ca_bundle:
             shutil.copy(settings.ca_bundle, context / "ca-bundle.crt")
-        build_image(client, context, ref, error=BuildError,
-                    log_path=build_dir / "logs" / f"builder-{base.name}.log")
+        build_image(client, context, ref, error=BuildError)
     return ref
 
 
@@ -128,7 +127,7 @@ def build(client: Client, request: BuildRequest) -> WheelSet:
     tag, folder = request.tag, request.folder
     report_path = folder / REPORT
     if report_path.is_file():
-        echo(f"wheels: {tag.name} cached at wheels/{folder.name[:12]}")
+        console.cached("wheels", f"wheels: {tag.name} cached at wheels/{folder.name[:12]}")
         return WheelSet(folder, folder.name, json.loads(report_path.read_text()))
     reuse = _cached_kernel_wheel(request.kernels)
     how = f"reusing kernels {request.kernels.name[:12]}" if reuse else "compiling kernels"
@@ -142,7 +141,7 @@ def build(client: Client, request: BuildRequest) -> WheelSet:
         args["volumes"] |= cache.pop("volumes") | cpu
         args["environment"] |= cache.pop("environment")
         result = run_container(client, request.builder, [], network="network_mode" in cache,
-                               log_path=request.log, **args, **cache)
+                               **args, **cache)
         if result.exit_code != 0:
             oom = result.oom_killed or result.exit_code == OOM_EXIT
             raise _build_failure(request, OOM_EXIT if oom else result.exit_code, result.output)

@@ -54,7 +54,7 @@ def build_from_clean(root: Path, cache: str, monkeypatch: pytest.MonkeyPatch) ->
     assert project.sparkbake("wheels", "fixture-oneshot") == 0
     folder = project.root / "wheels" / project.plan("fixture-oneshot").wheels_key
     report: dict[str, Any] = json.loads((folder / wheels.REPORT).read_text())
-    log = (project.root / "build" / "logs" / "fixture-oneshot-wheels.log").read_text()
+    log = project.log("fixture-oneshot", "wheels")
     step = "+ sccache nvcc -O2 -shared" if cache == "local" else "+ nvcc -O2 -shared"
     assert step in log  # the one step, without -c
     return report

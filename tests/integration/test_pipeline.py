@@ -133,13 +133,23 @@ def test_a_second_build_does_no_work_and_says_so(
         built_fixture: Project, docker_client: docker_api.Client,
         capsys: pytest.CaptureFixture[str]) -> None:
     before = docker_client.images.get(built_fixture.plan().tag.image_ref).id
-    assert built_fixture.sparkbake("build-image", "fixture") == 0
-    err = capsys.readouterr().err
-    assert "fetch: tinykern cached" in err
-    assert "patch: fixture cached" in err
-    assert "wheels: fixture cached" in err
-    assert "is current" in err and "nothing to do" in err
-    assert "==>" not in err  # no step ran
+    assert built_fixture.sparkbake("build-image", "fixture", "--json") == 0
+    shown = capsys.readouterr()
+    lines = shown.err.splitlines()
+    # one line per stage, then the summary table and the image: nothing of the tools
+    assert [line.split()[:2] for line in lines[:4]] == [
+        ["fetch", "cached"], ["patch", "cached"], ["wheels", "cached"], ["bake", "cached"]]
+    assert lines[4].split() == ["stage", "state", "time", "key"] and len(lines) == 10
+    assert lines[-1].startswith(f"image: {built_fixture.plan().tag.image_ref} = sha256:")
+    result = json.loads(shown.out)
+    assert [(s["name"], s["state"]) for s in result["stages"]] == [
+        ("fetch", "cached"), ("patch", "cached"), ("wheels", "cached"), ("bake", "cached")]
+    assert result["containerimage.digest"] == result["digest"] in lines[-1]
+    assert "fetch: tinykern cached" in built_fixture.log("fixture", "fetch")
+    assert "patch: fixture cached" in built_fixture.log("fixture", "patch")
+    assert "wheels: fixture cached" in built_fixture.log("fixture", "wheels")
+    bake = built_fixture.log("fixture", "bake")
+    assert "is current" in bake and "nothing to do" in bake
     assert docker_client.images.get(built_fixture.plan().tag.image_ref).id == before
 
 
@@ -180,8 +190,9 @@ def test_a_python_only_change_reuses_the_compiled_kernel(
     after = project.plan()
     assert after.kernel_key == before.kernel_key and after.wheels_key != before.wheels_key
     assert project.sparkbake("wheels", "fixture") == 0
-    assert "+ the series (no compiler)" in capsys.readouterr().err
-    assert not (project.root / "build" / "logs" / "fixture-wheels.log").exists()  # no builder
+    log = project.log("fixture", "wheels")
+    assert "+ the series (no compiler)" in log
+    assert "MAX_JOBS=" not in log and "builder" not in log  # no builder ran
     cache = json.loads((built_fixture.root / "wheels" / "kernels" / after.kernel_key /
                         "kernels.json").read_text())
     assert cache["pristine"] is True
@@ -213,8 +224,8 @@ def test_an_upstream_may_reuse_kernels_through_its_own_build(
     patch.write_text(patch.read_text().replace('return "tinykern-fixture"',
                                                'return "tinykern-fixture-3"'))
     assert project.sparkbake("wheels", "fixture") == 0
-    assert "reusing kernels" in capsys.readouterr().err
-    log = (project.root / "build" / "logs" / "fixture-wheels.log").read_text()
+    log = project.log("fixture", "wheels")
+    assert "reusing kernels" in log
     assert "using precompiled kernels from /kernels/" in log
     assert "+ nvcc" not in log  # no compiler ran
     report = json.loads((project.root / "wheels" / project.plan().wheels_key / wheels.REPORT)
@@ -256,7 +267,10 @@ def test_a_compile_error_is_exit_4_with_the_compilers_first_error_and_the_log(
     use_series(project, "badcode")
     assert project.sparkbake("wheels", "fixture") == 4
     err = capsys.readouterr().err
-    log = project.root / "build" / "logs" / "fixture-wheels.log"
+    log = project.root / "build" / "logs" / "fixture" / "wheels.log"
+    # the failed stage's line names its log
+    stage_line = next(line for line in err.splitlines() if line.startswith("wheels "))
+    assert stage_line.split()[1] == "failed" and stage_line.endswith(f"  log: {log}")
     # nvcc's words with the file and line in the patched tree, not pip's traceback's end
     # nor sccache's statistics
     assert err[err.index("sparkbake: error: "):].splitlines() == [
@@ -288,7 +302,7 @@ def test_a_failing_bake_is_exit_5_naming_the_image_and_log(
     use_series(project, "baddep")
     assert project.sparkbake("build-image", "fixture") == 5
     err = capsys.readouterr().err
-    log = project.root / "build" / "logs" / "fixture-bake.log"
+    log = project.root / "build" / "logs" / "fixture" / "bake.log"
     assert "building localhost:5000/sparkbake-fixture:fixture failed" in err
     assert f"(log: {log})" in err
     assert "sparkbake-missing-dependency" in log.read_text()
@@ -310,7 +324,7 @@ def test_ctrl_c_during_wheels_leaves_no_cache_entry_and_the_rerun_builds_only_wh
     use_series(project, "slow")
     cmd = [sys.executable, "-m", "sparkbake", "--config", str(project.config_path),
            "wheels", "fixture"]
-    process = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen([*cmd, "-v"], stderr=subprocess.PIPE, text=True)  # streamed
     assert process.stderr is not None
     for line in process.stderr:  # wait until the compile runs inside the builder
         if "slow fixture build" in line:
@@ -319,6 +333,7 @@ def test_ctrl_c_during_wheels_leaves_no_cache_entry_and_the_rerun_builds_only_wh
     _, rest = process.communicate(timeout=120)
     assert process.returncode == 130, rest
     assert "interrupted" in rest
+    assert any(line.split()[:2] == ["wheels", "interrupted"] for line in rest.splitlines())
     plan = project.plan()
     wheel_root = project.root / "wheels"
     assert not (wheel_root / plan.wheels_key).exists()
@@ -329,9 +344,9 @@ def test_ctrl_c_during_wheels_leaves_no_cache_entry_and_the_rerun_builds_only_wh
     assert left == []  # the builder container was removed
     rerun = subprocess.run(cmd, capture_output=True, text=True, check=False)
     assert rerun.returncode == 0, rerun.stderr
-    assert "fetch: tinykern cached" in rerun.stderr
-    assert "patch: fixture cached" in rerun.stderr
-    assert "==> wheels for fixture" in rerun.stderr
+    shown = [line.split()[:2] for line in rerun.stderr.splitlines()[:3]]
+    assert shown == [["fetch", "cached"], ["patch", "cached"], ["wheels", "ran"]]
+    assert "==> wheels for fixture" in project.log("fixture", "wheels")
     report: dict[str, Any] = json.loads((wheel_root / plan.wheels_key / wheels.REPORT).read_text())
     assert report["wheels"][0]["kernels"][0]["sass"] == ["sm_121a"]
 

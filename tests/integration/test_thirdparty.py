@@ -107,7 +107,7 @@ def test_the_offline_build_compiles_the_dependency_value_into_the_library(
     assert kernel["sass"] == ["sm_121a"]
     with zipfile.ZipFile(folder / wheel["file"]) as archive:
         assert MARKER in archive.read(kernel["path"])
-    log = (built.root / "build" / "logs" / f"{TAG}-wheels.log").read_text()
+    log = built.log(TAG, "wheels")
     assert "-DFETCHCONTENT_FULLY_DISCONNECTED=ON" in log
     assert "-DFETCHCONTENT_SOURCE_DIR_TINYDEP=/thirdparty/tinydep" in log
     locked = json.loads((built.root / LOCK).read_text())["sources"][0]

@@ -1,0 +1,254 @@
+"""What a run shows: one line per stage, its full output in build/logs/<tag>/<stage>.log.
+
+Human progress goes to stderr; machine-readable results are the CLI's, on stdout. Default:
+each stage is one line ending in its time and `ran` or `cached` (a live line on a terminal,
+plain lines when not one or under CI); `-v` streams every subprocess as it runs; `-q` shows
+only errors and the result. Colour only on a terminal, and never with NO_COLOR set.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import os
+import shutil
+import sys
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, TextIO
+
+__all__ = ["Console", "StageRun", "Verbosity", "cached", "configure", "current", "detail",
+           "notice", "open_log", "output_hint", "result", "stage", "summary_lines"]
+
+StageState = Literal["ran", "cached", "failed", "interrupted"]
+COLOURS = {"ran": "32", "cached": "36", "failed": "31", "interrupted": "33"}
+REDRAW_SECONDS = 0.1  # a live line is redrawn at most this often: a compile writes fast
+
+
+class Verbosity(enum.IntEnum):
+    QUIET = 0
+    NORMAL = 1
+    VERBOSE = 2
+
+
+@dataclass
+class StageRun:
+    """One stage of this run: where its output went, and how it ended."""
+
+    name: str
+    key: str
+    log: Path
+    state: StageState = "ran"
+    seconds: float = 0.0
+
+    def to_json(self) -> dict[str, object]:
+        return {"name": self.name, "state": self.state, "seconds": round(self.seconds, 1),
+                "key": self.key, "log": _shown(self.log)}
+
+
+class Console:
+    """The run's one console. Its stream is looked up on each write (tests swap sys.stderr)."""
+
+    def __init__(self, verbosity: Verbosity = Verbosity.NORMAL,
+                 stream: TextIO | None = None, env: Mapping[str, str] | None = None) -> None:
+        self.verbosity = verbosity
+        self._stream = stream
+        self._env = os.environ if env is None else env
+        self.runs: list[StageRun] = []
+        self._open: StageRun | None = None
+        self._log: TextIO | None = None
+        self._started = 0.0
+        self._drawn = 0.0  # when the live line was last drawn
+        self._live_shown = False
+        self._lock = threading.RLock()  # container output arrives on a reader thread
+
+    @property
+    def stream(self) -> TextIO:
+        return self._stream or sys.stderr
+
+    @property
+    def tty(self) -> bool:
+        isatty = getattr(self.stream, "isatty", None)
+        return bool(isatty and isatty())
+
+    @property
+    def live(self) -> bool:
+        """A live single line: on a terminal, outside CI, at the default verbosity."""
+        return (self.tty and not self._env.get("CI") and self._env.get("TERM") != "dumb"
+                and self.verbosity == Verbosity.NORMAL)
+
+    @property
+    def colour(self) -> bool:
+        return self.tty and not self._env.get("NO_COLOR") and self._env.get("TERM") != "dumb"
+
+    def detail(self, text: str) -> None:
+        """A line of what a stage does (a command, its output): into the stage's log; shown
+        with -v, or outside a stage at the default verbosity (housekeeping, series tools)."""
+        with self._lock:
+            if self._log is not None:
+                self._log.write(text.rstrip("\n") + "\n")
+                self._log.flush()
+                if self.verbosity == Verbosity.VERBOSE:
+                    self._write(text)
+                elif self.live:
+                    self._draw_live(text)
+            elif self.verbosity >= Verbosity.NORMAL:
+                self._write(text)
+
+    def notice(self, text: str) -> None:
+        """A line the user should read now (a warning, a lock made): shown unless -q."""
+        with self._lock:
+            if self._log is not None:
+                self._log.write(text.rstrip("\n") + "\n")
+                self._log.flush()
+            if self.verbosity >= Verbosity.NORMAL:
+                self._write(text)
+
+    def result(self, text: str) -> None:
+        """The command's human result: always shown."""
+        with self._lock:
+            self._write(text)
+
+    def open_log(self) -> Path | None:
+        """The open stage's log, if a stage is open."""
+        return self._open.log if self._open is not None else None
+
+    def output_hint(self) -> str:
+        """Where a failed command's output is: the open stage's log, else the console."""
+        if self._open is not None:
+            return f"see its output in {_shown(self._open.log)}"
+        return "see the output above"
+
+    def cached(self, stage: str, text: str) -> None:
+        """The stage found its output in the cache: where it is the open one (smoke reads
+        the patch stage's cache, and stays `ran`), it is `cached`, not `ran`."""
+        with self._lock:
+            if self._open is not None and self._open.name == stage:
+                self._open.state = "cached"
+        self.detail(text)
+
+    @contextlib.contextmanager
+    def stage(self, name: str, key: str, log: Path) -> Iterator[StageRun]:
+        """Run a stage: its output to log (written anew), one line when it ends. Stages do
+        not nest: an inner stage's lines go to the outer one's log."""
+        if self._open is not None:
+            yield self._open
+            return
+        log.parent.mkdir(parents=True, exist_ok=True)
+        run = StageRun(name, key, log)
+        with self._lock:
+            self._open, self._log, self._started = run, log.open("w"), time.monotonic()
+        try:
+            if self.live:
+                self._draw_live("")
+            yield run
+        except KeyboardInterrupt:
+            run.state = "interrupted"
+            raise
+        except BaseException:
+            run.state = "failed"
+            raise
+        finally:
+            with self._lock:
+                run.seconds = time.monotonic() - self._started
+                if self._log is not None:
+                    self._log.close()
+                self._open, self._log = None, None
+                self.runs.append(run)
+                self._end_line(run)
+
+    def _end_line(self, run: StageRun) -> None:
+        failed = run.state in ("failed", "interrupted")
+        line = (f"{run.name:<11} {self.paint(run.state, f'{run.state:<11}')} "
+                f"{run.seconds:7.1f}s")
+        if failed:
+            line += f"  log: {_shown(run.log)}"
+        if self._live_shown:
+            self.stream.write("\r\x1b[K")
+            self._live_shown = False
+        if failed or self.verbosity >= Verbosity.NORMAL:
+            self._write(line)
+
+    def _draw_live(self, text: str) -> None:
+        now = time.monotonic()
+        if self._open is None or (text and now - self._drawn < REDRAW_SECONDS):
+            return
+        if text:
+            self._drawn = now
+        width = shutil.get_terminal_size((100, 24)).columns - 1
+        head = f"{self._open.name:<11} {'…':<11} {now - self._started:7.1f}s  "
+        last = " ".join(text.split())
+        self.stream.write("\r\x1b[K" + (head + last)[:width])
+        self.stream.flush()
+        self._live_shown = True
+
+    def _write(self, text: str) -> None:
+        if self._live_shown:  # a line printed over a live line: clear it, draw it after
+            self.stream.write("\r\x1b[K")
+            self._live_shown = False
+        self.stream.write(text.rstrip("\n") + "\n")
+        self.stream.flush()
+        if self._open is not None and self.live and self._log is not None:
+            self._draw_live("")
+
+    def paint(self, state: str, text: str) -> str:
+        code = COLOURS.get(state)
+        return f"\x1b[{code}m{text}\x1b[0m" if self.colour and code else text
+
+
+def summary_lines(runs: list[StageRun], console: Console) -> list[str]:
+    """The run's table: stage, state, time, key."""
+    lines = [f"{'stage':<11} {'state':<11} {'time':>8}  key"]
+    for run in runs:
+        state = console.paint(run.state, f"{run.state:<11}")
+        lines.append(f"{run.name:<11} {state} {run.seconds:7.1f}s  {run.key[:16]}")
+    return lines
+
+
+def _shown(path: Path) -> str:
+    """A path as the user can type it: relative to the working folder where inside it."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+current = Console()
+
+
+def configure(verbosity: Verbosity) -> Console:
+    """A fresh console for one command (main calls it once per invocation)."""
+    global current
+    current = Console(verbosity)
+    return current
+
+
+def detail(text: str) -> None:
+    current.detail(text)
+
+
+def notice(text: str) -> None:
+    current.notice(text)
+
+
+def result(text: str) -> None:
+    current.result(text)
+
+
+def cached(stage: str, text: str) -> None:
+    current.cached(stage, text)
+
+
+def open_log() -> Path | None:
+    return current.open_log()
+
+
+def output_hint() -> str:
+    return current.output_hint()
+
+
+def stage(name: str, key: str, log: Path) -> contextlib.AbstractContextManager[StageRun]:
+    return current.stage(name, key, log)
