@@ -16,7 +16,7 @@ __all__ = ["FAILED", "CacheFolder", "cache_folders", "current_names", "tag_files
 
 FAILED = ".failed"  # a patch that failed leaves its tree as <key>.failed for inspection
 HEX64 = re.compile(r"[0-9a-f]{64}")
-# the stages' own log files, build/logs/<tag>-<stage>.log
+# the log names of earlier versions, build/logs/<tag>-<stage>.log (now build/logs/<tag>/)
 STAGE_LOGS = ("fetch", "patch", "kernels", "wheels", "bake", "smoke")
 
 

@@ -78,8 +78,10 @@ def test_a_patch_made_on_the_old_base_merges_three_way_and_says_so(
 def test_a_second_run_is_a_cache_hit_that_copies_nothing(applied: VllmProject) -> None:
     code, _, err = applied.run("patch", "old-full")
     assert code == 0
-    assert f"patch: old-full cached at {entry(applied, 'old-full').name[:12]}" in err
-    assert "+ cp " not in err and "git apply" not in err
+    assert err.splitlines()[1].split()[:2] == ["patch", "cached"]
+    log = applied.log("old-full", "patch")
+    assert f"patch: old-full cached at {entry(applied, 'old-full').name[:12]}" in log
+    assert "+ cp " not in log and "git apply" not in log
 
 
 def test_checkout_is_a_git_work_tree_upstream_first_then_the_series(
@@ -100,7 +102,9 @@ def test_a_conflict_stops_with_exit_3_and_a_report_naming_patch_file_and_hunk(
     code, _, err = vllm_project.run("patch", "old-conflict")
     assert code == 3
     patch = vllm_project.series("local-conflict") / CONFLICTING
-    report_lines = err[err.index("patch: CONFLICT"):].splitlines()
+    log = vllm_project.log("old-conflict", "patch")  # the whole report; the error names it
+    assert "patch       failed" in err and f"log: {vllm_project.root}/build/logs/" in err
+    report_lines = log[log.index("patch: CONFLICT"):].splitlines()
     assert report_lines[1:7] == [
         "  tag:      old-conflict",
         "  upstream: vllm-0.32.0 (vllm 0.32.0, sdist sha256 d2c957d5eee3)",
@@ -128,7 +132,8 @@ def test_a_conflict_stops_with_exit_3_and_a_report_naming_patch_file_and_hunk(
     _assert_failed_tree(vllm_project, markers=False)
     code, _, err = vllm_project.run("patch", "old-conflict", "--keep")
     assert code == 3
-    assert "(three-way conflict markers kept, commit message prefilled)" in err
+    assert "(three-way conflict markers kept, commit message prefilled)" in \
+        vllm_project.log("old-conflict", "patch")
     _assert_failed_tree(vllm_project, markers=True)
 
 
@@ -194,4 +199,5 @@ def test_patches_already_in_upstream_stop_the_stage_unless_skip_applied(
     code, _, err = vllm_project.run("patch", "new-fixes")  # the cache entry stays fail-closed
     assert code == 3 and "is already in upstream" in err
     code, _, err = vllm_project.run("patch", "new-fixes", "--skip-applied")
-    assert code == 0 and "(3 already-upstream patch(es) skipped)" in err
+    assert code == 0
+    assert "(3 already-upstream patch(es) skipped)" in vllm_project.log("new-fixes", "patch")
