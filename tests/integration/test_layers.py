@@ -4,6 +4,8 @@ Python and sparkbake's own layers anew, and gives the image a clean bake gives."
 
 from __future__ import annotations
 
+import contextlib
+import io
 import shutil
 import time
 from collections.abc import Iterator
@@ -28,24 +30,28 @@ class Bake:
     layers: list[str]  # blob digests, the base's first
     history: list[str]
     log: str  # the bake stage's log
+    err: str  # what the console showed
     seconds: float
 
 
-def baked(project: Project, log: str, seconds: float) -> Bake:
+def baked(project: Project, log: str, err: str, seconds: float) -> Bake:
     store = oci.Layout(project.root / "build" / "oci")
     found = store.find("fixture")
     assert found is not None
     manifest = store.read_json(found.digest)
     config = store.read_json(manifest["config"]["digest"])
     return Bake(found.digest, [layer["digest"] for layer in manifest["layers"]],
-                [h.get("created_by", "") for h in config["history"]], log, seconds)
+                [h.get("created_by", "") for h in config["history"]], log, err, seconds)
 
 
 def build(project: Project) -> Bake:
     """build-image; what the bake printed is its log, build/logs/fixture/bake.log."""
+    err = io.StringIO()  # module-scoped fixtures have no capsys
     start = time.monotonic()
-    assert project.sparkbake("build-image", "fixture") == 0
-    return baked(project, project.log("fixture", "bake"), time.monotonic() - start)
+    with contextlib.redirect_stderr(err):
+        assert project.sparkbake("build-image", "fixture") == 0, err.getvalue()
+    return baked(project, project.log("fixture", "bake"), err.getvalue(),
+                 time.monotonic() - start)
 
 
 @pytest.fixture(scope="module")
@@ -89,6 +95,20 @@ def test_after_a_python_only_change_only_the_python_and_sparkbake_layers_change(
     assert cold_base == warm_base
     runtime, kernels, python, files = (old == new for old, new in zip(cold, warm, strict=True))
     assert (runtime, kernels, python, files) == (True, True, False, False)
+
+
+def test_a_first_build_image_shows_a_line_per_stage_then_the_summary(
+        bakes: tuple[Bake, Bake], layered: Project) -> None:
+    cold, _ = bakes
+    lines = cold.err.splitlines()
+    assert [line.split()[:2] for line in lines[:4]] == [
+        ["fetch", "ran"], ["patch", "ran"], ["wheels", "ran"], ["bake", "ran"]]
+    assert lines[4].split() == ["stage", "state", "time", "key"]
+    assert [line.split()[0] for line in lines[5:9]] == ["fetch", "patch", "wheels", "bake"]
+    assert lines[8].split()[-1] == layered.plan().inputs[:16]  # the bake's key
+    assert lines[9].startswith(f"image: {layered.plan().tag.image_ref} = sha256:")
+    assert len(lines) == 10  # nothing of git, pip or the containers: that is in the logs
+    assert "+ git" in layered.log("fixture", "patch")
 
 
 def test_the_history_says_what_each_layer_is(bakes: tuple[Bake, Bake]) -> None:
