@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Literal, TextIO
 
 __all__ = ["Console", "StageRun", "Verbosity", "cached", "configure", "current", "detail",
-           "notice", "open_log", "output_hint", "result", "stage", "summary_lines"]
+           "notice", "open_log", "output_hint", "result", "shown", "stage", "summary_lines"]
 
 StageState = Literal["ran", "cached", "failed", "interrupted"]
 COLOURS = {"ran": "32", "cached": "36", "failed": "31", "interrupted": "33"}
@@ -46,7 +46,7 @@ class StageRun:
 
     def to_json(self) -> dict[str, object]:
         return {"name": self.name, "state": self.state, "seconds": round(self.seconds, 1),
-                "key": self.key, "log": _shown(self.log)}
+                "key": self.key, "log": shown(self.log)}
 
 
 class Console:
@@ -119,7 +119,7 @@ class Console:
     def output_hint(self) -> str:
         """Where a failed command's output is: the open stage's log, else the console."""
         if self._open is not None:
-            return f"see its output in {_shown(self._open.log)}"
+            return f"see its output in {shown(self._open.log)}"
         return "see the output above"
 
     def cached(self, stage: str, text: str) -> None:
@@ -165,7 +165,7 @@ class Console:
         line = (f"{run.name:<11} {self.paint(run.state, f'{run.state:<11}')} "
                 f"{run.seconds:7.1f}s")
         if failed:
-            line += f"  log: {_shown(run.log)}"
+            line += f"  log: {shown(run.log)}"
         if self._live_shown:
             self.stream.write("\r\x1b[K")
             self._live_shown = False
@@ -208,7 +208,7 @@ def summary_lines(runs: list[StageRun], console: Console) -> list[str]:
     return lines
 
 
-def _shown(path: Path) -> str:
+def shown(path: Path) -> str:
     """A path as the user can type it: relative to the working folder where inside it."""
     try:
         return str(path.resolve().relative_to(Path.cwd().resolve()))

@@ -254,14 +254,15 @@ def _build_failure(request: BuildRequest, exit_code: int, output: str) -> BuildE
     if exit_code == OOM_EXIT:
         return BuildError(
             f"the builder for {name} was killed (exit 137: out of memory) running "
-            f"MAX_JOBS={request.jobs.max_jobs}; log: {request.log}",
+            f"MAX_JOBS={request.jobs.max_jobs}; log: {console.shown(request.log)}",
             f"lower the job count: SPARKBAKE_MAX_JOBS={max(1, request.jobs.max_jobs // 2)} "
             "(or raise SPARKBAKE_GIB_PER_JOB)",
         )
     heading, lines = failure_summary(output)  # the cause, not pip's last words
     quoted = "".join(f"\n    {line}" for line in lines)
     return BuildError(f"building wheels for {name} failed (exit {exit_code}); {heading}:"
-                      f"{quoted}\n  full log: {request.log}", "fix the error above (see the log)")
+                      f"{quoted}\n  full log: {console.shown(request.log)}",
+                      "fix the error above (see the log)")
 
 
 def _report(tag: Tag, out: Path, built: dict[str, Any]) -> dict[str, Any]:
