@@ -179,7 +179,7 @@ class Console:
         if text:
             self._drawn = now
         width = shutil.get_terminal_size((100, 24)).columns - 1
-        head = f"{self._open.name:<11} {'…':<11} {now - self._started:7.1f}s  "
+        head = f"{self._open.name:<11} {'...':<11} {now - self._started:7.1f}s  "
         last = " ".join(text.split())
         self.stream.write("\r\x1b[K" + (head + last)[:width])
         self.stream.flush()
