@@ -23,10 +23,13 @@ def tests(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff and mypy --strict on sources, tests, this file and the docs generator; patch-lint."""
+    """ruff and mypy --strict on sources, tests, this file, the docs generator and the
+    container-side scripts (images/*.py); patch-lint."""
     session.install(".[lint]")
-    session.run("ruff", "check", "src", "tests", "noxfile.py", "docs")
+    session.run("ruff", "check", "src", "tests", "noxfile.py", "docs", "images")
     session.run("mypy", "--strict", "src", "tests", "noxfile.py", "docs/gen_pages.py")
+    # the scripts that run inside containers: standard library only, checked on their own
+    session.run("mypy", "--strict", "images")
     session.run("sparkbake", "patch-lint")
 
 

@@ -141,8 +141,12 @@ def check_vllm_import(image: Image, expected: dict[str, Any]) -> str:
     if not pinned and wheel is None:
         raise CheckSkipped(f"the upstream is a {pin.get('kind', '?')} pin, not vllm from PyPI, "
                            "and no vllm wheel is installed (wheels-import imports its wheels)")
-    want = str(pin["version"]) if pinned else wheel_version(str(wheel.get("file"))) or "?"
-    source = "the upstream pin" if pinned else f"the wheel {wheel.get('file')}"
+    if pinned:
+        want, source = str(pin["version"]), "the upstream pin"
+    else:
+        assert wheel is not None  # neither pinned nor a wheel was skipped above
+        want = wheel_version(str(wheel.get("file"))) or "?"
+        source = f"the wheel {wheel.get('file')}"
     try:
         installed = importlib.metadata.version("vllm")
     except importlib.metadata.PackageNotFoundError as exc:
