@@ -69,6 +69,21 @@ def versions_yaml(repository: str, platform: str, tags: str) -> str:
     return VERSIONS_HEAD.format(repository=repository, platform=platform) + tags
 
 
+def one_patch_project(folder: Path, patch: str, tags: str) -> Path:
+    """A versions.yaml (the `tree` upstream: upstream/demo.py) and a series `demo` of one
+    patch in folder; returns the versions.yaml's path."""
+    (folder / "upstream").mkdir(parents=True)
+    (folder / "upstream" / "demo.py").write_text("print('demo')\n")
+    series = folder / "patches" / "demo"
+    series.mkdir(parents=True)
+    (series / "series").write_text("0001-demo.patch\n")
+    (series / "0001-demo.patch").write_text(patch)
+    path = folder / "versions.yaml"
+    path.write_text(versions_yaml("localhost:5000/sparkbake-cli", "linux/amd64", tags),
+                    encoding="utf-8")
+    return path
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on now."""
     with socket.socket() as probe:

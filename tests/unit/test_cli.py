@@ -15,18 +15,20 @@ import pytest
 
 from sparkbake import emulation, invocation
 from sparkbake.__main__ import main, parser
-from tests.conftest import versions_yaml
+from tests.conftest import one_patch_project, versions_yaml
 
 REPO = Path(__file__).resolve().parents[2]
 STAGES = ["fetch", "patch", "kernels", "wheels", "bake", "smoke", "publish"]
 STATES = {"cached", "missing", "unknown", "blocked", "stale"}
 
-CONFIG = versions_yaml(repository="localhost:5000/sparkbake-cli", platform="linux/amd64", tags="""\
+TAGS = """\
   production-1.0-demo:
     upstream: tree
     series: [demo]
     env: {DEMO: "1"}
-""")
+"""
+CONFIG = versions_yaml(repository="localhost:5000/sparkbake-cli", platform="linux/amd64",
+                       tags=TAGS)
 
 
 def write_config(folder: Path, text: str) -> Path:
@@ -46,13 +48,7 @@ def no_docker(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def config_file(tmp_path: Path) -> Path:
-    (tmp_path / "upstream").mkdir()
-    (tmp_path / "upstream" / "demo.py").write_text("print('demo')\n")
-    series = tmp_path / "patches" / "demo"
-    series.mkdir(parents=True)
-    (series / "series").write_text("0001-demo.patch\n")
-    (series / "0001-demo.patch").write_text("--- a/demo.py\n+++ b/demo.py\n")
-    return write_config(tmp_path, CONFIG)
+    return one_patch_project(tmp_path, "--- a/demo.py\n+++ b/demo.py\n", TAGS)
 
 
 def plan_lines(out: str) -> dict[str, list[str]]:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from sparkbake.__main__ import main
-from tests.conftest import versions_yaml
+from tests.conftest import one_patch_project
 
 TAG = "production-1.0-demo"
 PATCH = """\
@@ -25,16 +25,7 @@ diff --git a/demo.py b/demo.py
 
 @pytest.fixture
 def config_file(tmp_path: Path) -> Path:
-    (tmp_path / "upstream").mkdir()
-    (tmp_path / "upstream" / "demo.py").write_text("print('demo')\n")
-    series = tmp_path / "patches" / "demo"
-    series.mkdir(parents=True)
-    (series / "series").write_text("0001-demo.patch\n")
-    (series / "0001-demo.patch").write_text(PATCH)
-    path = tmp_path / "versions.yaml"
-    path.write_text(versions_yaml("localhost:5000/sparkbake-cli", "linux/amd64",
-                                  f"  {TAG}:\n    upstream: tree\n    series: [demo]\n"))
-    return path
+    return one_patch_project(tmp_path, PATCH, f"  {TAG}:\n    upstream: tree\n    series: [demo]\n")
 
 
 def patch(config_file: Path, *options: str) -> int:
