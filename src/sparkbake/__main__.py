@@ -41,6 +41,9 @@ TAG_COMMANDS = {
 
 
 STAGE_COMMANDS = ("fetch", "patch", "wheels", "build-image")
+# the commands whose result is a record they also write to build/, and what it is called
+RECORD_COMMANDS = {"smoke": "smoke record", "publish": "release record",
+                   "deploy": "deploy report"}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -92,6 +95,9 @@ def parser() -> argparse.ArgumentParser:
         if name in STAGE_COMMANDS:
             sub.add_argument("--json", action="store_true",
                              help="print the result and each stage's state as JSON on stdout")
+        if name in RECORD_COMMANDS:
+            sub.add_argument("--json", action="store_true",
+                             help=f"print the {RECORD_COMMANDS[name]} as JSON on stdout")
         if name == "build-image":
             sub.add_argument("--metadata-file", type=Path, metavar="FILE",
                              help="also write the result as JSON to FILE (as buildx does)")
@@ -316,12 +322,13 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "smoke":
         return pipeline.smoke_tag(config, tag, SmokeOptions(
             gpu=args.gpu, model=args.model, serve_env=args.serve_env,
-            serve_timeout=args.serve_timeout))
+            serve_timeout=args.serve_timeout), output=pipeline.Output(json=args.json))
     if args.command == "publish":
         return pipeline.publish(config, tag, registry_host=args.registry, force=args.force,
-                                skip_smoke=args.skip_smoke)
+                                skip_smoke=args.skip_smoke, output=pipeline.Output(json=args.json))
     if args.command == "deploy":
-        return pipeline.deploy_tag(config, tag, args.hosts, stream=args.stream, gpu=args.gpu)
+        return pipeline.deploy_tag(config, tag, args.hosts, stream=args.stream, gpu=args.gpu,
+                                   output=pipeline.Output(json=args.json))
     options = PatchOptions(skip_applied=getattr(args, "skip_applied", False),
                            keep=getattr(args, "keep", False),
                            checkout=getattr(args, "checkout", None))

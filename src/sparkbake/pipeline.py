@@ -152,8 +152,7 @@ def run_until(config: Config, tag: Tag, stage: str,
     found["stages"] = [run.to_json() for run in console.current.runs]
     if output.metadata_file:
         atomic_write(output.metadata_file, json.dumps(found, indent=2) + "\n")
-    if output.json:
-        print(json.dumps(found, indent=2))
+    _print_json(output, found)
     return 0
 
 
@@ -331,7 +330,7 @@ def patch_tests(config: Config, tag: Tag) -> int:
 
 
 def smoke_tag(config: Config, tag: Tag, options: smoke.Options,
-              client: Client | None = None) -> int:
+              client: Client | None = None, output: Output = Output()) -> int:
     """The tag's smoke checks on its image in the engine (client: another engine's)."""
     plan = plan_mod.make(config, tag)
     client = client or connect()
@@ -341,6 +340,7 @@ def smoke_tag(config: Config, tag: Tag, options: smoke.Options,
         result: dict[str, Any] = smoke.run(client, config, plan, smoke_facts(config, plan),
                                            options)
     counts = {s: sum(c["status"] == s for c in result["checks"]) for s in ("passed", "skipped")}
+    _print_json(output, result)
     return _done(f"smoke: {tag.name} passed ({counts['passed']} checks passed, "
                  f"{counts['skipped']} skipped; image {result['image_id'][:19]})")
 
@@ -357,11 +357,12 @@ def smoke_facts(config: Config, plan: Plan) -> smoke.Facts:
 
 
 def publish(config: Config, tag: Tag, registry_host: str | None, force: bool,
-            skip_smoke: bool = False) -> int:
+            skip_smoke: bool = False, output: Output = Output()) -> int:
     plan = plan_mod.make(config, tag)
     with console.stage("publish", plan.inputs, stage_log(config, tag, "publish")):
         record = registry.publish(connect(), config, plan, registry_host, force,
                                   skip_smoke=skip_smoke)
+    _print_json(output, record)
     return _done(f"published {tag.name}: {record['digest']} (smoke: {record['smoke']['result']})")
 
 
@@ -393,7 +394,8 @@ def _release_name(config: Config, folder: Path, name: str) -> str:
         return name  # read_record names the releases there are
 
 
-def deploy_tag(config: Config, tag: Tag, hosts: str, stream: bool, gpu: str) -> int:
+def deploy_tag(config: Config, tag: Tag, hosts: str, stream: bool, gpu: str,
+               output: Output = Output()) -> int:
     """The tag's release onto each node, verified there and smoked (the common checks)."""
     nodes = nodes_mod.parse_hosts(hosts)
     plan = plan_mod.make(config, tag)
@@ -401,6 +403,7 @@ def deploy_tag(config: Config, tag: Tag, hosts: str, stream: bool, gpu: str) -> 
         report = deploy.deploy(config, plan, nodes, lambda: smoke_facts(config, plan),
                                smoke.Options(gpu=gpu), stream=stream)
     methods = ", ".join(f"{h['host']} ({h['method']})" for h in report["hosts"])
+    _print_json(output, report)
     return _done(f"deployed {tag.name} ({report['image_id'][:19]}) to {methods}; smoke passed "
                  f"on each (report: {report['report']})")
 
@@ -415,6 +418,12 @@ def registry_command(config: Config, action: str, port: int) -> int:
         echo(line)
         return 0 if answers else EngineError.exit_code
     return 0
+
+
+def _print_json(output: Output, record: dict[str, Any]) -> None:
+    """A command's record on stdout (--json), as it is written to build/."""
+    if output.json:
+        print(json.dumps(record, indent=2))
 
 
 def _done(message: str) -> int:

@@ -196,7 +196,7 @@ def run_checker(client: docker_api.Client, image_id: str, expected: dict[str, An
     result = docker_api.run_container(
         client, image_id, ["-B", f"{CHECKER_DIR}/{CHECKER_FILES[0]}", json.dumps(expected)],
         entrypoint=[PYTHON_IN_IMAGE], copy_in=files, volumes=volumes,
-        network=False, quiet=True, log_path=log_path,
+        network=False, log_path=log_path,  # its output: also the stage's log
         device_requests=[dict(smoke_serve.ALL_GPUS)] if gpus else None,
     )
     checks = parse_checks(result.output)

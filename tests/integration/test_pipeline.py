@@ -352,15 +352,21 @@ def test_ctrl_c_during_wheels_leaves_no_cache_entry_and_the_rerun_builds_only_wh
 
 
 def test_smoke_then_publish_and_skopeo_sees_the_recorded_digest(
-        built_fixture: Project, free_registry: str) -> None:
-    assert built_fixture.sparkbake("smoke", "fixture") == 0
+        built_fixture: Project, free_registry: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert built_fixture.sparkbake("smoke", "fixture", "--json") == 0
+    shown = capsys.readouterr()
     smoke = json.loads((built_fixture.root / "build" / "smoke" / "fixture.json").read_text())
+    assert json.loads(shown.out) == smoke  # --json: the record, on stdout
     assert smoke["passed"] is True
+    assert any(line.split()[:2] == ["smoke", "ran"] for line in shown.err.splitlines())
+    assert '"name": "kernels"' in built_fixture.log("fixture", "smoke")  # the checker's output
     checks = {c["name"]: c["status"] for c in smoke["checks"]}
     assert checks["kernels"] == "passed" and checks["manifest"] == "passed"
     assert checks["gpu"] == "skipped"
-    assert built_fixture.sparkbake("publish", "fixture", "--registry", free_registry) == 0
+    assert built_fixture.sparkbake("publish", "fixture", "--registry", free_registry,
+                                   "--json") == 0
     release = json.loads((built_fixture.root / "build" / "releases" / "fixture.json").read_text())
+    assert json.loads(capsys.readouterr().out) == release
     inspected = subprocess.run(
         ["skopeo", "inspect", "--tls-verify=false",
          f"docker://{free_registry}/sparkbake-fixture:fixture"],

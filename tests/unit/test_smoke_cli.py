@@ -33,7 +33,7 @@ def config_file(tmp_path: Path) -> Path:
 def calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, smoke.Options]]:
     seen: list[tuple[str, smoke.Options]] = []
 
-    def smoke_tag(config: Any, tag: Any, options: smoke.Options) -> int:
+    def smoke_tag(config: Any, tag: Any, options: smoke.Options, **_: Any) -> int:
         seen.append((tag.name, options))
         return 0
 
