@@ -133,7 +133,9 @@ def test_a_second_build_does_no_work_and_says_so(
         built_fixture: Project, docker_client: docker_api.Client,
         capsys: pytest.CaptureFixture[str]) -> None:
     before = docker_client.images.get(built_fixture.plan().tag.image_ref).id
-    assert built_fixture.sparkbake("build-image", "fixture", "--json") == 0
+    metadata = built_fixture.root / "build" / "metadata.json"
+    assert built_fixture.sparkbake("build-image", "fixture", "--json",
+                                   "--metadata-file", str(metadata)) == 0
     shown = capsys.readouterr()
     lines = shown.err.splitlines()
     # one line per stage, then the summary table and the image: nothing of the tools
@@ -145,6 +147,7 @@ def test_a_second_build_does_no_work_and_says_so(
     assert [(s["name"], s["state"]) for s in result["stages"]] == [
         ("fetch", "cached"), ("patch", "cached"), ("wheels", "cached"), ("bake", "cached")]
     assert result["containerimage.digest"] == result["digest"] in lines[-1]
+    assert json.loads(metadata.read_text()) == result  # buildx's --metadata-file, same facts
     assert "fetch: tinykern cached" in built_fixture.log("fixture", "fetch")
     assert "patch: fixture cached" in built_fixture.log("fixture", "patch")
     assert "wheels: fixture cached" in built_fixture.log("fixture", "wheels")
