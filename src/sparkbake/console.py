@@ -26,6 +26,8 @@ __all__ = ["Console", "StageRun", "Verbosity", "cached", "configure", "current",
 StageState = Literal["ran", "cached", "failed", "interrupted"]
 COLOURS = {"ran": "32", "cached": "36", "failed": "31", "interrupted": "33"}
 REDRAW_SECONDS = 0.1  # a live line is redrawn at most this often: a compile writes fast
+TICK_SECONDS = 1.0  # a live line's clock moves while its tools are silent
+PROGRESS_SECONDS = 300.0  # plain output: a long stage says it is still running this often
 
 
 class Verbosity(enum.IntEnum):
@@ -63,6 +65,7 @@ class Console:
         self._started = 0.0
         self._drawn = 0.0  # when the live line was last drawn
         self._live_shown = False
+        self._last = ""  # the open stage's latest output line
         self._lock = threading.RLock()  # container output arrives on a reader thread
 
     @property
@@ -91,6 +94,7 @@ class Console:
             if self._log is not None:
                 self._log.write(text.rstrip("\n") + "\n")
                 self._log.flush()
+                self._last = text.strip().splitlines()[-1] if text.strip() else self._last
                 if self.verbosity == Verbosity.VERBOSE:
                     self._write(text)
                 elif self.live:
@@ -141,9 +145,14 @@ class Console:
         run = StageRun(name, key, log)
         with self._lock:
             self._open, self._log, self._started = run, log.open("w"), time.monotonic()
+            self._last = ""
+        stop = threading.Event()
+        ticker = threading.Thread(target=self._ticker, args=(run, stop), daemon=True)
         try:
             if self.live:
                 self._draw_live("")
+            if self.verbosity == Verbosity.NORMAL:
+                ticker.start()
             yield run
         except KeyboardInterrupt:
             run.state = "interrupted"
@@ -152,6 +161,7 @@ class Console:
             run.state = "failed"
             raise
         finally:
+            stop.set()
             with self._lock:
                 run.seconds = time.monotonic() - self._started
                 if self._log is not None:
@@ -159,6 +169,25 @@ class Console:
                 self._open, self._log = None, None
                 self.runs.append(run)
                 self._end_line(run)
+
+    def _ticker(self, run: StageRun, stop: threading.Event) -> None:
+        """While the stage runs: a live line's clock each second; in plain output, a line
+        every few minutes, so that a long compile is not taken for a hang."""
+        while not stop.wait(TICK_SECONDS if self.live else PROGRESS_SECONDS):
+            self.tick(run)
+
+    def tick(self, run: StageRun) -> None:
+        """Show that the open stage run is still running (the ticker's step)."""
+        with self._lock:
+            if self._open is not run:
+                return
+            if self.live:
+                self._drawn = 0.0
+                self._draw_live(self._last or " ")
+            else:
+                elapsed = time.monotonic() - self._started
+                self._write(f"{run.name:<11} {'running':<11} {elapsed:7.1f}s  "
+                            f"{' '.join(self._last.split())[:80]}".rstrip())
 
     def _end_line(self, run: StageRun) -> None:
         failed = run.state in ("failed", "interrupted")

@@ -158,3 +158,26 @@ def test_the_summary_has_stage_state_time_and_key(tmp_path: Path) -> None:
     assert table[1].split()[:2] == ["fetch", "cached"] and table[1].endswith("fetchfetchfetchf")
     assert table[2].split()[:2] == ["patch", "ran"]
     assert console.runs[1].to_json()["key"] == "patch" * 10
+
+
+def test_a_long_stage_says_it_is_still_running_in_plain_output(tmp_path: Path) -> None:
+    console, stream = make()
+    with console.stage("wheels", "k", tmp_path / "wheels.log") as run:
+        console.detail("[12/40] Building CUDA object csrc/scale.cu.o\n")
+        console.tick(run)  # what the ticker thread does every few minutes
+    lines = stream.getvalue().splitlines()
+    assert lines[0].split()[:2] == ["wheels", "running"]
+    assert lines[0].endswith("[12/40] Building CUDA object csrc/scale.cu.o")
+    assert lines[1].split()[:2] == ["wheels", "ran"] and len(lines) == 2
+    console.tick(run)  # the stage is over: nothing more
+    assert len(stream.getvalue().splitlines()) == 2
+
+
+def test_a_live_lines_clock_moves_while_the_tools_are_silent(tmp_path: Path) -> None:
+    console, stream = make(tty=True, NO_COLOR="1")
+    with console.stage("bake", "k", tmp_path / "bake.log") as run:
+        console.detail("docker load")
+        before = stream.getvalue()
+        console.tick(run)
+        redrawn = stream.getvalue()[len(before):]
+    assert redrawn.startswith("\r\x1b[Kbake ") and redrawn.count("\n") == 0
