@@ -98,7 +98,7 @@ class Console:
                 if self.verbosity == Verbosity.VERBOSE:
                     self._write(text)
                 elif self.live:
-                    self._draw_live(text)
+                    self._draw_live(self._last)  # a chunk of many lines: its last one
             elif self.verbosity >= Verbosity.NORMAL:
                 self._write(text)
 

@@ -181,3 +181,12 @@ def test_a_live_lines_clock_moves_while_the_tools_are_silent(tmp_path: Path) -> 
         console.tick(run)
         redrawn = stream.getvalue()[len(before):]
     assert redrawn.startswith("\r\x1b[Kbake ") and redrawn.count("\n") == 0
+
+
+def test_a_live_line_shows_the_last_line_of_a_chunk(tmp_path: Path) -> None:
+    console, stream = make(tty=True, NO_COLOR="1")
+    with console.stage("bake", "k", tmp_path / "bake.log"):
+        console.detail("Collecting tinykern\nSuccessfully installed tinykern-0.1.0\n")
+        drawn = stream.getvalue().rsplit("\r\x1b[K", 1)[1]
+    assert drawn.endswith("Successfully installed tinykern-0.1.0")
+    assert "Collecting" not in drawn
