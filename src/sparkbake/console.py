@@ -92,8 +92,7 @@ class Console:
         with -v, or outside a stage at the default verbosity (housekeeping, series tools)."""
         with self._lock:
             if self._log is not None:
-                self._log.write(text.rstrip("\n") + "\n")
-                self._log.flush()
+                self._to_log(text)
                 self._last = text.strip().splitlines()[-1] if text.strip() else self._last
                 if self.verbosity == Verbosity.VERBOSE:
                     self._write(text)
@@ -106,10 +105,14 @@ class Console:
         """A line the user should read now (a warning, a lock made): shown unless -q."""
         with self._lock:
             if self._log is not None:
-                self._log.write(text.rstrip("\n") + "\n")
-                self._log.flush()
+                self._to_log(text)
             if self.verbosity >= Verbosity.NORMAL:
                 self._write(text)
+
+    def _to_log(self, text: str) -> None:
+        assert self._log is not None
+        self._log.write(text.rstrip("\n") + "\n")
+        self._log.flush()
 
     def result(self, text: str) -> None:
         """The command's human result: always shown."""
@@ -191,8 +194,7 @@ class Console:
 
     def _end_line(self, run: StageRun) -> None:
         failed = run.state in ("failed", "interrupted")
-        line = (f"{run.name:<11} {self.paint(run.state, f'{run.state:<11}')} "
-                f"{run.seconds:7.1f}s")
+        line = self.row(run)
         if failed:
             line += f"  log: {shown(run.log)}"
         if self._live_shown:
@@ -223,6 +225,10 @@ class Console:
         if self._open is not None and self.live and self._log is not None:
             self._draw_live("")
 
+    def row(self, run: StageRun) -> str:
+        """A stage's name, state and time: its line, and the summary's row but the key."""
+        return f"{run.name:<11} {self.paint(run.state, f'{run.state:<11}')} {run.seconds:7.1f}s"
+
     def paint(self, state: str, text: str) -> str:
         code = COLOURS.get(state)
         return f"\x1b[{code}m{text}\x1b[0m" if self.colour and code else text
@@ -232,8 +238,7 @@ def summary_lines(runs: list[StageRun], console: Console) -> list[str]:
     """The run's table: stage, state, time, key."""
     lines = [f"{'stage':<11} {'state':<11} {'time':>8}  key"]
     for run in runs:
-        state = console.paint(run.state, f"{run.state:<11}")
-        lines.append(f"{run.name:<11} {state} {run.seconds:7.1f}s  {run.key[:16]}")
+        lines.append(f"{console.row(run)}  {run.key[:16]}")
     return lines
 
 
