@@ -23,11 +23,11 @@ def tests(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff and mypy --strict on sources, tests, this file, the docs generator and the
-    container-side scripts (images/*.py); patch-lint."""
+    """ruff and mypy --strict on sources, tests, the benchmark scripts (bin/), this file, the
+    docs generator and the container-side scripts (images/*.py); patch-lint."""
     session.install(".[lint]")
-    session.run("ruff", "check", "src", "tests", "noxfile.py", "docs", "images")
-    session.run("mypy", "--strict", "src", "tests", "noxfile.py", "docs/gen_pages.py")
+    session.run("ruff", "check", "src", "tests", "bin", "noxfile.py", "docs", "images")
+    session.run("mypy", "--strict", "src", "tests", "bin", "noxfile.py", "docs/gen_pages.py")
     # the scripts that run inside containers: standard library only, checked on their own
     session.run("mypy", "--strict", "images")
     session.run("sparkbake", "patch-lint")
@@ -45,28 +45,28 @@ def docs(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     """The patch stage on the real vLLM tree; writes benchmarks/patch-apply.json."""
     session.install(".")
-    session.run("python", "-m", "sparkbake.bench", *session.posargs)
+    session.run("python", "bin/bench.py", *session.posargs)
 
 
 @nox.session(name="bench-reuse")
 def bench_reuse(session: nox.Session) -> None:
     """Kernel reuse on real vLLM vs a fixture compile; writes benchmarks/kernel-reuse.json."""
     session.install(".")
-    session.run("python", "-m", "sparkbake.bench_reuse", *session.posargs)
+    session.run("python", "bin/bench_reuse.py", *session.posargs)
 
 
 @nox.session(name="bench-incremental")
 def bench_incremental(session: nox.Session) -> None:
     """A Python-only change: build-image and publish again; writes benchmarks/incremental-*."""
     session.install(".")
-    session.run("python", "-m", "sparkbake.bench_incremental", *session.posargs)
+    session.run("python", "bin/bench_incremental.py", *session.posargs)
 
 
 @nox.session(name="bench-cache")
 def bench_cache(session: nox.Session) -> None:
     """The compile cache and the kernel arch list; writes benchmarks/compile-cache.json."""
     session.install(".")
-    session.run("python", "-m", "sparkbake.bench_cache", *session.posargs)
+    session.run("python", "bin/bench_cache.py", *session.posargs)
 
 
 @nox.session(name="repro-one-step")

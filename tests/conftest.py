@@ -14,9 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from sparkbake import bases, config, docker_api, invocation, plan, settings
 from sparkbake.__main__ import main
+from sparkbake.bake import bases
+from sparkbake.config import settings, versions
+from sparkbake.console import invocation
 from sparkbake.errors import EngineError
+from sparkbake.oci import docker_engine
+from sparkbake.pipeline import plan
 
 DATA = Path(__file__).parent / "data"
 
@@ -31,8 +35,8 @@ class Project:
     def config_path(self) -> Path:
         return self.root / "versions.yaml"
 
-    def config(self) -> config.Config:
-        return config.load(self.config_path)
+    def config(self) -> versions.Config:
+        return versions.load(self.config_path)
 
     def plan(self, tag: str = "fixture") -> plan.Plan:
         loaded = self.config()
@@ -98,9 +102,9 @@ def copy_project(dest: Path) -> Project:
 
 
 @pytest.fixture(scope="session")
-def docker_client() -> docker_api.Client:
+def docker_client() -> docker_engine.Client:
     try:
-        return docker_api.connect()
+        return docker_engine.connect()
     except EngineError as exc:
         if os.environ.get("CI") == "true":
             pytest.fail(f"CI needs a Docker engine: {exc}")
@@ -108,9 +112,10 @@ def docker_client() -> docker_api.Client:
 
 
 @pytest.fixture(scope="session")
-def debian_base(docker_client: docker_api.Client, tmp_path_factory: pytest.TempPathFactory) -> str:
+def debian_base(docker_client: docker_engine.Client,
+                tmp_path_factory: pytest.TempPathFactory) -> str:
     """The fixture's Debian base image (debootstrap + import), made once per engine."""
-    loaded = config.load(DATA / "versions.yaml")
+    loaded = versions.load(DATA / "versions.yaml")
     tag = loaded.tag("fixture")
     base = bases.ensure(docker_client, tag.runtime, tag.platform,
                         tmp_path_factory.mktemp("bases"), settings.host_settings())
@@ -118,7 +123,7 @@ def debian_base(docker_client: docker_api.Client, tmp_path_factory: pytest.TempP
 
 
 @pytest.fixture(scope="session")
-def built_fixture(docker_client: docker_api.Client, debian_base: str,
+def built_fixture(docker_client: docker_engine.Client, debian_base: str,
                   tmp_path_factory: pytest.TempPathFactory) -> Project:
     """tests/data copied once and its `fixture` tag built to an image: shared, never edited."""
     project = copy_project(tmp_path_factory.mktemp("built") / "project")

@@ -10,12 +10,14 @@ import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
-from . import cachetrim, console, housekeeping, invocation, pipeline, tagslist
-from . import config as config_mod
-from . import lock as lock_mod
-from .errors import ConfigError, FatalError, UsageError
-from .patches import Options as PatchOptions
-from .smoke import Options as SmokeOptions
+from sparkbake.config import versions as config_mod
+from sparkbake.console import display, invocation
+from sparkbake.errors import ConfigError, FatalError, UsageError
+from sparkbake.housekeeping import cachetrim, tidy
+from sparkbake.lock import lockfiles as lock_mod
+from sparkbake.patch.patches import Options as PatchOptions
+from sparkbake.pipeline import commands, tags
+from sparkbake.smoke.checks import Options as SmokeOptions
 
 __all__ = ["main"]
 
@@ -229,7 +231,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = None
     try:
         args = parser().parse_args(argv)
-        console.configure(_verbosity(args))
+        display.configure(_verbosity(args))
         code = dispatch(args)
         sys.stdout.flush()  # a closed pipe shows here, not at exit where it can't be caught
         return code
@@ -251,12 +253,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
 
 
-def _verbosity(args: argparse.Namespace) -> console.Verbosity:
+def _verbosity(args: argparse.Namespace) -> display.Verbosity:
     if getattr(args, "verbose", False) and getattr(args, "quiet", False):
         raise UsageError("-v and -q say opposite things", "give one of them")
     if getattr(args, "verbose", False):
-        return console.Verbosity.VERBOSE
-    return console.Verbosity.QUIET if getattr(args, "quiet", False) else console.Verbosity.NORMAL
+        return display.Verbosity.VERBOSE
+    return display.Verbosity.QUIET if getattr(args, "quiet", False) else display.Verbosity.NORMAL
 
 
 def _pipe_closed() -> int:
@@ -287,61 +289,61 @@ def _dispatch(args: argparse.Namespace) -> int:
     invocation.remember_config(args.config)  # remedies repeat the user's --config
     config = config_mod.load(args.config)
     if args.command == "registry":
-        return pipeline.registry_command(config, args.action, args.port)
+        return commands.registry_command(config, args.action, args.port)
     if args.command in ("patch-lint", "export-series", "import-series"):
         return _series_command(config, args)
     if args.command == "tags":
-        print(tagslist.report(config, as_json=args.json))
+        print(tags.report(config, as_json=args.json))
         return 0
     if args.command == "gc":
-        return housekeeping.gc(config, args.dry_run, args.max_cache_size)
+        return tidy.gc(config, args.dry_run, args.max_cache_size)
     if args.command == "clean":
-        return housekeeping.clean(config, args.tag, args.everything, args.dry_run)
+        return tidy.clean(config, args.tag, args.everything, args.dry_run)
     if args.command == "releases":
-        print(pipeline.releases_report(config, as_json=args.json))
+        print(commands.releases_report(config, as_json=args.json))
         return 0
     if args.command == "diff":
-        print(pipeline.diff_releases(config, (args.tags[0], args.tags[1]), as_json=args.json))
+        print(commands.diff_releases(config, (args.tags[0], args.tags[1]), as_json=args.json))
         return 0
     tag = config.tag(args.tag)
     if args.command == "rebase-check":
-        return pipeline.rebase_check(config, tag, args.to)
+        return commands.rebase_check(config, tag, args.to)
     if args.command == "check-env":
-        return pipeline.check_env(tag, args.env_file, args.proc_sys, show=args.show,
+        return commands.check_env(tag, args.env_file, args.proc_sys, show=args.show,
                                   runtime_lock=lock_mod.runtime_lock_path(config, tag))
     if args.command == "plan":
-        text, blocked = pipeline.plan_report(config, tag, as_json=args.json)
+        text, blocked = commands.plan_report(config, tag, as_json=args.json)
         print(text)
         return ConfigError.exit_code if blocked else 0
     if args.command == "lock":
-        return pipeline.lock_tag(config, tag, for_patch_tests=args.patch_tests)
+        return commands.lock_tag(config, tag, for_patch_tests=args.patch_tests)
     if args.command == "patch-tests":
-        return pipeline.patch_tests(config, tag)
+        return commands.patch_tests(config, tag)
     if args.command == "verify":
-        return pipeline.verify_tag(config, tag, against=args.against)
+        return commands.verify_tag(config, tag, against=args.against)
     if args.command == "smoke":
-        return pipeline.smoke_tag(config, tag, SmokeOptions(
+        return commands.smoke_tag(config, tag, SmokeOptions(
             gpu=args.gpu, model=args.model, serve_env=args.serve_env,
-            serve_timeout=args.serve_timeout), output=pipeline.Output(json=args.json))
+            serve_timeout=args.serve_timeout), output=commands.Output(json=args.json))
     if args.command == "publish":
-        return pipeline.publish(config, tag, registry_host=args.registry, force=args.force,
-                                skip_smoke=args.skip_smoke, output=pipeline.Output(json=args.json))
+        return commands.publish(config, tag, registry_host=args.registry, force=args.force,
+                                skip_smoke=args.skip_smoke, output=commands.Output(json=args.json))
     if args.command == "deploy":
-        return pipeline.deploy_tag(config, tag, args.hosts, stream=args.stream, gpu=args.gpu,
-                                   output=pipeline.Output(json=args.json))
+        return commands.deploy_tag(config, tag, args.hosts, stream=args.stream, gpu=args.gpu,
+                                   output=commands.Output(json=args.json))
     options = PatchOptions(skip_applied=getattr(args, "skip_applied", False),
                            keep=getattr(args, "keep", False),
                            checkout=getattr(args, "checkout", None))
-    output = pipeline.Output(json=args.json, metadata_file=getattr(args, "metadata_file", None))
-    return pipeline.run_until(config, tag, stage=args.command, options=options, output=output)
+    output = commands.Output(json=args.json, metadata_file=getattr(args, "metadata_file", None))
+    return commands.run_until(config, tag, stage=args.command, options=options, output=output)
 
 
 def _series_command(config: config_mod.Config, args: argparse.Namespace) -> int:
     if args.command == "patch-lint":
-        return pipeline.patch_lint(config)
+        return commands.patch_lint(config)
     if args.command == "export-series":
-        return pipeline.export_series(config, args.work, args.series, args.commits)
-    return pipeline.import_series(config, args.source, args.commits, args.series)
+        return commands.export_series(config, args.work, args.series, args.commits)
+    return commands.import_series(config, args.source, args.commits, args.series)
 
 
 if __name__ == "__main__":

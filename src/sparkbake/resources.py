@@ -7,7 +7,7 @@ from pathlib import Path
 
 import jinja2
 
-from .hashing import file_sha256
+from sparkbake.hashing import file_sha256
 
 __all__ = ["BUILDER_FILES", "digest", "images_dir", "path", "render"]
 

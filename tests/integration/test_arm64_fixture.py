@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkbake import docker_api, emulation
+from sparkbake.oci import docker_engine, emulation
 from tests.conftest import Project, copy_project
 
 pytestmark = pytest.mark.docker
@@ -20,7 +20,7 @@ ELF_AARCH64 = 183
 
 
 @pytest.fixture(scope="module")
-def built_arm64(docker_client: docker_api.Client,
+def built_arm64(docker_client: docker_engine.Client,
                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[Project]:
     project = copy_project(tmp_path_factory.mktemp("arm64") / "project")
     assert project.sparkbake("build-image", TAG) == 0
@@ -42,11 +42,11 @@ def test_the_kernel_is_an_aarch64_library_with_sm_121a_sass(built_arm64: Project
 
 
 def test_the_image_runs_aarch64_and_imports_its_kernel(
-        built_arm64: Project, docker_client: docker_api.Client) -> None:
+        built_arm64: Project, docker_client: docker_engine.Client) -> None:
     ref = built_arm64.plan(TAG).tag.image_ref
-    attrs = docker_api.image_attrs(docker_client, ref)
+    attrs = docker_engine.image_attrs(docker_client, ref)
     assert attrs["Architecture"] == "arm64"
-    ran = docker_api.run_container(
+    ran = docker_engine.run_container(
         docker_client, ref, ["-c", "import platform, tinykern; print(platform.machine(), "
                                    "tinykern.__name__)"],
         entrypoint=["/opt/venv/bin/python"], network=False, quiet=True)
@@ -59,7 +59,7 @@ def test_smoke_passes_under_emulation(built_arm64: Project) -> None:
 
 
 def test_no_binfmt_handler_is_exit_8_saying_how_to_install_one(
-        project: Project, docker_client: docker_api.Client, tmp_path: Path,
+        project: Project, docker_client: docker_engine.Client, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(emulation, "BINFMT", tmp_path)  # a host where none is registered
     assert project.sparkbake("wheels", TAG) == 8

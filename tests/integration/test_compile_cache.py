@@ -13,17 +13,17 @@ from typing import Any
 
 import pytest
 
-from sparkbake import docker_api
+from sparkbake.oci import docker_engine
 from tests.conftest import Project, copy_project, free_port
 
 
 @pytest.fixture
-def redis_url(docker_client: docker_api.Client, debian_base: str) -> Iterator[str]:
+def redis_url(docker_client: docker_engine.Client, debian_base: str) -> Iterator[str]:
     """A real redis-server on the Docker bridge's gateway (as a Redis host elsewhere would be
     reached: through the builder's relay), stopped by its PID afterwards."""
     if shutil.which("redis-server") is None:
         pytest.fail("redis-server is missing: run scripts/host-setup")
-    gateway = docker_api.bridge_gateway(docker_client, debian_base)
+    gateway = docker_engine.bridge_gateway(docker_client, debian_base)
     port = free_port()
     server = subprocess.Popen(["redis-server", "--bind", gateway, "--port", str(port),
                                "--save", "", "--appendonly", "no", "--protected-mode", "no"],

@@ -26,8 +26,8 @@ import docker
 import docker.errors
 import pytest
 
-from sparkbake import docker_api, embedded_registry
-from sparkbake.config import Config
+from sparkbake.config.versions import Config
+from sparkbake.oci import docker_engine, local_registry
 from tests.conftest import Project, free_port
 
 pytestmark = pytest.mark.docker
@@ -44,7 +44,7 @@ def _missing(what: str) -> NoReturn:
 @dataclasses.dataclass(frozen=True)
 class Engine:
     url: str
-    client: docker_api.Client
+    client: docker_engine.Client
     pid: int
     tcp_url: str  # the same engine on loopback TCP (no TLS: loopback only, tests only)
 
@@ -59,7 +59,7 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
         process.wait(timeout=30)
 
 
-def _wait_until_up(url: str, process: subprocess.Popen[bytes], log: Path) -> docker_api.Client:
+def _wait_until_up(url: str, process: subprocess.Popen[bytes], log: Path) -> docker_engine.Client:
     deadline = time.monotonic() + START_TIMEOUT
     while time.monotonic() < deadline and process.poll() is None:
         with contextlib.suppress(docker.errors.DockerException):
@@ -89,7 +89,7 @@ def _bridge() -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def engine(docker_client: docker_api.Client) -> Iterator[Engine]:
+def engine(docker_client: docker_engine.Client) -> Iterator[Engine]:
     """A second dockerd; short paths under /tmp, as unix socket paths are limited."""
     program = shutil.which("dockerd")
     if program is None or shutil.which("ip") is None or os.geteuid() != 0:
@@ -131,14 +131,14 @@ def registry_config(built_fixture: Project,
     config = dataclasses.replace(built_fixture.config(),
                                  work=tmp_path_factory.mktemp("deploy-registry"))
     yield config
-    embedded_registry.stop(config)  # the fallback test may have stopped it already
+    local_registry.stop(config)  # the fallback test may have stopped it already
 
 
 @pytest.fixture(scope="module")
 def release(built_fixture: Project, registry_config: Config) -> dict[str, Any]:
     """The fixture tag smoked and published to this module's registry: its release record."""
     port = free_port()
-    embedded_registry.start(registry_config, port)
+    local_registry.start(registry_config, port)
     assert built_fixture.sparkbake("smoke", "fixture") == 0
     assert built_fixture.sparkbake("publish", "fixture", "--registry", f"127.0.0.1:{port}") == 0
     record: dict[str, Any] = json.loads(
@@ -190,7 +190,7 @@ def test_deploy_reaches_a_node_over_tcp(
 
 def test_deploy_streams_the_image_and_smokes_it_on_the_node(
         built_fixture: Project, release: dict[str, Any], node: Engine,
-        docker_client: docker_api.Client) -> None:
+        docker_client: docker_engine.Client) -> None:
     assert built_fixture.sparkbake("deploy", "fixture", "--hosts", node.url, "--stream") == 0
     host = last_report(built_fixture)["hosts"][0]
     assert host["method"] == "stream" and "pull_failed" not in host
@@ -224,7 +224,7 @@ def test_a_tag_without_a_release_is_refused(built_fixture: Project,
 def test_a_node_that_cannot_reach_the_registry_gets_the_image_streamed(
         built_fixture: Project, release: dict[str, Any], node: Engine,
         registry_config: Config) -> None:
-    assert embedded_registry.stop(registry_config) is True  # the registry is gone (last test)
+    assert local_registry.stop(registry_config) is True  # the registry is gone (last test)
     assert built_fixture.sparkbake("deploy", "fixture", "--hosts", node.url) == 0
     host = last_report(built_fixture)["hosts"][0]
     assert host["method"] == "stream"
@@ -287,7 +287,7 @@ def ssh_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Pa
 
 def test_deploy_reaches_a_node_over_ssh(
         built_fixture: Project, release: dict[str, Any], ssh_node: tuple[str, Path],
-        docker_client: docker_api.Client, monkeypatch: pytest.MonkeyPatch) -> None:
+        docker_client: docker_engine.Client, monkeypatch: pytest.MonkeyPatch) -> None:
     url, shim = ssh_node
     monkeypatch.setenv("PATH", f"{shim}:{os.environ['PATH']}")
     assert built_fixture.sparkbake("deploy", "fixture", "--hosts", url) == 0

@@ -6,7 +6,8 @@ import shlex
 
 import pytest
 
-from sparkbake import docker_api, envfile
+from sparkbake.config import envfile
+from sparkbake.oci import docker_engine
 from tests.conftest import Project
 from tests.nodeenv import ENV_DIR, HEAD_IP, reference_command
 
@@ -22,7 +23,7 @@ def worker_env(**changes: str) -> dict[str, str]:
 
 
 def test_the_baked_entrypoint_prints_the_reference_command(
-        built_fixture: Project, docker_client: docker_api.Client) -> None:
+        built_fixture: Project, docker_client: docker_engine.Client) -> None:
     ref = built_fixture.plan().tag.image_ref
     out: bytes = docker_client.containers.run(ref, ["--print"], environment=worker_env(),
                                               remove=True, stdout=True, stderr=False)
@@ -33,9 +34,9 @@ def test_the_baked_entrypoint_prints_the_reference_command(
 
 
 def test_the_baked_preflight_refuses_b12x_kernels_the_image_lacks(
-        built_fixture: Project, docker_client: docker_api.Client) -> None:
+        built_fixture: Project, docker_client: docker_engine.Client) -> None:
     ref = built_fixture.plan().tag.image_ref
-    result = docker_api.run_container(docker_client, ref, [], quiet=True, network=False,
+    result = docker_engine.run_container(docker_client, ref, [], quiet=True, network=False,
                                       environment=worker_env(MOE_BACKEND="b12x"))
     assert result.exit_code == 2
     assert ("sparkbake preflight: error: MOE_BACKEND=b12x needs the Python module b12x, which "
@@ -43,9 +44,9 @@ def test_the_baked_preflight_refuses_b12x_kernels_the_image_lacks(
 
 
 def test_the_baked_preflight_refuses_a_bad_env(
-        built_fixture: Project, docker_client: docker_api.Client) -> None:
+        built_fixture: Project, docker_client: docker_engine.Client) -> None:
     ref = built_fixture.plan().tag.image_ref
-    result = docker_api.run_container(docker_client, ref, [], quiet=True, network=False,
+    result = docker_engine.run_container(docker_client, ref, [], quiet=True, network=False,
                                       environment=worker_env(VLLM_HOST_IP=HEAD_IP))
     assert result.exit_code == 2
     assert (f"sparkbake preflight: error: worker NODE_RANK=1 has VLLM_HOST_IP={HEAD_IP}, "

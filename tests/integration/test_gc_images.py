@@ -16,10 +16,13 @@ from pathlib import Path
 import docker.errors
 import pytest
 
-from sparkbake import bases, config, docker_api, plan
 from sparkbake.__main__ import main
-from sparkbake.config import DebootstrapBase
+from sparkbake.bake import bases
+from sparkbake.config import versions
+from sparkbake.config.versions import DebootstrapBase
 from sparkbake.errors import EngineError
+from sparkbake.oci import docker_engine
+from sparkbake.pipeline import plan
 
 STALE_INPUTS = "0" * 64
 
@@ -35,7 +38,7 @@ def layer_tar(marker: str) -> bytes:
     return out.getvalue()
 
 
-def load(client: docker_api.Client, folder: Path, refs: list[str],
+def load(client: docker_engine.Client, folder: Path, refs: list[str],
          labels: dict[str, str]) -> str:
     """docker load an image with these names (none: untagged) and labels; its id."""
     layer = layer_tar(json.dumps([refs, labels]))
@@ -52,12 +55,12 @@ def load(client: docker_api.Client, folder: Path, refs: list[str],
             entry = tarfile.TarInfo(name)
             entry.size = len(data)
             out.addfile(entry, io.BytesIO(data))
-    docker_api.load_image(client, archive, error=EngineError)
+    docker_engine.load_image(client, archive, error=EngineError)
     return "sha256:" + hashlib.sha256(image_config).hexdigest()
 
 
 @pytest.fixture
-def made(docker_client: docker_api.Client) -> Iterator[list[str]]:
+def made(docker_client: docker_engine.Client) -> Iterator[list[str]]:
     """The ids of the images a test loads: all removed at the end."""
     ids: list[str] = []
     yield ids
@@ -67,7 +70,7 @@ def made(docker_client: docker_api.Client) -> Iterator[list[str]]:
 
 
 def test_gc_removes_stale_sparkbake_images_and_keeps_current_and_foreign(
-        docker_client: docker_api.Client, made: list[str], tmp_path: Path,
+        docker_client: docker_engine.Client, made: list[str], tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
     unique = uuid.uuid4().hex[:8]
     repo, tag, base = f"localhost:5000/sparkbake-gc-{unique}", f"gc-{unique}", f"gcbase{unique}"
@@ -85,7 +88,7 @@ tags:
   {tag}: {{upstream: tree, series: []}}
 """)
     monkeypatch.setenv("SPARKBAKE_CACHE", str(tmp_path / "host-cache"))
-    loaded = config.load(tmp_path / "versions.yaml")
+    loaded = versions.load(tmp_path / "versions.yaml")
     now = plan.make(loaded, loaded.tag(tag))
     ours = {"dev.sparkbake.tag": tag}
     runtime = loaded.tag(tag).runtime
@@ -109,9 +112,9 @@ tags:
                    {**ours, "dev.sparkbake.inputs": STALE_INPUTS})
 
     assert main(["--config", str(tmp_path / "versions.yaml"), "gc", "--dry-run"]) == 0
-    assert all(docker_api.image_exists(docker_client, i) for i in [*kept, *gone, shared])
+    assert all(docker_engine.image_exists(docker_client, i) for i in [*kept, *gone, shared])
     assert main(["--config", str(tmp_path / "versions.yaml"), "gc"]) == 0
 
-    assert [docker_api.image_exists(docker_client, i) for i in kept] == [True] * len(kept)
-    assert [docker_api.image_exists(docker_client, i) for i in gone] == [False] * len(gone)
+    assert [docker_engine.image_exists(docker_client, i) for i in kept] == [True] * len(kept)
+    assert [docker_engine.image_exists(docker_client, i) for i in gone] == [False] * len(gone)
     assert docker_client.images.get(shared).attrs["RepoTags"] == [f"elsewhere-{unique}/x:1"]

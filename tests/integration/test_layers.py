@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from sparkbake import docker_api, oci, pipeline
+from sparkbake.oci import docker_engine, ocilayout
+from sparkbake.pipeline import commands
 from tests.conftest import Project, copy_project
 from tests.integration.test_pipeline import PYTHON_PATCH, python_in
 
@@ -35,7 +36,7 @@ class Bake:
 
 
 def baked(project: Project, log: str, err: str, seconds: float) -> Bake:
-    store = oci.Layout(project.root / "build" / "oci")
+    store = ocilayout.Layout(project.root / "build" / "oci")
     found = store.find("fixture")
     assert found is not None
     manifest = store.read_json(found.digest)
@@ -55,7 +56,7 @@ def build(project: Project) -> Bake:
 
 
 @pytest.fixture(scope="module")
-def layered(built_fixture: Project, docker_client: docker_api.Client,
+def layered(built_fixture: Project, docker_client: docker_engine.Client,
             tmp_path_factory: pytest.TempPathFactory) -> Iterator[Project]:
     """The fixture under its own repository (the shared image stays), with the kernel cache
     of built_fixture so that no compiler runs."""
@@ -132,7 +133,7 @@ def test_the_second_bake_takes_runtime_packages_and_kernels_from_its_cache(
 
 
 def test_the_image_runs_the_changed_python_over_the_cached_layers(
-        bakes: tuple[Bake, Bake], layered: Project, docker_client: docker_api.Client) -> None:
+        bakes: tuple[Bake, Bake], layered: Project, docker_client: docker_engine.Client) -> None:
     out = python_in(docker_client, layered.plan().tag.image_ref,
                     "import tinykern as t, pip; print(t.abi_version(), t.patched())")
     assert out == "2 tinykern-fixture-2"
@@ -143,5 +144,5 @@ def test_a_bake_from_the_cache_is_the_image_a_clean_bake_makes(
     _, warm = bakes
     shutil.rmtree(layered.root / "build" / "layers")  # the layer cache, not the stages'
     config = layered.config()
-    clean = pipeline.rebuild(config, config.tag("fixture"))
+    clean = commands.rebuild(config, config.tag("fixture"))
     assert clean.image.digest == warm.digest

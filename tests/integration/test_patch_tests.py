@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from sparkbake import config, patchtests
-from sparkbake import plan as plan_mod
 from sparkbake.__main__ import main
+from sparkbake.config import versions
 from sparkbake.errors import PatchTestError
+from sparkbake.pipeline import plan as plan_mod
+from sparkbake.series import patchtests
 from tests.conftest import versions_yaml
 
 REPO = Path(__file__).resolve().parents[2]
@@ -32,7 +33,7 @@ def result_of(tag: str) -> dict[str, object]:
 def test_each_production_tag_passes_its_series_tests(tag: str) -> None:
     assert main(["--config", str(CONFIG), "patch-tests", tag]) == 0
     result = result_of(tag)
-    loaded = config.load(CONFIG)
+    loaded = versions.load(CONFIG)
     files = result["files"]
     assert isinstance(files, list)
     for series in plan_mod.make(loaded, loaded.tag(tag)).series:  # every series brings tests
@@ -61,7 +62,7 @@ def test_a_failing_series_test_stops_with_exit_6_and_names_the_report(
         "Subject: [PATCH] t\n\nd\n\ndiff --git a/tests/test_series.py b/tests/test_series.py\n"
         "--- a/tests/test_series.py\n+++ b/tests/test_series.py\n")
     (series / "series").write_text("0001-t.patch\n")
-    loaded = config.load(tmp_path / "versions.yaml")
+    loaded = versions.load(tmp_path / "versions.yaml")
     plan = plan_mod.make(loaded, loaded.tag("t"))
     build = REPO / "build"  # where the lock's venv is kept
     lock = REPO / "locks" / "patch-tests" / "vllm-0.33.0.txt"

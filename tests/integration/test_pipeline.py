@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 
-from sparkbake import docker_api, embedded_registry, wheels
 from sparkbake.hashing import file_sha256
+from sparkbake.oci import docker_engine, local_registry
+from sparkbake.wheels import wheelbuild
 from tests.conftest import Project, free_port
 
 pytestmark = pytest.mark.docker
@@ -25,12 +26,12 @@ KERNEL_PATCH = "0001-kernel-export-the-C-ABI-version.patch"
 PYTHON_PATCH = "0002-python-expose-the-ABI-version-and-the-patch-marker.patch"
 
 
-def image_labels(client: docker_api.Client, ref: str) -> dict[str, str]:
-    labels: dict[str, str] = docker_api.image_attrs(client, ref)["Config"]["Labels"]
+def image_labels(client: docker_engine.Client, ref: str) -> dict[str, str]:
+    labels: dict[str, str] = docker_engine.image_attrs(client, ref)["Config"]["Labels"]
     return labels
 
 
-def read_from_image(client: docker_api.Client, ref: str, path: str) -> bytes:
+def read_from_image(client: docker_engine.Client, ref: str, path: str) -> bytes:
     box = client.containers.create(ref)
     try:
         chunks, _ = box.get_archive(path)
@@ -42,7 +43,7 @@ def read_from_image(client: docker_api.Client, ref: str, path: str) -> bytes:
         box.remove(force=True)
 
 
-def python_in(client: docker_api.Client, ref: str, code: str) -> str:
+def python_in(client: docker_engine.Client, ref: str, code: str) -> str:
     out: bytes = client.containers.run(ref, ["-c", code], entrypoint="/opt/venv/bin/python",
                                        remove=True, network_disabled=True)
     return out.decode().strip()
@@ -62,7 +63,7 @@ def use_series(project: Project, series: str) -> None:
 
 
 def test_the_kernel_carries_sm_121a_sass_per_cuobjdump(
-        built_fixture: Project, docker_client: docker_api.Client) -> None:
+        built_fixture: Project, docker_client: docker_engine.Client) -> None:
     plan = built_fixture.plan()
     manifest = json.loads(read_from_image(docker_client, plan.tag.image_ref,
                                           "/opt/sparkbake/manifest.json"))
@@ -82,7 +83,7 @@ def test_the_kernel_carries_sm_121a_sass_per_cuobjdump(
 
 
 def test_labels_and_manifest_name_the_upstream_and_series_hashes(
-        built_fixture: Project, docker_client: docker_api.Client) -> None:
+        built_fixture: Project, docker_client: docker_engine.Client) -> None:
     plan = built_fixture.plan()
     labels = image_labels(docker_client, plan.tag.image_ref)
     series = plan.series[0]
@@ -101,7 +102,7 @@ def test_labels_and_manifest_name_the_upstream_and_series_hashes(
 
 
 def test_the_patched_kernel_and_python_run_in_the_image(
-        built_fixture: Project, docker_client: docker_api.Client) -> None:
+        built_fixture: Project, docker_client: docker_engine.Client) -> None:
     ref = built_fixture.plan().tag.image_ref
     out = python_in(docker_client, ref, "import tinykern as t, os; print(t.abi_version(), "
                     "t.patched(), t.archs(), os.environ['SPARKBAKE_NOTE'])")
@@ -109,11 +110,11 @@ def test_the_patched_kernel_and_python_run_in_the_image(
 
 
 def test_the_wheel_and_the_installed_package_say_the_local_version(
-        built_fixture: Project, docker_client: docker_api.Client) -> None:
+        built_fixture: Project, docker_client: docker_engine.Client) -> None:
     plan = built_fixture.plan()
     assert plan.local_version == f"sb.{plan.patch_key[:8]}"  # the patch row `plan` prints
     version = f"0.1.0+{plan.local_version}"
-    report = json.loads((built_fixture.root / "wheels" / plan.wheels_key / wheels.REPORT)
+    report = json.loads((built_fixture.root / "wheels" / plan.wheels_key / wheelbuild.REPORT)
                         .read_text())
     assert report["wheels"][0]["file"].startswith(f"tinykern-{version}-cp311-")
     out = python_in(docker_client, plan.tag.image_ref,
@@ -123,14 +124,14 @@ def test_the_wheel_and_the_installed_package_say_the_local_version(
 
 
 def test_the_entrypoint_runs_given_arguments_exactly(
-        built_fixture: Project, docker_client: docker_api.Client) -> None:
+        built_fixture: Project, docker_client: docker_engine.Client) -> None:
     ref = built_fixture.plan().tag.image_ref
     out: bytes = docker_client.containers.run(ref, ["--print", "echo", "a b"], remove=True)
     assert out.decode().strip() == "echo 'a b'"
 
 
 def test_a_second_build_does_no_work_and_says_so(
-        built_fixture: Project, docker_client: docker_api.Client,
+        built_fixture: Project, docker_client: docker_engine.Client,
         capsys: pytest.CaptureFixture[str]) -> None:
     before = docker_client.images.get(built_fixture.plan().tag.image_ref).id
     metadata = built_fixture.root / "build" / "metadata.json"
@@ -199,9 +200,9 @@ def test_a_python_only_change_reuses_the_compiled_kernel(
     cache = json.loads((built_fixture.root / "wheels" / "kernels" / after.kernel_key /
                         "kernels.json").read_text())
     assert cache["pristine"] is True
-    old = json.loads((built_fixture.root / "wheels" / before.wheels_key / wheels.REPORT)
+    old = json.loads((built_fixture.root / "wheels" / before.wheels_key / wheelbuild.REPORT)
                      .read_text())["wheels"][0]
-    new = json.loads((project.root / "wheels" / after.wheels_key / wheels.REPORT)
+    new = json.loads((project.root / "wheels" / after.wheels_key / wheelbuild.REPORT)
                      .read_text())
     assert new["kernels"] == {"key": after.kernel_key, "reused": True,
                               "assembled from": cache["wheel"]}
@@ -231,7 +232,7 @@ def test_an_upstream_may_reuse_kernels_through_its_own_build(
     assert "reusing kernels" in log
     assert "using precompiled kernels from /kernels/" in log
     assert "+ nvcc" not in log  # no compiler ran
-    report = json.loads((project.root / "wheels" / project.plan().wheels_key / wheels.REPORT)
+    report = json.loads((project.root / "wheels" / project.plan().wheels_key / wheelbuild.REPORT)
                         .read_text())
     assert report["kernels"] == {"key": project.plan().kernel_key, "reused": True}
 
@@ -322,7 +323,7 @@ def test_no_engine_is_exit_8_with_how_to_start_one(
 
 
 def test_ctrl_c_during_wheels_leaves_no_cache_entry_and_the_rerun_builds_only_wheels(
-        project: Project, debian_base: str, docker_client: docker_api.Client) -> None:
+        project: Project, debian_base: str, docker_client: docker_engine.Client) -> None:
     add_patch(project, "slow", "0001-slow-build.patch", SLOW_BUILD)
     use_series(project, "slow")
     cmd = [sys.executable, "-m", "sparkbake", "--config", str(project.config_path),
@@ -350,7 +351,8 @@ def test_ctrl_c_during_wheels_leaves_no_cache_entry_and_the_rerun_builds_only_wh
     shown = [line.split()[:2] for line in rerun.stderr.splitlines()[:3]]
     assert shown == [["fetch", "cached"], ["patch", "cached"], ["wheels", "ran"]]
     assert "==> wheels for fixture" in project.log("fixture", "wheels")
-    report: dict[str, Any] = json.loads((wheel_root / plan.wheels_key / wheels.REPORT).read_text())
+    report_path = wheel_root / plan.wheels_key / wheelbuild.REPORT
+    report: dict[str, Any] = json.loads(report_path.read_text())
     assert report["wheels"][0]["kernels"][0]["sass"] == ["sm_121a"]
 
 
@@ -379,12 +381,12 @@ def test_smoke_then_publish_and_skopeo_sees_the_recorded_digest(
 
 @pytest.fixture
 def free_registry(built_fixture: Project,
-                  docker_client: docker_api.Client) -> Iterator[str]:
+                  docker_client: docker_engine.Client) -> Iterator[str]:
     port = free_port()
     config = built_fixture.config()
-    embedded_registry.start(config, port)
+    local_registry.start(config, port)
     yield f"127.0.0.1:{port}"
-    embedded_registry.stop(config)
+    local_registry.stop(config)
     for image in docker_client.images.list(f"127.0.0.1:{port}/sparkbake-fixture"):
         for ref in image.tags:
             docker_client.images.remove(ref)

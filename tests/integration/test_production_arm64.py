@@ -20,9 +20,13 @@ from typing import Any
 
 import pytest
 
-from sparkbake import config, docker_api, embedded_registry, pipeline, smoke, wheels
-from sparkbake import plan as plan_mod
+from sparkbake.config import versions
 from sparkbake.hashing import file_sha256
+from sparkbake.oci import docker_engine, local_registry
+from sparkbake.pipeline import commands
+from sparkbake.pipeline import plan as plan_mod
+from sparkbake.smoke import checks
+from sparkbake.wheels import wheelbuild
 from tests.conftest import free_port
 
 pytestmark = pytest.mark.docker
@@ -35,13 +39,13 @@ KERNEL = "vllm/_C_stable_libtorch.abi3.so"
 
 @dataclasses.dataclass(frozen=True)
 class Built:
-    config: config.Config  # the repository's versions.yaml with build/ and wheels/ in a tmp dir
+    config: versions.Config  # the repository's versions.yaml with build/ and wheels/ in a tmp dir
     plan: plan_mod.Plan
 
     @property
     def report(self) -> dict[str, Any]:
         folder = self.config.wheels_dir / self.plan.wheels_key
-        report: dict[str, Any] = json.loads((folder / wheels.REPORT).read_text())
+        report: dict[str, Any] = json.loads((folder / wheelbuild.REPORT).read_text())
         return report
 
     @property
@@ -56,32 +60,32 @@ class Built:
 
 
 @pytest.fixture(scope="module")
-def built(docker_client: docker_api.Client,
+def built(docker_client: docker_engine.Client,
           tmp_path_factory: pytest.TempPathFactory) -> Iterator[Built]:
     """build-image, smoke and publish of the tag, once; the image and work removed after."""
     work = tmp_path_factory.mktemp("arm64")
-    loaded = dataclasses.replace(config.load(REPO / "versions.yaml"), work=work)
+    loaded = dataclasses.replace(versions.load(REPO / "versions.yaml"), work=work)
     tag = loaded.tag(TAG)
-    assert pipeline.run_until(loaded, tag, "build-image") == 0
-    assert pipeline.smoke_tag(loaded, tag, smoke.Options()) == 0
+    assert commands.run_until(loaded, tag, "build-image") == 0
+    assert commands.smoke_tag(loaded, tag, checks.Options()) == 0
     port = free_port()
-    embedded_registry.start(loaded, port)
+    local_registry.start(loaded, port)
     try:
-        assert pipeline.publish(loaded, tag, f"127.0.0.1:{port}", force=False) == 0
+        assert commands.publish(loaded, tag, f"127.0.0.1:{port}", force=False) == 0
         yield Built(loaded, plan_mod.make(loaded, tag))
     finally:
-        embedded_registry.stop(loaded)
+        local_registry.stop(loaded)
         docker_client.images.remove(tag.image_ref, force=True)
         shutil.rmtree(work, ignore_errors=True)  # about 15 GB: layout, registry, wheelhouse
 
 
 def test_the_image_is_arm64_and_its_containers_run_aarch64(
-        built: Built, docker_client: docker_api.Client) -> None:
+        built: Built, docker_client: docker_engine.Client) -> None:
     baked = json.loads((built.config.build_dir / "oci" / "index.json").read_text())
     assert baked["manifests"]
-    attrs = docker_api.image_attrs(docker_client, built.plan.tag.image_ref)
+    attrs = docker_engine.image_attrs(docker_client, built.plan.tag.image_ref)
     assert (attrs["Os"], attrs["Architecture"]) == ("linux", "arm64")
-    ran = docker_api.run_container(docker_client, built.plan.tag.image_ref, ["-m"],
+    ran = docker_engine.run_container(docker_client, built.plan.tag.image_ref, ["-m"],
                                    entrypoint=["uname"], network=False, quiet=True)
     assert ran.output.strip() == "aarch64"
 
@@ -107,7 +111,7 @@ def test_the_kernels_for_a_gb10_are_sm_120_family_code(built: Built) -> None:
     sass = {k["path"]: k["sass"] for k in built.report["wheels"][0]["kernels"]}
     for library in (KERNEL, "vllm/_moe_C_stable_libtorch.abi3.so"):
         assert "sm_120" in sass[library] and "sm_121a" not in sass[library]
-        assert wheels.loadable("sm_120", built.plan.tag.sm_arch)
+        assert wheelbuild.loadable("sm_120", built.plan.tag.sm_arch)
 
 
 def test_smoke_checked_the_image_under_emulation(built: Built) -> None:

@@ -22,12 +22,13 @@ from typing import Any, NoReturn
 import docker.errors
 import pytest
 
-from sparkbake import config as config_mod
-from sparkbake import docker_api, embedded_registry, layers, oci, registry
-from sparkbake import plan as plan_mod
 from sparkbake.__main__ import main
-from sparkbake.config import Config
+from sparkbake.config import versions as config_mod
+from sparkbake.config.versions import Config
 from sparkbake.errors import BakeError, EngineError, PublishError
+from sparkbake.oci import docker_engine, layers, local_registry, ocilayout
+from sparkbake.pipeline import plan as plan_mod
+from sparkbake.publish import push
 from tests.conftest import free_port
 
 pytestmark = pytest.mark.docker
@@ -80,9 +81,9 @@ def _config(root: Path, repository: str) -> Config:
 
 
 @pytest.fixture(scope="module")
-def client() -> Iterator[docker_api.Client]:
+def client() -> Iterator[docker_engine.Client]:
     try:
-        engine = docker_api.connect()
+        engine = docker_engine.connect()
     except EngineError as exc:
         _missing(f"Docker engine: {exc.message}")
     for tool in ("docker-registry", "skopeo"):
@@ -103,17 +104,18 @@ class Local:
 
 
 @pytest.fixture(scope="module")
-def local(client: docker_api.Client, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Local]:
+def local(client: docker_engine.Client,
+          tmp_path_factory: pytest.TempPathFactory) -> Iterator[Local]:
     config = _config(tmp_path_factory.mktemp("registry"), "127.0.0.1:1/unused")
     port = free_port()
-    embedded_registry.start(config, port)
+    local_registry.start(config, port)
     yield Local(config, port)
-    assert embedded_registry.stop(config) is True
+    assert local_registry.stop(config) is True
 
 
 @dataclass(frozen=True)
 class Project:
-    client: docker_api.Client
+    client: docker_engine.Client
     config: Config
     plan: plan_mod.Plan
     port: int
@@ -132,29 +134,31 @@ class Project:
         bake stage does; return its id."""
         work = self.config.root / f"bake-{uuid.uuid4().hex[:8]}"
         work.mkdir()
-        layout = oci.Layout(self.config.build_dir / "oci")
+        layout = ocilayout.Layout(self.config.build_dir / "oci")
         plan = self.plan_of(tag)
         files = [("payload", payload)] if base is None else [("base", base), ("payload", payload)]
         made = {name: layers.from_files({name: (text.encode(), 0o644)}, work / f"{name}.tgz", 0)
                 for name, text in files}
         labels = {"dev.sparkbake.inputs": inputs or plan.inputs,
                   "dev.sparkbake.tag": tag, RUN_LABEL: RUN}
-        change = oci.ConfigChange(created=0, platform="linux/amd64",
+        change = ocilayout.ConfigChange(created=0, platform="linux/amd64",
                                   layers=tuple((m.diff_id, n) for n, m in made.items()),
                                   env=(), path="/", labels=tuple(labels.items()),
                                   entrypoint=("/payload",))
-        config = layout.add_bytes(oci.canonical(oci.image_config({}, change)), oci.CONFIG_TYPE)
+        config = layout.add_bytes(ocilayout.canonical(ocilayout.image_config({}, change)),
+                                  ocilayout.CONFIG_TYPE)
         blobs = [layout.add_file(m.path, m.digest, layers.MEDIA_TYPE) for m in made.values()]
-        image = layout.add_bytes(oci.canonical(oci.manifest(config, blobs)), oci.MANIFEST_TYPE)
+        image = layout.add_bytes(ocilayout.canonical(ocilayout.manifest(config, blobs)),
+                                 ocilayout.MANIFEST_TYPE)
         layout.tag(tag, image)
-        oci.write_docker_archive(layout, image, plan.tag.image_ref, work / "image.tar")
-        docker_api.load_image(self.client, work / "image.tar", error=BakeError)
+        ocilayout.write_docker_archive(layout, image, plan.tag.image_ref, work / "image.tar")
+        docker_engine.load_image(self.client, work / "image.tar", error=BakeError)
         return config.digest
 
     def smoke(self, passed: bool = True, tag: str = TAG) -> str:
         """A smoke record, as the smoke stage writes it, of the engine's image of the tag."""
         plan = self.plan_of(tag)
-        image_id = str(docker_api.image_attrs(self.client, plan.tag.image_ref)["Id"])
+        image_id = str(docker_engine.image_attrs(self.client, plan.tag.image_ref)["Id"])
         path = self.config.build_dir / "smoke" / f"{tag}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"tag": tag, "inputs": plan.inputs, "image_id": image_id,
@@ -164,12 +168,12 @@ class Project:
 
     def publish(self, registry_host: str | None = None, force: bool = False,
                 tag: str = TAG, skip_smoke: bool = False) -> dict[str, Any]:
-        return registry.publish(self.client, self.config, self.plan_of(tag), registry_host,
+        return push.publish(self.client, self.config, self.plan_of(tag), registry_host,
                                 force, skip_smoke=skip_smoke)
 
 
 @pytest.fixture
-def project(client: docker_api.Client, local: Local, tmp_path: Path) -> Project:
+def project(client: docker_engine.Client, local: Local, tmp_path: Path) -> Project:
     repository = f"127.0.0.1:{local.port}/sparkbake-test-{RUN}-{uuid.uuid4().hex[:6]}"
     config = _config(tmp_path, repository)
     return Project(client, config, plan_mod.make(config, config.tag(TAG)), local.port)
@@ -183,9 +187,9 @@ def skopeo_digest(ref: str) -> str:
 
 def test_start_again_is_a_no_op_and_status_says_it_runs(local: Local, tmp_path: Path) -> None:
     pid = (local.config.build_dir / "registry" / "registry.pid").read_text().split()[0]
-    assert embedded_registry.start(local.config, local.port) == \
+    assert local_registry.start(local.config, local.port) == \
         f"registry: already running at 127.0.0.1:{local.port} (pid {pid})"
-    answers, line = embedded_registry.status(local.config)
+    answers, line = local_registry.status(local.config)
     assert answers and line.startswith(f"registry: running at 127.0.0.1:{local.port} (pid {pid}")
 
 
@@ -193,13 +197,13 @@ def test_another_projects_registry_is_never_reused(local: Local, tmp_path: Path)
     other = _config(tmp_path, "127.0.0.1:1/unused")
     pid = (local.config.build_dir / "registry" / "registry.pid").read_text().split()[0]
     with pytest.raises(EngineError) as caught:
-        embedded_registry.start(other, local.port)
+        local_registry.start(other, local.port)
     assert caught.value.exit_code == 8
     assert caught.value.message == \
         f"port {local.port} of 127.0.0.1 is held by docker-registry (pid {pid})"
     assert not (other.build_dir / "registry" / "registry.pid").exists()
-    assert embedded_registry.status(other)[0] is False
-    assert embedded_registry.stop(other) is False
+    assert local_registry.status(other)[0] is False
+    assert local_registry.stop(other) is False
 
 
 def test_publish_pushes_both_tags_and_records_the_verified_digest(project: Project) -> None:
@@ -216,7 +220,7 @@ def test_publish_pushes_both_tags_and_records_the_verified_digest(project: Proje
     assert record["upstream"]["kind"] == "dir"
     assert skopeo_digest(f"{repository}:{TAG}") == record["digest"]
     assert skopeo_digest(f"{repository}:{immutable}") == record["digest"]
-    baked = oci.Layout(project.config.build_dir / "oci").find(TAG)
+    baked = ocilayout.Layout(project.config.build_dir / "oci").find(TAG)
     assert baked is not None and record["digest"] == baked.digest  # as baked, not re-made
 
 
@@ -280,14 +284,14 @@ def test_a_push_the_registry_refuses_is_exit_7_without_a_record(
         project: Project, tmp_path: Path) -> None:
     readonly = _config(tmp_path / "readonly", "127.0.0.1:1/unused")
     port = free_port()
-    embedded_registry.start(readonly, port, readonly=True)
+    local_registry.start(readonly, port, readonly=True)
     try:
         project.build("read-only")
         project.smoke()
         with pytest.raises(PublishError) as caught:
             project.publish(registry_host=f"127.0.0.1:{port}")
     finally:
-        assert embedded_registry.stop(readonly) is True
+        assert local_registry.stop(readonly) is True
     assert caught.value.exit_code == 7
     assert "pushing" in str(caught.value) and "failed" in str(caught.value)
     assert not project.release.exists()
@@ -307,7 +311,7 @@ def test_a_missing_or_failed_smoke_record_is_refused(project: Project) -> None:
 def test_an_engine_image_that_is_not_the_baked_one_is_refused(project: Project) -> None:
     project.build("tested")
     project.smoke()
-    layout = oci.Layout(project.config.build_dir / "oci")
+    layout = ocilayout.Layout(project.config.build_dir / "oci")
     tested = layout.find(TAG)
     project.build("other")  # the layout and the engine move on together ...
     assert tested is not None

@@ -18,8 +18,9 @@ from typing import Any, NoReturn
 
 import pytest
 
-from sparkbake import docker_api, embedded_registry, oci, wheels
 from sparkbake.hashing import file_sha256
+from sparkbake.oci import docker_engine, local_registry, ocilayout
+from sparkbake.wheels import wheelbuild
 from tests.conftest import Project, copy_project, free_port
 from tests.integration.test_pipeline import PYTHON_PATCH
 
@@ -64,7 +65,7 @@ def skopeo(*args: str) -> Any:
 
 def wheel_report(project: Project) -> dict[str, Any]:
     report: dict[str, Any] = json.loads(
-        (project.root / "wheels" / project.plan().wheels_key / wheels.REPORT).read_text())
+        (project.root / "wheels" / project.plan().wheels_key / wheelbuild.REPORT).read_text())
     return report
 
 
@@ -88,7 +89,7 @@ def test_two_clean_builds_give_the_same_wheels(built_fixture: Project, second: P
 
 
 def test_two_clean_builds_give_one_digest_as_skopeo_reads_it(
-        built_fixture: Project, second: Project, docker_client: docker_api.Client) -> None:
+        built_fixture: Project, second: Project, docker_client: docker_engine.Client) -> None:
     first = skopeo("inspect", f"oci:{layout(built_fixture)}:fixture")
     again = skopeo("inspect", f"oci:{layout(second)}:fixture")
     assert first["Digest"] == again["Digest"]
@@ -112,7 +113,7 @@ def test_the_config_and_labels_carry_the_source_date_not_the_build_time(
 
 def test_the_layers_made_here_are_sorted_dated_root_owned_with_hash_checked_pycs(
         second: Project) -> None:
-    store = oci.Layout(layout(second))
+    store = ocilayout.Layout(layout(second))
     found = store.find("fixture")
     assert found is not None
     manifest = store.read_json(found.digest)
@@ -133,7 +134,7 @@ def test_the_layers_made_here_are_sorted_dated_root_owned_with_hash_checked_pycs
 
 
 def test_umoci_unpacks_the_image_as_the_engine_runs_it(
-        second: Project, docker_client: docker_api.Client, tmp_path: Path) -> None:
+        second: Project, docker_client: docker_engine.Client, tmp_path: Path) -> None:
     if shutil.which("umoci") is None:
         _missing("umoci (apt-get install -y umoci)")
     bundle = tmp_path / "bundle"
@@ -156,11 +157,11 @@ def published(second: Project) -> Iterator[str]:
     """second's image smoke-tested and published to a registry of its own; yields the
     registry's HOST:PORT while it runs."""
     port = free_port()
-    embedded_registry.start(second.config(), port)
+    local_registry.start(second.config(), port)
     assert second.sparkbake("smoke", "fixture") == 0
     assert second.sparkbake("publish", "fixture", "--registry", f"127.0.0.1:{port}") == 0
     yield f"127.0.0.1:{port}"
-    embedded_registry.stop(second.config())
+    local_registry.stop(second.config())
 
 
 def test_publish_pushes_the_digest_the_bake_wrote(second: Project, published: str) -> None:
@@ -177,7 +178,7 @@ def test_verify_against_the_published_digest_rebuilds_and_finds_it_again(
         second: Project, published: str, capsys: pytest.CaptureFixture[str]) -> None:
     release = json.loads((second.root / "build" / "releases" / "fixture.json").read_text())
     digest = release["digest"]
-    store = oci.Layout(layout(second))
+    store = ocilayout.Layout(layout(second))
     top = store.read_json(digest)["layers"][-1]["digest"]
     for blob in (digest, top):  # so verify must take them from the registry
         store.blob(blob).unlink()
@@ -211,7 +212,7 @@ def test_a_wheel_around_reused_kernels_is_the_wheel_a_clean_build_makes(
 
 
 @pytest.fixture
-def planted(project: Project, docker_client: docker_api.Client) -> Iterator[Project]:
+def planted(project: Project, docker_client: docker_engine.Client) -> Iterator[Project]:
     """The fixture with a patch that writes the build time into the package, under its own
     repository (the shared fixture image stays)."""
     folder = project.root / "patches" / "stamp"

@@ -17,8 +17,9 @@ from typing import Any
 
 import pytest
 
-from sparkbake import docker_api, smoke
 from sparkbake.errors import BakeError
+from sparkbake.oci import docker_engine
+from sparkbake.smoke import checks
 from tests.conftest import Project, copy_project
 
 pytestmark = pytest.mark.docker
@@ -28,7 +29,7 @@ NEW_CHECKS = ("labels", "patched-files", "entrypoint-print", "preflight-rejects"
 
 
 def record_of(project: Project) -> tuple[dict[str, Any], ET.Element]:
-    json_path, xml_path = smoke.results_paths(project.config(), project.plan())
+    json_path, xml_path = checks.results_paths(project.config(), project.plan())
     return json.loads(json_path.read_text()), ET.fromstring(xml_path.read_text())
 
 
@@ -38,7 +39,7 @@ def by_name(record: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def variant(built_fixture: Project, tmp_path_factory: pytest.TempPathFactory,
-            docker_client: docker_api.Client) -> Iterator[Project]:
+            docker_client: docker_engine.Client) -> Iterator[Project]:
     """tests/data copied with its own repository; build/sources, build/patched and wheels/
     are the fixture's (read only here). Its image ref is free for the tests to set."""
     project = copy_project(tmp_path_factory.mktemp("variant") / "project")
@@ -53,25 +54,25 @@ def variant(built_fixture: Project, tmp_path_factory: pytest.TempPathFactory,
         docker_client.images.remove(image.id, force=True)
 
 
-def fixture_image_id(built_fixture: Project, client: docker_api.Client) -> str:
+def fixture_image_id(built_fixture: Project, client: docker_engine.Client) -> str:
     return str(client.images.get(built_fixture.plan().tag.image_ref).id)
 
 
-def make_variant(client: docker_api.Client, project: Project, base_id: str,
+def make_variant(client: docker_engine.Client, project: Project, base_id: str,
                  *instructions: str) -> str:
     """The fixture's image with instructions applied, under the variant's image ref."""
     context = project.root / "build" / f"context-{uuid.uuid4().hex[:8]}"
     context.mkdir()
     (context / "Dockerfile").write_text("\n".join([f"FROM {base_id}", *instructions]) + "\n")
     try:
-        return docker_api.build_image(client, context, project.plan().tag.image_ref,
+        return docker_engine.build_image(client, context, project.plan().tag.image_ref,
                                       error=BakeError)
     finally:
         shutil.rmtree(context)
 
 
 def test_the_fixture_passes_the_new_checks_against_its_image_id(
-        built_fixture: Project, docker_client: docker_api.Client) -> None:
+        built_fixture: Project, docker_client: docker_engine.Client) -> None:
     assert built_fixture.sparkbake("smoke", "fixture") == 0
     record, junit = record_of(built_fixture)
     assert record["image_id"] == fixture_image_id(built_fixture, docker_client)
@@ -97,7 +98,7 @@ def test_the_fixture_passes_the_new_checks_against_its_image_id(
 
 
 def test_a_rebuilt_image_gets_its_own_record_and_a_planted_file_fails_by_name(
-        built_fixture: Project, variant: Project, docker_client: docker_api.Client,
+        built_fixture: Project, variant: Project, docker_client: docker_engine.Client,
         capsys: pytest.CaptureFixture[str]) -> None:
     original = fixture_image_id(built_fixture, docker_client)
     docker_client.images.get(original).tag(variant.plan().tag.image_ref)
@@ -123,7 +124,7 @@ def test_a_rebuilt_image_gets_its_own_record_and_a_planted_file_fails_by_name(
 
 
 def test_a_label_other_than_the_plans_fails_naming_it(
-        built_fixture: Project, variant: Project, docker_client: docker_api.Client) -> None:
+        built_fixture: Project, variant: Project, docker_client: docker_engine.Client) -> None:
     make_variant(docker_client, variant, fixture_image_id(built_fixture, docker_client),
                  "LABEL org.opencontainers.image.revision=somewhere-else")
     assert variant.sparkbake("smoke", "fixture") == 6
@@ -134,7 +135,7 @@ def test_a_label_other_than_the_plans_fails_naming_it(
 
 
 def test_an_entrypoint_that_adds_arguments_fails_both_entrypoint_checks(
-        built_fixture: Project, variant: Project, docker_client: docker_api.Client) -> None:
+        built_fixture: Project, variant: Project, docker_client: docker_engine.Client) -> None:
     make_variant(docker_client, variant, fixture_image_id(built_fixture, docker_client),
                  'ENTRYPOINT ["/opt/venv/bin/python", "/opt/sparkbake/entrypoint.py", '
                  '"--print", "vllm", "serve", "/model"]')
@@ -148,7 +149,7 @@ def test_an_entrypoint_that_adds_arguments_fails_both_entrypoint_checks(
 
 
 def test_gpu_require_and_a_model_without_a_gpu_fail_with_exit_6(
-        built_fixture: Project, variant: Project, docker_client: docker_api.Client,
+        built_fixture: Project, variant: Project, docker_client: docker_engine.Client,
         tmp_path: Path) -> None:
     docker_client.images.get(fixture_image_id(built_fixture, docker_client)).tag(
         variant.plan().tag.image_ref)
@@ -169,7 +170,7 @@ def test_a_model_that_is_not_there_is_a_usage_error(variant: Project,
 
 
 def test_a_missing_image_asks_for_build_image(
-        docker_client: docker_api.Client, project: Project,
+        docker_client: docker_engine.Client, project: Project,
         capsys: pytest.CaptureFixture[str]) -> None:
     config = project.config_path
     config.write_text(config.read_text().replace(
@@ -180,11 +181,11 @@ def test_a_missing_image_asks_for_build_image(
     assert (":fixture does not exist in the Docker engine\n  -> run `sparkbake --config "
             f"{config} build-image fixture`") in err
     assert "patch:" not in err  # refused before any stage's cache is looked at
-    assert not smoke.results_paths(project.config(), project.plan())[0].exists()
+    assert not checks.results_paths(project.config(), project.plan())[0].exists()
 
 
 def test_an_image_from_other_inputs_is_refused(
-        built_fixture: Project, variant: Project, docker_client: docker_api.Client,
+        built_fixture: Project, variant: Project, docker_client: docker_engine.Client,
         capsys: pytest.CaptureFixture[str]) -> None:
     make_variant(docker_client, variant, fixture_image_id(built_fixture, docker_client),
                  f"LABEL dev.sparkbake.inputs={'0' * 64}")

@@ -13,8 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from sparkbake import docker_api, settings, sourcelock, thirdparty
+from sparkbake.config import settings
+from sparkbake.fetch import sourcelock, thirdparty
 from sparkbake.hashing import file_sha256, tree_hash
+from sparkbake.oci import docker_engine
 from tests.conftest import DATA, Project, copy_project
 from tests.gitdaemon import Daemon, git, git_daemon
 from tests.integration.test_pipeline import add_patch, read_from_image
@@ -98,7 +100,7 @@ def test_lock_pins_the_branch_to_its_commit_and_the_fetched_tree(
 
 
 def test_the_offline_build_compiles_the_dependency_value_into_the_library(
-        built: Project, docker_client: docker_api.Client) -> None:
+        built: Project, docker_client: docker_engine.Client) -> None:
     plan = built.plan(TAG)
     folder = built.root / "wheels" / plan.wheels_key
     report = json.loads((folder / "wheels.json").read_text())

@@ -21,10 +21,13 @@ from typing import Any
 
 import pytest
 
-from sparkbake import config, docker_api, oci, pipeline, verify, wheels
-from sparkbake import plan as plan_mod
+from sparkbake.config import versions
 from sparkbake.errors import BuildError
 from sparkbake.hashing import file_sha256
+from sparkbake.oci import docker_engine, ocilayout
+from sparkbake.pipeline import commands, verify
+from sparkbake.pipeline import plan as plan_mod
+from sparkbake.wheels import wheelbuild
 
 pytestmark = [pytest.mark.docker, pytest.mark.repeated]
 
@@ -37,7 +40,7 @@ KERNEL = "vllm/_C_stable_libtorch.abi3.so"
 class Build:
     folder: Path  # wheels/<wheels key>
     report: dict[str, Any]  # its wheels.json
-    image: oci.Descriptor  # the image's manifest
+    image: ocilayout.Descriptor  # the image's manifest
     layout: Path
 
 
@@ -48,20 +51,20 @@ def tag_name(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture(scope="module")
-def builds(docker_client: docker_api.Client, tag_name: str,
+def builds(docker_client: docker_engine.Client, tag_name: str,
            tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Build]]:
     """The tag built twice, each from an empty build/ and wheels/; removed afterwards."""
-    loaded = config.load(REPO / "versions.yaml")
+    loaded = versions.load(REPO / "versions.yaml")
     done, works = [], []
     for name in ("first", "second"):
         work = tmp_path_factory.mktemp(name)
         works.append(work)
         scratch = dataclasses.replace(loaded, work=work)
-        baked = pipeline.rebuild(scratch, scratch.tag(tag_name))
+        baked = commands.rebuild(scratch, scratch.tag(tag_name))
         plan = plan_mod.make(scratch, scratch.tag(tag_name))
         folder = work / "wheels" / plan.wheels_key
         shutil.rmtree(work / "wheels" / "runtime")  # 4 GB each: checked by hash, not needed
-        done.append(Build(folder, json.loads((folder / wheels.REPORT).read_text()),
+        done.append(Build(folder, json.loads((folder / wheelbuild.REPORT).read_text()),
                           baked.image, baked.layout))
     yield done
     for work in works:
@@ -71,8 +74,8 @@ def builds(docker_client: docker_api.Client, tag_name: str,
 def test_two_clean_builds_give_the_same_image(builds: list[Build]) -> None:
     first, second = builds
     assert first.layout != second.layout
-    report = verify.compare(verify.Side(oci.Layout(first.layout), first.image),
-                            verify.Side(oci.Layout(second.layout), second.image))
+    report = verify.compare(verify.Side(ocilayout.Layout(first.layout), first.image),
+                            verify.Side(ocilayout.Layout(second.layout), second.image))
     assert report["equal"], json.dumps(report, indent=2)[:4000]
     assert first.image.digest == second.image.digest
 
@@ -92,7 +95,7 @@ def test_no_compiler_ran_and_the_kernels_are_the_release_wheels(builds: list[Bui
                                                                  tag_name: str) -> None:
     folder, report = builds[0].folder, builds[0].report
     assert report["kernels"]["reused"] is True
-    seed = config.load(REPO / "versions.yaml").tag(tag_name).kernels
+    seed = versions.load(REPO / "versions.yaml").tag(tag_name).kernels
     assert seed is not None
     assert report["nvcc"] == f"none: kernels from {seed.wheel}"  # no builder, no compiler
     (release,) = (folder.parent / "kernels").glob(f"*/{seed.wheel}")
@@ -104,7 +107,7 @@ def test_no_compiler_ran_and_the_kernels_are_the_release_wheels(builds: list[Bui
 
 def test_the_wheel_carries_the_patched_python(builds: list[Build], tag_name: str) -> None:
     folder, report = builds[0].folder, builds[0].report
-    loaded = config.load(REPO / "versions.yaml")
+    loaded = versions.load(REPO / "versions.yaml")
     plan = plan_mod.make(loaded, loaded.tag(tag_name))
     tree = folder.parents[1] / "build" / "patched" / plan.patch_key / "tree"
     with zipfile.ZipFile(the_wheel(folder, report)) as built:
@@ -117,11 +120,11 @@ def test_the_arch_check_names_a_release_library_without_code_for_the_arch(
     report = builds[0].report
     sass = {k["path"]: k["sass"] for k in report["wheels"][0]["kernels"]}
     assert "sm_90a" in sass["vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so"]
-    tag = config.load(REPO / "versions.yaml").tag(tag_name)
+    tag = versions.load(REPO / "versions.yaml").tag(tag_name)
     assert tag.kernels is not None
     undeclared = dataclasses.replace(tag, kernels=dataclasses.replace(
         tag.kernels, other_arch=tuple(p for p in tag.kernels.other_arch
                                       if "deepselect" not in p)))
     with pytest.raises(BuildError, match=r"vllm/_deepselect_C\.abi3\.so has no SASS a "
                                          rf"{tag.sm_arch} device loads \(has: sm_100\)"):
-        wheels.check_sass(undeclared, report)
+        wheelbuild.check_sass(undeclared, report)

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from sparkbake import cmake_sources, config, sourcelock
 from sparkbake.__main__ import main
+from sparkbake.config import versions
+from sparkbake.fetch import cmake_sources, sourcelock
 from tests.gitdaemon import git_daemon
 from tests.integration.test_sources import entries, write_config
 
@@ -45,7 +46,7 @@ def found(tmp_path_factory: pytest.TempPathFactory) -> cmake_sources.Discovery:
     root = tmp_path_factory.mktemp("vllm")
     assert main(["--config", str(write_config(root)), "fetch", "vllm"]) == 0
     [key] = entries(root)
-    skip = config.load(ROOT / "versions.yaml").upstreams["vllm-0.33.0"].cmake_skip
+    skip = versions.load(ROOT / "versions.yaml").upstreams["vllm-0.33.0"].cmake_skip
     return cmake_sources.discover(root / "build" / "sources" / key / "tree", dict(skip))
 
 

@@ -15,8 +15,11 @@ from typing import Any
 
 import pytest
 
-from sparkbake import config, patchtests, pipeline, smoke_suite
-from sparkbake import plan as plan_mod
+from sparkbake.config import versions
+from sparkbake.pipeline import commands
+from sparkbake.pipeline import plan as plan_mod
+from sparkbake.series import patchtests
+from sparkbake.smoke import sample_envs
 from tests.nodeenv import reference_command
 
 REPO = Path(__file__).parents[2]
@@ -27,9 +30,9 @@ SITE = Path("opt/venv/lib/python3.11/site-packages")
 @pytest.fixture(scope="module")
 def real_vllm() -> tuple[Path, Path]:
     """The patch-tests venv's python and the patched tree (made here if not cached)."""
-    loaded = config.load(REPO / "versions.yaml")
+    loaded = versions.load(REPO / "versions.yaml")
     tag = loaded.tag("3.73-vision")
-    assert pipeline.run_until(loaded, tag, "patch") == 0
+    assert commands.run_until(loaded, tag, "patch") == 0
     tree = loaded.build_dir / "patched" / plan_mod.make(loaded, tag).patch_key / "tree"
     venv = patchtests.environment(patchtests.require_lock(loaded, tag, tree),
                                   loaded.build_dir / "venvs")
@@ -37,9 +40,9 @@ def real_vllm() -> tuple[Path, Path]:
 
 
 def suite_expected() -> dict[str, Any]:
-    loaded = config.load(REPO / "versions.yaml")
-    suite = smoke_suite.load(loaded, loaded.tag("3.73-vision"))
-    return {"entrypoint": smoke_suite.expected(suite, ["/opt/venv/bin/python", "entrypoint.py"])}
+    loaded = versions.load(REPO / "versions.yaml")
+    suite = sample_envs.load(loaded, loaded.tag("3.73-vision"))
+    return {"entrypoint": sample_envs.expected(suite, ["/opt/venv/bin/python", "entrypoint.py"])}
 
 
 def fake_root(root: Path, rules: dict[str, Any] | None = None) -> Path:

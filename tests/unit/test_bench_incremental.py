@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import bench_incremental
 import pytest
 
-from sparkbake import bench_incremental, config
+from sparkbake.config import versions
 
 PATCH = """\
 From 1 Mon Sep 17 00:00:00 2001
@@ -43,7 +44,7 @@ def test_the_first_added_python_comment_gets_a_word_more(tmp_path: Path) -> None
     patch = tmp_path / "patches" / "s" / "0001-x.patch"
     patch.write_text(PATCH)
     (tmp_path / "versions.yaml").write_text(VERSIONS)
-    loaded = config.load(tmp_path / "versions.yaml")
+    loaded = versions.load(tmp_path / "versions.yaml")
     changed = bench_incremental._change_a_python_patch(loaded, loaded.tag("t"))
     assert changed == "s/0001-x.patch: +    # why this is so"
     assert patch.read_text() == PATCH.replace("# why this is so", "# why this is so (changed)")
@@ -53,7 +54,7 @@ def test_a_series_without_a_python_comment_is_refused(tmp_path: Path) -> None:
     (tmp_path / "patches" / "s").mkdir(parents=True)
     (tmp_path / "patches" / "s" / "0001-x.patch").write_text(PATCH.split("diff --git a/pkg")[0])
     (tmp_path / "versions.yaml").write_text(VERSIONS)
-    loaded = config.load(tmp_path / "versions.yaml")
+    loaded = versions.load(tmp_path / "versions.yaml")
     with pytest.raises(SystemExit, match="no Python comment line to change"):
         bench_incremental._change_a_python_patch(loaded, loaded.tag("t"))
 

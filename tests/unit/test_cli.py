@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from sparkbake import emulation, invocation
 from sparkbake.__main__ import main, parser
+from sparkbake.console import invocation
+from sparkbake.oci import emulation
 from tests.conftest import one_patch_project, versions_yaml
 
 REPO = Path(__file__).resolve().parents[2]

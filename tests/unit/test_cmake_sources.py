@@ -10,9 +10,11 @@ from typing import Any
 
 import pytest
 
-from sparkbake import config, plan, sourcelock, thirdparty
-from sparkbake.cmake_sources import commands, discover
+from sparkbake.config import versions
 from sparkbake.errors import ConfigError
+from sparkbake.fetch import sourcelock, thirdparty
+from sparkbake.fetch.cmake_sources import commands, discover
+from sparkbake.pipeline import plan
 from tests.conftest import versions_yaml
 
 CUTLASS = """\
@@ -152,11 +154,11 @@ def test_a_lock_with_a_short_commit_is_a_config_error(tmp_path: Path) -> None:
         sourcelock.read(tmp_path / "l.json")
 
 
-def coverage_tag(tmp_path: Path) -> config.Tag:
+def coverage_tag(tmp_path: Path) -> versions.Tag:
     (tmp_path / "upstream").mkdir()
     (tmp_path / "versions.yaml").write_text(versions_yaml(
         "localhost:5000/t", "linux/amd64", "  t: {upstream: tree, series: []}\n"))
-    return config.load(tmp_path / "versions.yaml").tag("t")
+    return versions.load(tmp_path / "versions.yaml").tag("t")
 
 
 def test_a_declaration_the_lock_lacks_or_has_otherwise_is_exit_2(tmp_path: Path) -> None:
@@ -202,17 +204,17 @@ def test_cmake_skip_in_versions_yaml(tmp_path: Path) -> None:
     text = text.replace("    dir: upstream\n", "    dir: upstream\n    cmake_skip:\n"
                         '      cmake/cpu_extension.cmake: "the CPU build\'s"\n')
     (tmp_path / "versions.yaml").write_text(text)
-    tag = config.load(tmp_path / "versions.yaml").tag("t")
+    tag = versions.load(tmp_path / "versions.yaml").tag("t")
     assert tag.upstream.cmake_skip == (("cmake/cpu_extension.cmake", "the CPU build's"),)
     (tmp_path / "versions.yaml").write_text(text.replace('"the CPU build\'s"', "[1]"))
     with pytest.raises(ConfigError, match=r"versions.yaml:\d+: cmake_skip wants"):
-        config.load(tmp_path / "versions.yaml")
+        versions.load(tmp_path / "versions.yaml")
 
 
 
 def test_the_sources_lock_enters_the_kernel_and_wheels_keys(tmp_path: Path) -> None:
     tag = coverage_tag(tmp_path)
-    loaded = config.load(tmp_path / "versions.yaml")
+    loaded = versions.load(tmp_path / "versions.yaml")
     before = plan.make(loaded, tag)
     sourcelock.write(tmp_path / "locks" / "sources" / "tree.json",
                      sourcelock.SourcesLock("tree", (locked(),)))

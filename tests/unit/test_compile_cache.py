@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from sparkbake import compile_cache, settings
-from sparkbake.config import CompileCache
+from sparkbake.config import settings
+from sparkbake.config.versions import CompileCache
 from sparkbake.errors import ConfigError
+from sparkbake.wheels import compile_cache
 
 FOLDER = Path("/cache/sparkbake/sccache")
 URL = "redis://cache.lan:6379/0"

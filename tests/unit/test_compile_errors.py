@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sparkbake import compile_errors
+from sparkbake.wheels import compile_errors
 
 SCCACHE = 'sccache statistics: {"stats": {"compile_requests": 1, "cache_hits": {}}}'
 

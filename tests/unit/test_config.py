@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from sparkbake import config as config_mod
-from sparkbake.config import (
+from sparkbake.config import versions as config_mod
+from sparkbake.config.versions import (
     Config,
     DebootstrapBase,
     DirUpstream,

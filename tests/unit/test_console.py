@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkbake.console import Console, Verbosity, summary_lines
+from sparkbake.console.display import Console, Verbosity, summary_lines
 
 
 class Terminal(io.StringIO):

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from sparkbake import deploy, nodes
 from sparkbake.__main__ import main
+from sparkbake.deploy import nodes, rollout
 from sparkbake.errors import EngineError, PublishError, UsageError
 from tests.conftest import DATA, free_port
 
@@ -47,23 +47,23 @@ def test_hosts_that_are_not_docker_hosts_are_exit_2(hosts: str, says: str) -> No
 def test_an_image_id_that_is_not_the_released_one_is_exit_7() -> None:
     node = nodes.Node("ssh://spark-2")
     release = {"image_id": ID_A, "digest": DIGEST}
-    deploy.check_image_id(node, "repo:tag", release, ID_A)
-    deploy.check_image_id(node, "repo:tag", release, DIGEST)  # the containerd image store's ID
+    rollout.check_image_id(node, "repo:tag", release, ID_A)
+    rollout.check_image_id(node, "repo:tag", release, DIGEST)  # the containerd image store's ID
     with pytest.raises(PublishError) as caught:
-        deploy.check_image_id(node, "repo:tag", release, ID_B)
+        rollout.check_image_id(node, "repo:tag", release, ID_B)
     assert caught.value.exit_code == 7
     text = str(caught.value)
     assert text.startswith("node ssh://spark-2: repo:tag is sha256:bbbbbbbbbbbb")
     assert "not the released image sha256:aaaaaaaaaaaa" in text
     with pytest.raises(PublishError, match="repo:tag is missing"):
-        deploy.check_image_id(node, "repo:tag", release, None)
+        rollout.check_image_id(node, "repo:tag", release, None)
 
 
 @pytest.mark.parametrize(("platform", "arch"), [("linux/arm64", "arm64"),
                                                 ("linux/arm64/v8", "arm64"),
                                                 ("linux/amd64", "amd64")])
 def test_platform_arch(platform: str, arch: str) -> None:
-    assert deploy.platform_arch(platform) == arch
+    assert rollout.platform_arch(platform) == arch
 
 
 @pytest.mark.parametrize("scheme", ["tcp", "unix"])

@@ -13,7 +13,9 @@ from types import ModuleType
 
 import pytest
 
-from sparkbake import config, envfile, preflight, resources
+from sparkbake import resources
+from sparkbake.config import envfile, versions
+from sparkbake.smoke import preflight
 from tests.nodeenv import ENV_DIR, HEAD_IP, reference_command, write_sysctls
 
 from .test_docs import ROOT, page_section
@@ -259,7 +261,7 @@ def with_capabilities(image_env: dict[str, str], tag: str = "production-3.73-vis
                       ) -> dict[str, str]:
     """image_env whose manifest declares the tag's capabilities, as the bake writes them."""
     manifest = Path(image_env["SPARKBAKE_MANIFEST"])
-    declared = config.load(ROOT / "versions.yaml").tags[tag].capabilities
+    declared = versions.load(ROOT / "versions.yaml").tags[tag].capabilities
     assert declared is not None
     manifest.write_text(json.dumps({**json.loads(manifest.read_text()),
                                     "capabilities": declared.as_dict()}))

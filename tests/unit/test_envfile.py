@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkbake import envfile
+from sparkbake.config import envfile
 from sparkbake.errors import ConfigError
 from tests.nodeenv import ENV_DIR
 

@@ -9,10 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from sparkbake import cachetrim, config, embedded_registry, housekeeping, plan
 from sparkbake.__main__ import main
+from sparkbake.config import versions
 from sparkbake.errors import UsageError
-from sparkbake.sweep import Item, report
+from sparkbake.housekeeping import cachetrim, tidy
+from sparkbake.housekeeping.sweep import Item, report
+from sparkbake.oci import local_registry
+from sparkbake.pipeline import plan
 from tests.conftest import versions_yaml
 
 STALE = "f" * 64
@@ -36,7 +39,7 @@ def no_docker(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def project(tmp_path: Path) -> config.Config:
+def project(tmp_path: Path) -> versions.Config:
     root = tmp_path / "project"
     (root / "upstream").mkdir(parents=True)
     (root / "upstream" / "demo.py").write_text("print('demo')\n")
@@ -44,10 +47,10 @@ def project(tmp_path: Path) -> config.Config:
     (root / "patches" / "demo" / "series").write_text("0001-demo.patch\n")
     (root / "patches" / "demo" / "0001-demo.patch").write_text("--- a/demo.py\n+++ b/demo.py\n")
     (root / "versions.yaml").write_text(CONFIG)
-    return config.load(root / "versions.yaml")
+    return versions.load(root / "versions.yaml")
 
 
-def plans(loaded: config.Config) -> dict[str, plan.Plan]:
+def plans(loaded: versions.Config) -> dict[str, plan.Plan]:
     return {name: plan.make(loaded, tag) for name, tag in loaded.tags.items()}
 
 
@@ -60,7 +63,7 @@ def put(path: Path, data: bytes = b"x" * 100, age: float | None = None) -> Path:
     return path
 
 
-def fake_tree(loaded: config.Config) -> dict[str, Path]:
+def fake_tree(loaded: versions.Config) -> dict[str, Path]:
     """Current entries of both tags, stale ones, a failed tree, leftovers, foreign files."""
     one, two = plans(loaded)["one"], plans(loaded)["two"]
     build, wheels = loaded.build_dir, loaded.wheels_dir
@@ -90,15 +93,15 @@ def labels(items: list[Item]) -> set[str]:
     return {item.label for item in items if not item.refused}
 
 
-def entry(loaded: config.Config, path: Path, below: str) -> str:
+def entry(loaded: versions.Config, path: Path, below: str) -> str:
     """The label of the entry of path that lies directly under build/<below> (or wheels/)."""
     relative = path.relative_to(loaded.root / below)
     return str(Path(below) / relative.parts[0])
 
 
-def test_gc_removes_what_no_tag_uses_and_keeps_current_keys(project: config.Config) -> None:
+def test_gc_removes_what_no_tag_uses_and_keeps_current_keys(project: versions.Config) -> None:
     tree = fake_tree(project)
-    items = housekeeping.gc_items(project, list(plans(project).values()))
+    items = tidy.gc_items(project, list(plans(project).values()))
     gone = {"stale-sources": "build/sources", "stale-wheels": "wheels",
             "stale-kernels": "wheels/kernels", "stale-runtime": "wheels/runtime",
             "failed": "build/patched", "old-context": "build/contexts", "half-written": "wheels"}
@@ -109,10 +112,10 @@ def test_gc_removes_what_no_tag_uses_and_keeps_current_keys(project: config.Conf
         assert path.exists() == (name not in gone), name
 
 
-def test_dry_run_removes_nothing_and_says_what_would_go(project: config.Config) -> None:
+def test_dry_run_removes_nothing_and_says_what_would_go(project: versions.Config) -> None:
     tree = fake_tree(project)
     said: list[str] = []
-    freed = report("gc", housekeeping.gc_items(project, list(plans(project).values())),
+    freed = report("gc", tidy.gc_items(project, list(plans(project).values())),
                                 dry_run=True, say=said.append)
     assert all(path.exists() for path in tree.values())
     assert freed == 3500
@@ -120,40 +123,40 @@ def test_dry_run_removes_nothing_and_says_what_would_go(project: config.Config) 
     assert f"gc: would remove build/sources/{STALE} (1.0 kB; no tag's current fetch key)" in said
 
 
-def test_gc_with_nothing_stale_says_so(project: config.Config) -> None:
+def test_gc_with_nothing_stale_says_so(project: versions.Config) -> None:
     said: list[str] = []
-    assert report("gc", housekeeping.gc_items(project, []), False, said.append) == 0
+    assert report("gc", tidy.gc_items(project, []), False, said.append) == 0
     assert said == ["gc: nothing to remove"]
 
 
-def test_a_symlinked_folder_leading_outside_is_refused(project: config.Config,
+def test_a_symlinked_folder_leading_outside_is_refused(project: versions.Config,
                                                       tmp_path: Path) -> None:
     elsewhere = put(tmp_path / "elsewhere" / STALE / "precious.txt").parent.parent
     project.build_dir.mkdir(parents=True)
     (project.build_dir / "sources").symlink_to(elsewhere)
     said: list[str] = []
-    items = housekeeping.gc_items(project, list(plans(project).values()))
+    items = tidy.gc_items(project, list(plans(project).values()))
     report("gc", items, dry_run=False, say=said.append)
     assert (elsewhere / STALE / "precious.txt").is_file()
     assert said[0].startswith(f"gc: kept build/sources/{STALE}: it resolves to ")
     assert said[-1] == "gc: nothing to remove"
 
 
-def test_a_stale_entry_that_is_a_symlink_is_unlinked_not_followed(project: config.Config,
+def test_a_stale_entry_that_is_a_symlink_is_unlinked_not_followed(project: versions.Config,
                                                                   tmp_path: Path) -> None:
     target = put(tmp_path / "elsewhere" / "precious.txt").parent
     (project.build_dir / "sources").mkdir(parents=True)
     (project.build_dir / "sources" / STALE).symlink_to(target)
-    items = housekeeping.gc_items(project, list(plans(project).values()))
+    items = tidy.gc_items(project, list(plans(project).values()))
     report("gc", items, dry_run=False, say=lambda line: None)
     assert not (project.build_dir / "sources" / STALE).is_symlink()
     assert (target / "precious.txt").is_file()
 
 
-def test_clean_tag_keeps_what_another_tag_uses(project: config.Config) -> None:
+def test_clean_tag_keeps_what_another_tag_uses(project: versions.Config) -> None:
     tree = fake_tree(project)
     every = plans(project)
-    items = housekeeping.clean_tag_items(project, every["one"], {"two": every["two"]})
+    items = tidy.clean_tag_items(project, every["one"], {"two": every["two"]})
     said: list[str] = []
     report("clean", items, dry_run=False, say=said.append)
     gone = {"patched-one", "wheels-one", "failed", "smoke-one"}
@@ -165,12 +168,12 @@ def test_clean_tag_keeps_what_another_tag_uses(project: config.Config) -> None:
 
 
 def test_clean_all_keeps_records_locks_and_a_running_registry(
-        project: config.Config, monkeypatch: pytest.MonkeyPatch) -> None:
+        project: versions.Config, monkeypatch: pytest.MonkeyPatch) -> None:
     tree = fake_tree(project)
     put(project.build_dir / "registry" / "data" / "blob")
-    monkeypatch.setattr(embedded_registry, "running", lambda loaded: 4242)
+    monkeypatch.setattr(local_registry, "running", lambda loaded: 4242)
     said: list[str] = []
-    report("clean", housekeeping.clean_all_items(project), False, said.append)
+    report("clean", tidy.clean_all_items(project), False, said.append)
     assert sorted(p.name for p in project.build_dir.iterdir()) == [".oci.lock", "registry",
                                                                    "releases"]
     assert list(project.wheels_dir.iterdir()) == []
@@ -198,7 +201,7 @@ def test_sizes_parse_in_powers_of_1000() -> None:
         cachetrim.parse_size("twenty")
 
 
-def test_cli_gc_and_clean(project: config.Config, tmp_path: Path,
+def test_cli_gc_and_clean(project: versions.Config, tmp_path: Path,
                           capsys: pytest.CaptureFixture[str]) -> None:
     tree = fake_tree(project)
     put(tmp_path / "host-cache" / "sccache" / "a" / "obj", b"o" * 3000, age=HOUR_AGO)

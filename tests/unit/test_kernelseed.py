@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from sparkbake import kernelseed, wheelfile
-from sparkbake.config import KernelSeed
+from sparkbake.config.versions import KernelSeed
 from sparkbake.errors import BuildError
+from sparkbake.wheels import kernelseed, wheelfile
 from tests.conftest import Project
 
 LIBRARY = b"\x7fELF compiled code, never rebuilt"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sparkbake import patchlint, series
+from sparkbake.series import exchange, lint
 
 EXPORTED = """\
 From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001
@@ -30,28 +30,28 @@ index 1111111111111111111111111111111111111111..22222222222222222222222222222222
 
 
 def test_normalize_fixes_the_date_drops_our_trailers_and_leaves_the_diff() -> None:
-    text = series.normalize(EXPORTED)
+    text = exchange.normalize(EXPORTED)
     head, diff = text.split("\ndiff --git ", 1)
     assert "Date: Thu, 1 Jan 1970 00:00:00 +0000\n" in head
     assert head.endswith("Why: it is wrong.\n")
     assert "Sparkbake-" not in head
     assert diff == EXPORTED.split("\ndiff --git ", 1)[1]
-    assert series.normalize(text) == text
+    assert exchange.normalize(text) == text
 
 
 def test_lines_of_a_hunk_are_not_taken_for_paths(tmp_path: Path) -> None:
     patch = tmp_path / "p.patch"
     patch.write_text(EXPORTED)
-    parsed = patchlint.read_patch(patch)
+    parsed = lint.read_patch(patch)
     assert {name for _, name in parsed.paths} == {"schema.sql"}
     assert parsed.subject == (4, "[PATCH] sql: drop a comment")
     assert parsed.description == 3  # the Why line and the two trailers
-    assert patchlint.unsafe(parsed) == []
+    assert lint.unsafe(parsed) == []
 
 
 def test_paths_that_leave_the_tree_are_named(tmp_path: Path) -> None:
     patch = tmp_path / "p.patch"
     patch.write_text(EXPORTED.replace("a/schema.sql", "a/sub/../../x").replace(
         "b/schema.sql", "b/sub/../../x"))
-    [problem] = patchlint.unsafe(patchlint.read_patch(patch))
+    [problem] = lint.unsafe(lint.read_patch(patch))
     assert str(problem) == f"{patch}:11: 'sub/../../x' is outside the tree (..)"

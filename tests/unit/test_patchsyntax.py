@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sparkbake import patchsyntax
-from sparkbake.patchsyntax import Malformed
+from sparkbake.patch import patchsyntax
+from sparkbake.patch.patchsyntax import Malformed
 
 HEAD = """\
 From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001

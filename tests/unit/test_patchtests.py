@@ -8,9 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from sparkbake import config, kernelseed, lock, patchtests, settings, wheels
-from sparkbake import plan as plan_mod
+from sparkbake.config import settings, versions
 from sparkbake.errors import BuildError, ConfigError, PatchTestError
+from sparkbake.lock import lockfiles
+from sparkbake.pipeline import plan as plan_mod
+from sparkbake.series import patchtests
+from sparkbake.wheels import kernelseed, wheelbuild
 from tests.conftest import versions_yaml
 
 WHEEL = "tree-1.0-cp38-abi3-linux_x86_64.whl"
@@ -48,14 +51,14 @@ def project(tmp_path: Path) -> Path:
 
 def test_the_series_tests_are_the_test_modules_its_patches_touch_that_exist(
         project: Path) -> None:
-    loaded = config.load(project / "versions.yaml")
+    loaded = versions.load(project / "versions.yaml")
     plan = plan_mod.make(loaded, loaded.tag("t"))
     # a helper, a file outside tests/ and a test module the tree lacks are not run
     assert patchtests.series_tests(plan, project / "upstream") == ["tests/core/test_kept.py"]
 
 
 def test_a_patch_tests_lock_made_elsewhere_is_refused_with_the_command(project: Path) -> None:
-    loaded = config.load(project / "versions.yaml")
+    loaded = versions.load(project / "versions.yaml")
     tag = loaded.tag("t")
     path = patchtests.lock_path(loaded, tag)
     with pytest.raises(ConfigError) as caught:
@@ -89,7 +92,7 @@ def test_the_patch_tests_environment_drops_the_callers_vllm_variables(
 
 
 def test_a_seeded_tag_refuses_patches_that_change_compiled_inputs(project: Path) -> None:
-    loaded = config.load(project / "versions.yaml")
+    loaded = versions.load(project / "versions.yaml")
     plan = plan_mod.make(loaded, loaded.tag("seeded"))
     touched = plan.stage_inputs["kernels"]["kernel patches"]
     assert [p.split("@")[0] for p in touched] == ["s/0002-b.patch"]
@@ -101,7 +104,7 @@ def test_a_seeded_tag_refuses_patches_that_change_compiled_inputs(project: Path)
 
 
 def test_the_seed_is_the_kernel_key_not_the_toolchain(project: Path) -> None:
-    loaded = config.load(project / "versions.yaml")
+    loaded = versions.load(project / "versions.yaml")
     seeded = plan_mod.make(loaded, loaded.tag("seeded"))
     assert seeded.stage_inputs["kernels"]["seed"] == f"{WHEEL}@{'e' * 12}"
     assert seeded.kernel_key != plan_mod.make(loaded, loaded.tag("t")).kernel_key
@@ -112,49 +115,50 @@ def test_an_upstream_with_build_requirements_gets_its_own_lock_from_its_tree(
     text = (project / "versions.yaml").read_text()
     (project / "versions.yaml").write_text(
         text.replace("dir: upstream", "dir: upstream\n    build_requirements: build.txt"))
-    loaded = config.load(project / "versions.yaml")
+    loaded = versions.load(project / "versions.yaml")
     tag = loaded.tag("t")
-    assert lock.lock_path(loaded, tag) == project / "locks" / "debian.tree.amd64.txt"
+    assert lockfiles.lock_path(loaded, tag) == project / "locks" / "debian.tree.amd64.txt"
     with pytest.raises(ConfigError, match=r"build_requirements build\.txt is not in its tree"):
-        lock.inputs(tag, project / "upstream")
+        lockfiles.inputs(tag, project / "upstream")
     (project / "upstream" / "build.txt").write_text("torch==2.14.0\n")
-    assert [p.name for p in lock.inputs(tag, project / "upstream")] == [
-        lock.TORCH_TOOLCHAIN, "build.txt"]
-    path = lock.lock_path(loaded, tag)
+    assert [p.name for p in lockfiles.inputs(tag, project / "upstream")] == [
+        lockfiles.TORCH_TOOLCHAIN, "build.txt"]
+    path = lockfiles.lock_path(loaded, tag)
     path.parent.mkdir()
-    path.write_text(f"# builder lock\n# from: {lock._stamp(tag, project / 'upstream')}\n")
-    assert lock.require_lock(loaded, tag, project / "upstream") == path
+    path.write_text(f"# builder lock\n# from: {lockfiles._stamp(tag, project / 'upstream')}\n")
+    assert lockfiles.require_lock(loaded, tag, project / "upstream") == path
     (project / "upstream" / "build.txt").write_text("torch==2.15.0\n")
     with pytest.raises(ConfigError, match=r"made from other build requirements than build\.txt"):
-        lock.require_lock(loaded, tag, project / "upstream")
+        lockfiles.require_lock(loaded, tag, project / "upstream")
 
 
 def test_a_runtime_lock_missing_or_made_from_another_file_is_refused(project: Path) -> None:
     text = (project / "versions.yaml").read_text()
     (project / "versions.yaml").write_text(
         text.replace("dir: upstream", "dir: upstream\n    runtime_requirements: run.txt"))
-    loaded = config.load(project / "versions.yaml")
+    loaded = versions.load(project / "versions.yaml")
     tag, tree = loaded.tag("t"), project / "upstream"
-    path = lock.runtime_lock_path(loaded, tag)
+    path = lockfiles.runtime_lock_path(loaded, tag)
     assert path == project / "locks" / "runtime" / "debian.tree.amd64.txt"
     with pytest.raises(ConfigError) as caught:
-        lock.require_runtime_lock(loaded, tag, tree)
+        lockfiles.require_runtime_lock(loaded, tag, tree)
     assert caught.value.message == f"no runtime lock for base 'debian' ({path})"
     assert caught.value.remedy == "create it: sparkbake lock t, and commit it"
     path.parent.mkdir(parents=True)
     path.write_text("# runtime lock\n# from: run.txt=0000000000000000\n")
     with pytest.raises(ConfigError, match=r"run\.txt is not in the upstream's tree"):
-        lock.require_runtime_lock(loaded, tag, tree)
+        lockfiles.require_runtime_lock(loaded, tag, tree)
     (tree / "run.txt").write_text("torch==2.14.0\n")
     with pytest.raises(ConfigError, match=r"was made from another run\.txt than this tree's"):
-        lock.require_runtime_lock(loaded, tag, tree)
-    path.write_text(f"# runtime lock\n# from: run.txt={lock._sha(tree / 'run.txt')}\n")
-    assert lock.require_runtime_lock(loaded, tag, tree) == path
-    assert lock.require_runtime_lock(loaded, loaded.tag("seeded"), tree) == path  # same upstream
+        lockfiles.require_runtime_lock(loaded, tag, tree)
+    path.write_text(f"# runtime lock\n# from: run.txt={lockfiles._sha(tree / 'run.txt')}\n")
+    assert lockfiles.require_runtime_lock(loaded, tag, tree) == path
+    # the same upstream
+    assert lockfiles.require_runtime_lock(loaded, loaded.tag("seeded"), tree) == path
 
 
 def test_other_arch_naming_a_library_no_wheel_has_is_refused(project: Path) -> None:
-    loaded = config.load(project / "versions.yaml")
+    loaded = versions.load(project / "versions.yaml")
     seeded = loaded.tag("seeded")
     assert seeded.kernels is not None
     tag = dataclasses.replace(seeded, kernels=dataclasses.replace(
@@ -162,7 +166,7 @@ def test_other_arch_naming_a_library_no_wheel_has_is_refused(project: Path) -> N
     report = {"wheels": [{"file": WHEEL, "kernels": [
         {"path": "pkg/_k.so", "sha256": "0" * 64, "sass": ["sm_121a"]}]}]}
     with pytest.raises(BuildError) as caught:
-        wheels.check_sass(tag, report)
+        wheelbuild.check_sass(tag, report)
     assert caught.value.message == \
         "kernels.other_arch of seeded names libraries no wheel has: pkg/_gone.so"
     assert caught.value.exit_code == 4

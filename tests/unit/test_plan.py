@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from sparkbake import config as config_mod
-from sparkbake import pipeline
-from sparkbake import plan as plan_mod
-from sparkbake.config import Config
+from sparkbake.config import versions as config_mod
+from sparkbake.config.versions import Config
 from sparkbake.errors import ConfigError
-from sparkbake.plan import SeriesInfo, StagePlan
+from sparkbake.pipeline import commands
+from sparkbake.pipeline import plan as plan_mod
+from sparkbake.pipeline.plan import SeriesInfo, StagePlan
 from tests.conftest import versions_yaml
 
 STAGES = ["fetch", "patch", "kernels", "wheels", "bake", "smoke", "publish"]
@@ -291,7 +291,7 @@ def test_a_dir_upstream_that_does_not_exist_is_a_config_error(project: Path) -> 
 def test_render_json_is_valid_json_with_every_stage(project: Path) -> None:
     loaded = load(project)
     plan = plan_mod.make(loaded, loaded.tag("partial"))
-    stages = pipeline.stage_states(loaded, plan, client=None)
+    stages = commands.stage_states(loaded, plan, client=None)
     doc = json.loads(plan_mod.render_json(plan, stages))
     assert doc["tag"] == "partial"
     assert doc["image"] == "localhost:5000/sparkbake-test:partial"
@@ -310,7 +310,7 @@ def test_render_json_is_valid_json_with_every_stage(project: Path) -> None:
 def test_stage_states_without_any_build(project: Path) -> None:
     loaded = load(project)
     plan = plan_mod.make(loaded, loaded.tag("main"))
-    states = {s.name: s.state for s in pipeline.stage_states(loaded, plan, client=None)}
+    states = {s.name: s.state for s in commands.stage_states(loaded, plan, client=None)}
     assert states == {"fetch": "missing", "patch": "missing", "kernels": "missing",
                       "wheels": "missing", "bake": "unknown", "smoke": "missing",
                       "publish": "missing"}
@@ -322,7 +322,7 @@ def test_stage_states_see_cache_entries_under_the_config_folder(project: Path) -
     (project / "build" / "sources" / plan.fetch_key / "tree").mkdir(parents=True)
     (project / "build" / "smoke").mkdir(parents=True)
     (project / "build" / "smoke" / "main.json").write_text(json.dumps({"inputs": "other"}))
-    states = {s.name: s.state for s in pipeline.stage_states(loaded, plan, client=None)}
+    states = {s.name: s.state for s in commands.stage_states(loaded, plan, client=None)}
     assert states["fetch"] == "cached"
     assert states["smoke"] == "stale"
 
@@ -330,7 +330,7 @@ def test_stage_states_see_cache_entries_under_the_config_folder(project: Path) -
 def test_render_text_has_one_line_per_stage(project: Path) -> None:
     loaded = load(project)
     plan = plan_mod.make(loaded, loaded.tag("main"))
-    text = plan_mod.render_text(pipeline.stage_states(loaded, plan, client=None))
+    text = plan_mod.render_text(commands.stage_states(loaded, plan, client=None))
     lines = text.splitlines()
     assert [line.split()[0] for line in lines] == STAGES
     assert lines[0].split()[1] == plan.fetch_key[:16]

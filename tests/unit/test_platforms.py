@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from sparkbake import bases, elfcheck, emulation, pipeline, plan
-from sparkbake.config import DebootstrapBase
+from sparkbake.bake import bases, elfcheck
+from sparkbake.config.versions import DebootstrapBase
 from sparkbake.errors import BakeError, EngineError
+from sparkbake.oci import emulation
+from sparkbake.pipeline import commands, plan
 from tests.conftest import Project
 
 # the first 20 bytes of an ELF header: class, byte order, then e_machine at offset 18
@@ -77,7 +79,7 @@ def test_plan_says_which_stages_run_emulated(project: Project) -> None:
     other = "linux/arm64" if host == "linux/amd64" else "linux/amd64"
     native = dataclasses.replace(loaded.tag("fixture"), platform=host)
     foreign = dataclasses.replace(native, platform=other)
-    said = {tag.platform: {s.name: s.detail for s in pipeline.stage_states(
+    said = {tag.platform: {s.name: s.detail for s in commands.stage_states(
         loaded, plan.make(loaded, tag), None)} for tag in (native, foreign)}
     assert f"; emulated: {other} on {host}" in said[other]["wheels"]
     assert f"; emulated: {other} on {host}" in said[other]["smoke"]

@@ -12,10 +12,13 @@ import pytest
 import requests
 import yaml
 
-from sparkbake import config as config_mod
-from sparkbake import distribution, embedded_registry, ports, registry, resources, settings
+from sparkbake import resources
 from sparkbake.__main__ import main
+from sparkbake.config import settings
+from sparkbake.config import versions as config_mod
 from sparkbake.errors import EngineError, PublishError, UsageError
+from sparkbake.oci import distribution, local_registry, ports
+from sparkbake.publish import push
 
 DIGEST_A = "sha256:" + "a" * 64
 DIGEST_B = "sha256:" + "b" * 64
@@ -59,29 +62,29 @@ tags:
 ])
 def test_retarget_replaces_only_the_registry_host(repository: str, target: str | None,
                                                   expected: str) -> None:
-    assert registry.retarget(repository, target) == expected
+    assert push.retarget(repository, target) == expected
 
 
 @pytest.mark.parametrize("bad", ["http://127.0.0.1:5000", "host/path", "", "host:port"])
 def test_retarget_rejects_what_is_not_host_and_port(bad: str) -> None:
     with pytest.raises(UsageError):
-        registry.retarget("localhost:5000/x", bad)
+        push.retarget("localhost:5000/x", bad)
 
 
 def test_split_repository_knows_hosts_from_paths() -> None:
-    assert registry.split_repository("localhost/x") == ("localhost", "x")
-    assert registry.split_repository("ghcr.io/a/b") == ("ghcr.io", "a/b")
-    assert registry.split_repository("a/b") == (None, "a/b")
-    assert registry.split_repository("b") == (None, "b")
+    assert push.split_repository("localhost/x") == ("localhost", "x")
+    assert push.split_repository("ghcr.io/a/b") == ("ghcr.io", "a/b")
+    assert push.split_repository("a/b") == (None, "a/b")
+    assert push.split_repository("b") == (None, "b")
 
 
 def test_remote_for_uses_plain_http_on_loopback_only() -> None:
-    local = registry.remote_for("127.0.0.1:5000/sparkbake-demo")
+    local = push.remote_for("127.0.0.1:5000/sparkbake-demo")
     assert (local.base_url, local.path) == ("http://127.0.0.1:5000", "sparkbake-demo")
-    assert registry.remote_for("localhost:5000/a/b").base_url == "http://localhost:5000"
-    remote = registry.remote_for("ghcr.io/me/vllm")
+    assert push.remote_for("localhost:5000/a/b").base_url == "http://localhost:5000"
+    remote = push.remote_for("ghcr.io/me/vllm")
     assert (remote.base_url, remote.path) == ("https://ghcr.io", "me/vllm")
-    hub = registry.remote_for("vllm")
+    hub = push.remote_for("vllm")
     assert (hub.base_url, hub.path) == ("https://registry-1.docker.io", "library/vllm")
 
 
@@ -89,21 +92,21 @@ def test_remote_for_uses_plain_http_on_loopback_only() -> None:
 
 
 def test_check_overwrite_accepts_a_new_tag_or_the_same_image() -> None:
-    registry.check_overwrite("r:t", None, set(), force=False)
-    registry.check_overwrite("r:t", DIGEST_A, {DIGEST_A}, force=False)
+    push.check_overwrite("r:t", None, set(), force=False)
+    push.check_overwrite("r:t", DIGEST_A, {DIGEST_A}, force=False)
 
 
 def test_check_overwrite_refuses_another_image_naming_both_digests() -> None:
     with pytest.raises(PublishError) as caught:
-        registry.check_overwrite("r:t", DIGEST_A, {DIGEST_B}, force=False)
+        push.check_overwrite("r:t", DIGEST_A, {DIGEST_B}, force=False)
     text = str(caught.value)
     assert DIGEST_A in text and DIGEST_B in text and "--force" in text
     with pytest.raises(PublishError, match="not pushed there yet"):
-        registry.check_overwrite("r:t", DIGEST_A, set(), force=False)
+        push.check_overwrite("r:t", DIGEST_A, set(), force=False)
 
 
 def test_check_overwrite_moves_the_tag_when_forced() -> None:
-    registry.check_overwrite("r:t", DIGEST_A, {DIGEST_B}, force=True)
+    push.check_overwrite("r:t", DIGEST_A, {DIGEST_B}, force=True)
 
 
 # --- smoke gate ---------------------------------------------------------------------------
@@ -112,21 +115,21 @@ def test_check_overwrite_moves_the_tag_when_forced() -> None:
 def test_check_smoke_wants_a_passing_record_of_this_image_id(tmp_path: Path) -> None:
     tag, record = "production-1.0-unit", tmp_path / "smoke.json"
     with pytest.raises(PublishError, match="no smoke record") as caught:
-        registry.check_smoke(record, tag, DIGEST_A)
+        push.check_smoke(record, tag, DIGEST_A)
     assert "sparkbake smoke production-1.0-unit" in str(caught.value)
     assert "--skip-smoke" in str(caught.value)
     record.write_text("{not json")
     with pytest.raises(PublishError, match="unreadable"):
-        registry.check_smoke(record, tag, DIGEST_A)
+        push.check_smoke(record, tag, DIGEST_A)
     record.write_text(json.dumps({"image_id": DIGEST_B, "passed": True}))
     with pytest.raises(PublishError, match="not of the image to publish") as caught:
-        registry.check_smoke(record, tag, DIGEST_A)
+        push.check_smoke(record, tag, DIGEST_A)
     assert "checked sha256:bbbbbbbbbbbb, not sha256:aaaaaaaaaaaa" in str(caught.value)
     record.write_text(json.dumps({"image_id": DIGEST_A, "passed": False}))
     with pytest.raises(PublishError, match="did not pass"):
-        registry.check_smoke(record, tag, DIGEST_A)
+        push.check_smoke(record, tag, DIGEST_A)
     record.write_text(json.dumps({"image_id": DIGEST_A, "passed": True, "checks": []}))
-    assert registry.check_smoke(record, tag, DIGEST_A)["passed"] is True
+    assert push.check_smoke(record, tag, DIGEST_A)["passed"] is True
 
 
 def test_the_smoke_gate_summarises_a_pass_and_records_a_skip(tmp_path: Path) -> None:
@@ -134,14 +137,14 @@ def test_the_smoke_gate_summarises_a_pass_and_records_a_skip(tmp_path: Path) -> 
     checks = [{"name": "manifest", "status": "passed"}, {"name": "gpu", "status": "skipped"}]
     record.write_text(json.dumps({"image_id": DIGEST_A, "passed": True, "checks": checks,
                                   "time": "2026-01-01T00:00:00+00:00"}))
-    assert registry.smoke_gate(record, "t", DIGEST_A, skip=False) == {
+    assert push.smoke_gate(record, "t", DIGEST_A, skip=False) == {
         "result": "passed", "image_id": DIGEST_A, "time": "2026-01-01T00:00:00+00:00",
         "checks": {"passed": 1, "skipped": 1}}
-    assert registry.smoke_gate(record, "t", DIGEST_B, skip=True) == {
+    assert push.smoke_gate(record, "t", DIGEST_B, skip=True) == {
         "result": "skipped", "override": "--skip-smoke", "found": "other image"}
-    assert registry.smoke_gate(tmp_path / "none", "t", DIGEST_A, skip=True)["found"] == "missing"
+    assert push.smoke_gate(tmp_path / "none", "t", DIGEST_A, skip=True)["found"] == "missing"
     with pytest.raises(PublishError):
-        registry.smoke_gate(record, "t", DIGEST_B, skip=False)
+        push.smoke_gate(record, "t", DIGEST_B, skip=False)
 
 
 # --- the embedded registry ----------------------------------------------------------------
@@ -167,7 +170,7 @@ def test_start_without_docker_registry_names_the_package(
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     with pytest.raises(EngineError) as caught:
-        embedded_registry.start(config, port)
+        local_registry.start(config, port)
     assert caught.value.exit_code == 8
     assert "apt-get install -y docker-registry" in str(caught.value)
 
@@ -176,9 +179,9 @@ def test_stop_and_status_without_a_registry(tmp_path: Path) -> None:
     config = _config(tmp_path)
     (config.build_dir / "registry").mkdir(parents=True)
     (config.build_dir / "registry" / "registry.pid").write_text("999999999\n")
-    assert embedded_registry.stop(config) is False
+    assert local_registry.stop(config) is False
     assert not (config.build_dir / "registry" / "registry.pid").exists()
-    assert embedded_registry.status(config) == (
+    assert local_registry.status(config) == (
         False, "registry: none started from this project; start it with "
                "`sparkbake registry start`")
 
@@ -192,7 +195,7 @@ def test_a_port_another_process_holds_is_refused_naming_it(tmp_path: Path) -> No
         holder = f"{Path(sys.executable).name} (pid {os.getpid()})"  # this test's Python
         assert ports.holder(port) == holder
         with pytest.raises(EngineError) as caught:
-            embedded_registry.start(config, port)
+            local_registry.start(config, port)
     assert caught.value.exit_code == 8
     assert caught.value.message == f"port {port} of 127.0.0.1 is held by {holder}"
     assert "--port N" in caught.value.remedy
@@ -223,7 +226,7 @@ def challenge(header: str) -> requests.Response:
 
 
 def test_a_basic_challenge_is_answered_once_with_the_stored_login() -> None:
-    remote = registry.remote_for("127.0.0.1:5000/x")
+    remote = push.remote_for("127.0.0.1:5000/x")
     session = distribution.Session(remote, login="dXNlcjpwYXNz")
     assert session._login(challenge('Basic realm="registry"')) is True
     assert session._auth() == {"Authorization": "Basic dXNlcjpwYXNz"}

@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 
-from sparkbake import layers, oci, releases
 from sparkbake.__main__ import main
 from sparkbake.errors import UsageError
+from sparkbake.oci import layers, ocilayout
+from sparkbake.publish import releases
 
 SHA = {c: c * 64 for c in "abcdef"}
 
@@ -173,13 +174,15 @@ def test_diff_says_when_no_image_manifest_was_recorded() -> None:
 # --- the image's manifest from the layout -------------------------------------------------------
 
 
-def layout_with(tmp_path: Path, files: dict[str, bytes]) -> tuple[oci.Layout, oci.Descriptor]:
-    layout = oci.Layout(tmp_path / "oci")
+def layout_with(tmp_path: Path,
+                files: dict[str, bytes]) -> tuple[ocilayout.Layout, ocilayout.Descriptor]:
+    layout = ocilayout.Layout(tmp_path / "oci")
     layer = layers.from_files({p: (data, 0o644) for p, data in files.items()},
                               tmp_path / "layer.tgz", 0)
     blob = layout.add_file(layer.path, layer.digest, layers.MEDIA_TYPE)
-    config = layout.add_bytes(b"{}", oci.CONFIG_TYPE)
-    image = layout.add_bytes(oci.canonical(oci.manifest(config, [blob])), oci.MANIFEST_TYPE)
+    config = layout.add_bytes(b"{}", ocilayout.CONFIG_TYPE)
+    image = layout.add_bytes(ocilayout.canonical(ocilayout.manifest(config, [blob])),
+                             ocilayout.MANIFEST_TYPE)
     return layout, image
 
 

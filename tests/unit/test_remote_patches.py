@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from sparkbake import patchlint
-from sparkbake import plan as plan_mod
 from sparkbake.errors import ConfigError
-from sparkbake.remote_patches import CACHE, RemotePatch
+from sparkbake.fetch.remote_patches import CACHE, RemotePatch
+from sparkbake.pipeline import plan as plan_mod
+from sparkbake.series import lint
 
 PIN = "ab" * 32
 URL = "https://git.example/vllm/vllm/commit/0123abcd.patch"
@@ -75,7 +75,7 @@ def test_a_bad_remote_line_is_a_config_error_at_its_file_and_line(
 def test_patch_lint_reports_a_bad_remote_line_at_its_file_and_line(
         tmp_path: Path, line: str, what: str) -> None:
     listing = write_series(tmp_path, f"0001-local.patch\n{line}\n")
-    found = patchlint.read_listing(listing.parent, tmp_path / "build")
+    found = lint.read_listing(listing.parent, tmp_path / "build")
     assert [p.where for p in found.problems] == [f"{listing}:2"]
     assert what in found.problems[0].what
 
@@ -83,10 +83,10 @@ def test_patch_lint_reports_a_bad_remote_line_at_its_file_and_line(
 def test_patch_lint_takes_a_remote_line_without_fetching_it(tmp_path: Path) -> None:
     listing = write_series(tmp_path, f"{URL} sha256={PIN}\n0001-local.patch\n{URL} "
                            f"sha256={PIN}\n")
-    found = patchlint.read_listing(listing.parent, tmp_path / "build")
+    found = lint.read_listing(listing.parent, tmp_path / "build")
     assert found.entries == ((1, URL), (2, "0001-local.patch"), (3, URL))
     assert [str(p) for p in found.problems] == [
         f"{listing}:3: {URL} is listed twice (first on line 1)"]
-    count, problems = patchlint.lint_folder(listing.parent, [], tmp_path / "build")
+    count, problems = lint.lint_folder(listing.parent, [], tmp_path / "build")
     assert count == 2
     assert [p for p in problems if str(listing) in p.where] == list(found.problems)

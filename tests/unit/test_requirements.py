@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from sparkbake import config, lock, requirements
+from sparkbake.config import versions
 from sparkbake.errors import ConfigError
+from sparkbake.lock import lockfiles, requirements
 
 VERSIONS = """\
 schema: 1
@@ -45,14 +46,14 @@ numba == 0.65.0; platform_machine == "x86_64"
 """
 
 
-def tag_with(tmp_path: Path, keys: str) -> config.Tag:
+def tag_with(tmp_path: Path, keys: str) -> versions.Tag:
     tree = tmp_path / "tree"
     (tree / "requirements").mkdir(parents=True, exist_ok=True)
     (tree / "PKG-INFO").write_text(PKG_INFO)
     (tree / "requirements" / "common.txt").write_text(COMMON)
     (tree / "requirements" / "cuda.txt").write_text(CUDA)
     (tmp_path / "versions.yaml").write_text(VERSIONS % keys)
-    return config.load(tmp_path / "versions.yaml").tag("t")
+    return versions.load(tmp_path / "versions.yaml").tag("t")
 
 
 def test_the_extras_come_from_pkg_info_without_their_extra_clause(tmp_path: Path) -> None:
@@ -114,16 +115,16 @@ def test_a_package_pinned_twice_is_refused(tmp_path: Path) -> None:
 
 def test_the_runtime_lock_is_stale_when_the_extras_or_pins_change(tmp_path: Path) -> None:
     tag = tag_with(tmp_path, "    extras: [b12x]")
-    loaded, tree = config.load(tmp_path / "versions.yaml"), tmp_path / "tree"
-    path = lock.runtime_lock_path(loaded, tag)
+    loaded, tree = versions.load(tmp_path / "versions.yaml"), tmp_path / "tree"
+    path = lockfiles.runtime_lock_path(loaded, tag)
     assert path is not None
     path.parent.mkdir(parents=True)
-    origin = f"# from: requirements/cuda.txt={lock._sha(tree / 'requirements/cuda.txt')}"
+    origin = f"# from: requirements/cuda.txt={lockfiles._sha(tree / 'requirements/cuda.txt')}"
     path.write_text(f"# runtime lock\n{origin}\n")
     with pytest.raises(ConfigError, match="for other extras or pins than tag t's"):
-        lock.require_runtime_lock(loaded, tag, tree)
+        lockfiles.require_runtime_lock(loaded, tag, tree)
     stamp = requirements.stamp(
         tag, requirements.input_text(tag, tree, "requirements/cuda.txt", "aarch64"))
     assert stamp.startswith(" extras=b12x asked=")
     path.write_text(f"# runtime lock\n{origin}{stamp}\n")
-    assert lock.require_runtime_lock(loaded, tag, tree) == path
+    assert lockfiles.require_runtime_lock(loaded, tag, tree) == path

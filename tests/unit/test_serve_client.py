@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 
-from sparkbake import serve_client, smoke_serve
-from sparkbake.config import DebootstrapBase, DirUpstream, Tag
-from sparkbake.serve_client import Server
-from sparkbake.smoke_record import CheckFailed, result
-from sparkbake.smoke_suite import Suite
+from sparkbake.config.versions import DebootstrapBase, DirUpstream, Tag
+from sparkbake.smoke import serve_client, serving
+from sparkbake.smoke.record import CheckFailed, result
+from sparkbake.smoke.sample_envs import Suite
+from sparkbake.smoke.serve_client import Server
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -265,10 +265,10 @@ def tag_named(name: str, series: tuple[str, ...]) -> Tag:
 
 def test_vision_and_prefix_cache_tags_add_their_checks() -> None:
     base = ["serve-health", "serve-models", "serve-completion", "serve-metrics"]
-    assert smoke_serve.names(tag_named("fixture", ("tinykern",))) == base
-    assert smoke_serve.names(tag_named("production-3.72-vision", ("vision",))) == \
+    assert serving.names(tag_named("fixture", ("tinykern",))) == base
+    assert serving.names(tag_named("production-3.72-vision", ("vision",))) == \
         [*base, "serve-image"]
-    assert smoke_serve.names(tag_named("production-3.73-vision", ("prefix-cache", "vision"))) \
+    assert serving.names(tag_named("production-3.73-vision", ("prefix-cache", "vision"))) \
         == [*base, "serve-image", "serve-prefix-cache"]
 
 
@@ -285,10 +285,10 @@ def test_serve_checks_that_cannot_run_say_why(tmp_path: Path, model: Path | None
                                               detail: str) -> None:
     tag = tag_named("production-3.73-vision", ("prefix-cache",))
     suite = Suite("common", tmp_path, (), (), None)
-    request = smoke_serve.Request(model, None, 1, gpu, unavailable)
-    results = smoke_serve.run(None, "sha256:x", tag, suite, request, tmp_path / "serve.log")
+    request = serving.Request(model, None, 1, gpu, unavailable)
+    results = serving.run(None, "sha256:x", tag, suite, request, tmp_path / "serve.log")
     assert [(r["name"], r["status"], r["detail"]) for r in results] == \
-        [(name, status, detail) for name in smoke_serve.names(tag)]
+        [(name, status, detail) for name in serving.names(tag)]
 
 
 def test_serve_env_is_the_suites_or_the_given_file_with_model_host_and_port(
@@ -297,24 +297,24 @@ def test_serve_env_is_the_suites_or_the_given_file_with_model_host_and_port(
     (tmp_path / "mine.env").write_text("SERVED_MODEL_NAME=b\n")
     suite = Suite("s", tmp_path, (), (), tmp_path / "serve.env")
     forced = {"MODEL": "/model", "API_HOST": "0.0.0.0", "API_PORT": "8000"}
-    assert smoke_serve.serve_env(suite, None) == {"SERVED_MODEL_NAME": "a", **forced}
-    assert smoke_serve.serve_env(suite, tmp_path / "mine.env") == \
+    assert serving.serve_env(suite, None) == {"SERVED_MODEL_NAME": "a", **forced}
+    assert serving.serve_env(suite, tmp_path / "mine.env") == \
         {"SERVED_MODEL_NAME": "b", **forced}
-    assert smoke_serve.serve_env(Suite("s", tmp_path, (), (), None), None) == forced
+    assert serving.serve_env(Suite("s", tmp_path, (), (), None), None) == forced
 
 
 def test_flag_takes_the_last_value_or_the_default() -> None:
     command = ["vllm", "serve", "/m", "--block-size", "256", "--x", "--block-size", "64"]
-    assert smoke_serve.flag(command, "--block-size", 16) == 64
-    assert smoke_serve.flag(command, "--decode-context-parallel-size", 1) == 1
+    assert serving.flag(command, "--block-size", 16) == 64
+    assert serving.flag(command, "--decode-context-parallel-size", 1) == 1
 
 
 def test_after_a_failed_health_check_the_rest_fail_as_not_run() -> None:
     def unhealthy() -> str:
         raise CheckFailed("/health did not answer 200")
     checks = {"serve-health": unhealthy, "serve-models": lambda: "fine"}
-    assert smoke_serve.probe(["serve-health", "serve-models"], checks)[1] == \
+    assert serving.probe(["serve-health", "serve-models"], checks)[1] == \
         result("serve-models", "failed", "not run: the server did not become healthy")
     checks["serve-health"] = lambda: "healthy"
-    assert [r["status"] for r in smoke_serve.probe(["serve-health", "serve-models"], checks)] \
+    assert [r["status"] for r in serving.probe(["serve-health", "serve-models"], checks)] \
         == ["passed", "passed"]

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from sparkbake import smoke, smoke_record
-from sparkbake.config import Config, DebootstrapBase, GitUpstream, Tag
+from sparkbake.config.versions import Config, DebootstrapBase, GitUpstream, Tag
 from sparkbake.errors import SmokeError, UsageError
-from sparkbake.patches import PatchedTree
-from sparkbake.plan import Plan, SeriesInfo
+from sparkbake.patch.patches import PatchedTree
+from sparkbake.pipeline.plan import Plan, SeriesInfo
+from sparkbake.smoke import checks, record
 
 BASE = DebootstrapBase(name="local-debian", suite="bookworm", mirror=None, variant="minbase",
                        packages=())
@@ -40,11 +40,11 @@ CHECKS: list[dict[str, Any]] = [
 RESULTS: dict[str, Any] = {"tag": "demo", "image": "repo:demo", "image_id": "sha256:" + "5" * 64,
                            "inputs": "4" * 64, "suite": "common", "passed": False,
                            "checks": CHECKS, "time": "2025-01-01T00:00:00+00:00"}
-FACTS = smoke.Facts(PatchedTree(Path("tree"), "2" * 64, "6" * 64), 1735689600)
+FACTS = checks.Facts(PatchedTree(Path("tree"), "2" * 64, "6" * 64), 1735689600)
 
 
 def test_expected_values_come_from_the_plan() -> None:
-    expected = smoke.expected_values(PLAN, "auto", "no GPU runtime in this engine")
+    expected = checks.expected_values(PLAN, "auto", "no GPU runtime in this engine")
     assert expected == {
         "tag": "production-3.73-vision",
         "inputs": "4" * 64,
@@ -64,14 +64,14 @@ def test_expected_values_come_from_the_plan() -> None:
 
 def test_results_paths_are_under_build_smoke(tmp_path: Path) -> None:
     config = Config(path=tmp_path / "versions.yaml", tags={TAG.name: TAG})
-    assert smoke.results_paths(config, PLAN) == (
+    assert checks.results_paths(config, PLAN) == (
         tmp_path / "build/smoke/production-3.73-vision.json",
         tmp_path / "build/smoke/production-3.73-vision.xml",
     )
 
 
 def test_junit_xml_has_one_testcase_per_check() -> None:
-    text = smoke.junit_xml(RESULTS)
+    text = checks.junit_xml(RESULTS)
     assert text.startswith("<?xml version='1.0' encoding='utf-8'?>")
     suites = ET.fromstring(text)
     assert suites.tag == "testsuites"
@@ -92,7 +92,7 @@ def test_junit_xml_has_one_testcase_per_check() -> None:
 
 
 def test_junit_xml_failure_and_skipped_elements_carry_the_detail() -> None:
-    suite = ET.fromstring(smoke.junit_xml(RESULTS)).find("testsuite")
+    suite = ET.fromstring(checks.junit_xml(RESULTS)).find("testsuite")
     assert suite is not None
     failure = suite.find("testcase[@name='env-defaults']/failure")
     assert failure is not None
@@ -106,19 +106,19 @@ def test_junit_xml_failure_and_skipped_elements_carry_the_detail() -> None:
 
 def test_parse_checks_takes_the_last_json_line() -> None:
     output = "warning: something\n" + json.dumps({"checks": CHECKS}) + "\n"
-    assert smoke.parse_checks(output) == CHECKS
+    assert checks.parse_checks(output) == CHECKS
     noisy = '{"not": "checks"}\n' + json.dumps({"checks": CHECKS}) + "\n{broken\n"
-    assert smoke.parse_checks(noisy) == CHECKS
+    assert checks.parse_checks(noisy) == CHECKS
 
 
 def test_parse_checks_without_a_result_is_none() -> None:
-    assert smoke.parse_checks("Traceback (most recent call last):\n  boom\n") is None
-    assert smoke.parse_checks(json.dumps({"checks": [{"name": "x", "status": "odd"}]})) is None
+    assert checks.parse_checks("Traceback (most recent call last):\n  boom\n") is None
+    assert checks.parse_checks(json.dumps({"checks": [{"name": "x", "status": "odd"}]})) is None
 
 
 def test_failed_checks_raise_exit_6_naming_them(tmp_path: Path) -> None:
     with pytest.raises(SmokeError) as caught:
-        smoke.raise_if_failed(PLAN, CHECKS, tmp_path / "demo.json")
+        checks.raise_if_failed(PLAN, CHECKS, tmp_path / "demo.json")
     assert caught.value.exit_code == 6
     assert "env-defaults" in caught.value.message
     assert str(tmp_path / "demo.json") in caught.value.message
@@ -128,24 +128,24 @@ def test_failed_checks_raise_exit_6_naming_them(tmp_path: Path) -> None:
 def test_a_gpu_only_failure_points_at_the_gpu_runtime(tmp_path: Path) -> None:
     gpu_failed = [{**CHECKS[0]}, {"name": "gpu", "status": "failed", "detail": "none"}]
     with pytest.raises(SmokeError) as caught:
-        smoke.raise_if_failed(PLAN, gpu_failed, tmp_path / "demo.json")
+        checks.raise_if_failed(PLAN, gpu_failed, tmp_path / "demo.json")
     assert "NVIDIA container runtime" in caught.value.remedy
 
 
 def test_passing_and_skipped_checks_do_not_raise(tmp_path: Path) -> None:
-    smoke.raise_if_failed(PLAN, [CHECKS[0], CHECKS[2]], tmp_path / "demo.json")
+    checks.raise_if_failed(PLAN, [CHECKS[0], CHECKS[2]], tmp_path / "demo.json")
 
 
 @pytest.mark.parametrize(("options", "message"), [
-    (smoke.Options(gpu="maybe"), "--gpu 'maybe' is not one of auto, require, skip"),
-    (smoke.Options(model=Path("/no/such/model")), "--model /no/such/model: no such file"),
-    (smoke.Options(serve_env=Path("/no/such.env")), "--serve-env /no/such.env: no such file"),
+    (checks.Options(gpu="maybe"), "--gpu 'maybe' is not one of auto, require, skip"),
+    (checks.Options(model=Path("/no/such/model")), "--model /no/such/model: no such file"),
+    (checks.Options(serve_env=Path("/no/such.env")), "--serve-env /no/such.env: no such file"),
 ])
 def test_bad_options_are_usage_errors_before_any_engine_call(
-        tmp_path: Path, options: smoke.Options, message: str) -> None:
+        tmp_path: Path, options: checks.Options, message: str) -> None:
     config = Config(path=tmp_path / "versions.yaml", tags={TAG.name: TAG})
     with pytest.raises(UsageError) as caught:
-        smoke.run(None, config, PLAN, FACTS, options)  # no client: it is never reached
+        checks.run(None, config, PLAN, FACTS, options)  # no client: it is never reached
     assert caught.value.exit_code == 2
     assert caught.value.message.startswith(message)
 
@@ -153,7 +153,7 @@ def test_bad_options_are_usage_errors_before_any_engine_call(
 def test_a_gpu_capability_failure_names_the_tags_capability(tmp_path: Path) -> None:
     failed = [{"name": "gpu-capability", "status": "failed", "detail": "device 0 is 9.0"}]
     with pytest.raises(SmokeError) as caught:
-        smoke.raise_if_failed(PLAN, failed, tmp_path / "demo.json")
+        checks.raise_if_failed(PLAN, failed, tmp_path / "demo.json")
     assert "compute capability 12.1 and the NVIDIA container runtime" in caught.value.remedy
 
 
@@ -161,7 +161,7 @@ def test_a_serve_only_failure_points_at_the_serve_log(tmp_path: Path) -> None:
     failed = [{"name": "serve-health", "status": "failed", "detail": "exited"},
               {"name": "serve-models", "status": "failed", "detail": "not run"}]
     with pytest.raises(SmokeError) as caught:
-        smoke.raise_if_failed(PLAN, failed, tmp_path / "demo.json")
+        checks.raise_if_failed(PLAN, failed, tmp_path / "demo.json")
     assert "serve-health, serve-models" in caught.value.message
     assert str(tmp_path / "production-3.73-vision-serve.log") in caught.value.remedy
 
@@ -169,29 +169,29 @@ def test_a_serve_only_failure_points_at_the_serve_log(tmp_path: Path) -> None:
 def write_record(folder: Path, image_id: str) -> tuple[Path, Path]:
     json_path, xml_path = folder / "demo.json", folder / "demo.xml"
     json_path.write_text(json.dumps({**RESULTS, "image_id": image_id}))
-    xml_path.write_text(smoke.junit_xml({**RESULTS, "image_id": image_id}))
+    xml_path.write_text(checks.junit_xml({**RESULTS, "image_id": image_id}))
     return json_path, xml_path
 
 
 def test_the_record_of_another_image_is_removed(tmp_path: Path,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
     json_path, xml_path = write_record(tmp_path, "sha256:" + "a" * 64)
-    assert smoke.drop_stale_record(json_path, xml_path, "sha256:" + "b" * 64) is True
+    assert checks.drop_stale_record(json_path, xml_path, "sha256:" + "b" * 64) is True
     assert not json_path.exists() and not xml_path.exists()
     assert "the record of image sha256:aaaaaaaaaaaa" in capsys.readouterr().err
 
 
 def test_the_record_of_the_same_image_stays(tmp_path: Path) -> None:
     json_path, xml_path = write_record(tmp_path, "sha256:" + "a" * 64)
-    assert smoke.drop_stale_record(json_path, xml_path, "sha256:" + "a" * 64) is False
+    assert checks.drop_stale_record(json_path, xml_path, "sha256:" + "a" * 64) is False
     assert json_path.exists() and xml_path.exists()
-    assert smoke.drop_stale_record(tmp_path / "none.json", tmp_path / "none.xml", "x") is False
+    assert checks.drop_stale_record(tmp_path / "none.json", tmp_path / "none.xml", "x") is False
 
 
 def test_an_unreadable_record_is_removed(tmp_path: Path) -> None:
     json_path, xml_path = tmp_path / "demo.json", tmp_path / "demo.xml"
     json_path.write_text("{not json")
-    assert smoke.drop_stale_record(json_path, xml_path, "sha256:" + "a" * 64) is True
+    assert checks.drop_stale_record(json_path, xml_path, "sha256:" + "a" * 64) is True
     assert not json_path.exists()
 
 
@@ -201,11 +201,11 @@ def raise_(error: Exception) -> str:
 
 @pytest.mark.parametrize(("check", "status", "detail"), [
     (lambda: "fine", "passed", "fine"),
-    (lambda: raise_(smoke_record.CheckFailed("wrong")), "failed", "wrong"),
-    (lambda: raise_(smoke_record.CheckSkipped("no GPU")), "skipped", "no GPU"),
+    (lambda: raise_(record.CheckFailed("wrong")), "failed", "wrong"),
+    (lambda: raise_(record.CheckSkipped("no GPU")), "skipped", "no GPU"),
     (lambda: raise_(KeyError("Labels")), "failed", "KeyError: 'Labels'"),
 ])
 def test_a_host_check_always_gives_a_result(check: Any, status: str, detail: str) -> None:
-    result = smoke_record.timed("labels", check)
+    result = record.timed("labels", check)
     assert (result["name"], result["status"], result["detail"]) == ("labels", status, detail)
     assert isinstance(result["seconds"], float)

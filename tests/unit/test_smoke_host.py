@@ -11,13 +11,14 @@ from typing import Any
 import docker.errors
 import pytest
 
-from sparkbake import images, smoke_host
-from sparkbake.bases import BaseImage, local_ref
-from sparkbake.config import DebootstrapBase, DirUpstream, ImageBase, Tag
+from sparkbake.bake import imagebake
+from sparkbake.bake.bases import BaseImage, local_ref
+from sparkbake.config.versions import DebootstrapBase, DirUpstream, ImageBase, Tag
 from sparkbake.hashing import file_sha256
-from sparkbake.patches import PatchedTree
-from sparkbake.plan import Plan, SeriesInfo
-from sparkbake.smoke_record import CheckFailed
+from sparkbake.patch.patches import PatchedTree
+from sparkbake.pipeline.plan import Plan, SeriesInfo
+from sparkbake.smoke import host
+from sparkbake.smoke.record import CheckFailed
 
 CUDA = ImageBase(name="cuda", image="nvidia/cuda:13.0.3-runtime@sha256:" + "c" * 64)
 PATCH = """\
@@ -92,7 +93,7 @@ def test_wheel_members_leave_out_metadata_and_lift_data_dirs(tmp_path: Path) -> 
                                              "x-1.dist-info/RECORD",
                                              "x-1.data/purelib/extra/d.py",
                                              "x-1.data/scripts/tool"])
-    files, folders = smoke_host.wheel_members([wheel])
+    files, folders = host.wheel_members([wheel])
     assert files == {"pkg/__init__.py", "pkg/sub/c.py", "extra/d.py"}
     assert folders == {"pkg", "pkg/sub", "extra"}
 
@@ -107,7 +108,7 @@ def test_wheel_members_leave_out_metadata_and_lift_data_dirs(tmp_path: Path) -> 
 ])
 def test_site_path(path: str, deleted: bool, site: str | None) -> None:
     files = {"pkg/a.py", "pkg/__init__.py", "other/b.py"}
-    assert smoke_host.site_path(path, files, {"pkg", "other"}, deleted) == site
+    assert host.site_path(path, files, {"pkg", "other"}, deleted) == site
 
 
 def test_patched_files_hash_what_lands_in_site_packages(tmp_path: Path) -> None:
@@ -117,7 +118,7 @@ def test_patched_files_hash_what_lands_in_site_packages(tmp_path: Path) -> None:
     wheels.mkdir()
     write_wheel(wheels / "pkg-1-py3-none-any.whl", ["pkg/__init__.py", "pkg/a.py",
                                                     "other/b.py", "pkg-1.dist-info/RECORD"])
-    spec = smoke_host.patched_files(plan, tree, wheels)
+    spec = host.patched_files(plan, tree, wheels)
     assert spec == {
         "files": [
             {"path": "pkg/a.py", "tree": "pkg/a.py", "patch": "s/0001-x.patch",
@@ -133,23 +134,23 @@ def test_patched_files_hash_what_lands_in_site_packages(tmp_path: Path) -> None:
 
 def test_patched_files_without_wheels_is_a_problem_naming_the_command(tmp_path: Path) -> None:
     plan = with_series(tmp_path)
-    spec = smoke_host.patched_files(plan, patched_tree(tmp_path / "tree"), tmp_path / "none")
+    spec = host.patched_files(plan, patched_tree(tmp_path / "tree"), tmp_path / "none")
     assert spec["problem"].startswith(f"no wheels in {tmp_path / 'none'}")
     assert "run `sparkbake wheels demo`" in spec["problem"]
 
 
 def test_no_series_or_no_python_patch_says_so(tmp_path: Path) -> None:
-    assert smoke_host.patched_files(make_plan(tmp_path), tmp_path, tmp_path) == {
+    assert host.patched_files(make_plan(tmp_path), tmp_path, tmp_path) == {
         "files": [], "none": "the tag has no patch series"}
     folder = tmp_path / "patches" / "k"
     folder.mkdir(parents=True)
     (folder / "0001.patch").write_text(PATCH[PATCH.index("diff --git a/csrc"):])
     plan = make_plan(tmp_path, (SeriesInfo("k", folder, (("0001.patch", "9" * 64),)),))
-    assert smoke_host.patched_files(plan, tmp_path, tmp_path)["none"] == \
+    assert host.patched_files(plan, tmp_path, tmp_path)["none"] == \
         "the series patch no Python file"
 
 
-FACTS = smoke_host.Facts(PatchedTree(Path("tree"), "2" * 64, "7" * 64), 1735689600)
+FACTS = host.Facts(PatchedTree(Path("tree"), "2" * 64, "7" * 64), 1735689600)
 
 
 def attrs_with(labels: dict[str, str]) -> dict[str, Any]:
@@ -158,21 +159,21 @@ def attrs_with(labels: dict[str, str]) -> dict[str, Any]:
 
 def test_labels_as_the_plan_says_pass(tmp_path: Path) -> None:
     plan = make_plan(tmp_path)
-    wanted = images.labels(plan, BaseImage("cuda", CUDA.image, CUDA.digest), FACTS.patched,
+    wanted = imagebake.labels(plan, BaseImage("cuda", CUDA.image, CUDA.digest), FACTS.patched,
                            FACTS.source_date)
-    detail = smoke_host.check_labels(None, attrs_with({**wanted, "maintainer": "x"}), plan,
+    detail = host.check_labels(None, attrs_with({**wanted, "maintainer": "x"}), plan,
                                      FACTS)
     assert detail.startswith(f"11 labels as the plan says (revision {'7' * 12}")
 
 
 def test_a_wrong_or_missing_label_fails_naming_it(tmp_path: Path) -> None:
     plan = make_plan(tmp_path)
-    wanted = images.labels(plan, BaseImage("cuda", CUDA.image, CUDA.digest), FACTS.patched,
+    wanted = imagebake.labels(plan, BaseImage("cuda", CUDA.image, CUDA.digest), FACTS.patched,
                            FACTS.source_date)
     wanted["org.opencontainers.image.revision"] = "0" * 64
     del wanted["dev.sparkbake.cuda-arch"]
     with pytest.raises(CheckFailed) as caught:
-        smoke_host.check_labels(None, attrs_with(wanted), plan, FACTS)
+        host.check_labels(None, attrs_with(wanted), plan, FACTS)
     cuda_arch, revision = str(caught.value).split("; ")
     assert cuda_arch == "dev.sparkbake.cuda-arch: image has None, the plan says '12.1a'"
     assert revision.startswith("org.opencontainers.image.revision: image has '0000000000")
@@ -195,9 +196,9 @@ def test_a_debootstrap_base_missing_here_leaves_its_digest_unchecked(tmp_path: P
                              packages=())
     plan = make_plan(tmp_path, runtime=debian)
     ref = local_ref(debian, plan.tag.platform)
-    wanted = images.labels(plan, BaseImage("debian", ref, "sha256:old"), FACTS.patched,
+    wanted = imagebake.labels(plan, BaseImage("debian", ref, "sha256:old"), FACTS.patched,
                            FACTS.source_date)
-    detail = smoke_host.check_labels(NoImages(), attrs_with(wanted), plan, FACTS)
+    detail = host.check_labels(NoImages(), attrs_with(wanted), plan, FACTS)
     assert detail.endswith(f"; org.opencontainers.image.base.digest not checked: "
                            f"{local_ref(debian, plan.tag.platform)} is not in this engine")
     assert detail.startswith("10 labels as the plan says")

@@ -9,10 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from sparkbake import config as config_mod
-from sparkbake import envfile, lock, preflight, resources, smoke_suite
-from sparkbake.config import Config, Tag
+from sparkbake import resources
+from sparkbake.config import envfile
+from sparkbake.config import versions as config_mod
+from sparkbake.config.versions import Config, Tag
 from sparkbake.errors import ConfigError
+from sparkbake.lock import lockfiles
+from sparkbake.smoke import preflight, sample_envs
 from tests.nodeenv import ENV_DIR, image_command, write_sysctls
 
 REPO = Path(__file__).resolve().parents[2]
@@ -60,9 +63,9 @@ def test_a_smoke_key_that_is_not_a_name_is_refused_with_its_line(tmp_path: Path)
 
 def test_a_project_suite_comes_before_the_shipped_one(project: Config) -> None:
     shipped = resources.images_dir() / "smoke" / "dsv4-4node"  # installed or in the checkout
-    assert smoke_suite.find(project, project.tag("dsv4")) == shipped
+    assert sample_envs.find(project, project.tag("dsv4")) == shipped
     mine = write(project.root / "smoke" / "dsv4-4node" / "accept" / "one.env", "MODEL=/m\n")
-    suite = smoke_suite.load(project, project.tag("dsv4"))
+    suite = sample_envs.load(project, project.tag("dsv4"))
     assert suite.folder == mine.parents[1]
     assert [s.name for s in suite.accept] == ["accept/one.env"]
     assert (suite.reject, suite.serve_env) == ((), None)
@@ -70,7 +73,7 @@ def test_a_project_suite_comes_before_the_shipped_one(project: Config) -> None:
 
 def test_an_unknown_suite_names_both_places_and_the_known_ones(project: Config) -> None:
     with pytest.raises(ConfigError) as caught:
-        smoke_suite.load(project, project.tag("local"))
+        sample_envs.load(project, project.tag("local"))
     assert caught.value.exit_code == 2
     assert f"smoke suite 'mine' is neither {project.root / 'smoke' / 'mine'}" in \
         caught.value.message
@@ -83,7 +86,7 @@ def test_samples_carry_the_hosts_command_or_the_expected_rules(project: Config) 
     write(folder / "reject" / "r.env", "# why\n# expect: model-unset  bad-value\nMODEL=\n")
     write(folder / "serve.env", "SERVED_MODEL_NAME=x\n")
     tag = project.tag("local")
-    suite = smoke_suite.load(project, tag)
+    suite = sample_envs.load(project, tag)
     (accept,), (reject,) = suite.accept, suite.reject
     command = preflight.entrypoint().serve_command({"MODEL": "/m", "API_PORT": "9000"})
     assert (accept.env, accept.command) == ({"MODEL": "/m", "API_PORT": "9000"},
@@ -91,7 +94,7 @@ def test_samples_carry_the_hosts_command_or_the_expected_rules(project: Config) 
     assert (reject.name, reject.env, reject.rules) == ("reject/r.env", {"MODEL": ""},
                                                        ("model-unset", "bad-value"))
     assert suite.serve_env == folder / "serve.env"
-    assert smoke_suite.expected(suite, ["/entry"]) == {
+    assert sample_envs.expected(suite, ["/entry"]) == {
         "suite": "mine", "argv": ["/entry"],
         "accept": [{"name": "accept/a.env", "env": accept.env, "command": accept.command}],
         "reject": [{"name": "reject/r.env", "env": {"MODEL": ""},
@@ -110,7 +113,7 @@ def test_a_sample_that_says_nothing_checkable_is_refused(
         project: Config, sample: str, text: str, message: str) -> None:
     path = write(project.root / "smoke" / "mine" / sample, text)
     with pytest.raises(ConfigError) as caught:
-        smoke_suite.load(project, project.tag("local"))
+        sample_envs.load(project, project.tag("local"))
     assert caught.value.message.startswith(f"{path}: {message}")
 
 
@@ -129,13 +132,13 @@ def test_the_production_tags_use_the_reference_suite() -> None:
 
 @pytest.mark.parametrize(("sample", "rank"), [("head.env", 0), ("worker.env", 1)])
 def test_the_reference_suite_prints_what_the_image_can_serve(sample: str, rank: int) -> None:
-    suite = smoke_suite.load(REPO_CONFIG, REPO_CONFIG.tag("3.73-vision"))
+    suite = sample_envs.load(REPO_CONFIG, REPO_CONFIG.tag("3.73-vision"))
     accepted = {s.name: s for s in suite.accept}[f"accept/{sample}"]
     assert shlex.split(accepted.command) == image_command(rank)
 
 
 def test_the_reference_dcp_2_file_is_a_refused_sample_refused_for_dcp() -> None:
-    suite = smoke_suite.load(REPO_CONFIG, REPO_CONFIG.tag("3.73-vision"))
+    suite = sample_envs.load(REPO_CONFIG, REPO_CONFIG.tag("3.73-vision"))
     refused = {s.name: s for s in suite.reject}["reject/reference-dcp2.env"]
     assert refused.rules[0] == "dcp-size-unsupported" and "unknown-backend" in refused.rules
     reference = envfile.read(ENV_DIR / "head.env").values
@@ -145,23 +148,23 @@ def test_the_reference_dcp_2_file_is_a_refused_sample_refused_for_dcp() -> None:
 def test_an_accept_sample_naming_a_backend_the_image_lacks_stops_the_suite(
         tmp_path: Path) -> None:
     folder = tmp_path / "smoke" / "dsv4-4node"
-    shutil.copytree(smoke_suite.places(REPO_CONFIG, "dsv4-4node")[1], folder)
+    shutil.copytree(sample_envs.places(REPO_CONFIG, "dsv4-4node")[1], folder)
     head = folder / "accept" / "head.env"
     head.write_text(head.read_text() + "ATTENTION_BACKEND=B12X_MLA_SPARSE\n")
     (tmp_path / "versions.yaml").write_text((REPO / "versions.yaml").read_text())
     (tmp_path / "locks").symlink_to(REPO / "locks")
     own = config_mod.load(tmp_path / "versions.yaml")
     with pytest.raises(ConfigError) as caught:
-        smoke_suite.load(own, own.tag("3.73-vision"))
+        sample_envs.load(own, own.tag("3.73-vision"))
     assert caught.value.exit_code == 2
     assert str(caught.value).startswith(f"{head}: the preflight refuses this accept sample for "
                                         "production-3.73-vision: unknown-backend: "
                                         "ATTENTION_BACKEND=B12X_MLA_SPARSE is not among")
 
 
-def errors_of(tag: Tag, sample: smoke_suite.Sample, proc_sys: Path) -> list[str]:
+def errors_of(tag: Tag, sample: sample_envs.Sample, proc_sys: Path) -> list[str]:
     findings = preflight.evaluate(tag, envfile.read(sample.path), proc_sys,
-                                  lock.runtime_lock_path(REPO_CONFIG, tag))
+                                  lockfiles.runtime_lock_path(REPO_CONFIG, tag))
     return [f.rule for f in findings if f.level == "error"]
 
 
@@ -169,7 +172,7 @@ def errors_of(tag: Tag, sample: smoke_suite.Sample, proc_sys: Path) -> list[str]
 def test_shipped_samples_do_what_they_say_under_the_hosts_preflight(
         tag_name: str, tmp_path: Path) -> None:
     tag = REPO_CONFIG.tags[tag_name]
-    suite = smoke_suite.load(REPO_CONFIG, tag)
+    suite = sample_envs.load(REPO_CONFIG, tag)
     proc_sys = write_sysctls(tmp_path / "sys")
     assert suite.accept and suite.reject and suite.serve_env is not None
     for sample in suite.accept:

@@ -6,10 +6,11 @@ import os
 import subprocess
 from pathlib import Path
 
-from sparkbake import sources, wheels
-from sparkbake.config import DirUpstream, GitUpstream, PypiUpstream
-from sparkbake.patches import PatchedTree
-from sparkbake.settings import HostSettings
+from sparkbake.config.settings import HostSettings
+from sparkbake.config.versions import DirUpstream, GitUpstream, PypiUpstream
+from sparkbake.fetch import upstream_tree
+from sparkbake.patch.patches import PatchedTree
+from sparkbake.wheels import wheelbuild
 from tests.conftest import DATA, copy_project
 
 COMMIT_TIME = 1_600_000_000
@@ -37,11 +38,11 @@ def test_a_git_pin_dates_its_tree_by_the_commit_and_a_declared_date_wins(tmp_pat
     upstream = GitUpstream(key="fork", url="./repo", commit=commit,
                            source=str(tmp_path / "repo"))
     entry = tmp_path / "entry"
-    sources.fetch(upstream, entry, settings())
-    assert sources.source_date(upstream, entry) == COMMIT_TIME
+    upstream_tree.fetch(upstream, entry, settings())
+    assert upstream_tree.source_date(upstream, entry) == COMMIT_TIME
     declared = GitUpstream(key="fork", url="./repo", commit=commit,
                            source=str(tmp_path / "repo"), source_date_epoch=1_700_000_000)
-    assert sources.source_date(declared, entry) == 1_700_000_000
+    assert upstream_tree.source_date(declared, entry) == 1_700_000_000
 
 
 def test_a_cached_git_tree_without_its_date_is_fetched_again(tmp_path: Path) -> None:
@@ -50,29 +51,30 @@ def test_a_cached_git_tree_without_its_date_is_fetched_again(tmp_path: Path) -> 
                            source=str(tmp_path / "repo"))
     entry = tmp_path / "entry"
     (entry / "tree").mkdir(parents=True)  # as an older sparkbake left it
-    sources.fetch(upstream, entry, settings())
+    upstream_tree.fetch(upstream, entry, settings())
     assert (entry / "tree" / "setup.py").is_file()
-    assert sources.source_date(upstream, entry) == COMMIT_TIME
+    assert upstream_tree.source_date(upstream, entry) == COMMIT_TIME
 
 
 def test_sdists_and_dirs_without_a_declared_date_get_1980(tmp_path: Path) -> None:
     sdist = PypiUpstream(key="v", name="vllm", version="1", sha256="0" * 64)
     folder = DirUpstream(key="d", path=tmp_path)
-    assert sources.source_date(sdist, tmp_path) == sources.DEFAULT_SOURCE_DATE == 315532800
-    assert sources.source_date(folder, tmp_path) == 315532800
+    found = upstream_tree.source_date(sdist, tmp_path)
+    assert found == upstream_tree.DEFAULT_SOURCE_DATE == 315532800
+    assert upstream_tree.source_date(folder, tmp_path) == 315532800
     dated = DirUpstream(key="d", path=tmp_path, source_date_epoch=1735689600)
-    assert sources.source_date(dated, tmp_path) == 1735689600
+    assert upstream_tree.source_date(dated, tmp_path) == 1735689600
 
 
 def test_the_builder_gets_the_source_date_and_reproducible_build_switches(
         tmp_path: Path) -> None:
     project = copy_project(tmp_path / "project")
     tag = project.config().tag("fixture")
-    request = wheels.BuildRequest(
+    request = wheelbuild.BuildRequest(
         tag=tag, builder="b", patched=PatchedTree(path=DATA / "upstream", key="k", tree_hash="h"),
         folder=tmp_path / "w", kernels=tmp_path / "k", log=tmp_path / "log",
-        jobs=wheels.Jobs(2, 1, "test"), memory=None, source_date=1735689600)
-    environment = wheels._container_args(request, tmp_path / "out", None)["environment"]
+        jobs=wheelbuild.Jobs(2, 1, "test"), memory=None, source_date=1735689600)
+    environment = wheelbuild._container_args(request, tmp_path / "out", None)["environment"]
     assert environment["SOURCE_DATE_EPOCH"] == "1735689600"
     assert "NVCC_APPEND_FLAGS" not in environment  # -objtemp only where sccache is off
     assert environment["PYTHONHASHSEED"] == "0"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkbake import venv
+from sparkbake.bake import venv
 from sparkbake.errors import BakeError
 from sparkbake.hashing import record_hash
 

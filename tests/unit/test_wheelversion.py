@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkbake import wheelversion
+from sparkbake.wheels import wheelversion
 from tests.conftest import Project
 
 SOURCE_DATE = 1735689600

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from sparkbake import config
 from sparkbake.__main__ import main
-from sparkbake.plan import make
+from sparkbake.config import versions
+from sparkbake.pipeline.plan import make
 from tests.conftest import Project
 
 SHA_0_32 = "d2c957d5eee3d0985012151315ddc62cbe0cd368fc96a5fc3510438d9dddf2ad"
@@ -151,7 +151,7 @@ def trees(tmp_path_factory: pytest.TempPathFactory) -> Trees:
     (root / "versions.yaml").write_text(VERSIONS)
     for tag in ("old-full", "new-fixes"):
         assert main(["--config", str(root / "versions.yaml"), "fetch", tag]) == 0
-    loaded = config.load(root / "versions.yaml")
+    loaded = versions.load(root / "versions.yaml")
     old = root / "build" / "sources" / make(loaded, loaded.tag("old-full")).fetch_key / "tree"
     new = root / "build" / "sources" / make(loaded, loaded.tag("new-fixes")).fetch_key / "tree"
     fork = root / "fork"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from sparkbake import gitwork
+from sparkbake.patch import gitwork
 from tests.integration.patches.conftest import Trees, VllmProject
 from tests.integration.patches.helpers import error_lines, folder_bytes, git
 

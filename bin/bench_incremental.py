@@ -1,0 +1,166 @@
+"""Benchmark of a Python-only change: `python -m sparkbake.bench_incremental`
+(`nox -s bench-incremental`).
+
+In a copy of the project (versions.yaml, patches/, locks/) with its own build/ and wheels/:
+a cold build-image and publish of a real vLLM tag to an embedded registry, then a one-line
+change to one of its Python patches (an added comment line), and build-image and publish
+again. Times each stage, counts the image's layers that kept their digest and the bytes
+each publish sent. Writes JSON with the machine it ran on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import json
+import re
+import shutil
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from bench import _machine
+
+from sparkbake.config import versions as config_mod
+from sparkbake.oci import local_registry, ocilayout
+from sparkbake.pipeline import commands
+from sparkbake.pipeline import plan as plan_mod
+
+__all__ = ["main"]
+
+COPIED = ("versions.yaml", "patches", "locks")
+# an added comment line of a Python file's hunk: changing it changes no line count
+ADDED_COMMENT = re.compile(r"^\+(\s*)# (.+)$", re.M)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sparkbake.bench_incremental",
+                                     description=__doc__)
+    parser.add_argument("--config", type=Path, default=Path("versions.yaml"))
+    parser.add_argument("--tag", default="production-3.73-vision-seeded")
+    parser.add_argument("--port", type=int, default=5055, help="the embedded registry's port")
+    parser.add_argument("--work", type=Path, default=Path("build/bench-incremental"))
+    parser.add_argument("--out", type=Path, default=None,
+                        help="default: benchmarks/incremental-<tag>.json")
+    args = parser.parse_args(argv)
+    work = args.work.resolve()
+    shutil.rmtree(work, ignore_errors=True)
+    project = _copy_project(args.config.resolve().parent, work / "project")
+    loaded = dataclasses.replace(config_mod.load(project / "versions.yaml"), work=work)
+    tag = loaded.tag(args.tag)
+    local_registry.start(loaded, args.port)
+    try:
+        cold = _build_and_publish(loaded, tag, args.port)
+        changed = _change_a_python_patch(loaded, tag)
+        warm = _build_and_publish(config_mod_reload(loaded), tag, args.port)
+        if warm["keys"]["kernels"] != cold["keys"]["kernels"]:
+            raise SystemExit(f"bench-incremental: the change to {changed} changed the kernel "
+                             "key: not a Python-only change")
+    finally:
+        local_registry.stop(loaded)
+    result = {
+        "benchmark": "build-image and publish after a one-line change to a Python patch",
+        "tag": tag.name, "changed": changed, "cold": cold, "after_change": warm,
+        "layers_kept": _kept(cold["layers"], warm["layers"]),
+        "ratios": {"bake": _ratio(warm["bake_s"], cold["bake_s"]),
+                   "wheels": _ratio(warm["wheels_s"], cold["wheels_s"]),
+                   "bytes_sent": _ratio(warm["publish"].get("bytes_sent"),
+                                        cold["publish"].get("bytes_sent"))},
+        "machine": _machine(),
+    }
+    out = args.out or Path("benchmarks") / f"incremental-{tag.name}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps({k: v for k, v in result.items() if k != "machine"}, indent=2))
+    return 0
+
+
+def config_mod_reload(loaded: config_mod.Config) -> config_mod.Config:
+    """The project's versions.yaml read again: the patch's sha256 is part of the plan."""
+    return dataclasses.replace(config_mod.load(loaded.path), work=loaded.work)
+
+
+def _copy_project(root: Path, dest: Path) -> Path:
+    dest.mkdir(parents=True)
+    for name in COPIED:
+        source = root / name
+        if source.is_dir():
+            shutil.copytree(source, dest / name)
+        else:
+            shutil.copy(source, dest / name)
+    return dest
+
+
+def _build_and_publish(loaded: config_mod.Config, tag: config_mod.Tag,
+                       port: int) -> dict[str, Any]:
+    tag = loaded.tag(tag.name)
+    timed: dict[str, Any] = {}
+    for stage, what in (("patch", "patch_s"), ("wheels", "wheels_s"), ("build-image", "bake_s")):
+        timed[what] = _seconds(functools.partial(commands.run_until, loaded, tag, stage))
+    timed["publish_s"] = _seconds(
+        lambda: commands.publish(loaded, tag, f"127.0.0.1:{port}", force=True,
+                                 skip_smoke=True))  # smoke is not what is measured
+    timed["build_image_s"] = round(timed["patch_s"] + timed["wheels_s"] + timed["bake_s"], 1)
+    record = json.loads((loaded.build_dir / "releases" / f"{tag.name}.json").read_text())
+    transfer = record["transfer"]
+    timed["publish"] = {"digest": record["digest"], "bytes_sent": transfer["sent"]["bytes"],
+                        "blobs_sent": transfer["sent"]["blobs"],
+                        "blobs_present": transfer["present"]["blobs"]}
+    plan = plan_mod.make(loaded, tag)
+    timed["keys"] = {"kernels": plan.kernel_key[:16], "wheels": plan.wheels_key[:16],
+                     "bake": plan.inputs[:16]}
+    timed["layers"] = _layers(loaded, tag)
+    return timed
+
+
+def _seconds(action: Callable[[], int]) -> float:
+    start = time.perf_counter()
+    if action() != 0:
+        raise SystemExit("bench-incremental: a stage failed (see above)")
+    return round(time.perf_counter() - start, 1)
+
+
+def _layers(loaded: config_mod.Config, tag: config_mod.Tag) -> list[dict[str, Any]]:
+    """The image's layers in build/oci: digest, size and what made it (its history)."""
+    layout = ocilayout.Layout(loaded.build_dir / "oci")
+    image = layout.find(tag.name)
+    assert image is not None
+    manifest = layout.read_json(image.digest)
+    config = layout.read_json(manifest["config"]["digest"])
+    return [{"digest": layer["digest"], "size": layer["size"],
+             "what": ocilayout.made_by(config, index)}
+            for index, layer in enumerate(manifest["layers"])]
+
+
+def _change_a_python_patch(loaded: config_mod.Config, tag: config_mod.Tag) -> str:
+    """Append a word to the first added comment line of a Python file in the tag's series."""
+    for series in tag.series:
+        for patch in sorted((loaded.patches_dir / series).glob("*.patch")):
+            text = patch.read_text()
+            for hunk in re.split(r"(?m)^diff --git ", text)[1:]:
+                if not hunk.split("\n", 1)[0].endswith(".py"):
+                    continue
+                found = ADDED_COMMENT.search(hunk)
+                if found:
+                    line = found.group(0)
+                    patch.write_text(text.replace(line, line + " (changed)", 1))
+                    return f"{series}/{patch.name}: {line.strip()[:60]}"
+    raise SystemExit(f"bench-incremental: no Python comment line to change in {tag.series}")
+
+
+def _kept(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> dict[str, Any]:
+    same = {layer["digest"] for layer in before} & {layer["digest"] for layer in after}
+    return {"kept": sum(layer["digest"] in same for layer in after), "of": len(after),
+            "changed": [{"what": layer["what"], "size": layer["size"]}
+                        for layer in after if layer["digest"] not in same]}
+
+
+def _ratio(new: float | None, old: float | None) -> float | None:
+    return round(new / old, 4) if new is not None and old else None
+
+
+if __name__ == "__main__":
+    sys.exit(main())

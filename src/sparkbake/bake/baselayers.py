@@ -1,0 +1,73 @@
+"""The runtime base's layers as blobs: exported from the engine and compressed once per
+host into the base-layer cache (an OCI layout), keyed by the engine's image id."""
+
+from __future__ import annotations
+
+import json
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sparkbake.bake.bases import BaseImage
+from sparkbake.console.tools import step
+from sparkbake.errors import BakeError
+from sparkbake.files import atomic_write
+from sparkbake.oci import layers, ocilayout
+from sparkbake.oci.docker_engine import Client
+
+__all__ = ["Below", "ensure"]
+
+
+@dataclass(frozen=True)
+class Below:
+    """The base image's config and its layers as blobs in the layout."""
+
+    config: dict[str, Any]
+    layers: list[ocilayout.Descriptor]
+
+
+def ensure(client: Client, base: BaseImage, cache: ocilayout.Layout, layout: ocilayout.Layout,
+                 work: Path) -> Below:
+    """The base's layers, compressed once per host into cache (keyed by the engine's image
+    id: the same base image gives the same blobs), then put into the layout."""
+    image_id = str(client.images.get(base.ref).id)
+    record = cache.root / "bases" / f"{image_id.split(':')[1]}.json"
+    listing = json.loads(record.read_text()) if record.is_file() else None
+    if listing is None or not all(cache.has(d) for d in [listing["config"],
+                                                          *listing["layers"]]):
+        listing = _export_base(client, base, image_id, cache, work)
+        atomic_write(record, json.dumps(listing, indent=2) + "\n")
+    return Below(cache.read_json(listing["config"]),
+                  [layout.add_file(cache.blob(d), d, layers.MEDIA_TYPE)
+                   for d in listing["layers"]])
+
+
+def _export_base(client: Client, base: BaseImage, image_id: str, cache: ocilayout.Layout,
+                 work: Path) -> dict[str, Any]:
+    archive = work / "base.tar"
+    with step(f"base layers of {base.ref} ({image_id[:19]})"), archive.open("wb") as out:
+        for chunk in client.images.get(base.ref).save(named=False):
+            out.write(chunk)
+    with tarfile.open(archive) as tar:
+        index = json.loads(_member(tar, "manifest.json"))[0]
+        config = _member(tar, index["Config"])
+        digests = []
+        for name, diff_id in zip(index["Layers"], json.loads(config)["rootfs"]["diff_ids"],
+                                 strict=True):
+            source = tar.extractfile(name)
+            assert source is not None
+            layer = layers.compress(source, work / "base-layer.tar.gz")
+            if layer.diff_id != diff_id:
+                raise BakeError(f"base {base.ref}: its layer {name} is {layer.diff_id}, its "
+                                f"config says {diff_id}", "remove the image and rebuild it")
+            digests.append(cache.add_file(layer.path, layer.digest, layers.MEDIA_TYPE).digest)
+    archive.unlink()
+    return {"image": image_id, "config": cache.add_bytes(config, ocilayout.CONFIG_TYPE).digest,
+            "layers": digests}
+
+
+def _member(tar: tarfile.TarFile, name: str) -> bytes:
+    data = tar.extractfile(name)
+    assert data is not None
+    return data.read()

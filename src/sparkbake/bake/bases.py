@@ -1,0 +1,138 @@
+"""Base images: pinned registry images, or Debian made locally with debootstrap."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import tarfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import docker.errors
+
+from sparkbake.config.settings import HostSettings
+from sparkbake.config.versions import Base, DebootstrapBase, ImageBase
+from sparkbake.console.tools import echo, require_tool, run, step
+from sparkbake.errors import ConfigError, EngineError
+from sparkbake.files import scratch_dir
+from sparkbake.hashing import data_hash
+from sparkbake.oci.docker_engine import Client, image_attrs, image_exists, load_image
+from sparkbake.oci.emulation import require_binfmt, require_engine_runs
+from sparkbake.pipeline.plan import base_identity
+
+__all__ = ["BaseImage", "ensure", "local_ref"]
+
+PLATFORM_TO_DEBIAN = {"linux/amd64": "amd64", "linux/arm64": "arm64"}
+IMPORT_FORMAT = 2  # raise when _import writes another image for the same rootfs
+
+
+@dataclass(frozen=True)
+class BaseImage:
+    name: str
+    ref: str  # what FROM names
+    digest: str  # registry digest, or the image id of a local import
+
+
+def local_ref(base: DebootstrapBase, platform_name: str) -> str:
+    """The engine's name of a debootstrap base made for a platform."""
+    key = data_hash({**base_identity(base), "platform": platform_name, "import": IMPORT_FORMAT})
+    return f"sparkbake-base/{base.name}:{key[:12]}"
+
+
+def ensure(client: Client, base: Base, platform_name: str, build_dir: Path,
+           settings: HostSettings) -> BaseImage:
+    """Make sure the base is in the engine for the platform; build (debootstrap) or pull it
+    if not. Containers of it run emulated where the engine's host is another platform."""
+    require_engine_runs(client, platform_name)
+    if isinstance(base, ImageBase):
+        if not image_exists(client, base.image):
+            _pull(client, base, platform_name)
+        _require_platform(client, base.image, platform_name)
+        return BaseImage(base.name, base.image, base.digest)
+    ref = local_ref(base, platform_name)
+    if not image_exists(client, ref):
+        _debootstrap(client, base, ref, platform_name, build_dir, settings)
+    return BaseImage(base.name, ref, str(client.images.get(ref).id))
+
+
+def _require_platform(client: Client, ref: str, platform_name: str) -> None:
+    """The engine's image is the platform's (a multi-arch digest pulled for another one is
+    not)."""
+    attrs = image_attrs(client, ref)
+    found = f"{attrs.get('Os', 'linux')}/{attrs.get('Architecture', '?')}"
+    if found != platform_name:
+        raise EngineError(f"base {ref} in the engine is {found}, the tag wants {platform_name}",
+                          f"remove it (docker rmi {ref}) and build again to pull "
+                          f"{platform_name}")
+
+
+def _pull(client: Client, base: ImageBase, platform_name: str) -> None:
+    name, digest = base.image.split("@", 1)
+    repository = name.rsplit(":", 1)[0] if ":" in name.rsplit("/", 1)[-1] else name
+    with step(f"pull {base.image} ({platform_name})"):
+        try:
+            client.images.pull(repository, tag=digest, platform=platform_name)
+        except docker.errors.APIError as exc:
+            raise EngineError(
+                f"base {base.name!r}: cannot pull {base.image}: {exc.explanation or exc}",
+                "check registry access, or `docker load` the image and retry",
+            ) from exc
+        client.images.get(f"{repository}@{digest}").tag(name)
+
+
+def _debootstrap(client: Client, base: DebootstrapBase, ref: str, platform_name: str,
+                 build_dir: Path, settings: HostSettings) -> None:
+    if platform_name not in PLATFORM_TO_DEBIAN:
+        raise ConfigError(f"base {base.name!r}: debootstrap has no architecture for "
+                          f"{platform_name}", f"use one of {', '.join(PLATFORM_TO_DEBIAN)}")
+    require_binfmt(platform_name)  # the second stage runs the platform's programs
+    mirror = base.mirror or settings.debian_mirror
+    if mirror is None:
+        raise ConfigError(f"base {base.name!r}: no Debian mirror configured on this host",
+                          "add 'mirror:' to the debootstrap base in versions.yaml")
+    debootstrap = require_tool("debootstrap", "debootstrap")
+    if os.geteuid() != 0:
+        raise EngineError("debootstrap needs root", "run as root, or use an image base")
+    with step(f"debootstrap {base.suite} ({platform_name}) for base {base.name}"), \
+            scratch_dir(build_dir / "bases", f"{base.name}.") as work:
+        rootfs = work / "rootfs"
+        cmd = [debootstrap, f"--variant={base.variant}",
+               f"--arch={PLATFORM_TO_DEBIAN[platform_name]}"]
+        if base.packages:
+            cmd.append("--include=" + ",".join(base.packages))
+        run([*cmd, base.suite, rootfs, mirror], error=EngineError,
+            what=f"debootstrap of base {base.name!r}")
+        # apt lists and caches differ run to run and are no use inside the image
+        run(["tar", "-C", rootfs, "--exclude=./var/cache/apt/*", "--exclude=./var/lib/apt/lists/*",
+             "--numeric-owner", "-cf", work / "rootfs.tar", "."], error=EngineError,
+            what="packing the rootfs")
+        echo(f"import {ref}")
+        _import(client, work / "rootfs.tar", ref, platform_name, work / "image.tar")
+
+
+def _import(client: Client, rootfs: Path, ref: str, platform_name: str, archive: Path) -> None:
+    """docker load a one-layer image of rootfs whose config names its platform (`docker
+    import --platform` of Docker 20.10 records the engine's architecture instead)."""
+    digest = hashlib.sha256()
+    with rootfs.open("rb") as stream:
+        while chunk := stream.read(1 << 20):
+            digest.update(chunk)
+    os_name, arch = platform_name.split("/", 1)
+    created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    config = json.dumps({
+        "architecture": arch, "os": os_name, "config": {}, "created": created,
+        "history": [{"created": created, "created_by": f"sparkbake: debootstrap {ref}"}],
+        "rootfs": {"type": "layers", "diff_ids": [f"sha256:{digest.hexdigest()}"]},
+    }, sort_keys=True).encode()
+    manifest = json.dumps([{"Config": "config.json", "RepoTags": [ref],
+                            "Layers": ["rootfs/layer.tar"]}]).encode()
+    with tarfile.open(archive, "w") as out:
+        out.add(rootfs, "rootfs/layer.tar")
+        for name, data in (("config.json", config), ("manifest.json", manifest)):
+            entry = tarfile.TarInfo(name)
+            entry.size = len(data)
+            out.addfile(entry, io.BytesIO(data))
+    load_image(client, archive, error=EngineError)

@@ -1,0 +1,266 @@
+"""bake: the runtime image of a tag, written layer by layer by sparkbake, reproducibly.
+
+The image is the runtime base's layers (exported from the engine once, compressed once per
+host) and four layers made here, by rate of change: /opt/venv split in three (the runtime
+packages, the upstream's compiled libraries, the rest of the upstream's files: see
+`venvlayers`, each blob kept by its key in build/layers) and /opt/sparkbake (manifest.json
+and the files images/runtime.json lists). Layers, config and manifest carry the source
+date as their only time (`layers`, `oci`), so the same inputs give the same digest. They go
+into build/oci, an OCI image layout, and the image is loaded into the engine as
+`<repository>:<tag>` for smoke and publish. `bake` is the one entry point.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sparkbake import resources
+from sparkbake.bake import baselayers, venvlayers
+from sparkbake.bake.bases import BaseImage
+from sparkbake.bake.layercache import LayerCache
+from sparkbake.console import display
+from sparkbake.console.tools import echo, step
+from sparkbake.errors import BakeError
+from sparkbake.files import scratch_dir
+from sparkbake.hashing import data_hash
+from sparkbake.lock import requirements
+from sparkbake.oci import layers, ocilayout
+from sparkbake.oci.docker_engine import (
+    Client,
+    build_image,
+    image_attrs,
+    image_exists,
+    load_image,
+    run_container,
+)
+from sparkbake.patch.patches import PatchedTree
+from sparkbake.pipeline.plan import Plan, upstream_pin
+from sparkbake.wheels.wheelbuild import WheelSet
+
+__all__ = ["Baked", "bake", "find", "is_current", "labels", "manifest"]
+
+INPUTS_LABEL = "dev.sparkbake.inputs"
+RUNTIME = "runtime.json"
+PYTHON_TEMPLATE = "runtime-python.Dockerfile.j2"
+
+
+@dataclass(frozen=True)
+class Baked:
+    """A baked image in an OCI layout: its manifest and config digest (the engine's id)."""
+
+    ref: str
+    image: ocilayout.Descriptor
+    config: str
+    layout: Path
+
+
+def manifest(plan: Plan, base: BaseImage, wheels: WheelSet, patched: PatchedTree,
+             source_date: int, cuda_home: str | None = None) -> dict[str, Any]:
+    """What went into the image, recorded inside it (how it was built, such as the job
+    count, is host state: the wheels report and the release record keep that)."""
+    tag = plan.tag
+    return {
+        "schema": 1, "tag": tag.name, "image": tag.image_ref, "inputs": plan.inputs,
+        "upstream": {"key": tag.upstream.key, **upstream_pin(tag.upstream)},
+        "source_date_epoch": source_date,
+        "series": [{"name": s.name, "sha256": s.sha256,
+                    "patches": [s.record(f, h) for f, h in s.patches]}
+                   for s in plan.series],
+        "patched_tree": patched.tree_hash,
+        "cuda_arch": tag.cuda_arch, "sm_arch": tag.sm_arch, "platform": tag.platform,
+        "env": dict(tag.env),
+        # what the entrypoint's preflight enforces; absent: nothing declared
+        **({"capabilities": tag.capabilities.as_dict()} if tag.capabilities else {}),
+        "base": {"name": base.name, "image": base.ref, "digest": base.digest},
+        "wheels": wheels.wheels, "nvcc": wheels.report.get("nvcc", ""),
+        # CMake's downloads as locked, for a tree that has them
+        **({"thirdparty": wheels.report["thirdparty"]} if wheels.report.get("thirdparty") else {}),
+        # the distributions the tag asks for by name (extras, pins), and the JIT toolchain
+        **({"asked": [dataclasses.asdict(a) for a in requirements.asked(tag, patched.path)]}
+           if tag.extras.items or tag.pins.items else {}),
+        **({"jit": _jit(cuda_home)} if cuda_home else {}),
+    }
+
+
+def _jit(cuda_home: str) -> dict[str, Any]:
+    jit = _runtime()["jit"]
+    return {"cuda_home": cuda_home, "cache": jit["cache"],
+            "env": {"CUDA_HOME": cuda_home, **jit["env"]}, "path": f"{cuda_home}/bin"}
+
+
+def labels(plan: Plan, base: BaseImage, patched: PatchedTree, source_date: int) -> dict[str, str]:
+    tag = plan.tag
+    pin = upstream_pin(tag.upstream)
+    return {
+        "org.opencontainers.image.version": tag.name,
+        "org.opencontainers.image.revision": patched.tree_hash,
+        "org.opencontainers.image.source": _source(pin),
+        "org.opencontainers.image.created": ocilayout.rfc3339(source_date),
+        "org.opencontainers.image.base.name": base.ref,
+        "org.opencontainers.image.base.digest": base.digest,
+        "dev.sparkbake.tag": tag.name,
+        "dev.sparkbake.upstream": f"{tag.upstream.key} " + json.dumps(pin, sort_keys=True),
+        "dev.sparkbake.series": plan.series_label(),
+        INPUTS_LABEL: plan.inputs,
+        "dev.sparkbake.cuda-arch": tag.cuda_arch,
+    }
+
+
+def _source(pin: dict[str, str]) -> str:
+    if pin["kind"] == "git":
+        return pin["url"]
+    if pin["kind"] == "pypi":
+        return f"pypi:{pin['name']}=={pin['version']}"
+    return f"dir:{pin['path']}"
+
+
+def find(build_dir: Path, plan: Plan) -> Baked | None:
+    """The tag's image as build/oci names it, if it is there."""
+    layout = ocilayout.Layout(build_dir / "oci")
+    image = layout.find(plan.tag.name)
+    if image is None or not layout.has(image.digest):
+        return None
+    config = str(layout.read_json(image.digest)["config"]["digest"])
+    return Baked(plan.tag.image_ref, image, config, layout.root)
+
+
+def is_current(client: Client, plan: Plan, build_dir: Path) -> bool:
+    """The engine has the tag's image, baked from exactly these inputs, and it is the image
+    build/oci names (the one publish pushes)."""
+    if not image_exists(client, plan.tag.image_ref):
+        return False
+    attrs = image_attrs(client, plan.tag.image_ref)
+    if (attrs["Config"].get("Labels") or {}).get(INPUTS_LABEL) != plan.inputs:
+        return False
+    baked = find(build_dir, plan)
+    return baked is not None and baked.config == attrs["Id"]
+
+
+def bake(client: Client, plan: Plan, base: BaseImage, wheels: WheelSet, patched: PatchedTree,
+         build_dir: Path, *, source_date: int, cache: Path, load: bool = True,
+         runtime_wheels: Path | None = None, log: Path) -> Baked:
+    """Write the tag's image into build/oci and (load) into the engine as `<repository>:<tag>`,
+    unless the engine has it from these inputs. cache holds the base layers, per host;
+    runtime_wheels the wheelhouse of the tag's runtime lock, if it has one."""
+    current = find(build_dir, plan) if load and is_current(client, plan, build_dir) else None
+    if current is not None:
+        display.cached("bake", f"bake: {current.ref} is current (inputs {plan.inputs[:12]}), "
+                       "nothing to do")
+        return current
+    layout = ocilayout.Layout(build_dir / "oci")
+    with step(f"bake {plan.tag.image_ref}"), scratch_dir(build_dir / "contexts", "bake.") as work:
+        runtime = _with_python(client, base, build_dir)
+        below = baselayers.ensure(client, runtime, ocilayout.Layout(cache / "layers"), layout, work)
+        venv = venvlayers.bake(client, runtime, _upstream(plan, wheels, runtime_wheels, patched),
+                               LayerCache(build_dir / "layers", layout), work, source_date, log)
+        recorded = manifest(plan, base, wheels, patched, source_date, venv.cuda_home)
+        files = _files_layer(recorded, work, source_date)
+        added = [*venv.added, (files, "sparkbake: /opt/sparkbake")]
+        baked = _write(layout, plan, below, added, labels(plan, base, patched, source_date),
+                       source_date, recorded.get("jit"))
+        echo(f"bake: {plan.tag.image_ref} = {baked.image.digest} (config {baked.config[:19]})")
+        if load:
+            _load(client, baked, below, work)
+    return baked
+
+
+def _names(wheels: WheelSet) -> list[str]:
+    return sorted({str(w["name"]) for w in wheels.wheels})
+
+
+def _runtime() -> dict[str, Any]:
+    described: dict[str, Any] = json.loads(resources.path(RUNTIME).read_text())
+    return described
+
+
+def _with_python(client: Client, base: BaseImage, build_dir: Path) -> BaseImage:
+    """The base itself if it has python3 -m venv; else the base + Python from its package
+    manager, built once per engine (the one layer not made reproducibly: see README)."""
+    probe = run_container(client, base.ref, ["python3 -m venv --help >/dev/null 2>&1"],
+                          entrypoint=["/bin/sh", "-c"], network=False, quiet=True)
+    if probe.exit_code == 0:
+        return base
+    key = data_hash({"base": base.digest, "template": resources.digest(PYTHON_TEMPLATE)})
+    ref = f"sparkbake-runtime/{base.name}:{key[:12]}"
+    if not image_exists(client, ref):
+        echo(f"bake: {base.ref} has no python3 -m venv; adding Python from its packages")
+        with scratch_dir(build_dir / "contexts", "runtime-python.") as context:
+            (context / "Dockerfile").write_text(resources.render(PYTHON_TEMPLATE,
+                                                                 base_image=base.ref))
+            build_image(client, context, ref, error=BakeError)
+    return BaseImage(base.name, ref, str(client.images.get(ref).id))
+
+
+def _upstream(plan: Plan, built: WheelSet, house: Path | None,
+              patched: PatchedTree) -> venvlayers.Upstream:
+    """What goes into /opt/venv: the tag's wheels (and the runtime wheelhouse's, with what
+    the tag asks for by name)."""
+    asked = tuple(a.name for a in requirements.asked(plan.tag, patched.path)) if house else ()
+    return venvlayers.Upstream(plan.tag.image_ref, plan.tag.platform, built.folder,
+                               tuple(_names(built)), house, asked, plan.kernel_key,
+                               patched.tree_hash)
+
+
+def _files_layer(recorded: dict[str, Any], work: Path, source_date: int) -> layers.Layer:
+    text = json.dumps(recorded, indent=2, sort_keys=True) + "\n"
+    files: dict[str, tuple[bytes | None, int]] = {
+        "opt/sparkbake/manifest.json": (text.encode(), 0o644)}
+    if "jit" in recorded:  # any user the container runs as compiles into it
+        files[recorded["jit"]["cache"].lstrip("/")] = (None, 0o1777)
+    for name in _runtime()["files"]:
+        files[f"opt/sparkbake/{name}"] = (resources.path(name).read_bytes(), 0o644)
+    return layers.from_files(files, work / "files.tar.gz", source_date)
+
+
+def _write(layout: ocilayout.Layout, plan: Plan, below: baselayers.Below,
+           added: list[tuple[layers.Layer, str]], label_map: dict[str, str],
+           source_date: int, jit: dict[str, Any] | None) -> Baked:
+    runtime = _runtime()
+    path = runtime["path"] + (f":{jit['path']}" if jit else "")
+    env = plan.tag.env + tuple(sorted((jit or {}).get("env", {}).items()))
+    new = [layout.add_file(layer.path, layer.digest, layers.MEDIA_TYPE) for layer, _ in added]
+    change = ocilayout.ConfigChange(
+        created=source_date, platform=plan.tag.platform,
+        layers=tuple((layer.diff_id, what) for layer, what in added), env=env,
+        path=path, labels=tuple(sorted(label_map.items())),
+        entrypoint=tuple(runtime["entrypoint"]))
+    config = layout.add_bytes(ocilayout.canonical(ocilayout.image_config(below.config, change)),
+                              ocilayout.CONFIG_TYPE)
+    image = layout.add_bytes(ocilayout.canonical(ocilayout.manifest(config, [*below.layers, *new])),
+                             ocilayout.MANIFEST_TYPE)
+    layout.tag(plan.tag.name, image)
+    return Baked(plan.tag.image_ref, image, config.digest, layout.root)
+
+
+def _load(client: Client, baked: Baked, below: baselayers.Below, work: Path) -> None:
+    """docker load the image; the layers the engine has stay out of the archive: the
+    base's, and those the tag's image loaded before starts with (a cached runtime packages'
+    layer of 10 GB is not loaded again)."""
+    archive = work / "image.tar"
+    layout = ocilayout.Layout(baked.layout)
+    omit = frozenset(layer.digest for layer in below.layers) | _loaded_before(client, baked)
+    ocilayout.write_docker_archive(layout, baked.image, baked.ref, archive, omit)
+    load_image(client, archive, error=BakeError)
+    loaded = str(client.images.get(baked.ref).id)
+    if loaded != baked.config:
+        raise BakeError(f"the engine loaded {baked.ref} as {loaded[:19]}, not as its config "
+                        f"{baked.config[:19]}", "check the Docker engine's image store")
+
+
+def _loaded_before(client: Client, baked: Baked) -> frozenset[str]:
+    """The blobs of the layers the engine's image of the tag shares with baked, from the
+    bottom up: the engine has each of them on the same layers below (the same chain)."""
+    if not image_exists(client, baked.ref):
+        return frozenset()
+    engine = image_attrs(client, baked.ref)["RootFS"].get("Layers") or []
+    layout = ocilayout.Layout(baked.layout)
+    diff_ids = layout.read_json(baked.config)["rootfs"]["diff_ids"]
+    blobs = [layer["digest"] for layer in layout.read_json(baked.image.digest)["layers"]]
+    shared = 0
+    while shared < min(len(engine), len(diff_ids)) and engine[shared] == diff_ids[shared]:
+        shared += 1
+    return frozenset(blobs[:shared])

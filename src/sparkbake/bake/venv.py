@@ -1,0 +1,267 @@
+"""/opt/venv: the venv made by the runtime base's own Python, the wheels installed into it
+by this host's pip (`venvlayers` splits it into layers).
+
+Only `python3 -m venv` runs in a container of the runtime base (emulated where the image is
+another platform's: seconds). Resolving and unpacking the wheels, compiling their bytecode
+and writing the layers is file work, done natively with pip's `--target` for the image's
+platform and Python, so an arm64 bake costs about what an amd64 one does.
+"""
+
+from __future__ import annotations
+
+import compileall
+import csv
+import os
+import py_compile
+import shutil
+import sys
+import tarfile
+import warnings
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.utils import canonicalize_name
+
+from sparkbake import resources
+from sparkbake.bake import elfcheck
+from sparkbake.console import display
+from sparkbake.console.tools import echo, run
+from sparkbake.errors import BakeError
+from sparkbake.hashing import record_hash
+from sparkbake.lock.wheelhouse import platform_tags
+from sparkbake.oci.docker_engine import Client, run_container
+
+__all__ = ["CUDA_HOME", "DATA_DIRS", "INTERPRETER", "SKELETON", "VENV", "Installed", "install",
+           "install_only", "site_packages"]
+
+VENV = "/opt/venv"
+INTERPRETER = f"{VENV}/bin/python3"
+SKELETON = "make_venv.sh"
+PYTHON_MARK = "sparkbake-python "  # the skeleton script's line giving its Python version
+DATA_DIRS = ("bin", "include", "share", "etc")  # pip --target's non-package top folders
+# the CUDA toolkit of NVIDIA's wheels (nvcc, ptxas, headers) as one stable path: the JIT of
+# FlashInfer, Triton and CuTe DSL finds it through CUDA_HOME
+CUDA_HOME = f"{VENV}/cuda"
+TOOLKIT = "nvidia/cu13"  # where those wheels put it in site-packages
+
+
+@dataclass(frozen=True)
+class Installed:
+    """A venv tree under root (root is the image's `/`), for the image's Python (`3.11`)."""
+
+    root: Path
+    python: str
+    cuda_home: str | None  # CUDA_HOME when the venv has nvcc
+
+
+def site_packages(venv: Path, python: str) -> Path:
+    return venv / "lib" / f"python{python}" / "site-packages"
+
+
+def install(client: Client, runtime_ref: str, image: str, platform: str,
+            wheel_dirs: list[Path], names: list[str], work: Path, source_date: int,
+            log: Path, asked: tuple[str, ...] = ()) -> Installed:
+    """/opt/venv of image with names (and what they need, from wheel_dirs), under work/root.
+    Where two distributions hold the same file, an asked one's copy is kept."""
+    root, python = _skeleton(client, runtime_ref, work, source_date, log)
+    venv = root / VENV.lstrip("/")
+    site = work / "site"
+    _pip_target(site, image, platform, python, wheel_dirs, [*names, *asked], source_date, log)
+    _settle_shared_files(site, wheel_dirs, {str(canonicalize_name(a)) for a in asked})
+    installed = _merge(site, venv, python)
+    _compile(installed, root, python)
+    elfcheck.require_platform(root, platform)
+    return Installed(root, python, _link_toolkit(venv, python))
+
+
+def install_only(image: str, platform: str, python: str, wheel_dirs: list[Path],
+                 names: list[str], work: Path, source_date: int, log: Path) -> Installed:
+    """names alone (no dependencies) into an empty /opt/venv tree under work/root: their
+    files as `install` would put them, when the rest of the venv is a cached layer."""
+    root = work / "root"
+    venv = root / VENV.lstrip("/")
+    (venv / "bin").mkdir(parents=True)
+    site_packages(venv, python).mkdir(parents=True)
+    site = work / "site"
+    _pip_target(site, image, platform, python, wheel_dirs, ["--no-deps", *names], source_date,
+                log)
+    installed = _merge(site, venv, python)
+    _compile(installed, root, python)
+    elfcheck.require_platform(root, platform)
+    return Installed(root, python, None)
+
+
+def _settle_shared_files(site: Path, wheel_dirs: list[Path], asked: set[str]) -> None:
+    """A file two distributions' RECORDs list with different hashes (flashinfer-python ships
+    a `b12x` shim over the b12x package) holds whichever pip wrote last; make it the asked
+    distribution's. One line per pair of distributions says what happened."""
+    owners: dict[str, list[tuple[Path, str]]] = {}
+    for record in sorted(site.glob("*.dist-info/RECORD")):
+        for row in csv.reader(record.read_text(encoding="utf-8").splitlines()):
+            if row and not row[0].startswith("..") and ".dist-info/" not in row[0]:
+                digest = row[1] if len(row) > 1 else ""
+                owners.setdefault(row[0], []).append((record.parent, digest))
+    shared: dict[tuple[str, ...], list[str]] = {}
+    for path, claims in sorted(owners.items()):
+        if len({digest for _, digest in claims}) < 2:
+            continue  # one distribution, or the same bytes in each
+        infos = [info for info, _ in claims]
+        keep = next((info for info in infos if _dist_name(info) in asked), None)
+        if keep is not None:
+            (site / path).write_bytes(_wheel_member(keep, wheel_dirs, path))
+        key = (*sorted(_dist_name(info) for info in infos), _dist_name(keep) if keep else "")
+        shared.setdefault(key, []).append(path)
+    for (*names, kept), paths in shared.items():
+        outcome = (f"{kept}'s copies are kept (the tag asks for it)" if kept
+                   else "pip's last copies stay; pin or ask for the one to keep")
+        echo(f"bake: {' and '.join(names)} hold {len(paths)} same-named file(s) with other "
+             f"bytes ({', '.join(paths[:2])}{', ...' if len(paths) > 2 else ''}); {outcome}")
+
+
+def _dist_name(info: Path) -> str:
+    return str(canonicalize_name(info.name.split("-")[0]))
+
+
+def _wheel_member(info: Path, wheel_dirs: list[Path], member: str) -> bytes:
+    """The bytes of member in the wheel that installed info (`b12x-1.5.1.dist-info`)."""
+    stem = info.name.removesuffix(".dist-info")
+    for folder in wheel_dirs:
+        for wheel in sorted(folder.glob(f"{stem}-*.whl")):
+            with zipfile.ZipFile(wheel) as archive:
+                return archive.read(member)
+    raise BakeError(f"the wheel of {stem} is not in {', '.join(map(str, wheel_dirs))}",
+                    "rerun the bake; a wheelhouse is made anew when it is incomplete")
+
+
+def _link_toolkit(venv: Path, python: str) -> str | None:
+    """venv/cuda -> site-packages/nvidia/cu13, when NVIDIA's nvcc wheel is installed."""
+    toolkit = Path("lib") / f"python{python}" / "site-packages" / TOOLKIT
+    if not (venv / toolkit / "bin" / "nvcc").is_file():
+        return None
+    (venv / "cuda").symlink_to(toolkit)
+    return CUDA_HOME
+
+
+def _skeleton(client: Client, runtime_ref: str, work: Path, source_date: int,
+              log: Path) -> tuple[Path, str]:
+    """python3 -m venv /opt/venv in a network-less container of the runtime base, unpacked
+    under work/root; and its Python version (`3.11`)."""
+    archive = work / "venv-skeleton.tar"
+    result = run_container(
+        client, runtime_ref, [],
+        entrypoint=["/bin/sh", "-c", resources.path(SKELETON).read_text(), SKELETON],
+        environment={"SOURCE_DATE_EPOCH": str(source_date), "PYTHONHASHSEED": "0"},
+        network=False, copy_out=(VENV, archive))
+    versions = [line[len(PYTHON_MARK):].strip() for line in result.output.splitlines()
+                if line.startswith(PYTHON_MARK)]
+    if result.exit_code != 0 or not versions:
+        raise BakeError(f"making {VENV} in {runtime_ref} failed (exit {result.exit_code}; log: "
+                        f"{log})", "last output: " + " / ".join(result.tail(4).splitlines()))
+    root = work / "root"
+    (root / "opt").mkdir(parents=True)
+    with tarfile.open(archive) as tar:
+        tar.extractall(root / "opt", filter="tar")
+    archive.unlink()
+    return root, versions[0]
+
+
+def _pip_target(site: Path, image: str, platform: str, python: str, wheel_dirs: list[Path],
+                names: list[str], source_date: int, log: Path) -> None:
+    """This host's pip resolves and installs for the image's platform and Python, offline;
+    no bytecode: pip would record this host's paths in it (see _compile)."""
+    links = [arg for folder in wheel_dirs for arg in ("--find-links", str(folder))]
+    done = run([sys.executable, "-m", "pip", "install", "--no-index", "--no-cache-dir",
+                "--disable-pip-version-check", "--only-binary=:all:", "--target", site,
+                f"--python-version={python}", "--implementation=cp",
+                *(f"--platform={tag}" for tag in platform_tags(platform)),
+                "--no-compile", *links, *names],
+               error=BakeError, what="pip", capture=True, check=False,
+               env={"SOURCE_DATE_EPOCH": str(source_date), "PYTHONHASHSEED": "0"})
+    echo(done.stdout + done.stderr)
+    if done.returncode != 0:
+        tail = done.stderr.strip().splitlines()[-2:]
+        raise BakeError(f"building {image} failed: installing its wheels for {platform} ended "
+                        f"with exit {done.returncode} (log: {log})",
+                        "last output: " + " / ".join(tail))
+
+
+def _merge(site: Path, venv: Path, python: str) -> list[Path]:
+    """pip --target's folder into the venv: packages into site-packages, its bin/ (scripts
+    whose `#!` names this host's Python) and data folders beside the venv's own. Returns
+    what went into site-packages."""
+    packages = site_packages(venv, python)
+    installed = []
+    for entry in sorted(site.iterdir()):
+        if entry.name in DATA_DIRS and entry.is_dir():
+            _merge_folder(entry, venv / entry.name)
+        else:
+            _replace(entry, packages / entry.name)
+            installed.append(packages / entry.name)
+    for script in (venv / "bin").iterdir():
+        if script.is_file() and not script.is_symlink():
+            _rewrite_shebang(script)
+    for record in packages.glob("*.dist-info/RECORD"):
+        _rewrite_record(record, packages, venv)
+    return installed
+
+
+def _compile(installed: list[Path], root: Path, python: str) -> None:
+    """Bytecode of the installed packages as the image's Python imports them: its source path
+    in the image, checked-hash based (no mtime). Left out when this host's Python is another
+    version (the image's then compiles on import)."""
+    if python != f"{sys.version_info[0]}.{sys.version_info[1]}":
+        display.notice(f"bake: the image's Python is {python}, this host's {sys.version_info[0]}."
+             f"{sys.version_info[1]}: no bytecode in {VENV}")
+        return
+    mode = py_compile.PycInvalidationMode.CHECKED_HASH
+    # as pip does: a file that does not compile (a template, Python 2) stays source only,
+    # and the compiler's warnings about the packages' code are not ours to show
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for path in installed:
+            where = "/" + path.relative_to(root).as_posix()
+            if path.is_dir():
+                compileall.compile_dir(path, ddir=where, quiet=2, invalidation_mode=mode,
+                                       workers=os.cpu_count() or 1)
+            elif path.suffix == ".py":
+                compileall.compile_file(path, ddir=str(Path(where).parent), quiet=2,
+                                        invalidation_mode=mode)
+
+
+def _merge_folder(source: Path, dest: Path) -> None:
+    dest.mkdir(parents=True, exist_ok=True)
+    for entry in source.iterdir():
+        _replace(entry, dest / entry.name)
+
+
+def _replace(source: Path, dest: Path) -> None:
+    if dest.is_dir() and not dest.is_symlink():
+        shutil.rmtree(dest)
+    elif dest.exists() or dest.is_symlink():
+        dest.unlink()
+    os.replace(source, dest)
+
+
+def _rewrite_shebang(script: Path) -> None:
+    """A script pip wrote for this host's interpreter runs the venv's instead."""
+    data = script.read_bytes()
+    first, newline, rest = data.partition(b"\n")
+    if first.startswith(b"#!") and b"python" in first:
+        script.write_bytes(f"#!{INTERPRETER}".encode() + newline + rest)
+
+
+def _rewrite_record(record: Path, packages: Path, venv: Path) -> None:
+    """RECORD lines of moved scripts: their place beside the venv and their new hash."""
+    lines = []
+    for line in record.read_text().splitlines():
+        path, *_ = line.rsplit(",", 2)
+        if path.startswith("bin/"):
+            moved = venv / path
+            path = os.path.relpath(moved, packages)
+            data = moved.read_bytes() if moved.is_file() else None
+            line = f"{path},," if data is None else f"{path},{record_hash(data)},{len(data)}"
+        lines.append(line)
+    record.write_text("\n".join(lines) + "\n")
+
+

@@ -1,0 +1,161 @@
+"""/opt/venv as three layers by rate of change, each kept by its key (layercache).
+
+- runtime packages: the venv skeleton, the runtime lock's packages, the CUDA toolkit link;
+  keyed by what installs them (the base, the lock's wheels, the asked names, the upstream's
+  requirements, the platform, the source date, the host's pip and Python, the formats).
+  When it is cached, pip installs only the tag's wheels, without their dependencies: the
+  10 GB of a vLLM image are neither installed, tarred nor compressed again.
+- the upstream's compiled libraries, and the rest of its files (Python, bytecode,
+  dist-info, scripts): each keyed by its content (layercache.content_key), so a patch that
+  changes only Python leaves the libraries' blob as it was.
+
+A bake from the cache gives the bytes a clean one gives: the split (venvsplit) makes the
+runtime part independent of the upstream's files, and pip lays out a wheel's files the same
+way with or without its dependencies beside it.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import zipfile
+from dataclasses import dataclass
+from email.parser import Parser
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+from sparkbake import resources
+from sparkbake.bake import venv, venvsplit
+from sparkbake.bake.bases import BaseImage
+from sparkbake.bake.layercache import FORMAT, LayerCache, content_key
+from sparkbake.console.tools import echo
+from sparkbake.hashing import data_hash
+from sparkbake.oci import layers, ocilayout
+from sparkbake.oci.docker_engine import Client
+
+__all__ = ["FORMAT_VENV", "Upstream", "VenvLayers", "bake", "runtime_key"]
+
+FORMAT_VENV = 1  # raise when venv.py or venvsplit.py put other files into a part
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """What the bake installs into /opt/venv."""
+
+    image: str  # the image's ref, for messages
+    platform: str
+    wheels: Path  # the tag's built wheels
+    names: tuple[str, ...]  # their distributions
+    house: Path | None  # the runtime lock's wheelhouse
+    asked: tuple[str, ...]  # what the tag asks for by name
+    kernel_key: str  # what the compiled libraries were built from
+    tree_hash: str  # the patched tree the rest comes from
+
+
+@dataclass(frozen=True)
+class VenvLayers:
+    added: tuple[tuple[layers.Layer, str], ...]  # (layer, what made it), bottom first
+    cuda_home: str | None  # CUDA_HOME when the venv has nvcc
+    cached: tuple[str, ...]  # the parts taken from the cache
+
+
+def runtime_key(client: Client, runtime: BaseImage, upstream: Upstream,
+                source_date: int) -> str:
+    """What the runtime packages' layer is made of, without installing anything."""
+    return data_hash({
+        "format": [FORMAT_VENV, FORMAT, ocilayout.FORMAT, layers.GZIP_LEVEL],
+        "base": str(client.images.get(runtime.ref).id),
+        "skeleton": resources.digest(venv.SKELETON), "platform": upstream.platform,
+        "source_date": source_date, "asked": sorted(upstream.asked),
+        "wheelhouse": _wheelhouse(upstream.house),
+        "requires": _requires(upstream.wheels),
+        # pip lays out the files; this host's Python compiles the bytecode
+        "host": [version("pip"), list(sys.version_info[:2])],
+    })
+
+
+def bake(client: Client, runtime: BaseImage, upstream: Upstream, cache: LayerCache,
+         work: Path, source_date: int, log: Path) -> VenvLayers:
+    """The three layers of /opt/venv, from the cache where their keys are there."""
+    key = runtime_key(client, runtime, upstream, source_date)
+    cached = cache.get("runtime", key)
+    installed = _install(client, runtime, upstream, cached[1] if cached else None, work,
+                         source_date, log)
+    parts = venvsplit.split(installed.root, installed.python, upstream.names)
+    if cached is None:
+        about = {"python": installed.python, "cuda_home": installed.cuda_home}
+        bottom = cache.put("runtime", key, layers.from_paths(
+            installed.root, parts.runtime, work / "runtime.tar.gz", source_date), about)
+    else:
+        bottom, about = cached
+    made = [_Made("runtime", bottom, cached is not None, _runtime_what(upstream))]
+    for part, paths in (("kernels", parts.kernels), ("python", parts.python)):
+        content = content_key(installed.root, paths, source_date)
+        layer, was_cached = cache.layer(part, content, functools.partial(
+            layers.from_paths, installed.root, paths, work / f"{part}.tar.gz", source_date))
+        made.append(_Made(part, layer, was_cached, _upstream_what(upstream, part)))
+    for one in made:
+        echo(f"bake: {venv.VENV} layer {one.part}: {'cached' if one.cached else 'written'} "
+             f"{one.layer.digest[:19]} ({one.layer.size} bytes)")
+    return VenvLayers(tuple((one.layer, one.what) for one in made), about["cuda_home"],
+                      tuple(one.part for one in made if one.cached))
+
+
+@dataclass(frozen=True)
+class _Made:
+    part: str
+    layer: layers.Layer
+    cached: bool
+    what: str  # the history line
+
+
+def _install(client: Client, runtime: BaseImage, upstream: Upstream,
+             cached: dict[str, Any] | None, work: Path, source_date: int,
+             log: Path) -> venv.Installed:
+    """Everything into the venv; or, when the runtime packages' layer is cached (its record
+    says the image's Python), the tag's wheels alone."""
+    names = list(upstream.names)
+    if cached is not None:
+        echo(f"bake: runtime packages cached: installing {' '.join(names)} alone")
+        return venv.install_only(upstream.image, upstream.platform, cached["python"],
+                                 [upstream.wheels], names, work, source_date, log)
+    dirs = [upstream.wheels] if upstream.house is None else [upstream.wheels, upstream.house]
+    return venv.install(client, runtime.ref, upstream.image, upstream.platform, dirs, names,
+                        work, source_date, log, upstream.asked)
+
+
+def _runtime_what(upstream: Upstream) -> str:
+    lock = f"runtime lock {upstream.house.name}" if upstream.house else "no runtime lock"
+    return f"sparkbake: {venv.VENV}: runtime packages ({lock})"
+
+
+def _upstream_what(upstream: Upstream, part: str) -> str:
+    names = " ".join(upstream.names)
+    if part == "kernels":
+        return (f"sparkbake: {venv.VENV}: {names} compiled libraries "
+                f"(kernel key {upstream.kernel_key[:12]})")
+    return f"sparkbake: {venv.VENV}: {names} Python (patched tree {upstream.tree_hash[:12]})"
+
+
+def _wheelhouse(house: Path | None) -> list[str]:
+    """The wheelhouse's folder (the lock's hash) and its wheels' names (their hashes were
+    checked against the lock at download)."""
+    if house is None:
+        return []
+    return [house.name, *sorted(p.name for p in house.glob("*.whl"))]
+
+
+def _requires(folder: Path) -> list[str]:
+    """The Requires-Dist lines of the tag's wheels: which of the lock's packages pip takes."""
+    found: list[str] = []
+    for wheel in sorted(folder.glob("*.whl")):
+        with zipfile.ZipFile(wheel) as archive:
+            meta = next((n for n in archive.namelist()
+                         if n.count("/") == 1 and n.endswith(".dist-info/METADATA")), None)
+            if meta is None:
+                continue
+            parsed = Parser().parsestr(archive.read(meta).decode("utf-8"))
+            found += [f"{wheel.name.split('-')[0]}: {line}"
+                      for line in parsed.get_all("Requires-Dist") or []]
+    return sorted(found)

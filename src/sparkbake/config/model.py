@@ -1,0 +1,225 @@
+"""The frozen dataclasses versions.yaml is read into (by `config`, which re-exports them)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sparkbake.config.yamlsource import did_you_mean
+from sparkbake.errors import ConfigError
+
+__all__ = ["CAPABILITY_KEYS", "CUDA_ARCH", "DEFAULT_SMOKE_SUITE", "Base", "Capabilities",
+           "CompileCache", "Config",
+           "DebootstrapBase", "DirUpstream", "GitUpstream", "ImageBase", "KernelSeed", "Listed",
+           "PypiUpstream", "Tag", "Upstream"]
+
+CUDA_ARCH = re.compile(r"(\d+)\.(\d)([af]?)")
+DEFAULT_SMOKE_SUITE = "common"  # smoke/<suite>/ or images/smoke/<suite>/: sample .env files
+
+
+@dataclass(frozen=True)
+class ImageBase:
+    """A base image from a registry, pinned by digest."""
+
+    name: str
+    image: str
+    python: str | None = None  # its python3 version, for the builder lock
+
+    @property
+    def digest(self) -> str:
+        return "sha256:" + self.image.rsplit("@sha256:", 1)[1]
+
+
+@dataclass(frozen=True)
+class DebootstrapBase:
+    """A Debian base image made locally with debootstrap and `docker import`."""
+
+    name: str
+    suite: str
+    mirror: str | None
+    variant: str
+    packages: tuple[str, ...]
+    python: str | None = None  # its python3 version, for the builder lock
+
+
+Base = ImageBase | DebootstrapBase
+
+
+@dataclass(frozen=True)
+class PypiUpstream:
+    key: str
+    name: str
+    version: str
+    sha256: str
+    source_date_epoch: int | None = None  # declared; else sources.DEFAULT_SOURCE_DATE
+    build_requirements: str | None = None  # in the tree: what its build imports (torch, ...)
+    runtime_requirements: str | None = None  # in the tree: what its wheels need installed
+    # CMake files of the tree whose downloads this build never reaches -> why (cmake_sources)
+    cmake_skip: tuple[tuple[str, str], ...] = ()
+    # cached kernels: `assemble` the wheel on this host from the cached one and the series'
+    # Python files (any upstream), or run the `builder` with VLLM_USE_PRECOMPILED (vLLM's)
+    kernel_reuse: str = "assemble"
+
+
+@dataclass(frozen=True)
+class GitUpstream:
+    key: str
+    url: str  # as written: part of the pin, so a checkout's location does not change keys
+    commit: str
+    source: str  # what git fetches from: the url, or a local path resolved to the config
+    source_date_epoch: int | None = None  # declared; else the commit time
+    build_requirements: str | None = None  # in the tree: what its build imports (torch, ...)
+    runtime_requirements: str | None = None  # in the tree: what its wheels need installed
+    # CMake files of the tree whose downloads this build never reaches -> why (cmake_sources)
+    cmake_skip: tuple[tuple[str, str], ...] = ()
+    # cached kernels: `assemble` the wheel on this host from the cached one and the series'
+    # Python files (any upstream), or run the `builder` with VLLM_USE_PRECOMPILED (vLLM's)
+    kernel_reuse: str = "assemble"
+
+
+@dataclass(frozen=True)
+class DirUpstream:
+    key: str
+    path: Path
+    source_date_epoch: int | None = None  # declared; else sources.DEFAULT_SOURCE_DATE
+    build_requirements: str | None = None  # in the tree: what its build imports (torch, ...)
+    runtime_requirements: str | None = None  # in the tree: what its wheels need installed
+    # CMake files of the tree whose downloads this build never reaches -> why (cmake_sources)
+    cmake_skip: tuple[tuple[str, str], ...] = ()
+    # cached kernels: `assemble` the wheel on this host from the cached one and the series'
+    # Python files (any upstream), or run the `builder` with VLLM_USE_PRECOMPILED (vLLM's)
+    kernel_reuse: str = "assemble"
+
+
+Upstream = PypiUpstream | GitUpstream | DirUpstream
+
+
+@dataclass(frozen=True)
+class KernelSeed:
+    """A published wheel whose compiled extensions stand for the pristine upstream's kernels:
+    the kernel cache entry is taken from it instead of compiling (`kernels:` of a tag)."""
+
+    wheel: str  # its file name on the package index
+    sha256: str
+    # its libraries built only for other devices (the runtime picks them by capability):
+    # exempt from the arch check, which still covers every other library
+    other_arch: tuple[str, ...] = ()
+
+    @property
+    def project(self) -> str:
+        return self.wheel.split("-", 1)[0]
+
+
+@dataclass(frozen=True)
+class CompileCache:
+    """The builder's compile cache (sccache; README: Caches): a folder on this host, or a
+    Redis server that builders on other hosts share (`cache: {redis: URL}`)."""
+
+    redis: str | None = None
+
+
+# what a tag's image can run (`capabilities:`); each key's default is the cautious one
+CAPABILITY_KEYS = ("dcp_sizes", "images_under_dcp", "prefix_cache_under_dcp", "speculative",
+                   "ckv_gather", "vision_mhc")
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a tag's image can run, declared in versions.yaml and enforced by the image's
+    preflight (README: Preflight); `because` says, per key, why it cannot do more."""
+
+    dcp_sizes: tuple[int, ...] = (1,)  # DeepSeek-V4 decode-context-parallel sizes
+    images_under_dcp: bool = False  # image requests at DCP > 1
+    prefix_cache_under_dcp: bool = False  # VLLM_DSV4_DCP_PREFIX_CACHE=1 at DCP > 1
+    speculative: tuple[str, ...] = ()  # speculative methods (`dspark`)
+    ckv_gather: bool = False  # VLLM_DSV4_CKV_GATHER / _ALLOW_IMAGES on a path that reads them
+    vision_mhc: bool = False  # VISION_MHC read by something in the image
+    because: tuple[tuple[str, str], ...] = ()  # capability key -> why not more
+
+    def as_dict(self) -> dict[str, object]:
+        """The JSON form the image's manifest carries and its preflight reads."""
+        return {"dcp_sizes": list(self.dcp_sizes), "images_under_dcp": self.images_under_dcp,
+                "prefix_cache_under_dcp": self.prefix_cache_under_dcp,
+                "speculative": list(self.speculative), "ckv_gather": self.ckv_gather,
+                "vision_mhc": self.vision_mhc, "because": dict(self.because)}
+
+
+@dataclass(frozen=True)
+class Listed:
+    """A list from versions.yaml and where it is written (`versions.yaml:12`)."""
+
+    items: tuple[str, ...] = ()
+    at: str = ""
+
+
+@dataclass(frozen=True)
+class Tag:
+    """One image tag with every default and `extends` resolved."""
+
+    name: str
+    upstream: Upstream
+    series: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]
+    repository: str
+    platform: str
+    cuda_arch: str
+    builder: Base
+    runtime: Base
+    smoke: str = DEFAULT_SMOKE_SUITE  # the smoke suite: its sample .env files (README: Smoke)
+    cache: CompileCache = CompileCache()  # top-level `cache:`, the same for every tag
+    kernels: KernelSeed | None = None
+    capabilities: Capabilities | None = None  # None: not declared, and not enforced
+    extras: Listed = Listed()  # the upstream's extras the runtime lock adds (b12x)
+    pins: Listed = Listed()  # exact versions over the upstream's runtime requirements
+
+    @property
+    def sm_arch(self) -> str:
+        """`12.1a` -> `sm_121a`: the SASS the kernels must carry."""
+        major, minor, suffix = CUDA_ARCH.fullmatch(self.cuda_arch).groups()  # type: ignore[union-attr]
+        return f"sm_{major}{minor}{suffix}"
+
+    @property
+    def image_ref(self) -> str:
+        return f"{self.repository}:{self.name}"
+
+
+@dataclass(frozen=True)
+class Config:
+    path: Path
+    tags: dict[str, Tag] = field(hash=False)
+    upstreams: dict[str, Upstream] = field(default_factory=dict, hash=False)
+    work: Path | None = None  # where build/ and wheels/ go, if not beside versions.yaml
+
+    @property
+    def root(self) -> Path:
+        return self.path.parent
+
+    @property
+    def patches_dir(self) -> Path:
+        return self.root / "patches"
+
+    @property
+    def wheels_dir(self) -> Path:
+        return (self.work or self.root) / "wheels"
+
+    @property
+    def build_dir(self) -> Path:
+        return (self.work or self.root) / "build"
+
+    def tag(self, name: str) -> Tag:
+        """Find a tag by its full name or by a unique suffix (`3.73-vision`)."""
+        if name in self.tags:
+            return self.tags[name]
+        matches = [t for t in self.tags if t.endswith("-" + name)]
+        if len(matches) == 1:
+            return self.tags[matches[0]]
+        if matches:
+            raise ConfigError(
+                f"{self.path}: tag {name!r} is ambiguous: {', '.join(sorted(matches))}",
+                "give the full tag name",
+            )
+        raise ConfigError(
+            f"{self.path}: no tag {name!r}{did_you_mean(name, self.tags)}",
+            f"known tags: {', '.join(sorted(self.tags))}",
+        )

@@ -1,0 +1,85 @@
+"""The one way to run a subprocess: echo it, check it, say what to do when it fails."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from sparkbake.console import display
+from sparkbake.errors import EngineError, FatalError
+
+__all__ = ["echo", "require_tool", "run", "step"]
+
+
+def echo(message: str) -> None:
+    """A line of what the current stage does: its log, or the console (display.detail)."""
+    display.detail(message)
+
+
+def require_tool(name: str, package: str) -> str:
+    found = shutil.which(name)
+    if found is None:
+        raise EngineError(f"{name} is not installed", f"install it: apt-get install -y {package}")
+    return found
+
+
+def run(
+    cmd: Sequence[str | Path],
+    *,
+    error: type[FatalError],
+    what: str,
+    cwd: Path | None = None,
+    capture: bool = False,
+    check: bool = True,
+    env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Run cmd (env: variables added), echoing `+ cmd`; on failure raise `error` naming
+    `what` and the last output.
+
+    Output is streamed as it comes unless capture is set, so long steps show progress.
+    """
+    args = [str(c) for c in cmd]
+    echo("+ " + shlex.join(args))
+    try:
+        process = subprocess.Popen(args, cwd=cwd, text=True, stdout=subprocess.PIPE,
+                                   env={**os.environ, **env} if env else None,
+                                   stderr=subprocess.PIPE if capture else subprocess.STDOUT)
+    except FileNotFoundError as exc:
+        raise EngineError(f"{args[0]} is not installed", "install it and retry") from exc
+    if capture:
+        stdout, stderr = process.communicate()
+    else:
+        lines = []
+        for line in process.stdout or ():
+            lines.append(line)
+            display.detail(line)
+        stdout, stderr = "".join(lines), ""
+        process.wait()
+    result = subprocess.CompletedProcess(args, process.returncode, stdout, stderr)
+    if check and result.returncode != 0:
+        tail = (result.stderr or result.stdout).strip().splitlines()[-3:]
+        raise error(f"{what} failed (exit {result.returncode}): {' / '.join(tail)}",
+                    display.output_hint())
+    return result
+
+
+class step:
+    """Prints a step line on entry and its elapsed time on exit."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.start = 0.0
+
+    def __enter__(self) -> step:
+        self.start = time.monotonic()
+        echo(f"==> {self.name}")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        state = "failed" if exc[0] else "done"
+        echo(f"<== {self.name}: {state} in {time.monotonic() - self.start:.1f}s")

@@ -1,0 +1,233 @@
+"""Third-party sources of a CMake upstream: locked by `lock`, fetched and verified by the
+fetch stage into build/thirdparty/<commit or sha256>/, handed read-only to the offline
+builder (FETCHCONTENT_FULLY_DISCONNECTED, FETCHCONTENT_SOURCE_DIR_<NAME>)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tarfile
+import tempfile
+import zipfile
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import requests
+
+from sparkbake.config.settings import HostSettings
+from sparkbake.config.versions import Config, Tag
+from sparkbake.console.tools import echo, run
+from sparkbake.errors import ConfigError, EngineError
+from sparkbake.fetch import cmake_sources
+from sparkbake.fetch.cmake_sources import Declaration, Discovery
+from sparkbake.fetch.sourcelock import (
+    Locked,
+    SourcesLock,
+    lock_path,
+    read,
+    require_covered,
+    resolve_ref,
+    unreachable,
+    write,
+)
+from sparkbake.files import atomic_dir
+from sparkbake.hashing import file_sha256, tree_hash
+
+__all__ = ["MOUNT", "Fetched", "builder_args", "discover", "fetch_locked", "lock", "prepare"]
+
+MOUNT = "/thirdparty"
+RECORD = "source.json"
+MISSING_REF = ("not our ref", "couldn't find remote ref", "no such remote ref",
+               "unadvertised object")
+
+
+@dataclass(frozen=True)
+class Fetched:
+    locked: Locked
+    path: Path  # build/thirdparty/<key>/tree
+
+
+def discover(tag: Tag, tree: Path) -> Discovery:
+    found = cmake_sources.discover(tree, dict(tag.upstream.cmake_skip))
+    for left in found.left_out:
+        echo(f"sources: {left.name} ({left.file}:{left.line}) left out: {left.reason}")
+    return found
+
+
+def lock(config: Config, tag: Tag, tree: Path, settings: HostSettings) -> Path | None:
+    """Resolve and fetch every declaration of the tree; write the tag's sources lock. None
+    when the tree declares no downloads."""
+    found = discover(tag, tree)
+    if not found.declarations:
+        return None
+    locked: list[Locked] = []
+    unreachable_urls: list[str] = []
+    for declared in found.declarations:
+        try:
+            locked.append(_lock_one(declared, config.build_dir / "thirdparty", settings))
+        except EngineError:
+            unreachable_urls.append(declared.url)
+    if unreachable_urls:
+        raise EngineError(f"cannot reach the servers of {len(unreachable_urls)} CMake "
+                          f"dependencies: {', '.join(unreachable_urls)}",
+                          "run lock where they are reachable, or mirror them with git's "
+                          "url.<mirror>.insteadOf")
+    left = tuple({"name": s.name, "declared": f"{s.file}:{s.line}", "reason": s.reason}
+                 for s in found.left_out)
+    path = lock_path(config, tag)
+    write(path, SourcesLock(tag.upstream.key, tuple(locked), left))
+    echo(f"sources lock: {path} ({len(locked)} dependencies)")
+    return path
+
+
+def _lock_one(declared: Declaration, cache: Path, settings: HostSettings) -> Locked:
+    if declared.kind == "url":
+        if not declared.ref:
+            raise ConfigError(f"{declared.where}: FetchContent {declared.name}: URL without "
+                              "URL_HASH", "pin the archive with URL_HASH SHA256=<hex>")
+        pin = declared.ref.removeprefix("sha256:")
+    else:
+        pin, _ = resolve_ref(declared)
+    draft = Locked(declared.name, declared.kind, declared.url, declared.ref, pin,
+                   declared.submodules, declared.env, declared.form, "", declared.where)
+    return replace(draft, tree=_ensure(draft, cache, settings, expected=None))
+
+
+def fetch_locked(config: Config, tag: Tag, settings: HostSettings,
+                 names: set[str] | None = None) -> tuple[Fetched, ...]:
+    """Every source of the tag's sources lock (or those named) in the host cache, verified;
+    the servers that could not be reached are named together (exit 8)."""
+    sources = read(lock_path(config, tag))
+    if sources is None or tag.kernels:  # a kernel seed compiles nothing
+        return ()
+    fetched: list[Fetched] = []
+    unreachable_urls: list[str] = []
+    for locked in sources.sources:
+        if names is not None and locked.name not in names:
+            continue
+        try:
+            _ensure(locked, config.build_dir / "thirdparty", settings, expected=locked.tree)
+        except EngineError:
+            unreachable_urls.append(locked.url)
+            continue
+        fetched.append(Fetched(locked, config.build_dir / "thirdparty" / locked.key / "tree"))
+    if unreachable_urls:
+        raise EngineError(f"cannot fetch {len(unreachable_urls)} third-party sources: "
+                          f"{', '.join(unreachable_urls)} unreachable",
+                          "check the network and retry `sparkbake fetch`")
+    return tuple(fetched)
+
+
+def prepare(config: Config, tag: Tag, tree: Path, settings: HostSettings) -> tuple[Fetched, ...]:
+    """The patched tree's declarations, each in the sources lock (else exit 2 naming it),
+    fetched and verified: what the builder mounts."""
+    if tag.kernels:
+        return ()
+    found = discover(tag, tree)
+    path = lock_path(config, tag)
+    require_covered(path, read(path), found, tag)
+    return fetch_locked(config, tag, settings, {d.name for d in found.declarations})
+
+
+def builder_args(fetched: tuple[Fetched, ...]) -> tuple[dict[str, dict[str, str]],
+                                                         dict[str, str]]:
+    """(volumes, environment) of the builder: each source read-only at /thirdparty/<name>,
+    CMAKE_ARGS pointing FetchContent at it, and the upstream's own *_SRC_DIR variables where
+    FetchContent's do not reach (FetchContent_Populate with its own details ignores them)."""
+    if not fetched:
+        return {}, {}
+    volumes = {str(f.path): {"bind": f"{MOUNT}/{f.locked.name}", "mode": "ro"} for f in fetched}
+    args = ["-DFETCHCONTENT_FULLY_DISCONNECTED=ON"] + [
+        f"-DFETCHCONTENT_SOURCE_DIR_{f.locked.name.upper()}={MOUNT}/{f.locked.name}"
+        for f in fetched]
+    environment = {"CMAKE_ARGS": " ".join(args)}
+    for f in fetched:
+        if f.locked.form == "populate":
+            environment |= dict.fromkeys(f.locked.env, f"{MOUNT}/{f.locked.name}")
+    return volumes, environment
+
+
+def _ensure(locked: Locked, cache: Path, settings: HostSettings, expected: str | None) -> str:
+    """The source in cache/<key>/tree (fetched unless there and verified); its tree hash.
+    A fetched tree whose hash is not `expected` is refused and not kept."""
+    entry = cache / locked.key
+    record = entry / RECORD
+    if record.is_file():
+        have = str(json.loads(record.read_text()).get("tree", ""))
+        if expected is None or have == expected:
+            echo(f"fetch: {locked.name} cached at {locked.key[:12]}")
+            return have
+    with atomic_dir(entry) as tmp:
+        if locked.kind == "git":
+            _git(locked, tmp / "tree")
+        else:
+            _archive(locked, tmp / "tree", settings)
+        actual = tree_hash(tmp / "tree")
+        if expected is not None and actual != expected:
+            raise ConfigError(f"{locked.name} ({locked.url} at {locked.pin[:12]}) fetched as tree "
+                              f"{actual[:16]}, the sources lock says {expected[:16]}; refused",
+                              "if the lock was edited, remake it with `sparkbake lock TAG`")
+        (tmp / RECORD).write_text(json.dumps({"name": locked.name, "url": locked.url,
+                                              "pin": locked.pin, "tree": actual}, indent=2))
+    return actual
+
+
+def _git(locked: Locked, dest: Path) -> None:
+    run(["git", "init", "-q", dest], error=EngineError, what="git init", capture=True)
+    _network(["git", "-C", dest, "fetch", "-q", "--depth", "1", locked.url, locked.pin], locked)
+    run(["git", "-C", dest, "checkout", "-q", "--detach", "FETCH_HEAD"], error=EngineError,
+        what=f"checking out {locked.name}", capture=True)
+    head = run(["git", "-C", dest, "rev-parse", "HEAD"], error=EngineError, capture=True,
+               what="git rev-parse").stdout.strip()
+    if head != locked.pin:
+        raise ConfigError(f"{locked.name}: {locked.url} gave commit {head}, not {locked.pin}",
+                          "remake the sources lock with `sparkbake lock TAG`")
+    if locked.submodules != ():
+        paths = ["--", *locked.submodules] if locked.submodules else []
+        _network(["git", "-C", dest, "submodule", "update", "--init", "--recursive", *paths],
+                 locked)
+    for found in sorted(dest.rglob(".git"), reverse=True):
+        shutil.rmtree(found) if found.is_dir() else found.unlink()
+
+
+def _network(cmd: list[str | Path], locked: Locked) -> None:
+    """A git command that talks to the source's server: unreachable is exit 8, a commit the
+    server lacks exit 2."""
+    done = run(cmd, error=EngineError, what=f"fetching {locked.name}", capture=True,
+               check=False)
+    if done.returncode == 0:
+        return
+    if any(text in done.stderr for text in MISSING_REF):
+        raise ConfigError(f"{locked.name}: {locked.url} has no commit {locked.pin}",
+                          "remake the sources lock with `sparkbake lock TAG`")
+    raise unreachable(locked.url, done.stderr)
+
+
+def _archive(locked: Locked, dest: Path, settings: HostSettings) -> None:
+    """A URL download, checked against its sha256 and unpacked (one top folder stripped)."""
+    with tempfile.TemporaryDirectory() as scratch:
+        archive = Path(scratch) / (locked.url.rsplit("/", 1)[-1].split("?")[0] or "archive")
+        try:
+            with requests.get(locked.url, timeout=60, stream=True,
+                              verify=settings.ca_bundle or True) as response:
+                response.raise_for_status()
+                with archive.open("wb") as out:
+                    for chunk in response.iter_content(1 << 20):
+                        out.write(chunk)
+        except requests.RequestException as exc:
+            raise unreachable(locked.url, str(exc)) from exc
+        if file_sha256(archive) != locked.pin:
+            raise ConfigError(f"{locked.name}: {locked.url} has sha256 {file_sha256(archive)}, "
+                              f"URL_HASH pins {locked.pin}", "fix URL_HASH in the CMake file")
+        _unpack(archive, Path(scratch) / "unpacked")
+        tops = list((Path(scratch) / "unpacked").iterdir())
+        shutil.move(tops[0] if len(tops) == 1 and tops[0].is_dir() else tops[0].parent, dest)
+
+
+def _unpack(archive: Path, dest: Path) -> None:
+    if zipfile.is_zipfile(archive):
+        with zipfile.ZipFile(archive) as zipped:
+            zipped.extractall(dest)
+    else:
+        with tarfile.open(archive) as tar:
+            tar.extractall(dest, filter="data")

@@ -1,0 +1,172 @@
+"""fetch: a pinned upstream tree (PyPI sdist + sha256, git commit, or local dir), verified."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import tarfile
+import zipfile
+from html.parser import HTMLParser
+from pathlib import Path
+from urllib.parse import urljoin, urlsplit
+
+import requests
+
+from sparkbake.config.settings import HostSettings
+from sparkbake.config.versions import DirUpstream, GitUpstream, PypiUpstream, Upstream
+from sparkbake.console import display
+from sparkbake.console.tools import echo, run
+from sparkbake.errors import ConfigError, EngineError, FatalError
+from sparkbake.files import atomic_dir
+from sparkbake.hashing import file_sha256
+
+__all__ = ["DEFAULT_SOURCE_DATE", "download", "fetch", "index_url_of", "sdist_url",
+           "source_date"]
+
+CHUNK = 1 << 20
+DEFAULT_SOURCE_DATE = 315532800  # 1980-01-01T00:00:00Z, the earliest time a wheel (zip) stores
+DATE_FILE = "source-date-epoch"  # beside a git tree: its commit time
+
+
+def fetch(upstream: Upstream, entry: Path, settings: HostSettings) -> Path:
+    """Make entry/tree the pristine upstream tree unless it is already cached; return it."""
+    tree = entry / "tree"
+    if tree.is_dir() and (not isinstance(upstream, GitUpstream) or (entry / DATE_FILE).is_file()):
+        display.cached("fetch", f"fetch: {upstream.key} cached at {entry.name[:12]}")
+        return tree
+    with atomic_dir(entry) as tmp:
+        if isinstance(upstream, PypiUpstream):
+            _fetch_sdist(upstream, tmp, settings)
+        elif isinstance(upstream, GitUpstream):
+            _fetch_git(upstream, tmp / "tree")
+        else:
+            _copy_dir(upstream, tmp / "tree")
+    return tree
+
+
+def _copy_dir(upstream: DirUpstream, dest: Path) -> None:
+    if not upstream.path.is_dir():
+        raise ConfigError(f"upstream {upstream.key!r}: {upstream.path} is not a folder",
+                          "fix 'dir:' in versions.yaml")
+    shutil.copytree(upstream.path, dest, symlinks=True,
+                    ignore=shutil.ignore_patterns(".git", "__pycache__", "build", "*.egg-info"))
+
+
+def _fetch_git(upstream: GitUpstream, dest: Path) -> None:
+    what = f"fetching {upstream.url} at {upstream.commit[:12]}"
+    run(["git", "init", "-q", dest], error=EngineError, what="git init")
+    run(["git", "-C", dest, "fetch", "-q", "--depth", "1", upstream.source, upstream.commit],
+        error=ConfigError, what=what)
+    run(["git", "-C", dest, "checkout", "-q", "--detach", "FETCH_HEAD"],
+        error=ConfigError, what=what)
+    head = run(["git", "-C", dest, "rev-parse", "HEAD"], error=EngineError, what="git rev-parse",
+               capture=True).stdout.strip()
+    if head != upstream.commit:
+        raise ConfigError(f"upstream {upstream.key!r}: got commit {head}, not {upstream.commit}",
+                          "pin the full 40-hex commit")
+    stamp = run(["git", "-C", dest, "log", "-1", "--format=%ct", "HEAD"], error=EngineError,
+                what="git log", capture=True).stdout.strip()
+    (dest.parent / DATE_FILE).write_text(stamp + "\n")
+    shutil.rmtree(dest / ".git")
+
+
+def source_date(upstream: Upstream, entry: Path) -> int:
+    """The tag's SOURCE_DATE_EPOCH: declared in versions.yaml, else a git pin's commit time
+    (recorded by fetch in entry), else DEFAULT_SOURCE_DATE."""
+    if upstream.source_date_epoch is not None:
+        return upstream.source_date_epoch
+    if isinstance(upstream, GitUpstream):
+        return int((entry / DATE_FILE).read_text())
+    return DEFAULT_SOURCE_DATE
+
+
+class _Links(HTMLParser):
+    """Collects href targets of a PEP 503 simple index page."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hrefs: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        href = dict(attrs).get("href")
+        if tag == "a" and href:
+            self.hrefs.append(href)
+
+
+def index_url_of(project: str, filenames: set[str], settings: HostSettings) -> str | None:
+    """The URL of one of filenames on the project's page of the configured index (PEP 503)."""
+    project = re.sub(r"[-_.]+", "-", project).lower()
+    page = f"{settings.index_url}/{project}/"
+    parser = _Links()
+    parser.feed(_get(page, settings, error=ConfigError).text)
+    for href in parser.hrefs:
+        if Path(urlsplit(href).path).name in filenames:
+            return urljoin(page, href)
+    return None
+
+
+def sdist_url(upstream: PypiUpstream, settings: HostSettings) -> str:
+    """The sdist's URL on the configured index."""
+    project = re.sub(r"[-_.]+", "-", upstream.name).lower()
+    wanted = {f"{stem}-{upstream.version}.tar.gz"
+              for stem in (upstream.name, upstream.name.replace("-", "_"), project)}
+    url = index_url_of(upstream.name, wanted, settings)
+    if url is None:
+        raise ConfigError(f"upstream {upstream.key!r}: no sdist {upstream.name} "
+                          f"{upstream.version} on the package index",
+                          "check name and version in versions.yaml")
+    return url
+
+
+def download(url: str, dest: Path, sha256: str, settings: HostSettings, pinned_in: str, *,
+             name: str = "", pinned_by: str = "versions.yaml") -> None:
+    """url -> dest, refused (and deleted) unless its sha256 is the pinned one; the error
+    names the file (or name) and what pins it."""
+    echo(f"fetch: downloading {name or dest.name}")
+    with _get(url, settings, error=EngineError, stream=True) as response, dest.open("wb") as out:
+        for chunk in response.iter_content(CHUNK):
+            out.write(chunk)
+    actual = file_sha256(dest)
+    if actual != sha256:
+        dest.unlink()
+        raise ConfigError(
+            f"{pinned_in}: {name or dest.name} has sha256 {actual}, {pinned_by} pins {sha256}; "
+            "download deleted", f"if the new file is trusted, update sha256 in {pinned_by}")
+
+
+def _fetch_sdist(upstream: PypiUpstream, tmp: Path, settings: HostSettings) -> None:
+    url = sdist_url(upstream, settings)
+    archive = tmp / Path(urlsplit(url).path).name
+    download(url, archive, upstream.sha256, settings, f"upstream {upstream.key!r}")
+    _unpack(archive, tmp / "tree")
+    archive.unlink()
+
+
+def _unpack(archive: Path, dest: Path) -> None:
+    """Unpack the sdist's single top folder as dest, refusing members outside it."""
+    staging = dest.with_name("unpack")
+    if archive.name.endswith(".zip"):
+        with zipfile.ZipFile(archive) as zipped:
+            zipped.extractall(staging)
+    else:
+        with tarfile.open(archive) as tar:
+            tar.extractall(staging, filter="data")
+    tops = list(staging.iterdir())
+    if len(tops) != 1 or not tops[0].is_dir():
+        raise ConfigError(f"{archive.name}: not one top folder", "pin a regular sdist")
+    tops[0].rename(dest)
+    staging.rmdir()
+
+
+def _get(url: str, settings: HostSettings, *, error: type[FatalError],
+         stream: bool = False) -> requests.Response:
+    verify: str | bool = settings.ca_bundle or True
+    try:
+        response = requests.get(url, timeout=60, stream=stream, verify=verify)
+    except requests.RequestException as exc:
+        raise EngineError(f"cannot reach {url.split('?')[0]}: {type(exc).__name__}",
+                          "check the network, PIP_INDEX_URL and PIP_CERT") from exc
+    if response.status_code != 200:
+        raise error(f"{url.split('?')[0]}: HTTP {response.status_code}",
+                    "check the package name and the index (PIP_INDEX_URL)")
+    return response

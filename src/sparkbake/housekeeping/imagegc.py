@@ -1,0 +1,146 @@
+"""The engine's images that sparkbake made and no tag of versions.yaml uses now (`gc`).
+
+Only names this versions.yaml gives are looked at: `sparkbake-base/<base>` and
+`sparkbake-builder/<base>` of its bases, its tags' repositories (images with sparkbake's
+`dev.sparkbake.inputs` label), and untagged images labelled with one of its tags or imported
+by sparkbake for one of its bases. Another project's images on the same engine, under other
+names, stay; so does an image a container uses (the engine refuses, and gc says so).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import docker.errors
+
+from sparkbake.bake import bases
+from sparkbake.config.settings import HostSettings
+from sparkbake.config.versions import Base, Config, DebootstrapBase
+from sparkbake.housekeeping.sweep import Item, Kept
+from sparkbake.lock import lockfiles
+from sparkbake.oci.docker_engine import Client
+from sparkbake.pipeline.plan import Plan
+from sparkbake.wheels import wheelbuild
+
+__all__ = ["Current", "current", "stale_items"]
+
+INPUTS_LABEL = "dev.sparkbake.inputs"
+TAG_LABEL = "dev.sparkbake.tag"
+IMPORTED_BY = "sparkbake: debootstrap "  # bases._import's history line
+
+
+@dataclass(frozen=True)
+class Current:
+    """What the tags use now, and the names of this versions.yaml that gc looks at."""
+
+    base_refs: frozenset[str]
+    builder_refs: frozenset[str]
+    inputs: frozenset[str]
+    base_names: frozenset[str]
+    repositories: frozenset[str]
+    tags: frozenset[str]
+
+
+def current(client: Client, config: Config, plans: Iterable[Plan],
+            settings: HostSettings) -> Current:
+    base_refs: set[str] = set()
+    builder_refs: set[str] = set()
+    inputs: set[str] = set()
+    for plan in plans:
+        tag = plan.tag
+        base_refs.update(bases.local_ref(b, tag.platform) for b in (tag.builder, tag.runtime)
+                         if isinstance(b, DebootstrapBase))
+        builder = _base_image(client, tag.builder, tag.platform)
+        lock_file = lockfiles.lock_path(config, tag)
+        if builder is not None and lock_file.is_file():
+            builder_refs.add(wheelbuild.builder_ref(builder, lock_file, settings))
+        inputs.add(plan.inputs)
+    tags = config.tags.values()
+    return Current(frozenset(base_refs), frozenset(builder_refs), frozenset(inputs),
+                   frozenset(b.name for t in tags for b in (t.builder, t.runtime)),
+                   frozenset(t.repository for t in tags), frozenset(t.name for t in tags))
+
+
+def _base_image(client: Client, base: Base, platform: str) -> bases.BaseImage | None:
+    """The base as the builder's key names it; None for a debootstrap base not made yet (no
+    builder of it can be current then)."""
+    if not isinstance(base, DebootstrapBase):
+        return bases.BaseImage(base.name, base.image, base.digest)
+    ref = bases.local_ref(base, platform)
+    try:
+        return bases.BaseImage(base.name, ref, str(client.images.get(ref).id))
+    except docker.errors.ImageNotFound:
+        return None
+
+
+def stale_items(client: Client, now: Current) -> list[Item]:
+    """An item per image whose every name is a stale one of ours (or, untagged, ours)."""
+    items = []
+    for image in client.images.list():
+        refs = [ref for ref in image.attrs.get("RepoTags") or [] if ref != "<none>:<none>"]
+        ours = [ref for ref in refs if _stale_ref(ref, image.attrs, now)]
+        if ours and len(ours) == len(refs):
+            items.append(_item(client, image, ours, "no tag uses it now"))
+        elif ours:  # other names keep the image: only ours go
+            items.append(_untag_item(client, image, ours))
+        elif not refs and _untagged_ours(image, now):
+            items.append(_item(client, image, [], "untagged, made by sparkbake"))
+    return sorted(items, key=lambda item: item.label)
+
+
+def _stale_ref(ref: str, attrs: dict[str, Any], now: Current) -> bool:
+    repository = ref.rsplit(":", 1)[0] if ":" in ref.rsplit("/", 1)[-1] else ref
+    kind, _, name = repository.partition("/")
+    if kind == "sparkbake-base" and name in now.base_names:
+        return ref not in now.base_refs
+    if kind == "sparkbake-builder" and name in now.base_names:
+        return ref not in now.builder_refs
+    labels = (attrs.get("Config") or {}).get("Labels") or {}
+    return repository in now.repositories and INPUTS_LABEL in labels \
+        and labels[INPUTS_LABEL] not in now.inputs
+
+
+def _untagged_ours(image: Any, now: Current) -> bool:
+    """Labelled with one of our tags, or made on one of our bases as sparkbake imported it
+    (a builder left untagged by an interrupted build too)."""
+    labels = (image.attrs.get("Config") or {}).get("Labels") or {}
+    if INPUTS_LABEL in labels and labels.get(TAG_LABEL) in now.tags:
+        return True
+    try:
+        history = image.history()
+    except docker.errors.NotFound:  # removed meanwhile
+        return False
+    made_by = str(history[-1].get("CreatedBy", "")) if history else ""
+    if not made_by.startswith(IMPORTED_BY + "sparkbake-base/"):
+        return False
+    return made_by.removeprefix(IMPORTED_BY + "sparkbake-base/").split(":")[0] in now.base_names
+
+
+def _item(client: Client, image: Any, refs: list[str], why: str) -> Item:
+    label = "image " + (", ".join(refs) if refs else f"{image.id[:19]} (untagged)")
+
+    def remove() -> None:
+        for name in refs or [image.id]:  # the last name's removal deletes the image
+            _remove(client, name)
+
+    return Item(label, int(image.attrs.get("Size") or 0), why, remove)
+
+
+def _untag_item(client: Client, image: Any, refs: list[str]) -> Item:
+    def remove() -> None:
+        for name in refs:
+            _remove(client, name)
+
+    return Item(f"image name {', '.join(refs)}", 0,
+                "no tag uses it now; the image stays under its other names", remove)
+
+
+def _remove(client: Client, name: str) -> None:
+    try:
+        client.images.remove(name)
+    except docker.errors.ImageNotFound:
+        return
+    except docker.errors.APIError as exc:  # a container uses it, or an image is built on it
+        raise Kept(f"the engine keeps it: {exc.explanation or exc}") from exc

@@ -1,0 +1,174 @@
+"""`clean` and `gc` of the project's build/ and wheels/ (README: Caches).
+
+gc removes the cache entries no tag of versions.yaml has as a key now, failed patch trees,
+and what interrupted runs left (scratch folders, half-written entries) once nothing has
+written into them for an hour, so a build running now keeps its own. clean TAG removes the
+entries only that tag's current keys name, and its records; clean --all empties build/ and
+wheels/ but for the release records, deploy reports, flock files and a running registry's
+data. Nothing outside build/ and wheels/ is touched here (`imagegc`, `cachetrim`: the rest).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+from sparkbake.config.settings import compile_cache_settings, host_settings
+from sparkbake.config.versions import Config
+from sparkbake.console.tools import echo
+from sparkbake.errors import UsageError
+from sparkbake.housekeeping import cachetrim, imagegc
+from sparkbake.housekeeping.cachekeys import FAILED, cache_folders, current_names, tag_files
+from sparkbake.housekeeping.sweep import Item, newest_change, path_item, report
+from sparkbake.oci import local_registry
+from sparkbake.pipeline import commands
+from sparkbake.pipeline import plan as plan_mod
+from sparkbake.pipeline.plan import Plan
+
+__all__ = ["clean", "clean_all_items", "clean_tag_items", "gc", "gc_items", "roots"]
+
+LEFTOVER_AGE = 3600.0  # seconds without a write before a scratch folder counts as left over
+HALF_WRITTEN = re.compile(r"\..+\.tmp")  # cache.atomic_dir's temporary folders
+SCRATCH = ("contexts", "bases", "rebase-check", "import", "verify")  # build/<x>/ scratch dirs
+RECORDS = ("releases", "deploys")  # history, not cache: clean --all keeps them
+
+
+def gc(config: Config, dry_run: bool, max_cache_size: str) -> int:
+    """Remove what no tag uses now: cache entries, leftovers, the engine's stale images of
+    this versions.yaml, and the compile cache's oldest files beyond max_cache_size."""
+    limit = cachetrim.parse_size(max_cache_size)  # a bad size stops before anything goes
+    plans = [plan_mod.make(config, tag) for tag in config.tags.values()]
+    items = gc_items(config, plans)
+    client = commands.engine_or_none()
+    if client is None:
+        echo("gc: the engine's images are left alone: no Docker engine answers")
+    else:
+        items += imagegc.stale_items(client, imagegc.current(client, config, plans,
+                                                             host_settings()))
+    trimmed = cachetrim.trim_item(compile_cache_settings().folder, limit)
+    report("gc", [*items, *([trimmed] if trimmed else [])], dry_run)
+    return 0
+
+
+def clean(config: Config, tag_name: str | None, everything: bool, dry_run: bool) -> int:
+    """clean TAG: what only the tag's current keys name, and its records; clean --all:
+    build/ and wheels/ but for records, flock files and a running registry's data."""
+    if (tag_name is None) != everything:
+        raise UsageError("clean takes a TAG or --all (one of them)",
+                         "run `sparkbake clean TAG` or `sparkbake clean --all`")
+    if tag_name is None:
+        report("clean", clean_all_items(config), dry_run)
+        return 0
+    tag = config.tag(tag_name)
+    others = {name: plan_mod.make(config, other) for name, other in config.tags.items()
+              if name != tag.name}
+    report("clean", clean_tag_items(config, plan_mod.make(config, tag), others), dry_run)
+    return 0
+
+
+def roots(config: Config) -> tuple[Path, Path]:
+    """The folders clean and gc may remove files from."""
+    return config.build_dir, config.wheels_dir
+
+
+def gc_items(config: Config, plans: list[Plan], now: float | None = None) -> list[Item]:
+    """Every entry of a cache folder that no plan names, failed trees, and leftovers."""
+    now = time.time() if now is None else now
+    kept: dict[Path, set[str]] = {}
+    for plan in plans:
+        for path, names in current_names(config, plan).items():
+            kept.setdefault(path, set()).update(names)
+    items = []
+    for folder in cache_folders(config):
+        for entry in _children(folder.path):
+            why = _stale(entry, folder.entries, kept.get(folder.path, set()), now)
+            if why:
+                items.append(_item(config, entry, why.replace("KEY", f"{folder.what} key")))
+    return items + _leftovers(config, now)
+
+
+def _stale(entry: Path, entries: re.Pattern[str], kept: set[str], now: float) -> str:
+    """Why a cache folder's entry goes ("" if it stays): KEY stands for the folder's key."""
+    name = entry.name
+    if name.endswith(FAILED) and entries.fullmatch(name.removesuffix(FAILED)):
+        return "a failed patch tree"
+    if entries.fullmatch(name) and name not in kept:
+        return "no tag's current KEY"
+    if HALF_WRITTEN.fullmatch(name) and _idle(entry, now):
+        return "left by an interrupted write"
+    return ""
+
+
+def _leftovers(config: Config, now: float) -> list[Item]:
+    """Scratch folders nothing has written into for LEFTOVER_AGE (a killed run's)."""
+    found = []
+    for name in SCRATCH:
+        for entry in _children(config.build_dir / name):
+            if entry.is_dir() and not entry.is_symlink() and _idle(entry, now):
+                found.append(_item(config, entry, "a scratch folder left by an earlier run"))
+    return found
+
+
+def clean_tag_items(config: Config, plan: Plan, others: dict[str, Plan]) -> list[Item]:
+    """What only this tag's current keys name, its failed tree, and its own records; an
+    entry another tag's key names too stays (said in the item's refusal)."""
+    shared: dict[Path, dict[str, list[str]]] = {}
+    for name, other in others.items():
+        for folder, names in current_names(config, other).items():
+            for entry in names:
+                shared.setdefault(folder, {}).setdefault(entry, []).append(name)
+    items = []
+    for folder, names in current_names(config, plan).items():
+        for entry in sorted(names):
+            path = folder / entry
+            users = shared.get(folder, {}).get(entry, [])
+            if path.exists() or path.is_symlink():
+                items.append(_tag_item(config, path, plan.tag.name, users))
+    failed = config.build_dir / "patched" / f"{plan.patch_key}{FAILED}"
+    records = [failed, *tag_files(config, plan.tag.name)]
+    return items + [_item(config, path, f"{plan.tag.name}'s") for path in records
+                    if path.exists() or path.is_symlink()]
+
+
+def _tag_item(config: Config, path: Path, tag: str, users: list[str]) -> Item:
+    item = _item(config, path, f"{tag}'s current key")
+    if not users:
+        return item
+    return Item(item.label, 0, item.why, item.remove,
+                refused=f"{', '.join(sorted(users))} use{'s' if len(users) == 1 else ''} it too")
+
+
+def clean_all_items(config: Config) -> list[Item]:
+    """Everything in build/ and wheels/ but records, flock files and a running registry."""
+    registry_pid = local_registry.running(config)
+    items = []
+    for root in roots(config):
+        for entry in _children(root):
+            if root == config.build_dir and entry.name in RECORDS:
+                continue
+            if entry.name.endswith(".lock") or (root == config.wheels_dir and
+                                                entry == config.build_dir):
+                continue
+            item = _item(config, entry, "clean --all")
+            if registry_pid is not None and entry == config.build_dir / "registry":
+                item = Item(item.label, 0, item.why, item.remove, refused=(
+                    f"the embedded registry runs (pid {registry_pid}); `sparkbake registry "
+                    "stop` first to remove its data"))
+            items.append(item)
+    return items
+
+
+def _item(config: Config, path: Path, why: str) -> Item:
+    return path_item(path, why, roots(config), config.root)
+
+
+def _children(folder: Path) -> list[Path]:
+    """A folder's entries, sorted; none if it is missing or not a folder."""
+    if not folder.is_dir():
+        return []
+    return sorted(folder.iterdir())
+
+
+def _idle(entry: Path, now: float) -> bool:
+    return now - newest_change(entry) > LEFTOVER_AGE

@@ -1,0 +1,217 @@
+"""lock: the builder's Python packages resolved with hashes, per base Python and platform.
+
+The lock is committed; the builder installs from it with `pip --require-hashes`, so a
+download whose hash differs is refused. Its input is images/builder-requirements.txt (the
+CUDA toolchain from PyPI), or, for an upstream that declares `build_requirements` (vLLM:
+torch and its build backend), that file of the patched tree with
+images/builder-requirements-torch.txt: a toolchain of the CUDA release torch is built with.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from sparkbake import resources
+from sparkbake.config.settings import HostSettings
+from sparkbake.config.versions import Config, Tag
+from sparkbake.console import display
+from sparkbake.console.invocation import command
+from sparkbake.console.tools import echo, run
+from sparkbake.errors import ConfigError, EngineError
+from sparkbake.files import atomic_write
+from sparkbake.hashing import file_sha256
+from sparkbake.lock import requirements
+
+__all__ = ["ARCHES", "compile_requirements", "lock_path", "locked", "make_missing",
+           "require_lock", "require_runtime_lock", "resolve", "runtime_lock_path"]
+
+ARCHES = {"linux/amd64": "x86_64", "linux/arm64": "aarch64"}  # platform -> machine
+TOOLCHAIN = "builder-requirements.txt"
+TORCH_TOOLCHAIN = "builder-requirements-torch.txt"
+
+
+def lock_path(config: Config, tag: Tag) -> Path:
+    """locks/<builder base>.<arch>.txt; locks/<builder base>.<upstream>.<arch>.txt when the
+    upstream brings its own build requirements. One base serves tags of several platforms."""
+    suffix = f".{tag.upstream.key}" if tag.upstream.build_requirements else ""
+    return config.root / "locks" / f"{tag.builder.name}{suffix}.{_arch(tag)}.txt"
+
+
+def _arch(tag: Tag) -> str:
+    """linux/arm64 -> arm64: the platform's part in a lock's file name."""
+    return tag.platform.rsplit("/", 1)[-1]
+
+
+def inputs(tag: Tag, tree: Path | None) -> list[Path]:
+    """The requirement files the lock is resolved from."""
+    wanted = tag.upstream.build_requirements
+    if wanted is None:
+        return [resources.path(TOOLCHAIN)]
+    if tree is None:
+        raise ValueError("the tree is needed for an upstream's build requirements")
+    if not (tree / wanted).is_file():
+        raise ConfigError(f"upstream {tag.upstream.key!r}: build_requirements {wanted} is not "
+                          "in its tree", "fix build_requirements in versions.yaml")
+    return [resources.path(TORCH_TOOLCHAIN), tree / wanted]
+
+
+def _stamp(tag: Tag, tree: Path | None) -> str:
+    """What the lock was made from, written into it: its input files' sha256."""
+    return " ".join(f"{p.name}={file_sha256(p)[:16]}" for p in inputs(tag, tree))
+
+
+def require_lock(config: Config, tag: Tag, tree: Path | None = None) -> Path:
+    path = lock_path(config, tag)
+    remedy = f"{command('lock', tag.name)}, and commit it"
+    if not path.is_file():
+        raise ConfigError(f"no builder lock for base {tag.builder.name!r} ({path})",
+                          f"create it: {remedy}")
+    if tag.upstream.build_requirements and \
+            f"# from: {_stamp(tag, tree)}" not in path.read_text().splitlines()[:3]:
+        raise ConfigError(f"{path} was made from other build requirements than "
+                          f"{tag.upstream.build_requirements} of this tree", f"remake it: {remedy}")
+    return path
+
+
+def runtime_lock_path(config: Config, tag: Tag) -> Path | None:
+    """locks/runtime/<runtime base>.<upstream>.<arch>.txt, for an upstream with runtime
+    requirements."""
+    if tag.upstream.runtime_requirements is None:
+        return None
+    name = f"{tag.runtime.name}.{tag.upstream.key}.{_arch(tag)}.txt"
+    return config.root / "locks" / "runtime" / name
+
+
+def require_runtime_lock(config: Config, tag: Tag, tree: Path) -> Path | None:
+    """The runtime lock the bake installs from, if the upstream has runtime requirements."""
+    path = runtime_lock_path(config, tag)
+    wanted = tag.upstream.runtime_requirements
+    if path is None or wanted is None:
+        return None
+    remedy = f"{command('lock', tag.name)}, and commit it"
+    if not path.is_file():
+        raise ConfigError(f"no runtime lock for base {tag.runtime.name!r} ({path})",
+                          f"create it: {remedy}")
+    if _runtime_origin(tag, tree, wanted)[0] not in path.read_text().splitlines()[:3]:
+        raise ConfigError(f"{path} was made from another {wanted} than this tree's, or for "
+                          f"other extras or pins than tag {tag.name}'s", f"remake it: {remedy}")
+    return path
+
+
+def _runtime_origin(tag: Tag, tree: Path, wanted: str) -> tuple[str, str]:
+    """The runtime lock's `# from:` line (the upstream's requirement file, and the tag's
+    extras and pins where it has them), and the extras' and pins' requirement text."""
+    digest = _sha(tree / wanted)  # first: a missing file is named as such
+    added = requirements.input_text(tag, tree, wanted, ARCHES.get(tag.platform, ""))
+    return f"# from: {wanted}={digest}{requirements.stamp(tag, added)}", added
+
+
+def _sha(path: Path) -> str:
+    if not path.is_file():
+        raise ConfigError(f"{path.name} is not in the upstream's tree ({path})",
+                          "fix build_requirements / runtime_requirements in versions.yaml")
+    return file_sha256(path)[:16]
+
+
+def locked() -> bool:
+    """Must every lock exist already? Under CI (`CI=true`) and with --locked
+    (SPARKBAKE_LOCKED=1): a lock is an input to review, never made on the fly there."""
+    return (os.environ.get("CI", "").lower() in ("1", "true", "yes")
+            or os.environ.get("SPARKBAKE_LOCKED") == "1")
+
+
+def make_missing(config: Config, tag: Tag, settings: HostSettings, tree: Path) -> list[Path]:
+    """On a developer's machine, the tag's locks that do not exist yet, made with a notice
+    (an existing lock is left as it is: a stale one stays an error of require_*)."""
+    wanted = [path for path in (None if tag.kernels else lock_path(config, tag),
+                                runtime_lock_path(config, tag))
+              if path is not None and not path.is_file()]
+    if not wanted or locked():
+        return []
+    names = ", ".join(str(p.relative_to(config.root)) for p in wanted)
+    display.notice(f"lock: {names} missing: making it now; commit it (CI and --locked refuse a "
+                   "missing lock)")
+    return resolve(config, tag, settings, tree, missing_only=True)
+
+
+def resolve(config: Config, tag: Tag, settings: HostSettings,
+            tree: Path | None = None, missing_only: bool = False) -> list[Path]:
+    """Resolve the builder requirements for the tag's builder base (but for a kernel seed),
+    and the upstream's runtime requirements for its runtime base where it declares them;
+    write the locks (missing_only: those that do not exist) and return them."""
+    written = []
+    target = lock_path(config, tag)
+    if tag.kernels is None and not (missing_only and target.is_file()):
+        origin = f"# from: {_stamp(tag, tree)}\n" if tag.upstream.build_requirements else ""
+        _compile(tag, tag.builder.name, tag.builder.python, inputs(tag, tree), target,
+                 settings, f"# builder lock of base {tag.builder.name} (python "
+                 f"{tag.builder.python}, {tag.platform}).\n{origin}# Made by `sparkbake lock "
+                 f"TAG` from images/{TOOLCHAIN} (or images/{TORCH_TOOLCHAIN} and the "
+                 "upstream's build requirements); edit those and rerun.\n")
+        written.append(target)
+    runtime = runtime_lock_path(config, tag)
+    wanted = tag.upstream.runtime_requirements
+    if missing_only and runtime is not None and runtime.is_file():
+        runtime = None
+    if runtime is not None and wanted is not None and tree is not None:
+        origin, added = _runtime_origin(tag, tree, wanted)
+        with tempfile.TemporaryDirectory() as scratch:
+            asked = Path(scratch) / "asked.txt"  # the extras' requirements and the pins
+            asked.write_text(added)
+            _compile(tag, tag.runtime.name, tag.runtime.python,
+                     [tree / wanted, *([asked] if added else [])], runtime, settings,
+                     f"# runtime lock of base {tag.runtime.name} (python {tag.runtime.python}, "
+                     f"{tag.platform}) for upstream {tag.upstream.key}.\n{origin}\n"
+                     "# Made by `sparkbake lock TAG` from the upstream's runtime requirements, "
+                     "the tag's extras and pins; the bake installs from these wheels only.\n"
+                     + "".join(f"# asked: {line}\n" for line in added.splitlines()))
+        written.append(runtime)
+    return written
+
+
+def _compile(tag: Tag, base: str, python: str | None, sources: list[Path], target: Path,
+             settings: HostSettings, header: str) -> None:
+    """uv pip compile sources for python on the tag's platform, with hashes, into target."""
+    if python is None:
+        raise ConfigError(f"base {base!r} does not say its Python version",
+                          'add python: "3.12" (its python3 version) to the base in versions.yaml')
+    if tag.platform not in ARCHES:
+        raise ConfigError(f"tag {tag.name}: no lock platform for {tag.platform}",
+                          f"use one of {', '.join(ARCHES)}")
+    compile_requirements(sources, python, ARCHES[tag.platform], target, header, settings)
+
+
+def _uv() -> str:
+    """uv from the `uv` package beside sparkbake (an unactivated venv or pipx has it off PATH),
+    else from PATH."""
+    try:
+        import uv as uv_package
+
+        return str(uv_package.find_uv_bin())
+    except (ImportError, FileNotFoundError):
+        found = shutil.which("uv")
+    if found is None:
+        raise EngineError("uv is not installed", "pip install uv")
+    return found
+
+
+def compile_requirements(sources: list[Path], python: str, machine: str, target: Path,
+                         header: str, settings: HostSettings,
+                         indexes: Sequence[str] = ()) -> None:
+    """uv pip compile sources for python on Linux/machine, with hashes, into target (header
+    first); indexes: more uv index options than the configured index."""
+    uv = _uv()
+    with tempfile.TemporaryDirectory() as scratch:
+        output = Path(scratch) / "lock.txt"
+        run([uv, "pip", "compile", *sources,
+             "--generate-hashes", "--no-header", "--no-annotate", "--no-python-downloads",
+             "--python-version", python, "--python-platform", f"{machine}-unknown-linux-gnu",
+             "--index-url", settings.index_url, *indexes, "-o", output],
+            error=EngineError, what=f"resolving the lock {target.name}", capture=True,
+            env={"SSL_CERT_FILE": settings.ca_bundle} if settings.ca_bundle else None)
+        atomic_write(target, header + output.read_text())
+    echo(f"lock: {target}")

@@ -1,0 +1,45 @@
+"""The runtime wheelhouse: every wheel of a runtime lock, downloaded once with its hash
+checked, so that the bake installs offline (wheels/runtime/<lock hash>/)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from sparkbake.config.versions import Tag
+from sparkbake.console.tools import echo, run, step
+from sparkbake.errors import BakeError
+from sparkbake.files import atomic_dir
+from sparkbake.hashing import file_sha256
+from sparkbake.lock.lockfiles import ARCHES
+
+__all__ = ["ensure", "platform_tags"]
+
+DONE = ".sparkbake-complete"
+MANYLINUX_MAX = 39  # glibc 2.39 (Ubuntu 24.04); the lock's hashes decide the file anyway
+
+
+def platform_tags(platform: str) -> list[str]:
+    """The wheel platform tags pip may take for a Linux platform, newest first."""
+    arch = ARCHES[platform]
+    return [*(f"manylinux_2_{minor}_{arch}" for minor in range(MANYLINUX_MAX, 16, -1)),
+            f"manylinux2014_{arch}", f"linux_{arch}"]
+
+
+def ensure(lock: Path, tag: Tag, wheels_dir: Path) -> Path:
+    """wheels/runtime/<lock hash>: the lock's wheels for the tag's runtime Python and platform."""
+    folder = wheels_dir / "runtime" / file_sha256(lock)[:16]
+    if (folder / DONE).is_file():
+        echo(f"wheelhouse: {lock.name} cached at wheels/runtime/{folder.name}")
+        return folder
+    python = tag.runtime.python or ""
+    flags = [f"--platform={p}" for p in platform_tags(tag.platform)]
+    with step(f"wheelhouse for {lock.name}"), atomic_dir(folder) as tmp:
+        # pip download: the host's pip configuration (index, CA, proxies) applies as is
+        run([sys.executable, "-m", "pip", "download", "--quiet", "--require-hashes",
+             "--no-deps", "--only-binary=:all:", f"--python-version={python}",
+             "--implementation=cp", *flags, "--dest", tmp, "-r", lock], error=BakeError,
+            what=f"downloading the wheels of {lock} (a hash mismatch means a download differs "
+                 "from the lock)")
+        (tmp / DONE).write_text(f"{lock}\n")
+    return folder

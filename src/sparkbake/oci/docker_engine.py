@@ -1,0 +1,261 @@
+"""The one small typed wrapper around the docker SDK. The client is always passed in."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import tarfile
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import docker
+import docker.errors
+import requests
+
+from sparkbake.console import display
+from sparkbake.console.tools import echo
+from sparkbake.errors import EngineError, FatalError
+
+__all__ = [
+    "Client",
+    "ContainerResult",
+    "bridge_gateway",
+    "build_image",
+    "connect",
+    "image_attrs",
+    "image_exists",
+    "load_image",
+    "run_container",
+    "started_container",
+]
+
+Client = Any  # docker.DockerClient: the SDK ships no type information
+TAIL_LINES = 40
+
+
+def connect() -> Client:
+    """A client for the engine named by DOCKER_HOST (or the local socket), checked with a ping."""
+    try:
+        client = docker.from_env(timeout=600)
+        client.ping()
+    except (docker.errors.DockerException, requests.RequestException) as exc:
+        raise EngineError(
+            f"no Docker engine answers ({str(exc).splitlines()[0][:160]})",
+            "start one (e.g. `dockerd &` as root, see docs/tutorial.md) or set DOCKER_HOST",
+        ) from exc
+    return client
+
+
+def image_exists(client: Client, ref: str) -> bool:
+    try:
+        client.images.get(ref)
+    except docker.errors.ImageNotFound:
+        return False
+    return True
+
+
+def image_attrs(client: Client, ref: str) -> dict[str, Any]:
+    attrs: dict[str, Any] = client.images.get(ref).attrs
+    return attrs
+
+
+def build_image(
+    client: Client,
+    context: Path,
+    tag: str,
+    *,
+    error: type[FatalError],
+    buildargs: Mapping[str, str] | None = None,
+) -> str:
+    """Build context/Dockerfile with the classic builder; its output goes to the console (the
+    stage's log); return the id."""
+    lines: list[str] = []
+    try:
+        stream = client.api.build(path=str(context), tag=tag, rm=True, forcerm=True,
+                                  decode=True, buildargs=dict(buildargs or {}))
+        image_id = None
+        for chunk in stream:
+            if "stream" in chunk:
+                text = chunk["stream"]
+                lines.extend(text.rstrip("\n").splitlines())
+                echo(text.rstrip("\n")) if text.strip() else None
+            if "error" in chunk:
+                log = display.open_log()
+                where = f" (log: {log})" if log else ""
+                last = " / ".join(lines[-5:])
+                raise error(f"building {tag} failed: {chunk['error'].strip()}{where}",
+                            f"last output: {last}" if last else display.output_hint())
+            if "aux" in chunk and "ID" in chunk["aux"]:
+                image_id = chunk["aux"]["ID"]
+    except docker.errors.APIError as exc:
+        raise error(f"building {tag} failed: {exc.explanation or exc}",
+                    "check the Docker engine") from exc
+    return str(image_id or client.images.get(tag).id)
+
+
+@dataclass(frozen=True)
+class ContainerResult:
+    exit_code: int
+    output: str
+    oom_killed: bool = False  # the kernel's OOM killer ended a process of the container
+
+    def tail(self, count: int = TAIL_LINES) -> str:
+        return "\n".join(self.output.splitlines()[-count:])
+
+
+def run_container(
+    client: Client,
+    image: str,
+    command: Sequence[str],
+    *,
+    volumes: Mapping[str, Mapping[str, str]] | None = None,
+    environment: Mapping[str, str] | None = None,
+    network: bool = True,
+    log_path: Path | None = None,
+    quiet: bool = False,
+    keep: bool = False,
+    copy_out: tuple[str, Path] | None = None,
+    copy_in: Mapping[str, bytes] | None = None,
+    **extra: Any,
+) -> ContainerResult:
+    """Run a container to its end, streaming its output; always removed unless keep.
+    copy_out=(path, tar): after a clean exit, path in the container is saved as a tar file.
+    copy_in={absolute path: bytes}: files put into the container before it starts (they
+    reach an engine on another machine, where a bind mount of a host path would not)."""
+    with _container(client, image, command, volumes, environment, network, keep, extra,
+                    copy_in) as box:
+        lines: list[str] = []
+        reader = threading.Thread(target=_follow, args=(box, lines, log_path, quiet), daemon=True)
+        reader.start()
+        status = box.wait()
+        reader.join(timeout=10)
+        box.reload()
+        if copy_out and int(status["StatusCode"]) == 0:
+            _copy_out(box, *copy_out)
+        return ContainerResult(exit_code=int(status["StatusCode"]), output="".join(lines),
+                               oom_killed=bool(box.attrs["State"].get("OOMKilled")))
+
+
+@contextlib.contextmanager
+def started_container(
+    client: Client,
+    image: str,
+    command: Sequence[str],
+    *,
+    volumes: Mapping[str, Mapping[str, str]] | None = None,
+    environment: Mapping[str, str] | None = None,
+    **extra: Any,
+) -> Iterator[Any]:
+    """A container left running for the block (a server); then stopped and removed."""
+    with _container(client, image, command, volumes, environment, True, False, extra) as box:
+        yield box
+
+
+def bridge_gateway(client: Client, image: str) -> str:
+    """The host's address on the default bridge, as its containers route to it. Read from a
+    container's own routing table: an engine's IPAM record may leave out the gateway."""
+    result = run_container(client, image, ["cat", "/proc/net/route"], quiet=True)
+    for line in result.output.splitlines()[1:]:
+        fields = line.split()
+        if len(fields) > 2 and fields[1] == "00000000" and fields[2] != "00000000":
+            # little-endian hex, as the kernel writes it
+            return ".".join(str(b) for b in reversed(bytes.fromhex(fields[2])))
+    raise EngineError(f"a container of {image} has no default route on the bridge network",
+                      "check the engine's default bridge (docker network inspect bridge)")
+
+
+def _copy_out(box: Any, path: str, tar: Path) -> None:
+    chunks, _ = box.get_archive(path)
+    with tar.open("wb") as out:
+        for chunk in chunks:
+            out.write(chunk)
+
+
+def load_image(client: Client, archive: Path, *, error: type[FatalError]) -> None:
+    """`docker load` a docker-archive tar file; errors reported in its stream are raised."""
+    try:
+        with archive.open("rb") as data:
+            for _, message in stream_errors(client.api.load_image(data, quiet=True)):
+                if message:
+                    raise error(f"docker load of {archive.name} failed: {message.strip()}",
+                                "check the Docker engine and its free disk space")
+    except docker.errors.APIError as exc:
+        raise error(f"docker load of {archive.name} failed: {exc.explanation or exc}",
+                    "check the Docker engine and its free disk space") from exc
+
+
+@contextlib.contextmanager
+def _container(client: Client, image: str, command: Sequence[str],
+               volumes: Mapping[str, Mapping[str, str]] | None,
+               environment: Mapping[str, str] | None, network: bool, keep: bool,
+               extra: dict[str, Any],
+               copy_in: Mapping[str, bytes] | None = None) -> Iterator[Any]:
+    options = dict(volumes=dict(volumes or {}), environment=dict(environment or {}),
+                   network_disabled=not network, **extra)
+    try:
+        if copy_in:
+            box = client.containers.create(image, list(command), **options)
+        else:
+            box = client.containers.run(image, list(command), detach=True, **options)
+    except docker.errors.ImageNotFound as exc:
+        raise EngineError(f"image {image} is not in the engine", "build it first") from exc
+    except docker.errors.APIError as exc:
+        raise EngineError(f"cannot start a container of {image}: {exc.explanation or exc}",
+                          "check the Docker engine") from exc
+    try:
+        if copy_in:
+            box.put_archive("/", _tar_of(copy_in))
+            box.start()
+        yield box
+    finally:
+        if not keep:
+            with contextlib.suppress(docker.errors.APIError):
+                box.remove(force=True)
+
+
+def _tar_of(files: Mapping[str, bytes]) -> bytes:
+    """An uncompressed tar of {absolute path: bytes} (mode 0644, parents 0755), for put_archive."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        folders = {str(parent) for path in files for parent in PurePosixPath(path).parents}
+        for folder in sorted(folders - {"/"}):
+            entry = tarfile.TarInfo(folder.lstrip("/"))
+            entry.type, entry.mode = tarfile.DIRTYPE, 0o755
+            tar.addfile(entry)
+        for path, data in sorted(files.items()):
+            entry = tarfile.TarInfo(path.lstrip("/"))
+            entry.size, entry.mode = len(data), 0o644
+            tar.addfile(entry, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def _follow(box: Any, lines: list[str], log_path: Path | None, quiet: bool) -> None:
+    if log_path:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+    log = log_path.open("w") if log_path else None
+    try:
+        for raw in box.logs(stream=True, follow=True):
+            text = raw.decode(errors="replace")
+            lines.append(text)
+            if log:
+                log.write(text)
+                log.flush()
+            if not quiet:
+                echo(text.rstrip("\n"))
+    finally:
+        if log:
+            log.close()
+
+
+def stream_errors(stream: Any) -> Iterator[tuple[dict[str, Any], str | None]]:
+    """Yield (chunk, error message or None) for a decoded push/pull stream."""
+    for chunk in stream:
+        if isinstance(chunk, (bytes, str)):
+            chunk = json.loads(chunk)
+        detail = chunk.get("errorDetail") or {}
+        message = chunk.get("error") or detail.get("message")
+        yield chunk, message

@@ -1,0 +1,237 @@
+"""OCI images as files: an image layout folder (blobs + index.json), the image config and
+manifest documents, and the docker-archive tar that loads an image into an engine.
+
+Every document is canonical JSON (sorted keys, no spaces), so equal content gives equal
+digests. Pure file work: no Docker, no network.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import io
+import json
+import os
+import shutil
+import tarfile
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from sparkbake.files import atomic_write
+from sparkbake.oci.layers import MEDIA_TYPE as LAYER_TYPE
+
+__all__ = ["CONFIG_TYPE", "FORMAT", "INDEX_TYPE", "LAYER_TYPE", "MANIFEST_TYPE", "REF_NAME",
+           "ConfigChange", "Descriptor", "Layout", "canonical", "image_config", "made_by",
+           "manifest", "rfc3339", "write_docker_archive"]
+
+FORMAT = 3  # raise when the bake writes other bytes for the same inputs
+MANIFEST_TYPE = "application/vnd.oci.image.manifest.v1+json"
+CONFIG_TYPE = "application/vnd.oci.image.config.v1+json"
+INDEX_TYPE = "application/vnd.oci.image.index.v1+json"
+REF_NAME = "org.opencontainers.image.ref.name"
+# the parts of a base's config that describe how its containers run (others are build state)
+RUNTIME_KEYS = ("User", "ExposedPorts", "Env", "Entrypoint", "Cmd", "Volumes", "WorkingDir",
+                "Labels", "StopSignal", "Healthcheck", "Shell")
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+@dataclass(frozen=True)
+class Descriptor:
+    media_type: str
+    digest: str  # sha256:<hex>
+    size: int
+
+    def json(self) -> dict[str, Any]:
+        return {"mediaType": self.media_type, "digest": self.digest, "size": self.size}
+
+    @classmethod
+    def of(cls, doc: dict[str, Any]) -> Descriptor:
+        return cls(str(doc["mediaType"]), str(doc["digest"]), int(doc["size"]))
+
+
+def canonical(doc: Any) -> bytes:
+    return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def rfc3339(epoch: int) -> str:
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class Layout:
+    """An OCI image layout folder: content-addressed blobs and index.json of named images."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def blob(self, digest: str) -> Path:
+        algorithm, _, hexdigest = digest.partition(":")
+        return self.root / "blobs" / algorithm / hexdigest
+
+    def has(self, digest: str) -> bool:
+        return self.blob(digest).is_file()
+
+    def read(self, digest: str) -> bytes:
+        return self.blob(digest).read_bytes()
+
+    def read_json(self, digest: str) -> dict[str, Any]:
+        doc: dict[str, Any] = json.loads(self.read(digest))
+        return doc
+
+    def add_bytes(self, data: bytes, media_type: str) -> Descriptor:
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        if not self.has(digest):
+            self._init()
+            atomic_write(self.blob(digest), data)
+        return Descriptor(media_type, digest, len(data))
+
+    def add_file(self, path: Path, digest: str, media_type: str) -> Descriptor:
+        """Put a file whose digest is known in, as a hard link where it can (else a copy)."""
+        size = path.stat().st_size
+        if not self.has(digest):
+            self._init()
+            _place(path, self.blob(digest))
+        return Descriptor(media_type, digest, size)
+
+    def tag(self, name: str, manifest: Descriptor) -> None:
+        """Point the name at the manifest in index.json (other names stay)."""
+        self._init()
+        with self._locked():
+            index = self._index()
+            kept = [m for m in index["manifests"]
+                    if (m.get("annotations") or {}).get(REF_NAME) != name]
+            entry = {**manifest.json(), "annotations": {REF_NAME: name}}
+            index["manifests"] = sorted([*kept, entry],
+                                        key=lambda m: m["annotations"][REF_NAME])
+            atomic_write(self.root / "index.json", json.dumps(index, indent=2) + "\n")
+
+    def find(self, name: str) -> Descriptor | None:
+        for entry in self._index()["manifests"]:
+            if (entry.get("annotations") or {}).get(REF_NAME) == name:
+                return Descriptor.of(entry)
+        return None
+
+    def _index(self) -> dict[str, Any]:
+        path = self.root / "index.json"
+        if not path.is_file():
+            return {"schemaVersion": 2, "mediaType": INDEX_TYPE, "manifests": []}
+        index: dict[str, Any] = json.loads(path.read_text())
+        return index
+
+    def _init(self) -> None:
+        (self.root / "blobs" / "sha256").mkdir(parents=True, exist_ok=True)
+        marker = self.root / "oci-layout"
+        if not marker.is_file():
+            atomic_write(marker, json.dumps({"imageLayoutVersion": "1.0.0"}) + "\n")
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        with (self.root.parent / f".{self.root.name}.lock").open("w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            yield
+
+
+def _place(source: Path, dest: Path) -> None:
+    """Link (or copy) source to dest through a temporary name: dest is never partial."""
+    fd, name = tempfile.mkstemp(prefix=f".{dest.name[:12]}.", dir=dest.parent)
+    os.close(fd)
+    try:
+        os.unlink(name)
+        try:
+            os.link(source, name)
+        except OSError:
+            shutil.copyfile(source, name)
+        os.replace(name, dest)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(name)
+
+
+@dataclass(frozen=True)
+class ConfigChange:
+    """What an image adds to its base's config."""
+
+    created: int  # the source date
+    platform: str  # os/arch[/variant]
+    layers: tuple[tuple[str, str], ...]  # (diff_id, what made it) per added layer
+    env: tuple[tuple[str, str], ...]
+    path: str  # put in front of the base's PATH
+    labels: tuple[tuple[str, str], ...]
+    entrypoint: tuple[str, ...]
+
+
+def image_config(base: dict[str, Any], change: ConfigChange) -> dict[str, Any]:
+    """The config of base + change: the base's runtime settings, PATH, env and labels over
+    them, the new entrypoint (which clears the base's Cmd, as in a Dockerfile)."""
+    os_name, arch, *variant = change.platform.split("/")
+    runtime = {k: v for k, v in (base.get("config") or {}).items() if k in RUNTIME_KEYS and v}
+    env = _with_env(list(runtime.get("Env") or []), "PATH",
+                    f"{change.path}:{_env_value(runtime.get('Env') or [], 'PATH')}")
+    for name, value in change.env:
+        env = _with_env(env, name, value)
+    runtime.pop("Cmd", None)
+    runtime |= {"Env": env, "Entrypoint": list(change.entrypoint),
+                "Labels": {**(runtime.get("Labels") or {}), **dict(change.labels)}}
+    created = rfc3339(change.created)
+    config: dict[str, Any] = {
+        "architecture": arch, "os": os_name, "created": created, "config": runtime,
+        "rootfs": {"type": "layers", "diff_ids": [*(base.get("rootfs") or {}).get(
+            "diff_ids", []), *(diff_id for diff_id, _ in change.layers)]},
+        "history": [*(base.get("history") or []),
+                    *({"created": created, "created_by": what} for _, what in change.layers)],
+    }
+    if variant or (base.get("variant") and base.get("architecture") == arch):
+        config["variant"] = variant[0] if variant else base["variant"]
+    return config
+
+
+def _env_value(env: list[str], name: str) -> str:
+    for item in env:
+        if item.startswith(f"{name}="):
+            return item.split("=", 1)[1]
+    return DEFAULT_PATH
+
+
+def _with_env(env: list[str], name: str, value: str) -> list[str]:
+    """env with name set to value: in place if it is there, else appended."""
+    entry = f"{name}={value}"
+    if any(item.startswith(f"{name}=") for item in env):
+        return [entry if item.startswith(f"{name}=") else item for item in env]
+    return [*env, entry]
+
+
+def manifest(config: Descriptor, layers: list[Descriptor]) -> dict[str, Any]:
+    return {"schemaVersion": 2, "mediaType": MANIFEST_TYPE, "config": config.json(),
+            "layers": [layer.json() for layer in layers]}
+
+
+def write_docker_archive(layout: Layout, image: Descriptor, ref: str, dest: Path,
+                         omit: frozenset[str] = frozenset()) -> None:
+    """The docker-archive tar of an image for `docker load`, tagged ref. Layers in omit (by
+    blob digest) are named in it but left out: the engine has them (the base's layers)."""
+    doc = layout.read_json(image.digest)
+    config = doc["config"]["digest"]
+    names = [f"{layer['digest'].split(':')[1]}.tar.gz" for layer in doc["layers"]]
+    config_name = f"{config.split(':')[1]}.json"
+    index = [{"Config": config_name, "RepoTags": [ref], "Layers": names}]
+    with tarfile.open(dest, "w") as tar:
+        tar.add(layout.blob(config), arcname=config_name)
+        for layer, name in zip(doc["layers"], names, strict=True):
+            if layer["digest"] not in omit:
+                tar.add(layout.blob(layer["digest"]), arcname=name)
+        data = json.dumps(index).encode()
+        info = tarfile.TarInfo("manifest.json")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+
+
+def made_by(config: dict[str, Any], index: int) -> str:
+    """The history line of the index-th layer (history entries with empty_layer skip none)."""
+    made = [h for h in config.get("history") or [] if not h.get("empty_layer")]
+    if index < len(made):
+        return str(made[index].get("created_by") or made[index].get("comment") or "")
+    return ""

@@ -1,0 +1,196 @@
+"""verify: what differs between an image and its rebuild, down to the file.
+
+The original is the tag's image in build/oci, or a digest (from the layout, else pulled from
+the registry). Two images (each a manifest in an OCI layout) are compared config key by key,
+then each layer whose blob differs entry by entry (kind, mode, owner, mtime, size, content
+hash); a layer whose tar is the same but whose blob is not differs only in compression.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from sparkbake.bake import imagebake
+from sparkbake.config.settings import registry_login
+from sparkbake.config.versions import Config
+from sparkbake.console.invocation import command
+from sparkbake.console.tools import echo
+from sparkbake.errors import ReproducibilityError, UsageError
+from sparkbake.files import atomic_write
+from sparkbake.oci import layers, ocilayout
+from sparkbake.oci.distribution import Session
+from sparkbake.pipeline.plan import Plan
+from sparkbake.publish import push
+
+__all__ = ["SHOWN", "Side", "compare", "conclude", "original", "render", "summary"]
+
+SHOWN = 12  # differing files printed per layer; the JSON report has them all
+DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+
+
+@dataclass(frozen=True)
+class Side:
+    """One image to compare: its manifest in a layout."""
+
+    layout: ocilayout.Layout
+    image: ocilayout.Descriptor
+
+
+def original(config: Config, plan: Plan, against: str | None) -> Side:
+    """The image a rebuild is compared with: the tag's in build/oci (of the plan's inputs), or
+    the manifest `against`, pulled from the registry if the layout lacks it."""
+    layout, tag = ocilayout.Layout(config.build_dir / "oci"), plan.tag.name
+    if against is None:
+        baked = imagebake.find(config.build_dir, plan)
+        if baked is None:
+            raise UsageError(f"{tag} has no baked image in {layout.root}",
+                             f"build it (`{command('build-image', tag)}`) or pass --against DIGEST")
+        labels = layout.read_json(baked.config)["config"].get("Labels") or {}
+        if labels.get(imagebake.INPUTS_LABEL) != plan.inputs:
+            raise UsageError(f"the image of {tag} in {layout.root} was baked from other inputs "
+                             f"than the plan's ({plan.inputs[:12]})",
+                             "build it again first, or pass --against DIGEST")
+        return Side(layout, baked.image)
+    if not DIGEST.fullmatch(against):
+        raise UsageError(f"--against {against!r} is not a digest",
+                         "write sha256:<64 hex>, e.g. the digest in build/releases/TAG.json")
+    if not layout.has(against):
+        remote = push.remote_for(_repository(config, plan, against))
+        Session(remote, error=UsageError, login=registry_login(remote.host)).pull(against, layout)
+    return Side(layout, ocilayout.Descriptor(ocilayout.MANIFEST_TYPE, against,
+                                       layout.blob(against).stat().st_size))
+
+
+def _repository(config: Config, plan: Plan, digest: str) -> str:
+    """Where the digest was published (the release record), else the tag's repository."""
+    record = config.build_dir / "releases" / f"{plan.tag.name}.json"
+    if record.is_file():
+        published = json.loads(record.read_text())
+        if published.get("digest") == digest:
+            return str(published["repository"])
+    return plan.tag.repository
+
+
+def conclude(config: Config, plan: Plan, report: dict[str, Any]) -> str:
+    """Write build/verify/<tag>.json, print the differences; raise if there are any."""
+    path = config.build_dir / "verify" / f"{plan.tag.name}.json"
+    atomic_write(path, json.dumps(report, indent=2) + "\n")
+    for line in render(report):
+        echo(line)
+    if not report["equal"]:
+        raise ReproducibilityError(
+            f"{plan.tag.name} rebuilt as {report['rebuilt']}, not {report['original']}: "
+            f"{summary(report)}",
+            f"the report: {path}; make what it names deterministic "
+            "(docs/explanation/reproducibility.md)")
+    return f"verified {plan.tag.name}: a clean rebuild gives {report['rebuilt']}, bit for bit"
+
+
+def compare(original: Side, rebuilt: Side) -> dict[str, Any]:
+    """The report: whether the digests are equal, and what differs where."""
+    docs = [side.layout.read_json(side.image.digest) for side in (original, rebuilt)]
+    configs = [side.layout.read_json(doc["config"]["digest"])
+               for side, doc in zip((original, rebuilt), docs, strict=True)]
+    report: dict[str, Any] = {
+        "equal": original.image.digest == rebuilt.image.digest,
+        "original": original.image.digest, "rebuilt": rebuilt.image.digest,
+        "config": _config_changes(*configs), "layers": [],
+    }
+    if not report["equal"]:
+        count = max(len(docs[0]["layers"]), len(docs[1]["layers"]))
+        report["layers"] = [change for index in range(count)
+                            if (change := _layer_change(index, original, rebuilt, docs, configs))]
+    return report
+
+
+def _flat(value: Any, prefix: str = "") -> dict[str, str]:
+    """A document as `a.b[2]` -> JSON value, so that two can be compared key by key."""
+    if isinstance(value, dict):
+        return {k: v for key in sorted(value) for k, v in _flat(value[key], f"{prefix}.{key}"
+                                                                 if prefix else key).items()}
+    if isinstance(value, list):
+        return {k: v for i, item in enumerate(value) for k, v in _flat(item,
+                                                                       f"{prefix}[{i}]").items()}
+    return {prefix: json.dumps(value)}
+
+
+def _config_changes(old: dict[str, Any], new: dict[str, Any]) -> list[dict[str, Any]]:
+    before, after = _flat(old), _flat(new)
+    return [{"key": key, "original": before.get(key), "rebuilt": after.get(key)}
+            for key in sorted(set(before) | set(after))
+            if before.get(key) != after.get(key) and not key.startswith("rootfs.")]
+
+
+def _layer_change(index: int, original: Side, rebuilt: Side, docs: list[dict[str, Any]],
+                  configs: list[dict[str, Any]]) -> dict[str, Any] | None:
+    blobs = [doc["layers"][index] if index < len(doc["layers"]) else None for doc in docs]
+    if blobs[0] and blobs[1] and blobs[0]["digest"] == blobs[1]["digest"]:
+        return None
+    change: dict[str, Any] = {
+        "index": index, "made_by": ocilayout.made_by(configs[1] if blobs[1] else configs[0], index),
+        **{name: {"digest": blob["digest"], "size": blob["size"]} if blob else None
+           for name, blob in zip(("original", "rebuilt"), blobs, strict=True)},
+        "files": [],
+    }
+    if blobs[0] and blobs[1]:
+        change["files"] = _file_changes(layers.entries(original.layout.blob(blobs[0]["digest"])),
+                                        layers.entries(rebuilt.layout.blob(blobs[1]["digest"])))
+        if not change["files"]:
+            change["note"] = _same_files_note(configs, index)
+    return change
+
+
+def _file_changes(old: dict[str, layers.Entry],
+                  new: dict[str, layers.Entry]) -> list[dict[str, Any]]:
+    return [{"path": path,
+             "original": dataclasses.asdict(old[path]) if path in old else None,
+             "rebuilt": dataclasses.asdict(new[path]) if path in new else None}
+            for path in sorted(set(old) | set(new)) if old.get(path) != new.get(path)]
+
+
+def _same_files_note(configs: list[dict[str, Any]], index: int) -> str:
+    diff_ids = [c["rootfs"]["diff_ids"][index] if index < len(c["rootfs"]["diff_ids"]) else ""
+                for c in configs]
+    if diff_ids[0] == diff_ids[1]:
+        return "the same tar, compressed otherwise (another zlib?)"
+    return "the same files, in another order or with other tar headers"
+
+
+def summary(report: dict[str, Any]) -> str:
+    """One line: which layers and files, or which config keys, differ."""
+    parts = []
+    for change in report["layers"]:
+        files = [f["path"] for f in change["files"]]
+        shown = ", ".join(files[:3]) + (f" (+{len(files) - 3} more)" if len(files) > 3 else "")
+        parts.append(f"layer {change['index']} ({change['made_by']}): "
+                     f"{shown or change.get('note') or 'added or removed'}")
+    if report["config"]:
+        keys = [c["key"] for c in report["config"]]
+        parts.append("config: " + ", ".join(keys[:3]) + (" ..." if len(keys) > 3 else ""))
+    return "; ".join(parts) or "the manifests differ"
+
+
+def render(report: dict[str, Any]) -> list[str]:
+    """The report as lines for a terminal."""
+    lines = [f"verify: original {report['original']}", f"verify: rebuilt  {report['rebuilt']}"]
+    for item in report["config"]:
+        lines.append(f"  config {item['key']}: {item['original']} -> {item['rebuilt']}")
+    for change in report["layers"]:
+        sizes = " -> ".join(f"{side['digest'][:19]} ({side['size']} bytes)" if side else "none"
+                            for side in (change["original"], change["rebuilt"]))
+        lines.append(f"  layer {change['index']} ({change['made_by']}): {sizes}")
+        lines.extend(f"    {f['path']}: {_entry(f['original'])} -> {_entry(f['rebuilt'])}"
+                     for f in change["files"][:SHOWN])
+        if len(change["files"]) > SHOWN:
+            lines.append(f"    ... {len(change['files']) - SHOWN} more in the JSON report")
+        if change.get("note"):
+            lines.append(f"    {change['note']}")
+    return lines
+
+
+def _entry(fields: dict[str, Any] | None) -> str:
+    return layers.Entry(**fields).describe() if fields else "absent"

@@ -1,0 +1,160 @@
+"""export-series / import-series: git commits to a series folder and back, byte-stable.
+
+A commit becomes `NNNN-<subject>.patch` by `git format-patch` with every volatile field
+fixed: zero commit id, no version signature, no stat, full blob ids, the date set to the
+epoch, sparkbake's trailers removed. The same commits give the same bytes every time.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+from sparkbake.config.versions import Config
+from sparkbake.console.tools import echo, run
+from sparkbake.errors import ConfigError, UsageError
+from sparkbake.files import atomic_dir, scratch_dir
+from sparkbake.patch.gitapply import PATCH_TRAILER, SERIES_TRAILER
+from sparkbake.patch.gitwork import HERMETIC, UPSTREAM_TAG, Repo
+
+__all__ = ["export", "import_range", "normalize", "series_commits"]
+
+EPOCH_DATE = "Date: Thu, 1 Jan 1970 00:00:00 +0000"
+FORMAT = ["format-patch", "--zero-commit", "--no-signature", "--no-stat", "-N", "--full-index",
+          "--binary", "--no-encode-email-headers", "--diff-algorithm=myers"]
+TRAILER = re.compile(rf"^(?:{SERIES_TRAILER}|{PATCH_TRAILER}): .*\n", re.MULTILINE)
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def export(config: Config, work: Path, series: str, commit_range: str | None = None) -> int:
+    """Write the series' commits in work (a `patch --checkout` tree) to patches/<series>/."""
+    repo = _repo(work)
+    commits = _rev_list(repo, commit_range) if commit_range else series_commits(repo, series)
+    if repo.out("status", "--porcelain", "--untracked-files=no"):
+        echo(f"export-series: warning: {work} has uncommitted changes; they are not exported")
+    return _write(repo, commits, config.patches_dir, series)
+
+
+def import_range(config: Config, source: str, commit_range: str, series: str) -> int:
+    """Import the commits of range from a git URL or a local repository as a series."""
+    local = Path(source)
+    if local.is_dir():
+        return _write(_repo(local), _rev_list(_repo(local), commit_range), config.patches_dir,
+                      series)
+    with scratch_dir(config.build_dir / "import", "clone-") as scratch:
+        repo = Repo(scratch, scratch / "repo.git")
+        run(["git", "clone", "-q", "--bare", source, repo.git_dir], error=ConfigError,
+            what=f"cloning {source}", capture=True, env=HERMETIC)
+        return _write(repo, _rev_list(repo, commit_range), config.patches_dir, series)
+
+
+def series_commits(repo: Repo, series: str) -> list[str]:
+    """Commits after the upstream commit that belong to series.
+
+    A commit belongs to the series its Sparkbake-Series trailer names; one without the
+    trailer (added by hand) belongs to the series of the commit before it.
+    """
+    base = UPSTREAM_TAG if repo.git("rev-parse", "-q", "--verify", f"refs/tags/{UPSTREAM_TAG}",
+                                    check=False).returncode == 0 else _root(repo)
+    log = repo.out("log", "--reverse", "--no-merges", "--format=%H%x00%B%x01", f"{base}..HEAD")
+    owner: str | None = None
+    found = []
+    for record in filter(None, (r.strip("\n") for r in log.split("\x01"))):
+        commit, body = record.split("\x00", 1)
+        named = re.search(rf"^{SERIES_TRAILER}: (\S+)$", body, re.MULTILINE)
+        owner = named[1] if named else owner
+        if owner == series:
+            found.append(commit)
+    if not found:
+        raise ConfigError(f"no commits of series {series!r} after {base} in {repo.tree}",
+                          f"commit with a '{SERIES_TRAILER}: {series}' trailer, or give --range")
+    return found
+
+
+def normalize(text: str) -> str:
+    """Remove what varies between exports of the same commit: the date, our trailers."""
+    head, sep, diff = text.partition("\ndiff --git ")
+    head = re.sub(r"^Date: .*$", EPOCH_DATE, head, count=1, flags=re.MULTILINE)
+    head = TRAILER.sub("", head + "\n")[:-1]
+    head = re.sub(r"\n\n+(\n---|$)", r"\n\1", head) if sep else head
+    return head + sep + diff
+
+
+def _write(repo: Repo, commits: list[str], patches_dir: Path, series: str) -> int:
+    if not NAME.fullmatch(series):
+        raise UsageError(f"series name {series!r} is not a valid name",
+                         "use letters, digits, '.', '_' and '-'")
+    if not commits:
+        raise ConfigError(f"no commits to export into series {series!r}",
+                          "check the range: A..B lists the commits after A up to B")
+    folder = patches_dir / series
+    with atomic_dir(folder) as tmp:
+        names = [_format(repo, commit, number, tmp) for number, commit in
+                 enumerate(commits, start=1)]
+        (tmp / "series").write_text(_comments(folder) + "".join(f"{n}\n" for n in names))
+        _keep_other_files(folder, tmp)
+        changed = [n for n in names if _differs(folder / n, tmp / n)]
+    echo(f"series {series}: {len(names)} patch(es) in {folder}, {len(changed)} new or changed")
+    return 0
+
+
+def _format(repo: Repo, commit: str, number: int, out: Path) -> str:
+    written = repo.out(*FORMAT, f"--start-number={number}", "-o", out, "-1", commit)
+    path = Path(written.splitlines()[-1])
+    path.write_bytes(normalize(path.read_bytes().decode("utf-8", "surrogateescape"))
+                     .encode("utf-8", "surrogateescape"))
+    return path.name
+
+
+def _comments(folder: Path) -> str:
+    """The leading `#` lines of the series file, kept across exports."""
+    listing = folder / "series"
+    if not listing.is_file():
+        return ""
+    lines = listing.read_text().splitlines(keepends=True)
+    kept = []
+    for line in lines:
+        if not line.startswith("#"):
+            break
+        kept.append(line)
+    return "".join(kept)
+
+
+def _keep_other_files(folder: Path, tmp: Path) -> None:
+    if folder.is_dir():
+        for item in folder.iterdir():
+            if item.is_file() and item.name != "series" and item.suffix not in (".patch",
+                                                                                ".diff"):
+                shutil.copy2(item, tmp / item.name)
+
+
+def _differs(old: Path, new: Path) -> bool:
+    return not old.is_file() or old.read_bytes() != new.read_bytes()
+
+
+def _repo(path: Path) -> Repo:
+    path = path.resolve()
+    if not path.is_dir():
+        raise UsageError(f"{path} is not a folder", "give a git work tree (patch --checkout)")
+    found = run(["git", "-C", path, "rev-parse", "--absolute-git-dir"], error=UsageError,
+                what="git rev-parse", capture=True, check=False, env=HERMETIC)
+    if found.returncode != 0:
+        raise UsageError(f"{path} is not a git repository",
+                         "make one with `sparkbake patch TAG --checkout DIR`")
+    return Repo(path, Path(found.stdout.strip()))
+
+
+def _rev_list(repo: Repo, commit_range: str) -> list[str]:
+    if ".." not in commit_range:
+        raise UsageError(f"--range {commit_range!r} is not a range", "write it as A..B")
+    listed = repo.git("rev-list", "--reverse", "--no-merges", commit_range, "--",
+                      check=False, error=ConfigError)
+    if listed.returncode != 0:
+        raise ConfigError(f"--range {commit_range}: {listed.stderr.strip().splitlines()[-1]}",
+                          f"name commits that exist in {repo.tree}")
+    return listed.stdout.split()
+
+
+def _root(repo: Repo) -> str:
+    return repo.out("rev-list", "--max-parents=0", "HEAD").splitlines()[0]

@@ -1,0 +1,96 @@
+"""rebase-check: would the tag's series apply to another pinned upstream? No build.
+
+Only the files the series touches are checked out (git sparse-checkout of the upstream
+commit), so the answer costs a fetch (cached) and a few git commands, not a tree copy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from sparkbake.config.settings import HostSettings
+from sparkbake.config.versions import Config, Tag
+from sparkbake.errors import ConfigError, PatchError
+from sparkbake.fetch import remote_patches, upstream_tree
+from sparkbake.files import scratch_dir
+from sparkbake.patch import gitapply, gitwork, patches
+from sparkbake.patch.gitapply import Outcome
+from sparkbake.pipeline import plan as plan_mod
+from sparkbake.series import lint
+
+__all__ = ["check", "render"]
+
+RESULTS = {"applied": "applies", "offset": "applies with offset", "three-way":
+           "applies (three-way merge)", "upstream": "already upstream", "conflict": "conflicts",
+           "malformed": "is malformed"}
+
+
+def check(config: Config, tag: Tag, target_key: str, settings: HostSettings) -> int:
+    """Apply tag's series to upstream target_key; print a table; exit 3 unless all apply."""
+    if target_key not in config.upstreams:
+        raise ConfigError(f"{config.path}: no upstream {target_key!r}",
+                          f"known upstreams: {', '.join(sorted(config.upstreams))}")
+    target = config.upstreams[target_key]
+    plan = plan_mod.make(config, dataclasses.replace(tag, upstream=target))
+    plan.require_series()
+    pristine = upstream_tree.fetch(target, config.build_dir / "sources" / plan.fetch_key, settings)
+    remote_patches.fetch([r for s in plan.series for r in s.remote], settings)
+    patches.check_safety(plan.series, pristine)
+    upstream = gitwork.upstream_repo(pristine, patches.upstream_message(target))
+    rows = _rows(plan, pristine, upstream, config.build_dir)
+    print(render(tag, plan, rows))
+    bad = [r for r in rows if not r[2].applied]
+    if bad:
+        raise PatchError(f"rebase-check: {len(bad)} of {len(rows)} patches of {tag.name} do not "
+                         f"apply cleanly to {target_key}",
+                         "drop the ones already upstream; refresh the others in a "
+                         "`patch --checkout` tree and `export-series` them")
+    return 0
+
+
+def _rows(plan: plan_mod.Plan, pristine: Path, upstream: Path,
+          build: Path) -> list[tuple[str, str, Outcome]]:
+    paths = sorted({p for s in plan.series for name, _ in s.patches
+                    for _, p in lint.read_patch(s.path(name)).paths})
+    rows = []
+    with scratch_dir(build / "rebase-check", f"{plan.tag.name}-") as scratch:
+        repo = gitwork.work_tree(upstream, pristine, scratch / "tree", sparse=paths)
+        for series in plan.series:
+            for name, _sha in series.patches:
+                patch = series.path(name)
+                header = gitapply.read_header(repo, patch)
+                outcome = gitapply.attempt(repo, patch, patches.message(header, series.name,
+                                                                        name), header.author)
+                if outcome.status == "conflict":
+                    repo.git("reset", "-q", "--hard")  # go on with the next patch
+                rows.append((series.name, name, outcome))
+    return rows
+
+
+def render(tag: Tag, plan: plan_mod.Plan, rows: list[tuple[str, str, Outcome]]) -> str:
+    """The table: one row per patch, its result and, for offsets and conflicts, where."""
+    target = plan.tag.upstream
+    head = (f"rebase-check {tag.name}: {tag.upstream.key} -> {target.key} "
+            f"({patches.describe_pin(target)})")
+    width = max([len("SERIES"), *(len(s) for s, _, _ in rows)])
+    pwidth = max([len("PATCH"), *(len(p) for _, p, _ in rows)])
+    lines = [head, f"{'SERIES':<{width}}  {'PATCH':<{pwidth}}  RESULT"]
+    for series, name, outcome in rows:
+        lines.append(f"{series:<{width}}  {name:<{pwidth}}  {RESULTS[outcome.status]}"
+                     f"{_detail(outcome)}")
+    applied = sum(o.applied for _, _, o in rows)
+    lines.append(f"{applied} of {len(rows)} patches apply")
+    return "\n".join(lines)
+
+
+def _detail(outcome: Outcome) -> str:
+    if outcome.status == "conflict":
+        hunk = f" {outcome.hunk}" if outcome.hunk else ""
+        notes = "".join(f" ({n})" for n in outcome.notes)
+        return f": {outcome.target}{hunk}{notes}"
+    if outcome.status == "offset":
+        return ": " + "; ".join(outcome.notes)
+    if outcome.status == "malformed":
+        return f": line {outcome.line}: {outcome.notes[0]}"
+    return ""

@@ -1,0 +1,228 @@
+"""The smoke stage: the tag's checks, on the host and in its image, recorded against the
+image ID they ran on.
+
+On the host: the image's labels against the plan (smoke_host). In a network-less container
+of the image, by images/smoke_check.py and its sibling modules (copied in, never baked): the
+manifest, the ENV defaults, the wheels' imports and `import vllm`, each patched Python file
+against the patched tree, the kernels, the image's entrypoint on the tag's smoke suite
+(smoke_suite), and the GPU checks. With --model, the serve checks (smoke_serve). Results go
+to build/smoke/<tag>.json and build/smoke/<tag>.xml (JUnit) before any failure is raised, so
+CI keeps the record of a failing image too; a record of another image is removed first, so
+no record outlives the image it speaks of.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from sparkbake import resources
+from sparkbake.config.versions import Config
+from sparkbake.console import display
+from sparkbake.console.invocation import command
+from sparkbake.console.tools import step
+from sparkbake.errors import SmokeError, UsageError
+from sparkbake.files import atomic_write
+from sparkbake.oci import docker_engine, emulation
+from sparkbake.pipeline.plan import Plan, upstream_pin
+from sparkbake.smoke import host, sample_envs, serving
+from sparkbake.smoke.host import Facts
+from sparkbake.smoke.record import STATUSES, failed_names, junit_xml, parse_checks, timed
+from sparkbake.wheels import wheelbuild
+
+__all__ = ["CHECKER_FILES", "GPU_MODES", "NO_GPU_RUNTIME", "STATUSES", "Facts", "Options",
+           "check_options", "common_checks", "drop_stale_record", "expected_values", "failed_names",
+           "has_gpu_runtime", "junit_xml", "parse_checks", "raise_if_failed", "report",
+           "require_image", "results_paths", "run", "run_checker"]
+
+GPU_MODES = ("auto", "require", "skip")
+INPUTS_LABEL = "dev.sparkbake.inputs"
+PYTHON_IN_IMAGE = "/opt/venv/bin/python"
+CHECKER_DIR = "/opt/sparkbake-smoke"
+CHECKER_FILES = ("smoke_check.py", "smoke_common.py", "smoke_entry.py", "smoke_gpu.py",
+                 "smoke_jit.py", "smoke_vllm.py")
+NO_GPU_RUNTIME = "no GPU runtime in this engine"
+GPU_CHECKS = {"gpu", "gpu-capability", "gpu-op"}
+
+
+@dataclass(frozen=True)
+class Options:
+    gpu: str = "auto"  # auto | require | skip
+    model: Path | None = None  # the serve checks' model folder (host path)
+    serve_env: Path | None = None  # instead of the suite's serve.env
+    serve_timeout: float = 1800.0  # seconds for the server's /health
+
+
+def run(client: docker_engine.Client, config: Config, plan: Plan, facts: Facts,
+        options: Options = Options()) -> dict[str, Any]:
+    """Check the tag's image; write JSON + JUnit results; raise if a check failed."""
+    check_options(options)
+    image_id, attrs = require_image(client, plan)
+    suite = sample_envs.load(config, plan.tag)
+    json_path, xml_path = results_paths(config, plan)
+    drop_stale_record(json_path, xml_path, image_id)
+    gpus = options.gpu != "skip" and has_gpu_runtime(client)
+    unavailable = NO_GPU_RUNTIME if options.gpu != "skip" and not gpus else None
+    serve = serving.Request(options.model, options.serve_env, options.serve_timeout,
+                                options.gpu, unavailable)
+    with step(f"smoke {plan.tag.image_ref} ({image_id[:19]}, suite {suite.name})"):
+        checks = common_checks(client, config, plan, facts, suite, (image_id, attrs),
+                               options.gpu, json_path.with_suffix(".log"))
+        checks += serving.run(client, image_id, plan.tag, suite, serve,
+                                  json_path.with_name(f"{plan.tag.name}-serve.log"))
+    results = {
+        "tag": plan.tag.name, "image": plan.tag.image_ref, "image_id": image_id,
+        "inputs": plan.inputs, "suite": suite.name, "gpu": options.gpu,
+        "model": str(options.model) if options.model else None,
+        "passed": not failed_names(checks), "checks": checks,
+        "time": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
+    atomic_write(json_path, json.dumps(results, indent=2) + "\n")
+    atomic_write(xml_path, junit_xml(results))
+    report(checks)
+    raise_if_failed(plan, checks, json_path)
+    return results
+
+
+def common_checks(client: docker_engine.Client, config: Config, plan: Plan, facts: Facts,
+                  suite: sample_envs.Suite, image: tuple[str, dict[str, Any]], gpu: str,
+                  log_path: Path) -> list[dict[str, Any]]:
+    """Every check but the serve ones, on the image (its id and engine attributes) in the
+    engine of client: the labels on the host, the rest in a container of the image."""
+    image_id, attrs = image
+    gpus = gpu != "skip" and has_gpu_runtime(client)
+    unavailable = NO_GPU_RUNTIME if gpu != "skip" and not gpus else None
+    expected = {
+        **expected_values(plan, gpu, unavailable),
+        "patched_files": host.patched_files(plan, facts.patched.path,
+                                                  config.wheels_dir / plan.wheels_key),
+        "entrypoint": sample_envs.expected(suite, entrypoint_of(attrs)),
+    }
+    labels = timed("labels", lambda: host.check_labels(client, attrs, plan, facts))
+    with emulation.cpu_sysfs(client, plan.tag.platform) as volumes:
+        return [labels, *run_checker(client, image_id, expected, gpus, log_path, volumes)]
+
+
+def check_options(options: Options) -> None:
+    if options.gpu not in GPU_MODES:
+        raise UsageError(f"--gpu {options.gpu!r} is not one of {', '.join(GPU_MODES)}",
+                         "pick one of them")
+    if options.model is not None and not options.model.exists():
+        raise UsageError(f"--model {options.model}: no such file or folder",
+                         "give the model's folder on this host; it is mounted at /model")
+    if options.serve_env is not None and not options.serve_env.is_file():
+        raise UsageError(f"--serve-env {options.serve_env}: no such file",
+                         "give a node .env file (docs/reference/smoke.md)")
+
+
+def require_image(client: docker_engine.Client, plan: Plan) -> tuple[str, dict[str, Any]]:
+    """The id and attributes of the tag's image; it must exist and carry the plan's inputs."""
+    ref, build = plan.tag.image_ref, f"run `{command('build-image', plan.tag.name)}`"
+    if not docker_engine.image_exists(client, ref):
+        raise SmokeError(f"image {ref} does not exist in the Docker engine", build)
+    attrs = docker_engine.image_attrs(client, ref)
+    label = ((attrs.get("Config") or {}).get("Labels") or {}).get(INPUTS_LABEL)
+    if label != plan.inputs:
+        found = f"{label[:16]}..." if label else "none"
+        raise SmokeError(
+            f"image {ref} is out of date: its {INPUTS_LABEL} is {found}, "
+            f"the plan's is {plan.inputs[:16]}...", build)
+    return str(attrs["Id"]), attrs
+
+
+def entrypoint_of(attrs: dict[str, Any]) -> list[str]:
+    return [str(arg) for arg in (attrs.get("Config") or {}).get("Entrypoint") or []]
+
+
+def drop_stale_record(json_path: Path, xml_path: Path, image_id: str) -> bool:
+    """Remove the record of another image (a rebuilt tag's old one): it never stands for
+    this image, even if the run that follows ends early."""
+    try:
+        previous = json.loads(json_path.read_text()).get("image_id")
+    except (OSError, ValueError, AttributeError):
+        previous = None if not json_path.exists() else "unreadable"
+    if previous in (None, image_id):
+        return False
+    display.notice(f"smoke: removing {json_path.name}, the record of image {str(previous)[:19]}")
+    json_path.unlink(missing_ok=True)
+    xml_path.unlink(missing_ok=True)
+    return True
+
+
+def has_gpu_runtime(client: docker_engine.Client) -> bool:
+    return "nvidia" in (client.info().get("Runtimes") or {})
+
+
+def expected_values(plan: Plan, gpu: str, unavailable: str | None) -> dict[str, Any]:
+    """What the image must carry, as smoke_check.py reads it (the plan's part)."""
+    tag = plan.tag
+    return {
+        "tag": tag.name,
+        "inputs": plan.inputs,
+        "upstream": upstream_pin(tag.upstream),
+        "series": [{"name": s.name, "sha256": s.sha256} for s in plan.series],
+        "cuda_arch": tag.cuda_arch,
+        "sm_arch": tag.sm_arch,
+        "sass_loadable": wheelbuild.loadable_by(tag.sm_arch),
+        "other_arch": list(tag.kernels.other_arch) if tag.kernels else [],
+        "env": dict(tag.env),
+        # an upstream with runtime requirements (vLLM) compiles kernels on first use
+        "jit_required": tag.upstream.runtime_requirements is not None,
+        "gpu": {"mode": gpu, "unavailable": unavailable},
+    }
+
+
+def results_paths(config: Config, plan: Plan) -> tuple[Path, Path]:
+    folder = config.build_dir / "smoke"
+    return folder / f"{plan.tag.name}.json", folder / f"{plan.tag.name}.xml"
+
+
+def run_checker(client: docker_engine.Client, image_id: str, expected: dict[str, Any], gpus: bool,
+                log_path: Path,
+                volumes: dict[str, dict[str, str]] | None = None) -> list[dict[str, Any]]:
+    """Run smoke_check.py in a network-less container of the image; return its checks.
+    volumes: what an emulated container needs (emulation.cpu_sysfs)."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    files = {f"{CHECKER_DIR}/{name}": resources.path(name).read_bytes()
+             for name in CHECKER_FILES}  # copied in: the engine may be another machine's
+    result = docker_engine.run_container(
+        client, image_id, ["-B", f"{CHECKER_DIR}/{CHECKER_FILES[0]}", json.dumps(expected)],
+        entrypoint=[PYTHON_IN_IMAGE], copy_in=files, volumes=volumes,
+        network=False, log_path=log_path,  # its output: also the stage's log
+        device_requests=[dict(serving.ALL_GPUS)] if gpus else None,
+    )
+    checks = parse_checks(result.output)
+    if checks is None:
+        raise SmokeError(
+            f"the smoke checker in image {image_id[:19]} gave no result "
+            f"(exit {result.exit_code}): {' / '.join(result.tail(3).splitlines())}",
+            f"see {log_path}; the image needs {PYTHON_IN_IMAGE} (rebuild it with build-image)")
+    return checks
+
+
+def report(checks: list[dict[str, Any]]) -> None:
+    width = max((len(c["name"]) for c in checks), default=0)
+    for check in checks:
+        display.result(f"  {check['status']:<7}  {check['name']:<{width}}  "
+             f"{float(check.get('seconds', 0)):6.2f}s  {check.get('detail', '')}")
+
+
+def raise_if_failed(plan: Plan, checks: list[dict[str, Any]], json_path: Path) -> None:
+    failed = failed_names(checks)
+    if not failed:
+        return
+    if set(failed) <= GPU_CHECKS:
+        wanted = plan.tag.cuda_arch.rstrip("af")
+        remedy = (f"run on a host whose GPU has compute capability {wanted} and the NVIDIA "
+                  "container runtime, or pass --gpu auto")
+    elif all(name.startswith("serve-") for name in failed):
+        remedy = (f"read {json_path.with_name(f'{plan.tag.name}-serve.log')}; the checks' "
+                  "details in the record say what the server answered")
+    else:
+        remedy = (f"the image does not match versions.yaml or its wheels are broken: "
+                  f"rebuild it with `{command('build-image', plan.tag.name)}`")
+    raise SmokeError(f"smoke checks failed for {plan.tag.image_ref}: {', '.join(failed)} "
+                     f"(results: {json_path})", remedy)

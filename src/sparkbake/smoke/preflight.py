@@ -1,0 +1,106 @@
+"""check-env: a node's .env checked on the host with the image's own entrypoint and rules.
+
+images/entrypoint.py, images/preflight.py and images/preflight.json are what the image runs
+before exec; they are loaded here from the package resources, so the host applies exactly
+the image's rules and builds exactly its command. The tag's env (versions.yaml) lies under
+the file's values, as the image's ENV defaults do; the tag's series decide the rules about
+them.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import re
+import shlex
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from sparkbake import resources
+from sparkbake.config import envfile
+from sparkbake.config.versions import PypiUpstream, Tag
+from sparkbake.console.tools import echo
+from sparkbake.errors import ConfigError
+
+__all__ = ["check_env", "entrypoint", "evaluate", "image_facts", "locked_distributions",
+           "node_env", "report"]
+
+MODULE = "sparkbake_image_entrypoint"
+LOCKED = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==", re.MULTILINE)
+
+
+@functools.cache
+def entrypoint() -> ModuleType:
+    """images/entrypoint.py as a module; its `checks` attribute is images/preflight.py."""
+    spec = importlib.util.spec_from_file_location(MODULE, resources.path("entrypoint.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[MODULE] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def node_env(tag: Tag, env_file: envfile.EnvFile) -> dict[str, str]:
+    """What the container's environment will be: the tag's ENV defaults, then the file."""
+    return {**dict(tag.env), **env_file.values}
+
+
+def image_facts(tag: Tag, runtime_lock: Path | None = None) -> Any:
+    """What the host knows of the tag's image: the vLLM version of its upstream pin, the
+    backends' modules its runtime lock installs (unknown without one), its capabilities."""
+    upstream = tag.upstream
+    vllm = upstream.version if isinstance(upstream, PypiUpstream) and \
+        upstream.name == "vllm" else None
+    checks = entrypoint().checks
+    locked = locked_distributions(runtime_lock)
+    return checks.Image(
+        vllm=vllm,
+        modules=None if locked is None else checks.provided_modules(checks.load_rules(), locked),
+        capabilities=tag.capabilities.as_dict() if tag.capabilities else None)
+
+
+def locked_distributions(runtime_lock: Path | None) -> frozenset[str] | None:
+    """The distribution names a runtime lock pins (`name==version`); None without one."""
+    if runtime_lock is None or not runtime_lock.is_file():
+        return None
+    return frozenset(match.group(1) for match in
+                     LOCKED.finditer(runtime_lock.read_text(encoding="utf-8")))
+
+
+def evaluate(tag: Tag, env_file: envfile.EnvFile, proc_sys: Path,
+             runtime_lock: Path | None = None) -> list[Any]:
+    """The preflight findings for this node's file on this tag, in the rules' order."""
+    image = entrypoint()
+    env = image.effective_env(node_env(tag, env_file))
+    return list(image.checks.check(env, series=tag.series, proc_sys=proc_sys,
+                                   known=[name for name, _ in tag.env],
+                                   image=image_facts(tag, runtime_lock)))
+
+
+def report(env_file: envfile.EnvFile, findings: list[Any]) -> list[str]:
+    """Each finding as `file:line: level: message [rule]` and its reason."""
+    lines = [f"{env_file.path}:{later}: warning: {name} is set again (first on line "
+             f"{earlier}) [repeated-variable]\n  -> the last value wins, as in a shell"
+             for name, earlier, later in env_file.repeated]
+    return lines + [finding.lines(f"{env_file.where(finding.at)}: ") for finding in findings]
+
+
+def check_env(tag: Tag, path: Path, proc_sys: Path, show: bool,
+              runtime_lock: Path | None = None) -> int:
+    """Print the findings; raise ConfigError (exit 2) when one is an error. runtime_lock:
+    the tag's, which says what the image has installed (the backends' packages)."""
+    env_file = envfile.read(path)
+    findings = evaluate(tag, env_file, proc_sys, runtime_lock)
+    for line in report(env_file, findings):
+        print(line)
+    errors = [f for f in findings if f.level == "error"]
+    if errors:
+        raise ConfigError(f"{path}: {len(errors)} preflight error(s) for {tag.name}",
+                          "fix them: the image's entrypoint refuses to start vllm with them")
+    if show:
+        print(shlex.join(entrypoint().serve_command(node_env(tag, env_file))))
+    warnings = len(findings) + len(env_file.repeated)
+    echo(f"check-env: {path} passes for {tag.name} ({warnings} warning(s))")
+    return 0

@@ -1,0 +1,144 @@
+"""Serve checks (`smoke TAG --model PATH`): `vllm serve` started through the image's own
+entrypoint, from the suite's serve.env (or --serve-env), in a container with the GPUs and
+the model mounted read-only at /model; then probed from the host through a published port
+(serve_client). Without --model, or without a GPU, each check is reported with the reason."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sparkbake.config import envfile
+from sparkbake.config.versions import Tag
+from sparkbake.console.tools import step
+from sparkbake.oci.docker_engine import Client, started_container
+from sparkbake.smoke import preflight, serve_client
+from sparkbake.smoke.record import result, timed
+from sparkbake.smoke.sample_envs import Suite
+
+__all__ = ["ALL_GPUS", "Request", "names", "run", "serve_env"]
+
+ALL_GPUS = {"count": -1, "capabilities": [["gpu"]]}  # the SDK makes a DeviceRequest of it
+CONTAINER_PORT = 8000
+MODEL_MOUNT = "/model"
+BASE_CHECKS = ("serve-health", "serve-models", "serve-completion", "serve-metrics")
+
+
+@dataclass(frozen=True)
+class Request:
+    """What the serve checks were asked for, and what the engine offers."""
+
+    model: Path | None
+    env_file: Path | None  # --serve-env: instead of the suite's serve.env
+    timeout: float  # seconds for /health
+    gpu: str  # --gpu mode
+    unavailable: str | None  # why the engine offers no GPU, or None
+
+
+def names(tag: Tag) -> list[str]:
+    """The serve checks of a tag: `-vision` tags add an image request, tags with the
+    prefix-cache series the reference's prefix-cache check."""
+    return [*BASE_CHECKS, *(["serve-image"] if tag.name.endswith("-vision") else []),
+            *(["serve-prefix-cache"] if "prefix-cache" in tag.series else [])]
+
+
+def serve_env(suite: Suite, override: Path | None) -> dict[str, str]:
+    """The serve container's environment over the image's ENV: the file's values, with the
+    model, host and port the check needs."""
+    source = override or suite.serve_env
+    values = envfile.read(source).values if source else {}
+    return {**values, "MODEL": MODEL_MOUNT, "API_HOST": "0.0.0.0",
+            "API_PORT": str(CONTAINER_PORT)}
+
+
+def not_running(request: Request) -> tuple[str, str] | None:
+    """(status, why) when the serve checks cannot run."""
+    if request.model is None:
+        return "skipped", "no --model given"
+    if request.gpu == "skip":
+        return "skipped", "--gpu skip (vllm serve needs a GPU)"
+    if request.unavailable:
+        status = "failed" if request.gpu == "require" else "skipped"
+        return status, f"vllm serve needs a GPU: {request.unavailable}"
+    return None
+
+
+def flag(command: list[str], name: str, default: int) -> int:
+    """The last value given to a flag of the command (argparse keeps the last)."""
+    values = [command[i + 1] for i, word in enumerate(command[:-1]) if word == name]
+    return int(values[-1]) if values else default
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def run(client: Client, image_id: str, tag: Tag, suite: Suite, request: Request,
+        log_path: Path) -> list[dict[str, Any]]:
+    wanted = names(tag)
+    why = not_running(request)
+    if why is not None:
+        return [result(name, *why) for name in wanted]
+    assert request.model is not None
+    env = serve_env(suite, request.env_file)
+    try:
+        command = preflight.entrypoint().serve_command({**dict(tag.env), **env})
+    except ValueError as exc:
+        return [result(name, "failed", f"the serve env gives no command: {exc}")
+                for name in wanted]
+    port = free_port()
+    with step(f"serve {tag.image_ref} with {request.model}"), started_container(
+            client, image_id, [], environment=env, ports={f"{CONTAINER_PORT}/tcp":
+                                                          ("127.0.0.1", port)},
+            volumes={str(request.model.resolve()): {"bind": MODEL_MOUNT, "mode": "ro"}},
+            device_requests=[dict(ALL_GPUS)], ipc_mode="host") as box:
+        try:
+            server = serve_client.Server(f"http://127.0.0.1:{port}")
+            return probe(wanted, _checks(server, env, command, request, box))
+        finally:
+            log_path.parent.mkdir(parents=True, exist_ok=True)
+            log_path.write_bytes(box.logs())
+
+
+def _checks(server: serve_client.Server, env: dict[str, str], command: list[str],
+            request: Request, box: Any) -> dict[str, Callable[[], str]]:
+    model = env.get("SERVED_MODEL_NAME") or MODEL_MOUNT
+    block, dcp = flag(command, "--block-size", 16), flag(command,
+                                                          "--decode-context-parallel-size", 1)
+    return {
+        "serve-health": lambda: serve_client.check_health(server, request.timeout, exited(box)),
+        "serve-models": lambda: serve_client.check_models(server, model),
+        "serve-completion": lambda: serve_client.check_completion(server, model),
+        "serve-metrics": lambda: serve_client.check_metrics(server, model),
+        "serve-image": lambda: serve_client.check_image(server, model),
+        "serve-prefix-cache": lambda: serve_client.check_prefix_cache(server, model, block, dcp),
+    }
+
+
+def probe(wanted: list[str], checks: dict[str, Callable[[], str]]) -> list[dict[str, Any]]:
+    """Each wanted check in order; after a failed health check the rest are failed too."""
+    results: list[dict[str, Any]] = []
+    for name in wanted:
+        if results and results[0]["status"] != "passed":
+            results.append(result(name, "failed", "not run: the server did not become healthy"))
+        else:
+            results.append(timed(name, checks[name]))
+    return results
+
+
+def exited(box: Any) -> Callable[[], str | None]:
+    """A probe saying why the serve container has stopped, or None while it runs."""
+    def why() -> str | None:
+        box.reload()
+        if box.status not in ("exited", "dead"):
+            return None
+        lines = box.logs(tail=3).decode(errors="replace").strip().splitlines()
+        return f"container exited with {box.attrs['State'].get('ExitCode')}: " \
+               f"{lines[-1] if lines else 'no output'}"
+    return why

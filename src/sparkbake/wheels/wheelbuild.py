@@ -1,0 +1,330 @@
+"""wheels: build the patched tree's wheels in a builder container and check their kernels."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sparkbake import resources
+from sparkbake.bake.bases import BaseImage
+from sparkbake.config.settings import HostSettings, compile_cache_settings
+from sparkbake.config.versions import Tag
+from sparkbake.console import display
+from sparkbake.console.tools import echo, step
+from sparkbake.errors import BuildError
+from sparkbake.fetch import thirdparty
+from sparkbake.files import atomic_dir, scratch_dir
+from sparkbake.hashing import data_hash, file_sha256
+from sparkbake.oci import emulation
+from sparkbake.oci.docker_engine import Client, build_image, image_exists, run_container
+from sparkbake.patch.patches import PatchedTree
+from sparkbake.wheels import compile_cache, wheeloverlay, wheelversion
+from sparkbake.wheels.compile_errors import failure_summary
+
+__all__ = ["BuildRequest", "Jobs", "WheelSet", "build", "builder_image", "builder_ref",
+           "check_sass", "compile_jobs", "loadable", "loadable_by"]
+
+REPORT = "wheels.json"
+OOM_EXIT = 137
+FOR_KERNELS = ".for-kernel-cache"  # in a fresh wheels folder until the kernel cache takes it
+
+
+@dataclass(frozen=True)
+class WheelSet:
+    """Wheels of one build: wheels/<key>/*.whl and their report (sha256, SASS per kernel)."""
+
+    folder: Path
+    key: str
+    report: dict[str, Any]
+
+    @property
+    def wheels(self) -> list[dict[str, Any]]:
+        wheels: list[dict[str, Any]] = self.report["wheels"]
+        return wheels
+
+
+def builder_ref(base: BaseImage, lock: Path, settings: HostSettings) -> str:
+    """The engine's name of the builder image for a base and its lock (gc keeps these)."""
+    names = ("builder.Dockerfile.j2", *resources.BUILDER_FILES)
+    key = data_hash({"base": base.digest, "files": [resources.digest(n) for n in names],
+                     "lock": file_sha256(lock), "index": settings.index_url,
+                     "ca": bool(settings.ca_bundle)})
+    return f"sparkbake-builder/{base.name}:{key[:12]}"
+
+
+def builder_image(client: Client, base: BaseImage, lock: Path, settings: HostSettings,
+                  build_dir: Path) -> str:
+    """The builder image for a base and its lock, rendered from images/builder.Dockerfile.j2."""
+    ref = builder_ref(base, lock, settings)
+    if image_exists(client, ref):
+        return ref
+    with step(f"builder image {ref}"), scratch_dir(build_dir / "contexts", "builder.") as context:
+        (context / "Dockerfile").write_text(resources.render(
+            "builder.Dockerfile.j2", base_image=base.ref, ca_bundle=bool(settings.ca_bundle),
+            index_url=settings.index_url))
+        for name in resources.BUILDER_FILES:
+            shutil.copy(resources.path(name), context / name)
+        shutil.copy(lock, context / "builder.lock")
+        if settings.ca_bundle:
+            shutil.copy(settings.ca_bundle, context / "ca-bundle.crt")
+        build_image(client, context, ref, error=BuildError)
+    return ref
+
+
+@dataclass(frozen=True)
+class Jobs:
+    """How many compile jobs the builder runs, and why."""
+
+    max_jobs: int
+    nvcc_threads: int
+    reason: str
+
+
+def compile_jobs(info: dict[str, Any], settings: HostSettings) -> Jobs:
+    """Jobs from the memory the engine reports (a Spark's memory is shared with the GPU, and
+    too many nvcc jobs exhaust it), not from the core count alone."""
+    if settings.max_jobs:
+        return Jobs(settings.max_jobs, 1, "SPARKBAKE_MAX_JOBS")
+    memory = int(info.get("MemTotal", 0))
+    if settings.builder_memory:
+        memory = min(memory or _bytes(settings.builder_memory), _bytes(settings.builder_memory))
+    gib = memory / 2**30
+    cpus = int(info.get("NCPU", 1)) or 1
+    jobs = max(1, min(cpus, int(gib // settings.gib_per_job)))
+    return Jobs(jobs, 1, f"{gib:.0f} GiB / {settings.gib_per_job:g} GiB per job, {cpus} CPUs")
+
+
+def _bytes(size: str) -> int:
+    units = {"k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+    number, unit = size[:-1], size[-1].lower()
+    if unit not in units or not number.replace(".", "", 1).isdigit():
+        raise BuildError(f"SPARKBAKE_BUILDER_MEMORY={size!r} is not a size like 96g",
+                         "write a number with k, m, g or t")
+    return int(float(number) * units[unit])
+
+
+@dataclass(frozen=True)
+class BuildRequest:
+    """Everything one wheels build needs; `kernels` is the kernel cache entry of its key."""
+
+    tag: Tag
+    builder: str
+    patched: PatchedTree
+    folder: Path  # wheels/<wheels key>
+    kernels: Path  # wheels/kernels/<kernel key>
+    log: Path
+    jobs: Jobs
+    memory: str | None
+    source_date: int  # SOURCE_DATE_EPOCH of the tag
+    third_party: tuple[thirdparty.Fetched, ...] = ()  # CMake's downloads, fetched and verified
+    local_version: str = ""  # the local version part the wheels get (wheelversion)
+    pristine: Path | None = None  # the unpatched tree: the kernel cache's wheel is made of it
+
+
+def build(client: Client, request: BuildRequest) -> WheelSet:
+    """Build wheels into request.folder unless cached; reuse compiled kernels of the same
+    kernel key; check every kernel's SASS."""
+    tag, folder = request.tag, request.folder
+    report_path = folder / REPORT
+    if report_path.is_file():
+        display.cached("wheels", f"wheels: {tag.name} cached at wheels/{folder.name[:12]}")
+        return WheelSet(folder, folder.name, json.loads(report_path.read_text()))
+    reuse = _cached_kernel_wheel(request.kernels)
+    how = f"reusing kernels {request.kernels.name[:12]}" if reuse else "compiling kernels"
+    backend = compile_cache.reachable(compile_cache.choose(tag.cache, compile_cache_settings()))
+    echo(f"wheels: MAX_JOBS={request.jobs.max_jobs} ({request.jobs.reason}); {how}; "
+         f"compile cache: {backend.describe()}")
+    with step(f"wheels for {tag.name} ({tag.sm_arch})"), atomic_dir(folder) as out, \
+            compile_cache.container_args(client, backend, request.builder) as cache, \
+            emulation.cpu_sysfs(client, tag.platform) as cpu:
+        args = _container_args(request, out, reuse)
+        args["volumes"] |= cache.pop("volumes") | cpu
+        args["environment"] |= cache.pop("environment")
+        result = run_container(client, request.builder, [], network="network_mode" in cache,
+                               **args, **cache)
+        if result.exit_code != 0:
+            oom = result.oom_killed or result.exit_code == OOM_EXIT
+            raise _build_failure(request, OOM_EXIT if oom else result.exit_code, result.output)
+        built = json.loads((out / "build-report.json").read_text())
+        (out / "build-report.json").unlink()
+        if reuse is None:
+            _pristine_copy(built["wheels"], out, request)
+        built["wheels"] = _stamp(built["wheels"], out, request)
+        report = _report(tag, out, built)
+        report["local_version"] = request.local_version
+        report["kernels"] = {"key": request.kernels.name, "reused": reuse is not None}
+        report["jobs"] = {"MAX_JOBS": request.jobs.max_jobs,
+                          "NVCC_THREADS": request.jobs.nvcc_threads, "why": request.jobs.reason}
+        report["compile_cache"] = _cache_report(backend, built)
+        report["thirdparty"] = [{"name": f.locked.name, "url": f.locked.url, "ref": f.locked.ref,
+                                 "pin": f.locked.pin, "tree": f.locked.tree}
+                                for f in request.third_party]
+        check_sass(tag, report)
+        (out / REPORT).write_text(json.dumps(report, indent=2))
+    if reuse is None:
+        _store_kernels(request.kernels, folder, report)
+    return WheelSet(folder, folder.name, report)
+
+
+def _container_args(request: BuildRequest, out: Path, reuse: str | None) -> dict[str, Any]:
+    volumes = {str(request.patched.path): {"bind": "/src", "mode": "ro"},
+               str(out): {"bind": "/out", "mode": "rw"}}
+    environment = {"TORCH_CUDA_ARCH_LIST": request.tag.cuda_arch,
+                   "SPARKBAKE_TAG": request.tag.name,
+                   "MAX_JOBS": str(request.jobs.max_jobs),
+                   "NVCC_THREADS": str(request.jobs.nvcc_threads),
+                   # reproducible wheels: zip times, hash order (nvcc's intermediate names:
+                   # compile_cache, see README: Reproducibility)
+                   "SOURCE_DATE_EPOCH": str(request.source_date), "PYTHONHASHSEED": "0"}
+    sources, cmake = thirdparty.builder_args(request.third_party)
+    volumes |= sources
+    environment |= cmake
+    if reuse:
+        # vLLM's own switch: take the compiled extensions from a wheel instead of compiling
+        volumes[str(request.kernels)] = {"bind": "/kernels", "mode": "ro"}
+        environment |= {"VLLM_USE_PRECOMPILED": "1",
+                        "VLLM_PRECOMPILED_WHEEL_LOCATION": f"/kernels/{reuse}"}
+    limits = {}
+    if request.memory:
+        limits = {"mem_limit": request.memory, "memswap_limit": request.memory}
+    return {"volumes": volumes, "environment": environment, **limits}
+
+
+def _stamp(built: list[dict[str, Any]], out: Path,
+           request: BuildRequest) -> list[dict[str, Any]]:
+    """The upstream's wheels given the local version, on this host: one way for any build
+    backend (README: Versions)."""
+    return [{**wheel, "file": wheelversion.stamp(out / wheel["file"], request.local_version,
+                                                 request.source_date).name}
+            for wheel in built]
+
+
+def _cache_report(backend: compile_cache.Backend, built: dict[str, Any]) -> dict[str, Any]:
+    """The compile cache used and sccache's counts, printed and kept in wheels.json."""
+    used = built.get("sccache") or {}
+    stats = compile_cache.summary(used.get("stats"))
+    backend_text = used.get("backend") or backend.describe()
+    if stats:
+        rate = "-" if stats["hit_rate"] is None else f"{stats['hit_rate']:.0%}"
+        echo(f"compile cache ({backend_text}): {stats['hits']} hits, {stats['misses']} misses "
+             f"({rate}), {stats['compile_requests']} compile requests, {stats['errors']} errors")
+    else:
+        echo(f"compile cache ({backend_text}): no statistics")
+    return {"backend": backend.kind, "used": backend_text, "stats": stats}
+
+
+def _cached_kernel_wheel(entry: Path) -> str | None:
+    listing = entry / "kernels.json"
+    if not listing.is_file():
+        return None
+    wheel: str = json.loads(listing.read_text())["wheel"]
+    return wheel
+
+
+def _pristine_copy(built: list[dict[str, Any]], out: Path, request: BuildRequest) -> None:
+    """The first wheel with kernels as the pristine tree would give it (the series' changes
+    to its packages taken back, no local version): what the kernel cache keeps, so that a
+    later build of the same kernels is that wheel with its own series (kernelseed)."""
+    with_kernels = [w for w in built if w.get("kernels")]
+    if not with_kernels or request.pristine is None:
+        return
+    (out / FOR_KERNELS).mkdir()
+    wheeloverlay.overlay(out / with_kernels[0]["file"], request.patched.path, request.pristine,
+                         out / FOR_KERNELS, request.source_date)
+
+
+def _store_kernels(entry: Path, folder: Path, report: dict[str, Any]) -> None:
+    """Keep the first wheel that carries kernels, for builds whose kernel inputs are the same:
+    its pristine copy where there is one (`pristine`: a build may assemble its wheel from it
+    on this host), else the wheel (only the builder can reuse it, VLLM_USE_PRECOMPILED)."""
+    with_kernels = [w for w in report["wheels"] if w["kernels"]]
+    kept = sorted((folder / FOR_KERNELS).glob("*.whl"))
+    if with_kernels and not entry.exists():
+        wheel = kept[0] if kept else folder / with_kernels[0]["file"]
+        with atomic_dir(entry) as tmp:
+            shutil.copy(wheel, tmp / wheel.name)
+            (tmp / "kernels.json").write_text(json.dumps(
+                {"wheel": wheel.name, "sha256": file_sha256(wheel), "pristine": bool(kept),
+                 "kernels": with_kernels[0]["kernels"]}, indent=2))
+    shutil.rmtree(folder / FOR_KERNELS, ignore_errors=True)
+
+
+def _build_failure(request: BuildRequest, exit_code: int, output: str) -> BuildError:
+    name = request.tag.name
+    if exit_code == OOM_EXIT:
+        return BuildError(
+            f"the builder for {name} was killed (exit 137: out of memory) running "
+            f"MAX_JOBS={request.jobs.max_jobs}; log: {display.shown(request.log)}",
+            f"lower the job count: SPARKBAKE_MAX_JOBS={max(1, request.jobs.max_jobs // 2)} "
+            "(or raise SPARKBAKE_GIB_PER_JOB)",
+        )
+    heading, lines = failure_summary(output)  # the cause, not pip's last words
+    quoted = "".join(f"\n    {line}" for line in lines)
+    return BuildError(f"building wheels for {name} failed (exit {exit_code}); {heading}:"
+                      f"{quoted}\n  full log: {display.shown(request.log)}",
+                      "fix the error above (see the log)")
+
+
+def _report(tag: Tag, out: Path, built: dict[str, Any]) -> dict[str, Any]:
+    wheels = []
+    for wheel in built["wheels"]:
+        path = out / wheel["file"]
+        wheels.append({**wheel, "sha256": file_sha256(path),
+                       "name": wheel["file"].split("-", 1)[0]})
+    if not wheels:
+        raise BuildError(f"the build of {tag.name} produced no wheel", "check the build log")
+    return {"cuda_arch": tag.cuda_arch, "sm_arch": tag.sm_arch, "nvcc": built["nvcc"],
+            "wheels": wheels}
+
+
+SASS = re.compile(r"sm_(\d+)(\d)([af]?)")
+
+
+def loadable(sass: str, target: str) -> bool:
+    """Can a device of the target arch (e.g. sm_121a) load this cubin? Same major; a plain or
+    family (`f`) cubin of the same or a lower minor; an arch-specific (`a`) one of the same."""
+    have, want = SASS.fullmatch(sass), SASS.fullmatch(target)
+    if not have or not want or have[1] != want[1]:
+        return False
+    if have[3] == "a":
+        return have[2] == want[2]
+    return int(have[2]) <= int(want[2])
+
+
+def loadable_by(target: str) -> list[str]:
+    """Every SASS name a device of the target arch loads, e.g. sm_90a -> sm_90, sm_90a."""
+    major = SASS.fullmatch(target)
+    if major is None:
+        return [target]
+    names = (f"sm_{major[1]}{minor}{suffix}" for minor in range(10) for suffix in ("", "a", "f"))
+    return sorted(n for n in names if loadable(n, target))
+
+
+def check_sass(tag: Tag, report: dict[str, Any]) -> None:
+    """Every CUDA shared library must carry SASS that a device of the tag's arch loads,
+    but those a kernel seed declares as built for other devices."""
+    exempt = set(tag.kernels.other_arch if tag.kernels else ())
+    found = {k["path"] for w in report["wheels"] for k in w["kernels"]}
+    if exempt - found:
+        raise BuildError(f"kernels.other_arch of {tag.name} names libraries no wheel has: "
+                         f"{', '.join(sorted(exempt - found))}", "remove them from versions.yaml")
+    for wheel in report["wheels"]:
+        for kernel in wheel["kernels"]:
+            if kernel["path"] in exempt:
+                continue
+            usable = [sass for sass in kernel["sass"] if loadable(sass, tag.sm_arch)]
+            if not usable:
+                has = ", ".join(kernel["sass"]) or "none"
+                raise BuildError(
+                    f"{wheel['file']}: {kernel['path']} has no SASS a {tag.sm_arch} device "
+                    f"loads (has: {has})",
+                    f"build it for cuda_arch {tag.cuda_arch} (TORCH_CUDA_ARCH_LIST)",
+                )
+            if tag.sm_arch not in usable:
+                echo(f"kernels: {kernel['path']}: no {tag.sm_arch} SASS; taking "
+                     f"{', '.join(usable)}, which a {tag.sm_arch} device loads (same major "
+                     "version, a lower or equal minor, not arch-specific)")
