@@ -28,6 +28,7 @@ from sparkbake.config import versions as config_mod
 from sparkbake.oci import local_registry, ocilayout
 from sparkbake.pipeline import commands
 from sparkbake.pipeline import plan as plan_mod
+from sparkbake.pipeline.stages import Stage
 
 __all__ = ["main"]
 
@@ -98,7 +99,8 @@ def _build_and_publish(loaded: config_mod.Config, tag: config_mod.Tag,
                        port: int) -> dict[str, Any]:
     tag = loaded.tag(tag.name)
     timed: dict[str, Any] = {}
-    for stage, what in (("patch", "patch_s"), ("wheels", "wheels_s"), ("build-image", "bake_s")):
+    steps = ((Stage.PATCH, "patch_s"), (Stage.WHEELS, "wheels_s"), (Stage.BAKE, "bake_s"))
+    for stage, what in steps:
         timed[what] = _seconds(functools.partial(commands.run_until, loaded, tag, stage))
     timed["publish_s"] = _seconds(
         lambda: commands.publish(loaded, tag, f"127.0.0.1:{port}", force=True,

@@ -25,6 +25,7 @@ from bench import _machine
 from sparkbake.config import versions as config_mod
 from sparkbake.pipeline import commands
 from sparkbake.pipeline import plan as plan_mod
+from sparkbake.pipeline.stages import Stage
 
 __all__ = ["main"]
 
@@ -83,9 +84,9 @@ def _timed(loaded: config_mod.Config, tag: str, work: Path, kernels: Path | None
     plan = plan_mod.make(scratch, scratch.tag(tag))
     if kernels is not None:
         shutil.copytree(kernels, scratch.wheels_dir / "kernels" / plan.kernel_key)
-    commands.run_until(scratch, scratch.tag(tag), stage="patch")  # not timed: fetch, patch
+    commands.run_until(scratch, scratch.tag(tag), Stage.PATCH)  # not timed: fetch, patch
     start = time.perf_counter()
-    assert commands.run_until(scratch, scratch.tag(tag), stage="wheels") == 0
+    assert commands.run_until(scratch, scratch.tag(tag), Stage.WHEELS) == 0
     return time.perf_counter() - start
 
 

@@ -17,6 +17,7 @@ from sparkbake.housekeeping import cachetrim, tidy
 from sparkbake.lock import lockfiles as lock_mod
 from sparkbake.patch.patches import Options as PatchOptions
 from sparkbake.pipeline import commands, tags
+from sparkbake.pipeline.stages import BUILD, Stage
 from sparkbake.smoke.checks import Options as SmokeOptions
 
 __all__ = ["main"]
@@ -42,7 +43,8 @@ TAG_COMMANDS = {
 }
 
 
-STAGE_COMMANDS = ("fetch", "patch", "wheels", "build-image")
+# the build commands: each runs the build stages up to its own (build-image: all of them)
+STAGE_COMMANDS = {**{str(stage): stage for stage in BUILD[:-1]}, "build-image": Stage.BAKE}
 # the commands whose result is a record they also write to build/, and what it is called
 RECORD_COMMANDS = {"smoke": "smoke record", "publish": "release record",
                    "deploy": "deploy report"}
@@ -335,7 +337,8 @@ def _dispatch(args: argparse.Namespace) -> int:
                            keep=getattr(args, "keep", False),
                            checkout=getattr(args, "checkout", None))
     output = commands.Output(json=args.json, metadata_file=getattr(args, "metadata_file", None))
-    return commands.run_until(config, tag, stage=args.command, options=options, output=output)
+    return commands.run_until(config, tag, STAGE_COMMANDS[args.command], options=options,
+                              output=output)
 
 
 def _series_command(config: config_mod.Config, args: argparse.Namespace) -> int:

@@ -25,6 +25,7 @@ from sparkbake.hashing import file_sha256
 from sparkbake.oci import docker_engine, local_registry
 from sparkbake.pipeline import commands
 from sparkbake.pipeline import plan as plan_mod
+from sparkbake.pipeline.stages import Stage
 from sparkbake.smoke import checks
 from sparkbake.wheels import wheelbuild
 from tests.conftest import free_port
@@ -66,7 +67,7 @@ def built(docker_client: docker_engine.Client,
     work = tmp_path_factory.mktemp("arm64")
     loaded = dataclasses.replace(versions.load(REPO / "versions.yaml"), work=work)
     tag = loaded.tag(TAG)
-    assert commands.run_until(loaded, tag, "build-image") == 0
+    assert commands.run_until(loaded, tag, Stage.BAKE) == 0
     assert commands.smoke_tag(loaded, tag, checks.Options()) == 0
     port = free_port()
     local_registry.start(loaded, port)

@@ -18,6 +18,7 @@ import pytest
 from sparkbake.config import versions
 from sparkbake.pipeline import commands
 from sparkbake.pipeline import plan as plan_mod
+from sparkbake.pipeline.stages import Stage
 from sparkbake.series import patchtests
 from sparkbake.smoke import sample_envs
 from tests.nodeenv import reference_command
@@ -32,7 +33,7 @@ def real_vllm() -> tuple[Path, Path]:
     """The patch-tests venv's python and the patched tree (made here if not cached)."""
     loaded = versions.load(REPO / "versions.yaml")
     tag = loaded.tag("3.73-vision")
-    assert commands.run_until(loaded, tag, "patch") == 0
+    assert commands.run_until(loaded, tag, Stage.PATCH) == 0
     tree = loaded.build_dir / "patched" / plan_mod.make(loaded, tag).patch_key / "tree"
     venv = patchtests.environment(patchtests.require_lock(loaded, tag, tree),
                                   loaded.build_dir / "venvs")

@@ -15,7 +15,8 @@ from sparkbake.errors import ConfigError
 from sparkbake.fetch import sourcelock, thirdparty
 from sparkbake.fetch.cmake_sources import commands, discover
 from sparkbake.pipeline import plan
-from tests.conftest import versions_yaml
+from sparkbake.pipeline.stages import Stage
+from tests.conftest import TREE_UPSTREAM, versions_yaml
 
 CUTLASS = """\
 # a comment with FetchContent_Declare(fake GIT_REPOSITORY x GIT_TAG y)
@@ -156,8 +157,8 @@ def test_a_lock_with_a_short_commit_is_a_config_error(tmp_path: Path) -> None:
 
 def coverage_tag(tmp_path: Path) -> versions.Tag:
     (tmp_path / "upstream").mkdir()
-    (tmp_path / "versions.yaml").write_text(versions_yaml(
-        "localhost:5000/t", "linux/amd64", "  t: {upstream: tree, series: []}\n"))
+    (tmp_path / "versions.yaml").write_text(
+        versions_yaml(tags="  t: {upstream: tree, series: []}\n"))
     return versions.load(tmp_path / "versions.yaml").tag("t")
 
 
@@ -200,9 +201,8 @@ def test_the_builder_gets_fetchcontent_dirs_and_the_populate_forms_own_variables
 
 def test_cmake_skip_in_versions_yaml(tmp_path: Path) -> None:
     (tmp_path / "upstream").mkdir()
-    text = versions_yaml("localhost:5000/t", "linux/amd64", "  t: {upstream: tree, series: []}\n")
-    text = text.replace("    dir: upstream\n", "    dir: upstream\n    cmake_skip:\n"
-                        '      cmake/cpu_extension.cmake: "the CPU build\'s"\n')
+    text = versions_yaml(tags="  t: {upstream: tree, series: []}\n", upstreams=TREE_UPSTREAM + (
+        '    cmake_skip:\n      cmake/cpu_extension.cmake: "the CPU build\'s"\n'))
     (tmp_path / "versions.yaml").write_text(text)
     tag = versions.load(tmp_path / "versions.yaml").tag("t")
     assert tag.upstream.cmake_skip == (("cmake/cpu_extension.cmake", "the CPU build's"),)
@@ -221,6 +221,6 @@ def test_the_sources_lock_enters_the_kernel_and_wheels_keys(tmp_path: Path) -> N
     after = plan.make(loaded, tag)
     assert (after.fetch_key, after.patch_key) == (before.fetch_key, before.patch_key)
     assert after.kernel_key != before.kernel_key and after.wheels_key != before.wheels_key
-    assert after.stage_inputs["kernels"]["third-party sources"] == [f"cutlass@{'a' * 16}:"
+    assert after.stage_inputs[Stage.KERNELS]["third-party sources"] == [f"cutlass@{'a' * 16}:"
                                                                     f"{'b' * 16}"]
-    assert "third-party sources" not in before.stage_inputs["kernels"]
+    assert "third-party sources" not in before.stage_inputs[Stage.KERNELS]

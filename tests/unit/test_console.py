@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from sparkbake.console.display import Console, Verbosity, summary_lines
+from sparkbake.pipeline.stages import Stage
 
 
 class Terminal(io.StringIO):
@@ -24,7 +25,7 @@ def make(verbosity: Verbosity = Verbosity.NORMAL, tty: bool = False,
 def test_a_stage_is_one_line_and_its_output_goes_to_its_log(tmp_path: Path) -> None:
     console, stream = make()
     log = tmp_path / "logs" / "demo" / "fetch.log"
-    with console.stage("fetch", "ab" * 32, log):
+    with console.stage(Stage.FETCH, "ab" * 32, log):
         console.detail("+ git init -q")
         console.detail("Initialized empty repository\n")
     lines = stream.getvalue().splitlines()
@@ -36,23 +37,23 @@ def test_a_stage_is_one_line_and_its_output_goes_to_its_log(tmp_path: Path) -> N
 
 def test_a_cached_stage_says_cached(tmp_path: Path) -> None:
     console, stream = make()
-    with console.stage("patch", "k", tmp_path / "patch.log"):
-        console.cached("patch", "patch: demo cached at 3cb573e72aef")
+    with console.stage(Stage.PATCH, "k", tmp_path / "patch.log"):
+        console.cached(Stage.PATCH, "patch: demo cached at 3cb573e72aef")
     assert stream.getvalue().split()[:2] == ["patch", "cached"]
     assert console.runs[0].state == "cached"
 
 
 def test_another_stages_cache_hit_leaves_the_open_stage_ran(tmp_path: Path) -> None:
     console, stream = make()
-    with console.stage("smoke", "k", tmp_path / "smoke.log"):
-        console.cached("patch", "patch: demo cached at 3cb573e72aef")
+    with console.stage(Stage.SMOKE, "k", tmp_path / "smoke.log"):
+        console.cached(Stage.PATCH, "patch: demo cached at 3cb573e72aef")
     assert stream.getvalue().split()[:2] == ["smoke", "ran"]
 
 
 def test_a_failed_stage_names_its_log_and_the_error_goes_on(tmp_path: Path) -> None:
     console, stream = make(Verbosity.QUIET)
     log = tmp_path / "wheels.log"
-    with pytest.raises(RuntimeError), console.stage("wheels", "k", log):
+    with pytest.raises(RuntimeError), console.stage(Stage.WHEELS, "k", log):
         console.detail("nvcc: error")
         raise RuntimeError("compile failed")
     line = stream.getvalue().strip()
@@ -63,14 +64,14 @@ def test_a_failed_stage_names_its_log_and_the_error_goes_on(tmp_path: Path) -> N
 
 def test_an_interrupted_stage_says_so(tmp_path: Path) -> None:
     console, stream = make()
-    with pytest.raises(KeyboardInterrupt), console.stage("bake", "k", tmp_path / "bake.log"):
+    with pytest.raises(KeyboardInterrupt), console.stage(Stage.BAKE, "k", tmp_path / "bake.log"):
         raise KeyboardInterrupt
     assert stream.getvalue().split()[:2] == ["bake", "interrupted"]
 
 
 def test_verbose_streams_the_output_as_well(tmp_path: Path) -> None:
     console, stream = make(Verbosity.VERBOSE)
-    with console.stage("fetch", "k", tmp_path / "fetch.log"):
+    with console.stage(Stage.FETCH, "k", tmp_path / "fetch.log"):
         console.detail("+ git init -q")
     assert stream.getvalue().splitlines()[0] == "+ git init -q"
     assert (tmp_path / "fetch.log").read_text() == "+ git init -q\n"
@@ -78,7 +79,7 @@ def test_verbose_streams_the_output_as_well(tmp_path: Path) -> None:
 
 def test_quiet_shows_only_results(tmp_path: Path) -> None:
     console, stream = make(Verbosity.QUIET)
-    with console.stage("fetch", "k", tmp_path / "fetch.log"):
+    with console.stage(Stage.FETCH, "k", tmp_path / "fetch.log"):
         console.notice("warning: a moving ref")
         console.detail("+ git init -q")
     console.detail("outside a stage")
@@ -89,7 +90,7 @@ def test_quiet_shows_only_results(tmp_path: Path) -> None:
 
 def test_notices_are_shown_and_logged(tmp_path: Path) -> None:
     console, stream = make()
-    with console.stage("bake", "k", tmp_path / "bake.log"):
+    with console.stage(Stage.BAKE, "k", tmp_path / "bake.log"):
         console.notice("lock: locks/debian.amd64.txt missing: making it now")
     assert stream.getvalue().splitlines()[0].startswith("lock: locks/debian.amd64.txt missing")
     assert "making it now" in (tmp_path / "bake.log").read_text()
@@ -103,7 +104,7 @@ def test_outside_a_stage_details_are_shown_at_the_default(tmp_path: Path) -> Non
 
 def test_a_terminal_gets_a_live_line_that_ends_as_the_stage_line(tmp_path: Path) -> None:
     console, stream = make(tty=True, NO_COLOR="1")
-    with console.stage("wheels", "k", tmp_path / "wheels.log"):
+    with console.stage(Stage.WHEELS, "k", tmp_path / "wheels.log"):
         console.detail("[12/40] Building CUDA object csrc/scale.cu.o")
     shown = stream.getvalue()
     assert "\r\x1b[K" in shown  # the line is redrawn in place
@@ -114,7 +115,7 @@ def test_a_terminal_gets_a_live_line_that_ends_as_the_stage_line(tmp_path: Path)
 
 def test_under_ci_a_terminal_gets_plain_lines(tmp_path: Path) -> None:
     console, stream = make(tty=True, CI="true", NO_COLOR="1")
-    with console.stage("wheels", "k", tmp_path / "wheels.log"):
+    with console.stage(Stage.WHEELS, "k", tmp_path / "wheels.log"):
         console.detail("[12/40] Building CUDA object csrc/scale.cu.o")
     assert "\r" not in stream.getvalue()
     assert stream.getvalue().split()[:2] == ["wheels", "ran"]
@@ -122,19 +123,19 @@ def test_under_ci_a_terminal_gets_plain_lines(tmp_path: Path) -> None:
 
 def test_colour_only_on_a_terminal_without_no_color(tmp_path: Path) -> None:
     coloured, shown = make(tty=True, CI="true")
-    with coloured.stage("fetch", "k", tmp_path / "a.log"):
+    with coloured.stage(Stage.FETCH, "k", tmp_path / "a.log"):
         pass
     assert "\x1b[32mran" in shown.getvalue()
     plain, piped = make(tty=False)
-    with plain.stage("fetch", "k", tmp_path / "b.log"):
+    with plain.stage(Stage.FETCH, "k", tmp_path / "b.log"):
         pass
     assert "\x1b[" not in piped.getvalue()
 
 
 def test_stages_do_not_nest(tmp_path: Path) -> None:
     console, _ = make()
-    with console.stage("lock", "k", tmp_path / "lock.log"), \
-            console.stage("fetch", "f", tmp_path / "fetch.log"):
+    with console.stage(Stage.LOCK, "k", tmp_path / "lock.log"), \
+            console.stage(Stage.FETCH, "f", tmp_path / "fetch.log"):
         console.detail("inner")
     assert [run.name for run in console.runs] == ["lock"]
     assert (tmp_path / "lock.log").read_text() == "inner\n"
@@ -144,15 +145,15 @@ def test_stages_do_not_nest(tmp_path: Path) -> None:
 def test_the_output_hint_names_the_open_stages_log(tmp_path: Path) -> None:
     console, _ = make()
     assert console.output_hint() == "see the output above"
-    with console.stage("fetch", "k", tmp_path / "fetch.log"):
+    with console.stage(Stage.FETCH, "k", tmp_path / "fetch.log"):
         assert console.output_hint() == f"see its output in {tmp_path / 'fetch.log'}"
 
 
 def test_the_summary_has_stage_state_time_and_key(tmp_path: Path) -> None:
     console, _ = make()
-    for name in ("fetch", "patch"):
+    for name in (Stage.FETCH, Stage.PATCH):
         with console.stage(name, name * 10, tmp_path / f"{name}.log"):
-            console.cached("fetch", "hit")
+            console.cached(Stage.FETCH, "hit")
     table = summary_lines(console.runs, console)
     assert table[0].split() == ["stage", "state", "time", "key"]
     assert table[1].split()[:2] == ["fetch", "cached"] and table[1].endswith("fetchfetchfetchf")
@@ -162,7 +163,7 @@ def test_the_summary_has_stage_state_time_and_key(tmp_path: Path) -> None:
 
 def test_a_long_stage_says_it_is_still_running_in_plain_output(tmp_path: Path) -> None:
     console, stream = make()
-    with console.stage("wheels", "k", tmp_path / "wheels.log") as run:
+    with console.stage(Stage.WHEELS, "k", tmp_path / "wheels.log") as run:
         console.detail("[12/40] Building CUDA object csrc/scale.cu.o\n")
         console.tick(run)  # what the ticker thread does every few minutes
     lines = stream.getvalue().splitlines()
@@ -175,7 +176,7 @@ def test_a_long_stage_says_it_is_still_running_in_plain_output(tmp_path: Path) -
 
 def test_a_live_lines_clock_moves_while_the_tools_are_silent(tmp_path: Path) -> None:
     console, stream = make(tty=True, NO_COLOR="1")
-    with console.stage("bake", "k", tmp_path / "bake.log") as run:
+    with console.stage(Stage.BAKE, "k", tmp_path / "bake.log") as run:
         console.detail("docker load")
         before = stream.getvalue()
         console.tick(run)
@@ -185,7 +186,7 @@ def test_a_live_lines_clock_moves_while_the_tools_are_silent(tmp_path: Path) -> 
 
 def test_a_live_line_shows_the_last_line_of_a_chunk(tmp_path: Path) -> None:
     console, stream = make(tty=True, NO_COLOR="1")
-    with console.stage("bake", "k", tmp_path / "bake.log"):
+    with console.stage(Stage.BAKE, "k", tmp_path / "bake.log"):
         console.detail("Collecting tinykern\nSuccessfully installed tinykern-0.1.0\n")
         drawn = stream.getvalue().rsplit("\r\x1b[K", 1)[1]
     assert drawn.endswith("Successfully installed tinykern-0.1.0")

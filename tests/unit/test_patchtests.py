@@ -12,12 +12,13 @@ from sparkbake.config import settings, versions
 from sparkbake.errors import BuildError, ConfigError, PatchTestError
 from sparkbake.lock import lockfiles
 from sparkbake.pipeline import plan as plan_mod
+from sparkbake.pipeline.stages import Stage
 from sparkbake.series import patchtests
 from sparkbake.wheels import kernelseed, wheelbuild
-from tests.conftest import versions_yaml
+from tests.conftest import TREE_UPSTREAM, versions_yaml
 
 WHEEL = "tree-1.0-cp38-abi3-linux_x86_64.whl"
-CONFIG = versions_yaml(repository="r/x", platform="linux/amd64", tags=f"""\
+TAGS = f"""\
   t:
     upstream: tree
     series: [s]
@@ -25,7 +26,7 @@ CONFIG = versions_yaml(repository="r/x", platform="linux/amd64", tags=f"""\
     upstream: tree
     series: [s]
     kernels: {{wheel: {WHEEL}, sha256: {"e" * 64}}}
-""").replace('bookworm}}\n', 'bookworm}, python: "3.11"}\n')
+"""
 
 
 def patch_text(*paths: str) -> str:
@@ -36,7 +37,7 @@ def patch_text(*paths: str) -> str:
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    (tmp_path / "versions.yaml").write_text(CONFIG)
+    (tmp_path / "versions.yaml").write_text(versions_yaml(tags=TAGS))
     (tmp_path / "upstream" / "tests" / "core").mkdir(parents=True)
     (tmp_path / "upstream" / "tests" / "core" / "test_kept.py").write_text("")
     (tmp_path / "upstream" / "tests" / "helper.py").write_text("")
@@ -94,7 +95,7 @@ def test_the_patch_tests_environment_drops_the_callers_vllm_variables(
 def test_a_seeded_tag_refuses_patches_that_change_compiled_inputs(project: Path) -> None:
     loaded = versions.load(project / "versions.yaml")
     plan = plan_mod.make(loaded, loaded.tag("seeded"))
-    touched = plan.stage_inputs["kernels"]["kernel patches"]
+    touched = plan.stage_inputs[Stage.KERNELS]["kernel patches"]
     assert [p.split("@")[0] for p in touched] == ["s/0002-b.patch"]
     with pytest.raises(ConfigError) as caught:
         kernelseed.require_python_only(plan.tag, touched)
@@ -106,15 +107,14 @@ def test_a_seeded_tag_refuses_patches_that_change_compiled_inputs(project: Path)
 def test_the_seed_is_the_kernel_key_not_the_toolchain(project: Path) -> None:
     loaded = versions.load(project / "versions.yaml")
     seeded = plan_mod.make(loaded, loaded.tag("seeded"))
-    assert seeded.stage_inputs["kernels"]["seed"] == f"{WHEEL}@{'e' * 12}"
+    assert seeded.stage_inputs[Stage.KERNELS]["seed"] == f"{WHEEL}@{'e' * 12}"
     assert seeded.kernel_key != plan_mod.make(loaded, loaded.tag("t")).kernel_key
 
 
 def test_an_upstream_with_build_requirements_gets_its_own_lock_from_its_tree(
         project: Path) -> None:
-    text = (project / "versions.yaml").read_text()
-    (project / "versions.yaml").write_text(
-        text.replace("dir: upstream", "dir: upstream\n    build_requirements: build.txt"))
+    (project / "versions.yaml").write_text(versions_yaml(
+        tags=TAGS, upstreams=TREE_UPSTREAM + "    build_requirements: build.txt\n"))
     loaded = versions.load(project / "versions.yaml")
     tag = loaded.tag("t")
     assert lockfiles.lock_path(loaded, tag) == project / "locks" / "debian.tree.amd64.txt"
@@ -133,9 +133,8 @@ def test_an_upstream_with_build_requirements_gets_its_own_lock_from_its_tree(
 
 
 def test_a_runtime_lock_missing_or_made_from_another_file_is_refused(project: Path) -> None:
-    text = (project / "versions.yaml").read_text()
-    (project / "versions.yaml").write_text(
-        text.replace("dir: upstream", "dir: upstream\n    runtime_requirements: run.txt"))
+    (project / "versions.yaml").write_text(versions_yaml(
+        tags=TAGS, upstreams=TREE_UPSTREAM + "    runtime_requirements: run.txt\n"))
     loaded = versions.load(project / "versions.yaml")
     tag, tree = loaded.tag("t"), project / "upstream"
     path = lockfiles.runtime_lock_path(loaded, tag)

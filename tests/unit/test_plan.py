@@ -12,14 +12,15 @@ import pytest
 from sparkbake.config import versions as config_mod
 from sparkbake.config.versions import Config
 from sparkbake.errors import ConfigError
-from sparkbake.pipeline import commands
 from sparkbake.pipeline import plan as plan_mod
+from sparkbake.pipeline import status
 from sparkbake.pipeline.plan import SeriesInfo, StagePlan
+from sparkbake.pipeline.stages import Stage
 from tests.conftest import versions_yaml
 
 STAGES = ["fetch", "patch", "kernels", "wheels", "bake", "smoke", "publish"]
 
-CONFIG = versions_yaml(repository="localhost:5000/sparkbake-test", platform="linux/arm64", tags="""\
+CONFIG = versions_yaml(platform="linux/arm64", tags="""\
   main:
     upstream: tree
     series: [first, second]
@@ -264,7 +265,7 @@ def test_the_tag_name_goes_into_inputs_only(project: Path) -> None:
 
 def test_plan_key_and_series_label(project: Path) -> None:
     plan = make(project)
-    assert [plan.key(s) for s in ("fetch", "patch", "wheels", "bake")] == [
+    assert [plan.key(s) for s in (Stage.FETCH, Stage.PATCH, Stage.WHEELS, Stage.BAKE)] == [
         plan.fetch_key, plan.patch_key, plan.wheels_key, plan.inputs]
     assert plan.series_label() == (f"first@sha256:{plan.series[0].sha256},"
                                    f"second@sha256:{plan.series[1].sha256}")
@@ -291,7 +292,7 @@ def test_a_dir_upstream_that_does_not_exist_is_a_config_error(project: Path) -> 
 def test_render_json_is_valid_json_with_every_stage(project: Path) -> None:
     loaded = load(project)
     plan = plan_mod.make(loaded, loaded.tag("partial"))
-    stages = commands.stage_states(loaded, plan, client=None)
+    stages = status.stage_states(loaded, plan, client=None)
     doc = json.loads(plan_mod.render_json(plan, stages))
     assert doc["tag"] == "partial"
     assert doc["image"] == "localhost:5000/sparkbake-test:partial"
@@ -310,7 +311,7 @@ def test_render_json_is_valid_json_with_every_stage(project: Path) -> None:
 def test_stage_states_without_any_build(project: Path) -> None:
     loaded = load(project)
     plan = plan_mod.make(loaded, loaded.tag("main"))
-    states = {s.name: s.state for s in commands.stage_states(loaded, plan, client=None)}
+    states = {s.name: s.state for s in status.stage_states(loaded, plan, client=None)}
     assert states == {"fetch": "missing", "patch": "missing", "kernels": "missing",
                       "wheels": "missing", "bake": "unknown", "smoke": "missing",
                       "publish": "missing"}
@@ -322,15 +323,15 @@ def test_stage_states_see_cache_entries_under_the_config_folder(project: Path) -
     (project / "build" / "sources" / plan.fetch_key / "tree").mkdir(parents=True)
     (project / "build" / "smoke").mkdir(parents=True)
     (project / "build" / "smoke" / "main.json").write_text(json.dumps({"inputs": "other"}))
-    states = {s.name: s.state for s in commands.stage_states(loaded, plan, client=None)}
-    assert states["fetch"] == "cached"
-    assert states["smoke"] == "stale"
+    states = {s.name: s.state for s in status.stage_states(loaded, plan, client=None)}
+    assert states[Stage.FETCH] == "cached"
+    assert states[Stage.SMOKE] == "stale"
 
 
 def test_render_text_has_one_line_per_stage(project: Path) -> None:
     loaded = load(project)
     plan = plan_mod.make(loaded, loaded.tag("main"))
-    text = plan_mod.render_text(commands.stage_states(loaded, plan, client=None))
+    text = plan_mod.render_text(status.stage_states(loaded, plan, client=None))
     lines = text.splitlines()
     assert [line.split()[0] for line in lines] == STAGES
     assert lines[0].split()[1] == plan.fetch_key[:16]
@@ -338,8 +339,9 @@ def test_render_text_has_one_line_per_stage(project: Path) -> None:
 
 
 def test_render_text_aligns_columns() -> None:
-    stages = [StagePlan("a", "1" * 64, "cached", "x"), StagePlan("longer", "2" * 64, "missing")]
+    stages = [StagePlan(Stage.FETCH, "1" * 64, "cached", "x"),
+              StagePlan(Stage.PATCH_TESTS, "2" * 64, "missing")]
     assert plan_mod.render_text(stages) == (
-        f"a       {'1' * 16}  cached   x\n"
-        f"longer  {'2' * 16}  missing"
+        f"fetch        {'1' * 16}  cached   x\n"
+        f"patch-tests  {'2' * 16}  missing"
     )

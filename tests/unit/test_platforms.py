@@ -12,7 +12,8 @@ from sparkbake.bake import bases, elfcheck
 from sparkbake.config.versions import DebootstrapBase
 from sparkbake.errors import BakeError, EngineError
 from sparkbake.oci import emulation
-from sparkbake.pipeline import commands, plan
+from sparkbake.pipeline import plan, status
+from sparkbake.pipeline.stages import Stage
 from tests.conftest import Project
 
 # the first 20 bytes of an ELF header: class, byte order, then e_machine at offset 18
@@ -68,9 +69,9 @@ def test_every_key_of_an_arm64_tag_differs_from_its_amd64_twin(project: Project)
     amd64 = loaded.tag("fixture")
     arm64 = dataclasses.replace(amd64, platform="linux/arm64")
     one, other = plan.make(loaded, amd64), plan.make(loaded, arm64)
-    for stage in ("kernels", "wheels", "bake"):
+    for stage in (Stage.KERNELS, Stage.WHEELS, Stage.BAKE):
         assert one.key(stage) != other.key(stage), stage
-    assert one.key("patch") == other.key("patch")  # the tree is the same
+    assert one.key(Stage.PATCH) == other.key(Stage.PATCH)  # the tree is the same
 
 
 def test_plan_says_which_stages_run_emulated(project: Project) -> None:
@@ -79,11 +80,11 @@ def test_plan_says_which_stages_run_emulated(project: Project) -> None:
     other = "linux/arm64" if host == "linux/amd64" else "linux/amd64"
     native = dataclasses.replace(loaded.tag("fixture"), platform=host)
     foreign = dataclasses.replace(native, platform=other)
-    said = {tag.platform: {s.name: s.detail for s in commands.stage_states(
+    said = {tag.platform: {s.name: s.detail for s in status.stage_states(
         loaded, plan.make(loaded, tag), None)} for tag in (native, foreign)}
-    assert f"; emulated: {other} on {host}" in said[other]["wheels"]
-    assert f"; emulated: {other} on {host}" in said[other]["smoke"]
-    assert "(venv made emulated, files native)" in said[other]["bake"]
+    assert f"; emulated: {other} on {host}" in said[other][Stage.WHEELS]
+    assert f"; emulated: {other} on {host}" in said[other][Stage.SMOKE]
+    assert "(venv made emulated, files native)" in said[other][Stage.BAKE]
     assert not any("emulated" in detail for detail in said[host].values())
 
 

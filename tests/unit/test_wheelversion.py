@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from sparkbake.pipeline.stages import Stage
 from sparkbake.wheels import wheelversion
 from tests.conftest import Project
 
@@ -38,9 +39,9 @@ def test_the_local_part_follows_pep_440() -> None:
 def test_the_local_part_is_the_patch_key_and_none_without_patches(project: Project) -> None:
     plan = project.plan("fixture")
     assert plan.local_version == f"sb.{plan.patch_key[:8]}"
-    assert plan.stage_inputs["wheels"]["local version"] == "sb.<patch key[:8]>"
+    assert plan.stage_inputs[Stage.WHEELS]["local version"] == "sb.<patch key[:8]>"
     plain = project.plan("fixture-plain")
-    assert (plain.local_version, plain.stage_inputs["wheels"]["local version"]) == ("", "none")
+    assert (plain.local_version, plain.stage_inputs[Stage.WHEELS]["local version"]) == ("", "none")
 
 
 def test_a_patch_edit_changes_the_local_part(project: Project) -> None:

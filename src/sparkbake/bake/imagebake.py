@@ -39,6 +39,7 @@ from sparkbake.oci.docker_engine import (
 )
 from sparkbake.patch.patches import PatchedTree
 from sparkbake.pipeline.plan import Plan, upstream_pin
+from sparkbake.pipeline.stages import Stage
 from sparkbake.wheels.wheelbuild import WheelSet
 
 __all__ = ["Baked", "bake", "find", "is_current", "labels", "manifest"]
@@ -148,7 +149,7 @@ def bake(client: Client, plan: Plan, base: BaseImage, wheels: WheelSet, patched:
     runtime_wheels the wheelhouse of the tag's runtime lock, if it has one."""
     current = find(build_dir, plan) if load and is_current(client, plan, build_dir) else None
     if current is not None:
-        display.cached("bake", f"bake: {current.ref} is current (inputs {plan.inputs[:12]}), "
+        display.cached(Stage.BAKE, f"bake: {current.ref} is current (inputs {plan.inputs[:12]}), "
                        "nothing to do")
         return current
     layout = ocilayout.Layout(build_dir / "oci")

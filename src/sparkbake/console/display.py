@@ -18,13 +18,14 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, TextIO
+from typing import TextIO
+
+from sparkbake.pipeline.stages import RunState, Stage
 
 __all__ = ["Console", "StageRun", "Verbosity", "cached", "configure", "current", "detail",
            "notice", "open_log", "output_hint", "result", "shown", "stage", "summary_lines"]
 
-StageState = Literal["ran", "cached", "failed", "interrupted"]
-COLOURS = {"ran": "32", "cached": "36", "failed": "31", "interrupted": "33"}
+COLOURS: dict[RunState, str] = {"ran": "32", "cached": "36", "failed": "31", "interrupted": "33"}
 REDRAW_SECONDS = 0.1  # a live line is redrawn at most this often: a compile writes fast
 TICK_SECONDS = 1.0  # a live line's clock moves while its tools are silent
 PROGRESS_SECONDS = 300.0  # plain output: a long stage says it is still running this often
@@ -40,10 +41,10 @@ class Verbosity(enum.IntEnum):
 class StageRun:
     """One stage of this run: where its output went, and how it ended."""
 
-    name: str
+    name: Stage
     key: str
     log: Path
-    state: StageState = "ran"
+    state: RunState = "ran"
     seconds: float = 0.0
 
     def to_json(self) -> dict[str, object]:
@@ -129,7 +130,7 @@ class Console:
             return f"see its output in {shown(self._open.log)}"
         return "see the output above"
 
-    def cached(self, stage: str, text: str) -> None:
+    def cached(self, stage: Stage, text: str) -> None:
         """The stage found its output in the cache: where it is the open one (smoke reads
         the patch stage's cache, and stays `ran`), it is `cached`, not `ran`."""
         with self._lock:
@@ -138,7 +139,7 @@ class Console:
         self.detail(text)
 
     @contextlib.contextmanager
-    def stage(self, name: str, key: str, log: Path) -> Iterator[StageRun]:
+    def stage(self, name: Stage, key: str, log: Path) -> Iterator[StageRun]:
         """Run a stage: its output to log (written anew), one line when it ends. Stages do
         not nest: an inner stage's lines go to the outer one's log."""
         if self._open is not None:
@@ -229,7 +230,7 @@ class Console:
         """A stage's name, state and time: its line, and the summary's row but the key."""
         return f"{run.name:<11} {self.paint(run.state, f'{run.state:<11}')} {run.seconds:7.1f}s"
 
-    def paint(self, state: str, text: str) -> str:
+    def paint(self, state: RunState, text: str) -> str:
         code = COLOURS.get(state)
         return f"\x1b[{code}m{text}\x1b[0m" if self.colour and code else text
 
@@ -272,7 +273,7 @@ def result(text: str) -> None:
     current.result(text)
 
 
-def cached(stage: str, text: str) -> None:
+def cached(stage: Stage, text: str) -> None:
     current.cached(stage, text)
 
 
@@ -284,5 +285,5 @@ def output_hint() -> str:
     return current.output_hint()
 
 
-def stage(name: str, key: str, log: Path) -> contextlib.AbstractContextManager[StageRun]:
+def stage(name: Stage, key: str, log: Path) -> contextlib.AbstractContextManager[StageRun]:
     return current.stage(name, key, log)

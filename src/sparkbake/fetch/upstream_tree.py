@@ -19,6 +19,7 @@ from sparkbake.console.tools import echo, run
 from sparkbake.errors import ConfigError, EngineError, FatalError
 from sparkbake.files import atomic_dir
 from sparkbake.hashing import file_sha256
+from sparkbake.pipeline.stages import Stage
 
 __all__ = ["DEFAULT_SOURCE_DATE", "download", "fetch", "index_url_of", "sdist_url",
            "source_date"]
@@ -31,8 +32,8 @@ DATE_FILE = "source-date-epoch"  # beside a git tree: its commit time
 def fetch(upstream: Upstream, entry: Path, settings: HostSettings) -> Path:
     """Make entry/tree the pristine upstream tree unless it is already cached; return it."""
     tree = entry / "tree"
-    if tree.is_dir() and (not isinstance(upstream, GitUpstream) or (entry / DATE_FILE).is_file()):
-        display.cached("fetch", f"fetch: {upstream.key} cached at {entry.name[:12]}")
+    if is_fetched(upstream, entry):
+        display.cached(Stage.FETCH, f"fetch: {upstream.key} cached at {entry.name[:12]}")
         return tree
     with atomic_dir(entry) as tmp:
         if isinstance(upstream, PypiUpstream):
@@ -42,6 +43,13 @@ def fetch(upstream: Upstream, entry: Path, settings: HostSettings) -> Path:
         else:
             _copy_dir(upstream, tmp / "tree")
     return tree
+
+
+def is_fetched(upstream: Upstream, entry: Path) -> bool:
+    """Is the fetch stage's entry complete? A git tree needs its commit time beside it (the
+    source date). The stage skips it, and `plan` says cached, on this one test."""
+    return (entry / "tree").is_dir() and (not isinstance(upstream, GitUpstream)
+                                          or (entry / DATE_FILE).is_file())
 
 
 def _copy_dir(upstream: DirUpstream, dest: Path) -> None:

@@ -23,6 +23,7 @@ from sparkbake.hashing import tree_hash
 from sparkbake.patch import gitapply, gitwork, patchsyntax
 from sparkbake.patch.gitapply import Outcome
 from sparkbake.pipeline.plan import Plan, SeriesInfo, upstream_pin
+from sparkbake.pipeline.stages import Stage
 from sparkbake.series import lint
 
 __all__ = ["Options", "PatchedTree", "apply", "check_safety", "describe_pin", "message"]
@@ -57,13 +58,19 @@ def apply(plan: Plan, pristine: Path, entry: Path, options: Options = Options())
             options.checkout.iterdir()):
         raise UsageError(f"--checkout {options.checkout}: the folder is not empty",
                          "name a new or empty folder")
-    if _record(entry).get("format") == FORMAT:
+    if is_patched(entry):
         done = _cached(plan, entry, options)
     else:  # missing, or made by an older sparkbake: made anew
         done = _apply(plan, pristine, entry, options)
     if options.checkout is not None:
         checkout(entry, options.checkout)
     return done
+
+
+def is_patched(entry: Path) -> bool:
+    """Is the patch stage's entry complete, and made by this sparkbake's format? The stage
+    skips it, and `plan` says cached, on this one test."""
+    return _record(entry).get("format") == FORMAT
 
 
 def _record(entry: Path) -> dict[str, Any]:
@@ -80,7 +87,7 @@ def _cached(plan: Plan, entry: Path, options: Options) -> PatchedTree:
     if skipped and not options.skip_applied:
         first = skipped[0]
         raise _upstream_error(plan, f"{first['series']}/{first.get('file') or first['url']}")
-    display.cached("patch", f"patch: {plan.tag.name} cached at {entry.name[:12]}"
+    display.cached(Stage.PATCH, f"patch: {plan.tag.name} cached at {entry.name[:12]}"
          + (f" ({len(skipped)} already-upstream patch(es) skipped)" if skipped else ""))
     return PatchedTree(entry / "tree", plan.patch_key, record["tree_hash"])
 

@@ -28,6 +28,7 @@ from sparkbake.fetch.remote_patches import RemotePatch
 from sparkbake.hashing import data_hash, file_sha256, tree_hash
 from sparkbake.lock import lockfiles
 from sparkbake.oci import ocilayout
+from sparkbake.pipeline.stages import PlanState, Stage
 from sparkbake.wheels import wheelfile, wheelversion
 
 __all__ = [
@@ -80,9 +81,9 @@ class SeriesInfo:
 
 @dataclass(frozen=True)
 class StagePlan:
-    name: str
+    name: Stage
     key: str
-    state: str  # cached | missing | unknown | blocked
+    state: PlanState
     detail: str = ""
 
 
@@ -97,15 +98,16 @@ class Plan:
     wheels_key: str
     inputs: str  # the bake key: the hash of everything that goes into the image
     # what each stage's key covers, by name, to say what changed since the last build
-    stage_inputs: dict[str, dict[str, Any]] = field(default_factory=dict, compare=False,
+    stage_inputs: dict[Stage, dict[str, Any]] = field(default_factory=dict, compare=False,
                                                     hash=False)
     # the local version part the wheels carry (wheelversion): "" for a tag without patches
     local_version: str = ""
     remedies: tuple[str, ...] = ()  # what to do about each of problems, in its order
 
-    def key(self, stage: str) -> str:
-        return {"fetch": self.fetch_key, "patch": self.patch_key, "kernels": self.kernel_key,
-                "wheels": self.wheels_key, "bake": self.inputs}[stage]
+    def key(self, stage: Stage) -> str:
+        return {Stage.FETCH: self.fetch_key, Stage.PATCH: self.patch_key,
+                Stage.KERNELS: self.kernel_key, Stage.WHEELS: self.wheels_key,
+                Stage.BAKE: self.inputs}[stage]
 
     def series_label(self) -> str:
         return ",".join(f"{s.name}@sha256:{s.sha256}" for s in self.series)
@@ -180,7 +182,7 @@ def make(config: Config, tag: Tag) -> Plan:
             problems.append(exc.message)
             remedies.append(exc.remedy)
     fetch_key = data_hash({"upstream": upstream_pin(tag.upstream)})
-    patch_key = data_hash({"fetch": fetch_key, "series": [(s.name, s.patches) for s in series],
+    patch_key = data_hash({Stage.FETCH: fetch_key, "series": [(s.name, s.patches) for s in series],
                            "missing": problems})
     local = wheelversion.local_part(patch_key, any(s.patches for s in series))
     toolchain = {
@@ -195,33 +197,33 @@ def make(config: Config, tag: Tag) -> Plan:
         toolchain["third-party sources"] = third_party
     kernel_patches = [f"{s.name}/{name}@{sha[:12]}" for s in series for name, sha in s.patches
                       if _may_touch_kernels(s.path(name))]
-    stage_inputs: dict[str, dict[str, Any]] = {
-        "fetch": {"upstream": upstream_pin(tag.upstream)},
-        "patch": {"patches": [f"{s.name}/{name}@{sha[:12]}" for s in series
+    stage_inputs: dict[Stage, dict[str, Any]] = {
+        Stage.FETCH: {"upstream": upstream_pin(tag.upstream)},
+        Stage.PATCH: {"patches": [f"{s.name}/{name}@{sha[:12]}" for s in series
                               for name, sha in s.patches], "missing": problems},
-        "kernels": {"kernel patches": kernel_patches, **toolchain},
+        Stage.KERNELS: {"kernel patches": kernel_patches, **toolchain},
         # the version scheme, not its value: the patch key is in the wheels key already
-        "wheels": {**toolchain, "local version": wheelversion.SCHEME if local else "none",
+        Stage.WHEELS: {**toolchain, "local version": wheelversion.SCHEME if local else "none",
                    "kernel reuse": tag.upstream.kernel_reuse,
                    "wheel format": wheelfile.FORMAT},  # how this host writes a wheel
-        "bake": {"runtime": base_identity(tag.runtime), "platform": tag.platform,
+        Stage.BAKE: {"runtime": base_identity(tag.runtime), "platform": tag.platform,
                  "env": tag.env, "tag": tag.name,
                  "runtime lock": _digest_or_none(lockfiles.runtime_lock_path(config, tag)),
-                 "bake": [ocilayout.FORMAT, *map(resources.digest, _bake_resources())],
+                 Stage.BAKE: [ocilayout.FORMAT, *map(resources.digest, _bake_resources())],
                  "entrypoint": resources.digest("entrypoint.py"),
                  # what the image's preflight enforces (versions.yaml capabilities)
                  **({"capabilities": tag.capabilities.as_dict()} if tag.capabilities else {})},
     }
     if tag.kernels:  # a published wheel's kernels stand for the upstream's: nothing compiles
-        stage_inputs["kernels"] = {"kernel patches": kernel_patches,
+        stage_inputs[Stage.KERNELS] = {"kernel patches": kernel_patches,
                                    "seed": f"{tag.kernels.wheel}@{tag.kernels.sha256[:12]}",
                                    "platform": tag.platform}
-    kernel_key = data_hash({"fetch": fetch_key, "seed": stage_inputs["kernels"]["seed"],
+    kernel_key = data_hash({Stage.FETCH: fetch_key, "seed": stage_inputs[Stage.KERNELS]["seed"],
                             "platform": tag.platform}
                            if tag.kernels else
-                           {"fetch": fetch_key, "patches": kernel_patches, **toolchain})
-    wheels_key = data_hash({"patch": patch_key, **stage_inputs["wheels"]})
-    inputs = data_hash({"wheels": wheels_key, **stage_inputs["bake"]})
+                           {Stage.FETCH: fetch_key, "patches": kernel_patches, **toolchain})
+    wheels_key = data_hash({Stage.PATCH: patch_key, **stage_inputs[Stage.WHEELS]})
+    inputs = data_hash({Stage.WHEELS: wheels_key, **stage_inputs[Stage.BAKE]})
     return Plan(tag=tag, series=tuple(series), problems=tuple(problems), fetch_key=fetch_key,
                 patch_key=patch_key, kernel_key=kernel_key, wheels_key=wheels_key,
                 inputs=inputs, stage_inputs=stage_inputs, local_version=local,
@@ -305,6 +307,6 @@ def render_json(plan: Plan, stages: list[StagePlan]) -> str:
         "series": [{"name": s.name, "sha256": s.sha256} for s in plan.series],
         "local_version": plan.local_version,
         "problems": list(plan.problems),
-        "sources": plan.stage_inputs["wheels"].get("third-party sources", []),
+        "sources": plan.stage_inputs[Stage.WHEELS].get("third-party sources", []),
         "stages": [asdict(s) for s in stages],
     }, indent=2)

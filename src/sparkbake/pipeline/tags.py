@@ -3,41 +3,60 @@ stands (built, smoked, published for its current inputs), from the same states a
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from sparkbake.config.versions import Config
-from sparkbake.pipeline import commands
+from sparkbake.pipeline import commands, status
 from sparkbake.pipeline import plan as plan_mod
+from sparkbake.pipeline.stages import Stage
 
-__all__ = ["report", "rows"]
+__all__ = ["TagRow", "report", "rows"]
 
-STATES = {"bake": "built", "smoke": "smoked", "publish": "published"}
+Said = Literal["yes", "no", "?"]  # ?: unknown (no engine)
 
 
-def rows(config: Config) -> list[dict[str, Any]]:
-    """One row per tag, in versions.yaml's order; a state is yes, no or ? (no engine)."""
+@dataclass(frozen=True)
+class TagRow:
+    """A tag and whether it is built, smoked and published for its current inputs."""
+
+    tag: str
+    platform: str
+    series: tuple[str, ...]
+    built: Said
+    smoked: Said
+    published: Said
+
+    def to_json(self) -> dict[str, Any]:
+        """The row as `tags --json` prints it."""
+        return dataclasses.asdict(self)
+
+
+def rows(config: Config) -> list[TagRow]:
+    """One row per tag, in versions.yaml's order."""
     client = commands.engine_or_none()
     found = []
     for tag in config.tags.values():
         plan = plan_mod.make(config, tag)
-        states = {s.name: s.state for s in commands.stage_states(config, plan, client)}
-        found.append({"tag": tag.name, "platform": tag.platform, "series": list(tag.series),
-                      **{word: _said(states[stage]) for stage, word in STATES.items()}})
+        said = {s.name: _said(s.state) for s in status.stage_states(config, plan, client)}
+        found.append(TagRow(tag.name, tag.platform, tag.series, built=said[Stage.BAKE],
+                            smoked=said[Stage.SMOKE], published=said[Stage.PUBLISH]))
     return found
 
 
-def _said(state: str) -> str:
-    return {"cached": "yes", "unknown": "?"}.get(state, "no")
+def _said(state: str) -> Said:
+    return "yes" if state == "cached" else "?" if state == "unknown" else "no"
 
 
 def report(config: Config, as_json: bool) -> str:
     listed = rows(config)
     if as_json:
-        return json.dumps(listed, indent=2)
-    table = [["tag", "platform", "series", *STATES.values()]]
-    table += [[row["tag"], row["platform"], ",".join(row["series"]) or "-",
-               *(row[word] for word in STATES.values())] for row in listed]
+        return json.dumps([row.to_json() for row in listed], indent=2)
+    table = [["tag", "platform", "series", "built", "smoked", "published"]]
+    table += [[row.tag, row.platform, ",".join(row.series) or "-", row.built, row.smoked,
+               row.published] for row in listed]
     widths = [max(len(line[column]) for line in table) for column in range(len(table[0]))]
     return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(line, widths,
                                                                       strict=True)).rstrip()

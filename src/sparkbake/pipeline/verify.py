@@ -26,7 +26,8 @@ from sparkbake.oci.distribution import Session
 from sparkbake.pipeline.plan import Plan
 from sparkbake.publish import push
 
-__all__ = ["SHOWN", "Side", "compare", "conclude", "original", "render", "summary"]
+__all__ = ["SHOWN", "FileChange", "KeyChange", "LayerChange", "Report", "Side", "compare",
+           "conclude", "original", "render", "summary"]
 
 SHOWN = 12  # differing files printed per layer; the JSON report has them all
 DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
@@ -38,6 +39,65 @@ class Side:
 
     layout: ocilayout.Layout
     image: ocilayout.Descriptor
+
+
+@dataclass(frozen=True)
+class KeyChange:
+    """A config key whose value differs: the JSON of each side (None: the side lacks it)."""
+
+    key: str
+    original: str | None
+    rebuilt: str | None
+
+
+@dataclass(frozen=True)
+class FileChange:
+    """A path of a layer that differs (None: the side lacks it)."""
+
+    path: str
+    original: layers.Entry | None
+    rebuilt: layers.Entry | None
+
+
+@dataclass(frozen=True)
+class LayerChange:
+    """A layer whose blob differs (None: the side has no such layer). No file differs when
+    the note says why the blobs still do."""
+
+    index: int
+    made_by: str
+    original: ocilayout.Descriptor | None
+    rebuilt: ocilayout.Descriptor | None
+    files: tuple[FileChange, ...] = ()
+    note: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        found: dict[str, Any] = {
+            "index": self.index, "made_by": self.made_by,
+            **{name: {"digest": blob.digest, "size": blob.size} if blob else None
+               for name, blob in (("original", self.original), ("rebuilt", self.rebuilt))},
+            "files": [dataclasses.asdict(change) for change in self.files],
+        }
+        if self.note:
+            found["note"] = self.note
+        return found
+
+
+@dataclass(frozen=True)
+class Report:
+    """Whether the digests are equal, and what differs where."""
+
+    equal: bool
+    original: str  # the manifest digests
+    rebuilt: str
+    config: tuple[KeyChange, ...]
+    layers: tuple[LayerChange, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        """build/verify/<tag>.json."""
+        return {"equal": self.equal, "original": self.original, "rebuilt": self.rebuilt,
+                "config": [dataclasses.asdict(change) for change in self.config],
+                "layers": [change.to_json() for change in self.layers]}
 
 
 def original(config: Config, plan: Plan, against: str | None) -> Side:
@@ -75,36 +135,34 @@ def _repository(config: Config, plan: Plan, digest: str) -> str:
     return plan.tag.repository
 
 
-def conclude(config: Config, plan: Plan, report: dict[str, Any]) -> str:
+def conclude(config: Config, plan: Plan, report: Report) -> str:
     """Write build/verify/<tag>.json, print the differences; raise if there are any."""
     path = config.build_dir / "verify" / f"{plan.tag.name}.json"
-    atomic_write(path, json.dumps(report, indent=2) + "\n")
+    atomic_write(path, json.dumps(report.to_json(), indent=2) + "\n")
     for line in render(report):
         echo(line)
-    if not report["equal"]:
+    if not report.equal:
         raise ReproducibilityError(
-            f"{plan.tag.name} rebuilt as {report['rebuilt']}, not {report['original']}: "
+            f"{plan.tag.name} rebuilt as {report.rebuilt}, not {report.original}: "
             f"{summary(report)}",
             f"the report: {path}; make what it names deterministic "
             "(docs/explanation/reproducibility.md)")
-    return f"verified {plan.tag.name}: a clean rebuild gives {report['rebuilt']}, bit for bit"
+    return f"verified {plan.tag.name}: a clean rebuild gives {report.rebuilt}, bit for bit"
 
 
-def compare(original: Side, rebuilt: Side) -> dict[str, Any]:
+def compare(original: Side, rebuilt: Side) -> Report:
     """The report: whether the digests are equal, and what differs where."""
-    docs = [side.layout.read_json(side.image.digest) for side in (original, rebuilt)]
-    configs = [side.layout.read_json(doc["config"]["digest"])
-               for side, doc in zip((original, rebuilt), docs, strict=True)]
-    report: dict[str, Any] = {
-        "equal": original.image.digest == rebuilt.image.digest,
-        "original": original.image.digest, "rebuilt": rebuilt.image.digest,
-        "config": _config_changes(*configs), "layers": [],
-    }
-    if not report["equal"]:
-        count = max(len(docs[0]["layers"]), len(docs[1]["layers"]))
-        report["layers"] = [change for index in range(count)
-                            if (change := _layer_change(index, original, rebuilt, docs, configs))]
-    return report
+    manifests = [side.layout.read_manifest(side.image.digest) for side in (original, rebuilt)]
+    configs = [side.layout.read_json(manifest.config.digest)
+               for side, manifest in zip((original, rebuilt), manifests, strict=True)]
+    equal = original.image.digest == rebuilt.image.digest
+    changes: tuple[LayerChange, ...] = ()
+    if not equal:
+        count = max(len(manifest.layers) for manifest in manifests)
+        changes = tuple(change for index in range(count) if (
+            change := _layer_change(index, original, rebuilt, manifests, configs)))
+    return Report(equal, original.image.digest, rebuilt.image.digest,
+                  _config_changes(*configs), changes)
 
 
 def _flat(value: Any, prefix: str = "") -> dict[str, str]:
@@ -118,38 +176,32 @@ def _flat(value: Any, prefix: str = "") -> dict[str, str]:
     return {prefix: json.dumps(value)}
 
 
-def _config_changes(old: dict[str, Any], new: dict[str, Any]) -> list[dict[str, Any]]:
+def _config_changes(old: dict[str, Any], new: dict[str, Any]) -> tuple[KeyChange, ...]:
     before, after = _flat(old), _flat(new)
-    return [{"key": key, "original": before.get(key), "rebuilt": after.get(key)}
-            for key in sorted(set(before) | set(after))
-            if before.get(key) != after.get(key) and not key.startswith("rootfs.")]
+    return tuple(KeyChange(key, before.get(key), after.get(key))
+                 for key in sorted(set(before) | set(after))
+                 if before.get(key) != after.get(key) and not key.startswith("rootfs."))
 
 
-def _layer_change(index: int, original: Side, rebuilt: Side, docs: list[dict[str, Any]],
-                  configs: list[dict[str, Any]]) -> dict[str, Any] | None:
-    blobs = [doc["layers"][index] if index < len(doc["layers"]) else None for doc in docs]
-    if blobs[0] and blobs[1] and blobs[0]["digest"] == blobs[1]["digest"]:
+def _layer_change(index: int, original: Side, rebuilt: Side,
+                  manifests: list[ocilayout.Manifest],
+                  configs: list[dict[str, Any]]) -> LayerChange | None:
+    old, new = (m.layers[index] if index < len(m.layers) else None for m in manifests)
+    if old and new and old.digest == new.digest:
         return None
-    change: dict[str, Any] = {
-        "index": index, "made_by": ocilayout.made_by(configs[1] if blobs[1] else configs[0], index),
-        **{name: {"digest": blob["digest"], "size": blob["size"]} if blob else None
-           for name, blob in zip(("original", "rebuilt"), blobs, strict=True)},
-        "files": [],
-    }
-    if blobs[0] and blobs[1]:
-        change["files"] = _file_changes(layers.entries(original.layout.blob(blobs[0]["digest"])),
-                                        layers.entries(rebuilt.layout.blob(blobs[1]["digest"])))
-        if not change["files"]:
-            change["note"] = _same_files_note(configs, index)
-    return change
+    made_by = ocilayout.made_by(configs[1] if new else configs[0], index)
+    if not (old and new):
+        return LayerChange(index, made_by, old, new)
+    files = _file_changes(layers.entries(original.layout.blob(old.digest)),
+                          layers.entries(rebuilt.layout.blob(new.digest)))
+    return LayerChange(index, made_by, old, new, files,
+                       "" if files else _same_files_note(configs, index))
 
 
 def _file_changes(old: dict[str, layers.Entry],
-                  new: dict[str, layers.Entry]) -> list[dict[str, Any]]:
-    return [{"path": path,
-             "original": dataclasses.asdict(old[path]) if path in old else None,
-             "rebuilt": dataclasses.asdict(new[path]) if path in new else None}
-            for path in sorted(set(old) | set(new)) if old.get(path) != new.get(path)]
+                  new: dict[str, layers.Entry]) -> tuple[FileChange, ...]:
+    return tuple(FileChange(path, old.get(path), new.get(path))
+                 for path in sorted(set(old) | set(new)) if old.get(path) != new.get(path))
 
 
 def _same_files_note(configs: list[dict[str, Any]], index: int) -> str:
@@ -160,37 +212,37 @@ def _same_files_note(configs: list[dict[str, Any]], index: int) -> str:
     return "the same files, in another order or with other tar headers"
 
 
-def summary(report: dict[str, Any]) -> str:
+def summary(report: Report) -> str:
     """One line: which layers and files, or which config keys, differ."""
     parts = []
-    for change in report["layers"]:
-        files = [f["path"] for f in change["files"]]
+    for change in report.layers:
+        files = [f.path for f in change.files]
         shown = ", ".join(files[:3]) + (f" (+{len(files) - 3} more)" if len(files) > 3 else "")
-        parts.append(f"layer {change['index']} ({change['made_by']}): "
-                     f"{shown or change.get('note') or 'added or removed'}")
-    if report["config"]:
-        keys = [c["key"] for c in report["config"]]
+        parts.append(f"layer {change.index} ({change.made_by}): "
+                     f"{shown or change.note or 'added or removed'}")
+    if report.config:
+        keys = [c.key for c in report.config]
         parts.append("config: " + ", ".join(keys[:3]) + (" ..." if len(keys) > 3 else ""))
     return "; ".join(parts) or "the manifests differ"
 
 
-def render(report: dict[str, Any]) -> list[str]:
+def render(report: Report) -> list[str]:
     """The report as lines for a terminal."""
-    lines = [f"verify: original {report['original']}", f"verify: rebuilt  {report['rebuilt']}"]
-    for item in report["config"]:
-        lines.append(f"  config {item['key']}: {item['original']} -> {item['rebuilt']}")
-    for change in report["layers"]:
-        sizes = " -> ".join(f"{side['digest'][:19]} ({side['size']} bytes)" if side else "none"
-                            for side in (change["original"], change["rebuilt"]))
-        lines.append(f"  layer {change['index']} ({change['made_by']}): {sizes}")
-        lines.extend(f"    {f['path']}: {_entry(f['original'])} -> {_entry(f['rebuilt'])}"
-                     for f in change["files"][:SHOWN])
-        if len(change["files"]) > SHOWN:
-            lines.append(f"    ... {len(change['files']) - SHOWN} more in the JSON report")
-        if change.get("note"):
-            lines.append(f"    {change['note']}")
+    lines = [f"verify: original {report.original}", f"verify: rebuilt  {report.rebuilt}"]
+    for item in report.config:
+        lines.append(f"  config {item.key}: {item.original} -> {item.rebuilt}")
+    for change in report.layers:
+        sizes = " -> ".join(f"{side.digest[:19]} ({side.size} bytes)" if side else "none"
+                            for side in (change.original, change.rebuilt))
+        lines.append(f"  layer {change.index} ({change.made_by}): {sizes}")
+        lines.extend(f"    {f.path}: {_entry(f.original)} -> {_entry(f.rebuilt)}"
+                     for f in change.files[:SHOWN])
+        if len(change.files) > SHOWN:
+            lines.append(f"    ... {len(change.files) - SHOWN} more in the JSON report")
+        if change.note:
+            lines.append(f"    {change.note}")
     return lines
 
 
-def _entry(fields: dict[str, Any] | None) -> str:
-    return layers.Entry(**fields).describe() if fields else "absent"
+def _entry(entry: layers.Entry | None) -> str:
+    return entry.describe() if entry else "absent"

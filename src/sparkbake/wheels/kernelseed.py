@@ -18,12 +18,12 @@ from pathlib import Path
 
 from sparkbake.config.settings import HostSettings
 from sparkbake.config.versions import KernelSeed, Tag
-from sparkbake.console import display
 from sparkbake.console.tools import echo, require_tool, run, step
 from sparkbake.errors import BuildError, ConfigError
 from sparkbake.fetch.upstream_tree import download, index_url_of
 from sparkbake.files import atomic_dir
 from sparkbake.hashing import file_sha256
+from sparkbake.wheels import wheelbuild
 from sparkbake.wheels.wheelbuild import REPORT, WheelSet, check_sass
 from sparkbake.wheels.wheeloverlay import overlay
 
@@ -108,9 +108,8 @@ def build_wheels(tag: Tag, entry: Path, pristine: Path, patched: Path, folder: P
     wheel (a seed, or the pristine copy of an earlier build) with the series' Python changes
     and the local version (wheelversion); its kernels checked for the tag's arch from the
     cache's listing (their bytes are the cached ones)."""
-    if (folder / REPORT).is_file():
-        display.cached("wheels", f"wheels: {tag.name} cached at wheels/{folder.name[:12]}")
-        return WheelSet(folder, folder.name, json.loads((folder / REPORT).read_text()))
+    if wheelbuild.is_built(folder):
+        return wheelbuild.cached(tag, folder)
     listing = json.loads((entry / KERNELS_FILE).read_text())
     source = "seed" if listing.get("seeded") else "assembled from"
     with step(f"wheels for {tag.name}: {listing['wheel']} + the series (no compiler)"), \

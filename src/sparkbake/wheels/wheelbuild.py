@@ -22,6 +22,7 @@ from sparkbake.hashing import data_hash, file_sha256
 from sparkbake.oci import emulation
 from sparkbake.oci.docker_engine import Client, build_image, image_exists, run_container
 from sparkbake.patch.patches import PatchedTree
+from sparkbake.pipeline.stages import Stage
 from sparkbake.wheels import compile_cache, wheeloverlay, wheelversion
 from sparkbake.wheels.compile_errors import failure_summary
 
@@ -45,6 +46,26 @@ class WheelSet:
     def wheels(self) -> list[dict[str, Any]]:
         wheels: list[dict[str, Any]] = self.report["wheels"]
         return wheels
+
+    @property
+    def files(self) -> list[str]:
+        return [wheel["file"] for wheel in self.wheels]
+
+
+def is_built(folder: Path) -> bool:
+    """Is the wheels stage's entry complete (its report is written last)? The stage skips
+    it, and `plan` says cached, on this one test."""
+    return (folder / REPORT).is_file()
+
+
+def reusable_kernels(entry: Path) -> str | None:
+    """The kernel cache entry's wheel, if there is one: a build of the same kernel inputs
+    reuses it instead of compiling (`plan`'s kernels stage is cached on this test)."""
+    listing = entry / "kernels.json"
+    if not listing.is_file():
+        return None
+    wheel: str = json.loads(listing.read_text())["wheel"]
+    return wheel
 
 
 def builder_ref(base: BaseImage, lock: Path, settings: HostSettings) -> str:
@@ -129,11 +150,9 @@ def build(client: Client, request: BuildRequest) -> WheelSet:
     """Build wheels into request.folder unless cached; reuse compiled kernels of the same
     kernel key; check every kernel's SASS."""
     tag, folder = request.tag, request.folder
-    report_path = folder / REPORT
-    if report_path.is_file():
-        display.cached("wheels", f"wheels: {tag.name} cached at wheels/{folder.name[:12]}")
-        return WheelSet(folder, folder.name, json.loads(report_path.read_text()))
-    reuse = _cached_kernel_wheel(request.kernels)
+    if is_built(folder):
+        return cached(tag, folder)
+    reuse = reusable_kernels(request.kernels)
     how = f"reusing kernels {request.kernels.name[:12]}" if reuse else "compiling kernels"
     backend = compile_cache.reachable(compile_cache.choose(tag.cache, compile_cache_settings()))
     echo(f"wheels: MAX_JOBS={request.jobs.max_jobs} ({request.jobs.reason}); {how}; "
@@ -168,6 +187,12 @@ def build(client: Client, request: BuildRequest) -> WheelSet:
     if reuse is None:
         _store_kernels(request.kernels, folder, report)
     return WheelSet(folder, folder.name, report)
+
+
+def cached(tag: Tag, folder: Path) -> WheelSet:
+    """The wheels stage's cache entry, said to be cached."""
+    display.cached(Stage.WHEELS, f"wheels: {tag.name} cached at wheels/{folder.name[:12]}")
+    return WheelSet(folder, folder.name, json.loads((folder / REPORT).read_text()))
 
 
 def _container_args(request: BuildRequest, out: Path, reuse: str | None) -> dict[str, Any]:
@@ -215,14 +240,6 @@ def _cache_report(backend: compile_cache.Backend, built: dict[str, Any]) -> dict
     else:
         echo(f"compile cache ({backend_text}): no statistics")
     return {"backend": backend.kind, "used": backend_text, "stats": stats}
-
-
-def _cached_kernel_wheel(entry: Path) -> str | None:
-    listing = entry / "kernels.json"
-    if not listing.is_file():
-        return None
-    wheel: str = json.loads(listing.read_text())["wheel"]
-    return wheel
 
 
 def _pristine_copy(built: list[dict[str, Any]], out: Path, request: BuildRequest) -> None:

@@ -1,0 +1,218 @@
+"""The build stages as typed functions: fetch -> Source, patch -> PatchedTree,
+wheels -> WheelSet, bake -> Image. Each is skipped when its cache entry is there (the test
+is the one `plan` uses: pipeline/status.py); each later stage takes the earlier products."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sparkbake.bake import bases, imagebake
+from sparkbake.config.model import Config, Tag
+from sparkbake.config.settings import HostSettings, host_settings
+from sparkbake.console import display
+from sparkbake.console.tools import echo
+from sparkbake.fetch import remote_patches, thirdparty, upstream_tree
+from sparkbake.files import atomic_write
+from sparkbake.lock import lockfiles, wheelhouse
+from sparkbake.oci.docker_engine import Client, connect
+from sparkbake.patch import patches
+from sparkbake.patch.patches import PatchedTree
+from sparkbake.pipeline import plan as plan_mod
+from sparkbake.pipeline.layout import Layout
+from sparkbake.pipeline.plan import Plan
+from sparkbake.pipeline.stages import Stage
+from sparkbake.wheels import kernelseed, wheelbuild
+from sparkbake.wheels.wheelbuild import WheelSet
+
+__all__ = ["Build", "Outcome", "Source", "bake", "fetch", "fetched_plan", "patch", "remote",
+           "run_until", "wheels"]
+
+
+@dataclass(frozen=True)
+class Source:
+    """The fetch stage's product: the pristine upstream tree and its SOURCE_DATE_EPOCH."""
+
+    tree: Path
+    source_date: int
+
+
+@dataclass(frozen=True)
+class Build:
+    """What every stage of one build reads: the tag's plan, where its outputs go, and how."""
+
+    config: Config
+    plan: Plan
+    options: patches.Options = field(default_factory=patches.Options)
+    load: bool = True  # False: the engine's tag is left alone (verify's rebuild)
+    settings: HostSettings = field(default_factory=host_settings)
+
+    @property
+    def layout(self) -> Layout:
+        return Layout.of(self.config)
+
+    @property
+    def tag(self) -> Tag:
+        return self.plan.tag
+
+    def log(self, stage: Stage) -> Path:
+        return self.layout.stage_log(self.tag.name, stage)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A stage command's result: its line for the user, and its facts for --json."""
+
+    text: str
+    facts: dict[str, Any]  # JSON: printed by --json, written by --metadata-file
+
+
+def fetch(build: Build, *, third_party: bool = False) -> Source:
+    """The pristine tree and the tag's remote patches (third_party: and its locked CMake
+    sources, verified: what `sparkbake fetch` does besides)."""
+    plan, layout = build.plan, build.layout
+    with display.stage(Stage.FETCH, plan.fetch_key, build.log(Stage.FETCH)):
+        tree = upstream_tree.fetch(build.tag.upstream, layout.source(plan.fetch_key),
+                                   build.settings)
+        remote_patches.fetch(remote(plan), build.settings)
+        if third_party:
+            found = thirdparty.fetch_locked(build.config, build.tag, build.settings)
+            echo(f"third-party sources: {len(found)} verified" if found else
+                 "third-party sources: none locked")
+        return Source(tree, upstream_tree.source_date(build.tag.upstream, tree.parent))
+
+
+def patch(build: Build, source: Source) -> PatchedTree:
+    plan = build.plan
+    with display.stage(Stage.PATCH, plan.patch_key, build.log(Stage.PATCH)):
+        return patches.apply(plan, source.tree, build.layout.patched(plan.patch_key),
+                             build.options)
+
+
+def wheels(build: Build, client: Client, source: Source, patched: PatchedTree) -> WheelSet:
+    with display.stage(Stage.WHEELS, build.plan.wheels_key, build.log(Stage.WHEELS)):
+        return _wheels(build, client, source, patched)
+
+
+def bake(build: Build, client: Client, source: Source, patched: PatchedTree,
+         built: WheelSet) -> imagebake.Baked:
+    config, tag = build.config, build.tag
+    with display.stage(Stage.BAKE, build.plan.inputs, build.log(Stage.BAKE)):
+        runtime_base = bases.ensure(client, tag.runtime, tag.platform, config.build_dir,
+                                    build.settings)
+        lockfiles.make_missing(config, tag, build.settings, patched.path)
+        runtime_lock = lockfiles.require_runtime_lock(config, tag, patched.path)
+        house = wheelhouse.ensure(runtime_lock, tag, config.wheels_dir) if runtime_lock else None
+        return imagebake.bake(client, build.plan, runtime_base, built, patched, config.build_dir,
+                              source_date=source.source_date, cache=build.settings.cache_dir,
+                              load=build.load, runtime_wheels=house, log=build.log(Stage.BAKE))
+
+
+def patched(build: Build) -> PatchedTree:
+    """fetch, patch."""
+    return patch(build, fetch(build))
+
+
+def image(build: Build) -> imagebake.Baked:
+    """fetch, patch, wheels, bake: what build-image does."""
+    source = fetch(build)
+    tree = patch(build, source)
+    client = connect()
+    return bake(build, client, source, tree, wheels(build, client, source, tree))
+
+
+def fetched_plan(config: Config, tag: Tag) -> Plan:
+    """The plan once the tag's remote patches are fetched: until then their content, and so
+    whether they touch kernels, is unknown (the fetch stage's network, done first)."""
+    plan = plan_mod.make(config, tag)
+    if remote_patches.fetch(remote(plan), host_settings()):
+        return plan_mod.make(config, tag)
+    return plan
+
+
+def remote(plan: Plan) -> list[remote_patches.RemotePatch]:
+    return [patch for series in plan.series for patch in series.remote]
+
+
+def run_until(build: Build, last: Stage) -> Outcome:
+    """The build stages up to last, each skipped when cached; the last one's outcome."""
+    outcome = UNTIL[last](build)
+    if last == Stage.BAKE:  # what `plan` compares with, to say why a stage reruns
+        atomic_write(build.layout.last_build(build.tag.name),
+                     json.dumps(build.plan.stage_inputs, indent=2))
+    return outcome
+
+
+def _fetch_outcome(build: Build) -> Outcome:
+    tree = fetch(build, third_party=True).tree
+    return Outcome(f"pristine tree: {tree}", _facts(build, tree=str(tree)))
+
+
+def _patch_outcome(build: Build) -> Outcome:
+    tree = patched(build)
+    return Outcome(f"patched tree: {tree.path} (hash {tree.tree_hash[:16]})",
+                   _facts(build, tree=str(tree.path), tree_hash=tree.tree_hash))
+
+
+def _wheels_outcome(build: Build) -> Outcome:
+    source = fetch(build)
+    tree = patch(build, source)
+    built = wheels(build, connect(), source, tree)
+    return Outcome(f"wheels: {built.folder}",
+                   _facts(build, wheels=str(built.folder), files=built.wheels))
+
+
+def _image_outcome(build: Build) -> Outcome:
+    baked, plan = image(build), build.plan
+    digest = baked.image.digest
+    return Outcome(f"image: {plan.tag.image_ref} = {digest} (id {baked.config[:19]}, "
+                   f"inputs {plan.inputs[:12]})",
+                   # image.name and containerimage.digest: the keys `docker buildx build
+                   # --metadata-file` writes, for tools that read them
+                   _facts(build, image=plan.tag.image_ref, digest=digest, config=baked.config,
+                          **{"image.name": plan.tag.image_ref, "containerimage.digest": digest}))
+
+
+def _facts(build: Build, **facts: Any) -> dict[str, Any]:
+    return {"tag": build.tag.name, "inputs": build.plan.inputs, **facts}
+
+
+# each build command's last stage, and what runs up to it
+UNTIL: dict[Stage, Callable[[Build], Outcome]] = {
+    Stage.FETCH: _fetch_outcome, Stage.PATCH: _patch_outcome,
+    Stage.WHEELS: _wheels_outcome, Stage.BAKE: _image_outcome,
+}
+
+
+def _wheels(build: Build, client: Client, source: Source, patched: PatchedTree) -> WheelSet:
+    config, plan, settings = build.config, build.plan, build.settings
+    layout = build.layout
+    folder, kernels = layout.wheel_set(plan.wheels_key), layout.kernels(plan.kernel_key)
+    builder = ""
+    fetched: tuple[thirdparty.Fetched, ...] = ()
+    if not wheelbuild.is_built(folder):  # cached wheels need no builder image
+        if plan.tag.kernels:
+            kernelseed.require_python_only(plan.tag,
+                                           plan.stage_inputs[Stage.KERNELS]["kernel patches"])
+            kernelseed.seed(plan.tag.kernels, kernels, settings)
+            return kernelseed.build_wheels(plan.tag, kernels, source.tree, patched.path, folder,
+                                           source.source_date, plan.local_version)
+        if plan.tag.upstream.kernel_reuse == "assemble" and kernelseed.assembles(kernels):
+            return kernelseed.build_wheels(plan.tag, kernels, source.tree, patched.path, folder,
+                                           source.source_date, plan.local_version)
+        base = bases.ensure(client, plan.tag.builder, plan.tag.platform, config.build_dir,
+                            settings)
+        lockfiles.make_missing(config, plan.tag, settings, patched.path)
+        lock_file = lockfiles.require_lock(config, plan.tag, patched.path)
+        fetched = thirdparty.prepare(config, plan.tag, patched.path, settings)
+        builder = wheelbuild.builder_image(client, base, lock_file, settings, config.build_dir)
+    request = wheelbuild.BuildRequest(
+        tag=plan.tag, builder=builder, patched=patched, folder=folder, kernels=kernels,
+        third_party=fetched, log=build.log(Stage.WHEELS),
+        jobs=wheelbuild.compile_jobs(client.info(), settings), memory=settings.builder_memory,
+        source_date=source.source_date, local_version=plan.local_version, pristine=source.tree,
+    )
+    return wheelbuild.build(client, request)

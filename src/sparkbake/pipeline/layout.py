@@ -1,0 +1,83 @@
+"""Where every stage's output lives: the one map of a project's build/ and wheels/ folders.
+
+Cache entries are named by their stage's key (pipeline/plan.py); records by their tag.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from sparkbake.config.model import Config
+from sparkbake.pipeline.stages import Stage
+
+__all__ = ["Layout"]
+
+
+@dataclass(frozen=True)
+class Layout:
+    build: Path  # build/: trees, images, records, logs (a verify run's is a scratch folder)
+    wheels: Path  # wheels/: built wheels and the compiled kernels they reuse
+
+    @classmethod
+    def of(cls, config: Config) -> Layout:
+        return cls(config.build_dir, config.wheels_dir)
+
+    # cache entries, by key
+    def source(self, fetch_key: str) -> Path:
+        """The fetch stage's entry: tree/ (the pristine upstream) and its source date."""
+        return self.build / "sources" / fetch_key
+
+    def patched(self, patch_key: str) -> Path:
+        """The patch stage's entry: tree/ and patches.json."""
+        return self.patched_root / patch_key
+
+    def kernels(self, kernel_key: str) -> Path:
+        """The compiled kernels a Python-only change reuses: a wheel and kernels.json."""
+        return self.wheels / "kernels" / kernel_key
+
+    def wheel_set(self, wheels_key: str) -> Path:
+        """The wheels stage's entry: the wheels and wheels.json."""
+        return self.wheels / wheels_key
+
+    @property
+    def patched_root(self) -> Path:
+        return self.build / "patched"
+
+    @property
+    def oci(self) -> Path:
+        """The bake stage's OCI image layout: every tag's image, by tag name."""
+        return self.build / "oci"
+
+    @property
+    def thirdparty(self) -> Path:
+        """CMake's third-party sources, by lock key."""
+        return self.build / "thirdparty"
+
+    # records, by tag
+    def smoke_record(self, tag: str) -> Path:
+        return self.build / "smoke" / f"{tag}.json"
+
+    @property
+    def releases(self) -> Path:
+        """The release records and their index (history: clean --all keeps them)."""
+        return self.build / "releases"
+
+    def release_record(self, tag: str) -> Path:
+        return self.releases / f"{tag}.json"
+
+    @property
+    def deploys(self) -> Path:
+        return self.build / "deploys"
+
+    def last_build(self, tag: str) -> Path:
+        """The stage inputs of the tag's last build-image: what `plan` says changed since."""
+        return self.build / "plans" / f"{tag}.json"
+
+    def stage_log(self, tag: str, stage: Stage) -> Path:
+        """A stage's full output, written anew each run."""
+        return self.build / "logs" / tag / f"{stage}.log"
+
+    def scratch(self, purpose: str) -> Path:
+        """A folder of short-lived work folders (contexts, bases, verify, ...)."""
+        return self.build / purpose

@@ -1,0 +1,124 @@
+"""What `plan` says of each stage: its key, and whether the next run skips it. Each state
+comes from the test the stage itself makes before it runs, so the two cannot disagree."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+from sparkbake.bake import imagebake
+from sparkbake.config.model import Config, Tag
+from sparkbake.fetch import remote_patches, upstream_tree
+from sparkbake.oci import emulation
+from sparkbake.oci.docker_engine import Client
+from sparkbake.patch import patches
+from sparkbake.pipeline import plan as plan_mod
+from sparkbake.pipeline.build import remote
+from sparkbake.pipeline.layout import Layout
+from sparkbake.pipeline.plan import Plan, StagePlan
+from sparkbake.pipeline.stages import PlanState, Stage
+from sparkbake.wheels import wheelbuild
+
+__all__ = ["COVERS", "stage_states"]
+
+# the stages whose inputs each stage's key covers
+COVERS = {Stage.PATCH: (Stage.FETCH, Stage.PATCH), Stage.KERNELS: (Stage.FETCH, Stage.KERNELS),
+          Stage.WHEELS: (Stage.FETCH, Stage.PATCH, Stage.WHEELS),
+          Stage.BAKE: (Stage.FETCH, Stage.PATCH, Stage.WHEELS, Stage.BAKE)}
+
+
+def stage_states(config: Config, plan: Plan, client: Client | None) -> list[StagePlan]:
+    """Each stage's key and state; the image's state is `unknown` without an engine."""
+    layout = Layout.of(config)
+    fetched = (upstream_tree.is_fetched(plan.tag.upstream, layout.source(plan.fetch_key))
+               and not remote_patches.missing(remote(plan)))
+    patch_state: PlanState = ("blocked" if plan.problems else
+                              _cached(patches.is_patched(layout.patched(plan.patch_key))))
+    kernels_state = _cached(wheelbuild.reusable_kernels(layout.kernels(plan.kernel_key))
+                            is not None)
+    wheels_state = _cached(wheelbuild.is_built(layout.wheel_set(plan.wheels_key)))
+    bake_state: PlanState = "unknown"
+    if client is not None:
+        bake_state = _cached(imagebake.is_current(client, plan, config.build_dir))
+    smoke_record = layout.smoke_record(plan.tag.name)
+    why = _why(layout, plan)
+    emulated = _emulation_text(plan.tag, client)
+    return [
+        StagePlan(Stage.FETCH, plan.fetch_key, _cached(fetched), _upstream_text(plan)),
+        StagePlan(Stage.PATCH, plan.patch_key, patch_state, "; ".join(plan.problems)
+                  or why(Stage.PATCH, patch_state) or ", ".join(plan.tag.series)),
+        StagePlan(Stage.KERNELS, plan.kernel_key, kernels_state,
+                  why(Stage.KERNELS, kernels_state) or _kernels_text(plan.tag)),
+        StagePlan(Stage.WHEELS, plan.wheels_key, wheels_state,
+                  why(Stage.WHEELS, wheels_state)
+                  or _wheels_text(plan.tag) + ("" if plan.tag.kernels else emulated)),
+        StagePlan(Stage.BAKE, plan.inputs, bake_state, why(Stage.BAKE, bake_state)
+                  or plan.tag.image_ref + (emulated and " (venv made emulated, files native)")),
+        StagePlan(Stage.SMOKE, plan.inputs, _record_state(smoke_record, plan.inputs),
+                  str(smoke_record.relative_to(config.root)) + emulated),
+        StagePlan(Stage.PUBLISH, plan.inputs,
+                  _record_state(layout.release_record(plan.tag.name), plan.inputs),
+                  f"{plan.tag.name}, {plan.tag.name}-{plan.inputs[:12]}"),
+    ]
+
+
+def _cached(done: bool) -> PlanState:
+    return "cached" if done else "missing"
+
+
+def _why(layout: Layout, plan: Plan) -> Callable[[Stage, PlanState], str]:
+    """For a stage that will run: what changed since the last build-image of the tag."""
+    try:
+        before = json.loads(layout.last_build(plan.tag.name).read_text())
+    except (OSError, ValueError):
+        before = {}
+
+    now = json.loads(json.dumps(plan.stage_inputs))  # tuples as the record has them: lists
+
+    def explain(stage: Stage, state: PlanState) -> str:
+        if state != "missing" or not before:
+            return ""
+        changes = dict.fromkeys(change for covered in COVERS[stage] for change in
+                                plan_mod.changed_inputs(before.get(covered, {}), now[covered]))
+        return "reruns: " + ("; ".join(changes) if changes else "not built with these inputs")
+
+    return explain
+
+
+def _record_state(path: Path, inputs: str) -> PlanState:
+    if not path.is_file():
+        return "missing"
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return "stale"  # unreadable: it will be written anew
+    return "cached" if isinstance(record, dict) and record.get("inputs") == inputs else "stale"
+
+
+def _wheels_text(tag: Tag) -> str:
+    if tag.kernels:
+        return f"{tag.sm_arch}: {tag.kernels.wheel} + the series, on this host"
+    return f"{tag.sm_arch} on {tag.builder.name}"
+
+
+def _emulation_text(tag: Tag, client: Client | None) -> str:
+    """Where the tag's containers run under qemu: on another platform than the engine's (or,
+    without an engine, this host's)."""
+    native = emulation.engine_platform(client) if client else emulation.host_platform()
+    return "" if tag.platform == native else f"; emulated: {tag.platform} on {native}"
+
+
+def _kernels_text(tag: Tag) -> str:
+    if tag.kernels:
+        return f"from {tag.kernels.wheel} (seed: no compiler)"
+    return "compiled extensions; cached = no compiler"
+
+
+def _upstream_text(plan: Plan) -> str:
+    pin = plan_mod.upstream_pin(plan.tag.upstream)
+    third = plan.stage_inputs[Stage.WHEELS].get("third-party sources", [])
+    extra = f" + {len(third)} third-party sources (locked)" if third else ""
+    found = remote(plan)
+    extra += f" + {len(found)} remote patch(es)" if found else ""
+    return f"{plan.tag.upstream.key} ({pin['kind']}){extra}"
