@@ -15,6 +15,7 @@ from sparkbake.__main__ import main
 from sparkbake.config import versions
 from sparkbake.errors import PatchTestError
 from sparkbake.pipeline import plan as plan_mod
+from sparkbake.pipeline.layout import Layout
 from sparkbake.series import patchtests
 from tests.conftest import versions_yaml
 
@@ -49,8 +50,8 @@ def test_each_production_tag_passes_its_series_tests(tag: str) -> None:
 def test_a_failing_series_test_stops_with_exit_6_and_names_the_report(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A series whose test fails, run in the venv of the committed vLLM lock."""
-    (tmp_path / "versions.yaml").write_text(versions_yaml(
-        repository="r/x", platform="linux/amd64", tags="  t: {upstream: tree, series: [s]}\n"))
+    (tmp_path / "versions.yaml").write_text(
+        versions_yaml(tags="  t: {upstream: tree, series: [s]}\n"))
     tree = tmp_path / "upstream"
     (tree / "tests").mkdir(parents=True)
     (tree / "tests" / "test_series.py").write_text(
@@ -64,12 +65,12 @@ def test_a_failing_series_test_stops_with_exit_6_and_names_the_report(
     (series / "series").write_text("0001-t.patch\n")
     loaded = versions.load(tmp_path / "versions.yaml")
     plan = plan_mod.make(loaded, loaded.tag("t"))
-    build = REPO / "build"  # where the lock's venv is kept
+    layout = Layout(REPO / "build", REPO / "wheels")  # where the lock's venv is kept
     lock = REPO / "locks" / "patch-tests" / "vllm-0.33.0.txt"
     with pytest.raises(PatchTestError) as caught:
-        patchtests.run_tests(plan, tree, lock, build)
+        patchtests.run_tests(plan, tree, lock, layout)
     assert caught.value.exit_code == 6
     assert "patch-tests t: 1 failed, 0 errors of 2 (pytest exit 1)" in caught.value.message
-    assert str(build / "patch-tests" / "t" / "junit.xml") in caught.value.remedy
+    assert str(layout.patch_tests("t") / "junit.xml") in caught.value.remedy
     assert "assert (1 + 1) == 3" in capsys.readouterr().err
     assert not list(tree.rglob("__pycache__"))  # the tree stays as it was

@@ -32,6 +32,7 @@ from sparkbake.fetch.sourcelock import (
 )
 from sparkbake.files import atomic_dir
 from sparkbake.hashing import file_sha256, tree_hash
+from sparkbake.pipeline.layout import Layout
 
 __all__ = ["MOUNT", "Fetched", "builder_args", "discover", "fetch_locked", "lock", "prepare"]
 
@@ -64,7 +65,7 @@ def lock(config: Config, tag: Tag, tree: Path, settings: HostSettings) -> Path |
     unreachable_urls: list[str] = []
     for declared in found.declarations:
         try:
-            locked.append(_lock_one(declared, config.build_dir / "thirdparty", settings))
+            locked.append(_lock_one(declared, Layout.of(config).thirdparty, settings))
         except EngineError:
             unreachable_urls.append(declared.url)
     if unreachable_urls:
@@ -106,11 +107,11 @@ def fetch_locked(config: Config, tag: Tag, settings: HostSettings,
         if names is not None and locked.name not in names:
             continue
         try:
-            _ensure(locked, config.build_dir / "thirdparty", settings, expected=locked.tree)
+            _ensure(locked, Layout.of(config).thirdparty, settings, expected=locked.tree)
         except EngineError:
             unreachable_urls.append(locked.url)
             continue
-        fetched.append(Fetched(locked, config.build_dir / "thirdparty" / locked.key / "tree"))
+        fetched.append(Fetched(locked, Layout.of(config).thirdparty / locked.key / "tree"))
     if unreachable_urls:
         raise EngineError(f"cannot fetch {len(unreachable_urls)} third-party sources: "
                           f"{', '.join(unreachable_urls)} unreachable",

@@ -11,7 +11,9 @@ from sparkbake.config.versions import Config
 from sparkbake.fetch import sourcelock
 from sparkbake.hashing import file_sha256
 from sparkbake.lock import lockfiles
+from sparkbake.pipeline.layout import Layout
 from sparkbake.pipeline.plan import Plan
+from sparkbake.pipeline.stages import Stage
 from sparkbake.series import patchtests
 
 __all__ = ["FAILED", "CacheFolder", "cache_folders", "current_names", "tag_files"]
@@ -19,7 +21,7 @@ __all__ = ["FAILED", "CacheFolder", "cache_folders", "current_names", "tag_files
 FAILED = ".failed"  # a patch that failed leaves its tree as <key>.failed for inspection
 HEX64 = re.compile(r"[0-9a-f]{64}")
 # the log names of earlier versions, build/logs/<tag>-<stage>.log (now build/logs/<tag>/)
-STAGE_LOGS = ("fetch", "patch", "kernels", "wheels", "bake", "smoke")
+STAGE_LOGS = (Stage.FETCH, Stage.PATCH, Stage.KERNELS, Stage.WHEELS, Stage.BAKE, Stage.SMOKE)
 
 
 @dataclass(frozen=True)
@@ -33,43 +35,43 @@ class CacheFolder:
 
 
 def cache_folders(config: Config) -> tuple[CacheFolder, ...]:
-    build, wheels = config.build_dir, config.wheels_dir
+    layout = Layout.of(config)
     return (
-        CacheFolder(build / "sources", HEX64, "fetch"),
-        CacheFolder(build / "patched", HEX64, "patch"),
-        CacheFolder(wheels / "kernels", HEX64, "kernels"),
-        CacheFolder(wheels, HEX64, "wheels"),
-        CacheFolder(wheels / "runtime", re.compile(r"[0-9a-f]{16}"), "runtime wheelhouse"),
-        CacheFolder(build / "thirdparty", re.compile(r"[0-9a-f]{40,64}(-[\w.+-]+)?"),
+        CacheFolder(layout.sources, HEX64, str(Stage.FETCH)),
+        CacheFolder(layout.patched_trees, HEX64, str(Stage.PATCH)),
+        CacheFolder(layout.kernel_cache, HEX64, str(Stage.KERNELS)),
+        CacheFolder(layout.wheels, HEX64, str(Stage.WHEELS)),
+        CacheFolder(layout.runtime_wheelhouses, re.compile(r"[0-9a-f]{16}"),
+                    "runtime wheelhouse"),
+        CacheFolder(layout.thirdparty, re.compile(r"[0-9a-f]{40,64}(-[\w.+-]+)?"),
                     "third-party source"),
-        CacheFolder(build / "venvs", re.compile(r"patch-tests-[0-9a-f]{16}"), "patch-tests venv"),
+        CacheFolder(layout.venvs, re.compile(r"patch-tests-[0-9a-f]{16}"), "patch-tests venv"),
     )
 
 
 def current_names(config: Config, plan: Plan) -> dict[Path, set[str]]:
     """For each cache folder, the entries the tag's current keys name."""
-    build, wheels, tag = config.build_dir, config.wheels_dir, plan.tag
+    layout, tag = Layout.of(config), plan.tag
     names: dict[Path, set[str]] = {folder.path: set() for folder in cache_folders(config)}
-    names[build / "sources"].add(plan.fetch_key)
-    names[build / "patched"].add(plan.patch_key)
-    names[wheels / "kernels"].add(plan.kernel_key)
-    names[wheels].add(plan.wheels_key)
+    for entry in (layout.source(plan.fetch_key), layout.patched(plan.patch_key),
+                  layout.kernels(plan.kernel_key), layout.wheel_set(plan.wheels_key)):
+        names[entry.parent].add(entry.name)
     runtime_lock = lockfiles.runtime_lock_path(config, tag)
     if runtime_lock is not None and runtime_lock.is_file():
-        names[wheels / "runtime"].add(file_sha256(runtime_lock)[:16])
+        names[layout.runtime_wheelhouses].add(file_sha256(runtime_lock)[:16])
     locked = sourcelock.read(sourcelock.lock_path(config, tag))
-    names[build / "thirdparty"].update(source.key for source in (locked.sources if locked else ()))
+    names[layout.thirdparty].update(source.key for source in (locked.sources if locked else ()))
     tests_lock = patchtests.lock_path(config, tag)
     if tests_lock.is_file():
-        names[build / "venvs"].add(f"patch-tests-{file_sha256(tests_lock)[:16]}")
+        names[layout.venvs].add(f"patch-tests-{file_sha256(tests_lock)[:16]}")
     return names
 
 
 def tag_files(config: Config, name: str) -> list[Path]:
     """What build/ keeps under the tag's own name: its smoke record, last build's inputs,
     patch-tests results, verify report and logs (the release record is history: it stays)."""
-    build = config.build_dir
-    logs = [build / "logs" / f"{name}-{stage}.log" for stage in STAGE_LOGS]
-    return [build / "smoke" / f"{name}.json", build / "smoke" / f"{name}.xml",
-            build / "plans" / f"{name}.json", build / "patch-tests" / name,
-            build / "verify" / f"{name}.json", build / "logs" / name, *logs]
+    layout = Layout.of(config)
+    logs = [layout.logs(name).with_name(f"{name}-{stage}.log") for stage in STAGE_LOGS]
+    smoke = layout.smoke_record(name)
+    return [smoke, smoke.with_suffix(".xml"), layout.last_build(name), layout.patch_tests(name),
+            layout.verify_report(name), layout.logs(name), *logs]

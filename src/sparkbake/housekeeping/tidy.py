@@ -24,6 +24,7 @@ from sparkbake.housekeeping.sweep import Item, newest_change, path_item, report
 from sparkbake.oci import local_registry
 from sparkbake.pipeline import commands
 from sparkbake.pipeline import plan as plan_mod
+from sparkbake.pipeline.layout import Layout
 from sparkbake.pipeline.plan import Plan
 
 __all__ = ["clean", "clean_all_items", "clean_tag_items", "gc", "gc_items", "roots"]
@@ -125,7 +126,8 @@ def clean_tag_items(config: Config, plan: Plan, others: dict[str, Plan]) -> list
             users = shared.get(folder, {}).get(entry, [])
             if path.exists() or path.is_symlink():
                 items.append(_tag_item(config, path, plan.tag.name, users))
-    failed = config.build_dir / "patched" / f"{plan.patch_key}{FAILED}"
+    patched = Layout.of(config).patched(plan.patch_key)
+    failed = patched.with_name(patched.name + FAILED)
     records = [failed, *tag_files(config, plan.tag.name)]
     return items + [_item(config, path, f"{plan.tag.name}'s") for path in records
                     if path.exists() or path.is_symlink()]

@@ -23,26 +23,39 @@ class Layout:
     def of(cls, config: Config) -> Layout:
         return cls(config.build_dir, config.wheels_dir)
 
-    # cache entries, by key
+    # cache entries, by key, and the folders that hold them
     def source(self, fetch_key: str) -> Path:
         """The fetch stage's entry: tree/ (the pristine upstream) and its source date."""
-        return self.build / "sources" / fetch_key
+        return self.sources / fetch_key
 
     def patched(self, patch_key: str) -> Path:
-        """The patch stage's entry: tree/ and patches.json."""
-        return self.patched_root / patch_key
+        """The patch stage's entry: tree/ and patches.json (a failed one: <key>.failed)."""
+        return self.patched_trees / patch_key
 
     def kernels(self, kernel_key: str) -> Path:
         """The compiled kernels a Python-only change reuses: a wheel and kernels.json."""
-        return self.wheels / "kernels" / kernel_key
+        return self.kernel_cache / kernel_key
 
     def wheel_set(self, wheels_key: str) -> Path:
         """The wheels stage's entry: the wheels and wheels.json."""
         return self.wheels / wheels_key
 
     @property
-    def patched_root(self) -> Path:
+    def sources(self) -> Path:
+        return self.build / "sources"
+
+    @property
+    def patched_trees(self) -> Path:
         return self.build / "patched"
+
+    @property
+    def kernel_cache(self) -> Path:
+        return self.wheels / "kernels"
+
+    @property
+    def runtime_wheelhouses(self) -> Path:
+        """The wheels of runtime locks, by the lock's hash."""
+        return self.wheels / "runtime"
 
     @property
     def oci(self) -> Path:
@@ -54,8 +67,14 @@ class Layout:
         """CMake's third-party sources, by lock key."""
         return self.build / "thirdparty"
 
+    @property
+    def venvs(self) -> Path:
+        """The patch-tests' virtual environments, by their lock's hash."""
+        return self.build / "venvs"
+
     # records, by tag
     def smoke_record(self, tag: str) -> Path:
+        """The smoke record (and beside it, .xml, its JUnit report)."""
         return self.build / "smoke" / f"{tag}.json"
 
     @property
@@ -76,7 +95,17 @@ class Layout:
 
     def stage_log(self, tag: str, stage: Stage) -> Path:
         """A stage's full output, written anew each run."""
-        return self.build / "logs" / tag / f"{stage}.log"
+        return self.logs(tag) / f"{stage}.log"
+
+    def logs(self, tag: str) -> Path:
+        return self.build / "logs" / tag
+
+    def patch_tests(self, tag: str) -> Path:
+        """The series' tests' results: JUnit XML and a report."""
+        return self.build / "patch-tests" / tag
+
+    def verify_report(self, tag: str) -> Path:
+        return self.build / "verify" / f"{tag}.json"
 
     def scratch(self, purpose: str) -> Path:
         """A folder of short-lived work folders (contexts, bases, verify, ...)."""

@@ -16,6 +16,7 @@ from sparkbake.errors import ConfigError
 from sparkbake.fetch import remote_patches
 from sparkbake.fetch.remote_patches import RemotePatch
 from sparkbake.patch import patchsyntax
+from sparkbake.pipeline.layout import Layout
 from sparkbake.pipeline.plan import make
 
 __all__ = ["Listing", "PatchFile", "Problem", "lint", "read_listing", "read_patch", "unsafe"]
@@ -264,7 +265,7 @@ def _trees(config: Config, series: str) -> list[Path]:
     trees = []
     for tag in config.tags.values():
         if series in tag.series:
-            tree = config.build_dir / "sources" / make(config, tag).fetch_key / "tree"
+            tree = Layout.of(config).source(make(config, tag).fetch_key) / "tree"
             if tree.is_dir() and tree not in trees:
                 trees.append(tree)
     return trees

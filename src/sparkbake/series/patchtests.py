@@ -28,6 +28,7 @@ from sparkbake.errors import ConfigError, EngineError, PatchTestError
 from sparkbake.files import atomic_write
 from sparkbake.hashing import data_hash, file_sha256
 from sparkbake.lock.lockfiles import ARCHES, compile_requirements
+from sparkbake.pipeline.layout import Layout
 from sparkbake.pipeline.plan import Plan, touched_paths
 
 __all__ = ["Result", "lock_path", "resolve", "run_tests", "series_tests"]
@@ -127,14 +128,14 @@ def environment(lock: Path, venvs: Path) -> Path:
     return venv
 
 
-def run_tests(plan: Plan, tree: Path, lock: Path, build_dir: Path) -> Result:
+def run_tests(plan: Plan, tree: Path, lock: Path, layout: Layout) -> Result:
     """Run the series' tests against tree; raise PatchTestError when one fails."""
     files = series_tests(plan, tree)
     if not files:
         raise ConfigError(f"tag {plan.tag.name}: its series add no tests (no tests/**/test_*.py"
                           " in their patches)", "add the series' tests to its patches")
-    venv = environment(lock, build_dir / "venvs")
-    out = build_dir / "patch-tests" / plan.tag.name
+    venv = environment(lock, layout.venvs)
+    out = layout.patch_tests(plan.tag.name)
     out.mkdir(parents=True, exist_ok=True)
     junit = out / "junit.xml"
     junit.unlink(missing_ok=True)

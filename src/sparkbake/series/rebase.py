@@ -17,6 +17,7 @@ from sparkbake.files import scratch_dir
 from sparkbake.patch import gitapply, gitwork, patches
 from sparkbake.patch.gitapply import Outcome
 from sparkbake.pipeline import plan as plan_mod
+from sparkbake.pipeline.layout import Layout
 from sparkbake.series import lint
 
 __all__ = ["check", "render"]
@@ -34,7 +35,7 @@ def check(config: Config, tag: Tag, target_key: str, settings: HostSettings) -> 
     target = config.upstreams[target_key]
     plan = plan_mod.make(config, dataclasses.replace(tag, upstream=target))
     plan.require_series()
-    pristine = upstream_tree.fetch(target, config.build_dir / "sources" / plan.fetch_key, settings)
+    pristine = upstream_tree.fetch(target, Layout.of(config).source(plan.fetch_key), settings)
     remote_patches.fetch([r for s in plan.series for r in s.remote], settings)
     patches.check_safety(plan.series, pristine)
     upstream = gitwork.upstream_repo(pristine, patches.upstream_message(target))
