@@ -1,4 +1,4 @@
-"""Benchmark of the patch stage on the real vLLM tree: `python -m sparkbake.bench`.
+"""Benchmark of the patch stage on the real vLLM tree: `python bin/bench.py`.
 
 Measures, in one run and interleaved: a plain `cp -r` of the pristine tree; the patch stage
 applying a 20-patch series (copy + apply + hash, the upstream commit already made); a
@@ -69,7 +69,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m sparkbake.bench", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python bin/bench.py", description=__doc__)
     parser.add_argument("--config", type=Path, default=Path("versions.yaml"))
     parser.add_argument("--upstream", default="vllm-0.33.0", help="a PyPI upstream key")
     parser.add_argument("--patches", type=int, default=20)

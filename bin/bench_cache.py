@@ -1,4 +1,4 @@
-"""Benchmark of the compile cache: `python -m sparkbake.bench_cache` (`nox -s bench-cache`).
+"""Benchmark of the compile cache: `python bin/bench_cache.py` (`nox -s bench-cache`).
 
 Measures, in one run: the fixture's wheels stage (its one CUDA kernel) cold (an empty local
 sccache), with a warm local sccache, and with a warm Redis cache from a fresh builder
@@ -60,7 +60,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m sparkbake.bench_cache", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python bin/bench_cache.py", description=__doc__)
     parser.add_argument("--config", type=Path, default=Path("versions.yaml"))
     parser.add_argument("--upstream", default="vllm-0.33.0", help="a PyPI upstream key")
     parser.add_argument("--runs", type=int, default=3)

@@ -1,4 +1,4 @@
-"""Benchmark of a Python-only change: `python -m sparkbake.bench_incremental`
+"""Benchmark of a Python-only change: `python bin/bench_incremental.py`
 (`nox -s bench-incremental`).
 
 In a copy of the project (versions.yaml, patches/, locks/) with its own build/ and wheels/:
@@ -38,7 +38,7 @@ ADDED_COMMENT = re.compile(r"^\+(\s*)# (.+)$", re.M)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sparkbake.bench_incremental",
+    parser = argparse.ArgumentParser(prog="python bin/bench_incremental.py",
                                      description=__doc__)
     parser.add_argument("--config", type=Path, default=Path("versions.yaml"))
     parser.add_argument("--tag", default="production-3.73-vision-seeded")

@@ -1,4 +1,4 @@
-"""Benchmark of kernel reuse: `python -m sparkbake.bench_reuse` (`nox -s bench-reuse`).
+"""Benchmark of kernel reuse: `python bin/bench_reuse.py` (`nox -s bench-reuse`).
 
 Measures, in one run and in fresh work folders (the builder images made beforehand): the
 wheels stage of a real vLLM tag whose kernel key is cached (the repository's
@@ -33,7 +33,7 @@ FIXTURE = Path(__file__).resolve().parents[1] / "tests" / "data"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sparkbake.bench_reuse", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python bin/bench_reuse.py", description=__doc__)
     parser.add_argument("--config", type=Path, default=Path("versions.yaml"))
     parser.add_argument("--tag", default="vllm-reuse-sm90", help="a tag with a seeded kernel")
     parser.add_argument("--runs", type=int, default=3)
