@@ -76,7 +76,7 @@ def test_two_clean_builds_give_the_same_image(builds: list[Build]) -> None:
     assert first.layout != second.layout
     report = verify.compare(verify.Side(ocilayout.Layout(first.layout), first.image),
                             verify.Side(ocilayout.Layout(second.layout), second.image))
-    assert report["equal"], json.dumps(report, indent=2)[:4000]
+    assert report.equal, json.dumps(report.to_json(), indent=2)[:4000]
     assert first.image.digest == second.image.digest
 
 

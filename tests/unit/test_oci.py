@@ -218,8 +218,8 @@ def test_verify_of_equal_images_reports_nothing(tmp_path: Path) -> None:
     one, two = ocilayout.Layout(tmp_path / "one"), ocilayout.Layout(tmp_path / "two")
     report = verify.compare(verify.Side(one, image(one, tmp_path, {"opt/a": b"1"}, "t")),
                             verify.Side(two, image(two, tmp_path, {"opt/a": b"1"}, "t")))
-    assert report["equal"] is True and report["original"] == report["rebuilt"]
-    assert report["layers"] == [] and report["config"] == []
+    assert report.equal is True and report.original == report.rebuilt
+    assert report.layers == () and report.config == ()
 
 
 def test_verify_names_the_layer_and_file_that_differ_with_sizes_and_hashes(
@@ -229,17 +229,21 @@ def test_verify_names_the_layer_and_file_that_differ_with_sizes_and_hashes(
     original = image(one, tmp_path, files, "t")
     rebuilt = image(two, tmp_path, {**files, "opt/sparkbake/stamp": b"1800000000000\n"}, "t")
     report = verify.compare(verify.Side(one, original), verify.Side(two, rebuilt))
-    assert report["equal"] is False
-    [layer] = report["layers"]
-    assert (layer["index"], layer["made_by"]) == (1, "sparkbake: /opt/sparkbake")
-    assert layer["original"]["digest"] != layer["rebuilt"]["digest"]
-    [differs] = layer["files"]
-    assert differs["path"] == "opt/sparkbake/stamp"
+    assert report.equal is False
+    [layer] = report.layers
+    assert (layer.index, layer.made_by) == (1, "sparkbake: /opt/sparkbake")
+    assert layer.original and layer.rebuilt and layer.original.digest != layer.rebuilt.digest
+    [differs] = layer.files
+    assert differs.path == "opt/sparkbake/stamp"
     stamp = hashlib.sha256(files["opt/sparkbake/stamp"]).hexdigest()
-    assert differs["original"] == {"kind": "file", "mode": 0o644, "owner": "0:0",
-                                   "mtime": EPOCH, "size": 11, "sha256": stamp, "target": ""}
-    assert differs["rebuilt"]["size"] == 14 and differs["rebuilt"]["sha256"] != stamp
-    assert [c["key"] for c in report["config"]] == []  # rootfs ids are the layers' business
+    assert differs.original == layers.Entry("file", 0o644, "0:0", EPOCH, 11, stamp, "")
+    assert differs.rebuilt and differs.rebuilt.size == 14 and differs.rebuilt.sha256 != stamp
+    assert report.config == ()  # rootfs ids are the layers' business
+    [written] = report.to_json()["layers"]
+    assert written["files"][0]["original"] == {
+        "kind": "file", "mode": 0o644, "owner": "0:0", "mtime": EPOCH, "size": 11,
+        "sha256": stamp, "target": ""}
+    assert "note" not in written
     summary = verify.summary(report)
     assert summary == "layer 1 (sparkbake: /opt/sparkbake): opt/sparkbake/stamp"
     text = "\n".join(verify.render(report))
@@ -262,7 +266,7 @@ def test_verify_reports_config_keys_and_same_tars_compressed_otherwise(tmp_path:
     rebuilt = two.add_bytes(ocilayout.canonical(ocilayout.manifest(config_blob, [base, blob])),
                             ocilayout.MANIFEST_TYPE)
     report = verify.compare(verify.Side(one, original), verify.Side(two, rebuilt))
-    assert report["config"] == [{"key": "config.Labels.dev.sparkbake.inputs",
-                                 "original": '"x"', "rebuilt": '"y"'}]
-    [layer] = report["layers"]
-    assert layer["files"] == [] and "compressed otherwise" in layer["note"]
+    assert report.to_json()["config"] == [{"key": "config.Labels.dev.sparkbake.inputs",
+                                           "original": '"x"', "rebuilt": '"y"'}]
+    [layer] = report.layers
+    assert layer.files == () and "compressed otherwise" in layer.note

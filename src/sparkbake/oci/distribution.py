@@ -9,10 +9,11 @@ token).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -59,23 +60,26 @@ class Session:
     def url(self, kind: str, reference: str) -> str:
         return f"{self.remote.base_url}/v2/{self.remote.path}/{kind}/{reference}"
 
-    def request(self, method: str, url: str, body: Callable[[], Any] | None = None,
-                **options: Any) -> requests.Response:
+    def request(self, method: str, url: str, body: Callable[[], Any] | None = None, *,
+                headers: Mapping[str, str] | None = None,
+                timeout: float | tuple[float, float] = HTTP_TIMEOUT,
+                stream: bool = False) -> requests.Response:
         """One API call; on 401 an anonymous token is fetched and the call made again.
         body makes the request body anew for each attempt (bytes, or a file it closes)."""
-        response = self._send(method, url, body, options)
+        call = functools.partial(self._send, method, url, body, headers or {}, timeout, stream)
+        response = call()
         if response.status_code == 401 and self._login(response):
-            response = self._send(method, url, body, options)
+            response = call()
         return response
 
     def _send(self, method: str, url: str, body: Callable[[], Any] | None,
-              options: dict[str, Any]) -> requests.Response:
+              headers: Mapping[str, str], timeout: float | tuple[float, float],
+              stream: bool) -> requests.Response:
         data = body() if body else None
         try:
             return requests.request(method, url, data=data, verify=self.remote.verify,
-                                    headers={**options.get("headers", {}), **self._auth()},
-                                    timeout=options.get("timeout", HTTP_TIMEOUT),
-                                    stream=options.get("stream", False))
+                                    headers={**headers, **self._auth()}, timeout=timeout,
+                                    stream=stream)
         except (requests.RequestException, ValueError) as exc:
             raise unreachable(self.remote, exc, self.error) from exc
         finally:
@@ -97,9 +101,8 @@ class Session:
         """The blobs of the image the registry lacks (HEAD first), then the manifest by its
         digest and each tag to set (none: the tags already name it, and no manifest goes);
         returns the digest the registry reports and which blobs were sent."""
-        doc = layout.read_json(image.digest)
-        listed = [doc["config"], *doc["layers"]]
-        blobs = list(dict.fromkeys(ocilayout.Descriptor.of(blob) for blob in listed))
+        manifest = layout.read_manifest(image.digest)
+        blobs = list(dict.fromkeys([manifest.config, *manifest.layers]))
         missing = {blob for blob in blobs if not self._has_blob(blob)}
         for blob in blobs:
             if blob in missing:
@@ -123,10 +126,10 @@ class Session:
         if image.digest != digest:
             raise self.error(f"{self.remote.host} served {image.digest} for {digest}",
                              "check the registry")
-        doc = layout.read_json(digest)
-        for blob in [doc["config"], *doc["layers"]]:
-            if not layout.has(blob["digest"]):
-                self._pull_blob(ocilayout.Descriptor.of(blob), layout)
+        manifest = layout.read_manifest(digest)
+        for blob in [manifest.config, *manifest.layers]:
+            if not layout.has(blob.digest):
+                self._pull_blob(blob, layout)
         return image
 
     def _has_blob(self, blob: ocilayout.Descriptor) -> bool:

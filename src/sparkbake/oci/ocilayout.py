@@ -26,8 +26,8 @@ from sparkbake.files import atomic_write
 from sparkbake.oci.layers import MEDIA_TYPE as LAYER_TYPE
 
 __all__ = ["CONFIG_TYPE", "FORMAT", "INDEX_TYPE", "LAYER_TYPE", "MANIFEST_TYPE", "REF_NAME",
-           "ConfigChange", "Descriptor", "Layout", "canonical", "image_config", "made_by",
-           "manifest", "rfc3339", "write_docker_archive"]
+           "ConfigChange", "Descriptor", "Layout", "Manifest", "canonical", "image_config",
+           "made_by", "manifest", "rfc3339", "write_docker_archive"]
 
 FORMAT = 3  # raise when the bake writes other bytes for the same inputs
 MANIFEST_TYPE = "application/vnd.oci.image.manifest.v1+json"
@@ -52,6 +52,14 @@ class Descriptor:
     @classmethod
     def of(cls, doc: dict[str, Any]) -> Descriptor:
         return cls(str(doc["mediaType"]), str(doc["digest"]), int(doc["size"]))
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """What an image manifest points at: its config and layers, bottom first."""
+
+    config: Descriptor
+    layers: tuple[Descriptor, ...]
 
 
 def canonical(doc: Any) -> bytes:
@@ -81,6 +89,11 @@ class Layout:
     def read_json(self, digest: str) -> dict[str, Any]:
         doc: dict[str, Any] = json.loads(self.read(digest))
         return doc
+
+    def read_manifest(self, digest: str) -> Manifest:
+        doc = self.read_json(digest)
+        return Manifest(Descriptor.of(doc["config"]),
+                        tuple(Descriptor.of(layer) for layer in doc["layers"]))
 
     def add_bytes(self, data: bytes, media_type: str) -> Descriptor:
         digest = "sha256:" + hashlib.sha256(data).hexdigest()
@@ -213,16 +226,16 @@ def write_docker_archive(layout: Layout, image: Descriptor, ref: str, dest: Path
                          omit: frozenset[str] = frozenset()) -> None:
     """The docker-archive tar of an image for `docker load`, tagged ref. Layers in omit (by
     blob digest) are named in it but left out: the engine has them (the base's layers)."""
-    doc = layout.read_json(image.digest)
-    config = doc["config"]["digest"]
-    names = [f"{layer['digest'].split(':')[1]}.tar.gz" for layer in doc["layers"]]
+    image_manifest = layout.read_manifest(image.digest)
+    config = image_manifest.config.digest
+    names = [f"{layer.digest.split(':')[1]}.tar.gz" for layer in image_manifest.layers]
     config_name = f"{config.split(':')[1]}.json"
     index = [{"Config": config_name, "RepoTags": [ref], "Layers": names}]
     with tarfile.open(dest, "w") as tar:
         tar.add(layout.blob(config), arcname=config_name)
-        for layer, name in zip(doc["layers"], names, strict=True):
-            if layer["digest"] not in omit:
-                tar.add(layout.blob(layer["digest"]), arcname=name)
+        for layer, name in zip(image_manifest.layers, names, strict=True):
+            if layer.digest not in omit:
+                tar.add(layout.blob(layer.digest), arcname=name)
         data = json.dumps(index).encode()
         info = tarfile.TarInfo("manifest.json")
         info.size = len(data)
