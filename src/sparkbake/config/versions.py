@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Final, TypedDict, TypeVar
 
 from sparkbake.config import yamlsource
 from sparkbake.config.model import (
@@ -58,7 +58,8 @@ IMAGE_REF = re.compile(r"[^@\s]+@sha256:([0-9a-f]{64})")
 # SOURCE_DATE_EPOCH bounds: a zip (a wheel) stores no time before 1980; 2100 as a sanity bound
 EPOCH_MIN, EPOCH_MAX = 315532800, 4102444800
 UPSTREAM_KINDS = ("pypi", "git", "dir")
-REQUIREMENTS_KEYS = ("build_requirements", "runtime_requirements")  # files in the tree
+# files in the tree; Final keeps each name a literal key of _UpstreamOptions
+REQUIREMENTS_KEYS: Final = ("build_requirements", "runtime_requirements")
 KERNEL_REUSE = re.compile(r"assemble|builder")  # how a wheel reuses cached kernels
 # a wheel file name: project-version(-build)?-python-abi-platform.whl
 WHEEL = re.compile(r"([A-Za-z0-9_.]+)-([^-]+)(-\d[^-]*)?-[^-]+-[^-]+-[^-]+\.whl")
@@ -146,6 +147,16 @@ def _base(where: Where, name: str, raw_bases: LocatedDict) -> Base:
     )
 
 
+class _UpstreamOptions(TypedDict, total=False):
+    """The keys every kind of upstream may have, as the model's keyword arguments (an absent
+    one keeps the model's default)."""
+
+    build_requirements: str
+    runtime_requirements: str
+    cmake_skip: tuple[tuple[str, str], ...]
+    kernel_reuse: str
+
+
 def _upstream(where: Where, key: str, raw_upstreams: LocatedDict) -> Upstream:
     spec = where.mapping(raw_upstreams[key], f"upstream {key!r}",
                          (*UPSTREAM_KINDS, "source_date_epoch", *REQUIREMENTS_KEYS,
@@ -155,24 +166,24 @@ def _upstream(where: Where, key: str, raw_upstreams: LocatedDict) -> Upstream:
         raise ConfigError(f"{where(spec)}: upstream {key!r} needs exactly one of pypi, git, dir",
                           "keep one of them")
     date = _source_date(where, spec)
-    requirements: dict[str, Any] = {
-        key: where.string(spec, key, TREE_PATH, "a relative path inside the tree")
-        for key in REQUIREMENTS_KEYS if key in spec}
-    requirements["cmake_skip"] = _cmake_skip(where, spec)
+    options = _UpstreamOptions(cmake_skip=_cmake_skip(where, spec))
+    for name in REQUIREMENTS_KEYS:
+        if name in spec:
+            options[name] = where.string(spec, name, TREE_PATH, "a relative path inside the tree")
     if "kernel_reuse" in spec:
-        requirements["kernel_reuse"] = where.string(
+        options["kernel_reuse"] = where.string(
             spec, "kernel_reuse", KERNEL_REUSE, "assemble (on this host) or builder")
     if "dir" in spec:
         rel = where.string(spec, "dir")
         return DirUpstream(key=key, path=(where.path.parent / rel).resolve(),
-                           source_date_epoch=date, **requirements)
+                           source_date_epoch=date, **options)
     if "git" in spec:
         git = where.mapping(spec["git"], f"upstream {key!r} git", ("url", "commit"),
                             required=("url", "commit"), parent=spec, key="git")
         url = where.string(git, "url")
         return GitUpstream(key=key, url=url, source=_git_source(where.path.parent, url),
                            commit=where.string(git, "commit", COMMIT, "a full 40-hex commit"),
-                           source_date_epoch=date, **requirements)
+                           source_date_epoch=date, **options)
     pypi = where.mapping(spec["pypi"], f"upstream {key!r} pypi", ("name", "version", "sha256"),
                          required=("name", "version", "sha256"), parent=spec, key="pypi")
     return PypiUpstream(
@@ -180,7 +191,7 @@ def _upstream(where: Where, key: str, raw_upstreams: LocatedDict) -> Upstream:
         name=where.string(pypi, "name", NAME, "a package name"),
         version=where.string(pypi, "version", NAME, "a version"),
         sha256=where.string(pypi, "sha256", SHA256, "64 lowercase hex digits"),
-        source_date_epoch=date, **requirements,
+        source_date_epoch=date, **options,
     )
 
 
@@ -210,6 +221,9 @@ def _source_date(where: Where, spec: LocatedDict) -> int | None:
     return value
 
 
+Named = TypeVar("Named", Base, Upstream)  # what a tag names by key: a base, an upstream
+
+
 def _tag(where: Where, name: str, raw_tags: LocatedDict, defaults: LocatedDict,
          bases: dict[str, Base], upstreams: dict[str, Upstream]) -> Tag:
     merged, origin = _resolve_extends(where, name, raw_tags)
@@ -221,7 +235,7 @@ def _tag(where: Where, name: str, raw_tags: LocatedDict, defaults: LocatedDict,
             raise ConfigError(f"{where(raw_tags, name)}: tag {name!r} lacks the key {key!r}",
                               f"add '{key}:' to the tag or to the tag it extends")
 
-    def ref(key: str, table: dict[str, Any], what: str) -> Any:
+    def ref(key: str, table: dict[str, Named], what: str) -> Named:
         value = where.string(origin[key], key)
         if value not in table:
             raise ConfigError(
@@ -256,7 +270,7 @@ def _tag(where: Where, name: str, raw_tags: LocatedDict, defaults: LocatedDict,
     )
 
 
-def _listed(where: Where, origin: dict[str, Any], merged: dict[str, Any], key: str,
+def _listed(where: Where, origin: dict[str, LocatedDict], merged: dict[str, Any], key: str,
             pattern: re.Pattern[str]) -> Listed:
     """extras: / pins: with where they are written, for the lock's errors."""
     if key not in merged:
