@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from email.parser import Parser
 from importlib.metadata import version
 from pathlib import Path
-from typing import Any
 
 from sparkbake import resources
 from sparkbake.bake import venv, venvsplit
@@ -80,8 +79,8 @@ def bake(client: Client, runtime: BaseImage, upstream: Upstream, cache: LayerCac
     """The three layers of /opt/venv, from the cache where their keys are there."""
     key = runtime_key(client, runtime, upstream, source_date)
     cached = cache.get("runtime", key)
-    installed = _install(client, runtime, upstream, cached[1] if cached else None, work,
-                         source_date, log)
+    installed = _install(client, runtime, upstream, cached[1]["python"] if cached else None,
+                         work, source_date, log)
     parts = venvsplit.split(installed.root, installed.python, upstream.names)
     if cached is None:
         about = {"python": installed.python, "cuda_home": installed.cuda_home}
@@ -111,14 +110,14 @@ class _Made:
 
 
 def _install(client: Client, runtime: BaseImage, upstream: Upstream,
-             cached: dict[str, Any] | None, work: Path, source_date: int,
+             cached_python: str | None, work: Path, source_date: int,
              log: Path) -> venv.Installed:
     """Everything into the venv; or, when the runtime packages' layer is cached (its record
     says the image's Python), the tag's wheels alone."""
     names = list(upstream.names)
-    if cached is not None:
+    if cached_python is not None:
         echo(f"bake: runtime packages cached: installing {' '.join(names)} alone")
-        return venv.install_only(upstream.image, upstream.platform, cached["python"],
+        return venv.install_only(upstream.image, upstream.platform, cached_python,
                                  [upstream.wheels], names, work, source_date, log)
     dirs = [upstream.wheels] if upstream.house is None else [upstream.wheels, upstream.house]
     return venv.install(client, runtime.ref, upstream.image, upstream.platform, dirs, names,

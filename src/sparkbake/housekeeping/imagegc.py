@@ -80,32 +80,31 @@ def stale_items(client: Client, now: Current) -> list[Item]:
     items = []
     for image in client.images.list():
         refs = [ref for ref in image.attrs.get("RepoTags") or [] if ref != "<none>:<none>"]
-        ours = [ref for ref in refs if _stale_ref(ref, image.attrs, now)]
+        labels: dict[str, str] = (image.attrs.get("Config") or {}).get("Labels") or {}
+        ours = [ref for ref in refs if _stale_ref(ref, labels, now)]
         if ours and len(ours) == len(refs):
             items.append(_item(client, image, ours, "no tag uses it now"))
         elif ours:  # other names keep the image: only ours go
             items.append(_untag_item(client, image, ours))
-        elif not refs and _untagged_ours(image, now):
+        elif not refs and _untagged_ours(image, labels, now):
             items.append(_item(client, image, [], "untagged, made by sparkbake"))
     return sorted(items, key=lambda item: item.label)
 
 
-def _stale_ref(ref: str, attrs: dict[str, Any], now: Current) -> bool:
+def _stale_ref(ref: str, labels: dict[str, str], now: Current) -> bool:
     repository = ref.rsplit(":", 1)[0] if ":" in ref.rsplit("/", 1)[-1] else ref
     kind, _, name = repository.partition("/")
     if kind == "sparkbake-base" and name in now.base_names:
         return ref not in now.base_refs
     if kind == "sparkbake-builder" and name in now.base_names:
         return ref not in now.builder_refs
-    labels = (attrs.get("Config") or {}).get("Labels") or {}
     return repository in now.repositories and INPUTS_LABEL in labels \
         and labels[INPUTS_LABEL] not in now.inputs
 
 
-def _untagged_ours(image: Any, now: Current) -> bool:
+def _untagged_ours(image: Any, labels: dict[str, str], now: Current) -> bool:
     """Labelled with one of our tags, or made on one of our bases as sparkbake imported it
     (a builder left untagged by an interrupted build too)."""
-    labels = (image.attrs.get("Config") or {}).get("Labels") or {}
     if INPUTS_LABEL in labels and labels.get(TAG_LABEL) in now.tags:
         return True
     try:
