@@ -11,6 +11,7 @@ import shutil
 import socket
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
@@ -50,27 +51,31 @@ class Project:
         return (self.root / "build" / "logs" / tag / f"{stage}.log").read_text()
 
 
-VERSIONS_HEAD = """\
+DEBIAN_BASE = "  debian:\n    debootstrap: {suite: bookworm}\n"
+DEBIAN_BASE_WITH_PYTHON = DEBIAN_BASE + '    python: "3.11"\n'  # what a lock needs
+TREE_UPSTREAM = "  tree:\n    dir: upstream\n"
+
+
+def versions_yaml(*, tags: str, upstreams: str = TREE_UPSTREAM, bases: str = DEBIAN_BASE,
+                  repository: str = "localhost:5000/sparkbake-test",
+                  platform: str = "linux/amd64", builder: str = "debian",
+                  runtime: str = "debian") -> str:
+    """A versions.yaml's text. tags, upstreams and bases are YAML indented under their
+    section; by default the one base is the debootstrap base `debian` and the one upstream
+    the dir upstream `tree` (./upstream). Each key has a line of its own, so that a test can
+    find the line an error names."""
+    return f"""\
 schema: 1
 defaults:
   repository: {repository}
   platform: {platform}
   cuda_arch: "12.1a"
-  builder: debian
-  runtime: debian
+  builder: {builder}
+  runtime: {runtime}
 bases:
-  debian:
-    debootstrap: {{suite: bookworm}}
-upstreams:
-  tree:
-    dir: upstream
-tags:
-"""
-
-
-def versions_yaml(repository: str, platform: str, tags: str) -> str:
-    """A versions.yaml with one debootstrap base `debian`, a dir upstream `tree`, and tags."""
-    return VERSIONS_HEAD.format(repository=repository, platform=platform) + tags
+{bases}upstreams:
+{upstreams}tags:
+{tags}"""
 
 
 def one_patch_project(folder: Path, patch: str, tags: str) -> Path:
@@ -83,7 +88,7 @@ def one_patch_project(folder: Path, patch: str, tags: str) -> Path:
     (series / "series").write_text("0001-demo.patch\n")
     (series / "0001-demo.patch").write_text(patch)
     path = folder / "versions.yaml"
-    path.write_text(versions_yaml("localhost:5000/sparkbake-cli", "linux/amd64", tags),
+    path.write_text(versions_yaml(repository="localhost:5000/sparkbake-cli", tags=tags),
                     encoding="utf-8")
     return path
 
@@ -96,6 +101,14 @@ def free_port() -> int:
         return port
 
 
+def missing(what: str) -> NoReturn:
+    """Skip a test that needs what this machine lacks; in CI (CI=true) fail it: there every
+    test must run."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"CI needs {what}")
+    pytest.skip(f"no {what}")
+
+
 def copy_project(dest: Path) -> Project:
     shutil.copytree(DATA, dest, ignore=shutil.ignore_patterns("build", "wheels"))
     return Project(dest)
@@ -106,9 +119,7 @@ def docker_client() -> docker_engine.Client:
     try:
         return docker_engine.connect()
     except EngineError as exc:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI needs a Docker engine: {exc}")
-        pytest.skip(f"no Docker engine: {exc.message}")
+        missing(f"Docker engine: {exc.message}")
 
 
 @pytest.fixture(scope="session")

@@ -20,7 +20,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import docker
 import docker.errors
@@ -28,17 +28,11 @@ import pytest
 
 from sparkbake.config.versions import Config
 from sparkbake.oci import docker_engine, local_registry
-from tests.conftest import Project, free_port
+from tests.conftest import Project, free_port, missing
 
 pytestmark = pytest.mark.docker
 
 START_TIMEOUT = 60
-
-
-def _missing(what: str) -> NoReturn:
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"CI needs {what}")
-    pytest.skip(f"no {what}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,7 +87,7 @@ def engine(docker_client: docker_engine.Client) -> Iterator[Engine]:
     """A second dockerd; short paths under /tmp, as unix socket paths are limited."""
     program = shutil.which("dockerd")
     if program is None or shutil.which("ip") is None or os.geteuid() != 0:
-        _missing("dockerd and ip run as root (apt-get install -y docker.io iproute2)")
+        missing("dockerd and ip run as root (apt-get install -y docker.io iproute2)")
     kept = _links() & {"docker0"}  # the first engine's bridge, if it has one
     home = Path(tempfile.mkdtemp(prefix="sbd-", dir="/tmp"))
     url = f"unix://{home}/docker.sock"
@@ -243,7 +237,7 @@ def ssh_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Pa
     ssh config (OpenSSH reads ~/.ssh from the passwd entry, not from $HOME)."""
     sshd, keygen, client = "/usr/sbin/sshd", shutil.which("ssh-keygen"), shutil.which("ssh")
     if not Path(sshd).is_file() or keygen is None or client is None or os.geteuid() != 0:
-        _missing("sshd and ssh run as root (apt-get install -y openssh-server)")
+        missing("sshd and ssh run as root (apt-get install -y openssh-server)")
     home = tmp_path_factory.mktemp("ssh")
     for key in ("host_key", "client_key"):
         subprocess.run([keygen, "-q", "-t", "ed25519", "-N", "", "-f", str(home / key)],

@@ -23,6 +23,7 @@ from sparkbake.config.versions import DebootstrapBase
 from sparkbake.errors import EngineError
 from sparkbake.oci import docker_engine
 from sparkbake.pipeline import plan
+from tests.conftest import versions_yaml
 
 STALE_INPUTS = "0" * 64
 
@@ -76,17 +77,9 @@ def test_gc_removes_stale_sparkbake_images_and_keeps_current_and_foreign(
     repo, tag, base = f"localhost:5000/sparkbake-gc-{unique}", f"gc-{unique}", f"gcbase{unique}"
     (tmp_path / "upstream").mkdir()
     (tmp_path / "upstream" / "a.py").write_text("a = 1\n")
-    (tmp_path / "versions.yaml").write_text(f"""\
-schema: 1
-defaults: {{repository: {repo}, platform: linux/amd64, cuda_arch: "12.1a", builder: {base},
-            runtime: {base}}}
-bases:
-  {base}: {{debootstrap: {{suite: bookworm}}}}
-upstreams:
-  tree: {{dir: upstream}}
-tags:
-  {tag}: {{upstream: tree, series: []}}
-""")
+    (tmp_path / "versions.yaml").write_text(versions_yaml(
+        repository=repo, bases=f"  {base}: {{debootstrap: {{suite: bookworm}}}}\n",
+        builder=base, runtime=base, tags=f"  {tag}: {{upstream: tree, series: []}}\n"))
     monkeypatch.setenv("SPARKBAKE_CACHE", str(tmp_path / "host-cache"))
     loaded = versions.load(tmp_path / "versions.yaml")
     now = plan.make(loaded, loaded.tag(tag))

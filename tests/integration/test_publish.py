@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import shutil
 import subprocess
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import docker.errors
 import pytest
@@ -29,7 +28,7 @@ from sparkbake.errors import BakeError, EngineError, PublishError
 from sparkbake.oci import docker_engine, layers, local_registry, ocilayout
 from sparkbake.pipeline import plan as plan_mod
 from sparkbake.publish import push
-from tests.conftest import free_port
+from tests.conftest import free_port, missing, versions_yaml
 
 pytestmark = pytest.mark.docker
 
@@ -37,36 +36,16 @@ TAG = "production-1.0-pub"
 NEXT = "production-1.1-pub"  # TAG plus a patch series and another env
 RUN = uuid.uuid4().hex[:12]
 RUN_LABEL = "dev.sparkbake.test-run"
-VERSIONS = """\
-schema: 1
-defaults:
-  repository: {repository}
-  platform: linux/amd64
-  cuda_arch: "12.1a"
-  builder: local-debian
-  runtime: local-debian
-bases:
-  local-debian:
-    debootstrap: {{suite: bookworm}}
-upstreams:
-  fixture:
-    dir: ./upstream
-tags:
-  {tag}:
-    upstream: fixture
+TAGS = f"""\
+  {TAG}:
+    upstream: tree
     series: []
     env: {{PUB_MODE: "one"}}
-  {next}:
-    extends: {tag}
+  {NEXT}:
+    extends: {TAG}
     series: [fix]
     env: {{PUB_MODE: "two", PUB_EXTRA: "1"}}
 """
-
-
-def _missing(what: str) -> NoReturn:
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"CI needs {what}")
-    pytest.skip(f"no {what}")
 
 
 def _config(root: Path, repository: str) -> Config:
@@ -75,8 +54,7 @@ def _config(root: Path, repository: str) -> Config:
     (root / "patches" / "fix").mkdir(parents=True, exist_ok=True)
     (root / "patches" / "fix" / "series").write_text("0001-fix.patch\n")
     (root / "patches" / "fix" / "0001-fix.patch").write_text("a stand-in patch (never applied)\n")
-    (root / "versions.yaml").write_text(VERSIONS.format(repository=repository, tag=TAG,
-                                                        next=NEXT))
+    (root / "versions.yaml").write_text(versions_yaml(repository=repository, tags=TAGS))
     return config_mod.load(root / "versions.yaml")
 
 
@@ -85,10 +63,10 @@ def client() -> Iterator[docker_engine.Client]:
     try:
         engine = docker_engine.connect()
     except EngineError as exc:
-        _missing(f"Docker engine: {exc.message}")
+        missing(f"Docker engine: {exc.message}")
     for tool in ("docker-registry", "skopeo"):
         if shutil.which(tool) is None:
-            _missing(f"{tool} (apt-get install -y {tool})")
+            missing(f"{tool} (apt-get install -y {tool})")
     yield engine
     for image in engine.images.list(filters={"label": f"{RUN_LABEL}={RUN}"}):
         with contextlib.suppress(docker.errors.APIError):

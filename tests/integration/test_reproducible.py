@@ -14,14 +14,14 @@ import tarfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import pytest
 
 from sparkbake.hashing import file_sha256
 from sparkbake.oci import docker_engine, local_registry, ocilayout
 from sparkbake.wheels import wheelbuild
-from tests.conftest import Project, copy_project, free_port
+from tests.conftest import Project, copy_project, free_port, missing
 from tests.integration.test_pipeline import PYTHON_PATCH
 
 pytestmark = pytest.mark.docker
@@ -45,19 +45,13 @@ diff --git a/setup.py b/setup.py
 """
 
 
-def _missing(what: str) -> NoReturn:
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"CI needs {what}")
-    pytest.skip(f"no {what}")
-
-
 def layout(project: Project) -> Path:
     return project.root / "build" / "oci"
 
 
 def skopeo(*args: str) -> Any:
     if shutil.which("skopeo") is None:
-        _missing("skopeo (apt-get install -y skopeo)")
+        missing("skopeo (apt-get install -y skopeo)")
     out = subprocess.run(["skopeo", *args], capture_output=True, text=True, check=True,
                          timeout=300)
     return json.loads(out.stdout)
@@ -136,7 +130,7 @@ def test_the_layers_made_here_are_sorted_dated_root_owned_with_hash_checked_pycs
 def test_umoci_unpacks_the_image_as_the_engine_runs_it(
         second: Project, docker_client: docker_engine.Client, tmp_path: Path) -> None:
     if shutil.which("umoci") is None:
-        _missing("umoci (apt-get install -y umoci)")
+        missing("umoci (apt-get install -y umoci)")
     bundle = tmp_path / "bundle"
     subprocess.run(["umoci", "unpack", "--image", f"{layout(second)}:fixture", str(bundle)],
                    check=True, capture_output=True, timeout=600)

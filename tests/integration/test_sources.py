@@ -8,22 +8,13 @@ from pathlib import Path
 import pytest
 
 from sparkbake.__main__ import main
+from tests.conftest import versions_yaml
 
 VLLM_SHA256 = "f4c33c2503d52bb411146afa9618a4f48bed68912f617e6803ac8d76e4c74112"
-VERSIONS = """\
-schema: 1
-defaults: {{repository: localhost:5000/t, platform: linux/amd64, cuda_arch: "12.1a",
-            builder: debian, runtime: debian}}
-bases:
-  debian: {{debootstrap: {{suite: bookworm}}}}
-upstreams:
-  vllm: {{pypi: {{name: vllm, version: "{version}", sha256: "{sha256}"}}}}
-  fork: {{git: {{url: ./fork, commit: "{commit}"}}}}
-  missing: {{dir: ./nowhere}}
-tags:
-  vllm: {{upstream: vllm, series: []}}
-  fork: {{upstream: fork, series: []}}
-  missing: {{upstream: missing, series: []}}
+TAGS = """\
+  vllm: {upstream: vllm, series: []}
+  fork: {upstream: fork, series: []}
+  missing: {upstream: missing, series: []}
 """
 
 
@@ -31,7 +22,10 @@ def write_config(root: Path, version: str = "0.33.0", sha256: str = VLLM_SHA256,
                  commit: str = "0" * 40) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     path = root / "versions.yaml"
-    path.write_text(VERSIONS.format(version=version, sha256=sha256, commit=commit))
+    path.write_text(versions_yaml(tags=TAGS, upstreams=(
+        f'  vllm: {{pypi: {{name: vllm, version: "{version}", sha256: "{sha256}"}}}}\n'
+        f'  fork: {{git: {{url: ./fork, commit: "{commit}"}}}}\n'
+        "  missing: {dir: ./nowhere}\n")))
     return path
 
 

@@ -17,29 +17,22 @@ from sparkbake.config import settings
 from sparkbake.fetch import sourcelock, thirdparty
 from sparkbake.hashing import file_sha256, tree_hash
 from sparkbake.oci import docker_engine
-from tests.conftest import DATA, Project, copy_project
+from tests.conftest import DATA, Project, copy_project, versions_yaml
 from tests.gitdaemon import Daemon, git, git_daemon
 from tests.integration.test_pipeline import add_patch, read_from_image
 
 pytestmark = pytest.mark.docker
 
 TAG = "cmake-fixture"
-VERSIONS = """\
-schema: 1
-defaults: {{repository: localhost:5000/sparkbake-cmake, platform: linux/amd64,
-            cuda_arch: "12.1a", builder: debian, runtime: debian}}
-bases:
+BASES = """\
   debian:
-    debootstrap: {{suite: bookworm, variant: minbase, packages: [python3, python3-venv, g++]}}
+    debootstrap: {suite: bookworm, variant: minbase, packages: [python3, python3-venv, g++]}
     python: "3.11"
-upstreams:
+"""
+UPSTREAMS = """\
   tinycmake:
     dir: cmake-upstream
     source_date_epoch: 1735689600
-tags:
-  cmake-fixture:
-    upstream: tinycmake
-    series: [{series}]
 """
 LOCK = Path("locks/sources/tinycmake.json")
 BUILDER_LOCK = Path("locks/debian.amd64.txt")
@@ -50,7 +43,9 @@ def cmake_project(root: Path, daemon: Daemon, series: str = "") -> Project:
     """tests/data copied, with a versions.yaml of the CMake fixture whose dependency URL
     names the daemon's port."""
     project = copy_project(root)
-    project.config_path.write_text(VERSIONS.format(series=series))
+    project.config_path.write_text(versions_yaml(
+        repository="localhost:5000/sparkbake-cmake", bases=BASES, upstreams=UPSTREAMS,
+        tags=f"  {TAG}:\n    upstream: tinycmake\n    series: [{series}]\n"))
     cmakelists = project.root / "cmake-upstream" / "CMakeLists.txt"
     cmakelists.write_text(cmakelists.read_text().replace("127.0.0.1:9418",
                                                          f"127.0.0.1:{daemon.port}"))

@@ -8,6 +8,7 @@ import bench_incremental
 import pytest
 
 from sparkbake.config import versions
+from tests.conftest import versions_yaml
 
 PATCH = """\
 From 1 Mon Sep 17 00:00:00 2001
@@ -27,16 +28,7 @@ diff --git a/pkg/m.py b/pkg/m.py
 +    # why this is so
 +y = 2
 """
-VERSIONS = """\
-schema: 1
-defaults: {repository: r/x, platform: linux/amd64, cuda_arch: "12.1a", builder: b, runtime: b}
-bases:
-  b: {debootstrap: {suite: bookworm}}
-upstreams:
-  u: {dir: .}
-tags:
-  t: {upstream: u, series: [s]}
-"""
+VERSIONS = versions_yaml(tags="  t: {upstream: tree, series: [s]}\n")
 
 
 def test_the_first_added_python_comment_gets_a_word_more(tmp_path: Path) -> None:

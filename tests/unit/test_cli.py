@@ -28,8 +28,7 @@ TAGS = """\
     series: [demo]
     env: {DEMO: "1"}
 """
-CONFIG = versions_yaml(repository="localhost:5000/sparkbake-cli", platform="linux/amd64",
-                       tags=TAGS)
+CONFIG = versions_yaml(repository="localhost:5000/sparkbake-cli", tags=TAGS)
 
 
 def write_config(folder: Path, text: str) -> Path:

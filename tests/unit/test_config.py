@@ -18,6 +18,7 @@ from sparkbake.config.versions import (
     Tag,
 )
 from sparkbake.errors import ConfigError
+from tests.conftest import versions_yaml
 
 REPO = Path(__file__).resolve().parents[2]
 DIGEST = "a" * 64
@@ -25,16 +26,10 @@ SDIST = "b" * 64
 FORK_COMMIT = "c" * 40
 LOCAL_COMMIT = "d" * 40
 
-VALID = f"""\
-# a comment before everything
-schema: 1
-defaults:
-  repository: localhost:5000/sparkbake-test
-  platform: linux/arm64
-  cuda_arch: "12.1a"
-  builder: devel
-  runtime: boot
-bases:
+# every kind of base and upstream, defaults a tag overrides, extends; a comment first, so
+# that the top mapping does not start at line 1
+VALID = "# a comment before everything\n" + versions_yaml(
+    platform="linux/arm64", builder="devel", runtime="boot", bases=f"""\
   devel:
     image: nvidia/cuda:13.0.2-devel-ubuntu24.04@sha256:{DIGEST}
   boot:
@@ -42,7 +37,7 @@ bases:
       suite: bookworm
       mirror: http://deb.example.invalid/debian
       packages: [python3, g++]
-upstreams:
+""", upstreams=f"""\
   release:
     pypi: {{name: vllm, version: 0.33.0, sha256: {SDIST}}}
   fork:
@@ -51,7 +46,7 @@ upstreams:
     git: {{url: ../repos/vllm, commit: {LOCAL_COMMIT}}}
   tree:
     dir: upstream
-tags:
+""", tags="""\
   production-3.72-vision:
     upstream: release
     series: [dcp-dspark, ckv-gather, vision]
@@ -78,7 +73,7 @@ tags:
   from-git:
     upstream: local-git
     series: [demo]
-"""
+""")
 
 
 def write_config(folder: Path, text: str, name: str = "versions.yaml") -> Path:

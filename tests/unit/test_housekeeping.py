@@ -21,8 +21,7 @@ from tests.conftest import versions_yaml
 STALE = "f" * 64
 HOUR_AGO = time.time() - 2 * 3600
 
-CONFIG = versions_yaml(repository="localhost:5000/sparkbake-gc", platform="linux/amd64",
-                       tags="""\
+CONFIG = versions_yaml(repository="localhost:5000/sparkbake-gc", tags="""\
   one:
     upstream: tree
     series: [demo]

@@ -11,22 +11,14 @@ from sparkbake.config import versions
 from sparkbake.config.settings import HostSettings
 from sparkbake.errors import ConfigError, EngineError
 from sparkbake.lock import lockfiles
+from tests.conftest import DEBIAN_BASE, DEBIAN_BASE_WITH_PYTHON, versions_yaml
 
-VERSIONS = """\
-schema: 1
-defaults: {repository: r/x, platform: linux/amd64, cuda_arch: "12.1a", builder: b, runtime: b}
-bases:
-  b: {debootstrap: {suite: bookworm}%s}
-upstreams:
-  u: {dir: .}
-tags:
-  t: {upstream: u, series: []}
-"""
 SETTINGS = HostSettings(index_url="http://127.0.0.1:9/simple", ca_bundle=None, debian_mirror=None)
 
 
-def load(tmp_path: Path, python: str = ', python: "3.11"') -> versions.Config:
-    (tmp_path / "versions.yaml").write_text(VERSIONS % python)
+def load(tmp_path: Path, bases: str = DEBIAN_BASE_WITH_PYTHON) -> versions.Config:
+    (tmp_path / "versions.yaml").write_text(
+        versions_yaml(bases=bases, tags="  t: {upstream: tree, series: []}\n"))
     return versions.load(tmp_path / "versions.yaml")
 
 
@@ -35,13 +27,13 @@ def test_a_missing_lock_names_the_command_that_makes_it(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as caught:
         lockfiles.require_lock(loaded, loaded.tag("t"))
     assert caught.value.exit_code == 2
-    assert str(tmp_path / "locks" / "b.amd64.txt") in caught.value.message
+    assert str(tmp_path / "locks" / "debian.amd64.txt") in caught.value.message
     assert caught.value.remedy == "create it: sparkbake lock t, and commit it"
 
 
 def test_a_base_without_its_python_version_cannot_be_locked(tmp_path: Path) -> None:
-    loaded = load(tmp_path, python="")
-    with pytest.raises(ConfigError, match="base 'b' does not say its Python version"):
+    loaded = load(tmp_path, bases=DEBIAN_BASE)
+    with pytest.raises(ConfigError, match="base 'debian' does not say its Python version"):
         lockfiles.resolve(loaded, loaded.tag("t"), SETTINGS)
 
 
@@ -56,9 +48,9 @@ def test_without_uv_the_lock_is_an_environment_error(
 
 def test_an_unreachable_index_fails_without_writing_a_lock(tmp_path: Path) -> None:
     loaded = load(tmp_path)
-    with pytest.raises(EngineError, match=r"resolving the lock b\.amd64\.txt failed"):
+    with pytest.raises(EngineError, match=r"resolving the lock debian\.amd64\.txt failed"):
         lockfiles.resolve(loaded, loaded.tag("t"), SETTINGS)
-    assert not (tmp_path / "locks" / "b.amd64.txt").exists()
+    assert not (tmp_path / "locks" / "debian.amd64.txt").exists()
 
 
 def test_uv_is_found_beside_sparkbake_with_an_empty_path(
@@ -68,8 +60,8 @@ def test_uv_is_found_beside_sparkbake_with_an_empty_path(
 
 
 def test_a_bad_python_version_is_refused_with_its_line(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"versions.yaml:4: python '3' is not"):
-        load(tmp_path, python=', python: "3"')
+    with pytest.raises(ConfigError, match=r"versions.yaml:11: python '3' is not"):
+        load(tmp_path, bases=DEBIAN_BASE + '    python: "3"\n')  # versions.yaml's line 11
 
 
 def test_a_missing_lock_is_made_with_a_notice_on_a_developers_machine(
@@ -79,9 +71,9 @@ def test_a_missing_lock_is_made_with_a_notice_on_a_developers_machine(
     monkeypatch.delenv("SPARKBAKE_LOCKED", raising=False)
     loaded = load(tmp_path)
     # it is made: uv runs against the (here unreachable) index
-    with pytest.raises(EngineError, match=r"resolving the lock b\.amd64\.txt failed"):
+    with pytest.raises(EngineError, match=r"resolving the lock debian\.amd64\.txt failed"):
         lockfiles.make_missing(loaded, loaded.tag("t"), SETTINGS, tmp_path)
-    assert "lock: locks/b.amd64.txt missing: making it now; commit it (CI and --locked " \
+    assert "lock: locks/debian.amd64.txt missing: making it now; commit it (CI and --locked " \
            "refuse a missing lock)" in capsys.readouterr().err
 
 
@@ -93,7 +85,7 @@ def test_under_ci_or_locked_a_missing_lock_stays_an_error(
         monkeypatch.setenv(name, value)
     loaded = load(tmp_path)
     assert lockfiles.make_missing(loaded, loaded.tag("t"), SETTINGS, tmp_path) == []
-    with pytest.raises(ConfigError, match="no builder lock for base 'b'"):
+    with pytest.raises(ConfigError, match="no builder lock for base 'debian'"):
         lockfiles.require_lock(loaded, loaded.tag("t"))
 
 
@@ -102,6 +94,6 @@ def test_an_existing_lock_is_never_remade(tmp_path: Path,
     monkeypatch.delenv("CI", raising=False)
     loaded = load(tmp_path)
     (tmp_path / "locks").mkdir()
-    (tmp_path / "locks" / "b.amd64.txt").write_text("# committed\n")
+    (tmp_path / "locks" / "debian.amd64.txt").write_text("# committed\n")
     assert lockfiles.make_missing(loaded, loaded.tag("t"), SETTINGS, tmp_path) == []
-    assert (tmp_path / "locks" / "b.amd64.txt").read_text() == "# committed\n"
+    assert (tmp_path / "locks" / "debian.amd64.txt").read_text() == "# committed\n"

@@ -19,33 +19,17 @@ from sparkbake.config import versions as config_mod
 from sparkbake.errors import EngineError, PublishError, UsageError
 from sparkbake.oci import distribution, local_registry, ports
 from sparkbake.publish import push
+from tests.conftest import versions_yaml
 
 DIGEST_A = "sha256:" + "a" * 64
 DIGEST_B = "sha256:" + "b" * 64
 
 
 def _config(tmp_path: Path) -> config_mod.Config:
-    (tmp_path / "tree").mkdir()
-    (tmp_path / "tree" / "setup.py").write_text("# upstream\n")
-    (tmp_path / "versions.yaml").write_text(f"""\
-schema: 1
-defaults:
-  repository: localhost:5000/sparkbake-unit
-  platform: linux/arm64
-  cuda_arch: "12.1a"
-  builder: deb
-  runtime: deb
-bases:
-  deb:
-    debootstrap: {{suite: bookworm}}
-upstreams:
-  tree:
-    dir: {tmp_path / "tree"}
-tags:
-  production-1.0-unit:
-    upstream: tree
-    series: []
-""")
+    (tmp_path / "upstream").mkdir()
+    (tmp_path / "upstream" / "setup.py").write_text("# upstream\n")
+    (tmp_path / "versions.yaml").write_text(
+        versions_yaml(tags="  production-1.0-unit: {upstream: tree, series: []}\n"))
     return config_mod.load(tmp_path / "versions.yaml")
 
 

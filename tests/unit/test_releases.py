@@ -13,6 +13,7 @@ from sparkbake.__main__ import main
 from sparkbake.errors import UsageError
 from sparkbake.oci import layers, ocilayout
 from sparkbake.publish import releases
+from tests.conftest import versions_yaml
 
 SHA = {c: c * 64 for c in "abcdef"}
 
@@ -202,27 +203,10 @@ def test_an_image_without_a_manifest_gives_none(tmp_path: Path) -> None:
 
 @pytest.fixture
 def config_file(tmp_path: Path) -> Path:
-    (tmp_path / "tree").mkdir()
-    (tmp_path / "tree" / "setup.py").write_text("# upstream\n")
-    (tmp_path / "versions.yaml").write_text("""\
-schema: 1
-defaults:
-  repository: localhost:5000/sparkrun
-  platform: linux/arm64
-  cuda_arch: "12.1a"
-  builder: deb
-  runtime: deb
-bases:
-  deb:
-    debootstrap: {suite: bookworm}
-upstreams:
-  tree:
-    dir: tree
-tags:
-  production-3.72-vision:
-    upstream: tree
-    series: []
-""")
+    (tmp_path / "upstream").mkdir()
+    (tmp_path / "upstream" / "setup.py").write_text("# upstream\n")
+    (tmp_path / "versions.yaml").write_text(
+        versions_yaml(tags="  production-3.72-vision: {upstream: tree, series: []}\n"))
     return tmp_path / "versions.yaml"
 
 

@@ -10,20 +10,10 @@ import pytest
 from sparkbake.config import versions
 from sparkbake.errors import ConfigError
 from sparkbake.lock import lockfiles, requirements
+from tests.conftest import DEBIAN_BASE_WITH_PYTHON, versions_yaml
 
-VERSIONS = """\
-schema: 1
-defaults: {repository: r/x, platform: linux/arm64, cuda_arch: "12.1a", builder: b, runtime: b}
-bases:
-  b: {debootstrap: {suite: bookworm}, python: "3.11"}
-upstreams:
-  u: {dir: tree, runtime_requirements: requirements/cuda.txt}
-tags:
-  t:
-    upstream: u
-    series: []
-%s
-"""
+UPSTREAMS = "  tree:\n    dir: tree\n    runtime_requirements: requirements/cuda.txt\n"
+KEYS_LINE = 20  # the line of the keys tag_with adds to tag t, in versions.yaml
 PKG_INFO = """\
 Metadata-Version: 2.4
 Name: vllm
@@ -52,7 +42,9 @@ def tag_with(tmp_path: Path, keys: str) -> versions.Tag:
     (tree / "PKG-INFO").write_text(PKG_INFO)
     (tree / "requirements" / "common.txt").write_text(COMMON)
     (tree / "requirements" / "cuda.txt").write_text(CUDA)
-    (tmp_path / "versions.yaml").write_text(VERSIONS % keys)
+    (tmp_path / "versions.yaml").write_text(versions_yaml(
+        platform="linux/arm64", bases=DEBIAN_BASE_WITH_PYTHON, upstreams=UPSTREAMS,
+        tags=f"  t:\n    upstream: tree\n    series: []\n{keys}\n"))
     return versions.load(tmp_path / "versions.yaml").tag("t")
 
 
@@ -79,8 +71,8 @@ def test_an_extra_the_upstream_lacks_names_the_ones_it_has(tmp_path: Path) -> No
         requirements.asked(tag, tmp_path / "tree")
     assert caught.value.exit_code == 2
     assert caught.value.message == (
-        f"{tmp_path / 'versions.yaml'}:11: tag t: upstream u has no extra 'b12z'; its "
-        "extras: b12x, bench, video")
+        f"{tmp_path / 'versions.yaml'}:{KEYS_LINE}: tag t: upstream tree has no extra 'b12z'; "
+        "its extras: b12x, bench, video")
 
 
 def test_a_pin_that_conflicts_with_the_upstream_names_both(tmp_path: Path) -> None:
@@ -89,7 +81,7 @@ def test_a_pin_that_conflicts_with_the_upstream_names_both(tmp_path: Path) -> No
         requirements.input_text(tag, tmp_path / "tree", "requirements/cuda.txt", "aarch64")
     assert caught.value.exit_code == 2
     assert caught.value.message == (
-        f"{tmp_path / 'versions.yaml'}:11: tag t: the pin torch==2.13.0 conflicts with "
+        f"{tmp_path / 'versions.yaml'}:{KEYS_LINE}: tag t: the pin torch==2.13.0 conflicts with "
         "requirements/common.txt:2: torch==2.14.0")
 
 
@@ -103,8 +95,8 @@ def test_a_requirement_whose_marker_excludes_the_platform_does_not_conflict(
 
 
 def test_a_pin_must_be_an_exact_version(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"versions\.yaml:11: 'torch>=2' is not a valid name "
-                                          r"in pins"):
+    with pytest.raises(ConfigError, match=rf"versions\.yaml:{KEYS_LINE}: 'torch>=2' is not a "
+                                          r"valid name in pins"):
         tag_with(tmp_path, "    pins: [torch>=2]")
 
 

@@ -10,17 +10,9 @@ import pytest
 from sparkbake.__main__ import main
 from sparkbake.pipeline import commands
 from sparkbake.smoke import checks
+from tests.conftest import versions_yaml
 
-CONFIG = """\
-schema: 1
-defaults: {repository: r, platform: linux/amd64, cuda_arch: "12.1a", builder: d, runtime: d}
-bases:
-  d: {debootstrap: {suite: bookworm}}
-upstreams:
-  u: {dir: upstream}
-tags:
-  production-1.0-vision: {upstream: u, series: []}
-"""
+CONFIG = versions_yaml(tags="  production-1.0-vision: {upstream: tree, series: []}\n")
 
 
 @pytest.fixture

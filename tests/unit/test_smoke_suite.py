@@ -16,22 +16,16 @@ from sparkbake.config.versions import Config, Tag
 from sparkbake.errors import ConfigError
 from sparkbake.lock import lockfiles
 from sparkbake.smoke import preflight, sample_envs
+from tests.conftest import versions_yaml
 from tests.nodeenv import ENV_DIR, image_command, write_sysctls
 
 REPO = Path(__file__).resolve().parents[2]
-CONFIG = """\
-schema: 1
-defaults: {repository: r, platform: linux/amd64, cuda_arch: "12.1a", builder: b, runtime: b}
-bases:
-  b: {debootstrap: {suite: bookworm}}
-upstreams:
-  u: {dir: upstream}
-tags:
-  plain: {upstream: u, series: []}
-  dsv4: {upstream: u, series: [], smoke: dsv4-4node}
+CONFIG = versions_yaml(tags="""\
+  plain: {upstream: tree, series: []}
+  dsv4: {upstream: tree, series: [], smoke: dsv4-4node}
   child: {extends: dsv4, env: {A: "1"}}
-  local: {upstream: u, series: [], smoke: mine}
-"""
+  local: {upstream: tree, series: [], smoke: mine}
+""")
 
 
 @pytest.fixture
@@ -58,7 +52,8 @@ def test_a_smoke_key_that_is_not_a_name_is_refused_with_its_line(tmp_path: Path)
     bad = write(tmp_path / "versions.yaml", CONFIG.replace("smoke: mine", "smoke: [mine]"))
     with pytest.raises(ConfigError) as caught:
         config_mod.load(bad)
-    assert caught.value.message == f"{bad}:11: smoke must be a string, not a list"
+    line = CONFIG.splitlines().index("  local: {upstream: tree, series: [], smoke: mine}") + 1
+    assert caught.value.message == f"{bad}:{line}: smoke must be a string, not a list"
 
 
 def test_a_project_suite_comes_before_the_shipped_one(project: Config) -> None:

@@ -19,7 +19,7 @@ import pytest
 from sparkbake.__main__ import main
 from sparkbake.config import versions
 from sparkbake.pipeline.plan import make
-from tests.conftest import Project
+from tests.conftest import Project, versions_yaml
 
 SHA_0_32 = "d2c957d5eee3d0985012151315ddc62cbe0cd368fc96a5fc3510438d9dddf2ad"
 SHA_0_33 = "f4c33c2503d52bb411146afa9618a4f48bed68912f617e6803ac8d76e4c74112"
@@ -30,19 +30,12 @@ TAGS = {
     "new-fixes": ("vllm-0.33.0", "[upstream-fixes, mm-offset]"),
     "unsafe": ("vllm-0.32.0", "[unsafe]"),
 }
-VERSIONS = """\
-schema: 1
-defaults: {{repository: localhost:5000/patches, platform: linux/amd64, cuda_arch: "12.1a",
-            builder: debian, runtime: debian}}
-bases:
-  debian: {{debootstrap: {{suite: bookworm}}}}
-upstreams:
-  vllm-0.32.0: {{pypi: {{name: vllm, version: "0.32.0", sha256: "{old}"}}}}
-  vllm-0.33.0: {{pypi: {{name: vllm, version: "0.33.0", sha256: "{new}"}}}}
-tags:
-{tags}
-""".format(old=SHA_0_32, new=SHA_0_33, tags="".join(
-    f"  {name}: {{upstream: {up}, series: {series}}}\n" for name, (up, series) in TAGS.items()))
+VERSIONS = versions_yaml(
+    repository="localhost:5000/patches",
+    upstreams=f'  vllm-0.32.0: {{pypi: {{name: vllm, version: "0.32.0", sha256: "{SHA_0_32}"}}}}\n'
+              f'  vllm-0.33.0: {{pypi: {{name: vllm, version: "0.33.0", sha256: "{SHA_0_33}"}}}}\n',
+    tags="".join(f"  {name}: {{upstream: {up}, series: {series}}}\n"
+                 for name, (up, series) in TAGS.items()))
 FILES = ["vllm/exceptions.py", "vllm/forward_context.py",
          "vllm/distributed/device_communicators/pynccl.py", "vllm/config/scheduler.py",
          "vllm/config/multimodal.py", "vllm/version.py"]
