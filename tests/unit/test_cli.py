@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from sparkbake.__main__ import main, parser
+from sparkbake.config import versions
 from sparkbake.console import invocation
 from sparkbake.oci import emulation
 from tests.conftest import one_patch_project, versions_yaml
@@ -213,43 +214,46 @@ def test_debug_shows_the_traceback(tmp_path: Path, capsys: pytest.CaptureFixture
     assert "schema 2 is not supported" in err
 
 
-# --- the real versions.yaml ---------------------------------------------------------------
+# --- the real versions.yaml: what plan shows of it (its values: test_config) -------------
 
 
 def test_production_plan_lists_its_series_in_order(capsys: pytest.CaptureFixture[str]) -> None:
+    tag = versions.load(REPO / "versions.yaml").tag("3.73-vision")
     assert main(["plan", "3.73-vision", "--config", str(REPO / "versions.yaml")]) == 0
     out, err = capsys.readouterr()
     lines = plan_lines(out)
     assert list(lines) == STAGES
     assert lines["patch"][1] in STATES - {"blocked"}
     patch_line = next(line for line in out.splitlines() if line.startswith("patch"))
-    assert patch_line.endswith("dcp-dspark, prefix-cache, ckv-gather, vision")
-    image = "localhost:5000/sparkrun-vllm-ds4-gb10:production-3.73-vision"
-    assert lines["fetch"][2:] == ["vllm-0.33.0", "(pypi)"]
-    if emulation.host_platform() == "linux/arm64":  # the tag's own platform: all native
-        assert lines["bake"][2:] == [image]
-        assert lines["wheels"][2:] == ["sm_121a", "on", "cuda-devel"]
+    assert patch_line.endswith(", ".join(tag.series))
+    assert lines["fetch"][2:] == [tag.upstream.key, "(pypi)"]
+    if emulation.host_platform() == tag.platform:  # all native
+        assert lines["bake"][2:] == [tag.image_ref]
+        assert lines["wheels"][2:] == [tag.sm_arch, "on", tag.builder.name]
     else:
         host = emulation.host_platform()
-        assert lines["bake"][2:] == [image, "(venv", "made", "emulated,", "files", "native)"]
-        assert lines["wheels"][2:] == ["sm_121a", "on", "cuda-devel;", "emulated:",
-                                       "linux/arm64", "on", host]
+        assert lines["bake"][2:] == [tag.image_ref, "(venv", "made", "emulated,", "files",
+                                     "native)"]
+        assert lines["wheels"][2:] == [tag.sm_arch, "on", f"{tag.builder.name};", "emulated:",
+                                       tag.platform, "on", host]
     assert err == ""
 
 
 def test_a_seeded_tag_says_where_its_kernels_come_from(
         capsys: pytest.CaptureFixture[str]) -> None:
+    seed = versions.load(REPO / "versions.yaml").tag("vllm-reuse-sm90").kernels
+    assert seed is not None
     assert main(["plan", "vllm-reuse-sm90", "--config", str(REPO / "versions.yaml")]) == 0
     kernels = plan_lines(capsys.readouterr().out)["kernels"]
-    assert kernels[2:] == ["from", "vllm-0.33.0-cp38-abi3-manylinux_2_28_x86_64.whl",
-                           "(seed:", "no", "compiler)"]
+    assert kernels[2:] == ["from", seed.wheel, "(seed:", "no", "compiler)"]
 
 
 def test_production_plan_json_lists_the_series(capsys: pytest.CaptureFixture[str]) -> None:
+    tag = versions.load(REPO / "versions.yaml").tag("3.72-vision")
     assert main(["--config", str(REPO / "versions.yaml"), "plan", "3.72-vision", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["tag"] == "production-3.72-vision"
-    assert [s["name"] for s in doc["series"]] == ["dcp-dspark", "ckv-gather", "vision"]
+    assert doc["tag"] == tag.name
+    assert [s["name"] for s in doc["series"]] == list(tag.series)
     assert doc["problems"] == []
 
 

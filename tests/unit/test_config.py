@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 from sparkbake.config import versions as config_mod
 from sparkbake.config.versions import (
@@ -18,6 +20,7 @@ from sparkbake.config.versions import (
     Tag,
 )
 from sparkbake.errors import ConfigError
+from sparkbake.smoke import sample_envs
 from tests.conftest import versions_yaml
 
 REPO = Path(__file__).resolve().parents[2]
@@ -634,34 +637,122 @@ def test_capabilities_load_with_cautious_defaults_and_are_inherited(tmp_path: Pa
     assert loaded.tag("custom").capabilities is None
 
 
-def test_the_repository_versions_yaml_loads() -> None:
-    loaded = config_mod.load(REPO / "versions.yaml")
-    assert loaded.root == REPO
-    v372 = loaded.tag("production-3.72-vision")
-    v373 = loaded.tag("3.73-vision")
-    assert v373.name == "production-3.73-vision"
-    assert v372.series == ("dcp-dspark", "ckv-gather", "vision")
-    assert v373.series == ("dcp-dspark", "prefix-cache", "ckv-gather", "vision")
-    assert v373.env == v372.env  # inherited, nothing added
-    # backends its vLLM has; nothing baked that switches on a path the image cannot run
-    assert dict(v373.env)["ATTENTION_BACKEND"] == "FLASHINFER_MLA_SPARSE_DSV4"
-    assert not {"VLLM_DSV4_CKV_GATHER", "VLLM_DSV4_CKV_ALLOW_IMAGES", "VISION_MHC"} & \
-        set(dict(v373.env))
-    assert v373.capabilities == v372.capabilities  # inherited
-    assert v373.capabilities is not None and v373.capabilities.dcp_sizes == (1,)
-    assert not v373.capabilities.ckv_gather and not v373.capabilities.images_under_dcp
-    assert "#44573" in dict(v373.capabilities.because)["dcp_sizes"]
-    assert loaded.tag("demo").capabilities is None
-    assert v373.upstream == v372.upstream
-    assert isinstance(v373.upstream, PypiUpstream)
-    assert (v373.upstream.name, v373.upstream.version) == ("vllm", "0.33.0")
-    assert v373.cuda_arch == "12.1a"
-    assert v373.sm_arch == "sm_121a"
-    assert v373.platform == "linux/arm64"
-    assert isinstance(v373.builder, ImageBase)
-    assert isinstance(v373.runtime, ImageBase)
-    demo = loaded.tag("demo").upstream
-    assert demo == DirUpstream(key="demo", path=REPO / "tests" / "data" / "upstream")
+# The repository's versions.yaml is checked for what must hold whatever its values: a new
+# release, pin or tag changes values, a mistake breaks one of these.
+SERIES_ORDER = ("dcp-dspark", "prefix-cache", "ckv-gather", "vision")  # production-series.md
+SPARK_ARCH, SPARK_PLATFORM = "sm_121a", "linux/arm64"  # the GB10 production images are for
+PIN = re.compile(r"[\w.-]+==\d[\w.+!-]*")  # name==version
+CUDA_IMAGE = re.compile(r"nvidia/cuda:(\d+\.\d+)\.")  # its CUDA release: 13.0
+CUDA_TOOLCHAIN = re.compile(r"nvidia-(cuda-.+|nvvm)")  # wheels versioned as their CUDA release
+IMAGE_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")  # Docker's grammar of a tag
+REPOSITORY = re.compile(r"([a-z0-9.-]+(:[0-9]+)?/)?[a-z0-9]+([._-][a-z0-9]+)*"
+                        r"(/[a-z0-9]+([._-][a-z0-9]+)*)*")
+
+
+@pytest.fixture(scope="module")
+def shipped() -> Config:
+    return config_mod.load(REPO / "versions.yaml")
+
+
+def production(loaded: Config) -> list[Tag]:
+    return [tag for name, tag in loaded.tags.items() if name.startswith("production-")]
+
+
+def test_the_repository_versions_yaml_loads_and_its_production_tags_resolve(
+        shipped: Config) -> None:
+    assert shipped.root == REPO
+    tags = production(shipped)
+    assert len(tags) >= 2
+    raw = yaml.safe_load((REPO / "versions.yaml").read_text())["tags"]
+    for tag in tags:
+        # found by the short name the docs and commands use: 3.73-vision
+        assert shipped.tag(tag.name.removeprefix("production-")) is tag
+        parent = raw[tag.name].get("extends")
+        assert parent is None or parent.startswith("production-"), tag.name
+
+
+def test_every_series_is_a_folder_of_patches_in_the_documented_order(shipped: Config) -> None:
+    for tag in shipped.tags.values():
+        for series in tag.series:
+            assert (shipped.patches_dir / series / "series").is_file(), (tag.name, series)
+        known = [series for series in tag.series if series in SERIES_ORDER]
+        assert known == sorted(known, key=SERIES_ORDER.index), tag.name
+    for tag in production(shipped):
+        assert tag.series and set(tag.series) <= set(SERIES_ORDER), tag.name
+
+
+def test_every_upstream_is_pinned_and_production_tags_build_from_a_pinned_one(
+        shipped: Config) -> None:
+    for upstream in shipped.upstreams.values():
+        if isinstance(upstream, PypiUpstream):
+            assert upstream.version and re.fullmatch("[0-9a-f]{64}", upstream.sha256)
+        elif isinstance(upstream, GitUpstream):
+            assert re.fullmatch("[0-9a-f]{40}", upstream.commit), upstream.key
+        else:  # a tree of this repository
+            assert upstream.path.is_dir() and upstream.path.is_relative_to(REPO), upstream.key
+    for tag in production(shipped):
+        assert not isinstance(tag.upstream, DirUpstream), tag.name
+        assert tag.pins.items and all(PIN.fullmatch(pin) for pin in tag.pins.items), tag.name
+
+
+def test_the_cuda_toolchain_pins_are_of_the_cuda_release_of_the_bases(shipped: Config) -> None:
+    """A toolchain of another CUDA release makes PTX the image's driver cannot load."""
+    for tag in production(shipped):
+        images = [base.image for base in (tag.builder, tag.runtime) if isinstance(base, ImageBase)]
+        releases = {found.group(1) for image in images if (found := CUDA_IMAGE.search(image))}
+        for pin in tag.pins.items:
+            name, version = pin.split("==")
+            if releases and CUDA_TOOLCHAIN.fullmatch(name):
+                assert {".".join(version.split(".")[:2])} == releases, (tag.name, pin)
+
+
+def test_production_tags_are_built_for_the_spark_with_bases_that_can_be_locked(
+        shipped: Config) -> None:
+    for tag in production(shipped):
+        assert (tag.sm_arch, tag.platform) == (SPARK_ARCH, SPARK_PLATFORM), tag.name
+        assert tag.builder.python and tag.runtime.python, tag.name  # the locks' Python
+
+
+def test_every_image_is_named_its_jit_targets_its_kernels_arch_and_its_smoke_suite_exists(
+        shipped: Config) -> None:
+    for tag in shipped.tags.values():
+        assert REPOSITORY.fullmatch(tag.repository) and IMAGE_TAG.fullmatch(tag.name), tag.name
+        assert dict(tag.env).get("CUTE_DSL_ARCH", tag.sm_arch) == tag.sm_arch, tag.name
+        assert tag.smoke in sample_envs.known(shipped), tag.name
+    assert len({tag.repository for tag in production(shipped)}) == 1  # one image, its releases
+
+
+def test_a_kernel_seed_is_the_upstream_release_s_wheel_for_the_tag_s_platform(
+        shipped: Config) -> None:
+    machine = {"linux/arm64": "aarch64", "linux/amd64": "x86_64"}
+    seeds = [(tag, tag.kernels) for tag in shipped.tags.values() if tag.kernels is not None]
+    assert seeds
+    for tag, seed in seeds:
+        assert isinstance(tag.upstream, PypiUpstream), tag.name
+        project, version = seed.wheel.split("-")[:2]
+        assert (project, version) == (tag.upstream.name, tag.upstream.version), tag.name
+        assert seed.wheel.endswith(f"_{machine[tag.platform]}.whl"), tag.name
+
+
+def test_production_images_declare_what_they_can_run_and_bake_nothing_beyond_it(
+        shipped: Config) -> None:
+    for tag in production(shipped):
+        assert tag.capabilities is not None, tag.name  # else the preflight checks nothing
+    for tag in shipped.tags.values():
+        declared, env = tag.capabilities, dict(tag.env)
+        if declared is None:
+            continue
+        if not declared.ckv_gather:
+            assert not {"VLLM_DSV4_CKV_GATHER", "VLLM_DSV4_CKV_ALLOW_IMAGES"} & set(env), tag.name
+        if not declared.vision_mhc:
+            assert "VISION_MHC" not in env, tag.name
+        if env.get("VLLM_ENABLE_DSPARK") == "1":
+            assert "dspark" in declared.speculative, tag.name
+        # what the preflight refuses, it refuses saying why
+        refused = {key for key, value in declared.as_dict().items() if value is False}
+        if declared.dcp_sizes == (1,):
+            refused.add("dcp_sizes")
+        assert refused <= set(dict(declared.because)), tag.name
 
 
 def test_the_fixture_versions_yaml_loads() -> None:
