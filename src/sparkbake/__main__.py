@@ -18,6 +18,7 @@ from sparkbake.lock import lockfiles as lock_mod
 from sparkbake.patch.patches import Options as PatchOptions
 from sparkbake.pipeline import commands, tags
 from sparkbake.pipeline.stages import BUILD, Stage
+from sparkbake.smoke.checks import GPU_MODES
 from sparkbake.smoke.checks import Options as SmokeOptions
 
 __all__ = ["main"]
@@ -129,7 +130,7 @@ def _version() -> str:
 
 
 def _smoke_options(sub: argparse.ArgumentParser) -> None:
-    sub.add_argument("--gpu", choices=("auto", "require", "skip"), default="auto",
+    sub.add_argument("--gpu", choices=GPU_MODES, default="auto",
                      help="GPU checks: run if a GPU is present (auto), fail without")
     sub.add_argument("--model", type=Path, metavar="PATH",
                      help="serve this model folder (mounted at /model) and probe the server")
@@ -145,7 +146,7 @@ def _deploy_options(sub: argparse.ArgumentParser) -> None:
                           "unix:///PATH (a bare HOST means ssh://HOST)")
     sub.add_argument("--stream", action="store_true",
                      help="send the image from the local engine instead of pulling it")
-    sub.add_argument("--gpu", choices=("auto", "require", "skip"), default="auto",
+    sub.add_argument("--gpu", choices=GPU_MODES, default="auto",
                      help="GPU checks of the smoke run on each node")
 
 

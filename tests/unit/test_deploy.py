@@ -3,16 +3,46 @@ does not answer."""
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 import pytest
 
 from sparkbake.__main__ import main
 from sparkbake.deploy import nodes, rollout
+from sparkbake.deploy.report import DeployReport
 from sparkbake.errors import EngineError, PublishError, UsageError
+from sparkbake.publish.record import Release
 from tests.conftest import DATA, free_port
 
 ID_A = "sha256:" + "a" * 64
 ID_B = "sha256:" + "b" * 64
 DIGEST = "sha256:" + "d" * 64
+RELEASE = Release(
+    tag="t", repository="r", images=("r:t",), digest=DIGEST, pinned=f"r@{DIGEST}", smoke=None,
+    manifest=None, transfer=None, image_id=ID_A, build=None, inputs="c" * 64, upstream={},
+    series=(), env=None, labels={}, published="2026-01-01T00:00:00+00:00")
+SMOKE = {"passed": True, "counts": {"passed": 1, "failed": 0, "skipped": 1},
+         "checks": [{"name": "manifest", "status": "passed", "detail": "tag t", "seconds": 0.1},
+                    {"name": "gpu", "status": "skipped", "detail": "no GPU", "seconds": 0.0}],
+         "record": "/p/build/deploys/t-20260101T000000.000000Z/spark-1/build/smoke/t.json"}
+ENGINE = {"name": "spark-1", "version": "28.0.1", "arch": "arm64", "gpu_runtime": True}
+# a deploy report as deploy writes it: one node deployed, one failed, one not reached
+REPORT: dict[str, Any] = {
+    "tag": "t", "digest": DIGEST, "image_id": ID_A, "pinned": f"r@{DIGEST}", "stream": False,
+    "gpu": "auto", "result": "failed", "started": "2026-01-01T00:00:00+00:00",
+    "hosts": [
+        {"host": "ssh://spark-1", "result": "deployed", "engine": ENGINE, "method": "pull",
+         "pulled": {"layers": 2, "bytes": 300}, "present": {"layers": 1, "bytes": 50},
+         "image_id": ID_A, "smoke": SMOKE, "seconds": 12.5},
+        {"host": "ssh://spark-2", "result": "failed", "engine": ENGINE, "method": "stream",
+         "pull_failed": "node ssh://spark-2 cannot pull r@sha256:dddd: denied",
+         "streamed": {"bytes": 350}, "image_id": ID_A,
+         "smoke": {"passed": False, "record": None}, "error": "on node ssh://spark-2: boom",
+         "seconds": 3.0},
+        {"host": "ssh://spark-3", "result": "not attempted"}],
+    "finished": "2026-01-01T00:01:00+00:00",
+}
 
 
 def test_hosts_take_every_docker_host_url() -> None:
@@ -46,7 +76,7 @@ def test_hosts_that_are_not_docker_hosts_are_exit_2(hosts: str, says: str) -> No
 
 def test_an_image_id_that_is_not_the_released_one_is_exit_7() -> None:
     node = nodes.Node("ssh://spark-2")
-    release = {"image_id": ID_A, "digest": DIGEST}
+    release = RELEASE
     rollout.check_image_id(node, "repo:tag", release, ID_A)
     rollout.check_image_id(node, "repo:tag", release, DIGEST)  # the containerd image store's ID
     with pytest.raises(PublishError) as caught:
@@ -92,3 +122,21 @@ def test_the_deploy_command_refuses_bad_usage_with_exit_2(
         args: list[str], says: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--config", str(DATA / "versions.yaml"), "deploy", "fixture", *args]) == 2
     assert says in capsys.readouterr().err
+
+
+def test_a_deploy_report_reads_back_as_written() -> None:
+    report = DeployReport.from_json(REPORT)
+    assert report.to_json() == REPORT
+    assert list(report.to_json()) == list(REPORT)
+    assert [list(h) for h in report.to_json()["hosts"]] == [list(h) for h in REPORT["hosts"]]
+    assert report.hosts[2].engine is None and report.hosts[2].seconds is None
+    assert report.hosts[1].transfer is not None and report.hosts[1].transfer.method == "stream"
+
+
+def test_what_deploy_returns_adds_where_the_report_is() -> None:
+    """--json prints the report with its path; the file itself has none."""
+    printed = {**REPORT, "report": "/p/build/deploys/t-20260101T000000.000000Z.json"}
+    report = DeployReport.from_json(printed)
+    assert report.report == printed["report"]
+    assert report.to_json() == printed
+    assert "report" not in dataclasses.replace(report, report=None).to_json()

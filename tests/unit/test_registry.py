@@ -7,6 +7,7 @@ import os
 import socket
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
@@ -19,6 +20,7 @@ from sparkbake.config import versions as config_mod
 from sparkbake.errors import EngineError, PublishError, UsageError
 from sparkbake.oci import distribution, local_registry, ports
 from sparkbake.publish import push
+from sparkbake.publish.record import ReleaseSmoke
 from tests.conftest import versions_yaml
 
 DIGEST_A = "sha256:" + "a" * 64
@@ -96,6 +98,12 @@ def test_check_overwrite_moves_the_tag_when_forced() -> None:
 # --- smoke gate ---------------------------------------------------------------------------
 
 
+def smoke_record(image_id: str, passed: bool, checks: list[dict[str, Any]]) -> str:
+    """A smoke record of the image, as `smoke` writes it (older ones lack suite, gpu, model)."""
+    return json.dumps({"tag": "t", "image": "r:t", "image_id": image_id, "inputs": "4" * 64,
+                       "passed": passed, "checks": checks, "time": "2026-01-01T00:00:00+00:00"})
+
+
 def test_check_smoke_wants_a_passing_record_of_this_image_id(tmp_path: Path) -> None:
     tag, record = "production-1.0-unit", tmp_path / "smoke.json"
     with pytest.raises(PublishError, match="no smoke record") as caught:
@@ -105,30 +113,34 @@ def test_check_smoke_wants_a_passing_record_of_this_image_id(tmp_path: Path) -> 
     record.write_text("{not json")
     with pytest.raises(PublishError, match="unreadable"):
         push.check_smoke(record, tag, DIGEST_A)
-    record.write_text(json.dumps({"image_id": DIGEST_B, "passed": True}))
+    record.write_text(json.dumps({"image_id": DIGEST_A, "passed": True}))  # not a whole record
+    with pytest.raises(PublishError, match="unreadable"):
+        push.check_smoke(record, tag, DIGEST_A)
+    record.write_text(smoke_record(DIGEST_B, True, []))
     with pytest.raises(PublishError, match="not of the image to publish") as caught:
         push.check_smoke(record, tag, DIGEST_A)
     assert "checked sha256:bbbbbbbbbbbb, not sha256:aaaaaaaaaaaa" in str(caught.value)
-    record.write_text(json.dumps({"image_id": DIGEST_A, "passed": False}))
+    record.write_text(smoke_record(DIGEST_A, False, []))
     with pytest.raises(PublishError, match="did not pass"):
         push.check_smoke(record, tag, DIGEST_A)
-    record.write_text(json.dumps({"image_id": DIGEST_A, "passed": True, "checks": []}))
-    assert push.check_smoke(record, tag, DIGEST_A)["passed"] is True
+    record.write_text(smoke_record(DIGEST_A, True, []))
+    assert push.check_smoke(record, tag, DIGEST_A).passed is True
 
 
 def test_the_smoke_gate_summarises_a_pass_and_records_a_skip(tmp_path: Path) -> None:
     record = tmp_path / "smoke.json"
     checks = [{"name": "manifest", "status": "passed"}, {"name": "gpu", "status": "skipped"}]
-    record.write_text(json.dumps({"image_id": DIGEST_A, "passed": True, "checks": checks,
-                                  "time": "2026-01-01T00:00:00+00:00"}))
-    assert push.smoke_gate(record, "t", DIGEST_A, skip=False) == {
-        "result": "passed", "image_id": DIGEST_A, "time": "2026-01-01T00:00:00+00:00",
-        "checks": {"passed": 1, "skipped": 1}}
-    assert push.smoke_gate(record, "t", DIGEST_B, skip=True) == {
-        "result": "skipped", "override": "--skip-smoke", "found": "other image"}
-    assert push.smoke_gate(tmp_path / "none", "t", DIGEST_A, skip=True)["found"] == "missing"
+    record.write_text(smoke_record(DIGEST_A, True, checks))
+    passed = {"result": "passed", "image_id": DIGEST_A, "time": "2026-01-01T00:00:00+00:00",
+              "checks": {"passed": 1, "skipped": 1}}
+    assert push.smoke_gate(record, "t", DIGEST_A, skip=False).to_json() == passed
+    skipped = {"result": "skipped", "override": "--skip-smoke", "found": "other image"}
+    assert push.smoke_gate(record, "t", DIGEST_B, skip=True).to_json() == skipped
+    assert push.smoke_gate(tmp_path / "none", "t", DIGEST_A, skip=True).found == "missing"
     with pytest.raises(PublishError):
         push.smoke_gate(record, "t", DIGEST_B, skip=False)
+    for summary in (passed, skipped):  # as the release record keeps it
+        assert ReleaseSmoke.from_json(summary).to_json() == summary
 
 
 # --- the embedded registry ----------------------------------------------------------------

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import json
 from pathlib import Path
 from typing import Any
@@ -13,17 +12,28 @@ from sparkbake.__main__ import main
 from sparkbake.errors import UsageError
 from sparkbake.oci import layers, ocilayout
 from sparkbake.publish import releases
+from sparkbake.publish.record import Change, IndexEntry, Release, ReleaseDiff
 from tests.conftest import versions_yaml
 
 SHA = {c: c * 64 for c in "abcdef"}
 
 
-def record(tag: str, **changes: Any) -> dict[str, Any]:
-    """A release record as publish writes it (the fields releases and diff read)."""
+def record_json(tag: str, **changes: Any) -> dict[str, Any]:
+    """A release record as publish writes it."""
     base: dict[str, Any] = {
-        "tag": tag, "digest": "sha256:" + SHA["a"], "image_id": "sha256:" + SHA["b"],
-        "repository": "127.0.0.1:5000/sparkrun",
-        "pinned": f"127.0.0.1:5000/sparkrun@sha256:{SHA['a']}", "inputs": SHA["c"],
+        "tag": tag, "repository": "127.0.0.1:5000/sparkrun",
+        "images": [f"127.0.0.1:5000/sparkrun:{tag}", f"127.0.0.1:5000/sparkrun:{tag}-cccccccccccc"],
+        "digest": "sha256:" + SHA["a"], "pinned": f"127.0.0.1:5000/sparkrun@sha256:{SHA['a']}",
+        "smoke": {"result": "passed", "image_id": "sha256:" + SHA["b"],
+                  "time": "2025-12-31T00:00:00+00:00", "checks": {"passed": 20, "skipped": 3}},
+        "manifest": {"wheels": [{"name": "vllm", "file": "vllm-0.33.0-cp312-linux_aarch64.whl",
+                                 "sha256": SHA["b"]}],
+                     "base": {"image": "nvidia/cuda:13.0.2-runtime",
+                              "digest": "sha256:" + SHA["c"]}},
+        "transfer": {"sent": {"blobs": 1, "bytes": 10}, "present": {"blobs": 1, "bytes": 5},
+                     "blobs": [{"digest": "sha256:" + SHA["d"], "size": 10, "sent": True},
+                               {"digest": "sha256:" + SHA["e"], "size": 5, "sent": False}]},
+        "image_id": "sha256:" + SHA["b"], "build": {"nvcc": "13.0.88"}, "inputs": SHA["c"],
         "upstream": {"key": "vllm-0.33.0", "kind": "pypi", "name": "vllm", "version": "0.33.0",
                      "sha256": SHA["d"]},
         "series": [{"name": "dcp-dspark", "sha256": SHA["e"],
@@ -31,21 +41,53 @@ def record(tag: str, **changes: Any) -> dict[str, Any]:
                    {"name": "vision", "sha256": SHA["f"], "patches": [["0001-vision.patch",
                                                                        SHA["a"]]]}],
         "env": {"VLLM_DSV4_CKV_GATHER": "1"},
-        "smoke": {"result": "passed"},
-        "manifest": {"wheels": [{"name": "vllm", "file": "vllm-0.33.0-cp312-linux_aarch64.whl",
-                                 "sha256": SHA["b"]}],
-                     "base": {"image": "nvidia/cuda:13.0.2-runtime",
-                              "digest": "sha256:" + SHA["c"]}},
+        "labels": {"dev.sparkbake.inputs": SHA["c"]},
         "published": "2026-01-01T00:00:00+00:00",
     }
     base.update(changes)
     return base
 
 
-def write_records(folder: Path, *records: dict[str, Any]) -> None:
+def record(tag: str, **changes: Any) -> Release:
+    return Release.from_json(record_json(tag, **changes))
+
+
+def write_records(folder: Path, *records: Release) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     for item in records:
-        (folder / f"{item['tag']}.json").write_text(json.dumps(item))
+        (folder / f"{item.tag}.json").write_text(json.dumps(item.to_json()))
+
+
+def test_a_release_record_reads_back_as_written() -> None:
+    written = record_json("production-3.73-vision")
+    assert record("production-3.73-vision").to_json() == written
+    assert list(record("production-3.73-vision").to_json()) == list(written)  # --json's order
+    skipped = {"result": "skipped", "override": "--skip-smoke", "found": "missing"}
+    assert record("x", smoke=skipped).to_json()["smoke"] == skipped
+
+
+def test_a_release_record_from_before_smoke_gating_reads_with_none_in_place() -> None:
+    """The first records had no smoke, manifest, transfer, build, env, nor the upstream's key."""
+    older = {key: value for key, value in record_json("old").items()
+             if key not in ("smoke", "manifest", "transfer", "build", "env")}
+    older["upstream"] = {"kind": "pypi", "name": "vllm", "version": "0.33.0", "sha256": SHA["d"]}
+    old = Release.from_json(older)
+    assert (old.smoke, old.manifest, old.transfer, old.build, old.env) == (None,) * 5
+    assert releases.entry(old).smoke == "unknown"
+    assert releases.entry(old).upstream == "pypi vllm 0.33.0"
+    assert releases.diff(old, old).sections["env"] == ()
+
+
+def test_an_index_line_reads_back_as_written() -> None:
+    line = releases.entry(record("production-3.73-vision")).to_json()
+    assert IndexEntry.from_json(line).to_json() == line
+    assert list(line) == ["tag", "digest", "image_id", "repository", "upstream", "series",
+                          "smoke", "published", "record"]
+
+
+def test_a_diff_reads_back_as_written() -> None:
+    report = releases.diff(record("production-3.72-vision"), changed_release()).to_json()
+    assert ReleaseDiff.from_json(report).to_json() == report
 
 
 # --- the index --------------------------------------------------------------------------------
@@ -56,7 +98,7 @@ def test_add_keeps_one_line_per_tag_the_latest_last(tmp_path: Path) -> None:
     releases.add(folder, record("production-3.72-vision"))
     releases.add(folder, record("production-3.73-vision", digest="sha256:" + SHA["f"]))
     again = record("production-3.72-vision", digest="sha256:" + SHA["e"],
-                   smoke={"result": "skipped", "override": "--skip-smoke"})
+                   smoke={"result": "skipped", "override": "--skip-smoke", "found": "missing"})
     path = releases.add(folder, again)
     index = json.loads(path.read_text())
     assert index["schema"] == 1
@@ -68,11 +110,11 @@ def test_add_keeps_one_line_per_tag_the_latest_last(tmp_path: Path) -> None:
 
 def test_an_entry_names_upstream_series_smoke_and_date() -> None:
     line = releases.entry(record("production-3.73-vision"))
-    assert line["upstream"] == "vllm-0.33.0 (pypi vllm 0.33.0)"
-    assert line["series"] == ["dcp-dspark", "vision"]
-    assert line["smoke"] == "passed"
-    assert line["published"] == "2026-01-01T00:00:00+00:00"
-    assert line["record"] == "production-3.73-vision.json"
+    assert line.upstream == "vllm-0.33.0 (pypi vllm 0.33.0)"
+    assert line.series == ("dcp-dspark", "vision")
+    assert line.smoke == "passed"
+    assert line.published == "2026-01-01T00:00:00+00:00"
+    assert line.record == "production-3.73-vision.json"
 
 
 @pytest.mark.parametrize(("upstream", "text"), [
@@ -89,7 +131,7 @@ def test_without_an_index_the_records_are_listed(tmp_path: Path) -> None:
     write_records(folder, record("b", published="2026-02-01T00:00:00+00:00"),
                   record("a", published="2026-03-01T00:00:00+00:00"))
     (folder / "broken.json").write_text("{")
-    assert [e["tag"] for e in releases.entries(folder)] == ["b", "a"]
+    assert [e.tag for e in releases.entries(folder)] == ["b", "a"]
     assert releases.entries(tmp_path / "none") == []
 
 
@@ -112,33 +154,30 @@ def test_read_record_of_an_unknown_release_names_the_known_ones(tmp_path: Path) 
 # --- the diff ---------------------------------------------------------------------------------
 
 
-def changed_release() -> dict[str, Any]:
+def changed_release() -> Release:
     """3.72 -> 3.73: a series added, a patch refreshed, one env variable added, one changed,
     the wheel rebuilt."""
-    b = record("production-3.73-vision", digest="sha256:" + SHA["d"])
-    b["series"] = copy.deepcopy(b["series"])
+    b = record_json("production-3.73-vision", digest="sha256:" + SHA["d"])
     b["series"][0]["patches"][1] = ["0002-dspark.patch", SHA["b"]]
     b["series"].insert(1, {"name": "prefix-cache", "sha256": SHA["c"],
                            "patches": [["0001-prefix-cache.patch", SHA["d"]]]})
     b["env"] = {"VLLM_DSV4_CKV_GATHER": "0", "VLLM_DSV4_DCP_PREFIX_CACHE": "1"}
-    b["manifest"] = copy.deepcopy(b["manifest"])
     b["manifest"]["wheels"][0]["sha256"] = SHA["e"]
-    return b
+    return Release.from_json(b)
 
 
 def test_diff_names_each_changed_patch_env_variable_and_wheel() -> None:
     report = releases.diff(record("production-3.72-vision"), changed_release())
-    sections = report["sections"]
+    sections = report.to_json()["sections"]  # as `releases diff --json` prints it
     assert sections["upstream"] == [] and sections["base"] == [] and sections["smoke"] == []
     assert sections["patches"] == [
         {"op": "~", "what": "dcp-dspark/0002-dspark.patch", "a": "sha256:ffffffffffff",
          "b": "sha256:bbbbbbbbbbbb"},
         {"op": "+", "what": "prefix-cache/0001-prefix-cache.patch", "a": None,
          "b": "sha256:dddddddddddd"}]
-    assert sections["series"] == [
-        {"op": "+", "what": "prefix-cache", "a": None, "b": "1 patch"},
-        {"op": "~", "what": "order", "a": "dcp-dspark, vision",
-         "b": "dcp-dspark, prefix-cache, vision"}]
+    assert report.sections["series"] == (
+        Change("+", "prefix-cache", None, "1 patch"),
+        Change("~", "order", "dcp-dspark, vision", "dcp-dspark, prefix-cache, vision"))
     assert [(c["op"], c["what"]) for c in sections["env"]] == [
         ("~", "VLLM_DSV4_CKV_GATHER"), ("+", "VLLM_DSV4_DCP_PREFIX_CACHE")]
     assert sections["wheels"][0]["what"] == "vllm"
@@ -158,15 +197,15 @@ def test_the_rendered_diff_reads_section_by_section() -> None:
 
 def test_diff_of_a_release_with_itself_is_all_same() -> None:
     report = releases.diff(record("x"), record("x"))
-    assert all(changes == [] for changes in report["sections"].values())
+    assert all(changes == () for changes in report.sections.values())
     assert releases.render_diff(report)[1:] == [f"{s}: same" for s in releases.SECTIONS]
 
 
 def test_diff_says_when_no_image_manifest_was_recorded() -> None:
     report = releases.diff(record("a", manifest=None), record("b"))
-    assert report["no_manifest"] == ["a"]
-    assert report["sections"]["wheels"] is None and report["sections"]["base"] is None
-    assert report["sections"]["env"] == []
+    assert report.no_manifest == ("a",)
+    assert report.sections["wheels"] is None and report.sections["base"] is None
+    assert report.sections["env"] == ()
     lines = releases.render_diff(report)
     assert "wheels: unknown (no image manifest recorded for a)" in lines
     assert "env: same" in lines
@@ -237,6 +276,6 @@ def test_diff_of_an_unpublished_tag_is_exit_2(config_file: Path,
 
 def test_rendered_digests_are_short_and_the_json_keeps_them_whole() -> None:
     report = releases.diff(record("a"), record("b", digest="sha256:" + SHA["d"]))
-    assert report["sections"]["digest"][0]["b"] == "sha256:" + SHA["d"]
+    assert report.to_json()["sections"]["digest"][0]["b"] == "sha256:" + SHA["d"]
     assert "  ~ digest: sha256:aaaaaaaaaaaa -> sha256:dddddddddddd" in \
         releases.render_diff(report)

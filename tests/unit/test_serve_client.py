@@ -19,7 +19,7 @@ import pytest
 
 from sparkbake.config.versions import DebootstrapBase, DirUpstream, Tag
 from sparkbake.smoke import serve_client, serving
-from sparkbake.smoke.record import CheckFailed, result
+from sparkbake.smoke.record import CheckFailed, CheckResult, GpuMode
 from sparkbake.smoke.sample_envs import Suite
 from sparkbake.smoke.serve_client import Server
 
@@ -280,14 +280,14 @@ def test_vision_and_prefix_cache_tags_add_their_checks() -> None:
     (Path("/m"), "require", "no GPU runtime in this engine", "failed",
      "vllm serve needs a GPU: no GPU runtime in this engine"),
 ])
-def test_serve_checks_that_cannot_run_say_why(tmp_path: Path, model: Path | None, gpu: str,
+def test_serve_checks_that_cannot_run_say_why(tmp_path: Path, model: Path | None, gpu: GpuMode,
                                               unavailable: str | None, status: str,
                                               detail: str) -> None:
     tag = tag_named("production-3.73-vision", ("prefix-cache",))
     suite = Suite("common", tmp_path, (), (), None)
     request = serving.Request(model, None, 1, gpu, unavailable)
     results = serving.run(None, "sha256:x", tag, suite, request, tmp_path / "serve.log")
-    assert [(r["name"], r["status"], r["detail"]) for r in results] == \
+    assert [(r.name, r.status, r.detail) for r in results] == \
         [(name, status, detail) for name in serving.names(tag)]
 
 
@@ -314,7 +314,7 @@ def test_after_a_failed_health_check_the_rest_fail_as_not_run() -> None:
         raise CheckFailed("/health did not answer 200")
     checks = {"serve-health": unhealthy, "serve-models": lambda: "fine"}
     assert serving.probe(["serve-health", "serve-models"], checks)[1] == \
-        result("serve-models", "failed", "not run: the server did not become healthy")
+        CheckResult("serve-models", "failed", "not run: the server did not become healthy")
     checks["serve-health"] = lambda: "healthy"
-    assert [r["status"] for r in serving.probe(["serve-health", "serve-models"], checks)] \
+    assert [r.status for r in serving.probe(["serve-health", "serve-models"], checks)] \
         == ["passed", "passed"]

@@ -3,6 +3,7 @@ the options, the record of another image, and host-side check results."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -30,16 +31,19 @@ SERIES = SeriesInfo(name="dcp-dspark", folder=Path("patches/dcp-dspark"),
 PLAN = Plan(tag=TAG, series=(SERIES,), problems=(), fetch_key="1" * 64, patch_key="2" * 64,
             kernel_key="5" * 64, wheels_key="3" * 64, inputs="4" * 64)
 
-CHECKS: list[dict[str, Any]] = [
+CHECKS_JSON: list[dict[str, Any]] = [
     {"name": "manifest", "status": "passed", "detail": "tag x", "seconds": 0.01},
     {"name": "env-defaults", "status": "failed", "detail": "A='b', expected 'c' <&>",
      "seconds": 0.002},
     {"name": "gpu", "status": "skipped", "detail": "no GPU runtime in this engine",
      "seconds": 0.0},
 ]
-RESULTS: dict[str, Any] = {"tag": "demo", "image": "repo:demo", "image_id": "sha256:" + "5" * 64,
-                           "inputs": "4" * 64, "suite": "common", "passed": False,
-                           "checks": CHECKS, "time": "2025-01-01T00:00:00+00:00"}
+CHECKS = [record.CheckResult.from_json(check) for check in CHECKS_JSON]
+RECORD_JSON: dict[str, Any] = {  # a smoke record as `smoke` writes it
+    "tag": "demo", "image": "repo:demo", "image_id": "sha256:" + "5" * 64, "inputs": "4" * 64,
+    "suite": "common", "gpu": "auto", "model": None, "passed": False, "checks": CHECKS_JSON,
+    "time": "2025-01-01T00:00:00+00:00"}
+RESULTS = record.SmokeReport.from_json(RECORD_JSON)
 FACTS = checks.Facts(PatchedTree(Path("tree"), "2" * 64, "6" * 64), 1735689600)
 
 
@@ -105,9 +109,9 @@ def test_junit_xml_failure_and_skipped_elements_carry_the_detail() -> None:
 
 
 def test_parse_checks_takes_the_last_json_line() -> None:
-    output = "warning: something\n" + json.dumps({"checks": CHECKS}) + "\n"
+    output = "warning: something\n" + json.dumps({"checks": CHECKS_JSON}) + "\n"
     assert checks.parse_checks(output) == CHECKS
-    noisy = '{"not": "checks"}\n' + json.dumps({"checks": CHECKS}) + "\n{broken\n"
+    noisy = '{"not": "checks"}\n' + json.dumps({"checks": CHECKS_JSON}) + "\n{broken\n"
     assert checks.parse_checks(noisy) == CHECKS
 
 
@@ -126,7 +130,7 @@ def test_failed_checks_raise_exit_6_naming_them(tmp_path: Path) -> None:
 
 
 def test_a_gpu_only_failure_points_at_the_gpu_runtime(tmp_path: Path) -> None:
-    gpu_failed = [{**CHECKS[0]}, {"name": "gpu", "status": "failed", "detail": "none"}]
+    gpu_failed = [CHECKS[0], record.CheckResult("gpu", "failed", "none")]
     with pytest.raises(SmokeError) as caught:
         checks.raise_if_failed(PLAN, gpu_failed, tmp_path / "demo.json")
     assert "NVIDIA container runtime" in caught.value.remedy
@@ -137,7 +141,8 @@ def test_passing_and_skipped_checks_do_not_raise(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("options", "message"), [
-    (checks.Options(gpu="maybe"), "--gpu 'maybe' is not one of auto, require, skip"),
+    (checks.Options(gpu="maybe"),  # type: ignore[arg-type]  # what the type keeps out
+     "--gpu 'maybe' is not one of auto, require, skip"),
     (checks.Options(model=Path("/no/such/model")), "--model /no/such/model: no such file"),
     (checks.Options(serve_env=Path("/no/such.env")), "--serve-env /no/such.env: no such file"),
 ])
@@ -151,15 +156,15 @@ def test_bad_options_are_usage_errors_before_any_engine_call(
 
 
 def test_a_gpu_capability_failure_names_the_tags_capability(tmp_path: Path) -> None:
-    failed = [{"name": "gpu-capability", "status": "failed", "detail": "device 0 is 9.0"}]
+    failed = [record.CheckResult("gpu-capability", "failed", "device 0 is 9.0")]
     with pytest.raises(SmokeError) as caught:
         checks.raise_if_failed(PLAN, failed, tmp_path / "demo.json")
     assert "compute capability 12.1 and the NVIDIA container runtime" in caught.value.remedy
 
 
 def test_a_serve_only_failure_points_at_the_serve_log(tmp_path: Path) -> None:
-    failed = [{"name": "serve-health", "status": "failed", "detail": "exited"},
-              {"name": "serve-models", "status": "failed", "detail": "not run"}]
+    failed = [record.CheckResult("serve-health", "failed", "exited"),
+              record.CheckResult("serve-models", "failed", "not run")]
     with pytest.raises(SmokeError) as caught:
         checks.raise_if_failed(PLAN, failed, tmp_path / "demo.json")
     assert "serve-health, serve-models" in caught.value.message
@@ -168,8 +173,8 @@ def test_a_serve_only_failure_points_at_the_serve_log(tmp_path: Path) -> None:
 
 def write_record(folder: Path, image_id: str) -> tuple[Path, Path]:
     json_path, xml_path = folder / "demo.json", folder / "demo.xml"
-    json_path.write_text(json.dumps({**RESULTS, "image_id": image_id}))
-    xml_path.write_text(checks.junit_xml({**RESULTS, "image_id": image_id}))
+    json_path.write_text(json.dumps({**RECORD_JSON, "image_id": image_id}))
+    xml_path.write_text(checks.junit_xml(dataclasses.replace(RESULTS, image_id=image_id)))
     return json_path, xml_path
 
 
@@ -207,5 +212,26 @@ def raise_(error: Exception) -> str:
 ])
 def test_a_host_check_always_gives_a_result(check: Any, status: str, detail: str) -> None:
     result = record.timed("labels", check)
-    assert (result["name"], result["status"], result["detail"]) == ("labels", status, detail)
-    assert isinstance(result["seconds"], float)
+    assert (result.name, result.status, result.detail) == ("labels", status, detail)
+    assert isinstance(result.seconds, float)
+
+
+def test_a_smoke_record_reads_back_as_written() -> None:
+    assert RESULTS.to_json() == RECORD_JSON
+    assert list(RESULTS.to_json()) == list(RECORD_JSON)  # the keys' order, as --json prints it
+    assert [check.to_json() for check in CHECKS] == CHECKS_JSON
+
+
+def test_a_smoke_record_from_before_suites_reads_without_suite_gpu_and_model() -> None:
+    older = {key: value for key, value in RECORD_JSON.items()
+             if key not in ("suite", "gpu", "model")}
+    report = record.SmokeReport.from_json(older)
+    assert (report.suite, report.gpu, report.model) == (None, None, None)
+    assert report.checks == tuple(CHECKS)
+    assert "suite" not in {p.get("name") for p in ET.fromstring(checks.junit_xml(report))
+                           .iter("property")}
+
+
+def test_a_check_needs_only_its_name_and_status() -> None:
+    assert record.CheckResult.from_json({"name": "gpu", "status": "skipped"}) == \
+        record.CheckResult("gpu", "skipped", "", 0.0)

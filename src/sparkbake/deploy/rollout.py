@@ -11,12 +11,11 @@ bytes each node pulled (the layers its engine did not have) or was streamed.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -29,13 +28,23 @@ from sparkbake.console import display
 from sparkbake.console.invocation import command
 from sparkbake.console.tools import step
 from sparkbake.deploy.nodes import Node, connect
+from sparkbake.deploy.report import (
+    DeployReport,
+    DeployResult,
+    HostReport,
+    NodeEngine,
+    NodeSmoke,
+    NodeTransfer,
+)
 from sparkbake.errors import EngineError, FatalError, PublishError, SmokeError
 from sparkbake.files import atomic_write
 from sparkbake.oci import docker_engine, transfer
 from sparkbake.oci.docker_engine import Client, image_exists, stream_errors
 from sparkbake.pipeline.plan import Plan
 from sparkbake.publish import releases
+from sparkbake.publish.record import Release
 from sparkbake.smoke import checks
+from sparkbake.smoke.record import SmokeReport
 
 __all__ = ["Job", "check_image_id", "deploy", "platform_arch"]
 
@@ -47,13 +56,13 @@ def platform_arch(platform: str) -> str:
     return platform.split("/")[1]
 
 
-def check_image_id(node: Node, ref: str, release: dict[str, Any], found: str | None) -> None:
+def check_image_id(node: Node, ref: str, release: Release, found: str | None) -> None:
     """The node's image under ref must be the release's: its image ID (the config digest),
     or its manifest digest, which an engine with the containerd image store uses as ID."""
-    if found is not None and found in (release["image_id"], release["digest"]):
+    if found is not None and found in (release.image_id, release.digest):
         return
     raise PublishError(f"node {node.url}: {ref} is {found[:19] if found else 'missing'}, not "
-                       f"the released image {release['image_id'][:19]}",
+                       f"the released image {release.image_id[:19]}",
                        "the registry or the node's engine holds another image under that "
                        "digest or name: check both, then deploy again (--stream sends ours)")
 
@@ -66,14 +75,14 @@ class Job:
     plan: Plan
     facts: Callable[[], checks.Facts]  # the host's facts of the tag (patched tree), for smoke
     options: checks.Options
-    release: dict[str, Any]
+    release: Release
     stream: bool
     local: Callable[[], Client]  # the local engine, connected when first needed
     folder: Path  # build/deploys/<tag>-<time>/: per node, its smoke record and log
 
 
 def deploy(config: Config, plan: Plan, nodes: list[Node], facts: Callable[[], checks.Facts],
-           options: checks.Options, *, stream: bool = False) -> dict[str, Any]:
+           options: checks.Options, *, stream: bool = False) -> DeployReport:
     """Put the tag's release on every node, verify it and smoke it there, one node after
     the other (stopping at the first failure); write and return the report. facts is
     called once, when the first node is smoked."""
@@ -84,91 +93,98 @@ def deploy(config: Config, plan: Plan, nodes: list[Node], facts: Callable[[], ch
     folder = config.build_dir / "deploys" / f"{plan.tag.name}-{started:%Y%m%dT%H%M%S.%fZ}"
     job = Job(config, plan, functools.cache(facts), options, release, stream,
               functools.cache(docker_engine.connect), folder)
-    report: dict[str, Any] = {
-        "tag": plan.tag.name, "digest": release["digest"], "image_id": release["image_id"],
-        "pinned": release["pinned"], "stream": stream, "gpu": options.gpu, "result": "failed",
-        "started": started.isoformat(timespec="seconds"),
-        "hosts": [{"host": n.url, "result": "not attempted"} for n in nodes],
-    }
+    hosts = {node: HostReport(node.url, "not attempted") for node in nodes}
+    result: DeployResult = "failed"
     try:
-        for node, entry in zip(nodes, report["hosts"], strict=True):
-            _deploy_node(job, node, clients[node], entry)
-        report["result"] = "deployed"
+        for node in nodes:
+            _deploy_node(job, node, clients[node], hosts)
+        result = "deployed"
     finally:
         for client in clients.values():
             client.close()
-        report["finished"] = datetime.now(UTC).isoformat(timespec="seconds")
+        report = DeployReport(
+            tag=plan.tag.name, digest=release.digest, image_id=release.image_id,
+            pinned=release.pinned, stream=stream, gpu=options.gpu, result=result,
+            started=started.isoformat(timespec="seconds"), hosts=tuple(hosts.values()),
+            finished=datetime.now(UTC).isoformat(timespec="seconds"))
         path = folder.with_name(f"{folder.name}.json")
-        atomic_write(path, json.dumps(report, indent=2) + "\n")
-        report["report"] = str(path)
+        atomic_write(path, json.dumps(report.to_json(), indent=2) + "\n")
         display.notice(f"deploy report: {path}")
-    return report
+    return replace(report, report=str(path))
 
 
-def _release(config: Config, plan: Plan) -> dict[str, Any]:
+def _release(config: Config, plan: Plan) -> Release:
     """The tag's release record; it must be of what versions.yaml describes now (the smoke
     checks on the nodes compare the image with that)."""
     record = releases.read_record(config.build_dir / "releases", plan.tag.name)
-    if record.get("inputs") != plan.inputs or not record.get("image_id"):
+    if record.inputs != plan.inputs or not record.image_id:
         raise PublishError(f"the release of {plan.tag.name} (inputs "
-                           f"{str(record.get('inputs'))[:12]}) is not the image versions.yaml "
+                           f"{record.inputs[:12]}) is not the image versions.yaml "
                            f"now describes (inputs {plan.inputs[:12]})",
                            f"publish it again (`{command('publish', plan.tag.name)}`), or deploy "
                            "from the checkout it was published from")
     return record
 
 
-def _deploy_node(job: Job, node: Node, client: Client, entry: dict[str, Any]) -> None:
-    """Transfer, verify, tag, smoke; entry records each step as it is done."""
+def _deploy_node(job: Job, node: Node, client: Client, hosts: dict[Node, HostReport]) -> None:
+    """Transfer, verify, tag, smoke; hosts[node] records the steps done, also when one fails."""
     started = time.monotonic()
-    entry["result"] = "failed"
+    host = HostReport(node.url, "failed")
     try:
-        entry["engine"] = _engine(client, node, job.plan)
-        entry.update(_transfer(job, node, client))
-        entry["image_id"] = _tag_and_verify(job, node, client, entry["method"] == "pull")
-        _smoke(job, node, client, entry)
-        entry["result"] = "deployed"
+        host = replace(host, engine=_engine(client, node, job.plan))
+        moved = _transfer(job, node, client)
+        host = replace(host, transfer=moved)
+        host = replace(host, image_id=_tag_and_verify(job, node, client,
+                                                      moved.method == "pull"))
+        beside = _smoke_config(job, node)
+        record = checks.results_paths(beside, job.plan)[0]
+        try:
+            _smoke(job, node, client, beside)
+        except SmokeError:
+            host = replace(host, smoke=_smoke_summary(record))
+            raise
+        host = replace(host, smoke=_smoke_summary(record), result="deployed")
     except FatalError as exc:
-        entry["error"] = str(exc)
+        host = replace(host, error=str(exc))
         raise
     finally:
-        entry["seconds"] = round(time.monotonic() - started, 1)
+        hosts[node] = replace(host, seconds=round(time.monotonic() - started, 1))
 
 
-def _engine(client: Client, node: Node, plan: Plan) -> dict[str, Any]:
+def _engine(client: Client, node: Node, plan: Plan) -> NodeEngine:
     info: dict[str, Any] = client.info()
     arch = ARCHES.get(str(info.get("Architecture")), str(info.get("Architecture")))
     if arch != platform_arch(plan.tag.platform):
         raise EngineError(f"node {node.url} is {info.get('OSType')}/{arch}, the image of "
                           f"{plan.tag.name} is {plan.tag.platform}",
                           "deploy to nodes of the tag's platform")
-    return {"name": info.get("Name"), "version": info.get("ServerVersion"), "arch": arch,
-            "gpu_runtime": "nvidia" in (info.get("Runtimes") or {})}
+    return NodeEngine(info.get("Name"), info.get("ServerVersion"), arch,
+                      "nvidia" in (info.get("Runtimes") or {}))
 
 
-def _transfer(job: Job, node: Node, client: Client) -> dict[str, Any]:
+def _transfer(job: Job, node: Node, client: Client) -> NodeTransfer:
     """How the image got onto the node: present, pull, or stream (with why pull failed),
     and the bytes that travelled to it."""
-    if image_exists(client, job.release["image_id"]):
+    if image_exists(client, job.release.image_id):
         had = transfer.Pulled((), tuple(_layer_sizes(job.release).items()))
-        display.notice(had.line(node.url, image=job.release["image_id"]))
-        return {"method": "present", **had.record()}
+        display.notice(had.line(node.url, image=job.release.image_id))
+        return NodeTransfer("present", had.record())
     if job.stream:
-        return {"method": "stream", **_stream(job, node, client)}
+        return NodeTransfer("stream", _stream(job, node, client))
     try:
-        pulled = _pull(client, node, job.release["pinned"], _layer_sizes(job.release))
+        pulled = _pull(client, node, job.release.pinned, _layer_sizes(job.release))
     except PublishError as exc:
         display.notice(f"deploy: {exc.message}; streaming it from the local engine instead")
-        return {"method": "stream", "pull_failed": exc.message, **_stream(job, node, client)}
+        return NodeTransfer("stream", _stream(job, node, client), pull_failed=exc.message)
     display.notice(pulled.line(node.url))
-    return {"method": "pull", **pulled.record()}
+    return NodeTransfer("pull", pulled.record())
 
 
-def _layer_sizes(release: dict[str, Any]) -> dict[str, int]:
+def _layer_sizes(release: Release) -> dict[str, int]:
     """The release's layer sizes by pull progress id: its blobs but the config (none in a
     record from before publish counted its blobs: then the pull's own progress gives them)."""
-    blobs = (release.get("transfer") or {}).get("blobs") or []
-    return transfer.progress_ids(b for b in blobs if b.get("digest") != release["image_id"])
+    blobs = (release.transfer or {}).get("blobs") or []
+    return transfer.progress_ids(b for b in blobs if b.get("digest") != release.image_id)
 
 
 def _pull(client: Client, node: Node, ref: str, sizes: dict[str, int]) -> transfer.Pulled:
@@ -188,14 +204,14 @@ def _pull(client: Client, node: Node, ref: str, sizes: dict[str, int]) -> transf
     return transfer.pulled_from_progress(progress, sizes)
 
 
-def _stream(job: Job, node: Node, client: Client) -> dict[str, Any]:
+def _stream(job: Job, node: Node, client: Client) -> dict[str, dict[str, int]]:
     """`docker save IMAGE_ID` here, piped into `docker load` on the node; the bytes sent
     (the whole image: load has no way to skip the layers the node has)."""
-    image_id, local = job.release["image_id"], job.local()
+    image_id, local = job.release.image_id, job.local()
     if not image_exists(local, image_id):
         raise PublishError(f"the local engine has no image {image_id[:19]} (the release "
-                           f"{job.release['pinned']}) to stream to {node.url}",
-                           f"pull it here first (`docker pull {job.release['pinned']}`)")
+                           f"{job.release.pinned}) to stream to {node.url}",
+                           f"pull it here first (`docker pull {job.release.pinned}`)")
     counted = _Counted(local.api.get_image(image_id))
     with step(f"stream {image_id[:19]} to {node.url}"):
         try:
@@ -230,10 +246,10 @@ def _tag_and_verify(job: Job, node: Node, client: Client, pulled: bool) -> str:
     (the pinned digest) or loaded (the image ID), then each name, must be the release's
     image. Returns its ID on the node."""
     release = job.release
-    source = release["pinned"] if pulled else release["image_id"]
+    source = release.pinned if pulled else release.image_id
     found = _image_id(client, source)
     check_image_id(node, source, release, found)
-    names = list(dict.fromkeys([*release["images"], job.plan.tag.image_ref]))
+    names = list(dict.fromkeys([*release.images, job.plan.tag.image_ref]))
     for name in names:
         repository, tag = name.rsplit(":", 1)
         client.api.tag(source, repository, tag, force=True)
@@ -250,30 +266,27 @@ def _image_id(client: Client, ref: str) -> str | None:
         return None
 
 
-def _smoke(job: Job, node: Node, client: Client, entry: dict[str, Any]) -> None:
-    """smoke.run on the node's engine. Its record and log go beside the report, through a
-    config whose build/ is the node's folder there and whose wheels/ links to the project's
-    (the checks read the tag's wheels); the local smoke record stays as it is."""
+def _smoke_config(job: Job, node: Node) -> Config:
+    """The config the node's smoke runs with: its build/ is the node's folder beside the
+    report (so its record and log go there, and the local smoke record stays as it is), its
+    wheels/ links to the project's (the checks read the tag's wheels)."""
     folder = job.folder / node.slug
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "wheels").symlink_to(job.config.wheels_dir.resolve(), target_is_directory=True)
-    beside = dataclasses.replace(job.config, work=folder)
-    record = checks.results_paths(beside, job.plan)[0]
+    return replace(job.config, work=folder)
+
+
+def _smoke(job: Job, node: Node, client: Client, beside: Config) -> None:
+    """checks.run on the node's engine, with the node's config."""
     try:
         checks.run(client, beside, job.plan, job.facts(), job.options)
     except SmokeError as exc:
-        entry["smoke"] = _smoke_summary(record)
         raise SmokeError(f"on node {node.url}: {exc.message}", exc.remedy) from exc
-    entry["smoke"] = _smoke_summary(record)
 
 
-def _smoke_summary(record: Path) -> dict[str, Any]:
+def _smoke_summary(record: Path) -> NodeSmoke:
     try:
-        results: dict[str, Any] = json.loads(record.read_text())
-    except (OSError, ValueError):
-        return {"passed": False, "record": None}
-    checks = results.get("checks") or []
-    counts = {s: sum(c.get("status") == s for c in checks) for s in ("passed", "failed",
-                                                                      "skipped")}
-    return {"passed": results.get("passed") is True, "counts": counts, "checks": checks,
-            "record": str(record)}
+        report = SmokeReport.from_json(json.loads(record.read_text()))
+    except (OSError, ValueError, KeyError, TypeError):  # no record, or not a smoke record
+        return NodeSmoke(False, (), None)
+    return NodeSmoke(report.passed, report.checks, str(record))

@@ -148,12 +148,11 @@ def smoke_tag(config: Config, tag: Tag, options: checks.Options,
     checks.require_image(client, plan)  # before the patch stage's cache is looked at
     emulation.require_engine_runs(client, plan.tag.platform)
     with display.stage(Stage.SMOKE, plan.inputs, stage_log(config, tag, Stage.SMOKE)):
-        result: dict[str, Any] = checks.run(client, config, plan, smoke_facts(config, plan),
-                                           options)
-    counts = {s: sum(c["status"] == s for c in result["checks"]) for s in ("passed", "skipped")}
-    _print_json(output, result)
+        result = checks.run(client, config, plan, smoke_facts(config, plan), options)
+    counts = checks.counts(result.checks)
+    _print_json(output, result.to_json())
     return _done(f"smoke: {tag.name} passed ({counts['passed']} checks passed, "
-                 f"{counts['skipped']} skipped; image {result['image_id'][:19]})")
+                 f"{counts['skipped']} skipped; image {result.image_id[:19]})")
 
 
 def smoke_facts(config: Config, plan: Plan) -> checks.Facts:
@@ -173,15 +172,15 @@ def publish(config: Config, tag: Tag, registry_host: str | None, force: bool,
     with display.stage(Stage.PUBLISH, plan.inputs, stage_log(config, tag, Stage.PUBLISH)):
         record = push.publish(connect(), config, plan, registry_host, force,
                                   skip_smoke=skip_smoke)
-    _print_json(output, record)
-    return _done(f"published {tag.name}: {record['digest']} (smoke: {record['smoke']['result']})")
+    _print_json(output, record.to_json())
+    return _done(f"published {tag.name}: {record.digest} (smoke: {record.smoke_result})")
 
 
 def releases_report(config: Config, as_json: bool) -> str:
     """The releases index as a table, or as JSON."""
     listed = releases.entries(config.build_dir / "releases")
     if as_json:
-        return json.dumps({"releases": listed}, indent=2)
+        return json.dumps({"releases": [entry.to_json() for entry in listed]}, indent=2)
     if not listed:
         return f"no releases in {config.build_dir / 'releases'} yet"
     return "\n".join(releases.render_table(listed))
@@ -192,7 +191,9 @@ def diff_releases(config: Config, names: tuple[str, str], as_json: bool) -> str:
     folder = config.build_dir / "releases"
     a, b = (releases.read_record(folder, _release_name(config, folder, n)) for n in names)
     report = releases.diff(a, b)
-    return json.dumps(report, indent=2) if as_json else "\n".join(releases.render_diff(report))
+    if as_json:
+        return json.dumps(report.to_json(), indent=2)
+    return "\n".join(releases.render_diff(report))
 
 
 def _release_name(config: Config, folder: Path, name: str) -> str:
@@ -205,7 +206,7 @@ def _release_name(config: Config, folder: Path, name: str) -> str:
         return name  # read_record names the releases there are
 
 
-def deploy_tag(config: Config, tag: Tag, hosts: str, stream: bool, gpu: str,
+def deploy_tag(config: Config, tag: Tag, hosts: str, stream: bool, gpu: checks.GpuMode,
                output: Output = Output()) -> int:
     """The tag's release onto each node, verified there and smoked (the common checks)."""
     nodes = nodes_mod.parse_hosts(hosts)
@@ -213,10 +214,10 @@ def deploy_tag(config: Config, tag: Tag, hosts: str, stream: bool, gpu: str,
     with display.stage(Stage.DEPLOY, plan.inputs, stage_log(config, tag, Stage.DEPLOY)):
         report = rollout.deploy(config, plan, nodes, lambda: smoke_facts(config, plan),
                                checks.Options(gpu=gpu), stream=stream)
-    methods = ", ".join(f"{h['host']} ({h['method']})" for h in report["hosts"])
-    _print_json(output, report)
-    return _done(f"deployed {tag.name} ({report['image_id'][:19]}) to {methods}; smoke passed "
-                 f"on each (report: {report['report']})")
+    methods = ", ".join(f"{h.host} ({h.transfer.method})" for h in report.hosts if h.transfer)
+    _print_json(output, report.to_json())
+    return _done(f"deployed {tag.name} ({report.image_id[:19]}) to {methods}; smoke passed "
+                 f"on each (report: {report.report})")
 
 
 def registry_command(config: Config, action: str, port: int) -> int:

@@ -26,11 +26,13 @@ from sparkbake.console.invocation import command
 from sparkbake.console.tools import echo
 from sparkbake.errors import PublishError, UsageError
 from sparkbake.files import atomic_write
-from sparkbake.oci import ocilayout
+from sparkbake.oci import ocilayout, transfer
 from sparkbake.oci.distribution import Remote, Session, unreachable
 from sparkbake.oci.docker_engine import Client, image_attrs, image_exists
 from sparkbake.pipeline.plan import Plan, upstream_pin
 from sparkbake.publish import releases
+from sparkbake.publish.record import Release, ReleaseSeries, ReleaseSmoke, SmokeFound
+from sparkbake.smoke.record import SmokeReport, counts
 
 __all__ = [
     "Remote", "check_overwrite", "check_smoke", "publish", "read_smoke", "remote_for",
@@ -43,7 +45,7 @@ REGISTRY_ARG = re.compile(r"(?:[A-Za-z0-9.-]+|\[[0-9A-Fa-f:]+\])(?::[0-9]+)?")
 
 
 def publish(client: Client, config: Config, plan: Plan, registry: str | None,
-            force: bool, skip_smoke: bool = False) -> dict[str, Any]:
+            force: bool, skip_smoke: bool = False) -> Release:
     """Push the tag's smoke-tested image under `<tag>` and `<tag>-<inputs[:12]>`, verify the
     registry's digests, write build/releases/<tag>.json and its line in the releases index;
     return that record."""
@@ -53,13 +55,34 @@ def publish(client: Client, config: Config, plan: Plan, registry: str | None,
     smoked = smoke_gate(config.build_dir / "smoke" / f"{plan.tag.name}.json", plan.tag.name,
                         baked.config, skip_smoke)
     names = [plan.tag.name, f"{plan.tag.name}-{plan.inputs[:12]}"]
+    pushed, sent = _push(repository, names, baked, force)
+    release = Release(
+        tag=plan.tag.name, repository=repository,
+        images=tuple(f"{repository}:{n}" for n in names), digest=pushed,
+        pinned=f"{repository}@{pushed}", smoke=smoked,
+        manifest=releases.image_manifest(ocilayout.Layout(baked.layout), baked.image),
+        transfer=sent.record(), image_id=baked.config, build=_build_record(config, plan),
+        inputs=plan.inputs, upstream={"key": plan.tag.upstream.key,
+                                      **upstream_pin(plan.tag.upstream)},
+        series=tuple(ReleaseSeries(s.name, s.sha256, s.patches) for s in plan.series),
+        env=dict(plan.tag.env), labels=(attrs.get("Config") or {}).get("Labels") or {},
+        published=datetime.now(UTC).isoformat(timespec="seconds"))
+    _write(config.build_dir / "releases", release)
+    return release
+
+
+def _push(repository: str, names: list[str], baked: imagebake.Baked,
+          force: bool) -> tuple[str, transfer.Sent]:
+    """Push the baked image under names (moving none that points elsewhere, unless forced);
+    the digest the registry stored, verified under each name, and the blobs sent."""
     remote = remote_for(repository)
     _ping(remote)
     session = Session(remote, login=registry_login(remote.host))
     current = {name: session.manifest_digest(name) for name in names}
     for name in names:
         check_overwrite(f"{repository}:{name}", current[name], {baked.image.digest}, force)
-    echo(f"+ push oci:{baked.layout}:{plan.tag.name} -> {repository}:{{{','.join(names)}}}")
+    tag = names[0]  # the name of the image in the layout
+    echo(f"+ push oci:{baked.layout}:{tag} -> {repository}:{{{','.join(names)}}}")
     moving = [name for name in names if current[name] != baked.image.digest]
     pushed, sent = session.push(ocilayout.Layout(baked.layout), baked.image, moving)
     display.notice(sent.line(baked.image.digest))
@@ -69,11 +92,7 @@ def publish(client: Client, config: Config, plan: Plan, registry: str | None,
                            "manifests?)")
     for name in names:
         _verify(session, name, pushed)
-    published = {"repository": repository, "images": [f"{repository}:{n}" for n in names],
-                 "digest": pushed, "pinned": f"{repository}@{pushed}", "smoke": smoked,
-                 "manifest": releases.image_manifest(ocilayout.Layout(baked.layout), baked.image),
-                 "transfer": sent.record()}
-    return _record(config, plan, attrs, published)
+    return pushed, sent
 
 
 def retarget(repository: str, registry: str | None) -> str:
@@ -108,53 +127,49 @@ def remote_for(repository: str) -> Remote:
     return Remote(host=host, path=path, base_url=f"https://{api_host}", verify=verify)
 
 
-def read_smoke(path: Path, image_id: str) -> tuple[str, dict[str, Any]]:
-    """What the smoke record at path says of the image: (`passed` | `failed` | `missing` |
-    `unreadable` | `other image`, the record or {})."""
+def read_smoke(path: Path, image_id: str) -> tuple[SmokeFound, SmokeReport | None]:
+    """What the smoke record at path says of the image, and the record (None: missing or
+    unreadable)."""
     try:
-        record = json.loads(path.read_text())
+        record = SmokeReport.from_json(json.loads(path.read_text()))
     except FileNotFoundError:
-        return "missing", {}
-    except (OSError, ValueError):
-        return "unreadable", {}
-    if not isinstance(record, dict):
-        return "unreadable", {}
-    if record.get("image_id") != image_id:
+        return "missing", None
+    except (OSError, ValueError, KeyError, TypeError):  # not JSON, or not a smoke record
+        return "unreadable", None
+    if record.image_id != image_id:
         return "other image", record
-    return ("passed" if record.get("passed") is True else "failed"), record
+    return ("passed" if record.passed else "failed"), record
 
 
-def check_smoke(path: Path, tag: str, image_id: str) -> dict[str, Any]:
+def check_smoke(path: Path, tag: str, image_id: str) -> SmokeReport:
     """The passing smoke record of exactly this image (by its ID), or PublishError."""
     state, record = read_smoke(path, image_id)
     remedy = f"run `{command('smoke', tag)}` first (or publish with --skip-smoke, recorded)"
     if state == "missing":
         raise PublishError(f"{tag} has no smoke record ({path})", remedy)
-    if state == "unreadable":
+    if record is None:
         raise PublishError(f"{path}: unreadable smoke record", remedy)
     if state == "other image":
         raise PublishError(f"{path}: the smoke record is not of the image to publish (it "
-                           f"checked {str(record.get('image_id'))[:19]}, not {image_id[:19]})",
-                           remedy)
+                           f"checked {record.image_id[:19]}, not {image_id[:19]})", remedy)
     if state == "failed":
         raise PublishError(f"{path}: the smoke checks of {tag} did not pass",
                            f"fix them, then run `{command('smoke', tag)}`")
     return record
 
 
-def smoke_gate(path: Path, tag: str, image_id: str, skip: bool) -> dict[str, Any]:
+def smoke_gate(path: Path, tag: str, image_id: str, skip: bool) -> ReleaseSmoke:
     """The release record's `smoke`: the passing record's summary, or, with skip, what the
     record said of the image when --skip-smoke overrode it."""
     if skip:
         found, _ = read_smoke(path, image_id)
         display.notice(f"publish: --skip-smoke: {tag} ({image_id[:19]}) goes out without a passing "
              f"smoke record (found: {found})")
-        return {"result": "skipped", "override": "--skip-smoke", "found": found}
+        return ReleaseSmoke("skipped", found=found)
     record = check_smoke(path, tag, image_id)
-    checks = [c for c in record.get("checks") or [] if isinstance(c, dict)]
-    counts = {s: sum(c.get("status") == s for c in checks) for s in ("passed", "skipped")}
-    return {"result": "passed", "image_id": image_id, "time": record.get("time"),
-            "checks": counts}
+    tally = counts(record.checks)
+    return ReleaseSmoke("passed", image_id, record.time,
+                        {"passed": tally["passed"], "skipped": tally["skipped"]})
 
 
 def check_overwrite(ref: str, remote: str | None, local: set[str], force: bool) -> None:
@@ -217,29 +232,11 @@ def _verify(session: Session, name: str, digest: str) -> None:
     echo(f"verified {remote.host}/{remote.path}:{name} = {digest}")
 
 
-def _record(config: Config, plan: Plan, attrs: dict[str, Any],
-            published: dict[str, Any]) -> dict[str, Any]:
-    """build/releases/<tag>.json (published: repository, images, digest, pinned, smoke, the
-    image's manifest.json and the blobs sent), then its line in the releases index."""
-    record: dict[str, Any] = {
-        "tag": plan.tag.name,
-        **published,
-        "image_id": attrs.get("Id"),
-        "build": _build_record(config, plan),
-        "inputs": plan.inputs,
-        "upstream": {"key": plan.tag.upstream.key, **upstream_pin(plan.tag.upstream)},
-        "series": [{"name": s.name, "sha256": s.sha256, "patches": [list(p) for p in s.patches]}
-                   for s in plan.series],
-        "env": dict(plan.tag.env),
-        "labels": (attrs.get("Config") or {}).get("Labels") or {},
-        "published": datetime.now(UTC).isoformat(timespec="seconds"),
-    }
-    folder = config.build_dir / "releases"
-    atomic_write(folder / f"{plan.tag.name}.json",
-                 json.dumps(record, indent=2, sort_keys=True) + "\n")
-    echo(f"release record: {folder / f'{plan.tag.name}.json'} (index: "
-         f"{releases.add(folder, record)})")
-    return record
+def _write(folder: Path, release: Release) -> None:
+    """build/releases/<tag>.json, then its line in the releases index."""
+    path = folder / f"{release.tag}.json"
+    atomic_write(path, json.dumps(release.to_json(), indent=2, sort_keys=True) + "\n")
+    echo(f"release record: {path} (index: {releases.add(folder, release)})")
 
 
 def _build_record(config: Config, plan: Plan) -> dict[str, Any]:

@@ -10,6 +10,7 @@ import fcntl
 import json
 import tarfile
 from collections.abc import Iterator
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from sparkbake.console.invocation import command
 from sparkbake.errors import UsageError
 from sparkbake.files import atomic_write
 from sparkbake.oci import ocilayout
+from sparkbake.publish.record import Change, IndexEntry, Release, ReleaseDiff, ReleaseSeries
 
 __all__ = ["INDEX", "add", "describe_upstream", "diff", "entries", "entry", "image_manifest",
            "read_record", "render_diff", "render_table"]
@@ -24,7 +26,8 @@ __all__ = ["INDEX", "add", "describe_upstream", "diff", "entries", "entry", "ima
 INDEX = "index.json"
 MANIFEST_MEMBER = "opt/sparkbake/manifest.json"
 SECTIONS = ("digest", "upstream", "series", "patches", "env", "wheels", "base", "smoke")
-Change = dict[str, Any]  # {"op": "+" | "-" | "~", "what": str, "a": str | None, "b": ...}
+ENTRY_KEYS = {field.name for field in fields(IndexEntry)}
+
 
 
 def image_manifest(layout: ocilayout.Layout, image: ocilayout.Descriptor) -> dict[str, Any] | None:
@@ -42,7 +45,7 @@ def image_manifest(layout: ocilayout.Layout, image: ocilayout.Descriptor) -> dic
     return loaded if isinstance(loaded, dict) else None
 
 
-def describe_upstream(upstream: dict[str, Any]) -> str:
+def describe_upstream(upstream: dict[str, str]) -> str:
     """`key (what pins it)`, short: `vllm-0.33.0 (pypi vllm 0.33.0)`."""
     kind = upstream.get("kind")
     if kind == "pypi":
@@ -55,87 +58,83 @@ def describe_upstream(upstream: dict[str, Any]) -> str:
     return f"{key} ({pin})" if key else pin
 
 
-def entry(record: dict[str, Any]) -> dict[str, Any]:
+def entry(record: Release) -> IndexEntry:
     """The index's line for a release record."""
-    return {
-        "tag": record["tag"], "digest": record["digest"], "image_id": record.get("image_id"),
-        "repository": record.get("repository"),
-        "upstream": describe_upstream(record.get("upstream") or {}),
-        "series": [s["name"] for s in record.get("series") or []],
-        "smoke": (record.get("smoke") or {}).get("result", "unknown"),
-        "published": record.get("published", ""), "record": f"{record['tag']}.json",
-    }
+    return IndexEntry(
+        tag=record.tag, digest=record.digest, image_id=record.image_id,
+        repository=record.repository, upstream=describe_upstream(record.upstream),
+        series=tuple(s.name for s in record.series), smoke=record.smoke_result,
+        published=record.published, record=f"{record.tag}.json")
 
 
-def add(folder: Path, record: dict[str, Any]) -> Path:
+def add(folder: Path, record: Release) -> Path:
     """Put the record's line into folder/index.json, in place of the tag's earlier one (the
     latest publish comes last). Locked, then written atomically."""
     path = folder / INDEX
     with _locked(folder):
-        kept = [e for e in _read_index(path) or [] if e.get("tag") != record["tag"]]
-        atomic_write(path, json.dumps({"schema": 1, "releases": [*kept, entry(record)]},
-                                      indent=2) + "\n")
+        kept = [e for e in _read_index(path) or [] if e.tag != record.tag]
+        listed = [e.to_json() for e in [*kept, entry(record)]]
+        atomic_write(path, json.dumps({"schema": 1, "releases": listed}, indent=2) + "\n")
     return path
 
 
-def entries(folder: Path) -> list[dict[str, Any]]:
+def entries(folder: Path) -> list[IndexEntry]:
     """The index's lines; without an index, those of the release records found."""
     listed = _read_index(folder / INDEX)
     if listed is not None:
         return listed
-    records = [_load(p) for p in sorted(folder.glob("*.json")) if p.name != INDEX]
-    found = [entry(r) for r in records if r is not None and "tag" in r and "digest" in r]
-    return sorted(found, key=lambda e: str(e["published"]))
+    records = [_load_release(p) for p in sorted(folder.glob("*.json")) if p.name != INDEX]
+    found = [entry(r) for r in records if r is not None]
+    return sorted(found, key=lambda e: e.published)
 
 
-def read_record(folder: Path, name: str) -> dict[str, Any]:
+def read_record(folder: Path, name: str) -> Release:
     """build/releases/<name>.json, or UsageError naming the releases there are."""
-    record = _load(folder / f"{name}.json")
+    record = _load_release(folder / f"{name}.json")
     if record is None:
-        known = ", ".join(e["tag"] for e in entries(folder)) or "none yet"
+        known = ", ".join(e.tag for e in entries(folder)) or "none yet"
         raise UsageError(f"no release record of {name} ({folder / f'{name}.json'})",
                          f"publish it first (`{command('publish', name)}`); released: {known}")
     return record
 
 
-def render_table(listed: list[dict[str, Any]]) -> list[str]:
+def render_table(listed: list[IndexEntry]) -> list[str]:
     rows = [("TAG", "DIGEST", "UPSTREAM", "SERIES", "SMOKE", "PUBLISHED")]
-    rows += [(e["tag"], str(e["digest"])[:19], e["upstream"], ",".join(e["series"]) or "-",
-              e["smoke"], e["published"]) for e in listed]
+    rows += [(e.tag, e.digest[:19], e.upstream, ",".join(e.series) or "-", e.smoke,
+              e.published) for e in listed]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     return ["  ".join([*(c.ljust(w) for c, w in zip(row, widths, strict=False)), row[-1]])
             .rstrip() for row in rows]
 
 
-def diff(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+def diff(a: Release, b: Release) -> ReleaseDiff:
     """What changed from release a to release b, section by section (empty: the same; None:
     unknown, as a release has no image manifest recorded, which wheels and base come from)."""
-    ma, mb = a.get("manifest") or {}, b.get("manifest") or {}
-    sections: dict[str, list[Change] | None] = {
-        "digest": _scalar("digest", a.get("digest"), b.get("digest")),
-        "upstream": _scalar("upstream", describe_upstream(a.get("upstream") or {}),
-                            describe_upstream(b.get("upstream") or {})),
-        "series": _series(a.get("series") or [], b.get("series") or []),
-        "patches": _patches(a.get("series") or [], b.get("series") or []),
+    ma, mb = a.manifest or {}, b.manifest or {}
+    sections: dict[str, tuple[Change, ...] | None] = {
+        "digest": _scalar("digest", a.digest, b.digest),
+        "upstream": _scalar("upstream", describe_upstream(a.upstream),
+                            describe_upstream(b.upstream)),
+        "series": _series(a.series, b.series),
+        "patches": _patches(a.series, b.series),
         "env": _mapping(_env(a), _env(b)),
         "wheels": _mapping(_wheels(ma), _wheels(mb)),
         "base": _scalar("base", _base(ma), _base(mb)),
-        "smoke": _scalar("smoke", (a.get("smoke") or {}).get("result", "unknown"),
-                         (b.get("smoke") or {}).get("result", "unknown")),
+        "smoke": _scalar("smoke", a.smoke_result, b.smoke_result),
     }
-    unknown = [tag for tag, m in ((a["tag"], ma), (b["tag"], mb)) if not m]
+    unknown = tuple(tag for tag, m in ((a.tag, ma), (b.tag, mb)) if not m)
     if unknown:
         sections["wheels"] = sections["base"] = None
-    return {"a": a["tag"], "b": b["tag"], "sections": sections, "no_manifest": unknown}
+    return ReleaseDiff(a.tag, b.tag, sections, unknown)
 
 
-def render_diff(report: dict[str, Any]) -> list[str]:
-    lines = [f"diff {report['a']} -> {report['b']}"]
+def render_diff(report: ReleaseDiff) -> list[str]:
+    lines = [f"diff {report.a} -> {report.b}"]
     for name in SECTIONS:
-        changes = report["sections"][name]
+        changes = report.sections[name]
         if changes is None:
             lines.append(f"{name}: unknown (no image manifest recorded for "
-                         f"{', '.join(report['no_manifest'])})")
+                         f"{', '.join(report.no_manifest)})")
             continue
         lines.append(f"{name}: {'changed' if changes else 'same'}")
         lines += [f"  {_change_text(c)}" for c in changes]
@@ -143,45 +142,45 @@ def render_diff(report: dict[str, Any]) -> list[str]:
 
 
 def _change_text(change: Change) -> str:
-    a, b = (_short(change[side]) for side in ("a", "b"))
-    if change["op"] == "+":
-        return f"+ {change['what']}: {b}"
-    if change["op"] == "-":
-        return f"- {change['what']}: {a}"
-    return f"~ {change['what']}: {a} -> {b}"
+    a, b = _short(change.a), _short(change.b)
+    if change.op == "+":
+        return f"+ {change.what}: {b}"
+    if change.op == "-":
+        return f"- {change.what}: {a}"
+    return f"~ {change.what}: {a} -> {b}"
 
 
-def _short(value: Any) -> Any:
+def _short(value: str | None) -> str | None:
     """A whole sha256 digest as its first 12 hex digits (the JSON keeps it whole)."""
-    whole = isinstance(value, str) and value.startswith("sha256:") and len(value) == 71
-    return value[:19] if whole else value
+    if value is not None and value.startswith("sha256:") and len(value) == 71:
+        return value[:19]
+    return value
 
 
-def _scalar(what: str, a: Any, b: Any) -> list[Change]:
-    return [] if a == b else [{"op": "~", "what": what, "a": a, "b": b}]
+def _scalar(what: str, a: str | None, b: str | None) -> tuple[Change, ...]:
+    return () if a == b else (Change("~", what, a, b),)
 
 
-def _mapping(a: dict[str, str], b: dict[str, str]) -> list[Change]:
+def _mapping(a: dict[str, str], b: dict[str, str]) -> tuple[Change, ...]:
     """Added, removed and changed keys of two flat mappings, in key order."""
     changes: list[Change] = []
     for key in sorted(a.keys() | b.keys()):
         if key not in a:
-            changes.append({"op": "+", "what": key, "a": None, "b": b[key]})
+            changes.append(Change("+", key, None, b[key]))
         elif key not in b:
-            changes.append({"op": "-", "what": key, "a": a[key], "b": None})
+            changes.append(Change("-", key, a[key], None))
         elif a[key] != b[key]:
-            changes.append({"op": "~", "what": key, "a": a[key], "b": b[key]})
-    return changes
+            changes.append(Change("~", key, a[key], b[key]))
+    return tuple(changes)
 
 
-def _series(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> list[Change]:
-    names_a, names_b = [s["name"] for s in a], [s["name"] for s in b]
-    counts = {s["name"]: _patch_count(len(s.get("patches") or [])) for s in [*a, *b]}
+def _series(a: tuple[ReleaseSeries, ...], b: tuple[ReleaseSeries, ...]) -> tuple[Change, ...]:
+    names_a, names_b = [s.name for s in a], [s.name for s in b]
+    counts = {s.name: _patch_count(len(s.patches)) for s in [*a, *b]}
     changes = _mapping({n: counts[n] for n in names_a}, {n: counts[n] for n in names_b})
-    changes = [c for c in changes if c["op"] != "~"]  # a series' own changes: see patches
+    changes = tuple(c for c in changes if c.op != "~")  # a series' own changes: see patches
     if names_a != names_b:
-        changes.append({"op": "~", "what": "order", "a": ", ".join(names_a) or "-",
-                        "b": ", ".join(names_b) or "-"})
+        changes += (Change("~", "order", ", ".join(names_a) or "-", ", ".join(names_b) or "-"),)
     return changes
 
 
@@ -189,18 +188,19 @@ def _patch_count(count: int) -> str:
     return f"{count} patch" if count == 1 else f"{count} patches"
 
 
-def _patches(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> list[Change]:
+def _patches(a: tuple[ReleaseSeries, ...], b: tuple[ReleaseSeries, ...]) -> tuple[Change, ...]:
     """Every patch file, as series/file -> sha256, compared."""
-    def files(series: list[dict[str, Any]]) -> dict[str, str]:
-        return {f"{s['name']}/{name}": f"sha256:{str(sha)[:12]}" for s in series
-                for name, sha in s.get("patches") or []}
+    def files(series: tuple[ReleaseSeries, ...]) -> dict[str, str]:
+        return {f"{s.name}/{name}": f"sha256:{sha[:12]}" for s in series
+                for name, sha in s.patches}
     return _mapping(files(a), files(b))
 
 
-def _env(record: dict[str, Any]) -> dict[str, str]:
-    env = record.get("env")
+def _env(record: Release) -> dict[str, str]:
+    """The release's env; a record from before it was kept: the image manifest's."""
+    env = record.env
     if env is None:
-        env = (record.get("manifest") or {}).get("env") or {}
+        env = (record.manifest or {}).get("env") or {}
     return {str(k): repr(str(v)) for k, v in env.items()}
 
 
@@ -222,10 +222,23 @@ def _load(path: Path) -> dict[str, Any] | None:
     return loaded if isinstance(loaded, dict) else None
 
 
-def _read_index(path: Path) -> list[dict[str, Any]] | None:
+def _load_release(path: Path) -> Release | None:
+    """The release record at path; None when there is none, or the file is not one."""
+    loaded = _load(path)
+    try:
+        return Release.from_json(loaded) if loaded is not None else None
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _read_index(path: Path) -> list[IndexEntry] | None:
+    """The index's lines (those that are whole); None without a readable index."""
     loaded = _load(path)
     listed = loaded.get("releases") if loaded is not None else None
-    return [e for e in listed if isinstance(e, dict)] if isinstance(listed, list) else None
+    if not isinstance(listed, list):
+        return None
+    return [IndexEntry.from_json(e) for e in listed
+            if isinstance(e, dict) and e.keys() >= ENTRY_KEYS]
 
 
 @contextlib.contextmanager

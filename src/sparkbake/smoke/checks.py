@@ -30,15 +30,25 @@ from sparkbake.oci import docker_engine, emulation
 from sparkbake.pipeline.plan import Plan, upstream_pin
 from sparkbake.smoke import host, sample_envs, serving
 from sparkbake.smoke.host import Facts
-from sparkbake.smoke.record import STATUSES, failed_names, junit_xml, parse_checks, timed
+from sparkbake.smoke.record import (
+    GPU_MODES,
+    STATUSES,
+    CheckResult,
+    GpuMode,
+    SmokeReport,
+    counts,
+    failed_names,
+    junit_xml,
+    parse_checks,
+    timed,
+)
 from sparkbake.wheels import wheelbuild
 
-__all__ = ["CHECKER_FILES", "GPU_MODES", "NO_GPU_RUNTIME", "STATUSES", "Facts", "Options",
-           "check_options", "common_checks", "drop_stale_record", "expected_values", "failed_names",
-           "has_gpu_runtime", "junit_xml", "parse_checks", "raise_if_failed", "report",
-           "require_image", "results_paths", "run", "run_checker"]
+__all__ = ["CHECKER_FILES", "GPU_MODES", "NO_GPU_RUNTIME", "STATUSES", "Facts", "GpuMode",
+           "Options", "check_options", "common_checks", "counts", "drop_stale_record",
+           "expected_values", "failed_names", "has_gpu_runtime", "junit_xml", "parse_checks",
+           "raise_if_failed", "report", "require_image", "results_paths", "run", "run_checker"]
 
-GPU_MODES = ("auto", "require", "skip")
 INPUTS_LABEL = "dev.sparkbake.inputs"
 PYTHON_IN_IMAGE = "/opt/venv/bin/python"
 CHECKER_DIR = "/opt/sparkbake-smoke"
@@ -50,14 +60,14 @@ GPU_CHECKS = {"gpu", "gpu-capability", "gpu-op"}
 
 @dataclass(frozen=True)
 class Options:
-    gpu: str = "auto"  # auto | require | skip
+    gpu: GpuMode = "auto"
     model: Path | None = None  # the serve checks' model folder (host path)
     serve_env: Path | None = None  # instead of the suite's serve.env
     serve_timeout: float = 1800.0  # seconds for the server's /health
 
 
 def run(client: docker_engine.Client, config: Config, plan: Plan, facts: Facts,
-        options: Options = Options()) -> dict[str, Any]:
+        options: Options = Options()) -> SmokeReport:
     """Check the tag's image; write JSON + JUnit results; raise if a check failed."""
     check_options(options)
     image_id, attrs = require_image(client, plan)
@@ -73,14 +83,12 @@ def run(client: docker_engine.Client, config: Config, plan: Plan, facts: Facts,
                                options.gpu, json_path.with_suffix(".log"))
         checks += serving.run(client, image_id, plan.tag, suite, serve,
                                   json_path.with_name(f"{plan.tag.name}-serve.log"))
-    results = {
-        "tag": plan.tag.name, "image": plan.tag.image_ref, "image_id": image_id,
-        "inputs": plan.inputs, "suite": suite.name, "gpu": options.gpu,
-        "model": str(options.model) if options.model else None,
-        "passed": not failed_names(checks), "checks": checks,
-        "time": datetime.now(UTC).isoformat(timespec="seconds"),
-    }
-    atomic_write(json_path, json.dumps(results, indent=2) + "\n")
+    results = SmokeReport(
+        tag=plan.tag.name, image=plan.tag.image_ref, image_id=image_id, inputs=plan.inputs,
+        suite=suite.name, gpu=options.gpu, model=str(options.model) if options.model else None,
+        passed=not failed_names(checks), checks=tuple(checks),
+        time=datetime.now(UTC).isoformat(timespec="seconds"))
+    atomic_write(json_path, json.dumps(results.to_json(), indent=2) + "\n")
     atomic_write(xml_path, junit_xml(results))
     report(checks)
     raise_if_failed(plan, checks, json_path)
@@ -88,8 +96,8 @@ def run(client: docker_engine.Client, config: Config, plan: Plan, facts: Facts,
 
 
 def common_checks(client: docker_engine.Client, config: Config, plan: Plan, facts: Facts,
-                  suite: sample_envs.Suite, image: tuple[str, dict[str, Any]], gpu: str,
-                  log_path: Path) -> list[dict[str, Any]]:
+                  suite: sample_envs.Suite, image: tuple[str, dict[str, Any]], gpu: GpuMode,
+                  log_path: Path) -> list[CheckResult]:
     """Every check but the serve ones, on the image (its id and engine attributes) in the
     engine of client: the labels on the host, the rest in a container of the image."""
     image_id, attrs = image
@@ -156,7 +164,7 @@ def has_gpu_runtime(client: docker_engine.Client) -> bool:
     return "nvidia" in (client.info().get("Runtimes") or {})
 
 
-def expected_values(plan: Plan, gpu: str, unavailable: str | None) -> dict[str, Any]:
+def expected_values(plan: Plan, gpu: GpuMode, unavailable: str | None) -> dict[str, Any]:
     """What the image must carry, as smoke_check.py reads it (the plan's part)."""
     tag = plan.tag
     return {
@@ -182,7 +190,7 @@ def results_paths(config: Config, plan: Plan) -> tuple[Path, Path]:
 
 def run_checker(client: docker_engine.Client, image_id: str, expected: dict[str, Any], gpus: bool,
                 log_path: Path,
-                volumes: dict[str, dict[str, str]] | None = None) -> list[dict[str, Any]]:
+                volumes: dict[str, dict[str, str]] | None = None) -> list[CheckResult]:
     """Run smoke_check.py in a network-less container of the image; return its checks.
     volumes: what an emulated container needs (emulation.cpu_sysfs)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -203,14 +211,14 @@ def run_checker(client: docker_engine.Client, image_id: str, expected: dict[str,
     return checks
 
 
-def report(checks: list[dict[str, Any]]) -> None:
-    width = max((len(c["name"]) for c in checks), default=0)
+def report(checks: list[CheckResult]) -> None:
+    width = max((len(c.name) for c in checks), default=0)
     for check in checks:
-        display.result(f"  {check['status']:<7}  {check['name']:<{width}}  "
-             f"{float(check.get('seconds', 0)):6.2f}s  {check.get('detail', '')}")
+        display.result(f"  {check.status:<7}  {check.name:<{width}}  "
+             f"{check.seconds:6.2f}s  {check.detail}")
 
 
-def raise_if_failed(plan: Plan, checks: list[dict[str, Any]], json_path: Path) -> None:
+def raise_if_failed(plan: Plan, checks: list[CheckResult], json_path: Path) -> None:
     failed = failed_names(checks)
     if not failed:
         return

@@ -1,4 +1,4 @@
-"""The smoke record's parts: one check result ({name, status, detail, seconds}), how host-side
+"""The smoke record (build/smoke/<tag>.json) and its parts: one check's result, how host-side
 checks make one, how the in-image checker's output is read, and the JUnit XML of a record."""
 
 from __future__ import annotations
@@ -6,13 +6,19 @@ from __future__ import annotations
 import json
 import time
 import xml.etree.ElementTree as ET
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Literal, Self, get_args
 
-__all__ = ["STATUSES", "CheckFailed", "CheckSkipped", "failed_names", "junit_xml",
-           "parse_checks", "result", "timed"]
+__all__ = ["GPU_MODES", "STATUSES", "CheckFailed", "CheckResult", "CheckSkipped", "CheckStatus",
+           "GpuMode", "SmokeReport", "counts", "failed_names", "junit_xml", "parse_checks",
+           "timed"]
 
-STATUSES = ("passed", "failed", "skipped")
+CheckStatus = Literal["passed", "failed", "skipped"]
+# --gpu: the GPU checks where the engine has a GPU runtime, always (failing without), or never
+GpuMode = Literal["auto", "require", "skip"]
+STATUSES: tuple[CheckStatus, ...] = get_args(CheckStatus)
+GPU_MODES: tuple[GpuMode, ...] = get_args(GpuMode)
 
 
 class CheckFailed(Exception):
@@ -23,14 +29,61 @@ class CheckSkipped(Exception):
     """A host-side check does not apply or cannot run; the message says why."""
 
 
-def result(name: str, status: str, detail: str, seconds: float = 0.0) -> dict[str, Any]:
-    return {"name": name, "status": status, "detail": detail, "seconds": round(seconds, 3)}
+@dataclass(frozen=True)
+class CheckResult:
+    """One check: its outcome, a one-line detail, and how long it took."""
+
+    name: str
+    status: CheckStatus
+    detail: str = ""
+    seconds: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "status": self.status, "detail": self.detail,
+                "seconds": self.seconds}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Self:
+        """detail and seconds may be missing: a check needs only its name and status."""
+        return cls(data["name"], data["status"], str(data.get("detail", "")),
+                   float(data.get("seconds", 0)))
 
 
-def timed(name: str, check: Callable[[], str]) -> dict[str, Any]:
+@dataclass(frozen=True)
+class SmokeReport:
+    """The smoke record: the checks of one image (by its ID) and whether they all passed."""
+
+    tag: str
+    image: str
+    image_id: str
+    inputs: str
+    suite: str | None  # None in the records from before smoke suites, as gpu and model
+    gpu: GpuMode | None
+    model: str | None  # --model: the serve checks' model folder
+    passed: bool
+    checks: tuple[CheckResult, ...]
+    time: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"tag": self.tag, "image": self.image, "image_id": self.image_id,
+                "inputs": self.inputs, "suite": self.suite, "gpu": self.gpu,
+                "model": self.model, "passed": self.passed,
+                "checks": [check.to_json() for check in self.checks], "time": self.time}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Self:
+        return cls(tag=data["tag"], image=data["image"], image_id=data["image_id"],
+                   inputs=data["inputs"], suite=data.get("suite"), gpu=data.get("gpu"),
+                   model=data.get("model"), passed=data["passed"] is True,
+                   checks=tuple(CheckResult.from_json(c) for c in data["checks"]),
+                   time=data["time"])
+
+
+def timed(name: str, check: Callable[[], str]) -> CheckResult:
     """Run one host-side check: passed with its detail, or failed / skipped with the reason.
     Any other exception is a failed check too (its type and message), never a crash."""
     start = time.monotonic()
+    status: CheckStatus
     try:
         status, detail = "passed", check()
     except CheckSkipped as exc:
@@ -39,10 +92,10 @@ def timed(name: str, check: Callable[[], str]) -> dict[str, Any]:
         status, detail = "failed", str(exc)
     except Exception as exc:  # a broken check is a failed check
         status, detail = "failed", f"{type(exc).__name__}: {' '.join(str(exc).split())}"
-    return result(name, status, detail, time.monotonic() - start)
+    return CheckResult(name, status, detail, round(time.monotonic() - start, 3))
 
 
-def parse_checks(output: str) -> list[dict[str, Any]] | None:
+def parse_checks(output: str) -> list[CheckResult] | None:
     """The checks from the checker's last JSON line; None when there is none."""
     for line in reversed(output.splitlines()):
         if not line.startswith("{"):
@@ -53,7 +106,7 @@ def parse_checks(output: str) -> list[dict[str, Any]] | None:
             continue
         checks = document.get("checks") if isinstance(document, dict) else None
         if isinstance(checks, list) and all(_is_check(c) for c in checks):
-            return checks
+            return [CheckResult.from_json(c) for c in checks]
     return None
 
 
@@ -62,39 +115,44 @@ def _is_check(check: Any) -> bool:
             and check.get("status") in STATUSES)
 
 
-def failed_names(checks: list[dict[str, Any]]) -> list[str]:
-    return [c["name"] for c in checks if c["status"] == "failed"]
+def failed_names(checks: Iterable[CheckResult]) -> list[str]:
+    return [c.name for c in checks if c.status == "failed"]
 
 
-def junit_xml(results: dict[str, Any]) -> str:
-    """JUnit XML of a results record: one testcase per check."""
-    checks: list[dict[str, Any]] = results["checks"]
-    suite_name = f"sparkbake.smoke.{results['tag']}"
-    counts = {s: sum(c["status"] == s for c in checks) for s in STATUSES}
-    total_time = f"{sum(float(c.get('seconds', 0)) for c in checks):.3f}"
-    suites = ET.Element("testsuites", name="sparkbake smoke", tests=str(len(checks)),
-                        failures=str(counts["failed"]), errors="0",
-                        skipped=str(counts["skipped"]), time=total_time)
-    suite = ET.SubElement(suites, "testsuite", name=suite_name, tests=str(len(checks)),
-                          failures=str(counts["failed"]), errors="0",
-                          skipped=str(counts["skipped"]), time=total_time,
-                          timestamp=str(results.get("time", "")))
+def counts(checks: Iterable[CheckResult]) -> dict[CheckStatus, int]:
+    """How many checks passed, failed and were skipped."""
+    statuses = [c.status for c in checks]
+    return {s: statuses.count(s) for s in STATUSES}
+
+
+def junit_xml(report: SmokeReport) -> str:
+    """JUnit XML of a smoke record: one testcase per check."""
+    suite_name = f"sparkbake.smoke.{report.tag}"
+    tests, found = str(len(report.checks)), counts(report.checks)
+    total_time = f"{sum(c.seconds for c in report.checks):.3f}"
+    suites = ET.Element("testsuites", name="sparkbake smoke", tests=tests,
+                        failures=str(found["failed"]), errors="0",
+                        skipped=str(found["skipped"]), time=total_time)
+    suite = ET.SubElement(suites, "testsuite", name=suite_name, tests=tests,
+                          failures=str(found["failed"]), errors="0",
+                          skipped=str(found["skipped"]), time=total_time,
+                          timestamp=report.time)
     properties = ET.SubElement(suite, "properties")
-    for key in ("image", "image_id", "inputs", "suite"):
-        if key in results:
-            ET.SubElement(properties, "property", name=key, value=str(results[key]))
-    for check in checks:
+    for key, value in (("image", report.image), ("image_id", report.image_id),
+                       ("inputs", report.inputs), ("suite", report.suite)):
+        if value is not None:
+            ET.SubElement(properties, "property", name=key, value=value)
+    for check in report.checks:
         _testcase(suite, suite_name, check)
     ET.indent(suites)
     return ET.tostring(suites, encoding="unicode", xml_declaration=True) + "\n"
 
 
-def _testcase(suite: ET.Element, classname: str, check: dict[str, Any]) -> None:
-    case = ET.SubElement(suite, "testcase", classname=classname, name=check["name"],
-                         time=f"{float(check.get('seconds', 0)):.3f}")
-    detail = str(check.get("detail", ""))
-    if check["status"] == "failed":
-        failure = ET.SubElement(case, "failure", message=detail, type="SmokeCheckFailed")
-        failure.text = detail
-    elif check["status"] == "skipped":
-        ET.SubElement(case, "skipped", message=detail)
+def _testcase(suite: ET.Element, classname: str, check: CheckResult) -> None:
+    case = ET.SubElement(suite, "testcase", classname=classname, name=check.name,
+                         time=f"{check.seconds:.3f}")
+    if check.status == "failed":
+        failure = ET.SubElement(case, "failure", message=check.detail, type="SmokeCheckFailed")
+        failure.text = check.detail
+    elif check.status == "skipped":
+        ET.SubElement(case, "skipped", message=check.detail)

@@ -16,7 +16,7 @@ from sparkbake.config.versions import Tag
 from sparkbake.console.tools import step
 from sparkbake.oci.docker_engine import Client, started_container
 from sparkbake.smoke import preflight, serve_client
-from sparkbake.smoke.record import result, timed
+from sparkbake.smoke.record import CheckResult, CheckStatus, GpuMode, timed
 from sparkbake.smoke.sample_envs import Suite
 
 __all__ = ["ALL_GPUS", "Request", "names", "run", "serve_env"]
@@ -34,7 +34,7 @@ class Request:
     model: Path | None
     env_file: Path | None  # --serve-env: instead of the suite's serve.env
     timeout: float  # seconds for /health
-    gpu: str  # --gpu mode
+    gpu: GpuMode
     unavailable: str | None  # why the engine offers no GPU, or None
 
 
@@ -54,14 +54,14 @@ def serve_env(suite: Suite, override: Path | None) -> dict[str, str]:
             "API_PORT": str(CONTAINER_PORT)}
 
 
-def not_running(request: Request) -> tuple[str, str] | None:
+def not_running(request: Request) -> tuple[CheckStatus, str] | None:
     """(status, why) when the serve checks cannot run."""
     if request.model is None:
         return "skipped", "no --model given"
     if request.gpu == "skip":
         return "skipped", "--gpu skip (vllm serve needs a GPU)"
     if request.unavailable:
-        status = "failed" if request.gpu == "require" else "skipped"
+        status: CheckStatus = "failed" if request.gpu == "require" else "skipped"
         return status, f"vllm serve needs a GPU: {request.unavailable}"
     return None
 
@@ -80,17 +80,17 @@ def free_port() -> int:
 
 
 def run(client: Client, image_id: str, tag: Tag, suite: Suite, request: Request,
-        log_path: Path) -> list[dict[str, Any]]:
+        log_path: Path) -> list[CheckResult]:
     wanted = names(tag)
     why = not_running(request)
     if why is not None:
-        return [result(name, *why) for name in wanted]
+        return [CheckResult(name, *why) for name in wanted]
     assert request.model is not None
     env = serve_env(suite, request.env_file)
     try:
         command = preflight.entrypoint().serve_command({**dict(tag.env), **env})
     except ValueError as exc:
-        return [result(name, "failed", f"the serve env gives no command: {exc}")
+        return [CheckResult(name, "failed", f"the serve env gives no command: {exc}")
                 for name in wanted]
     port = free_port()
     with step(f"serve {tag.image_ref} with {request.model}"), started_container(
@@ -121,12 +121,13 @@ def _checks(server: serve_client.Server, env: dict[str, str], command: list[str]
     }
 
 
-def probe(wanted: list[str], checks: dict[str, Callable[[], str]]) -> list[dict[str, Any]]:
+def probe(wanted: list[str], checks: dict[str, Callable[[], str]]) -> list[CheckResult]:
     """Each wanted check in order; after a failed health check the rest are failed too."""
-    results: list[dict[str, Any]] = []
+    results: list[CheckResult] = []
     for name in wanted:
-        if results and results[0]["status"] != "passed":
-            results.append(result(name, "failed", "not run: the server did not become healthy"))
+        if results and results[0].status != "passed":
+            results.append(CheckResult(name, "failed",
+                                       "not run: the server did not become healthy"))
         else:
             results.append(timed(name, checks[name]))
     return results
