@@ -17,6 +17,7 @@ from sparkbake.config import settings
 from sparkbake.fetch import sourcelock, thirdparty
 from sparkbake.hashing import file_sha256, tree_hash
 from sparkbake.oci import docker_engine
+from sparkbake.pipeline.stages import Stage
 from tests.conftest import DATA, Project, copy_project, versions_yaml
 from tests.gitdaemon import Daemon, git, git_daemon
 from tests.integration.test_pipeline import add_patch, read_from_image
@@ -113,7 +114,7 @@ def test_the_offline_build_compiles_the_dependency_value_into_the_library(
     manifest = json.loads(read_from_image(docker_client, plan.tag.image_ref,
                                           "/opt/sparkbake/manifest.json"))
     assert manifest["thirdparty"] == [recorded]
-    assert plan.stage_inputs["kernels"]["third-party sources"] == [
+    assert plan.stage_inputs[Stage.KERNELS]["third-party sources"] == [
         f"tinydep@{locked['pin'][:16]}:{locked['tree'][:16]}"]
 
 

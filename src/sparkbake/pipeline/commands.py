@@ -135,7 +135,7 @@ def patch_tests(config: Config, tag: Tag) -> int:
     lock_file = patchtests.require_lock(config, tag, patched.path)
     log = stage_log(config, tag, Stage.PATCH_TESTS)
     with display.stage(Stage.PATCH_TESTS, plan.patch_key, log):
-        result = patchtests.run_tests(plan, patched.path, lock_file, config.build_dir)
+        result = patchtests.run_tests(plan, patched.path, lock_file, Layout.of(config))
     return _done(f"patch-tests: {tag.name} passed ({result.tests} tests, {result.skipped} "
                  f"skipped; {result.junit})")
 
