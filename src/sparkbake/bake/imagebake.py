@@ -38,11 +38,12 @@ from sparkbake.oci.docker_engine import (
     run_container,
 )
 from sparkbake.patch.patches import PatchedTree
+from sparkbake.pipeline.layout import Layout
 from sparkbake.pipeline.plan import Plan, upstream_pin
 from sparkbake.pipeline.stages import Stage
 from sparkbake.wheels.wheelbuild import WheelSet
 
-__all__ = ["Baked", "bake", "find", "is_current", "labels", "manifest"]
+__all__ = ["Image", "bake", "find", "is_current", "labels", "manifest"]
 
 INPUTS_LABEL = "dev.sparkbake.inputs"
 RUNTIME = "runtime.json"
@@ -50,7 +51,7 @@ PYTHON_TEMPLATE = "runtime-python.Dockerfile.j2"
 
 
 @dataclass(frozen=True)
-class Baked:
+class Image:
     """A baked image in an OCI layout: its manifest and config digest (the engine's id)."""
 
     ref: str
@@ -119,17 +120,17 @@ def _source(pin: dict[str, str]) -> str:
     return f"dir:{pin['path']}"
 
 
-def find(build_dir: Path, plan: Plan) -> Baked | None:
+def find(layout: Layout, plan: Plan) -> Image | None:
     """The tag's image as build/oci names it, if it is there."""
-    layout = ocilayout.Layout(build_dir / "oci")
-    image = layout.find(plan.tag.name)
-    if image is None or not layout.has(image.digest):
+    oci = ocilayout.Layout(layout.oci)
+    image = oci.find(plan.tag.name)
+    if image is None or not oci.has(image.digest):
         return None
-    config = str(layout.read_json(image.digest)["config"]["digest"])
-    return Baked(plan.tag.image_ref, image, config, layout.root)
+    config = oci.read_manifest(image.digest).config.digest
+    return Image(plan.tag.image_ref, image, config, oci.root)
 
 
-def is_current(client: Client, plan: Plan, build_dir: Path) -> bool:
+def is_current(client: Client, plan: Plan, layout: Layout) -> bool:
     """The engine has the tag's image, baked from exactly these inputs, and it is the image
     build/oci names (the one publish pushes)."""
     if not image_exists(client, plan.tag.image_ref):
@@ -137,31 +138,32 @@ def is_current(client: Client, plan: Plan, build_dir: Path) -> bool:
     attrs = image_attrs(client, plan.tag.image_ref)
     if (attrs["Config"].get("Labels") or {}).get(INPUTS_LABEL) != plan.inputs:
         return False
-    baked = find(build_dir, plan)
+    baked = find(layout, plan)
     return baked is not None and baked.config == attrs["Id"]
 
 
 def bake(client: Client, plan: Plan, base: BaseImage, wheels: WheelSet, patched: PatchedTree,
-         build_dir: Path, *, source_date: int, cache: Path, load: bool = True,
-         runtime_wheels: Path | None = None, log: Path) -> Baked:
+         layout: Layout, *, source_date: int, cache: Path, load: bool = True,
+         runtime_wheels: Path | None = None, log: Path) -> Image:
     """Write the tag's image into build/oci and (load) into the engine as `<repository>:<tag>`,
     unless the engine has it from these inputs. cache holds the base layers, per host;
     runtime_wheels the wheelhouse of the tag's runtime lock, if it has one."""
-    current = find(build_dir, plan) if load and is_current(client, plan, build_dir) else None
+    current = find(layout, plan) if load and is_current(client, plan, layout) else None
     if current is not None:
         display.cached(Stage.BAKE, f"bake: {current.ref} is current (inputs {plan.inputs[:12]}), "
                        "nothing to do")
         return current
-    layout = ocilayout.Layout(build_dir / "oci")
-    with step(f"bake {plan.tag.image_ref}"), scratch_dir(build_dir / "contexts", "bake.") as work:
-        runtime = _with_python(client, base, build_dir)
-        below = baselayers.ensure(client, runtime, ocilayout.Layout(cache / "layers"), layout, work)
+    oci = ocilayout.Layout(layout.oci)
+    with step(f"bake {plan.tag.image_ref}"), \
+            scratch_dir(layout.scratch("contexts"), "bake.") as work:
+        runtime = _with_python(client, base, layout)
+        below = baselayers.ensure(client, runtime, ocilayout.Layout(cache / "layers"), oci, work)
         venv = venvlayers.bake(client, runtime, _upstream(plan, wheels, runtime_wheels, patched),
-                               LayerCache(build_dir / "layers", layout), work, source_date, log)
+                               LayerCache(layout.layers, oci), work, source_date, log)
         recorded = manifest(plan, base, wheels, patched, source_date, venv.cuda_home)
         files = _files_layer(recorded, work, source_date)
         added = [*venv.added, (files, "sparkbake: /opt/sparkbake")]
-        baked = _write(layout, plan, below, added, labels(plan, base, patched, source_date),
+        baked = _write(oci, plan, below, added, labels(plan, base, patched, source_date),
                        source_date, recorded.get("jit"))
         echo(f"bake: {plan.tag.image_ref} = {baked.image.digest} (config {baked.config[:19]})")
         if load:
@@ -178,7 +180,7 @@ def _runtime() -> dict[str, Any]:
     return described
 
 
-def _with_python(client: Client, base: BaseImage, build_dir: Path) -> BaseImage:
+def _with_python(client: Client, base: BaseImage, layout: Layout) -> BaseImage:
     """The base itself if it has python3 -m venv; else the base + Python from its package
     manager, built once per engine (the one layer not made reproducibly: see README)."""
     probe = run_container(client, base.ref, ["python3 -m venv --help >/dev/null 2>&1"],
@@ -189,7 +191,7 @@ def _with_python(client: Client, base: BaseImage, build_dir: Path) -> BaseImage:
     ref = f"sparkbake-runtime/{base.name}:{key[:12]}"
     if not image_exists(client, ref):
         echo(f"bake: {base.ref} has no python3 -m venv; adding Python from its packages")
-        with scratch_dir(build_dir / "contexts", "runtime-python.") as context:
+        with scratch_dir(layout.scratch("contexts"), "runtime-python.") as context:
             (context / "Dockerfile").write_text(resources.render(PYTHON_TEMPLATE,
                                                                  base_image=base.ref))
             build_image(client, context, ref, error=BakeError)
@@ -219,7 +221,7 @@ def _files_layer(recorded: dict[str, Any], work: Path, source_date: int) -> laye
 
 def _write(layout: ocilayout.Layout, plan: Plan, below: baselayers.Below,
            added: list[tuple[layers.Layer, str]], label_map: dict[str, str],
-           source_date: int, jit: dict[str, Any] | None) -> Baked:
+           source_date: int, jit: dict[str, Any] | None) -> Image:
     runtime = _runtime()
     path = runtime["path"] + (f":{jit['path']}" if jit else "")
     env = plan.tag.env + tuple(sorted((jit or {}).get("env", {}).items()))
@@ -234,10 +236,10 @@ def _write(layout: ocilayout.Layout, plan: Plan, below: baselayers.Below,
     image = layout.add_bytes(ocilayout.canonical(ocilayout.manifest(config, [*below.layers, *new])),
                              ocilayout.MANIFEST_TYPE)
     layout.tag(plan.tag.name, image)
-    return Baked(plan.tag.image_ref, image, config.digest, layout.root)
+    return Image(plan.tag.image_ref, image, config.digest, layout.root)
 
 
-def _load(client: Client, baked: Baked, below: baselayers.Below, work: Path) -> None:
+def _load(client: Client, baked: Image, below: baselayers.Below, work: Path) -> None:
     """docker load the image; the layers the engine has stay out of the archive: the
     base's, and those the tag's image loaded before starts with (a cached runtime packages'
     layer of 10 GB is not loaded again)."""
@@ -252,7 +254,7 @@ def _load(client: Client, baked: Baked, below: baselayers.Below, work: Path) -> 
                         f"{baked.config[:19]}", "check the Docker engine's image store")
 
 
-def _loaded_before(client: Client, baked: Baked) -> frozenset[str]:
+def _loaded_before(client: Client, baked: Image) -> frozenset[str]:
     """The blobs of the layers the engine's image of the tag shares with baked, from the
     bottom up: the engine has each of them on the same layers below (the same chain)."""
     if not image_exists(client, baked.ref):

@@ -40,6 +40,7 @@ from sparkbake.errors import EngineError, FatalError, PublishError, SmokeError
 from sparkbake.files import atomic_write
 from sparkbake.oci import docker_engine, transfer
 from sparkbake.oci.docker_engine import Client, image_exists, stream_errors
+from sparkbake.pipeline.layout import Layout
 from sparkbake.pipeline.plan import Plan
 from sparkbake.publish import releases
 from sparkbake.publish.record import Release
@@ -90,7 +91,7 @@ def deploy(config: Config, plan: Plan, nodes: list[Node], facts: Callable[[], ch
     release = _release(config, plan)
     clients = {node: connect(node) for node in nodes}  # every node answers before any work
     started = datetime.now(UTC)
-    folder = config.build_dir / "deploys" / f"{plan.tag.name}-{started:%Y%m%dT%H%M%S.%fZ}"
+    folder = Layout.of(config).deploys / f"{plan.tag.name}-{started:%Y%m%dT%H%M%S.%fZ}"
     job = Job(config, plan, functools.cache(facts), options, release, stream,
               functools.cache(docker_engine.connect), folder)
     hosts = {node: HostReport(node.url, "not attempted") for node in nodes}
@@ -116,7 +117,7 @@ def deploy(config: Config, plan: Plan, nodes: list[Node], facts: Callable[[], ch
 def _release(config: Config, plan: Plan) -> Release:
     """The tag's release record; it must be of what versions.yaml describes now (the smoke
     checks on the nodes compare the image with that)."""
-    record = releases.read_record(config.build_dir / "releases", plan.tag.name)
+    record = releases.read_record(Layout.of(config).releases, plan.tag.name)
     if record.inputs != plan.inputs or not record.image_id:
         raise PublishError(f"the release of {plan.tag.name} (inputs "
                            f"{record.inputs[:12]}) is not the image versions.yaml "

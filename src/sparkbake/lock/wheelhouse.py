@@ -12,6 +12,7 @@ from sparkbake.errors import BakeError
 from sparkbake.files import atomic_dir
 from sparkbake.hashing import file_sha256
 from sparkbake.lock.lockfiles import ARCHES
+from sparkbake.pipeline.layout import Layout
 
 __all__ = ["ensure", "platform_tags"]
 
@@ -26,9 +27,9 @@ def platform_tags(platform: str) -> list[str]:
             f"manylinux2014_{arch}", f"linux_{arch}"]
 
 
-def ensure(lock: Path, tag: Tag, wheels_dir: Path) -> Path:
+def ensure(lock: Path, tag: Tag, layout: Layout) -> Path:
     """wheels/runtime/<lock hash>: the lock's wheels for the tag's runtime Python and platform."""
-    folder = wheels_dir / "runtime" / file_sha256(lock)[:16]
+    folder = layout.runtime_wheelhouses / file_sha256(lock)[:16]
     if (folder / DONE).is_file():
         echo(f"wheelhouse: {lock.name} cached at wheels/runtime/{folder.name}")
         return folder

@@ -98,15 +98,15 @@ def wheels(build: Build, client: Client, source: Source, patched: PatchedTree) -
 
 
 def bake(build: Build, client: Client, source: Source, patched: PatchedTree,
-         built: WheelSet) -> imagebake.Baked:
+         built: WheelSet) -> imagebake.Image:
     config, tag = build.config, build.tag
     with display.stage(Stage.BAKE, build.plan.inputs, build.log(Stage.BAKE)):
         runtime_base = bases.ensure(client, tag.runtime, tag.platform, config.build_dir,
                                     build.settings)
         lockfiles.make_missing(config, tag, build.settings, patched.path)
         runtime_lock = lockfiles.require_runtime_lock(config, tag, patched.path)
-        house = wheelhouse.ensure(runtime_lock, tag, config.wheels_dir) if runtime_lock else None
-        return imagebake.bake(client, build.plan, runtime_base, built, patched, config.build_dir,
+        house = wheelhouse.ensure(runtime_lock, tag, build.layout) if runtime_lock else None
+        return imagebake.bake(client, build.plan, runtime_base, built, patched, build.layout,
                               source_date=source.source_date, cache=build.settings.cache_dir,
                               load=build.load, runtime_wheels=house, log=build.log(Stage.BAKE))
 
@@ -116,7 +116,7 @@ def patched(build: Build) -> PatchedTree:
     return patch(build, fetch(build))
 
 
-def image(build: Build) -> imagebake.Baked:
+def image(build: Build) -> imagebake.Image:
     """fetch, patch, wheels, bake: what build-image does."""
     source = fetch(build)
     tree = patch(build, source)

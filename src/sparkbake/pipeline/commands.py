@@ -93,7 +93,7 @@ def verify_tag(config: Config, tag: Tag, against: str | None) -> int:
     return _done(verify.conclude(config, plan, report))
 
 
-def rebuild(config: Config, tag: Tag) -> imagebake.Baked:
+def rebuild(config: Config, tag: Tag) -> imagebake.Image:
     """fetch .. bake into config's build/ and wheels/, leaving the engine's tag alone."""
     return build.image(build.Build(config, build.fetched_plan(config, tag), load=False))
 
@@ -158,10 +158,10 @@ def smoke_tag(config: Config, tag: Tag, options: checks.Options,
 def smoke_facts(config: Config, plan: Plan) -> checks.Facts:
     """The patched tree and source date the smoke compares with: the fetch and patch
     stages' cache entries (made again if missing; the smoke only reads them)."""
-    settings = host_settings()
-    pristine = upstream_tree.fetch(plan.tag.upstream, config.build_dir / "sources" / plan.fetch_key,
-                             settings)
-    patched = patches.apply(plan, pristine, config.build_dir / "patched" / plan.patch_key,
+    layout = Layout.of(config)
+    pristine = upstream_tree.fetch(plan.tag.upstream, layout.source(plan.fetch_key),
+                                   host_settings())
+    patched = patches.apply(plan, pristine, layout.patched(plan.patch_key),
                             patches.Options(skip_applied=True))
     return checks.Facts(patched, upstream_tree.source_date(plan.tag.upstream, pristine.parent))
 
@@ -178,17 +178,18 @@ def publish(config: Config, tag: Tag, registry_host: str | None, force: bool,
 
 def releases_report(config: Config, as_json: bool) -> str:
     """The releases index as a table, or as JSON."""
-    listed = releases.entries(config.build_dir / "releases")
+    folder = Layout.of(config).releases
+    listed = releases.entries(folder)
     if as_json:
         return json.dumps({"releases": [entry.to_json() for entry in listed]}, indent=2)
     if not listed:
-        return f"no releases in {config.build_dir / 'releases'} yet"
+        return f"no releases in {folder} yet"
     return "\n".join(releases.render_table(listed))
 
 
 def diff_releases(config: Config, names: tuple[str, str], as_json: bool) -> str:
     """What changed between two releases, from their records (a tag may be a suffix)."""
-    folder = config.build_dir / "releases"
+    folder = Layout.of(config).releases
     a, b = (releases.read_record(folder, _release_name(config, folder, n)) for n in names)
     report = releases.diff(a, b)
     if as_json:

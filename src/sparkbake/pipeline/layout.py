@@ -63,6 +63,11 @@ class Layout:
         return self.build / "oci"
 
     @property
+    def layers(self) -> Path:
+        """The bake's venv layers, by their key (the base layers are per host: not here)."""
+        return self.build / "layers"
+
+    @property
     def thirdparty(self) -> Path:
         """CMake's third-party sources, by lock key."""
         return self.build / "thirdparty"

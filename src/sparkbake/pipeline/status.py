@@ -40,7 +40,7 @@ def stage_states(config: Config, plan: Plan, client: Client | None) -> list[Stag
     wheels_state = _cached(wheelbuild.is_built(layout.wheel_set(plan.wheels_key)))
     bake_state: PlanState = "unknown"
     if client is not None:
-        bake_state = _cached(imagebake.is_current(client, plan, config.build_dir))
+        bake_state = _cached(imagebake.is_current(client, plan, layout))
     smoke_record = layout.smoke_record(plan.tag.name)
     why = _why(layout, plan)
     emulated = _emulation_text(plan.tag, client)

@@ -23,6 +23,7 @@ from sparkbake.errors import ReproducibilityError, UsageError
 from sparkbake.files import atomic_write
 from sparkbake.oci import layers, ocilayout
 from sparkbake.oci.distribution import Session
+from sparkbake.pipeline.layout import Layout
 from sparkbake.pipeline.plan import Plan
 from sparkbake.publish import push
 
@@ -103,9 +104,9 @@ class Report:
 def original(config: Config, plan: Plan, against: str | None) -> Side:
     """The image a rebuild is compared with: the tag's in build/oci (of the plan's inputs), or
     the manifest `against`, pulled from the registry if the layout lacks it."""
-    layout, tag = ocilayout.Layout(config.build_dir / "oci"), plan.tag.name
+    layout, tag = ocilayout.Layout(Layout.of(config).oci), plan.tag.name
     if against is None:
-        baked = imagebake.find(config.build_dir, plan)
+        baked = imagebake.find(Layout.of(config), plan)
         if baked is None:
             raise UsageError(f"{tag} has no baked image in {layout.root}",
                              f"build it (`{command('build-image', tag)}`) or pass --against DIGEST")
@@ -127,7 +128,7 @@ def original(config: Config, plan: Plan, against: str | None) -> Side:
 
 def _repository(config: Config, plan: Plan, digest: str) -> str:
     """Where the digest was published (the release record), else the tag's repository."""
-    record = config.build_dir / "releases" / f"{plan.tag.name}.json"
+    record = Layout.of(config).release_record(plan.tag.name)
     if record.is_file():
         published = json.loads(record.read_text())
         if published.get("digest") == digest:
@@ -137,7 +138,7 @@ def _repository(config: Config, plan: Plan, digest: str) -> str:
 
 def conclude(config: Config, plan: Plan, report: Report) -> str:
     """Write build/verify/<tag>.json, print the differences; raise if there are any."""
-    path = config.build_dir / "verify" / f"{plan.tag.name}.json"
+    path = Layout.of(config).verify_report(plan.tag.name)
     atomic_write(path, json.dumps(report.to_json(), indent=2) + "\n")
     for line in render(report):
         echo(line)

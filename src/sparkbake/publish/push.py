@@ -29,10 +29,12 @@ from sparkbake.files import atomic_write
 from sparkbake.oci import ocilayout, transfer
 from sparkbake.oci.distribution import Remote, Session, unreachable
 from sparkbake.oci.docker_engine import Client, image_attrs, image_exists
+from sparkbake.pipeline.layout import Layout
 from sparkbake.pipeline.plan import Plan, upstream_pin
 from sparkbake.publish import releases
 from sparkbake.publish.record import Release, ReleaseSeries, ReleaseSmoke, SmokeFound
 from sparkbake.smoke.record import SmokeReport, counts
+from sparkbake.wheels import wheelbuild
 
 __all__ = [
     "Remote", "check_overwrite", "check_smoke", "publish", "read_smoke", "remote_for",
@@ -52,7 +54,7 @@ def publish(client: Client, config: Config, plan: Plan, registry: str | None,
     repository = retarget(plan.tag.repository, registry)
     attrs = _local_image(client, plan)
     baked = _baked(config, plan, attrs)
-    smoked = smoke_gate(config.build_dir / "smoke" / f"{plan.tag.name}.json", plan.tag.name,
+    smoked = smoke_gate(Layout.of(config).smoke_record(plan.tag.name), plan.tag.name,
                         baked.config, skip_smoke)
     names = [plan.tag.name, f"{plan.tag.name}-{plan.inputs[:12]}"]
     pushed, sent = _push(repository, names, baked, force)
@@ -67,11 +69,11 @@ def publish(client: Client, config: Config, plan: Plan, registry: str | None,
         series=tuple(ReleaseSeries(s.name, s.sha256, s.patches) for s in plan.series),
         env=dict(plan.tag.env), labels=(attrs.get("Config") or {}).get("Labels") or {},
         published=datetime.now(UTC).isoformat(timespec="seconds"))
-    _write(config.build_dir / "releases", release)
+    _write(Layout.of(config).releases, release)
     return release
 
 
-def _push(repository: str, names: list[str], baked: imagebake.Baked,
+def _push(repository: str, names: list[str], baked: imagebake.Image,
           force: bool) -> tuple[str, transfer.Sent]:
     """Push the baked image under names (moving none that points elsewhere, unless forced);
     the digest the registry stored, verified under each name, and the blobs sent."""
@@ -198,13 +200,13 @@ def _local_image(client: Client, plan: Plan) -> dict[str, Any]:
     return attrs
 
 
-def _baked(config: Config, plan: Plan, attrs: dict[str, Any]) -> imagebake.Baked:
+def _baked(config: Config, plan: Plan, attrs: dict[str, Any]) -> imagebake.Image:
     """The image build/oci names for the tag; it must be the engine's (the smoke-tested)."""
-    baked = imagebake.find(config.build_dir, plan)
+    baked = imagebake.find(Layout.of(config), plan)
     if baked is None or baked.config != attrs.get("Id"):
         where = "has none" if baked is None else f"has {baked.config[:19]}"
         raise PublishError(f"the engine's {plan.tag.image_ref} ({str(attrs.get('Id'))[:19]}) "
-                           f"is not the image baked into {config.build_dir / 'oci'} ({where})",
+                           f"is not the image baked into {Layout.of(config).oci} ({where})",
                            f"rebuild it: `{command('build-image', plan.tag.name)}`, then smoke")
     return baked
 
@@ -241,7 +243,7 @@ def _write(folder: Path, release: Release) -> None:
 
 def _build_record(config: Config, plan: Plan) -> dict[str, Any]:
     """How the wheels were built (job count, kernel reuse): host state, kept out of the image."""
-    report = config.wheels_dir / plan.wheels_key / "wheels.json"
+    report = Layout.of(config).wheel_set(plan.wheels_key) / wheelbuild.REPORT
     if not report.is_file():
         return {}
     built = json.loads(report.read_text())

@@ -27,6 +27,7 @@ from sparkbake.console.tools import step
 from sparkbake.errors import SmokeError, UsageError
 from sparkbake.files import atomic_write
 from sparkbake.oci import docker_engine, emulation
+from sparkbake.pipeline.layout import Layout
 from sparkbake.pipeline.plan import Plan, upstream_pin
 from sparkbake.smoke import host, sample_envs, serving
 from sparkbake.smoke.host import Facts
@@ -106,7 +107,7 @@ def common_checks(client: docker_engine.Client, config: Config, plan: Plan, fact
     expected = {
         **expected_values(plan, gpu, unavailable),
         "patched_files": host.patched_files(plan, facts.patched.path,
-                                                  config.wheels_dir / plan.wheels_key),
+                                            Layout.of(config).wheel_set(plan.wheels_key)),
         "entrypoint": sample_envs.expected(suite, entrypoint_of(attrs)),
     }
     labels = timed("labels", lambda: host.check_labels(client, attrs, plan, facts))
@@ -184,8 +185,8 @@ def expected_values(plan: Plan, gpu: GpuMode, unavailable: str | None) -> dict[s
 
 
 def results_paths(config: Config, plan: Plan) -> tuple[Path, Path]:
-    folder = config.build_dir / "smoke"
-    return folder / f"{plan.tag.name}.json", folder / f"{plan.tag.name}.xml"
+    record = Layout.of(config).smoke_record(plan.tag.name)
+    return record, record.with_suffix(".xml")
 
 
 def run_checker(client: docker_engine.Client, image_id: str, expected: dict[str, Any], gpus: bool,
