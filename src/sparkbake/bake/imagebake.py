@@ -78,9 +78,9 @@ def manifest(plan: Plan, base: BaseImage, wheels: WheelSet, patched: PatchedTree
         # what the entrypoint's preflight enforces; absent: nothing declared
         **({"capabilities": tag.capabilities.as_dict()} if tag.capabilities else {}),
         "base": {"name": base.name, "image": base.ref, "digest": base.digest},
-        "wheels": wheels.wheels, "nvcc": wheels.report.get("nvcc", ""),
+        "wheels": wheels.wheels, "nvcc": wheels.nvcc,
         # CMake's downloads as locked, for a tree that has them
-        **({"thirdparty": wheels.report["thirdparty"]} if wheels.report.get("thirdparty") else {}),
+        **({"thirdparty": wheels.thirdparty} if wheels.thirdparty else {}),
         # the distributions the tag asks for by name (extras, pins), and the JIT toolchain
         **({"asked": [dataclasses.asdict(a) for a in requirements.asked(tag, patched.path)]}
            if tag.extras.items or tag.pins.items else {}),

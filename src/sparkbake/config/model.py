@@ -1,4 +1,4 @@
-"""The frozen dataclasses versions.yaml is read into (by `config`, which re-exports them)."""
+"""The frozen dataclasses versions.yaml is read into (by versions.py, which re-exports them)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The pipeline as a list of small stage calls; the CLI's commands end here."""
+"""The CLI's commands: each a few calls into the stages (build.py) and the stage packages."""
 
 from __future__ import annotations
 

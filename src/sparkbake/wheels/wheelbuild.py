@@ -40,7 +40,7 @@ class WheelSet:
 
     folder: Path
     key: str
-    report: dict[str, Any]
+    report: dict[str, Any]  # wheels.json as written: a JSON document, copied into the manifest
 
     @property
     def wheels(self) -> list[dict[str, Any]]:
@@ -50,6 +50,16 @@ class WheelSet:
     @property
     def files(self) -> list[str]:
         return [wheel["file"] for wheel in self.wheels]
+
+    @property
+    def nvcc(self) -> str:
+        """The compiler's version line, or why none ran (a kernel seed's wheel)."""
+        return str(self.report.get("nvcc", ""))
+
+    @property
+    def thirdparty(self) -> list[dict[str, str]]:
+        """CMake's third-party sources as locked (name, url, ref, pin, tree), if any."""
+        return list(self.report.get("thirdparty") or [])
 
 
 def is_built(folder: Path) -> bool:
