@@ -157,6 +157,16 @@ def test_a_second_build_does_no_work_and_says_so(
     assert docker_client.images.get(built_fixture.plan().tag.image_ref).id == before
 
 
+def test_wheels_json_names_the_folder_and_its_wheel_files(
+        built_fixture: Project, capsys: pytest.CaptureFixture[str]) -> None:
+    capsys.readouterr()
+    assert built_fixture.sparkbake("wheels", "fixture", "--json") == 0
+    result = json.loads(capsys.readouterr().out)
+    folder = built_fixture.root / "wheels" / built_fixture.plan().wheels_key
+    assert result["wheels"] == str(folder)
+    assert result["files"] == sorted(wheel.name for wheel in folder.glob("*.whl"))
+
+
 def test_plan_after_a_python_only_patch_change_reruns_wheels_not_kernels(
         built_fixture: Project, project: Project, capsys: pytest.CaptureFixture[str]) -> None:
     # share the built project's caches, then change a Python-only patch

@@ -162,7 +162,7 @@ def _wheels_outcome(build: Build) -> Outcome:
     tree = patch(build, source)
     built = wheels(build, connect(), source, tree)
     return Outcome(f"wheels: {built.folder}",
-                   _facts(build, wheels=str(built.folder), files=built.wheels))
+                   _facts(build, wheels=str(built.folder), files=built.files))
 
 
 def _image_outcome(build: Build) -> Outcome:
