@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,6 +62,10 @@ class Build:
     def log(self, stage: Stage) -> Path:
         return self.layout.stage_log(self.tag.name, stage)
 
+    def stage(self, stage: Stage) -> AbstractContextManager[display.StageRun]:
+        """The stage's line and its log, under its key in the plan."""
+        return display.stage(stage, self.plan.key(stage), self.log(stage))
+
 
 @dataclass(frozen=True)
 class Outcome:
@@ -74,7 +79,7 @@ def fetch(build: Build, *, third_party: bool = False) -> Source:
     """The pristine tree and the tag's remote patches (third_party: and its locked CMake
     sources, verified: what `sparkbake fetch` does besides)."""
     plan, layout = build.plan, build.layout
-    with display.stage(Stage.FETCH, plan.fetch_key, build.log(Stage.FETCH)):
+    with build.stage(Stage.FETCH):
         tree = upstream_tree.fetch(build.tag.upstream, layout.source(plan.fetch_key),
                                    build.settings)
         remote_patches.fetch(remote(plan), build.settings)
@@ -87,20 +92,20 @@ def fetch(build: Build, *, third_party: bool = False) -> Source:
 
 def patch(build: Build, source: Source) -> PatchedTree:
     plan = build.plan
-    with display.stage(Stage.PATCH, plan.patch_key, build.log(Stage.PATCH)):
+    with build.stage(Stage.PATCH):
         return patches.apply(plan, source.tree, build.layout.patched(plan.patch_key),
                              build.options)
 
 
 def wheels(build: Build, client: Client, source: Source, patched: PatchedTree) -> WheelSet:
-    with display.stage(Stage.WHEELS, build.plan.wheels_key, build.log(Stage.WHEELS)):
+    with build.stage(Stage.WHEELS):
         return _wheels(build, client, source, patched)
 
 
 def bake(build: Build, client: Client, source: Source, patched: PatchedTree,
          built: WheelSet) -> imagebake.Image:
     config, tag = build.config, build.tag
-    with display.stage(Stage.BAKE, build.plan.inputs, build.log(Stage.BAKE)):
+    with build.stage(Stage.BAKE):
         runtime_base = bases.ensure(client, tag.runtime, tag.platform, config.build_dir,
                                     build.settings)
         lockfiles.make_missing(config, tag, build.settings, patched.path)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ __all__ = ["check_env", "deploy_tag", "diff_releases", "engine_or_none", "export
            "lock_tag", "patch_lint", "patch_tests", "plan_report", "publish", "rebase_check",
            "rebuild", "registry_command", "releases_report", "run_until", "smoke_tag",
            "verify_tag"]
+
 
 def plan_report(config: Config, tag: Tag, as_json: bool) -> tuple[str, bool]:
     """The plan as text or JSON, and whether a stage is blocked (its remedy is in it)."""
@@ -76,8 +78,10 @@ def run_until(config: Config, tag: Tag, last: Stage,
     return 0
 
 
-def stage_log(config: Config, tag: Tag, stage: Stage) -> Path:
-    return Layout.of(config).stage_log(tag.name, stage)
+def _stage(config: Config, tag: Tag, stage: Stage,
+           key: str) -> AbstractContextManager[display.StageRun]:
+    """A command's stage: its line, and its log in build/logs/<tag>/."""
+    return display.stage(stage, key, Layout.of(config).stage_log(tag.name, stage))
 
 
 def verify_tag(config: Config, tag: Tag, against: str | None) -> int:
@@ -85,7 +89,7 @@ def verify_tag(config: Config, tag: Tag, against: str | None) -> int:
     base and builder images are reused) and compare it with the baked image or `against`."""
     plan = plan_mod.make(config, tag)
     original = verify.original(config, plan, against)
-    with scratch_dir(config.build_dir / "verify", f"{tag.name}.") as scratch:
+    with scratch_dir(Layout.of(config).scratch("verify"), f"{tag.name}.") as scratch:
         echo(f"verify: rebuilding {tag.name} from clean in {scratch}")
         rebuilt = rebuild(dataclasses.replace(config, work=scratch), tag)
         rebuilt_side = verify.Side(ocilayout.Layout(rebuilt.layout), rebuilt.image)
@@ -118,7 +122,7 @@ def lock_tag(config: Config, tag: Tag, for_patch_tests: bool = False) -> int:
     tree = None
     if for_patch_tests or tag.upstream.build_requirements or not tag.kernels:
         tree = build.patched(build.Build(config, build.fetched_plan(config, tag))).path
-    with display.stage(Stage.LOCK, tag.name, stage_log(config, tag, Stage.LOCK)):
+    with _stage(config, tag, Stage.LOCK, tag.name):
         if for_patch_tests and tree:
             written = [patchtests.resolve(config, tag, tree, host_settings())]
             return _done(f"patch-tests lock: {written[0]}")
@@ -133,8 +137,7 @@ def patch_tests(config: Config, tag: Tag) -> int:
     plan = build.fetched_plan(config, tag)
     patched = build.patched(build.Build(config, plan))
     lock_file = patchtests.require_lock(config, tag, patched.path)
-    log = stage_log(config, tag, Stage.PATCH_TESTS)
-    with display.stage(Stage.PATCH_TESTS, plan.patch_key, log):
+    with _stage(config, tag, Stage.PATCH_TESTS, plan.patch_key):
         result = patchtests.run_tests(plan, patched.path, lock_file, Layout.of(config))
     return _done(f"patch-tests: {tag.name} passed ({result.tests} tests, {result.skipped} "
                  f"skipped; {result.junit})")
@@ -147,7 +150,7 @@ def smoke_tag(config: Config, tag: Tag, options: checks.Options,
     client = client or connect()
     checks.require_image(client, plan)  # before the patch stage's cache is looked at
     emulation.require_engine_runs(client, plan.tag.platform)
-    with display.stage(Stage.SMOKE, plan.inputs, stage_log(config, tag, Stage.SMOKE)):
+    with _stage(config, tag, Stage.SMOKE, plan.inputs):
         result = checks.run(client, config, plan, smoke_facts(config, plan), options)
     counts = checks.counts(result.checks)
     _print_json(output, result.to_json())
@@ -169,9 +172,9 @@ def smoke_facts(config: Config, plan: Plan) -> checks.Facts:
 def publish(config: Config, tag: Tag, registry_host: str | None, force: bool,
             skip_smoke: bool = False, output: Output = Output()) -> int:
     plan = plan_mod.make(config, tag)
-    with display.stage(Stage.PUBLISH, plan.inputs, stage_log(config, tag, Stage.PUBLISH)):
+    with _stage(config, tag, Stage.PUBLISH, plan.inputs):
         record = push.publish(connect(), config, plan, registry_host, force,
-                                  skip_smoke=skip_smoke)
+                              skip_smoke=skip_smoke)
     _print_json(output, record.to_json())
     return _done(f"published {tag.name}: {record.digest} (smoke: {record.smoke_result})")
 
@@ -212,9 +215,9 @@ def deploy_tag(config: Config, tag: Tag, hosts: str, stream: bool, gpu: checks.G
     """The tag's release onto each node, verified there and smoked (the common checks)."""
     nodes = nodes_mod.parse_hosts(hosts)
     plan = plan_mod.make(config, tag)
-    with display.stage(Stage.DEPLOY, plan.inputs, stage_log(config, tag, Stage.DEPLOY)):
+    with _stage(config, tag, Stage.DEPLOY, plan.inputs):
         report = rollout.deploy(config, plan, nodes, lambda: smoke_facts(config, plan),
-                               checks.Options(gpu=gpu), stream=stream)
+                                checks.Options(gpu=gpu), stream=stream)
     methods = ", ".join(f"{h.host} ({h.transfer.method})" for h in report.hosts if h.transfer)
     _print_json(output, report.to_json())
     return _done(f"deployed {tag.name} ({report.image_id[:19]}) to {methods}; smoke passed "
