@@ -58,7 +58,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     tag = config.tag("bench")
     fetch_key = plan_mod.make(config, tag).fetch_key
     pristine = upstream_tree.fetch(tag.upstream, config.build_dir / "sources" / fetch_key,
-                             host_settings())
+                                   host_settings())
     with (args.work / "bench.log").open("w") as log, contextlib.redirect_stderr(log):
         result = _measure(config, pristine, args.patches, args.runs)
     result["upstream"] = f"{upstream.name} {upstream.version} (sdist sha256 {upstream.sha256})"

@@ -61,7 +61,7 @@ def add_tag(project: Project, upstream: str, tag: str) -> None:
     text = project.config_path.read_text()
     text = text.replace("upstreams:\n", f"upstreams:\n{upstream}", 1)
     text = text.replace("tags:\n", f"tags:\n  {tag}:\n    extends: fixture\n"
-                                   f"    upstream: {tag}\n", 1)
+                        f"    upstream: {tag}\n", 1)
     project.config_path.write_text(text)
 
 

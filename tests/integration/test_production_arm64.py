@@ -87,7 +87,7 @@ def test_the_image_is_arm64_and_its_containers_run_aarch64(
     attrs = docker_engine.image_attrs(docker_client, built.plan.tag.image_ref)
     assert (attrs["Os"], attrs["Architecture"]) == ("linux", "arm64")
     ran = docker_engine.run_container(docker_client, built.plan.tag.image_ref, ["-m"],
-                                   entrypoint=["uname"], network=False, quiet=True)
+                                      entrypoint=["uname"], network=False, quiet=True)
     assert ran.output.strip() == "aarch64"
 
 

@@ -120,9 +120,9 @@ class Project:
         labels = {"dev.sparkbake.inputs": inputs or plan.inputs,
                   "dev.sparkbake.tag": tag, RUN_LABEL: RUN}
         change = ocilayout.ConfigChange(created=0, platform="linux/amd64",
-                                  layers=tuple((m.diff_id, n) for n, m in made.items()),
-                                  env=(), path="/", labels=tuple(labels.items()),
-                                  entrypoint=("/payload",))
+                                        layers=tuple((m.diff_id, n) for n, m in made.items()),
+                                        env=(), path="/", labels=tuple(labels.items()),
+                                        entrypoint=("/payload",))
         config = layout.add_bytes(ocilayout.canonical(ocilayout.image_config({}, change)),
                                   ocilayout.CONFIG_TYPE)
         blobs = [layout.add_file(m.path, m.digest, layers.MEDIA_TYPE) for m in made.values()]

@@ -136,8 +136,8 @@ def test_the_image_manifest_lists_a_remote_patch_by_url_and_sha256(
     assert project.sparkbake("fetch", "fixture") == 0
     plan = project.plan()
     manifest = imagebake.manifest(plan, BaseImage("debian", "debian", "sha256:" + "0" * 64),
-                               WheelSet(project.root, "k", {"wheels": []}),
-                               PatchedTree(project.root, plan.patch_key, "0" * 64), 0)
+                                  WheelSet(project.root, "k", {"wheels": []}),
+                                  PatchedTree(project.root, plan.patch_key, "0" * 64), 0)
     assert manifest["series"][0]["patches"][2] == {"url": url, "sha256": pin}
 
 

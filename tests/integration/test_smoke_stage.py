@@ -66,7 +66,7 @@ def make_variant(client: docker_engine.Client, project: Project, base_id: str,
     (context / "Dockerfile").write_text("\n".join([f"FROM {base_id}", *instructions]) + "\n")
     try:
         return docker_engine.build_image(client, context, project.plan().tag.image_ref,
-                                      error=BakeError)
+                                         error=BakeError)
     finally:
         shutil.rmtree(context)
 

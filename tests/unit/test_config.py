@@ -819,7 +819,7 @@ def test_a_config_with_a_work_folder_keeps_build_and_wheels_there(loaded: Config
                                                                   tmp_path: Path) -> None:
     moved = dataclasses.replace(loaded, work=tmp_path / "scratch")
     assert (moved.build_dir, moved.wheels_dir) == (tmp_path / "scratch" / "build",
-                                                  tmp_path / "scratch" / "wheels")
+                                                   tmp_path / "scratch" / "wheels")
     assert moved.patches_dir == loaded.patches_dir and moved.root == loaded.root
 
 

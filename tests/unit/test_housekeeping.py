@@ -115,7 +115,7 @@ def test_dry_run_removes_nothing_and_says_what_would_go(project: versions.Config
     tree = fake_tree(project)
     said: list[str] = []
     freed = report("gc", tidy.gc_items(project, list(plans(project).values())),
-                                dry_run=True, say=said.append)
+                   dry_run=True, say=said.append)
     assert all(path.exists() for path in tree.values())
     assert freed == 3500
     assert said[-1] == "gc: would free 3.5 kB (7 items; dry run, nothing removed)"
@@ -129,7 +129,7 @@ def test_gc_with_nothing_stale_says_so(project: versions.Config) -> None:
 
 
 def test_a_symlinked_folder_leading_outside_is_refused(project: versions.Config,
-                                                      tmp_path: Path) -> None:
+                                                       tmp_path: Path) -> None:
     elsewhere = put(tmp_path / "elsewhere" / STALE / "precious.txt").parent.parent
     project.build_dir.mkdir(parents=True)
     (project.build_dir / "sources").symlink_to(elsewhere)

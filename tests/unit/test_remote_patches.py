@@ -38,7 +38,7 @@ def test_local_and_remote_entries_keep_their_order(tmp_path: Path) -> None:
     assert info.path("0001-local.patch") == listing.parent / "0001-local.patch"
     assert info.record(URL, PIN) == {"url": URL, "sha256": PIN}
     assert info.record("0001-local.patch", "f" * 64) == {"file": "0001-local.patch",
-                                                        "sha256": "f" * 64}
+                                                         "sha256": "f" * 64}
 
 
 def test_the_series_hash_follows_the_remote_pin(tmp_path: Path) -> None:

@@ -47,7 +47,7 @@ def test_the_defaults(config_file: Path, calls: list[tuple[str, checks.Options]]
     assert main(["--config", str(config_file), "smoke", "1.0-vision"]) == 0
     assert calls == [("production-1.0-vision", checks.Options())]
     assert checks.Options() == checks.Options(gpu="auto", model=None, serve_env=None,
-                                            serve_timeout=1800.0)
+                                              serve_timeout=1800.0)
 
 
 def test_a_timeout_that_is_no_number_is_a_usage_error(

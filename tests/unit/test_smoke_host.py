@@ -160,7 +160,7 @@ def attrs_with(labels: dict[str, str]) -> dict[str, Any]:
 def test_labels_as_the_plan_says_pass(tmp_path: Path) -> None:
     plan = make_plan(tmp_path)
     wanted = imagebake.labels(plan, BaseImage("cuda", CUDA.image, CUDA.digest), FACTS.patched,
-                           FACTS.source_date)
+                              FACTS.source_date)
     detail = host.check_labels(None, attrs_with({**wanted, "maintainer": "x"}), plan,
                                      FACTS)
     assert detail.startswith(f"11 labels as the plan says (revision {'7' * 12}")
@@ -169,7 +169,7 @@ def test_labels_as_the_plan_says_pass(tmp_path: Path) -> None:
 def test_a_wrong_or_missing_label_fails_naming_it(tmp_path: Path) -> None:
     plan = make_plan(tmp_path)
     wanted = imagebake.labels(plan, BaseImage("cuda", CUDA.image, CUDA.digest), FACTS.patched,
-                           FACTS.source_date)
+                              FACTS.source_date)
     wanted["org.opencontainers.image.revision"] = "0" * 64
     del wanted["dev.sparkbake.cuda-arch"]
     with pytest.raises(CheckFailed) as caught:
@@ -197,7 +197,7 @@ def test_a_debootstrap_base_missing_here_leaves_its_digest_unchecked(tmp_path: P
     plan = make_plan(tmp_path, runtime=debian)
     ref = local_ref(debian, plan.tag.platform)
     wanted = imagebake.labels(plan, BaseImage("debian", ref, "sha256:old"), FACTS.patched,
-                           FACTS.source_date)
+                              FACTS.source_date)
     detail = host.check_labels(NoImages(), attrs_with(wanted), plan, FACTS)
     assert detail.endswith(f"; org.opencontainers.image.base.digest not checked: "
                            f"{local_ref(debian, plan.tag.platform)} is not in this engine")

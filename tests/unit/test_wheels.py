@@ -47,14 +47,14 @@ def test_jobs_follow_memory_not_cores() -> None:
 def test_jobs_never_drop_below_one_and_honour_overrides() -> None:
     assert wheelbuild.compile_jobs({"MemTotal": 2 * GIB, "NCPU": 8}, settings()).max_jobs == 1
     assert wheelbuild.compile_jobs({"MemTotal": 24 * GIB, "NCPU": 8},
-                               settings(gib_per_job=2.0)).max_jobs == 8
+                                   settings(gib_per_job=2.0)).max_jobs == 8
     fixed = wheelbuild.compile_jobs({"MemTotal": 24 * GIB, "NCPU": 8}, settings(max_jobs=3))
     assert (fixed.max_jobs, fixed.reason) == (3, "SPARKBAKE_MAX_JOBS")
 
 
 def test_a_builder_memory_limit_bounds_the_jobs() -> None:
     jobs = wheelbuild.compile_jobs({"MemTotal": 120 * GIB, "NCPU": 20},
-                               settings(builder_memory="12g"))
+                                   settings(builder_memory="12g"))
     assert jobs.max_jobs == 2
 
 

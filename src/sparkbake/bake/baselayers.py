@@ -28,7 +28,7 @@ class Below:
 
 
 def ensure(client: Client, base: BaseImage, cache: ocilayout.Layout, layout: ocilayout.Layout,
-                 work: Path) -> Below:
+           work: Path) -> Below:
     """The base's layers, compressed once per host into cache (keyed by the engine's image
     id: the same base image gives the same blobs), then put into the layout."""
     image_id = str(client.images.get(base.ref).id)

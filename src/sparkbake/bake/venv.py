@@ -212,7 +212,7 @@ def _compile(installed: list[Path], root: Path, python: str) -> None:
     version (the image's then compiles on import)."""
     if python != f"{sys.version_info[0]}.{sys.version_info[1]}":
         display.notice(f"bake: the image's Python is {python}, this host's {sys.version_info[0]}."
-             f"{sys.version_info[1]}: no bytecode in {VENV}")
+                       f"{sys.version_info[1]}: no bytecode in {VENV}")
         return
     mode = py_compile.PycInvalidationMode.CHECKED_HASH
     # as pip does: a file that does not compile (a template, Python 2) stays source only,

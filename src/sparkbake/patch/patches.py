@@ -88,7 +88,7 @@ def _cached(plan: Plan, entry: Path, options: Options) -> PatchedTree:
         first = skipped[0]
         raise _upstream_error(plan, f"{first['series']}/{first.get('file') or first['url']}")
     display.cached(Stage.PATCH, f"patch: {plan.tag.name} cached at {entry.name[:12]}"
-         + (f" ({len(skipped)} already-upstream patch(es) skipped)" if skipped else ""))
+                   + (f" ({len(skipped)} already-upstream patch(es) skipped)" if skipped else ""))
     return PatchedTree(entry / "tree", plan.patch_key, record["tree_hash"])
 
 

@@ -123,7 +123,7 @@ def original(config: Config, plan: Plan, against: str | None) -> Side:
         remote = push.remote_for(_repository(config, plan, against))
         Session(remote, error=UsageError, login=registry_login(remote.host)).pull(against, layout)
     return Side(layout, ocilayout.Descriptor(ocilayout.MANIFEST_TYPE, against,
-                                       layout.blob(against).stat().st_size))
+                                             layout.blob(against).stat().st_size))
 
 
 def _repository(config: Config, plan: Plan, digest: str) -> str:

@@ -166,7 +166,7 @@ def smoke_gate(path: Path, tag: str, image_id: str, skip: bool) -> ReleaseSmoke:
     if skip:
         found, _ = read_smoke(path, image_id)
         display.notice(f"publish: --skip-smoke: {tag} ({image_id[:19]}) goes out without a passing "
-             f"smoke record (found: {found})")
+                       f"smoke record (found: {found})")
         return ReleaseSmoke("skipped", found=found)
     record = check_smoke(path, tag, image_id)
     tally = counts(record.checks)

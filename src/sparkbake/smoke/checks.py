@@ -78,12 +78,12 @@ def run(client: docker_engine.Client, config: Config, plan: Plan, facts: Facts,
     gpus = options.gpu != "skip" and has_gpu_runtime(client)
     unavailable = NO_GPU_RUNTIME if options.gpu != "skip" and not gpus else None
     serve = serving.Request(options.model, options.serve_env, options.serve_timeout,
-                                options.gpu, unavailable)
+                            options.gpu, unavailable)
     with step(f"smoke {plan.tag.image_ref} ({image_id[:19]}, suite {suite.name})"):
         checks = common_checks(client, config, plan, facts, suite, (image_id, attrs),
                                options.gpu, json_path.with_suffix(".log"))
         checks += serving.run(client, image_id, plan.tag, suite, serve,
-                                  json_path.with_name(f"{plan.tag.name}-serve.log"))
+                              json_path.with_name(f"{plan.tag.name}-serve.log"))
     results = SmokeReport(
         tag=plan.tag.name, image=plan.tag.image_ref, image_id=image_id, inputs=plan.inputs,
         suite=suite.name, gpu=options.gpu, model=str(options.model) if options.model else None,
@@ -216,7 +216,7 @@ def report(checks: list[CheckResult]) -> None:
     width = max((len(c.name) for c in checks), default=0)
     for check in checks:
         display.result(f"  {check.status:<7}  {check.name:<{width}}  "
-             f"{check.seconds:6.2f}s  {check.detail}")
+                       f"{check.seconds:6.2f}s  {check.detail}")
 
 
 def raise_if_failed(plan: Plan, checks: list[CheckResult], json_path: Path) -> None:
