@@ -34,6 +34,7 @@ from sparkbake.oci.docker_engine import (
     build_image,
     image_attrs,
     image_exists,
+    image_labels,
     load_image,
     run_container,
 )
@@ -45,7 +46,8 @@ from sparkbake.wheels.wheelbuild import WheelSet
 
 __all__ = ["Image", "bake", "find", "is_current", "labels", "manifest"]
 
-INPUTS_LABEL = "dev.sparkbake.inputs"
+INPUTS_LABEL = "dev.sparkbake.inputs"  # the bake key: an image is current when it matches
+TAG_LABEL = "dev.sparkbake.tag"
 RUNTIME = "runtime.json"
 PYTHON_TEMPLATE = "runtime-python.Dockerfile.j2"
 
@@ -104,7 +106,7 @@ def labels(plan: Plan, base: BaseImage, patched: PatchedTree, source_date: int) 
         "org.opencontainers.image.created": ocilayout.rfc3339(source_date),
         "org.opencontainers.image.base.name": base.ref,
         "org.opencontainers.image.base.digest": base.digest,
-        "dev.sparkbake.tag": tag.name,
+        TAG_LABEL: tag.name,
         "dev.sparkbake.upstream": f"{tag.upstream.key} " + json.dumps(pin, sort_keys=True),
         "dev.sparkbake.series": plan.series_label(),
         INPUTS_LABEL: plan.inputs,
@@ -136,7 +138,7 @@ def is_current(client: Client, plan: Plan, layout: Layout) -> bool:
     if not image_exists(client, plan.tag.image_ref):
         return False
     attrs = image_attrs(client, plan.tag.image_ref)
-    if (attrs["Config"].get("Labels") or {}).get(INPUTS_LABEL) != plan.inputs:
+    if image_labels(attrs).get(INPUTS_LABEL) != plan.inputs:
         return False
     baked = find(layout, plan)
     return baked is not None and baked.config == attrs["Id"]

@@ -16,18 +16,17 @@ from typing import Any
 import docker.errors
 
 from sparkbake.bake import bases
+from sparkbake.bake.imagebake import INPUTS_LABEL, TAG_LABEL
 from sparkbake.config.settings import HostSettings
 from sparkbake.config.versions import Base, Config, DebootstrapBase
 from sparkbake.housekeeping.sweep import Item, Kept
 from sparkbake.lock import lockfiles
-from sparkbake.oci.docker_engine import Client
+from sparkbake.oci.docker_engine import Client, image_labels
 from sparkbake.pipeline.plan import Plan
 from sparkbake.wheels import wheelbuild
 
 __all__ = ["Current", "current", "stale_items"]
 
-INPUTS_LABEL = "dev.sparkbake.inputs"
-TAG_LABEL = "dev.sparkbake.tag"
 IMPORTED_BY = "sparkbake: debootstrap "  # bases._import's history line
 
 
@@ -80,7 +79,7 @@ def stale_items(client: Client, now: Current) -> list[Item]:
     items = []
     for image in client.images.list():
         refs = [ref for ref in image.attrs.get("RepoTags") or [] if ref != "<none>:<none>"]
-        labels: dict[str, str] = (image.attrs.get("Config") or {}).get("Labels") or {}
+        labels = image_labels(image.attrs)
         ours = [ref for ref in refs if _stale_ref(ref, labels, now)]
         if ours and len(ours) == len(refs):
             items.append(_item(client, image, ours, "no tag uses it now"))

@@ -28,6 +28,7 @@ __all__ = [
     "connect",
     "image_attrs",
     "image_exists",
+    "image_labels",
     "load_image",
     "run_container",
     "started_container",
@@ -61,6 +62,12 @@ def image_exists(client: Client, ref: str) -> bool:
 def image_attrs(client: Client, ref: str) -> dict[str, Any]:
     attrs: dict[str, Any] = client.images.get(ref).attrs
     return attrs
+
+
+def image_labels(attrs: dict[str, Any]) -> dict[str, str]:
+    """An image's labels, from its engine attributes (none: {})."""
+    labels: dict[str, str] = (attrs.get("Config") or {}).get("Labels") or {}
+    return labels
 
 
 def build_image(

@@ -19,6 +19,7 @@ from typing import Any
 import requests
 
 from sparkbake.bake import imagebake
+from sparkbake.bake.imagebake import INPUTS_LABEL
 from sparkbake.config.settings import host_settings, registry_login
 from sparkbake.config.versions import Config
 from sparkbake.console import display
@@ -28,7 +29,7 @@ from sparkbake.errors import PublishError, UsageError
 from sparkbake.files import atomic_write
 from sparkbake.oci import ocilayout, transfer
 from sparkbake.oci.distribution import Remote, Session, unreachable
-from sparkbake.oci.docker_engine import Client, image_attrs, image_exists
+from sparkbake.oci.docker_engine import Client, image_attrs, image_exists, image_labels
 from sparkbake.pipeline.layout import Layout
 from sparkbake.pipeline.plan import Plan, upstream_pin
 from sparkbake.publish import releases
@@ -41,7 +42,6 @@ __all__ = [
     "retarget", "smoke_gate", "split_repository",
 ]
 
-INPUTS_LABEL = "dev.sparkbake.inputs"
 HTTP_TIMEOUT = 30
 REGISTRY_ARG = re.compile(r"(?:[A-Za-z0-9.-]+|\[[0-9A-Fa-f:]+\])(?::[0-9]+)?")
 
@@ -67,7 +67,7 @@ def publish(client: Client, config: Config, plan: Plan, registry: str | None,
         inputs=plan.inputs, upstream={"key": plan.tag.upstream.key,
                                       **upstream_pin(plan.tag.upstream)},
         series=tuple(ReleaseSeries(s.name, s.sha256, s.patches) for s in plan.series),
-        env=dict(plan.tag.env), labels=(attrs.get("Config") or {}).get("Labels") or {},
+        env=dict(plan.tag.env), labels=image_labels(attrs),
         published=datetime.now(UTC).isoformat(timespec="seconds"))
     _write(Layout.of(config).releases, release)
     return release
@@ -192,7 +192,7 @@ def _local_image(client: Client, plan: Plan) -> dict[str, Any]:
         raise PublishError(f"image {ref} is not in the Docker engine",
                            f"build it: `{command('build-image', tag)}`")
     attrs = image_attrs(client, ref)
-    built = ((attrs.get("Config") or {}).get("Labels") or {}).get(INPUTS_LABEL)
+    built = image_labels(attrs).get(INPUTS_LABEL)
     if built != plan.inputs:
         raise PublishError(f"image {ref} is stale: its {INPUTS_LABEL} is {str(built)[:12]}, "
                            f"the plan's inputs are {plan.inputs[:12]}",

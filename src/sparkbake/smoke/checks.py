@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from sparkbake import resources
+from sparkbake.bake.imagebake import INPUTS_LABEL
 from sparkbake.config.versions import Config
 from sparkbake.console import display
 from sparkbake.console.invocation import command
@@ -50,7 +51,6 @@ __all__ = ["CHECKER_FILES", "GPU_MODES", "NO_GPU_RUNTIME", "STATUSES", "Facts", 
            "expected_values", "failed_names", "has_gpu_runtime", "junit_xml", "parse_checks",
            "raise_if_failed", "report", "require_image", "results_paths", "run", "run_checker"]
 
-INPUTS_LABEL = "dev.sparkbake.inputs"
 PYTHON_IN_IMAGE = "/opt/venv/bin/python"
 CHECKER_DIR = "/opt/sparkbake-smoke"
 CHECKER_FILES = ("smoke_check.py", "smoke_common.py", "smoke_entry.py", "smoke_gpu.py",
@@ -133,7 +133,7 @@ def require_image(client: docker_engine.Client, plan: Plan) -> tuple[str, dict[s
     if not docker_engine.image_exists(client, ref):
         raise SmokeError(f"image {ref} does not exist in the Docker engine", build)
     attrs = docker_engine.image_attrs(client, ref)
-    label = ((attrs.get("Config") or {}).get("Labels") or {}).get(INPUTS_LABEL)
+    label = docker_engine.image_labels(attrs).get(INPUTS_LABEL)
     if label != plan.inputs:
         found = f"{label[:16]}..." if label else "none"
         raise SmokeError(

@@ -11,7 +11,7 @@ from typing import Any
 from sparkbake.bake import bases, imagebake
 from sparkbake.config.versions import Base, ImageBase
 from sparkbake.hashing import file_sha256
-from sparkbake.oci.docker_engine import Client, image_exists
+from sparkbake.oci.docker_engine import Client, image_exists, image_labels
 from sparkbake.patch.patches import PatchedTree
 from sparkbake.pipeline.plan import Plan, touched_paths
 from sparkbake.smoke.record import CheckFailed
@@ -50,7 +50,7 @@ def _shown(value: str | None) -> str:
 
 def check_labels(client: Client, attrs: dict[str, Any], plan: Plan, facts: Facts) -> str:
     """The image's labels, as the engine reports them, against those the plan gives it."""
-    actual: dict[str, str] = (attrs.get("Config") or {}).get("Labels") or {}
+    actual = image_labels(attrs)
     base, note = expected_base(client, plan.tag.runtime, plan.tag.platform)
     wanted = imagebake.labels(plan, base, facts.patched, facts.source_date)
     if note:
