@@ -29,7 +29,7 @@ from sparkbake.pipeline.stages import Stage
 from sparkbake.wheels import kernelseed, wheelbuild
 from sparkbake.wheels.wheelbuild import WheelSet
 
-__all__ = ["Build", "Outcome", "Source", "bake", "fetch", "fetched_plan", "patch", "remote",
+__all__ = ["Build", "Outcome", "Source", "bake", "fetch", "fetched_plan", "patch",
            "run_until", "wheels"]
 
 
@@ -82,7 +82,7 @@ def fetch(build: Build, *, third_party: bool = False) -> Source:
     with build.stage(Stage.FETCH):
         tree = upstream_tree.fetch(build.tag.upstream, layout.source(plan.fetch_key),
                                    build.settings)
-        remote_patches.fetch(remote(plan), build.settings)
+        remote_patches.fetch(plan.remote, build.settings)
         if third_party:
             found = thirdparty.fetch_locked(build.config, build.tag, build.settings)
             echo(f"third-party sources: {len(found)} verified" if found else
@@ -133,13 +133,9 @@ def fetched_plan(config: Config, tag: Tag) -> Plan:
     """The plan once the tag's remote patches are fetched: until then their content, and so
     whether they touch kernels, is unknown (the fetch stage's network, done first)."""
     plan = plan_mod.make(config, tag)
-    if remote_patches.fetch(remote(plan), host_settings()):
+    if remote_patches.fetch(plan.remote, host_settings()):
         return plan_mod.make(config, tag)
     return plan
-
-
-def remote(plan: Plan) -> list[remote_patches.RemotePatch]:
-    return [patch for series in plan.series for patch in series.remote]
 
 
 def run_until(build: Build, last: Stage) -> Outcome:

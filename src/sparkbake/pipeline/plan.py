@@ -109,6 +109,11 @@ class Plan:
                 Stage.KERNELS: self.kernel_key, Stage.WHEELS: self.wheels_key,
                 Stage.BAKE: self.inputs}[stage]
 
+    @property
+    def remote(self) -> tuple[RemotePatch, ...]:
+        """The remote patches of every series, in series order."""
+        return tuple(patch for series in self.series for patch in series.remote)
+
     def series_label(self) -> str:
         return ",".join(f"{s.name}@sha256:{s.sha256}" for s in self.series)
 

@@ -14,7 +14,6 @@ from sparkbake.oci import emulation
 from sparkbake.oci.docker_engine import Client
 from sparkbake.patch import patches
 from sparkbake.pipeline import plan as plan_mod
-from sparkbake.pipeline.build import remote
 from sparkbake.pipeline.layout import Layout
 from sparkbake.pipeline.plan import Plan, StagePlan
 from sparkbake.pipeline.stages import PlanState, Stage
@@ -32,7 +31,7 @@ def stage_states(config: Config, plan: Plan, client: Client | None) -> list[Stag
     """Each stage's key and state; the image's state is `unknown` without an engine."""
     layout = Layout.of(config)
     fetched = (upstream_tree.is_fetched(plan.tag.upstream, layout.source(plan.fetch_key))
-               and not remote_patches.missing(remote(plan)))
+               and not remote_patches.missing(plan.remote))
     patch_state: PlanState = ("blocked" if plan.problems else
                               _cached(patches.is_patched(layout.patched(plan.patch_key))))
     kernels_state = _cached(wheelbuild.reusable_kernels(layout.kernels(plan.kernel_key))
@@ -119,6 +118,6 @@ def _upstream_text(plan: Plan) -> str:
     pin = plan_mod.upstream_pin(plan.tag.upstream)
     third = plan.stage_inputs[Stage.WHEELS].get("third-party sources", [])
     extra = f" + {len(third)} third-party sources (locked)" if third else ""
-    found = remote(plan)
+    found = plan.remote
     extra += f" + {len(found)} remote patch(es)" if found else ""
     return f"{plan.tag.upstream.key} ({pin['kind']}){extra}"

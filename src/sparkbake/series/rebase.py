@@ -36,7 +36,7 @@ def check(config: Config, tag: Tag, target_key: str, settings: HostSettings) -> 
     plan = plan_mod.make(config, dataclasses.replace(tag, upstream=target))
     plan.require_series()
     pristine = upstream_tree.fetch(target, Layout.of(config).source(plan.fetch_key), settings)
-    remote_patches.fetch([r for s in plan.series for r in s.remote], settings)
+    remote_patches.fetch(plan.remote, settings)
     patches.check_safety(plan.series, pristine)
     upstream = gitwork.upstream_repo(pristine, patches.upstream_message(target))
     rows = _rows(plan, pristine, upstream, config.build_dir)
