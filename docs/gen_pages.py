@@ -42,6 +42,8 @@ CHECKS = {
     "backends": "{variables} is not a backend name the image's vLLM version knows",
     "backend-packages": "{variables} names a backend whose Python module the image lacks",
     "typos": "a variable no table knows is close to one that is (similarity {cutoff} or more)",
+    "roles": "the {role} (a worker: NNODES > 1 and NODE_RANK > 0; else the head) is given "
+             "{refuses} in `SERVE_EXTRA_ARGS`",
 }
 
 
@@ -65,7 +67,9 @@ def trigger(rule: dict[str, Any]) -> str:
         return ", ".join(limits) + " (or `/proc/sys` unreadable)"
     described = CHECKS[rule["check"]]
     names = ", ".join(code(name) for name in rule.get("variables", {}))
-    return cell(described.format(variables=names, cutoff=rule.get("cutoff", "")))
+    refuses = ", ".join(code(option) for option in rule.get("refuses", []))
+    return cell(described.format(variables=names, cutoff=rule.get("cutoff", ""),
+                                 role=rule.get("role", ""), refuses=refuses))
 
 
 def rule_rows(rules: list[dict[str, Any]]) -> list[str]:

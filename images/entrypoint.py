@@ -74,6 +74,29 @@ def switch(name: str, on: list[str], off: list[str]) -> Step:
     return (name,), lambda env: (on if _on(env, name) else off) if env.get(name) else []
 
 
+def is_worker(env: Env) -> bool:
+    """A node of a multi-node deployment other than the head (rank 0): vLLM runs it only
+    with --headless, else it starts an API server of its own and its executor, a follower,
+    asserts at the first collective_rpc (vllm/entrypoints/cli/serve.py)."""
+    try:
+        nodes, rank = (checks.convert("int", env.get(name) or "0")
+                       for name in ("NNODES", "NODE_RANK"))
+    except ValueError:  # reported by the preflight's bad-value rule
+        return False
+    return bool(nodes > 1 and rank > 0)
+
+
+def head_only(step: Step) -> Step:
+    """A step for the API server's options: the head's alone, since a headless worker
+    starts no server (vLLM's FrontendArgs)."""
+    names, render = step
+    return names, lambda env: [] if is_worker(env) else render(env)
+
+
+def headless(env: Env) -> list[str]:
+    return ["--headless"] if is_worker(env) else []
+
+
 def compilation_config(env: Env) -> list[str]:
     config: dict[str, Any] = {}
     if env.get("VLLM_CUDAGRAPH_MODE"):
@@ -121,13 +144,16 @@ def extra_args(env: Env) -> list[str]:
 
 
 # The order of the reference deployment's command line; each step reads the variables named.
+# A worker's command is the head's with --headless and without the API server's options, so
+# every node builds the same engine configuration.
 STEPS: tuple[Step, ...] = (
     value("SERVED_MODEL_NAME", "--served-model-name"),
-    value("API_HOST", "--host"),
-    value("API_PORT", "--port"),
+    head_only(value("API_HOST", "--host")),
+    head_only(value("API_PORT", "--port")),
     fixed("--trust-remote-code", "--distributed-executor-backend", "mp"),
     value("NNODES", "--nnodes"),
     value("NODE_RANK", "--node-rank"),
+    (("NNODES", "NODE_RANK"), headless),
     value("MASTER_ADDR", "--master-addr"),
     value("MASTER_PORT", "--master-port"),
     value("TP_SIZE", "--tensor-parallel-size"),
@@ -148,17 +174,17 @@ STEPS: tuple[Step, ...] = (
     fixed("--async-scheduling", "--no-scheduler-reserve-full-isl", "--enable-chunked-prefill"),
     switch("ENABLE_PREFIX_CACHING", ["--enable-prefix-caching"], ["--no-enable-prefix-caching"]),
     value("TOKENIZER_MODE", "--tokenizer-mode"),
-    (("TOOL_CALL_PARSER",), tool_parser),
+    head_only((("TOOL_CALL_PARSER",), tool_parser)),
     (("REASONING_PARSER",), reasoning),
-    switch("DEFAULT_THINKING", ["--default-chat-template-kwargs.thinking=true"],
-           ["--default-chat-template-kwargs.thinking=false"]),
+    head_only(switch("DEFAULT_THINKING", ["--default-chat-template-kwargs.thinking=true"],
+                     ["--default-chat-template-kwargs.thinking=false"])),
     (("VLLM_ENABLE_DSPARK", "NUM_SPECULATIVE_TOKENS", "DSPARK_DRAFT_SAMPLE_METHOD"),
      speculative_config),
     fixed("--disable-chunked-mm-input"),
     (("LIMIT_MM_IMAGES",), mm_limits),
     (("SERVE_EXTRA_ARGS",), extra_args),
 )
-VARIABLES = ("MODEL", *(name for names, _ in STEPS for name in names))
+VARIABLES = tuple(dict.fromkeys(("MODEL", *(name for names, _ in STEPS for name in names))))
 
 
 def effective_env(env: Env) -> dict[str, str]:

@@ -350,6 +350,30 @@ def check_typos(ctx: Context, rule: Mapping[str, Any], known: Iterable[str] = ()
     return found
 
 
+def node_role(ctx: Context) -> str:
+    """`worker` for a node other than rank 0 of a multi-node deployment, else `head`."""
+    try:
+        return "worker" if ctx.value("NNODES") > 1 and ctx.value("NODE_RANK") > 0 else "head"
+    except Unknown:
+        return "head"
+
+
+def check_roles(ctx: Context, rule: Mapping[str, Any]) -> list[Finding]:
+    """SERVE_EXTRA_ARGS gives a node of the rule's role none of the options it `refuses`."""
+    if node_role(ctx) != rule["role"]:
+        return []
+    try:
+        words = convert("args", ctx.env.get("SERVE_EXTRA_ARGS", ""))
+    except ValueError:  # reported by the types rule
+        return []
+    options = sorted({word.split("=", 1)[0] for word in words} & set(rule["refuses"]))
+    if not options:
+        return []
+    extra = {"options": " ".join(options)}
+    return [_finding(rule, ctx.render(rule["message"], extra), "SERVE_EXTRA_ARGS",
+                     reason=ctx.render(rule["reason"], extra))]
+
+
 def _finding(rule: Mapping[str, Any], message: str, at: str = "",
              reason: str | None = None) -> Finding:
     return Finding(rule=rule["id"], level=rule["level"], message=message,
@@ -359,6 +383,7 @@ def _finding(rule: Mapping[str, Any], message: str, at: str = "",
 CHECKS: dict[str, Callable[[Context, Mapping[str, Any]], list[Finding]]] = {
     "when": check_when, "types": check_types, "sysctls": check_sysctls,
     "backends": check_backends, "backend-packages": check_backend_packages,
+    "roles": check_roles,
 }
 
 

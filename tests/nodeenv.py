@@ -18,6 +18,33 @@ def reference_command(rank: int) -> list[str]:
     return shlex.split(filled, comments=True)
 
 
+# The API server's options of the reference command (vLLM's FrontendArgs): with the value
+# each takes, if any. A headless worker starts no server, so its command has none of them.
+API_SERVER_OPTIONS = {"--host": 1, "--port": 1, "--tool-call-parser": 1,
+                      "--enable-auto-tool-choice": 0,
+                      "--default-chat-template-kwargs.thinking=true": 0}
+
+
+def node_command(rank: int) -> list[str]:
+    """The reference command as the node of this rank must run it under vLLM 0.33.0: the
+    head's as written; a worker's with --headless after its rank and without the API
+    server's options (vllm/entrypoints/cli/serve.py starts an API server on any node
+    without --headless)."""
+    cmd = reference_command(rank)
+    if rank == 0:
+        return cmd
+    kept: list[str] = []
+    words = iter(cmd)
+    for word in words:
+        if word in API_SERVER_OPTIONS:
+            for _ in range(API_SERVER_OPTIONS[word]):
+                next(words)
+            continue
+        kept.append(word)
+    at = kept.index("--node-rank") + 2
+    return [*kept[:at], "--headless", *kept[at:]]
+
+
 def write_sysctls(root: Path, **overrides: int) -> Path:
     """A /proc/sys with the reference's host memory floor, some values overridden."""
     values = {"min_free_kbytes": 1048576, "dirty_bytes": 536870912,
@@ -48,7 +75,7 @@ def image_command(rank: int) -> list[str]:
     """The reference command as production-3.73-vision serves it from at_dcp_1's file
     without the gather and VISION_MHC (images/smoke/dsv4-4node/accept): DCP 1, no DCP comm
     backend, the image's backends."""
-    cmd = reference_command(rank)
+    cmd = node_command(rank)
     at = cmd.index("--decode-context-parallel-size")
     assert cmd[at:at + 10] == [
         "--decode-context-parallel-size", "2", "--dcp-comm-backend", "ag_rs",

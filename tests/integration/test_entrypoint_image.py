@@ -9,7 +9,7 @@ import pytest
 from sparkbake.config import envfile
 from sparkbake.oci import docker_engine
 from tests.conftest import Project
-from tests.nodeenv import ENV_DIR, HEAD_IP, reference_command
+from tests.nodeenv import ENV_DIR, HEAD_IP, node_command
 
 pytestmark = pytest.mark.docker
 
@@ -27,7 +27,7 @@ def test_the_baked_entrypoint_prints_the_reference_command(
     ref = built_fixture.plan().tag.image_ref
     out: bytes = docker_client.containers.run(ref, ["--print"], environment=worker_env(),
                                               remove=True, stdout=True, stderr=False)
-    expected = reference_command(1)
+    expected = node_command(1)
     for flag in ("--moe-backend", "--linear-backend"):
         expected[expected.index(flag) + 1] = "auto"
     assert shlex.split(out.decode()) == expected

@@ -6,68 +6,19 @@ The tree and the venv are the cached ones of `sparkbake patch-tests 3.73-vision`
 from __future__ import annotations
 
 import json
-import os
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from sparkbake.config import versions
-from sparkbake.pipeline import commands
-from sparkbake.pipeline import plan as plan_mod
-from sparkbake.pipeline.stages import Stage
-from sparkbake.series import patchtests
-from sparkbake.smoke import sample_envs
 from tests.nodeenv import reference_command
-
-REPO = Path(__file__).parents[2]
-CHECKER = REPO / "images" / "smoke_check.py"
-SITE = Path("opt/venv/lib/python3.11/site-packages")
-
-
-@pytest.fixture(scope="module")
-def real_vllm() -> tuple[Path, Path]:
-    """The patch-tests venv's python and the patched tree (made here if not cached)."""
-    loaded = versions.load(REPO / "versions.yaml")
-    tag = loaded.tag("3.73-vision")
-    assert commands.run_until(loaded, tag, Stage.PATCH) == 0
-    tree = loaded.build_dir / "patched" / plan_mod.make(loaded, tag).patch_key / "tree"
-    venv = patchtests.environment(patchtests.require_lock(loaded, tag, tree),
-                                  loaded.build_dir / "venvs")
-    return venv / "bin" / "python", tree
-
-
-def suite_expected() -> dict[str, Any]:
-    loaded = versions.load(REPO / "versions.yaml")
-    suite = sample_envs.load(loaded, loaded.tag("3.73-vision"))
-    return {"entrypoint": sample_envs.expected(suite, ["/opt/venv/bin/python", "entrypoint.py"])}
-
-
-def fake_root(root: Path, rules: dict[str, Any] | None = None) -> Path:
-    """/opt/sparkbake/preflight.json and a vllm 0.33.0+cu130 dist-info in site-packages."""
-    (root / "opt/sparkbake").mkdir(parents=True)
-    rules = rules or json.loads((REPO / "images" / "preflight.json").read_text())
-    (root / "opt/sparkbake/preflight.json").write_text(json.dumps(rules))
-    info = root / SITE / "vllm-0.33.0+cu130.dist-info"
-    info.mkdir(parents=True)
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 0.33.0+cu130\n")
-    return root
+from tests.smoke.realvllm import REPO, fake_root, run_check, suite_expected
 
 
 def serve_args(root: Path, expected: dict[str, Any], python: Path | str,
                pythonpath: str = "") -> dict[str, Any]:
     """The vllm-serve-args check of smoke_check.py run with this Python."""
-    (root / "expected.json").write_text(json.dumps(expected))
-    env = {**os.environ, "PYTHONPATH": pythonpath}
-    done = subprocess.run([str(python), "-B", str(CHECKER), "--root", str(root),
-                           str(root / "expected.json")], capture_output=True, text=True,
-                          env=env, check=False, timeout=300)
-    checks = {c["name"]: c for c in json.loads(done.stdout.strip().splitlines()[-1])["checks"]}
-    check: dict[str, Any] = checks["vllm-serve-args"]
-    return check
+    return run_check("vllm-serve-args", root, expected, python, pythonpath)
 
 
 def test_the_suites_commands_parse_in_the_pinned_vllm(
@@ -75,8 +26,9 @@ def test_the_suites_commands_parse_in_the_pinned_vllm(
     python, tree = real_vllm
     check = serve_args(fake_root(tmp_path), suite_expected(), python, str(tree))
     assert (check["status"], check["detail"]) == ("passed", (
-        "vLLM 0.33.0 parses the command of 2 sample(s) of suite dsv4-4node, and resolves "
-        "their backends: accept/head.env, accept/worker.env"))
+        "vLLM 0.33.0 parses the command of 4 sample(s) of suite dsv4-4node, and resolves "
+        "their backends: accept/head.env, accept/worker-1.env, accept/worker-2.env, "
+        "accept/worker-3.env"))
 
 
 def test_the_reference_command_an_unknown_flag_and_stale_data_fail(

@@ -9,7 +9,7 @@ import pytest
 
 from sparkbake.__main__ import main
 from tests.conftest import versions_yaml
-from tests.nodeenv import ENV_DIR, HEAD_IP, at_dcp_1, reference_command, write_sysctls
+from tests.nodeenv import ENV_DIR, HEAD_IP, at_dcp_1, node_command, write_sysctls
 
 VERSIONS = Path(__file__).parents[2] / "versions.yaml"
 
@@ -128,7 +128,7 @@ def test_print_shows_the_command_the_image_would_run(
         own_config: Path, proc_sys: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert check_env(ENV_DIR / "worker.env", "textonly", "--print",
                      "--proc-sys", str(proc_sys), config=own_config) == 0
-    assert shlex.split(capsys.readouterr().out.splitlines()[-1]) == reference_command(1)
+    assert shlex.split(capsys.readouterr().out.splitlines()[-1]) == node_command(1)
 
 
 def test_a_worker_with_the_heads_address_is_an_error_with_file_and_line(

@@ -16,7 +16,7 @@ import pytest
 from sparkbake import resources
 from sparkbake.config import envfile, versions
 from sparkbake.smoke import preflight
-from tests.nodeenv import ENV_DIR, HEAD_IP, reference_command, write_sysctls
+from tests.nodeenv import ENV_DIR, HEAD_IP, node_command, write_sysctls
 
 from .test_docs import ROOT, page_section
 
@@ -196,7 +196,7 @@ def test_the_docs_document_every_variable_in_the_entrypoint_section() -> None:
 @pytest.mark.parametrize(("node", "rank"), [("head", 0), ("worker", 1)])
 def test_the_reference_env_files_make_the_reference_command(node: str, rank: int) -> None:
     env = envfile.read(ENV_DIR / f"{node}.env").values
-    assert entrypoint().serve_command(env) == reference_command(rank)
+    assert entrypoint().serve_command(env) == node_command(rank)
 
 
 def test_no_model_and_no_arguments_is_an_error_that_says_what_to_set() -> None:
@@ -208,7 +208,7 @@ def test_print_shows_the_env_command_and_warnings_go_to_stderr(
         image_env: dict[str, str]) -> None:
     env = {**image_env, **envfile.read(ENV_DIR / "worker.env").values, "MAX_NUM_SEQS": "4"}
     result = run("--print", env=env)
-    expected = reference_command(1)
+    expected = node_command(1)
     expected[expected.index("--max-num-seqs") + 1] = "4"
     assert result.returncode == 0
     assert shlex.split(result.stdout) == expected
@@ -229,7 +229,7 @@ def test_preflight_can_be_switched_off(image_env: dict[str, str]) -> None:
            "SPARKBAKE_PREFLIGHT": "0"}
     result = run("--print", env=env)
     assert result.returncode == 0
-    assert shlex.split(result.stdout) == reference_command(1)
+    assert shlex.split(result.stdout) == node_command(1)
     assert result.stderr.strip() == "sparkbake preflight: skipped (SPARKBAKE_PREFLIGHT=0)"
 
 

@@ -57,6 +57,11 @@ FIRING: list[tuple[str, str, dict[str, str]]] = [
     ("rank-out-of-range", "error", {"NODE_RANK": "4"}),
     ("rank-out-of-range", "error", {"NODE_RANK": "-1"}),
     ("worker-has-head-address", "error", {"VLLM_HOST_IP": HEAD_IP}),
+    ("worker-api-server-options", "error", {"SERVE_EXTRA_ARGS": "--api-server-count 2"}),
+    ("worker-api-server-options", "error", {"SERVE_EXTRA_ARGS": "--grpc-port=50051"}),
+    ("head-headless", "error", {"NODE_RANK": "0", "VLLM_HOST_IP": HEAD_IP,
+                                "SERVE_EXTRA_ARGS": "--headless"}),
+    ("head-headless", "error", {"NNODES": "1", "NODE_RANK": "", "SERVE_EXTRA_ARGS": "--headless"}),
     ("kv-cache-pinned-under-dcp", "warning", {"KV_CACHE_MEMORY_BYTES": "26000000000"}),
     ("cudagraph-capture-size", "warning", {"MAX_NUM_SEQS": "4"}),
     ("cudagraph-capture-size", "warning", {"NUM_SPECULATIVE_TOKENS": "5"}),
@@ -83,6 +88,10 @@ FIRING: list[tuple[str, str, dict[str, str]]] = [
 # (rule, changes that come close to firing it but must not)
 QUIET: list[tuple[str, dict[str, str]]] = [
     ("worker-has-head-address", {"NODE_RANK": "0", "VLLM_HOST_IP": HEAD_IP}),
+    ("worker-api-server-options", {"NODE_RANK": "0", "VLLM_HOST_IP": HEAD_IP,
+                                   "SERVE_EXTRA_ARGS": "--api-server-count 2"}),
+    ("worker-api-server-options", {"SERVE_EXTRA_ARGS": "--api-server-count-x 2 --port 1"}),
+    ("head-headless", {"SERVE_EXTRA_ARGS": "--headless"}),
     ("rank-out-of-range", {"NODE_RANK": "3"}),
     ("kv-cache-pinned-under-dcp", {"KV_CACHE_MEMORY_BYTES": "26000000000", "DCP_SIZE": "1"}),
     ("cudagraph-capture-size", {"MAX_NUM_SEQS": "4", "MAX_CUDAGRAPH_CAPTURE_SIZE": "28",
@@ -262,7 +271,7 @@ CAN_DCP_2 = {"dcp_sizes": [1, 2]}
 
 def servable(**changes: str) -> dict[str, str]:
     """The worker that production-3.73-vision can serve, with its ENV, some values changed."""
-    values = {**dict(TAG_373.env), **envfile.read(SERVABLE / "worker.env").values, **changes}
+    values = {**dict(TAG_373.env), **envfile.read(SERVABLE / "worker-1.env").values, **changes}
     env: dict[str, str] = preflight.entrypoint().effective_env(values)
     return env
 

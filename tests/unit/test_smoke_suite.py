@@ -125,7 +125,8 @@ def test_the_production_tags_use_the_reference_suite() -> None:
         "vllm-reuse-sm90": "dsv4-4node"}
 
 
-@pytest.mark.parametrize(("sample", "rank"), [("head.env", 0), ("worker.env", 1)])
+@pytest.mark.parametrize(("sample", "rank"), [("head.env", 0), ("worker-1.env", 1),
+                                              ("worker-2.env", 2), ("worker-3.env", 3)])
 def test_the_reference_suite_prints_what_the_image_can_serve(sample: str, rank: int) -> None:
     suite = sample_envs.load(REPO_CONFIG, REPO_CONFIG.tag("3.73-vision"))
     accepted = {s.name: s for s in suite.accept}[f"accept/{sample}"]
