@@ -69,6 +69,14 @@ def bench_cache(session: nox.Session) -> None:
     session.run("python", "bin/bench_cache.py", *session.posargs)
 
 
+@nox.session(name="backend-table")
+def backend_table(session: nox.Session) -> None:
+    """vLLM's verdict on every backend, asked in a built tag's image; writes
+    images/backend-verdicts.json."""
+    session.install(".")
+    session.run("python", "bin/backend_table.py", *session.posargs)
+
+
 @nox.session(name="repro-one-step")
 def repro_one_step(session: nox.Session) -> None:
     """Four more pairs of clean builds of a one-step nvcc library, cache on and off."""

@@ -32,8 +32,9 @@ here. How the rules are read and where they run: [Preflight](preflight.md). A ru
 VARIABLES_INTRO = """\
 Every variable the rules know (`variables`): its type, its use (`flag`: the entrypoint makes
 a `vllm serve` flag of it; `env`: read by vLLM or the series; `launcher`: for the launcher on
-the host, the image ignores it; `sparkbake`: read by the entrypoint's preflight) and, where a
-rule needs it, what an unset one means."""
+the host, the image ignores it; `sparkbake`: read by the entrypoint's preflight; `unread`:
+set by the reference deployment, read by nothing in the image) and, where a rule needs it,
+what an unset one means."""
 
 SYSCTL = {"min": "{name} < {limit}", "max": "{name} > {limit}",
           "max-nonzero": "{name} not in 1 … {limit}"}
@@ -42,6 +43,8 @@ CHECKS = {
     "backends": "{variables} is not a backend name the image's vLLM version knows",
     "backend-packages": "{variables} names a backend whose Python module the image lacks",
     "typos": "a variable no table knows is close to one that is (similarity {cutoff} or more)",
+    "backend-capability": "{variables} names a backend that vLLM's own checks say cannot run "
+                          "the tag's model family on its GPU (`backend-verdicts.json`)",
     "roles": "the {role} (a worker: NNODES > 1 and NODE_RANK > 0; else the head) is given "
              "{refuses} in `SERVE_EXTRA_ARGS`",
 }

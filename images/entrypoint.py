@@ -216,7 +216,7 @@ def read_manifest(env: Env) -> dict[str, Any] | None:
 def image_facts(manifest: Mapping[str, Any] | None) -> Any:
     """What the preflight knows of this image: the installed vLLM's version (without its
     local part), which modules the backends need are importable (found, not imported), and
-    the capabilities the manifest declares."""
+    the capabilities and CUDA arch the manifest declares."""
     modules = frozenset(m for m in checks.backend_modules(checks.load_rules())
                         if importlib.util.find_spec(m) is not None)
     try:
@@ -224,7 +224,8 @@ def image_facts(manifest: Mapping[str, Any] | None) -> Any:
     except importlib.metadata.PackageNotFoundError:
         vllm = None
     return checks.Image(vllm=vllm, modules=modules,
-                        capabilities=(manifest or {}).get("capabilities"))
+                        capabilities=(manifest or {}).get("capabilities"),
+                        cuda_arch=(manifest or {}).get("cuda_arch"))
 
 
 def preflight(env: Env) -> int:
@@ -260,6 +261,14 @@ def describe_image(env: Env) -> int:
     return 0
 
 
+def bypassed(cmd: list[str], env: Env) -> list[str]:
+    """The set variables a given `vllm serve` command leaves unread: without arguments each
+    would have made a flag (the image bakes some, e.g. VLLM_ENABLE_DSPARK)."""
+    if cmd[:2] != ["vllm", "serve"]:
+        return []
+    return [name for name in VARIABLES if env.get(name)]
+
+
 def main(argv: list[str]) -> int:
     show = argv[:1] == ["--print"]
     cmd = argv[1:] if show else argv
@@ -275,6 +284,9 @@ def main(argv: list[str]) -> int:
         except ValueError as exc:
             print(f"sparkbake: {exc}; see `sparkbake check-env`", file=sys.stderr)
             return 2
+    elif unread := bypassed(cmd, env):
+        print(f"sparkbake: warning: arguments were given, so {', '.join(unread)} make no "
+              "flags; pass the flags themselves, or no arguments (see --print)", file=sys.stderr)
     if show:
         print(shlex.join(cmd))
         return 0

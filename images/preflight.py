@@ -19,6 +19,9 @@ from pathlib import Path
 from typing import Any
 
 RULES_FILE = Path(__file__).with_name("preflight.json")
+# vLLM's verdict on each backend per version, GPU arch and model family, as the image's vLLM
+# gives it (written by bin/backend_table.py, held to the image by the smoke)
+VERDICTS_FILE = "backend-verdicts.json"
 TRUE = ("1", "true", "yes", "on")
 FALSE = ("0", "false", "no", "off")
 INT = re.compile(r"[+-]?[0-9]+")
@@ -46,12 +49,13 @@ class Finding:
 @dataclass(frozen=True)
 class Image:
     """What the checks know of the image: its vLLM version (None: no vLLM, or not known),
-    which of the Python modules backends need it has (None: not known), and the tag's
-    declared capabilities (None: not declared)."""
+    which of the Python modules backends need it has (None: not known), the tag's declared
+    capabilities (None: not declared) and the CUDA arch its kernels are for."""
 
     vllm: str | None = None
     modules: frozenset[str] | None = None  # of the modules backends need, those it has
     capabilities: Mapping[str, Any] | None = None
+    cuda_arch: str | None = None  # the GPU its kernels are for (12.1a)
 
 
 class Unknown(Exception):
@@ -59,8 +63,12 @@ class Unknown(Exception):
 
 
 def load_rules(path: Path | str = RULES_FILE) -> dict[str, Any]:
+    """The rules, with the backend verdicts beside them as `backends.runs` (if there)."""
     with open(path, encoding="utf-8") as handle:
         rules: dict[str, Any] = json.load(handle)
+    verdicts = Path(path).with_name(VERDICTS_FILE)
+    if verdicts.is_file():
+        rules.setdefault("backends", {})["runs"] = json.loads(verdicts.read_text("utf-8"))
     return rules
 
 
@@ -98,6 +106,7 @@ class Context:
         self.backend_modules: dict[str, dict[str, str]] = \
             rules.get("backends", {}).get("modules", {})
         self.providers: dict[str, list[str]] = rules.get("backends", {}).get("providers", {})
+        self.runs: dict[str, Any] = rules.get("backends", {}).get("runs", {})
 
     def given(self, name: str) -> bool:
         return self.env.get(name, "") != ""
@@ -145,6 +154,15 @@ class Context:
         if self.backend_names is None or kind not in self.backend_names:
             raise Unknown("backends")
         return list(self.backend_names[kind])
+
+    def verdicts(self, kind: str) -> dict[str, str]:
+        """vLLM's verdict on each backend of a kind for the image's GPU and model family:
+        "" runs, else why not (preflight.json `backends.runs`, checked by the smoke)."""
+        model = (self.image.capabilities or {}).get("model")
+        runs = self.runs.get(self.image.vllm or "", {}).get(self.image.cuda_arch or "", {})
+        if not model or model not in runs:
+            raise Unknown("backend verdicts")
+        return dict(runs[model].get(kind, {}))
 
     def evaluate(self, expression: str) -> Any:
         return _eval(ast.parse(expression, mode="eval").body, self)
@@ -260,6 +278,28 @@ def check_backends(ctx: Context, rule: Mapping[str, Any]) -> list[Finding]:
         if value not in known and not (kind == "attention" and value == "AUTO"):
             extra = {"name": name, "value": ctx.env[name], "kind": kind,
                      "vllm": str(ctx.image.vllm), "known": ", ".join(known)}
+            found.append(_finding(rule, ctx.render(rule["message"], extra), name,
+                                  reason=ctx.render(rule["reason"], extra)))
+    return found
+
+
+def check_backend_capability(ctx: Context, rule: Mapping[str, Any]) -> list[Finding]:
+    """Each backend variable names a backend vLLM runs on the image's GPU for its model."""
+    found = []
+    for name, kind in rule["variables"].items():
+        if not ctx.given(name):
+            continue
+        try:
+            verdicts = ctx.verdicts(kind)
+        except Unknown:
+            continue
+        value = normal_backend(kind, ctx.env[name])
+        why = verdicts.get("auto" if value == "AUTO" else value)
+        if why:  # "" runs; None: a name vLLM does not know, the backends rule's
+            extra = {"name": name, "value": ctx.env[name], "kind": kind, "why": why,
+                     "arch": str(ctx.image.cuda_arch),
+                     "model": str((ctx.image.capabilities or {}).get("model")),
+                     "runs": ", ".join(n for n, w in verdicts.items() if not w)}
             found.append(_finding(rule, ctx.render(rule["message"], extra), name,
                                   reason=ctx.render(rule["reason"], extra)))
     return found
@@ -383,7 +423,7 @@ def _finding(rule: Mapping[str, Any], message: str, at: str = "",
 CHECKS: dict[str, Callable[[Context, Mapping[str, Any]], list[Finding]]] = {
     "when": check_when, "types": check_types, "sysctls": check_sysctls,
     "backends": check_backends, "backend-packages": check_backend_packages,
-    "roles": check_roles,
+    "roles": check_roles, "backend-capability": check_backend_capability,
 }
 
 

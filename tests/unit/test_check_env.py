@@ -271,4 +271,4 @@ def test_a_misspelt_capability_in_versions_yaml_is_exit_2_with_its_line(
         f"sparkbake: error: {own_config}:{line_of(text, '      dcp_size:')}: unknown key "
         "'dcp_size' in capabilities (did you mean 'dcp_sizes'?)",
         "  -> allowed keys: dcp_sizes, images_under_dcp, prefix_cache_under_dcp, speculative, "
-        "ckv_gather, vision_mhc, because"]
+        "ckv_gather, vision_mhc, model, device_memory_gb, because"]

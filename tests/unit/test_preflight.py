@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import dataclasses
 import re
 from pathlib import Path
 from typing import Any
@@ -131,7 +132,7 @@ def test_near_misses_do_not_fire(rule: str, changes: dict[str, str], sysctls: Pa
 
 def test_every_rule_is_tested() -> None:
     tested = {rule for rule, _, _ in FIRING} | {"host-memory-floor", "prefix-cache-without-series",
-                                                "backend-not-installed"}
+                                                "backend-not-installed", "backend-cannot-run"}
     assert tested | {rule for rule, _, _, _ in IMAGE_FIRING} == set(RULE_IDS)
 
 
@@ -279,8 +280,7 @@ def servable(**changes: str) -> dict[str, str]:
 def image_fired(env: dict[str, str], proc_sys: Path, image: Any = IMAGE_373,
                 **capabilities: Any) -> dict[str, str]:
     if capabilities:
-        image = checks.Image(vllm=image.vllm, modules=image.modules,
-                             capabilities={**image.capabilities, **capabilities})
+        image = dataclasses.replace(image, capabilities={**image.capabilities, **capabilities})
     return {f.rule: f.level for f in checks.check(env, series=SERIES_373, proc_sys=proc_sys,
                                                   image=image)}
 
@@ -384,6 +384,45 @@ def test_a_backend_whose_module_the_image_lacks_is_refused(sysctls: Path) -> Non
             {"backend-not-installed": "error"}
         assert image_fired(servable(**changes), sysctls) == {}
     assert image_fired(servable(MOE_BACKEND="marlin"), sysctls, lacking) == {}
+
+
+# vLLM's verdicts as backend-verdicts.json holds them (made up here: the rule's logic alone)
+VERDICTS = {"0.33.0": {"12.1a": {"deepseek_v4": {
+    "attention": {"auto": "", "FLASHINFER_MLA_SPARSE_DSV4": "",
+                  "FLASHMLA_SPARSE_DSV4": "it does not run on compute capability 12.1"},
+    "moe": {"auto": "", "b12x": "", "deep_gemm": "its experts do not run on 12.1"},
+    "linear": {"auto": "", "b12x": "", "machete": "it has no FP8 block-scaled kernel"}}}}}
+
+
+def verdict_fired(changes: dict[str, str], proc_sys: Path, cuda_arch: str = "12.1a",
+                  model: str = "deepseek_v4") -> list[Any]:
+    rules = {**RULES, "backends": {**RULES["backends"], "runs": VERDICTS}}
+    image = dataclasses.replace(IMAGE_373, cuda_arch=cuda_arch,
+                                capabilities={**IMAGE_373.capabilities, "model": model})
+    return [f for f in checks.check(servable(**changes), rules=rules, series=SERIES_373,
+                                    proc_sys=proc_sys, image=image) if f.level == "error"]
+
+
+def test_a_backend_that_cannot_run_the_model_on_the_gpu_is_refused_with_those_that_can(
+        sysctls: Path) -> None:
+    (finding,) = verdict_fired({"ATTENTION_BACKEND": "flashmla_sparse_dsv4"}, sysctls)
+    assert (finding.rule, finding.at) == ("backend-cannot-run", "ATTENTION_BACKEND")
+    assert finding.message == (
+        "ATTENTION_BACKEND=flashmla_sparse_dsv4 cannot run deepseek_v4 on this image's GPU "
+        "(12.1a): it does not run on compute capability 12.1")
+    assert finding.reason.endswith("the attention backends that can: auto, "
+                                   "FLASHINFER_MLA_SPARSE_DSV4")
+    assert [f.message.split(":")[0] for f in verdict_fired(
+        {"MOE_BACKEND": "deep_gemm", "LINEAR_BACKEND": "Machete"}, sysctls)] == [
+        "MOE_BACKEND=deep_gemm cannot run deepseek_v4 on this image's GPU (12.1a)",
+        "LINEAR_BACKEND=Machete cannot run deepseek_v4 on this image's GPU (12.1a)"]
+
+
+def test_backends_are_not_judged_without_verdicts_for_the_gpu_and_model(sysctls: Path) -> None:
+    for image in ({"cuda_arch": "9.0a"}, {"model": "qwen3"}):
+        assert verdict_fired({"ATTENTION_BACKEND": "FLASHMLA_SPARSE_DSV4"}, sysctls,
+                             **image) == []
+    assert verdict_fired({"ATTENTION_BACKEND": "auto", "MOE_BACKEND": "b12x"}, sysctls) == []
 
 
 def test_the_backends_modules_come_from_the_distributions_that_install_them() -> None:

@@ -121,7 +121,7 @@ class CompileCache:
 
 # what a tag's image can run (`capabilities:`); each key's default is the cautious one
 CAPABILITY_KEYS = ("dcp_sizes", "images_under_dcp", "prefix_cache_under_dcp", "speculative",
-                   "ckv_gather", "vision_mhc")
+                   "ckv_gather", "vision_mhc", "model", "device_memory_gb")
 
 
 @dataclass(frozen=True)
@@ -135,14 +135,19 @@ class Capabilities:
     speculative: tuple[str, ...] = ()  # speculative methods (`dspark`)
     ckv_gather: bool = False  # VLLM_DSV4_CKV_GATHER / _ALLOW_IMAGES on a path that reads them
     vision_mhc: bool = False  # VISION_MHC read by something in the image
+    model: str | None = None  # the model family served, as vLLM names it (vllm/models/NAME)
+    device_memory_gb: float | None = None  # the GPU's memory (GB10: 128 GB, shared)
     because: tuple[tuple[str, str], ...] = ()  # capability key -> why not more
 
     def as_dict(self) -> dict[str, object]:
         """The JSON form the image's manifest carries and its preflight reads."""
+        optional = {key: value for key, value in (("model", self.model),
+                                                  ("device_memory_gb", self.device_memory_gb))
+                    if value is not None}
         return {"dcp_sizes": list(self.dcp_sizes), "images_under_dcp": self.images_under_dcp,
                 "prefix_cache_under_dcp": self.prefix_cache_under_dcp,
                 "speculative": list(self.speculative), "ckv_gather": self.ckv_gather,
-                "vision_mhc": self.vision_mhc, "because": dict(self.because)}
+                "vision_mhc": self.vision_mhc, **optional, "because": dict(self.because)}
 
 
 @dataclass(frozen=True)

@@ -51,6 +51,7 @@ __all__ = [
 SHA256 = re.compile(r"[0-9a-f]{64}")
 COMMIT = re.compile(r"[0-9a-f]{40}")
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+MODEL_FAMILY = re.compile(r"[a-z][a-z0-9_]*")  # a Python package name: vllm/models/NAME
 PACKAGE = re.compile(r"[a-z0-9][a-z0-9+.-]*")
 PYTHON = re.compile(r"3\.\d+")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -293,8 +294,28 @@ def _capabilities(where: Where, tag: LocatedDict) -> Capabilities:
         dcp_sizes=_dcp_sizes(where, spec) if "dcp_sizes" in spec else (1,),
         speculative=where.strings(spec, "speculative", NAME) if "speculative" in spec else (),
         because=_because(where, spec) if "because" in spec else (),
+        model=_model(where, spec) if "model" in spec else None,
+        device_memory_gb=_memory(where, spec) if "device_memory_gb" in spec else None,
         **flags,
     )
+
+
+def _model(where: Where, spec: LocatedDict) -> str:
+    model = spec["model"]
+    if not isinstance(model, str) or not MODEL_FAMILY.fullmatch(model):
+        raise ConfigError(f"{where(spec, 'model')}: capabilities model must name a model "
+                          f"family as vLLM's package does (vllm/models/NAME), not {model!r}",
+                          "write e.g. 'model: deepseek_v4'")
+    return model
+
+
+def _memory(where: Where, spec: LocatedDict) -> float:
+    memory = spec["device_memory_gb"]
+    if type(memory) not in (int, float) or not 0 < memory < 100000:
+        raise ConfigError(f"{where(spec, 'device_memory_gb')}: capabilities device_memory_gb "
+                          f"must be the GPU's memory in GB, not {memory!r}",
+                          "write e.g. 'device_memory_gb: 128' (a GB10)")
+    return float(memory)
 
 
 def _flag(where: Where, spec: LocatedDict, key: str) -> bool:

@@ -49,7 +49,8 @@ def node_env(tag: Tag, env_file: envfile.EnvFile) -> dict[str, str]:
 
 def image_facts(tag: Tag, runtime_lock: Path | None = None) -> Any:
     """What the host knows of the tag's image: the vLLM version of its upstream pin, the
-    backends' modules its runtime lock installs (unknown without one), its capabilities."""
+    backends' modules its runtime lock installs (unknown without one), its capabilities and
+    the CUDA arch of its kernels."""
     upstream = tag.upstream
     vllm = upstream.version if isinstance(upstream, PypiUpstream) and \
         upstream.name == "vllm" else None
@@ -58,7 +59,8 @@ def image_facts(tag: Tag, runtime_lock: Path | None = None) -> Any:
     return checks.Image(
         vllm=vllm,
         modules=None if locked is None else checks.provided_modules(checks.load_rules(), locked),
-        capabilities=tag.capabilities.as_dict() if tag.capabilities else None)
+        capabilities=tag.capabilities.as_dict() if tag.capabilities else None,
+        cuda_arch=tag.cuda_arch)
 
 
 def locked_distributions(runtime_lock: Path | None) -> frozenset[str] | None:
