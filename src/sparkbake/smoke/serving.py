@@ -48,8 +48,8 @@ def names(tag: Tag) -> list[str]:
 
 
 def serve_env(suite: Suite, override: Path | None) -> dict[str, str]:
-    """The serve env over the image's ENV: the file's values, with the model, host and port
-    the check needs."""
+    """The serve env file's values (the suite's serve.env, or override), with the model, host
+    and port the check needs; the container gets them without dummy_model's declaration."""
     source = override or suite.serve_env
     values = envfile.read(source).values if source else {}
     return {**values, "MODEL": MODEL_MOUNT, "API_HOST": "0.0.0.0",
