@@ -36,6 +36,7 @@ class FakeVllm:
     count_generation: bool = True
     prefix_caching: bool = True
     answer: str = " Paris."
+    image_tokens: int = 293  # prompt tokens an image counts for
     counters: dict[str, float] = field(default_factory=lambda: {
         "prompt_tokens": 0, "generation_tokens": 0, "success_stop": 0, "success_length": 0,
         "prefix_hits": 0})
@@ -69,10 +70,12 @@ class FakeVllm:
 
     def chat(self, body: dict[str, Any]) -> dict[str, Any]:
         parts = body["messages"][0]["content"]
-        url = next(p["image_url"]["url"] for p in parts if p["type"] == "image_url")
-        self.images.append(base64.b64decode(url.split(",", 1)[1]))
+        urls = [p["image_url"]["url"] for p in parts if p["type"] == "image_url"]
+        self.images += [base64.b64decode(url.split(",", 1)[1]) for url in urls]
+        words = sum(len(p["text"].split()) for p in parts if p["type"] == "text")
         return {"choices": [{"message": {"role": "assistant", "content": self.answer}}],
-                "usage": {"prompt_tokens": 300, "completion_tokens": 2}}
+                "usage": {"prompt_tokens": words + self.image_tokens * len(urls),
+                          "completion_tokens": 2}}
 
 
 def handler_for(fake: FakeVllm) -> type[BaseHTTPRequestHandler]:
@@ -190,6 +193,8 @@ def test_a_greedy_completion(fake: FakeVllm, server: Server) -> None:
     fake.answer = "  "
     with pytest.raises(CheckFailed, match="the greedy completion of 'The capital"):
         serve_client.check_completion(server, "smoke")
+    assert serve_client.check_completion(server, "smoke", any_text=True) == \
+        "'The capital of France is' -> '' (5 prompt, 16 completion tokens)"  # dummy weights
     with pytest.raises(CheckFailed, match=r"POST /v1/completions: HTTP 404: .*model x not found"):
         serve_client.check_completion(server, "x")
 
@@ -213,11 +218,36 @@ def test_metrics_without_the_counters_fail(server: Server,
 
 def test_an_image_request(fake: FakeVllm, server: Server) -> None:
     assert serve_client.check_image(server, "smoke") == \
-        "image request -> 'Paris.' (300 prompt tokens)"
-    assert fake.images[0].startswith(PNG_SIGNATURE)
+        "image request -> 'Paris.' (300 prompt tokens, 293 of them the image's)"
+    assert len(fake.images) == 1 and fake.images[0].startswith(PNG_SIGNATURE)
     fake.answer = ""
     with pytest.raises(CheckFailed, match="the image request gave no answer"):
         serve_client.check_image(server, "smoke")
+
+
+def test_with_dummy_weights_an_image_request_may_answer_nothing(
+        fake: FakeVllm, server: Server) -> None:
+    fake.answer = ""
+    assert serve_client.check_image(server, "smoke", any_text=True) == \
+        "image request -> '' (300 prompt tokens, 293 of them the image's)"
+
+
+@pytest.mark.parametrize("any_text", [False, True])
+def test_an_image_that_adds_no_prompt_tokens_fails(fake: FakeVllm, server: Server,
+                                                   any_text: bool) -> None:
+    fake.image_tokens = 0
+    with pytest.raises(CheckFailed) as caught:
+        serve_client.check_image(server, "smoke", any_text)
+    assert str(caught.value) == ("the image request counts 7 prompt tokens, the same text alone "
+                                 "7: the image did not reach the model")
+
+
+def test_a_chat_answer_without_a_choice_fails(fake: FakeVllm, server: Server,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fake, "chat", lambda body: {"choices": [], "usage": {}})
+    with pytest.raises(CheckFailed) as caught:
+        serve_client.check_image(server, "smoke", any_text=True)
+    assert str(caught.value) == "the chat request gave no answer: {'choices': [], 'usage': {}}"
 
 
 def test_prefix_cache_hits_grow_by_the_prompt_rounded_to_the_block(

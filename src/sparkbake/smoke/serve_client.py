@@ -20,7 +20,7 @@ import requests
 
 from sparkbake.smoke.record import CheckFailed
 
-__all__ = ["COUNTERS", "PREFIX_HITS", "Server", "check_completion", "check_health",
+__all__ = ["COUNTERS", "PREFIX_HITS", "Server", "chat", "check_completion", "check_health",
            "check_image", "check_metrics", "check_models", "check_prefix_cache",
            "expected_hits", "long_prompt", "parse_metrics", "png"]
 
@@ -117,10 +117,11 @@ def complete(server: Server, model: str, prompt: str, max_tokens: int) -> dict[s
     return answer
 
 
-def check_completion(server: Server, model: str) -> str:
+def check_completion(server: Server, model: str, any_text: bool = False) -> str:
+    """A greedy completion with text; with any_text (dummy weights) its text may be empty."""
     answer = complete(server, model, PROMPT, 16)
     text, usage = answer["choices"][0]["text"], answer["usage"]
-    if not text.strip():
+    if not text.strip() and not any_text:
         raise CheckFailed(f"the greedy completion of {PROMPT!r} is empty")
     return (f"{PROMPT!r} -> {text.strip()[:60]!r} ({usage['prompt_tokens']} prompt, "
             f"{usage['completion_tokens']} completion tokens)")
@@ -165,20 +166,36 @@ def png(width: int = 64, height: int = 64, rgb: tuple[int, int, int] = (200, 30,
             + chunk(b"IDAT", zlib.compress(row * height)) + chunk(b"IEND", b""))
 
 
-def check_image(server: Server, model: str) -> str:
-    """One chat request with an image (the reference's first request after boot)."""
-    url = "data:image/png;base64," + base64.b64encode(png()).decode()
+def chat(server: Server, model: str, content: list[dict[str, Any]]) -> dict[str, Any]:
+    """One greedy chat request without thinking; its choice and usage must be there."""
     answer = server.post("/v1/chat/completions", {
         "model": model, "max_tokens": 32, "temperature": 0,
         "chat_template_kwargs": {"thinking": False},
-        "messages": [{"role": "user", "content": [
-            {"type": "image_url", "image_url": {"url": url}},
-            {"type": "text", "text": "What colour is this image? One word."}]}]})
+        "messages": [{"role": "user", "content": content}]})
     choices, usage = answer.get("choices") or [], answer.get("usage") or {}
-    content = (choices[0].get("message") or {}).get("content") if choices else None
-    if not isinstance(content, str) or not content.strip():
+    if not choices or not isinstance(choices[0].get("message"), dict) \
+            or int(usage.get("prompt_tokens", 0)) < 1:
+        raise CheckFailed(f"the chat request gave no answer: {str(answer)[:160]}")
+    return answer
+
+
+def check_image(server: Server, model: str, any_text: bool = False) -> str:
+    """One chat request with an image (the reference's first request after boot), whose
+    prompt must count the image's tokens: more than the same request without the image. Its
+    answer must have text; with any_text (dummy weights) it may have none."""
+    url = "data:image/png;base64," + base64.b64encode(png()).decode()
+    question = {"type": "text", "text": "What colour is this image? One word."}
+    answer = chat(server, model, [{"type": "image_url", "image_url": {"url": url}}, question])
+    with_image = int(answer["usage"]["prompt_tokens"])
+    alone = int(chat(server, model, [question])["usage"]["prompt_tokens"])
+    if with_image <= alone:
+        raise CheckFailed(f"the image request counts {with_image} prompt tokens, the same text "
+                          f"alone {alone}: the image did not reach the model")
+    content = answer["choices"][0]["message"].get("content")
+    if not any_text and (not isinstance(content, str) or not content.strip()):
         raise CheckFailed(f"the image request gave no answer: {str(answer)[:160]}")
-    return f"image request -> {content.strip()[:60]!r} ({usage.get('prompt_tokens')} prompt tokens)"
+    return (f"image request -> {str(content or '').strip()[:60]!r} ({with_image} prompt "
+            f"tokens, {with_image - alone} of them the image's)")
 
 
 def long_prompt(items: int = 400) -> str:

@@ -1,7 +1,8 @@
 """Serve checks (`smoke TAG --model PATH`): `vllm serve` started through the image's own
 entrypoint, from the suite's serve.env (or --serve-env), in a container with the GPUs and
 the model mounted read-only at /model; then probed from the host through a published port
-(serve_client). Without --model, or without a GPU, each check is reported with the reason."""
+(serve_client). A serve env may declare the model served cut, with dummy weights
+(dummy_model). Without --model, or without a GPU, each check is reported with the reason."""
 
 from __future__ import annotations
 
@@ -15,11 +16,12 @@ from sparkbake.config import envfile
 from sparkbake.config.versions import Tag
 from sparkbake.console.tools import step
 from sparkbake.oci.docker_engine import Client, started_container
-from sparkbake.smoke import preflight, serve_client
+from sparkbake.smoke import dummy_model, preflight, serve_client
+from sparkbake.smoke.dummy_model import Cut
 from sparkbake.smoke.record import CheckResult, CheckStatus, GpuMode, timed
 from sparkbake.smoke.sample_envs import Suite
 
-__all__ = ["ALL_GPUS", "Request", "names", "run", "serve_env"]
+__all__ = ["ALL_GPUS", "Request", "Served", "names", "prepare", "run", "serve_env"]
 
 ALL_GPUS = {"count": -1, "capabilities": [["gpu"]]}  # the SDK makes a DeviceRequest of it
 CONTAINER_PORT = 8000
@@ -46,8 +48,8 @@ def names(tag: Tag) -> list[str]:
 
 
 def serve_env(suite: Suite, override: Path | None) -> dict[str, str]:
-    """The serve container's environment over the image's ENV: the file's values, with the
-    model, host and port the check needs."""
+    """The serve env file's values (the suite's serve.env, or override), with the model, host
+    and port the check needs; the container gets them without dummy_model's declaration."""
     source = override or suite.serve_env
     values = envfile.read(source).values if source else {}
     return {**values, "MODEL": MODEL_MOUNT, "API_HOST": "0.0.0.0",
@@ -86,37 +88,70 @@ def run(client: Client, image_id: str, tag: Tag, suite: Suite, request: Request,
     if why is not None:
         return [CheckResult(name, *why) for name in wanted]
     assert request.model is not None
-    env = serve_env(suite, request.env_file)
     try:
-        command = preflight.entrypoint().serve_command({**dict(tag.env), **env})
+        served = prepare(tag, suite, request.env_file, request.model)
+    except dummy_model.UnusableModel as exc:
+        return [CheckResult(name, "failed", str(exc)) for name in wanted]
     except ValueError as exc:
         return [CheckResult(name, "failed", f"the serve env gives no command: {exc}")
                 for name in wanted]
+    return serve(client, image_id, tag, request, served, log_path)
+
+
+@dataclass(frozen=True)
+class Served:
+    """What the serve container runs: its environment over the image's ENV, the command the
+    entrypoint builds from it, and the model's cut when the serve env declares one."""
+
+    env: dict[str, str]
+    command: list[str]
+    cut: Cut | None
+
+    def describe(self) -> str:
+        return f" ({self.cut.describe()})" if self.cut else ""
+
+
+def prepare(tag: Tag, suite: Suite, env_file: Path | None, model: Path) -> Served:
+    """What the container runs for the suite's serve.env (or env_file) and the model folder;
+    UnusableModel when the env declares a cut the model's config.json cannot give, ValueError
+    when the entrypoint makes no command of it."""
+    env, cut = dummy_model.container_env(serve_env(suite, env_file), model,
+                                         env_file or suite.serve_env)
+    return Served(env, preflight.entrypoint().serve_command({**dict(tag.env), **env}), cut)
+
+
+def serve(client: Client, image_id: str, tag: Tag, request: Request, served: Served,
+          log_path: Path) -> list[CheckResult]:
+    """The tag's serve checks against the container; its output goes to log_path."""
+    assert request.model is not None
     port = free_port()
-    with step(f"serve {tag.image_ref} with {request.model}"), started_container(
-            client, image_id, [], environment=env, ports={f"{CONTAINER_PORT}/tcp":
-                                                          ("127.0.0.1", port)},
-            volumes={str(request.model.resolve()): {"bind": MODEL_MOUNT, "mode": "ro"}},
-            device_requests=[dict(ALL_GPUS)], ipc_mode="host") as box:
+    with step(f"serve {tag.image_ref} with {request.model}{served.describe()}"), \
+            started_container(
+                client, image_id, [], environment=served.env,
+                ports={f"{CONTAINER_PORT}/tcp": ("127.0.0.1", port)},
+                volumes={str(request.model.resolve()): {"bind": MODEL_MOUNT, "mode": "ro"}},
+                device_requests=[dict(ALL_GPUS)], ipc_mode="host") as box:
         try:
             server = serve_client.Server(f"http://127.0.0.1:{port}")
-            return probe(wanted, _checks(server, env, command, request, box))
+            return probe(names(tag), _checks(server, served, request, box))
         finally:
             log_path.parent.mkdir(parents=True, exist_ok=True)
             log_path.write_bytes(box.logs())
 
 
-def _checks(server: serve_client.Server, env: dict[str, str], command: list[str],
-            request: Request, box: Any) -> dict[str, Callable[[], str]]:
-    model = env.get("SERVED_MODEL_NAME") or MODEL_MOUNT
-    block, dcp = flag(command, "--block-size", 16), flag(command,
-                                                          "--decode-context-parallel-size", 1)
+def _checks(server: serve_client.Server, served: Served, request: Request,
+            box: Any) -> dict[str, Callable[[], str]]:
+    model = served.env.get("SERVED_MODEL_NAME") or MODEL_MOUNT
+    block = flag(served.command, "--block-size", 16)
+    dcp = flag(served.command, "--decode-context-parallel-size", 1)
+    any_text = served.cut is not None  # dummy weights answer anything, even nothing
     return {
-        "serve-health": lambda: serve_client.check_health(server, request.timeout, exited(box)),
+        "serve-health": lambda: serve_client.check_health(server, request.timeout, exited(box))
+        + served.describe(),
         "serve-models": lambda: serve_client.check_models(server, model),
-        "serve-completion": lambda: serve_client.check_completion(server, model),
+        "serve-completion": lambda: serve_client.check_completion(server, model, any_text),
         "serve-metrics": lambda: serve_client.check_metrics(server, model),
-        "serve-image": lambda: serve_client.check_image(server, model),
+        "serve-image": lambda: serve_client.check_image(server, model, any_text),
         "serve-prefix-cache": lambda: serve_client.check_prefix_cache(server, model, block, dcp),
     }
 
