@@ -13,8 +13,8 @@ be seen}. --root prefixes /opt/sparkbake and
 document on stdout, as its last line:
 {"checks": [{"name", "status": "passed|failed|skipped", "detail", "seconds"}]}.
 Exit status: 0 when no check failed, 1 when one did, 2 when EXPECTED is unreadable.
-smoke_common.py, smoke_entry.py, smoke_gpu.py, smoke_jit.py, smoke_roles.py and smoke_vllm.py
-lie beside this file.
+smoke_backends.py, smoke_common.py, smoke_entry.py, smoke_gpu.py, smoke_jit.py, smoke_roles.py
+and smoke_vllm.py lie beside this file.
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ from smoke_common import (
 from smoke_entry import check_entrypoint_print, check_preflight_rejects
 from smoke_gpu import check_gpu, check_gpu_capability, check_gpu_op
 from smoke_jit import check_asked, check_jit_toolchain
+from smoke_backends import check_backend_capability
 from smoke_roles import check_node_roles
 from smoke_vllm import check_vllm_serve_args
 
@@ -275,6 +276,7 @@ CHECKS: list[tuple[str, Callable[[Image, dict[str, Any]], str]]] = [
     ("entrypoint-print", check_entrypoint_print),
     ("vllm-serve-args", check_vllm_serve_args),
     ("node-roles", check_node_roles),
+    ("backend-capability", check_backend_capability),
     ("preflight-rejects", check_preflight_rejects),
     ("gpu", check_gpu),
     ("gpu-capability", check_gpu_capability),

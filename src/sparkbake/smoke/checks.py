@@ -53,8 +53,8 @@ __all__ = ["CHECKER_FILES", "GPU_MODES", "NO_GPU_RUNTIME", "STATUSES", "Facts", 
 
 PYTHON_IN_IMAGE = "/opt/venv/bin/python"
 CHECKER_DIR = "/opt/sparkbake-smoke"
-CHECKER_FILES = ("smoke_check.py", "smoke_common.py", "smoke_entry.py", "smoke_gpu.py",
-                 "smoke_jit.py", "smoke_roles.py", "smoke_vllm.py")
+CHECKER_FILES = ("smoke_check.py", "smoke_backends.py", "smoke_common.py", "smoke_entry.py",
+                 "smoke_gpu.py", "smoke_jit.py", "smoke_roles.py", "smoke_vllm.py")
 NO_GPU_RUNTIME = "no GPU runtime in this engine"
 GPU_CHECKS = {"gpu", "gpu-capability", "gpu-op"}
 
