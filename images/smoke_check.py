@@ -34,6 +34,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from smoke_backends import check_backend_capability
 from smoke_common import (
     CheckFailed,
     CheckSkipped,
@@ -47,7 +48,6 @@ from smoke_common import (
 from smoke_entry import check_entrypoint_print, check_preflight_rejects
 from smoke_gpu import check_gpu, check_gpu_capability, check_gpu_op
 from smoke_jit import check_asked, check_jit_toolchain
-from smoke_backends import check_backend_capability
 from smoke_roles import check_node_roles
 from smoke_vllm import check_vllm_serve_args
 
