@@ -127,8 +127,9 @@ class _NvmlMemory(ctypes.Structure):
 
 
 def nvml_total_memory(library: str = "libnvidia-ml.so.1") -> int | None:
-    """The first visible GPU's memory in bytes, from NVML; None without a driver, a GPU or
-    an answer (GB10's NVML gives none: its memory is the host's)."""
+    """The memory of the first GPU NVML sees (in a container, of those it was given), in
+    bytes; None without a driver, a GPU or an answer (a GB10's memory is the host's, and
+    its NVML may report none)."""
     try:
         nvml = ctypes.CDLL(library)
         if nvml.nvmlInit_v2() != 0:

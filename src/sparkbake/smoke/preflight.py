@@ -76,6 +76,11 @@ def host_model_dir(env: dict[str, str]) -> Path | None:
     return folder if env.get("MODEL_HOST_PATH") and folder.is_dir() else None
 
 
+def tag_memory_only() -> None:
+    """check-env's answer for the GPU's memory: none, so the tag's declared device memory
+    counts; the machine it runs on need not be a node, and its GPU is not the node's."""
+
+
 def evaluate(tag: Tag, env_file: envfile.EnvFile, proc_sys: Path,
              runtime_lock: Path | None = None) -> list[Any]:
     """The preflight findings for this node's file on this tag, in the rules' order."""
@@ -84,7 +89,7 @@ def evaluate(tag: Tag, env_file: envfile.EnvFile, proc_sys: Path,
     return list(image.checks.check(env, series=tag.series, proc_sys=proc_sys,
                                    known=[name for name, _ in tag.env],
                                    image=image_facts(tag, runtime_lock),
-                                   model_dir=host_model_dir(env)))
+                                   model_dir=host_model_dir(env), gpu_memory=tag_memory_only))
 
 
 def report(env_file: envfile.EnvFile, findings: list[Any]) -> list[str]:
