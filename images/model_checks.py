@@ -152,7 +152,7 @@ class Node:
     and the reference deployment's memory figures (preflight.json `memory`)."""
 
     def __init__(self, layout: Layout, folder: Path | None, declared_gb: float | None,
-                 gpu_memory: Callable[[], int | None], memory: Mapping[str, float]) -> None:
+                 gpu_memory: Callable[[], int | None], memory: Mapping[str, Any]) -> None:
         self.layout = layout
         self.model = read_model(folder)
         self.memory = memory
@@ -392,7 +392,7 @@ class Margin:
     ceiling: float  # the highest utilization that leaves `needed`
 
 
-def host_margin(device: int, memory: Mapping[str, float]) -> Margin:
+def host_margin(device: int, memory: Mapping[str, Any]) -> Margin:
     reference = (1 - memory["reference_utilization"]) * memory["reference_device_gb"] * GB
     host_use = reference - memory["least_free_gib"] * GIB
     floor = memory["earlyoom_free_percent"] / 100 * device
@@ -418,7 +418,7 @@ def fit_problems(node: Node) -> list[Problem]:
 
 
 def _fit_remedy(total: int, per_rank: float, budget: float, device: Device,
-                memory: Mapping[str, float]) -> str:
+                memory: Mapping[str, Any]) -> str:
     nodes = f"spread them over more nodes, TP_SIZE={math.ceil(total / budget)} or more"
     needed = math.ceil(per_rank / device.total * 100) / 100
     ceiling = host_margin(device.total, memory).ceiling

@@ -4,6 +4,7 @@ Standard library only, Python >= 3.10. Baked into the image next to entrypoint.p
 runs it before exec), and loaded by `sparkbake check-env` on the host, so both apply the
 same rules. The rules are data: each names a level, a condition written as a small Python
 expression over the variables, a message and the reason the reference deployment gives.
+The checks of the mounted model are in model_checks.py, loaded from beside this file.
 """
 
 from __future__ import annotations
@@ -111,7 +112,7 @@ class Context:
         self.env = dict(env)
         self.model_dir = None if model_dir is None else Path(model_dir)
         self.gpu_memory = gpu_memory
-        self.memory: Mapping[str, float] = rules.get("memory", {})
+        self.memory: Mapping[str, Any] = rules.get("memory", {})
         self._node: Any = None
         self.variables: dict[str, dict[str, Any]] = rules["variables"]
         self.series = None if series is None else tuple(series)
@@ -178,7 +179,7 @@ class Context:
             declared = (self.image.capabilities or {}).get("device_memory_gb")
             self._node = model_checks.Node(
                 self._layout(), self.model_dir,
-                declared if isinstance(declared, int | float) else None,
+                declared if type(declared) in (int, float) else None,
                 self.gpu_memory or model_checks.nvml_total_memory, self.memory)
         return self._node
 

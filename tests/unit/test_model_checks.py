@@ -118,8 +118,9 @@ def test_the_servable_sample_on_the_tags_declared_memory_passes(sysctls: Path) -
 def test_each_model_rule_fires_alone(rule: str, level: str, changes: dict[str, str],
                                      config: dict[str, Any], files: dict[str, str | None],
                                      sysctls: Path, tmp_path: Path) -> None:
-    folder = model(tmp_path / "model", files, **config)
-    assert fired(node(**changes), sysctls, folder) == {rule: level}
+    found = findings(node(**changes), sysctls, model(tmp_path / "model", files, **config))
+    assert {f.rule: f.level for f in found} == {rule: level}
+    assert all("?" not in f.message + f.reason for f in found)  # every field filled in
 
 
 @pytest.mark.parametrize(("rule", "changes", "config"), MODEL_QUIET,
