@@ -237,9 +237,10 @@ def _shared_expert(size: int, tp: int) -> int:
 
 
 def linear_layers(config: Mapping[str, Any], tp: int, dspark: bool) -> list[Linear]:
-    """DeepSeek-V4's block-FP8 linear layers in vLLM 0.33.0 (models/deepseek_v4/attention.py,
-    nvidia/model.py, nvidia/dspark.py). Built unquantized, so not here: the compressors, the
-    indexer's weights_proj, the router gate, the vision tower; the routed experts are MoE."""
+    """DeepSeek-V4's block-FP8 linear layers in vLLM 0.33.0 (vllm/models/deepseek_v4/:
+    attention.py, nvidia/model.py, nvidia/dspark.py). Built unquantized, so not here: the
+    compressors, the indexer's weights_proj, the router gate, the vision tower; the routed
+    experts are MoE."""
     c = _ints(config, "hidden_size", "num_attention_heads", "head_dim", "q_lora_rank",
               "o_lora_rank", "o_groups", "index_n_heads", "index_head_dim")
     if c is None:
@@ -403,7 +404,7 @@ def host_margin(device: int, memory: Mapping[str, Any]) -> Margin:
 
 def fit_problems(node: Node) -> list[Problem]:
     """The weights per rank against vLLM's budget (total memory x gpu_memory_utilization,
-    v1/worker/utils.py request_memory). The whole checkpoint counts as split over TP:
+    vllm/v1/worker/utils.py request_memory). The whole checkpoint counts as split over TP:
     the DSpark draft's mtp.* tensors ship in it and its layers split as the target's."""
     model, device, layout = node.model, node.device, node.layout
     if model is None or model.total_size is None or device is None:

@@ -141,9 +141,9 @@ def test_a_per_rank_intermediate_size_b12x_cannot_take_is_refused(
         "size per rank must be a multiple of 32, but moe_intermediate_size 2000 / 4 = 500")
     assert finding.reason == (
         "vLLM 0.33.0 asks B12xExperts.is_supported_config and _supports_parallel_config "
-        "(model_executor/layers/fused_moe/b12x.py) for both b12x MXFP4 variants when it builds "
-        "the layer, and the load stops when neither fits; MOE_BACKEND=auto lets vLLM pick an "
-        "MXFP4 kernel that pads it")
+        "(vllm/model_executor/layers/fused_moe/b12x.py) for both b12x MXFP4 variants when it "
+        "builds the layer, and the load stops when neither fits; MOE_BACKEND=auto lets vLLM "
+        "pick an MXFP4 kernel that pads it")
 
 
 def test_an_intermediate_size_tp_does_not_split_evenly_asks_for_another_tp(
@@ -181,8 +181,8 @@ def test_a_replicated_layer_off_128_names_the_layer_and_auto(sysctls: Path,
         "LINEAR_BACKEND=b12x cannot run attn.indexer.wq_b (replicated; N = index_n_heads x "
         "index_head_dim, K = q_lora_rank) at TP_SIZE=4: N and K per rank must be multiples of "
         "128, but N = 4160, K = 1024")
-    assert "B12xFp8BlockScaledMMKernel.can_implement (model_executor/kernels/linear/scaled_mm/" \
-           "b12x.py)" in finding.reason
+    assert "B12xFp8BlockScaledMMKernel.can_implement (vllm/model_executor/kernels/linear/" \
+           "scaled_mm/b12x.py)" in finding.reason
     assert finding.reason.endswith("LINEAR_BACKEND=auto lets vLLM pick another block-FP8 "
                                    "kernel for it")
 
@@ -245,7 +245,7 @@ def test_weights_that_exceed_one_spark_are_refused_with_the_figures(sysctls: Pat
     assert finding.message == (
         "the weights per rank, 148.0 GiB (148.0 GiB / TP_SIZE=1), exceed the GPU memory budget "
         "of 89.4 GiB: 119.2 GiB of device memory (NVML) x GPU_MEMORY_UTILIZATION=0.75")
-    assert "v1/worker/utils.py request_memory" in finding.reason
+    assert "vllm/v1/worker/utils.py request_memory" in finding.reason
     assert "the DSpark draft included (its mtp.* tensors ship in it" in finding.reason
     assert finding.reason.endswith(
         "spread them over more nodes, TP_SIZE=2 or more; no GPU_MEMORY_UTILIZATION fits them "
