@@ -47,6 +47,19 @@ CHECKS = {
                           "the tag's model family on its GPU (`backend-verdicts.json`)",
     "roles": "the {role} (a worker: NNODES > 1 and NODE_RANK > 0; else the head) is given "
              "{refuses} in `SERVE_EXTRA_ARGS`",
+    "model-files": "the model's config.json or model.safetensors.index.json is there but not "
+                   "JSON (or its weight_map is not an object)",
+    "model-index": "the model has no model.safetensors.index.json with metadata.total_size",
+    "moe-shape": "`MOE_BACKEND` is b12x and the model's MXFP4 experts, at this TP_SIZE, have "
+                 "expert parallelism or a per-rank intermediate size not a multiple of 32",
+    "moe-activations": "`MOE_BACKEND` is b12x and the model's hidden size is not a multiple "
+                       "of 256",
+    "linear-shape": "`LINEAR_BACKEND` is b12x and a block-FP8 linear layer of the model, at "
+                    "this TP_SIZE, has weight blocks other than 128 x 128 or N or K per rank "
+                    "not a multiple of 128",
+    "fit": "the model's weights / TP_SIZE > device memory x GPU_MEMORY_UTILIZATION",
+    "host-margin": "(1 - GPU_MEMORY_UTILIZATION) x device memory is below what the reference "
+                   "deployment's host needed (preflight.json `memory`)",
 }
 
 

@@ -5,7 +5,7 @@ With arguments, it runs exactly them: no env-derived flag is ever added. Without
 checks of preflight.py (SPARKBAKE_PREFLIGHT=0 skips them) and execs it; errors refuse the
 start with exit status 2. `--print` shows the command instead of running it.
 Standard library only, Python >= 3.10: this file is copied into the image, with
-preflight.py and preflight.json beside it.
+preflight.py, model_checks.py and preflight.json beside it.
 """
 
 from __future__ import annotations
@@ -241,7 +241,8 @@ def preflight(env: Env) -> int:
     series = [s["name"] for s in manifest.get("series", [])] if manifest else None
     findings = checks.check(effective_env(env), series=series,
                             proc_sys=env.get("SPARKBAKE_PROC_SYS") or "/proc/sys",
-                            known=(manifest or {}).get("env", {}), image=image_facts(manifest))
+                            known=(manifest or {}).get("env", {}), image=image_facts(manifest),
+                            model_dir=env.get("MODEL") or None)
     for finding in findings:
         print(finding.lines(PREFIX), file=sys.stderr)
     errors = checks.errors(findings)

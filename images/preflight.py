@@ -4,18 +4,22 @@ Standard library only, Python >= 3.10. Baked into the image next to entrypoint.p
 runs it before exec), and loaded by `sparkbake check-env` on the host, so both apply the
 same rules. The rules are data: each names a level, a condition written as a small Python
 expression over the variables, a message and the reason the reference deployment gives.
+The checks of the mounted model are in model_checks.py, loaded from beside this file.
 """
 
 from __future__ import annotations
 
 import ast
 import difflib
+import importlib.util
 import json
 import re
 import shlex
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 RULES_FILE = Path(__file__).with_name("preflight.json")
@@ -62,6 +66,22 @@ class Unknown(Exception):
     """A value the rule needs is unset or unreadable: the rule does not apply."""
 
 
+def _sibling(name: str) -> ModuleType:
+    """A module of this file's folder (in the image, the files baked beside it)."""
+    module_name = f"sparkbake_image_{name}"
+    if module_name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(module_name, RULES_FILE.with_name(
+            f"{name}.py"))
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[module_name]
+
+
+model_checks = _sibling("model_checks")
+
+
 def load_rules(path: Path | str = RULES_FILE) -> dict[str, Any]:
     """The rules, with the backend verdicts beside them as `backends.runs` (if there)."""
     with open(path, encoding="utf-8") as handle:
@@ -90,12 +110,18 @@ def convert(kind: str, text: str) -> Any:
 
 
 class Context:
-    """The environment, typed through the variable table, plus the tag's series and sysctls."""
+    """The environment, typed through the variable table, plus the tag's series and sysctls,
+    the image, and the model folder (None: not known) with the GPU's memory (a probe)."""
 
     def __init__(self, env: Mapping[str, str], rules: Mapping[str, Any],
                  series: Iterable[str] | None, proc_sys: Path | str,
-                 image: Image | None = None) -> None:
+                 image: Image | None = None, *, model_dir: Path | str | None = None,
+                 gpu_memory: Callable[[], int | None] | None = None) -> None:
         self.env = dict(env)
+        self.model_dir = None if model_dir is None else Path(model_dir)
+        self.gpu_memory = gpu_memory
+        self.memory: Mapping[str, Any] = rules.get("memory", {})
+        self._node: Any = None
         self.variables: dict[str, dict[str, Any]] = rules["variables"]
         self.series = None if series is None else tuple(series)
         self.proc_sys = Path(proc_sys)
@@ -163,6 +189,31 @@ class Context:
         if not model or model not in runs:
             raise Unknown("backend verdicts")
         return dict(runs[model].get(kind, {}))
+
+    def node(self) -> Any:
+        """The node as the model checks see it (model_checks.Node), made once; Unknown when
+        a variable of its layout cannot be read."""
+        if self._node is None:
+            declared = (self.image.capabilities or {}).get("device_memory_gb")
+            self._node = model_checks.Node(
+                self._layout(), self.model_dir,
+                declared if type(declared) in (int, float) else None,
+                self.gpu_memory or model_checks.nvml_total_memory, self.memory)
+        return self._node
+
+    def _layout(self) -> Any:
+        try:
+            args = self.value("SERVE_EXTRA_ARGS")
+        except Unknown:
+            args = []
+        tp_size, utilization = self.value("TP_SIZE"), self.value("GPU_MEMORY_UTILIZATION")
+        if tp_size < 1 or not 0 < utilization <= 1:
+            raise Unknown("layout")
+        return model_checks.Layout(
+            tp_size=tp_size, expert_parallel=model_checks.expert_parallel(args),
+            dspark=self.value("VLLM_ENABLE_DSPARK"), utilization=utilization,
+            moe_backend=normal_backend("moe", self.env.get("MOE_BACKEND") or "auto"),
+            linear_backend=normal_backend("linear", self.env.get("LINEAR_BACKEND") or "auto"))
 
     def evaluate(self, expression: str) -> Any:
         return _eval(ast.parse(expression, mode="eval").body, self)
@@ -413,6 +464,15 @@ def check_roles(ctx: Context, rule: Mapping[str, Any]) -> list[Finding]:
     return [_finding(rule, ctx.render(rule["message"], extra), "SERVE_EXTRA_ARGS",
                      reason=ctx.render(rule["reason"], extra))]
 
+def check_model(ctx: Context, rule: Mapping[str, Any]) -> list[Finding]:
+    """A check of model_checks.py: each problem it finds fills the rule's message and reason."""
+    try:
+        problems = model_checks.CHECKS[rule["check"]](ctx.node())
+    except Unknown:
+        return []
+    return [_finding(rule, ctx.render(rule["message"], problem), rule.get("at", ""),
+                     reason=ctx.render(rule["reason"], problem)) for problem in problems]
+
 
 def _finding(rule: Mapping[str, Any], message: str, at: str = "",
              reason: str | None = None) -> Finding:
@@ -424,17 +484,24 @@ CHECKS: dict[str, Callable[[Context, Mapping[str, Any]], list[Finding]]] = {
     "when": check_when, "types": check_types, "sysctls": check_sysctls,
     "backends": check_backends, "backend-packages": check_backend_packages,
     "roles": check_roles, "backend-capability": check_backend_capability,
+
+    **{kind: check_model for kind in model_checks.CHECKS},
 }
 
 
 def check(env: Mapping[str, str], rules: Mapping[str, Any] | None = None,
           series: Iterable[str] | None = None, proc_sys: Path | str = "/proc/sys",
-          known: Iterable[str] = (), image: Image | None = None) -> list[Finding]:
+          known: Iterable[str] = (), image: Image | None = None,
+          model_dir: Path | str | None = None,
+          gpu_memory: Callable[[], int | None] | None = None) -> list[Finding]:
     """Every finding of every rule, in the rules' order. `series` None: the tag is unknown and
     the rules about it do not apply; `known`: more variable names that are not typos;
-    `image`: its vLLM, packages and capabilities (unknown ones: their rules do not apply)."""
+    `image`: its vLLM, packages and capabilities (unknown ones: their rules do not apply);
+    `model_dir`: the model's folder (None or absent: the model checks do not apply);
+    `gpu_memory`: what asks the GPU its memory (default: NVML; None from it: not known)."""
     rules = load_rules() if rules is None else rules
-    ctx = Context(env, rules, series, proc_sys, image)
+    ctx = Context(env, rules, series, proc_sys, image, model_dir=model_dir,
+                  gpu_memory=gpu_memory)
     found: list[Finding] = []
     for rule in rules["rules"]:
         kind = rule.get("check", "when")

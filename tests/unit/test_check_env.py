@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
+import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from sparkbake.__main__ import main
+from sparkbake.config.versions import Tag
+from sparkbake.smoke import preflight
 from tests.conftest import versions_yaml
 from tests.nodeenv import ENV_DIR, HEAD_IP, at_dcp_1, node_command, write_sysctls
 
 VERSIONS = Path(__file__).parents[2] / "versions.yaml"
+DSV4 = Path(__file__).parents[1] / "data" / "models" / "dsv4-flash"  # DeepSeek-V4-Flash
 
 # A tag of its own: its env sets the gather (as production-3.72-vision's does), its series
 # includes prefix-cache.
@@ -40,6 +46,21 @@ CONFIG = versions_yaml(repository="localhost:5000/check-env", platform="linux/ar
 @pytest.fixture
 def proc_sys(tmp_path: Path) -> Path:
     return write_sysctls(tmp_path / "sys")
+
+
+@pytest.fixture
+def declared_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tag declares a GB10's 128 GB (capabilities: device_memory_gb), and this machine's
+    GPU, asked, would report 24 GiB."""
+    facts = preflight.image_facts
+
+    def with_memory(tag: Tag, runtime_lock: Path | None = None) -> Any:
+        image = facts(tag, runtime_lock)
+        declared = {**(image.capabilities or {}), "device_memory_gb": 128}
+        return dataclasses.replace(image, capabilities=declared)
+    monkeypatch.setattr(preflight, "image_facts", with_memory)
+    monkeypatch.setattr(preflight.entrypoint().checks.model_checks, "nvml_total_memory",
+                        lambda: 24 * 2**30)
 
 
 @pytest.fixture
@@ -272,3 +293,44 @@ def test_a_misspelt_capability_in_versions_yaml_is_exit_2_with_its_line(
         "'dcp_size' in capabilities (did you mean 'dcp_sizes'?)",
         "  -> allowed keys: dcp_sizes, images_under_dcp, prefix_cache_under_dcp, speculative, "
         "ckv_gather, vision_mhc, model, device_memory_gb, because"]
+
+
+def test_the_model_on_this_host_is_read_from_model_host_path(
+        tmp_path: Path, proc_sys: Path, declared_memory: None,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    env = write_env(tmp_path, f"MODEL=/model\nMODEL_HOST_PATH={DSV4}\nTP_SIZE=1\n"
+                              "GPU_MEMORY_UTILIZATION=0.75\nNUM_SPECULATIVE_TOKENS=6\n")
+    assert check_env(env, "3.73-vision", "--proc-sys", str(proc_sys)) == 2
+    out, err = capsys.readouterr()
+    assert out.splitlines()[0] == (
+        f"{env}:3: error: the weights per rank, 148.0 GiB (148.0 GiB / TP_SIZE=1), exceed the "
+        "GPU memory budget of 89.4 GiB: 119.2 GiB of device memory (the tag's "
+        "device_memory_gb: 128) x GPU_MEMORY_UTILIZATION=0.75 [weights-exceed-memory]")
+    assert err.startswith(f"sparkbake: error: {env}: 1 preflight error(s) for "
+                          "production-3.73-vision")
+    four = write_env(tmp_path, env.read_text().replace("TP_SIZE=1", "TP_SIZE=4"), "4.env")
+    assert check_env(four, "3.73-vision", "--proc-sys", str(proc_sys)) == 0  # 24 GiB unasked
+    assert capsys.readouterr().out == ""
+
+
+def test_a_model_without_an_index_is_a_warning_at_its_host_path(
+        tmp_path: Path, proc_sys: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = tmp_path / "model"
+    folder.mkdir()
+    shutil.copy(DSV4 / "config.json", folder)
+    env = write_env(tmp_path, f"MODEL=/m\nNUM_SPECULATIVE_TOKENS=6\nMODEL_HOST_PATH={folder}\n")
+    assert check_env(env, "3.73-vision", "--proc-sys", str(proc_sys)) == 0
+    assert capsys.readouterr().out.splitlines()[0] == (
+        f"{env}:3: warning: the model in {folder} has no model.safetensors.index.json: whether "
+        "its weights fit in GPU memory is not checked [model-index-missing]")
+
+
+def test_a_model_host_path_that_is_not_a_folder_here_is_not_read(
+        tmp_path: Path, proc_sys: Path, declared_memory: None,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "file").write_text("")
+    for host_path in (tmp_path / "nowhere", tmp_path / "file"):
+        env = write_env(tmp_path, f"MODEL=/model\nMODEL_HOST_PATH={host_path}\nTP_SIZE=1\n"
+                                  "GPU_MEMORY_UTILIZATION=0.75\nNUM_SPECULATIVE_TOKENS=6\n")
+        assert check_env(env, "3.73-vision", "--proc-sys", str(proc_sys)) == 0
+        assert capsys.readouterr().out == ""

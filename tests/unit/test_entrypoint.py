@@ -317,3 +317,21 @@ def test_the_manifests_capabilities_refuse_dcp_2_with_the_reason(
                 "VLLM_DSV4_CKV_ALLOW_IMAGES": ""}
     accepted = run("--print", env=with_capabilities(image_env) | at_dcp_1)
     assert accepted.returncode == 0, accepted.stderr
+
+
+def test_the_model_that_model_names_is_checked_before_vllm_starts(
+        image_env: dict[str, str]) -> None:
+    """In the image the model is the folder MODEL names; the declared device memory counts
+    where no GPU answers (none does here)."""
+    manifest = Path(with_capabilities(image_env)["SPARKBAKE_MANIFEST"])
+    data = json.loads(manifest.read_text())
+    manifest.write_text(json.dumps({**data, "capabilities": {**data["capabilities"],
+                                                             "device_memory_gb": 128}}))
+    dsv4 = Path(__file__).parents[1] / "data" / "models" / "dsv4-flash"
+    env = {**image_env, "MODEL": str(dsv4), "GPU_MEMORY_UTILIZATION": "0.75"}
+    result = run("--print", env=env)
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.startswith("sparkbake preflight: error: the weights per rank, 148.0 "
+                                    "GiB (148.0 GiB / TP_SIZE=unset (1)), exceed the GPU memory "
+                                    "budget")
+    assert run("--print", env={**env, "TP_SIZE": "4"}).returncode == 0

@@ -33,9 +33,15 @@ def node(name: str = "worker", **changes: str) -> dict[str, str]:
     return env
 
 
+def no_gpu() -> None:
+    """The GPU memory probe for rules that are not about it: this machine's GPU, if any, is
+    not the node's (test_model_checks.py tests the memory rules)."""
+
+
 def findings(env: dict[str, str], proc_sys: Path, series: tuple[str, ...] | None = SERIES_373,
              known: tuple[str, ...] = ()) -> list[Any]:
-    return list(checks.check(env, series=series, proc_sys=proc_sys, known=known))
+    return list(checks.check(env, series=series, proc_sys=proc_sys, known=known,
+                             gpu_memory=no_gpu))
 
 
 def fired(env: dict[str, str], proc_sys: Path, series: tuple[str, ...] | None = SERIES_373
@@ -131,9 +137,12 @@ def test_near_misses_do_not_fire(rule: str, changes: dict[str, str], sysctls: Pa
 
 
 def test_every_rule_is_tested() -> None:
+    from .test_model_checks import MODEL_FIRING  # it builds on this module's helpers
+
     tested = {rule for rule, _, _ in FIRING} | {"host-memory-floor", "prefix-cache-without-series",
                                                 "backend-not-installed", "backend-cannot-run"}
-    assert tested | {rule for rule, _, _, _ in IMAGE_FIRING} == set(RULE_IDS)
+    assert tested | {rule for rule, _, _, _ in IMAGE_FIRING} | \
+        {rule for rule, *_ in MODEL_FIRING} == set(RULE_IDS)
 
 
 def test_every_rule_the_preflight_page_names_is_a_rule() -> None:
@@ -153,7 +162,7 @@ def test_the_findings_carry_values_and_the_reference_reason(sysctls: Path) -> No
 
 def test_an_unset_value_shows_what_it_means(sysctls: Path) -> None:
     [finding] = findings(node(GPU_MEMORY_UTILIZATION=""), sysctls)
-    assert finding.message.startswith("GPU_MEMORY_UTILIZATION=unset (0.9) on 4 nodes")
+    assert finding.message.startswith("GPU_MEMORY_UTILIZATION=unset (0.92) on 4 nodes")
 
 
 def test_expressions_in_messages_are_computed(sysctls: Path) -> None:
@@ -216,7 +225,8 @@ def test_names_the_image_knows_are_not_typos(sysctls: Path) -> None:
     assert [f.rule for f in findings(env, sysctls, known=())] == []
     env = node(VLLM_DSV4_CKV_GATHR="1")
     assert [f.rule for f in checks.check(env, series=SERIES_373, proc_sys=sysctls,
-                                         known=("VLLM_DSV4_CKV_GATHR",))] == []
+                                         known=("VLLM_DSV4_CKV_GATHR",),
+                                         gpu_memory=no_gpu)] == []
 
 
 def test_the_did_you_mean_names_the_close_variable(sysctls: Path) -> None:
@@ -282,7 +292,7 @@ def image_fired(env: dict[str, str], proc_sys: Path, image: Any = IMAGE_373,
     if capabilities:
         image = dataclasses.replace(image, capabilities={**image.capabilities, **capabilities})
     return {f.rule: f.level for f in checks.check(env, series=SERIES_373, proc_sys=proc_sys,
-                                                  image=image)}
+                                                  image=image, gpu_memory=no_gpu)}
 
 
 # (rule, level, changes to the servable worker, capabilities changed from 3.73's)
@@ -349,7 +359,7 @@ def test_a_refusal_names_the_backends_the_image_has_and_the_reason_declared(
         sysctls: Path) -> None:
     env = servable(ATTENTION_BACKEND="B12X_MLA_SPARSE", DCP_SIZE="2", LIMIT_MM_IMAGES="0")
     found = {f.rule: f for f in checks.check(env, series=SERIES_373, proc_sys=sysctls,
-                                             image=IMAGE_373)}
+                                             image=IMAGE_373, gpu_memory=no_gpu)}
     assert found["unknown-backend"].at == "ATTENTION_BACKEND"
     assert found["unknown-backend"].reason.startswith(
         "vllm serve stops before it loads anything; its attention backends: FLASH_ATTN, ")

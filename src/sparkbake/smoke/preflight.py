@@ -1,10 +1,10 @@
 """check-env: a node's .env checked on the host with the image's own entrypoint and rules.
 
-images/entrypoint.py, images/preflight.py and images/preflight.json are what the image runs
-before exec; they are loaded here from the package resources, so the host applies exactly
-the image's rules and builds exactly its command. The tag's env (versions.yaml) lies under
-the file's values, as the image's ENV defaults do; the tag's series decide the rules about
-them.
+images/entrypoint.py, images/preflight.py, images/model_checks.py and images/preflight.json
+are what the image runs before exec; they are loaded here from the package resources, so the
+host applies exactly the image's rules and builds exactly its command. The tag's env
+(versions.yaml) lies under the file's values, as the image's ENV defaults do; the tag's
+series decide the rules about them; the model is read where MODEL_HOST_PATH says.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from sparkbake.config.versions import PypiUpstream, Tag
 from sparkbake.console.tools import echo
 from sparkbake.errors import ConfigError
 
-__all__ = ["check_env", "entrypoint", "evaluate", "image_facts", "locked_distributions",
-           "node_env", "report"]
+__all__ = ["check_env", "entrypoint", "evaluate", "host_model_dir", "image_facts",
+           "locked_distributions", "node_env", "report"]
 
 MODULE = "sparkbake_image_entrypoint"
 LOCKED = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==", re.MULTILINE)
@@ -71,6 +71,18 @@ def locked_distributions(runtime_lock: Path | None) -> frozenset[str] | None:
                      LOCKED.finditer(runtime_lock.read_text(encoding="utf-8")))
 
 
+def host_model_dir(env: dict[str, str]) -> Path | None:
+    """The model's folder as this host sees it: MODEL_HOST_PATH, when it is a folder here
+    (MODEL is the container's path to it); else None, and the model checks do not apply."""
+    folder = Path(env.get("MODEL_HOST_PATH") or "")
+    return folder if env.get("MODEL_HOST_PATH") and folder.is_dir() else None
+
+
+def tag_memory_only() -> None:
+    """check-env's answer for the GPU's memory: none, so the tag's declared device memory
+    counts; the machine it runs on need not be a node, and its GPU is not the node's."""
+
+
 def evaluate(tag: Tag, env_file: envfile.EnvFile, proc_sys: Path,
              runtime_lock: Path | None = None) -> list[Any]:
     """The preflight findings for this node's file on this tag, in the rules' order."""
@@ -78,7 +90,8 @@ def evaluate(tag: Tag, env_file: envfile.EnvFile, proc_sys: Path,
     env = image.effective_env(node_env(tag, env_file))
     return list(image.checks.check(env, series=tag.series, proc_sys=proc_sys,
                                    known=[name for name, _ in tag.env],
-                                   image=image_facts(tag, runtime_lock)))
+                                   image=image_facts(tag, runtime_lock),
+                                   model_dir=host_model_dir(env), gpu_memory=tag_memory_only))
 
 
 def report(env_file: envfile.EnvFile, findings: list[Any]) -> list[str]:
