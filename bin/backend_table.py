@@ -57,6 +57,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("tag")
     parser.add_argument("--config", type=Path, default=REPO / "versions.yaml")
+    parser.add_argument("--cuda-arch", help="another GPU's verdicts, asked of the same image "
+                        "(default: the tag's cuda_arch)")
     args = parser.parse_args(argv)
     tag = versions.load(args.config).tag(args.tag)
     model = tag.capabilities.model if tag.capabilities else None
@@ -64,12 +66,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.exit(f"backend_table: {tag.name} declares no model family (capabilities: model)")
     client = docker_engine.connect()
     version = ask(client, tag.image_ref, tag.platform, ["-c", VERSION])
+    cuda_arch = args.cuda_arch or tag.cuda_arch
     table = json.loads(ask(client, tag.image_ref, tag.platform,
-                           ["-B", f"{checks.CHECKER_DIR}/{SCRIPT}", tag.cuda_arch, model]))
+                           ["-B", f"{checks.CHECKER_DIR}/{SCRIPT}", cuda_arch, model]))
     runs = json.loads(VERDICTS.read_text()) if VERDICTS.is_file() else {}
-    runs = merge(runs, version, tag.cuda_arch, model, table)
+    runs = merge(runs, version, cuda_arch, model, table)
     VERDICTS.write_text(json.dumps(runs, indent=1, sort_keys=True) + "\n")
-    print(f"backend_table: {VERDICTS.name}: vLLM {version} on {tag.cuda_arch} for {model}")
+    print(f"backend_table: {VERDICTS.name}: vLLM {version} on {cuda_arch} for {model}")
     return 0
 
 

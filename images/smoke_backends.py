@@ -12,18 +12,29 @@ declares (`capabilities: model`), each backend name of each kind gets vLLM's ver
              FP8 blocks) in vLLM's CUDA priority list, then their `is_supported`.
 "" means it runs; anything else is why not. The verdicts come from a separate Python whose
 vLLM platform reports the tag's GPU from the start (modules bind the platform when they are
-imported), so no GPU is needed. The table must equal backend-verdicts.json's for the installed
-vLLM, arch and model, or the preflight's data is stale. Standard library plus the
-image's vLLM; mounted beside smoke_check.py, never baked. As a script:
-`smoke_backends.py CUDA_ARCH MODEL` prints the table as JSON (bin/backend_table.py runs it).
+imported), and whose torch reports it to the kernel packages that ask torch (b12x), so no
+GPU is needed. vLLM's compiled libraries link the CUDA driver, which a
+container without a GPU lacks: there the check first compiles a stub of it with the image's C
+compiler, as NVIDIA's toolkit ships one for linking, each driver function the libraries name
+answering CUDA_ERROR_STUB_LIBRARY, so they load; the verdicts call none of them.
+
+The table must equal backend-verdicts.json's for the installed vLLM, arch and model, or the
+preflight's data is stale. Standard library plus the image's vLLM; mounted beside
+smoke_check.py, never baked. As a script, `smoke_backends.py CUDA_ARCH MODEL` prints the table
+as JSON (bin/backend_table.py runs it).
 """
 
 from __future__ import annotations
 
+import ctypes
+import importlib.util
 import json
+import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import typing
 from pathlib import Path
 from types import SimpleNamespace
@@ -36,6 +47,45 @@ AUTO = "auto"
 ARCH = re.compile(r"(\d+)\.(\d+)[af]?")
 TIMEOUT = 900  # importing vLLM's kernels under emulation is slow
 VERDICTS = "opt/sparkbake/backend-verdicts.json"  # what the image's preflight enforces
+DRIVER = "libcuda.so.1"
+STUB_LIBRARY = 34  # CUDA_ERROR_STUB_LIBRARY: what the toolkit's own driver stub answers
+
+
+def driver_functions(vllm_dir: Path) -> list[str]:
+    """The CUDA driver functions vLLM's compiled libraries name (`nm`, binutils)."""
+    names: set[str] = set()
+    for library in sorted(vllm_dir.rglob("*.so")):
+        listed = subprocess.run(["nm", "-D", "--undefined-only", str(library)],
+                                capture_output=True, text=True, timeout=120, check=False)
+        names |= {line.split()[-1] for line in listed.stdout.splitlines()
+                  if re.fullmatch(r"cu[A-Z]\w*", line.split()[-1] if line.split() else "")}
+    return sorted(names)
+
+
+def driver_stub(folder: Path) -> dict[str, str]:
+    """Environment under which vLLM's libraries load without a GPU: {} where the driver is
+    there, else LD_LIBRARY_PATH to a stub compiled into folder; CheckSkipped without a
+    compiler."""
+    try:
+        ctypes.CDLL(DRIVER)
+        return {}
+    except OSError:
+        pass
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    spec = importlib.util.find_spec("vllm")
+    if compiler is None or shutil.which("nm") is None or spec is None or not spec.origin:
+        raise CheckSkipped(f"no CUDA driver ({DRIVER}) here, and no C compiler and nm to make "
+                           "its stub: vLLM's kernels cannot load; run with a GPU (--gpu)")
+    source = folder / "cuda_stub.c"
+    source.write_text("".join(f"int {name}(void) {{ return {STUB_LIBRARY}; }}\n"
+                              for name in driver_functions(Path(spec.origin).parent)))
+    built = subprocess.run([compiler, "-shared", "-fPIC", f"-Wl,-soname,{DRIVER}", "-o",
+                            str(folder / DRIVER), str(source)], capture_output=True,
+                           text=True, timeout=300, check=False)
+    if built.returncode != 0:
+        raise CheckFailed(f"the CUDA driver stub did not compile: {built.stderr.strip()[-200:]}")
+    return {"LD_LIBRARY_PATH": ":".join(filter(None, [str(folder),
+                                                      os.environ.get("LD_LIBRARY_PATH")]))}
 
 
 def use_gpu(major: int, minor: int) -> None:
@@ -50,6 +100,22 @@ def use_gpu(major: int, minor: int) -> None:
             return DeviceCapability(major=major, minor=minor)
 
     vllm.platforms.current_platform = TaggedGpu()
+
+
+def torch_reports(major: int, minor: int) -> None:
+    """Make torch report that GPU too: kernel packages gate on it (b12x asks
+    torch.cuda.get_device_capability). Done after the imports, which need no device."""
+    import torch
+
+    torch.cuda.is_available = lambda: True
+    torch.cuda.get_device_capability = lambda device=None: (major, minor)
+
+
+def import_model(model: str) -> None:
+    """The modules whose code gives the verdicts, imported before torch reports the GPU."""
+    import vllm.model_executor.kernels.linear
+    import vllm.model_executor.layers.fused_moe.oracle.mxfp4
+    import vllm.models.deepseek_v4.nvidia.model  # noqa: F401
 
 
 def deepseek_v4_attention(capability: Any) -> dict[str, str]:
@@ -131,6 +197,8 @@ def table(cuda_arch: str, model: str) -> dict[str, dict[str, str]]:
         raise ValueError(f"not a CUDA arch: {cuda_arch!r}")
     major, minor = int(match.group(1)), int(match.group(2))
     use_gpu(major, minor)
+    import_model(model)
+    torch_reports(major, minor)
     from vllm.platforms.interface import DeviceCapability
     capability = DeviceCapability(major=major, minor=minor)
     return {kind: MODELS[model][kind](capability) for kind in KINDS}
@@ -138,8 +206,11 @@ def table(cuda_arch: str, model: str) -> dict[str, dict[str, str]]:
 
 def asked(cuda_arch: str, model: str) -> dict[str, dict[str, str]]:
     """table() from a Python of its own: no module here has bound vLLM's platform yet."""
-    done = subprocess.run([sys.executable, "-B", str(Path(__file__)), cuda_arch, model],
-                          capture_output=True, text=True, timeout=TIMEOUT, check=False)
+    with tempfile.TemporaryDirectory() as folder:
+        env = {**os.environ, **driver_stub(Path(folder))}
+        done = subprocess.run([sys.executable, "-B", str(Path(__file__)), cuda_arch, model],
+                              capture_output=True, text=True, timeout=TIMEOUT, check=False,
+                              env=env)
     lines = done.stdout.strip().splitlines()
     if done.returncode != 0 or not lines:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
@@ -191,5 +262,14 @@ def check_backend_capability(image: Image, expected: dict[str, Any]) -> str:
         f"{kind} {', '.join(names)}" for kind, names in runs.items()))
 
 
+def main(cuda_arch: str, model: str) -> dict[str, dict[str, str]]:
+    """The table, here if the CUDA driver loads, else from a Python run over its stub."""
+    try:
+        ctypes.CDLL(DRIVER)
+    except OSError:
+        return asked(cuda_arch, model)
+    return table(cuda_arch, model)
+
+
 if __name__ == "__main__":
-    print(json.dumps(table(sys.argv[1], sys.argv[2]), sort_keys=True))
+    print(json.dumps(main(sys.argv[1], sys.argv[2]), sort_keys=True))

@@ -271,7 +271,7 @@ def test_images_under_dcp_on_a_tag_that_runs_dcp_but_not_images_are_refused(
 def test_an_unknown_backend_is_two_lines_and_exit_2(
         tmp_path: Path, proc_sys: Path, capsys: pytest.CaptureFixture[str]) -> None:
     text = at_dcp_1((ENV_DIR / "head.env").read_text()).replace(
-        "LINEAR_BACKEND=auto", "LINEAR_BACKEND=cutlas")
+        "LINEAR_BACKEND=b12x", "LINEAR_BACKEND=cutlas")
     env = write_env(tmp_path, text)
     assert check_env(env, "3.73-vision", "--proc-sys", str(proc_sys)) == 2
     out = capsys.readouterr().out.splitlines()

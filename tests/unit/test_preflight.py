@@ -311,6 +311,12 @@ IMAGE_FIRING: list[tuple[str, str, dict[str, str], dict[str, Any]]] = [
     ("ckv-gather-unsupported", "error", {**DCP_2, "VLLM_DSV4_CKV_GATHER": "1"}, CAN_DCP_2),
     ("ckv-gather-inert", "warning", {"VLLM_DSV4_CKV_ALLOW_IMAGES": "1"}, {}),
     ("vision-mhc-unread", "warning", {"VISION_MHC": "1"}, {}),
+    # vLLM 0.33.0's own verdicts for 12.1a (images/backend-verdicts.json, made in the image)
+    ("backend-cannot-run", "error", {"ATTENTION_BACKEND": "FLASHMLA_SPARSE_DSV4"}, {}),
+    ("backend-cannot-run", "error", {"ATTENTION_BACKEND": "flashinfer_mla_sparse"}, {}),
+    ("backend-cannot-run", "error", {"ATTENTION_BACKEND": "TRITON_ATTN"}, {}),
+    ("backend-cannot-run", "error", {"MOE_BACKEND": "flashinfer_trtllm"}, {}),
+    ("backend-cannot-run", "error", {"LINEAR_BACKEND": "torch"}, {}),
 ]
 
 # (rule, changes that come close to firing it but must not, capabilities changed)
@@ -327,6 +333,9 @@ IMAGE_QUIET: list[tuple[str, dict[str, str], dict[str, Any]]] = [
     ("ckv-gather-unsupported", {**DCP_2, "VLLM_DSV4_CKV_GATHER": "1"},
      {**CAN_DCP_2, "ckv_gather": True}),
     ("vision-mhc-unread", {"VISION_MHC": "0"}, {}),
+    ("backend-cannot-run", {"ATTENTION_BACKEND": "auto", "MOE_BACKEND": "auto",
+                            "LINEAR_BACKEND": "auto"}, {}),
+    ("backend-cannot-run", {"MOE_BACKEND": "marlin", "LINEAR_BACKEND": "deep_gemm"}, {}),
 ]
 
 
@@ -386,14 +395,18 @@ def test_the_backend_lists_are_those_of_the_pinned_vllm_tree() -> None:
 
 def test_a_backend_whose_module_the_image_lacks_is_refused(sysctls: Path) -> None:
     assert IMAGE_373.modules == {"b12x"}  # the lock's flashinfer-python installs it
-    lacking = checks.Image(vllm="0.33.0", modules=frozenset(),
-                           capabilities=IMAGE_373.capabilities)
-    for changes in ({"MOE_BACKEND": "b12x"}, {"ATTENTION_BACKEND": "b12x"},
-                    {"LINEAR_BACKEND": "B12X"}):
+    lacking = dataclasses.replace(IMAGE_373, modules=frozenset())
+    for changes in ({"MOE_BACKEND": "b12x"}, {"LINEAR_BACKEND": "B12X"}):
         assert image_fired(servable(**changes), sysctls, lacking) == \
             {"backend-not-installed": "error"}
         assert image_fired(servable(**changes), sysctls) == {}
-    assert image_fired(servable(MOE_BACKEND="marlin"), sysctls, lacking) == {}
+    # vLLM knows the attention backend B12X, but DeepSeek-V4's attention does not take it
+    b12x_attention = servable(ATTENTION_BACKEND="b12x")
+    assert image_fired(b12x_attention, sysctls, lacking) == \
+        {"backend-not-installed": "error", "backend-cannot-run": "error"}
+    assert image_fired(b12x_attention, sysctls) == {"backend-cannot-run": "error"}
+    assert image_fired(servable(MOE_BACKEND="marlin", LINEAR_BACKEND="auto"), sysctls,
+                       lacking) == {}
 
 
 # vLLM's verdicts as backend-verdicts.json holds them (made up here: the rule's logic alone)
