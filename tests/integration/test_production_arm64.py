@@ -119,7 +119,8 @@ def test_smoke_checked_the_image_under_emulation(built: Built) -> None:
     record = built.result("smoke")
     status = {check["name"]: check["status"] for check in record["checks"]}
     for name in ("labels", "manifest", "vllm-import", "patched-files", "kernels", "asked",
-                 "jit-toolchain", "entrypoint-print", "vllm-serve-args", "preflight-rejects"):
+                 "jit-toolchain", "entrypoint-print", "vllm-serve-args", "node-roles",
+                 "backend-capability", "preflight-rejects"):
         assert status[name] == "passed", (name, record)
     detail = {check["name"]: check["detail"] for check in record["checks"]}
     assert "0.33.0" in detail["vllm-import"]
@@ -130,6 +131,15 @@ def test_smoke_checked_the_image_under_emulation(built: Built) -> None:
     assert "compile for sm_121a" in detail["jit-toolchain"]
     # the reference deployment's DCP 2 head file: refused for what 0.33.0 cannot run
     assert "reject/reference-dcp2.env [dcp-size-unsupported" in detail["preflight-rejects"]
+    # each node where vLLM's own serve dispatch sends it: the head serves, workers headless
+    assert detail["node-roles"] == (
+        "vLLM's serve dispatch: accept/head.env (rank 0) -> api-server; "
+        "accept/worker-1.env (rank 1) -> headless; accept/worker-2.env (rank 2) -> headless; "
+        "accept/worker-3.env (rank 3) -> headless")
+    # the image's vLLM, asked for a GB10, says what backend-verdicts.json says
+    assert detail["backend-capability"].startswith(
+        "vLLM 0.33.0 on 12.1a for deepseek_v4: attention FLASHINFER_MLA_SPARSE_DSV4, auto; ")
+    assert "reject/v3-attention.env [backend-cannot-run]" in detail["preflight-rejects"]
 
 
 def test_the_registry_holds_the_baked_digest_for_arm64(built: Built) -> None:
