@@ -146,6 +146,21 @@ def test_given_arguments_are_run_exactly_without_env_flags() -> None:
     assert result.stdout.strip() == "vllm serve /m --port 1"
 
 
+def test_a_given_serve_command_warns_of_the_variables_it_bypasses() -> None:
+    """The image bakes VLLM_ENABLE_DSPARK and its drafting method: a launcher that passes its
+    own `vllm serve` arguments loses them, and is told which."""
+    baked = {"PATH": "/usr/bin:/bin", "VLLM_ENABLE_DSPARK": "1",
+             "DSPARK_DRAFT_SAMPLE_METHOD": "greedy", "KV_CACHE_MEMORY_BYTES": ""}
+    result = run("--print", "vllm", "serve", "/m", env=baked)
+    assert (result.returncode, result.stdout.strip()) == (0, "vllm serve /m")
+    assert result.stderr == (
+        "sparkbake: warning: arguments were given, so VLLM_ENABLE_DSPARK, "
+        "DSPARK_DRAFT_SAMPLE_METHOD make no flags; pass the flags themselves, or no arguments "
+        "(see --print)\n")
+    other = run("--print", "python3", "-c", "pass", env=baked)
+    assert other.stderr == ""
+
+
 def test_given_arguments_skip_preflight_even_with_a_bad_environment() -> None:
     result = run("--print", "echo", "x", env={"PATH": "/usr/bin:/bin", "NNODES": "four"})
     assert (result.returncode, result.stdout.strip(), result.stderr) == (0, "echo x", "")
