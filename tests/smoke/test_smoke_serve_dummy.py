@@ -13,13 +13,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from sparkbake.config import versions
-from sparkbake.pipeline import commands
-from sparkbake.pipeline import plan as plan_mod
-from sparkbake.pipeline.stages import Stage
-from sparkbake.series import patchtests
 from sparkbake.smoke import sample_envs, serving
 
 REPO = Path(__file__).parents[2]
@@ -46,18 +40,6 @@ engine_args = AsyncEngineArgs.from_cli_args(args)
 print(json.dumps({"hf_overrides": engine_args.hf_overrides,
                   "load_format": engine_args.load_format}))
 """
-
-
-@pytest.fixture(scope="module")
-def real_vllm() -> tuple[Path, Path]:
-    """The patch-tests venv's python and the patched tree (made here if not cached)."""
-    loaded = versions.load(REPO / "versions.yaml")
-    tag = loaded.tag("3.73-vision")
-    assert commands.run_until(loaded, tag, Stage.PATCH) == 0
-    tree = loaded.build_dir / "patched" / plan_mod.make(loaded, tag).patch_key / "tree"
-    venv = patchtests.environment(patchtests.require_lock(loaded, tag, tree),
-                                  loaded.build_dir / "venvs")
-    return venv / "bin" / "python", tree
 
 
 def engine_args(python: Path, tree: Path, command: list[str]) -> dict[str, Any]:
