@@ -74,27 +74,18 @@ def switch(name: str, on: list[str], off: list[str]) -> Step:
     return (name,), lambda env: (on if _on(env, name) else off) if env.get(name) else []
 
 
-def is_worker(env: Env) -> bool:
-    """A node of a multi-node deployment other than the head (rank 0): vLLM runs it only
-    with --headless, else it starts an API server of its own and its executor, a follower,
-    asserts at the first collective_rpc (vllm/entrypoints/cli/serve.py)."""
-    try:
-        nodes, rank = (checks.convert("int", env.get(name) or "0")
-                       for name in ("NNODES", "NODE_RANK"))
-    except ValueError:  # reported by the preflight's bad-value rule
-        return False
-    return bool(nodes > 1 and rank > 0)
-
-
 def head_only(step: Step) -> Step:
     """A step for the API server's options: the head's alone, since a headless worker
     starts no server (vLLM's FrontendArgs)."""
     names, render = step
-    return names, lambda env: [] if is_worker(env) else render(env)
+    return names, lambda env: [] if checks.is_worker(env) else render(env)
 
 
 def headless(env: Env) -> list[str]:
-    return ["--headless"] if is_worker(env) else []
+    """Every rank but 0 runs headless: without it vLLM starts an API server on the node, and
+    its executor, a follower, asserts at the first collective_rpc (vllm/entrypoints/cli/
+    serve.py)."""
+    return ["--headless"] if checks.is_worker(env) else []
 
 
 def compilation_config(env: Env) -> list[str]:

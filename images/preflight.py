@@ -183,7 +183,7 @@ class Context:
 
     def verdicts(self, kind: str) -> dict[str, str]:
         """vLLM's verdict on each backend of a kind for the image's GPU and model family:
-        "" runs, else why not (preflight.json `backends.runs`, checked by the smoke)."""
+        "" runs, else why not (backend-verdicts.json, held to the image by the smoke)."""
         model = (self.image.capabilities or {}).get("model")
         runs = self.runs.get(self.image.vllm or "", {}).get(self.image.cuda_arch or "", {})
         if not model or model not in runs:
@@ -441,17 +441,19 @@ def check_typos(ctx: Context, rule: Mapping[str, Any], known: Iterable[str] = ()
     return found
 
 
-def node_role(ctx: Context) -> str:
-    """`worker` for a node other than rank 0 of a multi-node deployment, else `head`."""
+def is_worker(env: Mapping[str, str]) -> bool:
+    """A node of a multi-node deployment other than the head, rank 0 (values that are not
+    integers: not a worker; the types rule reports them)."""
     try:
-        return "worker" if ctx.value("NNODES") > 1 and ctx.value("NODE_RANK") > 0 else "head"
-    except Unknown:
-        return "head"
+        nodes, rank = (convert("int", env.get(name) or "0") for name in ("NNODES", "NODE_RANK"))
+    except ValueError:
+        return False
+    return bool(nodes > 1 and rank > 0)
 
 
 def check_roles(ctx: Context, rule: Mapping[str, Any]) -> list[Finding]:
     """SERVE_EXTRA_ARGS gives a node of the rule's role none of the options it `refuses`."""
-    if node_role(ctx) != rule["role"]:
+    if ("worker" if is_worker(ctx.env) else "head") != rule["role"]:
         return []
     try:
         words = convert("args", ctx.env.get("SERVE_EXTRA_ARGS", ""))
@@ -463,6 +465,7 @@ def check_roles(ctx: Context, rule: Mapping[str, Any]) -> list[Finding]:
     extra = {"options": " ".join(options)}
     return [_finding(rule, ctx.render(rule["message"], extra), "SERVE_EXTRA_ARGS",
                      reason=ctx.render(rule["reason"], extra))]
+
 
 def check_model(ctx: Context, rule: Mapping[str, Any]) -> list[Finding]:
     """A check of model_checks.py: each problem it finds fills the rule's message and reason."""
@@ -484,7 +487,6 @@ CHECKS: dict[str, Callable[[Context, Mapping[str, Any]], list[Finding]]] = {
     "when": check_when, "types": check_types, "sysctls": check_sysctls,
     "backends": check_backends, "backend-packages": check_backend_packages,
     "roles": check_roles, "backend-capability": check_backend_capability,
-
     **{kind: check_model for kind in model_checks.CHECKS},
 }
 
