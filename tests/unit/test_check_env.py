@@ -282,6 +282,22 @@ def test_an_unknown_backend_is_two_lines_and_exit_2(
                                   "backends: auto, cutlass, ")
 
 
+def test_flashmla_on_a_spark_tag_is_refused_with_the_backend_that_can(
+        tmp_path: Path, proc_sys: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    text = at_dcp_1((ENV_DIR / "head.env").read_text()).replace(
+        "ATTENTION_BACKEND=FLASHINFER_MLA_SPARSE_DSV4", "ATTENTION_BACKEND=FLASHMLA_SPARSE_DSV4")
+    env = write_env(tmp_path, text)
+    assert check_env(env, "3.73-vision", "--proc-sys", str(proc_sys)) == 2
+    out = capsys.readouterr().out.splitlines()
+    at = out.index(f"{env}:{line_of(text, 'ATTENTION_BACKEND=')}: error: ATTENTION_BACKEND="
+                   "FLASHMLA_SPARSE_DSV4 cannot run deepseek_v4 on this image's GPU (12.1a): "
+                   "DeepSeek-V4 takes FLASHMLA_SPARSE_DSV4 for it, which does not run on compute "
+                   "capability 12.1 [backend-cannot-run]")
+    assert out[at + 1] == ("  -> vLLM's own checks for this GPU and model say so (smoke check "
+                           "backend-capability); the attention backends that can: "
+                           "FLASHINFER_MLA_SPARSE_DSV4, auto")
+
+
 def test_a_misspelt_capability_in_versions_yaml_is_exit_2_with_its_line(
         tmp_path: Path, own_config: Path, capsys: pytest.CaptureFixture[str]) -> None:
     text = own_config.read_text().replace("      dcp_sizes: [1, 2]", "      dcp_size: [1, 2]")
