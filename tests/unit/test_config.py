@@ -464,6 +464,8 @@ ERRORS: list[tuple[str, str, str, str, int, str]] = [
     ("capabilities-empty-reason", "    series: []\n",
      "    series: []\n    capabilities:\n      because: {ckv_gather: \"\"}\n", "because:", 1,
      "saying why the image cannot do more"),
+    ("tag-named-a-path", "  custom:\n", "  ..:\n", "..:", 1,
+     "tag name '..' is not an image tag"),
     ("capabilities-speculative-path", "    series: []\n",
      "    series: []\n    capabilities:\n      speculative: [../x]\n", "../x", 1,
      "not a valid name in speculative"),

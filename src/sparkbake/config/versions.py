@@ -51,6 +51,7 @@ __all__ = [
 SHA256 = re.compile(r"[0-9a-f]{64}")
 COMMIT = re.compile(r"[0-9a-f]{40}")
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+TAG_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")  # Docker's image tag grammar
 MODEL_FAMILY = re.compile(r"[a-z][a-z0-9_]*")  # a Python package name: vllm/models/NAME
 PACKAGE = re.compile(r"[a-z0-9][a-z0-9+.-]*")
 PYTHON = re.compile(r"3\.\d+")
@@ -94,12 +95,23 @@ def load(path: Path) -> Config:
     defaults = where.mapping(top["defaults"], "defaults", DEFAULT_KEYS, required=DEFAULT_KEYS,
                              parent=top, key="defaults")
     raw_tags = where.mapping(top["tags"], "tags", parent=top, key="tags")
+    for name in raw_tags:
+        _check_tag_name(where, raw_tags, name)
     cache = _compile_cache(where, top)
     tags = {
         name: replace(_tag(where, name, raw_tags, defaults, bases, upstreams), cache=cache)
         for name in raw_tags
     }
     return Config(path=path, tags=tags, upstreams=upstreams)
+
+
+def _check_tag_name(where: Where, raw_tags: LocatedDict, name: str) -> None:
+    """A tag names an image tag and folders under build/: Docker's tag grammar, so never a
+    path such as `..`."""
+    if not TAG_NAME.fullmatch(name):
+        raise ConfigError(f"{where(raw_tags, name)}: tag name {name!r} is not an image tag",
+                          "use letters, digits, '_', '.' and '-', not starting with '.' or '-', "
+                          "at most 128 characters")
 
 
 def _compile_cache(where: Where, top: LocatedDict) -> CompileCache:
