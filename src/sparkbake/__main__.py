@@ -112,7 +112,7 @@ def parser() -> argparse.ArgumentParser:
     registry = commands.add_parser("registry", help="the embedded local registry")
     registry.add_argument("action", choices=("start", "stop", "status"),
                           help="start it, stop the one started, or say whether it answers")
-    registry.add_argument("--port", type=int, default=5000,
+    registry.add_argument("--port", type=tcp_port, default=5000,
                           help="the port of 127.0.0.1 to start it on (default: 5000)")
     _common(registry)
     _check_env_parser(commands)
@@ -206,6 +206,13 @@ def _series_parsers(commands: argparse._SubParsersAction[_Parser]) -> None:
                         help="an upstream of versions.yaml")
     for sub in (lint, export, imp, rebase):
         _common(sub)
+
+
+def tcp_port(text: str) -> int:
+    """A TCP port, 1 to 65535; else argparse's usage error (exit 2) with this message."""
+    if not text.isdigit() or not 0 < int(text) < 65536:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port (1 to 65535)")
+    return int(text)
 
 
 def _check_env_parser(commands: argparse._SubParsersAction[_Parser]) -> None:

@@ -159,6 +159,14 @@ def test_unknown_command_names_the_command(capsys: pytest.CaptureFixture[str]) -
     assert "plan" in err  # the choices
 
 
+@pytest.mark.parametrize("port", ["99999", "0", "-1", "80a"])
+def test_a_port_out_of_range_is_a_usage_error(
+        port: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["registry", "start", "--port", port]) == 2
+    assert capsys.readouterr().err.splitlines()[0] == (
+        f"sparkbake: error: argument --port: {port!r} is not a TCP port (1 to 65535)")
+
+
 def test_missing_tag_says_so(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plan"]) == 2
     assert "tag" in capsys.readouterr().err
