@@ -527,6 +527,30 @@ def test_invalid_yaml_names_the_line_of_the_problem(tmp_path: Path) -> None:
     assert reported >= line_of(text, "unterminated")
 
 
+@pytest.mark.parametrize(("data", "byte"), [("schema: 1\n".encode("utf-16"), "0xff"),
+                                             (b"schema: 1\n\x89PNG\r\n", "0x89")])
+def test_a_file_that_is_not_utf_8_says_so(tmp_path: Path, data: bytes, byte: str) -> None:
+    path = tmp_path / "versions.yaml"
+    path.write_bytes(data)
+    with pytest.raises(ConfigError) as info:
+        config_mod.load(path)
+    assert info.value.exit_code == 2
+    assert info.value.message.startswith(f"{path}: not UTF-8 text (byte {byte} at offset ")
+    assert "UTF-8" in info.value.remedy
+
+
+def test_an_alias_bomb_is_refused_not_expanded(tmp_path: Path) -> None:
+    levels = ['a0: &a0 ["x", "x", "x", "x", "x", "x", "x", "x", "x", "x"]'] + [
+        f"a{n}: &a{n} [{', '.join([f'*a{n - 1}'] * 10)}]" for n in range(1, 9)]
+    error, path = load_error(tmp_path, "\n".join(levels) + "\n")  # 10^9 values expanded
+    assert "YAML aliases expand the file past 100000 values" in error.message
+
+
+def test_an_alias_inside_itself_is_refused(tmp_path: Path) -> None:
+    error, path = load_error(tmp_path, "schema: 1\nloop: &loop [1, *loop]\n")
+    assert error.message == f"{path}:2: a YAML alias here contains itself"
+
+
 @pytest.mark.parametrize("text", ["", "\n\n", "# only a comment\n"])
 def test_an_empty_file_is_an_error_at_line_1(tmp_path: Path, text: str) -> None:
     error, path = load_error(tmp_path, text)

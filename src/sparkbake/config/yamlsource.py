@@ -43,6 +43,9 @@ def read(path: Path) -> Any:
         raise ConfigError(
             f"{path}: cannot read ({exc.strerror})", "pass an existing file with --config"
         ) from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset "
+                          f"{exc.start})", "save it as UTF-8 (a YAML text file)") from None
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as exc:
@@ -52,15 +55,46 @@ def read(path: Path) -> Any:
         raise ConfigError(f"{where}: invalid YAML: {problem}", "fix the syntax") from exc
     if node is None:
         raise ConfigError(f"{path}:1: the file is empty", "start it with 'schema: 1'")
-    return _convert(node, path)
+    return _convert(node, path, _Expansion())
 
 
-def _convert(node: yaml.Node, path: Path) -> Any:
+class _Expansion:
+    """How far YAML aliases have expanded the document: each alias is a copy of its anchor's
+    values, so a few lines can stand for billions of them, or for themselves."""
+
+    LIMIT = 100_000  # values; a versions.yaml has hundreds
+
+    def __init__(self) -> None:
+        self.values = 0
+        self.open: set[int] = set()
+
+    def enter(self, node: yaml.Node, path: Path) -> None:
+        self.values += 1
+        line = node.start_mark.line + 1
+        if id(node) in self.open:
+            raise ConfigError(f"{path}:{line}: a YAML alias here contains itself",
+                              "write the values out, or share them with a tag's `extends`")
+        if self.values > self.LIMIT:
+            raise ConfigError(f"{path}:{line}: YAML aliases expand the file past "
+                              f"{self.LIMIT} values",
+                              "write the values out, or share them with a tag's `extends`")
+        self.open.add(id(node))
+
+
+def _convert(node: yaml.Node, path: Path, expansion: _Expansion) -> Any:
+    expansion.enter(node, path)
+    try:
+        return _convert_node(node, path, expansion)
+    finally:
+        expansion.open.discard(id(node))
+
+
+def _convert_node(node: yaml.Node, path: Path, expansion: _Expansion) -> Any:
     line = node.start_mark.line + 1
     if isinstance(node, yaml.MappingNode):
         mapping = LocatedDict(line)
         for key_node, value_node in node.value:
-            key = _convert(key_node, path)
+            key = _convert(key_node, path, expansion)
             if not isinstance(key, str):
                 raise ConfigError(
                     f"{path}:{key_node.start_mark.line + 1}: key {key!r} is not a string",
@@ -71,13 +105,13 @@ def _convert(node: yaml.Node, path: Path) -> Any:
                     f"{path}:{key_node.start_mark.line + 1}: duplicate key {key!r}",
                     "keep one of them",
                 )
-            mapping[key] = _convert(value_node, path)
+            mapping[key] = _convert(value_node, path, expansion)
             mapping.key_lines[key] = key_node.start_mark.line + 1
         return mapping
     if isinstance(node, yaml.SequenceNode):
         items = LocatedList(line)
         for item in node.value:
-            items.append(_convert(item, path))
+            items.append(_convert(item, path, expansion))
             items.item_lines.append(item.start_mark.line + 1)
         return items
     return yaml.SafeLoader("").construct_object(node, deep=True)
