@@ -543,6 +543,7 @@ def test_an_alias_bomb_is_refused_not_expanded(tmp_path: Path) -> None:
     levels = ['a0: &a0 ["x", "x", "x", "x", "x", "x", "x", "x", "x", "x"]'] + [
         f"a{n}: &a{n} [{', '.join([f'*a{n - 1}'] * 10)}]" for n in range(1, 9)]
     error, path = load_error(tmp_path, "\n".join(levels) + "\n")  # 10^9 values expanded
+    assert error.message.startswith(f"{path}:")
     assert "YAML aliases expand the file past 100000 values" in error.message
 
 
