@@ -12,7 +12,7 @@ from pathlib import Path
 
 from sparkbake.config import versions as config_mod
 from sparkbake.console import display, invocation
-from sparkbake.errors import ConfigError, FatalError, UsageError
+from sparkbake.errors import ConfigError, FatalError, UsageError, machine_error
 from sparkbake.housekeeping import cachetrim, tidy
 from sparkbake.lock import lockfiles as lock_mod
 from sparkbake.patch.patches import Options as PatchOptions
@@ -255,12 +255,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("sparkbake: interrupted; finished stages stay cached", file=sys.stderr)
         return 130
-    except Exception as exc:  # a bug rather than a user error: say so in two lines
+    except OSError as exc:
+        if (refused := machine_error(exc)) is None:
+            return _internal(args, exc)
         if args is not None and args.debug:
-            raise
-        print(f"sparkbake: internal error: {type(exc).__name__}: {exc}\n"
-              "  -> rerun with --debug for the traceback, and report it", file=sys.stderr)
-        return 1
+            traceback.print_exc()
+        print(f"sparkbake: error: {refused}", file=sys.stderr)
+        return refused.exit_code
+    except Exception as exc:  # a bug rather than a user error: say so in two lines
+        return _internal(args, exc)
+
+
+def _internal(args: argparse.Namespace | None, exc: Exception) -> int:
+    """A bug rather than a user error: say so in two lines (--debug: the traceback)."""
+    if args is not None and args.debug:
+        raise exc
+    print(f"sparkbake: internal error: {type(exc).__name__}: {exc}\n"
+          "  -> rerun with --debug for the traceback, and report it", file=sys.stderr)
+    return 1
 
 
 def _verbosity(args: argparse.Namespace) -> display.Verbosity:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+
 __all__ = [
     "BakeError",
     "BuildError",
@@ -14,6 +16,7 @@ __all__ = [
     "ReproducibilityError",
     "SmokeError",
     "UsageError",
+    "machine_error",
 ]
 
 
@@ -89,3 +92,18 @@ class ReproducibilityError(FatalError):
     """A rebuild of a tag gave another image than the one it is compared with."""
 
     exit_code = 9
+
+
+def machine_error(exc: OSError) -> EngineError | None:
+    """The user's machine, not sparkbake, refused a file operation: a full or read-only disk,
+    a file without permission. None for any other OSError."""
+    where = f"{exc.filename}: " if exc.filename else ""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return EngineError(f"{where}no space left on its disk ({exc.strerror})",
+                           "free space (`sparkbake gc`, `sparkbake clean TAG`) and rerun; "
+                           "finished stages stay cached")
+    if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+        return EngineError(f"{where}cannot be written ({exc.strerror})",
+                           "make it writable for this user, or give --config a project whose "
+                           "build/ and wheels/ you can write")
+    return None

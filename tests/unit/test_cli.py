@@ -7,12 +7,15 @@ DOCKER_HOST points at a closed port, so `plan` finds no engine and reports the b
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib.metadata
 import json
+import os
 from pathlib import Path
 
 import pytest
 
+from sparkbake import __main__ as cli
 from sparkbake.__main__ import main, parser
 from sparkbake.config import versions
 from sparkbake.console import invocation
@@ -157,6 +160,32 @@ def test_unknown_command_names_the_command(capsys: pytest.CaptureFixture[str]) -
     err = capsys.readouterr().err
     assert "'frobnicate'" in err
     assert "plan" in err  # the choices
+
+
+@pytest.mark.parametrize(("number", "said"), [
+    (errno.ENOSPC, "build/x.json: no space left on its disk (No space left on device)"),
+    (errno.EROFS, "build/x.json: cannot be written (Read-only file system)"),
+    (errno.EACCES, "build/x.json: cannot be written (Permission denied)"),
+])
+def test_a_full_or_read_only_disk_is_the_machines_error_exit_8(
+        number: int, said: str, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    def refuse(args: object) -> int:
+        raise OSError(number, os.strerror(number), "build/x.json")
+    monkeypatch.setattr(cli, "dispatch", refuse)
+    assert main(["plan", "demo"]) == 8
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == f"sparkbake: error: {said}"
+    assert err[1].startswith("  -> ") and len(err) == 2
+
+
+def test_another_os_error_is_still_an_internal_error(monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    def fail(args: object) -> int:
+        raise OSError(errno.EBADF, "Bad file descriptor")
+    monkeypatch.setattr(cli, "dispatch", fail)
+    assert main(["plan", "demo"]) == 1
+    assert capsys.readouterr().err.startswith("sparkbake: internal error: OSError: ")
 
 
 @pytest.mark.parametrize("port", ["99999", "0", "-1", "80a"])
