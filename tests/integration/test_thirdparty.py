@@ -17,6 +17,8 @@ from sparkbake.config import settings
 from sparkbake.fetch import sourcelock, thirdparty
 from sparkbake.hashing import file_sha256, tree_hash
 from sparkbake.oci import docker_engine
+from sparkbake.pipeline import build
+from sparkbake.pipeline import plan as plan_mod
 from sparkbake.pipeline.stages import Stage
 from tests.conftest import DATA, Project, copy_project, versions_yaml
 from tests.gitdaemon import Daemon, git, git_daemon
@@ -35,17 +37,23 @@ UPSTREAMS = """\
     dir: cmake-upstream
     source_date_epoch: 1735689600
 """
+# A builder base no engine can pull (nothing listens on its registry's port): a build that
+# reaches the builder base stops there (exit 8) and names it; one that stops before does not.
+UNPULLABLE = "127.0.0.1:9/sparkbake-never-pulled:1@sha256:" + "0" * 64
+CUDA_BASE = f'  cuda:\n    image: {UNPULLABLE}\n    python: "3.11"\n'
 LOCK = Path("locks/sources/tinycmake.json")
 BUILDER_LOCK = Path("locks/debian.amd64.txt")
 MARKER = b"tinydep value 4242"
 
 
-def cmake_project(root: Path, daemon: Daemon, series: str = "") -> Project:
+def cmake_project(root: Path, daemon: Daemon, series: str = "",
+                  builder: str = "debian") -> Project:
     """tests/data copied, with a versions.yaml of the CMake fixture whose dependency URL
-    names the daemon's port."""
+    names the daemon's port (builder: `cuda` for the unpullable one)."""
     project = copy_project(root)
     project.config_path.write_text(versions_yaml(
-        repository="localhost:5000/sparkbake-cmake", bases=BASES, upstreams=UPSTREAMS,
+        repository="localhost:5000/sparkbake-cmake", bases=BASES + CUDA_BASE,
+        upstreams=UPSTREAMS, builder=builder,
         tags=f"  {TAG}:\n    upstream: tinycmake\n    series: [{series}]\n"))
     cmakelists = project.root / "cmake-upstream" / "CMakeLists.txt"
     cmakelists.write_text(cmakelists.read_text().replace("127.0.0.1:9418",
@@ -215,3 +223,75 @@ def test_an_unreachable_server_is_exit_8_naming_its_url(
         err = capsys.readouterr().err
         assert f"cannot reach the servers of 1 CMake dependencies: {url}" in err
         assert file_sha256(project.root / LOCK)  # the lock made before is left as it was
+
+
+def host(monkeypatch: pytest.MonkeyPatch, **env: str) -> None:
+    """The host's CI / --locked settings: none, but those given."""
+    for name in ("CI", "SPARKBAKE_LOCKED"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+
+
+def test_a_missing_sources_lock_is_made_with_a_notice_before_the_builder_base(
+        daemon: tuple[Daemon, str], docker_client: docker_engine.Client, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    host(monkeypatch)
+    project = cmake_project(tmp_path / "first", daemon[0], builder="cuda")
+    assert project.sparkbake("wheels", TAG) == 8  # past the lock, at the builder base
+    err = capsys.readouterr().err
+    notice = err.index(f"sources lock: {LOCK} missing: making it now; commit it (CI and "
+                       "--locked refuse a missing lock)")
+    assert notice < err.index(f"base 'cuda': cannot pull {UNPULLABLE}")
+    # made in a stage of its own, as `lock` makes it: the git commands go to its log
+    assert "git ls-remote" in project.log(TAG, "lock") and "git ls-remote" not in err
+    [entry] = json.loads((project.root / LOCK).read_text())["sources"]
+    assert (entry["name"], entry["pin"]) == ("tinydep", daemon[1])
+    assert (project.root / "build" / "thirdparty" / daemon[1] / "tree" / "include").is_dir()
+
+
+def test_a_build_that_made_the_sources_lock_goes_on_with_a_plan_that_has_it(
+        daemon: tuple[Daemon, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    host(monkeypatch)
+    project = cmake_project(tmp_path / "planned", daemon[0])
+    loaded = project.config()
+    work = build.Build(loaded, plan_mod.make(loaded, loaded.tag(TAG)))
+    tree = build.patched(work)
+    made = build.with_sources_lock(work, tree)
+    assert made.plan.stage_inputs[Stage.KERNELS]["third-party sources"] == [
+        f"tinydep@{daemon[1][:16]}:{tree_hash(DATA / 'tinydep')[:16]}"]
+    # the wheels are built and kept under the key that `plan` gives from now on
+    assert made.plan.wheels_key == project.plan(TAG).wheels_key != work.plan.wheels_key
+    assert build.with_sources_lock(made, tree) is made
+
+
+def test_under_ci_a_missing_sources_lock_stops_the_build_before_the_builder_base(
+        daemon: tuple[Daemon, str], docker_client: docker_engine.Client, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    host(monkeypatch, CI="true")
+    project = cmake_project(tmp_path / "ci", daemon[0], builder="cuda")
+    assert project.sparkbake("wheels", TAG) == 2
+    err = capsys.readouterr().err
+    assert f"no sources lock for upstream 'tinycmake' ({project.root / LOCK}); CI and " \
+           "--locked never make a lock" in err
+    assert f"make it: sparkbake --config {project.config_path} lock {TAG}, and commit it" in err
+    assert UNPULLABLE not in err  # the builder base was not tried
+    assert not (project.root / LOCK).exists()
+
+
+def test_a_sources_lock_that_lacks_a_declaration_stops_the_build_before_the_builder_base(
+        daemon: tuple[Daemon, str], docker_client: docker_engine.Client, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    host(monkeypatch)
+    project = cmake_project(tmp_path / "lacking", daemon[0], builder="cuda")
+    lock_sources(project)
+    committed = (project.root / LOCK).read_text()
+    cmakelists = project.root / "cmake-upstream" / "CMakeLists.txt"
+    cmakelists.write_text(cmakelists.read_text() + "FetchContent_Declare(tinyextra "
+                          "GIT_REPOSITORY ${TINYDEP_REPOSITORY} GIT_TAG main)\n")
+    capsys.readouterr()
+    assert project.sparkbake("wheels", TAG) == 2
+    err = capsys.readouterr().err
+    assert "FetchContent tinyextra" in err and "is not in the sources lock tinycmake.json" in err
+    assert UNPULLABLE not in err  # the builder base was not tried
+    assert (project.root / LOCK).read_text() == committed  # not remade on the fly

@@ -11,7 +11,9 @@ from typing import Any
 import pytest
 
 from sparkbake.config import versions
-from sparkbake.errors import ConfigError
+from sparkbake.config.settings import HostSettings
+from sparkbake.config.versions import KernelSeed
+from sparkbake.errors import ConfigError, EngineError
 from sparkbake.fetch import sourcelock, thirdparty
 from sparkbake.fetch.cmake_sources import commands, discover
 from sparkbake.pipeline import plan
@@ -224,3 +226,62 @@ def test_the_sources_lock_enters_the_kernel_and_wheels_keys(tmp_path: Path) -> N
     assert after.stage_inputs[Stage.KERNELS]["third-party sources"] == [f"cutlass@{'a' * 16}:"
                                                                     f"{'b' * 16}"]
     assert "third-party sources" not in before.stage_inputs[Stage.KERNELS]
+
+
+# a branch on a port where nothing listens: making its lock asks the server and fails at once
+CLOSED = "FetchContent_Declare(tinydep GIT_REPOSITORY git://127.0.0.1:9/tinydep.git GIT_TAG main)\n"
+SETTINGS = HostSettings(index_url="http://127.0.0.1:9/simple", ca_bundle=None, debian_mirror=None)
+
+
+def first_use(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+              env: dict[str, str]) -> tuple[versions.Config, versions.Tag, Path]:
+    """A tag whose tree declares one download, no sources lock, and env as the host's."""
+    for name in ("CI", "SPARKBAKE_LOCKED"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    tag = coverage_tag(tmp_path)
+    return versions.load(tmp_path / "versions.yaml"), tag, tree(tmp_path / "src",
+                                                                 {"CMakeLists.txt": CLOSED})
+
+
+@pytest.mark.parametrize("env", [{"CI": "true"}, {"SPARKBAKE_LOCKED": "1"}])
+def test_under_ci_or_locked_a_missing_sources_lock_is_exit_2_naming_the_command(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> None:
+    loaded, tag, src = first_use(tmp_path, monkeypatch, env)
+    with pytest.raises(ConfigError) as raised:
+        thirdparty.missing_lock(loaded, tag, src)
+    assert raised.value.exit_code == 2
+    path = tmp_path / "locks" / "sources" / "tree.json"
+    assert str(raised.value) == (
+        f"no sources lock for upstream 'tree' ({path}); CI and --locked never make a lock\n"
+        "  -> make it: sparkbake lock t, and commit it")
+
+
+def test_a_missing_sources_lock_is_made_with_a_notice_on_a_developers_host(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    loaded, tag, src = first_use(tmp_path, monkeypatch, {})
+    assert thirdparty.missing_lock(loaded, tag, src)
+    # it is made: the dependency's (here closed) server is asked
+    with pytest.raises(EngineError) as raised:
+        thirdparty.lock_on_first_use(loaded, tag, src, SETTINGS)
+    assert raised.value.message == ("cannot reach the servers of 1 CMake dependencies: "
+                                    "git://127.0.0.1:9/tinydep.git")
+    assert "sources lock: locks/sources/tree.json missing: making it now; commit it (CI and " \
+           "--locked refuse a missing lock)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("env", [{}, {"CI": "true"}])
+def test_an_existing_sources_lock_a_tree_without_downloads_or_a_kernel_seed_need_none_made(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> None:
+    loaded, tag, src = first_use(tmp_path, monkeypatch, env)
+    seeded = dataclasses.replace(tag, kernels=KernelSeed(wheel="v-1-cp38-abi3-linux_x86_64.whl",
+                                                         sha256="0" * 64))
+    assert not thirdparty.missing_lock(loaded, seeded, src)
+    empty = tree(tmp_path / "plain", {"CMakeLists.txt": "project(plain)\n"})
+    assert not thirdparty.missing_lock(loaded, tag, empty)
+    # one that lacks the tree's declaration: left for prepare to refuse, never remade
+    sourcelock.write(tmp_path / "locks" / "sources" / "tree.json",
+                     sourcelock.SourcesLock("tree", (locked(),)))
+    assert not thirdparty.missing_lock(loaded, tag, src)

@@ -16,6 +16,8 @@ import requests
 
 from sparkbake.config.settings import HostSettings
 from sparkbake.config.versions import Config, Tag
+from sparkbake.console import display
+from sparkbake.console.invocation import command
 from sparkbake.console.tools import echo, run
 from sparkbake.errors import ConfigError, EngineError
 from sparkbake.fetch import cmake_sources
@@ -32,9 +34,11 @@ from sparkbake.fetch.sourcelock import (
 )
 from sparkbake.files import atomic_dir
 from sparkbake.hashing import file_sha256, tree_hash
+from sparkbake.lock import lockfiles
 from sparkbake.pipeline.layout import Layout
 
-__all__ = ["MOUNT", "Fetched", "builder_args", "discover", "fetch_locked", "lock", "prepare"]
+__all__ = ["MOUNT", "Fetched", "builder_args", "discover", "fetch_locked", "lock",
+           "lock_on_first_use", "missing_lock", "prepare"]
 
 MOUNT = "/thirdparty"
 RECORD = "source.json"
@@ -79,6 +83,33 @@ def lock(config: Config, tag: Tag, tree: Path, settings: HostSettings) -> Path |
     write(path, SourcesLock(tag.upstream.key, tuple(locked), left))
     echo(f"sources lock: {path} ({len(locked)} dependencies)")
     return path
+
+
+def missing_lock(config: Config, tag: Tag, tree: Path) -> bool:
+    """Must a build make the tag's sources lock: is there none, where the tree declares
+    downloads? Under CI and --locked that is exit 2 instead, as a lock is never made there.
+    A build asks before any base is pulled, so that a first one on a Spark does not pull
+    gigabytes to stop at the lock. An existing lock is never remade on the fly: one that lacks
+    a declaration stays prepare's error."""
+    path = lock_path(config, tag)
+    if tag.kernels or path.is_file():  # a kernel seed compiles nothing
+        return False
+    # quiet: what is left out is said when the lock is made
+    if not cmake_sources.discover(tree, dict(tag.upstream.cmake_skip)).declarations:
+        return False
+    if lockfiles.locked():
+        raise ConfigError(f"no sources lock for upstream {tag.upstream.key!r} ({path}); CI and "
+                          "--locked never make a lock",
+                          f"make it: {command('lock', tag.name)}, and commit it")
+    return True
+
+
+def lock_on_first_use(config: Config, tag: Tag, tree: Path, settings: HostSettings) -> None:
+    """The sources lock a build found missing (missing_lock), made as `lock` makes it, with a
+    notice to commit it."""
+    display.notice(f"sources lock: {lock_path(config, tag).relative_to(config.root)} missing: "
+                   "making it now; commit it (CI and --locked refuse a missing lock)")
+    lock(config, tag, tree, settings)
 
 
 def _lock_one(declared: Declaration, cache: Path, settings: HostSettings) -> Locked:

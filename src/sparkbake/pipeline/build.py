@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,7 @@ from sparkbake.wheels import kernelseed, wheelbuild
 from sparkbake.wheels.wheelbuild import WheelSet
 
 __all__ = ["Build", "Outcome", "Source", "bake", "fetch", "fetched_plan", "patch",
-           "run_until", "wheels"]
+           "run_until", "wheels", "with_sources_lock"]
 
 
 @dataclass(frozen=True)
@@ -116,6 +116,18 @@ def bake(build: Build, client: Client, source: Source, patched: PatchedTree,
                               load=build.load, runtime_wheels=house, log=build.log(Stage.BAKE))
 
 
+def with_sources_lock(build: Build, tree: PatchedTree) -> Build:
+    """The build once the patched tree's sources lock is there: a missing one is made here,
+    before the wheels stage pulls its builder base (refused under CI: missing_lock), and the
+    plan remade with it, since the locked sources are in the kernel and wheels keys."""
+    if not thirdparty.missing_lock(build.config, build.tag, tree.path):
+        return build
+    # `lock`'s stage, as `sparkbake lock` shows it: the git commands go to its log
+    with display.stage(Stage.LOCK, build.tag.name, build.log(Stage.LOCK)):
+        thirdparty.lock_on_first_use(build.config, build.tag, tree.path, build.settings)
+    return replace(build, plan=plan_mod.make(build.config, build.tag))
+
+
 def patched(build: Build) -> PatchedTree:
     """fetch, patch."""
     return patch(build, fetch(build))
@@ -123,10 +135,16 @@ def patched(build: Build) -> PatchedTree:
 
 def image(build: Build) -> imagebake.Image:
     """fetch, patch, wheels, bake: what build-image does."""
+    return _baked(build)[1]
+
+
+def _baked(build: Build) -> tuple[Build, imagebake.Image]:
+    """The image, and the build as it ended (its plan remade if the sources lock was made)."""
     source = fetch(build)
     tree = patch(build, source)
+    build = with_sources_lock(build, tree)
     client = connect()
-    return bake(build, client, source, tree, wheels(build, client, source, tree))
+    return build, bake(build, client, source, tree, wheels(build, client, source, tree))
 
 
 def fetched_plan(config: Config, tag: Tag) -> Plan:
@@ -140,11 +158,7 @@ def fetched_plan(config: Config, tag: Tag) -> Plan:
 
 def run_until(build: Build, last: Stage) -> Outcome:
     """The build stages up to last, each skipped when cached; the last one's outcome."""
-    outcome = UNTIL[last](build)
-    if last == Stage.BAKE:  # what `plan` compares with, to say why a stage reruns
-        atomic_write(build.layout.last_build(build.tag.name),
-                     json.dumps(build.plan.stage_inputs, indent=2))
-    return outcome
+    return UNTIL[last](build)
 
 
 def _fetch_outcome(build: Build) -> Outcome:
@@ -161,14 +175,17 @@ def _patch_outcome(build: Build) -> Outcome:
 def _wheels_outcome(build: Build) -> Outcome:
     source = fetch(build)
     tree = patch(build, source)
+    build = with_sources_lock(build, tree)
     built = wheels(build, connect(), source, tree)
     return Outcome(f"wheels: {built.folder}",
                    _facts(build, wheels=str(built.folder), files=built.files))
 
 
 def _image_outcome(build: Build) -> Outcome:
-    baked, plan = image(build), build.plan
-    digest = baked.image.digest
+    build, baked = _baked(build)
+    plan, digest = build.plan, baked.image.digest
+    # what `plan` compares with, to say why a stage reruns
+    atomic_write(build.layout.last_build(build.tag.name), json.dumps(plan.stage_inputs, indent=2))
     return Outcome(f"image: {plan.tag.image_ref} = {digest} (id {baked.config[:19]}, "
                    f"inputs {plan.inputs[:12]})",
                    # image.name and containerimage.digest: the keys `docker buildx build
@@ -204,11 +221,12 @@ def _wheels(build: Build, client: Client, source: Source, patched: PatchedTree) 
         if plan.tag.upstream.kernel_reuse == "assemble" and kernelseed.assembles(kernels):
             return kernelseed.build_wheels(plan.tag, kernels, source.tree, patched.path, folder,
                                            source.source_date, plan.local_version)
+        # the sources first: a lock that lacks a declaration stops before a base is pulled
+        fetched = thirdparty.prepare(config, plan.tag, patched.path, settings)
         base = bases.ensure(client, plan.tag.builder, plan.tag.platform, config.build_dir,
                             settings)
         lockfiles.make_missing(config, plan.tag, settings, patched.path)
         lock_file = lockfiles.require_lock(config, plan.tag, patched.path)
-        fetched = thirdparty.prepare(config, plan.tag, patched.path, settings)
         builder = wheelbuild.builder_image(client, base, lock_file, settings, config.build_dir)
     request = wheelbuild.BuildRequest(
         tag=plan.tag, builder=builder, patched=patched, folder=folder, kernels=kernels,
