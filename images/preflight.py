@@ -16,7 +16,7 @@ import json
 import re
 import shlex
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -315,44 +315,49 @@ def normal_backend(kind: str, name: str) -> str:
     return name.upper() if kind == "attention" else name.lower().replace("-", "_")
 
 
+def backend_variables(ctx: Context, rule: Mapping[str, Any]) -> Iterator[tuple[str, str, str]]:
+    """(variable, kind, the name as vLLM reads it) for each backend variable that is set."""
+    for name, kind in rule["variables"].items():
+        if ctx.given(name):
+            yield name, kind, normal_backend(kind, ctx.env[name])
+
+
+def backend_finding(ctx: Context, rule: Mapping[str, Any], name: str, kind: str,
+                    extra: Mapping[str, str]) -> Finding:
+    """The rule's finding on a backend variable, its message and reason filled in."""
+    fields = {"name": name, "value": ctx.env[name], "kind": kind, **extra}
+    return _finding(rule, ctx.render(rule["message"], fields), name,
+                    reason=ctx.render(rule["reason"], fields))
+
+
 def check_backends(ctx: Context, rule: Mapping[str, Any]) -> list[Finding]:
     """Each backend variable names a backend of its kind the image's vLLM has."""
     found = []
-    for name, kind in rule["variables"].items():
-        if not ctx.given(name):
-            continue
+    for name, kind, value in backend_variables(ctx, rule):
         try:
             known = ctx.backends(kind)
         except Unknown:
             continue
-        value = normal_backend(kind, ctx.env[name])
         if value not in known and not (kind == "attention" and value == "AUTO"):
-            extra = {"name": name, "value": ctx.env[name], "kind": kind,
-                     "vllm": str(ctx.image.vllm), "known": ", ".join(known)}
-            found.append(_finding(rule, ctx.render(rule["message"], extra), name,
-                                  reason=ctx.render(rule["reason"], extra)))
+            found.append(backend_finding(ctx, rule, name, kind, {
+                "vllm": str(ctx.image.vllm), "known": ", ".join(known)}))
     return found
 
 
 def check_backend_capability(ctx: Context, rule: Mapping[str, Any]) -> list[Finding]:
     """Each backend variable names a backend vLLM runs on the image's GPU for its model."""
     found = []
-    for name, kind in rule["variables"].items():
-        if not ctx.given(name):
-            continue
+    for name, kind, value in backend_variables(ctx, rule):
         try:
             verdicts = ctx.verdicts(kind)
         except Unknown:
             continue
-        value = normal_backend(kind, ctx.env[name])
         why = verdicts.get("auto" if value == "AUTO" else value)
         if why:  # "" runs; None: a name vLLM does not know, the backends rule's
-            extra = {"name": name, "value": ctx.env[name], "kind": kind, "why": why,
-                     "arch": str(ctx.image.cuda_arch),
-                     "model": str((ctx.image.capabilities or {}).get("model")),
-                     "runs": ", ".join(n for n, w in verdicts.items() if not w)}
-            found.append(_finding(rule, ctx.render(rule["message"], extra), name,
-                                  reason=ctx.render(rule["reason"], extra)))
+            found.append(backend_finding(ctx, rule, name, kind, {
+                "why": why, "arch": str(ctx.image.cuda_arch),
+                "model": str((ctx.image.capabilities or {}).get("model")),
+                "runs": ", ".join(n for n, w in verdicts.items() if not w)}))
     return found
 
 
@@ -361,15 +366,12 @@ def check_backend_packages(ctx: Context, rule: Mapping[str, Any]) -> list[Findin
     if ctx.image.modules is None:
         return []
     found = []
-    for name, kind in rule["variables"].items():
-        if not ctx.given(name):
-            continue
-        module = ctx.backend_modules.get(kind, {}).get(normal_backend(kind, ctx.env[name]))
+    for name, kind, value in backend_variables(ctx, rule):
+        module = ctx.backend_modules.get(kind, {}).get(value)
         if module and module not in ctx.image.modules:
-            extra = {"name": name, "value": ctx.env[name], "kind": kind, "package": module,
-                     "providers": ", ".join(ctx.providers.get(module, [module]))}
-            found.append(_finding(rule, ctx.render(rule["message"], extra), name,
-                                  reason=ctx.render(rule["reason"], extra)))
+            found.append(backend_finding(ctx, rule, name, kind, {
+                "package": module,
+                "providers": ", ".join(ctx.providers.get(module, [module]))}))
     return found
 
 
