@@ -16,7 +16,7 @@ from sparkbake.config.versions import Tag
 from sparkbake.console import display
 from sparkbake.console.tools import echo, step
 from sparkbake.errors import BuildError
-from sparkbake.fetch import thirdparty
+from sparkbake.fetch import download_attempts, thirdparty
 from sparkbake.files import atomic_dir, scratch_dir
 from sparkbake.hashing import data_hash, file_sha256
 from sparkbake.oci import emulation
@@ -289,6 +289,11 @@ def _build_failure(request: BuildRequest, exit_code: int, output: str) -> BuildE
             f"lower the job count: SPARKBAKE_MAX_JOBS={max(1, request.jobs.max_jobs // 2)} "
             "(or raise SPARKBAKE_GIB_PER_JOB)",
         )
+    download = download_attempts.explain(output, request.third_party)
+    if download is not None:
+        what, remedy = download
+        return BuildError(f"building wheels for {name} failed (exit {exit_code}): {what}\n"
+                          f"  full log: {display.shown(request.log)}", remedy)
     heading, lines = failure_summary(output)  # the cause, not pip's last words
     quoted = "".join(f"\n    {line}" for line in lines)
     return BuildError(f"building wheels for {name} failed (exit {exit_code}); {heading}:"
