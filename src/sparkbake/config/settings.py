@@ -16,8 +16,9 @@ from pathlib import Path
 from sparkbake.config.versions import REDIS_URL
 from sparkbake.errors import ConfigError
 
-__all__ = ["CompileCacheSettings", "HostSettings", "compile_cache_settings", "host_settings",
-           "patch_tests_environment", "registry_login"]
+__all__ = ["CompileCacheSettings", "HostSettings", "compile_cache_settings",
+           "docker_certs_dirs", "host_settings", "patch_tests_environment", "registry_ca_roots",
+           "registry_login"]
 
 DEFAULT_GIB_PER_JOB = 6.0  # peak resident memory of one nvcc job on vLLM's largest sources
 
@@ -93,6 +94,24 @@ def registry_login(host: str, config_dir: Path | None = None) -> str | None:
     entry = auths.get(key) or auths.get(f"https://{key}") or {}
     auth = entry.get("auth") if isinstance(entry, dict) else None
     return str(auth) if auth else None
+
+
+def registry_ca_roots() -> str | None:
+    """The CA file registries are checked against besides Docker's certs.d: REQUESTS_CA_BUNDLE,
+    SSL_CERT_FILE, else the system's bundle (None: requests' own)."""
+    chosen = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("SSL_CERT_FILE")
+    if chosen:
+        return chosen
+    system = Path("/etc/ssl/certs/ca-certificates.crt")
+    return str(system) if system.is_file() else None
+
+
+def docker_certs_dirs() -> tuple[Path, ...]:
+    """Where Docker keeps per-registry TLS files (certs.d/<host[:port]>): a rootless engine's
+    under $XDG_CONFIG_HOME/docker, then /etc/docker's."""
+    xdg = os.environ.get("XDG_CONFIG_HOME")
+    rootless = (Path(xdg) if xdg else Path.home() / ".config") / "docker" / "certs.d"
+    return rootless, Path("/etc/docker/certs.d")
 
 
 def _cache_dir() -> Path:

@@ -7,6 +7,7 @@ import io
 import json
 import tarfile
 import threading
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -266,3 +267,37 @@ def stream_errors(stream: Any) -> Iterator[tuple[dict[str, Any], str | None]]:
         detail = chunk.get("errorDetail") or {}
         message = chunk.get("error") or detail.get("message")
         yield chunk, message
+
+
+@dataclass(frozen=True)
+class RegistryLogin:
+    """What `docker login HOST` keeps: a user and password, or an identity token (a refresh
+    token for the registry's token server)."""
+
+    username: str
+    secret: str
+    identity_token: bool
+
+
+def registry_login(host: str) -> RegistryLogin | None:
+    """The login Docker's client would send to host: from its config ($DOCKER_CONFIG, else
+    ~/.docker/config.json): the credential helper of `credHelpers` or `credsStore`, else
+    `auths`. None when there is none."""
+    import docker.auth  # the SDK's own reading of the client config and its helpers
+
+    registry = "docker.io" if host in ("docker.io", "index.docker.io") else host
+    try:
+        with warnings.catch_warnings():  # a missing helper: said below, as an error
+            warnings.simplefilter("ignore")
+            found = docker.auth.load_config().resolve_authconfig(registry) or {}
+    except docker.errors.DockerException as exc:  # a helper that fails or is missing
+        raise EngineError(f"the Docker credential helper for {host} failed: "
+                          f"{str(exc).splitlines()[0][:200]}",
+                          f"check it (`docker login {host}` uses it too)") from exc
+    # a helper's answer is capitalized, an `auths` entry lower case (the SDK's two forms)
+    entry = {key.lower(): value for key, value in found.items()}
+    if entry.get("identitytoken"):
+        return RegistryLogin(str(entry.get("username") or ""), str(entry["identitytoken"]), True)
+    if entry.get("username") and entry.get("password") is not None:
+        return RegistryLogin(str(entry["username"]), str(entry["password"]), False)
+    return None

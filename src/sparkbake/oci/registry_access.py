@@ -1,0 +1,181 @@
+"""How a registry is reached, as Docker reaches it: its trust and its scheme.
+
+Trust: Docker's `certs.d/<host[:port]>` folder (every `*.crt` a CA, added to the system's;
+`*.cert` with its `*.key` the client's certificate for mutual TLS), the system CAs, or
+REQUESTS_CA_BUNDLE / SSL_CERT_FILE (settings.registry_ca_roots). pip's settings are for
+package indexes, not registries.
+
+Scheme: HTTPS first for every registry. A registry Docker calls insecure (loopback, or the
+engine's `insecure-registries`) may then be spoken to over HTTPS without verification, or
+over plain HTTP, as Docker falls back; and that is said.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import requests
+import urllib3
+
+from sparkbake.config import settings
+from sparkbake.errors import FatalError, PublishError
+from sparkbake.files import atomic_write
+from sparkbake.hashing import data_hash
+
+__all__ = ["PROBE_TIMEOUT", "Endpoint", "Trust", "certs_folder", "endpoint", "insecure",
+           "trust"]
+
+PROBE_TIMEOUT = 10  # seconds: a registry that does not answer /v2/ by then is down
+LOOPBACK = ("127.0.0.0/8", "::1/128")  # Docker's insecure-registries before any is set
+
+# an unverified HTTPS registry is said once, as Docker's fallback (Endpoint.note), not per call
+urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
+
+
+@dataclass(frozen=True)
+class Trust:
+    """TLS trust for one registry host, as requests takes it."""
+
+    verify: bool | str  # a CA bundle file, or True: requests' own roots
+    cert: tuple[str, str] | None  # client certificate and key, for mutual TLS
+    source: str  # where it came from, for messages
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where the registry API answers and how: base URL, trust, and a note when Docker's
+    fallback for an insecure registry was taken (None: verified HTTPS)."""
+
+    base_url: str
+    trust: Trust
+    note: str | None
+
+
+def certs_folder(host: str) -> Path | None:
+    """Docker's certs.d folder for the host (`host:port` as written), if there is one."""
+    for root in settings.docker_certs_dirs():
+        if (root / host).is_dir():
+            return root / host
+    return None
+
+
+def trust(host: str, cache_dir: Path) -> Trust:
+    """The host's CAs from certs.d on top of the system's (a bundle kept in cache_dir), its
+    client certificate, else the roots the environment or the system gives."""
+    roots = settings.registry_ca_roots()
+    folder = certs_folder(host)
+    if folder is None:
+        return Trust(roots or True, None, roots or "the system's CAs")
+    cas = sorted(folder.glob("*.crt"))
+    verify: bool | str = roots or True
+    if cas:
+        verify = str(_bundle(cas, roots, cache_dir))
+    return Trust(verify, _client_pair(folder), str(folder))
+
+
+def _bundle(cas: Iterable[Path], roots: str | None, cache_dir: Path) -> Path:
+    """The system's CAs and the host's in one file, as requests needs one."""
+    text = "".join(p.read_text() + "\n" for p in [*([Path(roots)] if roots else []), *cas])
+    path = cache_dir / "registry-ca" / f"{data_hash(text)[:16]}.pem"
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(path, text)
+    return path
+
+
+def _client_pair(folder: Path) -> tuple[str, str] | None:
+    """certs.d's client certificate (`*.cert`) and its key (`*.key` of the same name)."""
+    for cert in sorted(folder.glob("*.cert")):
+        key = cert.with_suffix(".key")
+        if not key.is_file():
+            raise PublishError(f"{cert}: a client certificate without its key {key.name}",
+                               "put the key beside it, or remove the certificate (as Docker "
+                               "requires)")
+        return str(cert), str(key)
+    return None
+
+
+def insecure(host: str, cidrs: Iterable[str] = LOOPBACK, names: Iterable[str] = ()) -> bool:
+    """Would Docker call the registry insecure: named in the engine's insecure-registries,
+    or resolving into one of its CIDRs (loopback by default)?"""
+    if host in names:
+        return True
+    try:
+        found = {info[4][0] for info in socket.getaddrinfo(_hostname(host), None)}
+    except (OSError, UnicodeError):
+        return False
+    addresses = [ipaddress.ip_address(str(a).split("%")[0]) for a in found]
+    networks = [ipaddress.ip_network(c, strict=False) for c in cidrs]
+    return any(a.version == n.version and a in n for a in addresses for n in networks)
+
+
+def _hostname(host: str) -> str:
+    """The name or address of `host[:port]` (`[v6]:port` too)."""
+    if host.startswith("["):
+        return host[1:host.index("]")]
+    name, _, port = host.rpartition(":")
+    return name if name and port.isdigit() and ":" not in name else host
+
+
+def endpoint(host: str, api_host: str, cache_dir: Path, is_insecure: bool,
+             error: type[FatalError] = PublishError) -> Endpoint:
+    """HTTPS with the host's trust; for an insecure registry, as Docker falls back: HTTPS
+    unverified, then plain HTTP. Anything else that fails is the error, naming the cause."""
+    host_trust = trust(host, cache_dir)
+    https = f"https://{api_host}"
+    try:
+        _probe(https, host_trust)
+        return Endpoint(https, host_trust, None)
+    except requests.exceptions.SSLError as exc:
+        if not is_insecure:
+            raise _tls_error(host, host_trust, exc, error) from exc
+        first: requests.RequestException = exc
+    except requests.RequestException as exc:
+        if not is_insecure:
+            raise _down(host, exc, error) from exc
+        first = exc
+    unverified = Trust(False, host_trust.cert, "none (insecure registry)")
+    try:
+        _probe(https, unverified)
+        return Endpoint(https, unverified, f"{host}: HTTPS without verification (an insecure "
+                                           "registry to Docker)")
+    except requests.RequestException:
+        pass
+    plain = f"http://{api_host}"
+    try:
+        _probe(plain, host_trust)
+    except requests.RequestException as exc:
+        raise _down(host, first, error) from exc
+    return Endpoint(plain, host_trust, f"{host}: plain HTTP (no HTTPS there; an insecure "
+                                       "registry to Docker)")
+
+
+def _probe(base_url: str, host_trust: Trust) -> None:
+    """GET /v2/: any HTTP answer means the API is there (a status is checked later)."""
+    requests.get(f"{base_url}/v2/", timeout=PROBE_TIMEOUT, verify=host_trust.verify,
+                 cert=host_trust.cert, allow_redirects=False)
+
+
+def _tls_error(host: str, host_trust: Trust, exc: Exception,
+               error: type[FatalError]) -> FatalError:
+    if "wrong version number" in str(exc).lower():  # a TLS hello answered in plain HTTP
+        return error(f"registry {host} answers plain HTTP, and Docker speaks HTTP only to "
+                     "insecure registries",
+                     "give it TLS, or list it in the engine's insecure-registries "
+                     "(/etc/docker/daemon.json) if plain HTTP is meant")
+    reason = str(exc).split("(Caused by ")[-1].rstrip(")")[:200]
+    return error(f"registry {host}: TLS verification failed with the trust of "
+                 f"{host_trust.source} ({reason})",
+                 f"give Docker's trust for it: its CA as /etc/docker/certs.d/{host}/ca.crt "
+                 "(or REQUESTS_CA_BUNDLE), or list it in the engine's insecure-registries")
+
+
+def _down(host: str, exc: Exception, error: type[FatalError]) -> FatalError:
+    reason = str(exc).split("(Caused by ")[-1].rstrip(")")[:200]
+    return error(f"registry {host} does not answer ({reason})",
+                 "check the address and the network, or start one with `sparkbake registry "
+                 "start`")
