@@ -5,7 +5,6 @@ Besides `config` (versions.yaml), this is the one module that reads the environm
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
@@ -17,8 +16,7 @@ from sparkbake.config.versions import REDIS_URL
 from sparkbake.errors import ConfigError
 
 __all__ = ["CompileCacheSettings", "HostSettings", "compile_cache_settings",
-           "docker_certs_dirs", "host_settings", "patch_tests_environment", "registry_ca_roots",
-           "registry_login"]
+           "docker_certs_dirs", "host_settings", "patch_tests_environment", "registry_ca_roots"]
 
 DEFAULT_GIB_PER_JOB = 6.0  # peak resident memory of one nvcc job on vLLM's largest sources
 
@@ -79,21 +77,6 @@ def compile_cache_settings() -> CompileCacheSettings:
         raise ConfigError(f"SPARKBAKE_COMPILE_CACHE={raw!r} is not off, local or a Redis URL",
                           "write e.g. SPARKBAKE_COMPILE_CACHE=redis://cache.lan:6379/0")
     return CompileCacheSettings(override=raw, folder=_cache_dir() / "sccache")
-
-
-def registry_login(host: str, config_dir: Path | None = None) -> str | None:
-    """The base64 `user:password` that `docker login HOST` stored in the Docker client's
-    config.json ($DOCKER_CONFIG, else ~/.docker); None if there is none there (a credential
-    helper keeps it elsewhere)."""
-    folder = config_dir or Path(os.environ.get("DOCKER_CONFIG") or Path.home() / ".docker")
-    try:
-        auths = json.loads((folder / "config.json").read_text()).get("auths") or {}
-    except (OSError, ValueError, AttributeError):
-        return None
-    key = "https://index.docker.io/v1/" if host == "docker.io" else host
-    entry = auths.get(key) or auths.get(f"https://{key}") or {}
-    auth = entry.get("auth") if isinstance(entry, dict) else None
-    return str(auth) if auth else None
 
 
 def registry_ca_roots() -> str | None:

@@ -2,13 +2,15 @@
 digest, then its tags; and an image out of a registry into a layout (for verify).
 
 The bytes go as they are in the layout, so the registry serves the digest the bake wrote.
-A registry that asks for a login (WWW-Authenticate) gets the one `docker login` stored, if
-any: as Basic auth, or to fetch a Bearer token from the realm it names (else an anonymous
-token).
+A registry that asks for a login (WWW-Authenticate) gets the one Docker's client keeps, if
+any (docker_engine.registry_login): as Basic auth, or to fetch a Bearer token from the realm
+it names (an identity token as OAuth2's refresh token; else an anonymous token). How the
+registry is reached (scheme, TLS trust) is registry_access's.
 """
 
 from __future__ import annotations
 
+import base64
 import functools
 import hashlib
 import re
@@ -24,6 +26,7 @@ import requests
 from sparkbake.console.invocation import command
 from sparkbake.errors import FatalError, PublishError
 from sparkbake.oci import ocilayout, transfer
+from sparkbake.oci.docker_engine import RegistryLogin
 
 __all__ = ["MANIFEST_TYPES", "Remote", "Session", "unreachable"]
 
@@ -47,14 +50,15 @@ class Remote:
     path: str  # the repository inside the registry, e.g. sparkbake-demo
     base_url: str  # http(s)://host of the API
     verify: bool | str  # TLS trust for requests
+    cert: tuple[str, str] | None = None  # client certificate and key (mutual TLS)
 
 
 class Session:
     """Requests to one repository of a registry, with the token it asked for, if any."""
 
     def __init__(self, remote: Remote, error: type[FatalError] = PublishError,
-                 login: str | None = None) -> None:
-        self.remote, self.error, self.login = remote, error, login  # login: base64 user:pass
+                 login: RegistryLogin | None = None) -> None:
+        self.remote, self.error, self.login = remote, error, login
         self.authorization = ""
 
     def url(self, kind: str, reference: str) -> str:
@@ -78,8 +82,8 @@ class Session:
         data = body() if body else None
         try:
             return requests.request(method, url, data=data, verify=self.remote.verify,
-                                    headers={**headers, **self._auth()}, timeout=timeout,
-                                    stream=stream)
+                                    cert=self.remote.cert, headers={**headers, **self._auth()},
+                                    timeout=timeout, stream=stream)
         except (requests.RequestException, ValueError) as exc:
             raise unreachable(self.remote, exc, self.error) from exc
         finally:
@@ -191,23 +195,40 @@ class Session:
         scheme = header.split(" ", 1)[0].lower()
         if self.authorization:
             return False
-        if scheme == "basic" and self.login:
-            self.authorization = f"Basic {self.login}"
+        if scheme == "basic" and self.login and not self.login.identity_token:
+            self.authorization = f"Basic {_basic(self.login)}"
             return True
         params = dict(re.findall(r'(\w+)="([^"]*)"', header))
         realm = params.pop("realm", None)
         if scheme != "bearer" or realm is None:
             return False
-        basic = {"Authorization": f"Basic {self.login}"} if self.login else {}
+        token = self._token(realm, params)
+        self.authorization = f"Bearer {token}" if token else ""
+        return bool(token)
+
+    def _token(self, realm: str, params: dict[str, str]) -> str:
+        """A token from the realm: with an identity token by OAuth2 (POST, refresh_token),
+        else a GET with the Basic login or none."""
+        login = self.login
         try:
-            answer = requests.get(realm, params=params, headers=basic, timeout=HTTP_TIMEOUT,
-                                  verify=self.remote.verify)
+            if login and login.identity_token:
+                form = {**params, "grant_type": "refresh_token", "client_id": "sparkbake",
+                        "refresh_token": login.secret}
+                answer = requests.post(realm, data=form, verify=self.remote.verify,
+                                       cert=self.remote.cert, timeout=HTTP_TIMEOUT)
+            else:
+                basic = {"Authorization": f"Basic {_basic(login)}"} if login else {}
+                answer = requests.get(realm, params=params, headers=basic,
+                                      verify=self.remote.verify, cert=self.remote.cert,
+                                      timeout=HTTP_TIMEOUT)
             body = answer.json() if answer.status_code == 200 else {}
         except (requests.RequestException, ValueError) as exc:
             raise unreachable(self.remote, exc, self.error) from exc
-        token = str(body.get("token") or body.get("access_token") or "")
-        self.authorization = f"Bearer {token}" if token else ""
-        return bool(token)
+        return str(body.get("token") or body.get("access_token") or "")
+
+
+def _basic(login: RegistryLogin) -> str:
+    return base64.b64encode(f"{login.username}:{login.secret}".encode()).decode()
 
 
 def unreachable(remote: Remote, exc: Exception,
@@ -223,5 +244,6 @@ def unreachable(remote: Remote, exc: Exception,
         start = ("registry", "start") + (() if port == "5000" else ("--port", port))
         remedy = f"start it with `{command(*start)}`"
     else:
-        remedy = "check the address, the network and TLS trust (PIP_CERT / REQUESTS_CA_BUNDLE)"
+        remedy = (f"check the address, the network and TLS trust (as Docker's: "
+                  f"/etc/docker/certs.d/{remote.host}/ca.crt)")
     return error(f"registry {remote.host} does not answer ({reason})", remedy)

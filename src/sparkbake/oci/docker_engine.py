@@ -301,3 +301,11 @@ def registry_login(host: str) -> RegistryLogin | None:
     if entry.get("username") and entry.get("password") is not None:
         return RegistryLogin(str(entry["username"]), str(entry["password"]), False)
     return None
+
+
+def insecure_registries(client: Client) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The engine's insecure registries: (CIDRs, names), as `docker info` shows them."""
+    config = client.info().get("RegistryConfig") or {}
+    indexes = config.get("IndexConfigs") or {}
+    return (tuple(config.get("InsecureRegistryCIDRs") or ()),
+            tuple(name for name, index in indexes.items() if not index.get("Secure", True)))

@@ -25,9 +25,10 @@ from sparkbake.config import settings
 from sparkbake.errors import FatalError, PublishError
 from sparkbake.files import atomic_write
 from sparkbake.hashing import data_hash
+from sparkbake.oci import distribution
 
-__all__ = ["PROBE_TIMEOUT", "Endpoint", "Trust", "certs_folder", "endpoint", "insecure",
-           "trust"]
+__all__ = ["DOCKER_DEFAULT", "PROBE_TIMEOUT", "Endpoint", "InsecureRegistries", "Trust",
+           "certs_folder", "endpoint", "insecure", "trust"]
 
 PROBE_TIMEOUT = 10  # seconds: a registry that does not answer /v2/ by then is down
 LOOPBACK = ("127.0.0.0/8", "::1/128")  # Docker's insecure-registries before any is set
@@ -99,6 +100,20 @@ def _client_pair(folder: Path) -> tuple[str, str] | None:
     return None
 
 
+@dataclass(frozen=True)
+class InsecureRegistries:
+    """The engine's `insecure-registries`: CIDRs (loopback always among them) and names."""
+
+    cidrs: tuple[str, ...] = LOOPBACK
+    names: tuple[str, ...] = ()
+
+    def covers(self, host: str) -> bool:
+        return insecure(host, self.cidrs, self.names)
+
+
+DOCKER_DEFAULT = InsecureRegistries()  # an engine's list before any is set
+
+
 def insecure(host: str, cidrs: Iterable[str] = LOOPBACK, names: Iterable[str] = ()) -> bool:
     """Would Docker call the registry insecure: named in the engine's insecure-registries,
     or resolving into one of its CIDRs (loopback by default)?"""
@@ -128,36 +143,44 @@ def endpoint(host: str, api_host: str, cache_dir: Path, is_insecure: bool,
     host_trust = trust(host, cache_dir)
     https = f"https://{api_host}"
     try:
-        _probe(https, host_trust)
-        return Endpoint(https, host_trust, None)
+        return _registry(Endpoint(https, host_trust, None), host, _probe(https, host_trust),
+                         error)
     except requests.exceptions.SSLError as exc:
         if not is_insecure:
             raise _tls_error(host, host_trust, exc, error) from exc
         first: requests.RequestException = exc
     except requests.RequestException as exc:
         if not is_insecure:
-            raise _down(host, exc, error) from exc
+            raise _down(host, https, exc, error) from exc
         first = exc
     unverified = Trust(False, host_trust.cert, "none (insecure registry)")
     try:
-        _probe(https, unverified)
-        return Endpoint(https, unverified, f"{host}: HTTPS without verification (an insecure "
-                                           "registry to Docker)")
+        status = _probe(https, unverified)
+        return _registry(Endpoint(https, unverified, f"{host}: HTTPS without verification (an "
+                                  "insecure registry to Docker)"), host, status, error)
     except requests.RequestException:
         pass
     plain = f"http://{api_host}"
     try:
-        _probe(plain, host_trust)
+        status = _probe(plain, host_trust)
     except requests.RequestException as exc:
-        raise _down(host, first, error) from exc
-    return Endpoint(plain, host_trust, f"{host}: plain HTTP (no HTTPS there; an insecure "
-                                       "registry to Docker)")
+        raise _down(host, plain, first, error) from exc
+    return _registry(Endpoint(plain, host_trust, f"{host}: plain HTTP (no HTTPS there; an "
+                              "insecure registry to Docker)"), host, status, error)
 
 
-def _probe(base_url: str, host_trust: Trust) -> None:
-    """GET /v2/: any HTTP answer means the API is there (a status is checked later)."""
-    requests.get(f"{base_url}/v2/", timeout=PROBE_TIMEOUT, verify=host_trust.verify,
-                 cert=host_trust.cert, allow_redirects=False)
+def _probe(base_url: str, host_trust: Trust) -> int:
+    """GET /v2/: the status of any HTTP answer (checked by the caller)."""
+    return requests.get(f"{base_url}/v2/", timeout=PROBE_TIMEOUT, verify=host_trust.verify,
+                        cert=host_trust.cert, allow_redirects=False).status_code
+
+
+def _registry(found: Endpoint, host: str, status: int, error: type[FatalError]) -> Endpoint:
+    """The endpoint, if /v2/ answered as a registry does (200, or 401 asking for a login)."""
+    if status not in (200, 401):
+        raise error(f"{host} answers, but not as a registry (HTTP {status} on /v2/ at "
+                    f"{found.base_url})", "check the --registry address or the tag's repository")
+    return found
 
 
 def _tls_error(host: str, host_trust: Trust, exc: Exception,
@@ -174,8 +197,6 @@ def _tls_error(host: str, host_trust: Trust, exc: Exception,
                  "(or REQUESTS_CA_BUNDLE), or list it in the engine's insecure-registries")
 
 
-def _down(host: str, exc: Exception, error: type[FatalError]) -> FatalError:
-    reason = str(exc).split("(Caused by ")[-1].rstrip(")")[:200]
-    return error(f"registry {host} does not answer ({reason})",
-                 "check the address and the network, or start one with `sparkbake registry "
-                 "start`")
+def _down(host: str, base_url: str, exc: Exception, error: type[FatalError]) -> FatalError:
+    """Nothing answers: the reason, and how to start a local registry where one is meant."""
+    return distribution.unreachable(distribution.Remote(host, "", base_url, True), exc, error)

@@ -16,20 +16,26 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import requests
-
 from sparkbake.bake import imagebake
 from sparkbake.bake.imagebake import INPUTS_LABEL
-from sparkbake.config.settings import host_settings, registry_login
+from sparkbake.config.settings import host_settings
 from sparkbake.config.versions import Config
 from sparkbake.console import display
 from sparkbake.console.invocation import command
 from sparkbake.console.tools import echo
-from sparkbake.errors import PublishError, UsageError
+from sparkbake.errors import FatalError, PublishError, UsageError
 from sparkbake.files import atomic_write
-from sparkbake.oci import ocilayout, transfer
-from sparkbake.oci.distribution import Remote, Session, unreachable
-from sparkbake.oci.docker_engine import Client, image_attrs, image_exists, image_labels
+from sparkbake.oci import ocilayout, registry_access, transfer
+from sparkbake.oci.distribution import Remote, Session
+from sparkbake.oci.docker_engine import (
+    Client,
+    image_attrs,
+    image_exists,
+    image_labels,
+    insecure_registries,
+    registry_login,
+)
+from sparkbake.oci.registry_access import DOCKER_DEFAULT, InsecureRegistries
 from sparkbake.pipeline.layout import Layout
 from sparkbake.pipeline.plan import Plan, upstream_pin
 from sparkbake.publish import releases
@@ -38,8 +44,8 @@ from sparkbake.smoke.record import SmokeReport, counts
 from sparkbake.wheels import wheelbuild
 
 __all__ = [
-    "Remote", "check_overwrite", "check_smoke", "publish", "read_smoke", "remote_for",
-    "retarget", "smoke_gate", "split_repository",
+    "Remote", "check_overwrite", "check_smoke", "locate", "open_session", "publish",
+    "read_smoke", "remote_for", "retarget", "smoke_gate", "split_repository",
 ]
 
 HTTP_TIMEOUT = 30
@@ -57,7 +63,7 @@ def publish(client: Client, config: Config, plan: Plan, registry: str | None,
     smoked = smoke_gate(Layout.of(config).smoke_record(plan.tag.name), plan.tag.name,
                         baked.config, skip_smoke)
     names = [plan.tag.name, f"{plan.tag.name}-{plan.inputs[:12]}"]
-    pushed, sent = _push(repository, names, baked, force)
+    pushed, sent = _push(client, repository, names, baked, force)
     release = Release(
         tag=plan.tag.name, repository=repository,
         images=tuple(f"{repository}:{n}" for n in names), digest=pushed,
@@ -73,13 +79,11 @@ def publish(client: Client, config: Config, plan: Plan, registry: str | None,
     return release
 
 
-def _push(repository: str, names: list[str], baked: imagebake.Image,
+def _push(client: Client, repository: str, names: list[str], baked: imagebake.Image,
           force: bool) -> tuple[str, transfer.Sent]:
     """Push the baked image under names (moving none that points elsewhere, unless forced);
     the digest the registry stored, verified under each name, and the blobs sent."""
-    remote = remote_for(repository)
-    _ping(remote)
-    session = Session(remote, login=registry_login(remote.host))
+    session = open_session(repository, insecure=_engine_insecure(client))
     current = {name: session.manifest_digest(name) for name in names}
     for name in names:
         check_overwrite(f"{repository}:{name}", current[name], {baked.image.digest}, force)
@@ -115,18 +119,38 @@ def split_repository(repository: str) -> tuple[str | None, str]:
     return None, repository
 
 
-def remote_for(repository: str) -> Remote:
-    """Plain http for loopback registries, https with the host's CA bundle otherwise."""
+def locate(repository: str) -> tuple[str, str, str]:
+    """(host as written, the API's host, path): Docker Hub's names made whole."""
     host, path = split_repository(repository)
     host = host or "docker.io"
-    api_host = host
     if host == "docker.io":
-        api_host, path = "registry-1.docker.io", path if "/" in path else f"library/{path}"
-    hostname = host[: host.index("]") + 1] if host.startswith("[") else host.split(":")[0]
-    if hostname in ("localhost", "[::1]") or hostname.startswith("127."):
-        return Remote(host=host, path=path, base_url=f"http://{api_host}", verify=True)
-    verify: bool | str = host_settings().ca_bundle or True
-    return Remote(host=host, path=path, base_url=f"https://{api_host}", verify=verify)
+        return host, "registry-1.docker.io", path if "/" in path else f"library/{path}"
+    return host, host, path
+
+
+def remote_for(repository: str, error: type[FatalError] = PublishError,
+               insecure: InsecureRegistries = DOCKER_DEFAULT) -> Remote:
+    """The repository's registry, reached as Docker reaches it (registry_access): HTTPS with
+    Docker's certs.d trust first; its fallback for insecure registries, said."""
+    host, api_host, path = locate(repository)
+    found = registry_access.endpoint(host, api_host, host_settings().cache_dir,
+                                     insecure.covers(host), error)
+    if found.note:
+        display.notice(f"registry {found.note}")
+    return Remote(host=host, path=path, base_url=found.base_url, verify=found.trust.verify,
+                  cert=found.trust.cert)
+
+
+def open_session(repository: str, error: type[FatalError] = PublishError,
+                 insecure: InsecureRegistries = DOCKER_DEFAULT) -> Session:
+    """A session with the repository's registry and the login Docker's client keeps for it."""
+    remote = remote_for(repository, error, insecure)
+    return Session(remote, error, login=registry_login(remote.host))
+
+
+def _engine_insecure(client: Client) -> InsecureRegistries:
+    cidrs, names = insecure_registries(client)
+    return InsecureRegistries(cidrs or DOCKER_DEFAULT.cidrs, names)
 
 
 def read_smoke(path: Path, image_id: str) -> tuple[SmokeFound, SmokeReport | None]:
@@ -209,19 +233,6 @@ def _baked(config: Config, plan: Plan, attrs: dict[str, Any]) -> imagebake.Image
                            f"is not the image baked into {Layout.of(config).oci} ({where})",
                            f"rebuild it: `{command('build-image', plan.tag.name)}`, then smoke")
     return baked
-
-
-def _ping(remote: Remote) -> None:
-    """Fail fast on a host that is down or is no registry."""
-    try:
-        response = requests.get(f"{remote.base_url}/v2/", timeout=HTTP_TIMEOUT,
-                                verify=remote.verify)
-    except requests.RequestException as exc:
-        raise unreachable(remote, exc) from exc
-    if response.status_code not in (200, 401):
-        raise PublishError(f"{remote.host} answers, but not as a registry "
-                           f"(HTTP {response.status_code} on /v2/)",
-                           "check the --registry address or the tag's repository")
 
 
 def _verify(session: Session, name: str, digest: str) -> None:
