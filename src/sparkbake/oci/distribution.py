@@ -39,7 +39,7 @@ MANIFEST_TYPES = ", ".join((
     "application/vnd.docker.distribution.manifest.v2+json",
 ))
 PUSH_REMEDY = ("check that the registry takes pushes (not read-only) and, if it needs a "
-               "login, `docker login` to it (sparkbake reads ~/.docker/config.json's auths)")
+               "login, `docker login` to it")
 
 
 @dataclass(frozen=True)
@@ -179,6 +179,12 @@ class Session:
         """Raise unless the response has the expected status; name the action and step."""
         if response.status_code == expected:
             return
+        if response.status_code == 401:
+            who = f"the login of {self.login.username or 'its token'}" if self.login \
+                else "an anonymous request"
+            raise self.error(f"{self.remote.host} refused {who} at {step} (HTTP 401)",
+                             f"log in with `docker login {self.remote.host}` (sparkbake uses "
+                             "the login Docker's client keeps, credential helpers too)")
         errors = re.findall(r'"message":\s*"([^"]*)"', response.text[:2000])
         detail = f": {'; '.join(errors)}" if errors else ""
         remedy = PUSH_REMEDY if action == "pushing" else "check the digest and the registry"
