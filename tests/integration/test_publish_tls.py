@@ -1,7 +1,8 @@
-"""publish to a registry set up the usual way: docker-registry with TLS by a private CA and an
-htpasswd login, on this host's own (not loopback) address, trusted the way Docker is told
-(certs.d/HOST:PORT/ca.crt) and logged in through a credential helper on PATH. skopeo, given
-the same CA and login, is the judge of what the registry serves."""
+"""publish to registries as users run them. One set up the usual way: docker-registry with
+TLS by a private CA and an htpasswd login, on this host's own (not loopback) address,
+trusted the way Docker is told (certs.d/HOST:PORT/ca.crt) and logged in through a credential
+helper on PATH; skopeo, given the same CA and login, is the judge of what it serves. And one
+behind a proxy that answers a blob upload with 503 and drops the next: publish sends again."""
 
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ import requests
 from sparkbake.errors import PublishError
 from sparkbake.oci import docker_engine
 from tests.conftest import free_port
-from tests.integration.test_publish import Project, client, local, project
+from tests.faultproxy import Faults, fault_proxy
+from tests.integration.test_publish import Local, Project, client, local, project
 from tests.tlscerts import Certs, make_certs
 
 pytestmark = pytest.mark.docker
@@ -166,3 +168,22 @@ def test_the_engine_lists_loopback_among_its_insecure_registries(
         client: docker_engine.Client) -> None:
     cidrs, _ = docker_engine.insecure_registries(client)
     assert "127.0.0.0/8" in cidrs
+
+
+def test_a_blob_upload_is_sent_again_after_a_5xx_and_a_dropped_connection(
+        project: Project, local: Local, capsys: pytest.CaptureFixture[str]) -> None:
+    faults = Faults([("PUT", "/blobs/uploads/", "503"), ("PUT", "/blobs/uploads/", "drop")])
+    with fault_proxy(f"http://127.0.0.1:{local.port}", faults) as port:
+        project.build("flaky")
+        project.smoke()
+        capsys.readouterr()
+        record = project.publish(registry_host=f"127.0.0.1:{port}")
+    assert faults.pending == [] and len(faults.done) == 2
+    err = capsys.readouterr().err
+    assert "failed (HTTP 503); again in 1 s" in err
+    assert "failed (the connection dropped); again in 2 s" in err
+    repository = record["repository"].replace(f":{port}/", f":{local.port}/")
+    served = subprocess.run(["skopeo", "inspect", "--tls-verify=false", "--format",
+                             "{{.Digest}}", f"docker://{repository}:{record['tag']}"],
+                            capture_output=True, text=True, check=True).stdout.strip()
+    assert served == record["digest"]

@@ -15,6 +15,7 @@ import functools
 import hashlib
 import re
 import tempfile
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +24,7 @@ from urllib.parse import urljoin
 
 import requests
 
+from sparkbake.console import display
 from sparkbake.console.invocation import command
 from sparkbake.errors import FatalError, PublishError
 from sparkbake.oci import ocilayout, transfer
@@ -33,6 +35,7 @@ __all__ = ["MANIFEST_TYPES", "Remote", "Session", "unreachable"]
 HTTP_TIMEOUT = 30
 UPLOAD_TIMEOUT = (30, 600)  # connect, read: a large layer takes a while to be checked
 CHUNK = 1 << 20
+RETRY_DELAYS = (1.0, 2.0, 4.0)  # seconds before each new upload of a blob
 MANIFEST_TYPES = ", ".join((
     ocilayout.INDEX_TYPE, ocilayout.MANIFEST_TYPE,
     "application/vnd.docker.distribution.manifest.list.v2+json",
@@ -141,8 +144,32 @@ class Session:
         return self.request("HEAD", self.url("blobs", blob.digest)).status_code == 200
 
     def _push_blob(self, layout: ocilayout.Layout, blob: ocilayout.Descriptor) -> None:
+        """One blob, uploaded anew after a 5xx answer or a dropped connection (a few times,
+        waiting longer each time); a registry that stops answering is not waited for."""
+        for delay in (*RETRY_DELAYS, None):
+            try:
+                response, step, expected = self._upload(layout, blob)
+            except FatalError as exc:
+                cause = exc.__cause__
+                transient = isinstance(cause, requests.ConnectionError) and \
+                    not isinstance(cause, requests.Timeout)
+                if delay is None or not transient:
+                    raise
+                reason = "the connection dropped"
+            else:
+                if response.status_code < 500 or delay is None:
+                    self._check(response, "pushing", step, expected)
+                    return
+                reason = f"HTTP {response.status_code}"
+            display.notice(f"publish: {step} failed ({reason}); again in {delay:g} s")
+            time.sleep(delay)
+
+    def _upload(self, layout: ocilayout.Layout,
+                blob: ocilayout.Descriptor) -> tuple[requests.Response, str, int]:
+        """A monolithic upload: (the last answer, its step, the status it should have)."""
         start = self.request("POST", self.url("blobs", "uploads/"))
-        self._check(start, "pushing", f"the start of the upload of {blob.digest[:19]}", 202)
+        if start.status_code != 202:
+            return start, f"the start of the upload of {blob.digest[:19]}", 202
         location = urljoin(self.remote.base_url + "/", start.headers["Location"])
         sep = "&" if "?" in location else "?"
         path = layout.blob(blob.digest)
@@ -150,8 +177,7 @@ class Session:
                             body=lambda: path.open("rb"), timeout=UPLOAD_TIMEOUT,
                             headers={"Content-Type": "application/octet-stream",
                                      "Content-Length": str(blob.size)})
-        self._check(done, "pushing", f"the upload of {blob.digest[:19]} ({blob.size} bytes)",
-                    201)
+        return done, f"the upload of {blob.digest[:19]} ({blob.size} bytes)", 201
 
     def _put_manifest(self, data: bytes, image: ocilayout.Descriptor, reference: str) -> str:
         response = self.request("PUT", self.url("manifests", reference), body=lambda: data,
