@@ -30,10 +30,14 @@ from sparkbake.errors import FatalError, PublishError
 from sparkbake.oci import ocilayout, transfer
 from sparkbake.oci.docker_engine import RegistryLogin
 
-__all__ = ["MANIFEST_TYPES", "Remote", "Session", "unreachable"]
+__all__ = ["HTTP_TIMEOUT", "MANIFEST_TYPES", "Remote", "Session", "is_stall", "stalled",
+           "unreachable"]
 
-HTTP_TIMEOUT = 30
-UPLOAD_TIMEOUT = (30, 600)  # connect, read: a large layer takes a while to be checked
+# seconds to connect, then without a byte: a stalled registry (stopped, hung, a dead link) is
+# noticed in seconds. The registry hashes an upload as it arrives, so even a large layer's
+# answer comes soon after its last byte.
+HTTP_TIMEOUT = (5, 10)
+UPLOAD_TIMEOUT = (5, 60)
 CHUNK = 1 << 20
 RETRY_DELAYS = (1.0, 2.0, 4.0)  # seconds before each new upload of a blob
 MANIFEST_TYPES = ", ".join((
@@ -123,6 +127,10 @@ class Session:
             self._put_manifest(layout.read(image.digest), image, tag)
         return digest, sent
 
+    def set_tag(self, layout: ocilayout.Layout, image: ocilayout.Descriptor, tag: str) -> None:
+        """Point tag at the image, whose blobs and manifest the registry has."""
+        self._put_manifest(layout.read(image.digest), image, tag)
+
     def pull(self, digest: str, layout: ocilayout.Layout) -> ocilayout.Descriptor:
         """The image manifest digest and its blobs, from the registry into layout."""
         response = self.request("GET", self.url("manifests", digest),
@@ -191,9 +199,12 @@ class Session:
         self._check(response, "reading", f"the blob {blob.digest[:19]}", 200)
         sha = hashlib.sha256()
         with tempfile.NamedTemporaryFile(dir=layout.root, prefix=".pull.") as out:
-            for chunk in response.iter_content(CHUNK):
-                sha.update(chunk)
-                out.write(chunk)
+            try:
+                for chunk in response.iter_content(CHUNK):
+                    sha.update(chunk)
+                    out.write(chunk)
+            except requests.RequestException as exc:  # it stalled or broke off mid-blob
+                raise unreachable(self.remote, exc, self.error) from exc
             out.flush()
             if "sha256:" + sha.hexdigest() != blob.digest:
                 raise self.error(f"{self.remote.host} served other bytes for {blob.digest}",
@@ -266,6 +277,8 @@ def _basic(login: RegistryLogin) -> str:
 def unreachable(remote: Remote, exc: Exception,
                 error: type[FatalError] = PublishError) -> FatalError:
     """The error for a registry that does not answer, with how to start a local one."""
+    if is_stall(exc):
+        return stalled(remote, exc, error)
     if isinstance(exc, requests.exceptions.SSLError):
         reason = "TLS verification failed"
     else:
@@ -279,3 +292,22 @@ def unreachable(remote: Remote, exc: Exception,
         remedy = (f"check the address, the network and TLS trust (as Docker's: "
                   f"/etc/docker/certs.d/{remote.host}/ca.crt)")
     return error(f"registry {remote.host} does not answer ({reason})", remedy)
+
+
+def is_stall(exc: Exception) -> bool:
+    """The registry took the connection, or was being connected to, and then said nothing."""
+    return isinstance(exc, requests.exceptions.Timeout) or "timed out" in str(exc)
+
+
+def stalled(remote: Remote, exc: Exception, error: type[FatalError]) -> FatalError:
+    """The error for a registry that took a connection or a request and then went silent."""
+    return error(f"registry {remote.host} stopped answering: nothing came back "
+                 f"{_waited(exc)} (a stopped or hung registry, or a dead link)",
+                 "check that the registry runs and is reachable, then run the command again: "
+                 "a publish sends only what the registry lacks")
+
+
+def _waited(exc: Exception) -> str:
+    """How long the request waited, as requests' message says (`read timeout=10`)."""
+    found = re.search(r"timeout=([0-9.]+)", str(exc))
+    return f"within {found[1]} s" if found else "in time"

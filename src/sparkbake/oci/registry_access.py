@@ -150,7 +150,7 @@ def endpoint(host: str, api_host: str, cache_dir: Path, is_insecure: bool,
             raise _tls_error(host, host_trust, exc, error) from exc
         first: requests.RequestException = exc
     except requests.RequestException as exc:
-        if not is_insecure:
+        if not is_insecure or distribution.is_stall(exc):  # a stalled one answers no scheme
             raise _down(host, https, exc, error) from exc
         first = exc
     unverified = Trust(False, host_trust.cert, "none (insecure registry)")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -48,25 +49,28 @@ __all__ = [
     "read_smoke", "remote_for", "retarget", "smoke_gate", "split_repository",
 ]
 
-HTTP_TIMEOUT = 30
 REGISTRY_ARG = re.compile(r"(?:[A-Za-z0-9.-]+|\[[0-9A-Fa-f:]+\])(?::[0-9]+)?")
 
 
 def publish(client: Client, config: Config, plan: Plan, registry: str | None,
             force: bool, skip_smoke: bool = False) -> Release:
-    """Push the tag's smoke-tested image under `<tag>` and `<tag>-<inputs[:12]>`, verify the
-    registry's digests, write build/releases/<tag>.json and its line in the releases index;
-    return that record."""
+    """Push the tag's smoke-tested image under `<tag>-<inputs[:12]>`, write
+    build/releases/<tag>.json and its line in the releases index, then move `<tag>` to it;
+    each name verified in the registry; return the record.
+
+    In that order, so an interruption never leaves the moving tag on an image without its
+    per-build tag and its record; publishing again finishes what is missing."""
     repository = retarget(plan.tag.repository, registry)
     attrs = _local_image(client, plan)
     baked = _baked(config, plan, attrs)
     smoked = smoke_gate(Layout.of(config).smoke_record(plan.tag.name), plan.tag.name,
                         baked.config, skip_smoke)
-    names = [plan.tag.name, f"{plan.tag.name}-{plan.inputs[:12]}"]
-    pushed, sent = _push(client, repository, names, baked, force)
+    moving, per_build = plan.tag.name, f"{plan.tag.name}-{plan.inputs[:12]}"
+    target = _Target.of(client, repository, [per_build, moving], baked, force)
+    pushed, sent = target.push(baked, per_build)
     release = Release(
         tag=plan.tag.name, repository=repository,
-        images=tuple(f"{repository}:{n}" for n in names), digest=pushed,
+        images=tuple(f"{repository}:{n}" for n in (moving, per_build)), digest=pushed,
         pinned=f"{repository}@{pushed}", smoke=smoked,
         manifest=releases.image_manifest(ocilayout.Layout(baked.layout), baked.image),
         transfer=sent.record(), image_id=baked.config, build=_build_record(config, plan),
@@ -76,29 +80,48 @@ def publish(client: Client, config: Config, plan: Plan, registry: str | None,
         env=dict(plan.tag.env), labels=image_labels(attrs),
         published=datetime.now(UTC).isoformat(timespec="seconds"))
     _write(Layout.of(config).releases, release)
+    target.move(baked, moving)
     return release
 
 
-def _push(client: Client, repository: str, names: list[str], baked: imagebake.Image,
-          force: bool) -> tuple[str, transfer.Sent]:
-    """Push the baked image under names (moving none that points elsewhere, unless forced);
-    the digest the registry stored, verified under each name, and the blobs sent."""
-    session = open_session(repository, insecure=_engine_insecure(client))
-    current = {name: session.manifest_digest(name) for name in names}
-    for name in names:
-        check_overwrite(f"{repository}:{name}", current[name], {baked.image.digest}, force)
-    tag = names[0]  # the name of the image in the layout
-    echo(f"+ push oci:{baked.layout}:{tag} -> {repository}:{{{','.join(names)}}}")
-    moving = [name for name in names if current[name] != baked.image.digest]
-    pushed, sent = session.push(ocilayout.Layout(baked.layout), baked.image, moving)
-    display.notice(sent.line(baked.image.digest))
-    if pushed != baked.image.digest:
-        raise PublishError(f"{repository} stored the image as {pushed}, not as the baked "
-                           f"{baked.image.digest}", "check the registry (does it rewrite "
-                           "manifests?)")
-    for name in names:
-        _verify(session, name, pushed)
-    return pushed, sent
+@dataclass(frozen=True)
+class _Target:
+    """The registry's repository and what its names point at before the publish."""
+
+    repository: str
+    session: Session
+    current: dict[str, str | None]
+
+    @classmethod
+    def of(cls, client: Client, repository: str, names: list[str], baked: imagebake.Image,
+           force: bool) -> _Target:
+        """Refuse, before anything goes, to move a name that points elsewhere (unless forced)."""
+        session = open_session(repository, insecure=_engine_insecure(client))
+        current = {name: session.manifest_digest(name) for name in names}
+        for name in names:
+            check_overwrite(f"{repository}:{name}", current[name], {baked.image.digest}, force)
+        return cls(repository, session, current)
+
+    def push(self, baked: imagebake.Image, name: str) -> tuple[str, transfer.Sent]:
+        """The blobs the registry lacks and the manifest under name; the digest it stored,
+        verified, and the blobs sent."""
+        echo(f"+ push oci:{baked.layout}:{baked.image.digest[:19]} -> {self.repository}:{name}")
+        tags = [name] if self.current[name] != baked.image.digest else []
+        pushed, sent = self.session.push(ocilayout.Layout(baked.layout), baked.image, tags)
+        display.notice(sent.line(baked.image.digest))
+        if pushed != baked.image.digest:
+            raise PublishError(f"{self.repository} stored the image as {pushed}, not as the "
+                               f"baked {baked.image.digest}", "check the registry (does it "
+                               "rewrite manifests?)")
+        _verify(self.session, name, pushed)
+        return pushed, sent
+
+    def move(self, baked: imagebake.Image, name: str) -> None:
+        """name onto the pushed image (its manifest is in the registry), verified."""
+        if self.current[name] != baked.image.digest:
+            echo(f"+ tag {self.repository}:{name} -> {baked.image.digest}")
+            self.session.set_tag(ocilayout.Layout(baked.layout), baked.image, name)
+        _verify(self.session, name, baked.image.digest)
 
 
 def retarget(repository: str, registry: str | None) -> str:
