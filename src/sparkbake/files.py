@@ -9,7 +9,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["atomic_dir", "atomic_write", "scratch_dir"]
+__all__ = ["atomic_dir", "atomic_write", "naming", "scratch_dir"]
 
 
 @contextlib.contextmanager
@@ -45,3 +45,14 @@ def scratch_dir(parent: Path, prefix: str, keep: bool = False) -> Iterator[Path]
     finally:
         if not keep:
             shutil.rmtree(path, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def naming(path: Path) -> Iterator[None]:
+    """An OSError of the block that names no file (a write to a full disk) names path."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is None and exc.errno is not None:
+            raise OSError(exc.errno, exc.strerror, str(path)) from exc
+        raise

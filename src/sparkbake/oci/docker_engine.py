@@ -20,6 +20,7 @@ import requests
 from sparkbake.console import display
 from sparkbake.console.tools import echo
 from sparkbake.errors import EngineError, FatalError
+from sparkbake.files import naming
 
 __all__ = [
     "Client",
@@ -37,12 +38,16 @@ __all__ = [
 
 Client = Any  # docker.DockerClient: the SDK ships no type information
 TAIL_LINES = 40
+# seconds an engine call may go without a byte back. A container's run (wait, logs) and an
+# image build are not bounded: they last as long as their work.
+ENGINE_TIMEOUT = 600
+ARCHIVE_CHUNK = 1 << 20
 
 
 def connect() -> Client:
     """A client for the engine named by DOCKER_HOST (or the local socket), checked with a ping."""
     try:
-        client = docker.from_env(timeout=600)
+        client = docker.from_env(timeout=ENGINE_TIMEOUT)
         client.ping()
     except (docker.errors.DockerException, requests.RequestException) as exc:
         raise EngineError(
@@ -177,10 +182,21 @@ def bridge_gateway(client: Client, image: str) -> str:
 
 
 def _copy_out(box: Any, path: str, tar: Path) -> None:
-    chunks, _ = box.get_archive(path)
-    with tar.open("wb") as out:
-        for chunk in chunks:
-            out.write(chunk)
+    """path in the container as a tar file. The engine holds the container while it sends
+    the archive: the stream is closed on any failure (a full disk), or removing the
+    container would wait for the rest of it for ever (the SDK's stream cannot be closed)."""
+    api = box.client.api
+    url = f"{api.base_url}/v{api.api_version}/containers/{box.id}/archive"
+    try:
+        with api.get(url, params={"path": path}, stream=True, timeout=ENGINE_TIMEOUT,
+                      headers={"Accept-Encoding": "identity"}) as response, \
+                naming(tar), tar.open("wb") as out:
+            response.raise_for_status()
+            for chunk in response.iter_content(ARCHIVE_CHUNK):
+                out.write(chunk)
+    except requests.RequestException as exc:
+        raise EngineError(f"copying {path} out of container {box.short_id} failed: {exc}",
+                          "check the Docker engine") from exc
 
 
 def load_image(client: Client, archive: Path, *, error: type[FatalError]) -> None:
