@@ -12,7 +12,7 @@ from typing import Any
 from sparkbake.bake.bases import BaseImage
 from sparkbake.console.tools import step
 from sparkbake.errors import BakeError
-from sparkbake.files import atomic_write
+from sparkbake.files import atomic_write, read_json
 from sparkbake.oci import layers, ocilayout
 from sparkbake.oci.docker_engine import Client
 
@@ -33,7 +33,7 @@ def ensure(client: Client, base: BaseImage, cache: ocilayout.Layout, layout: oci
     id: the same base image gives the same blobs), then put into the layout."""
     image_id = str(client.images.get(base.ref).id)
     record = cache.root / "bases" / f"{image_id.split(':')[1]}.json"
-    listing = json.loads(record.read_text()) if record.is_file() else None
+    listing = read_json(record) if record.is_file() else None
     if listing is None or not all(cache.has(d) for d in [listing["config"],
                                                           *listing["layers"]]):
         listing = _export_base(client, base, image_id, cache, work)

@@ -32,7 +32,7 @@ from sparkbake.fetch.sourcelock import (
     unreachable,
     write,
 )
-from sparkbake.files import atomic_dir
+from sparkbake.files import atomic_dir, read_json
 from sparkbake.hashing import file_sha256, tree_hash
 from sparkbake.lock import lockfiles
 from sparkbake.pipeline.layout import Layout
@@ -185,7 +185,7 @@ def _ensure(locked: Locked, cache: Path, settings: HostSettings, expected: str |
     entry = cache / locked.key
     record = entry / RECORD
     if record.is_file():
-        have = str(json.loads(record.read_text()).get("tree", ""))
+        have = str(read_json(record).get("tree", ""))
         if expected is None or have == expected:
             echo(f"fetch: {locked.name} cached at {locked.key[:12]}")
             return have

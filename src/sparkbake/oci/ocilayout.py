@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sparkbake.files import atomic_write
+from sparkbake.files import atomic_write, read_json
 from sparkbake.oci.layers import MEDIA_TYPE as LAYER_TYPE
 
 __all__ = ["CONFIG_TYPE", "FORMAT", "INDEX_TYPE", "LAYER_TYPE", "MANIFEST_TYPE", "REF_NAME",
@@ -132,7 +132,7 @@ class Layout:
         path = self.root / "index.json"
         if not path.is_file():
             return {"schemaVersion": 2, "mediaType": INDEX_TYPE, "manifests": []}
-        index: dict[str, Any] = json.loads(path.read_text())
+        index: dict[str, Any] = read_json(path)
         return index
 
     def _init(self) -> None:

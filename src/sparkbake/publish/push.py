@@ -25,7 +25,7 @@ from sparkbake.console import display
 from sparkbake.console.invocation import command
 from sparkbake.console.tools import echo
 from sparkbake.errors import FatalError, PublishError, UsageError
-from sparkbake.files import atomic_write
+from sparkbake.files import atomic_write, read_json
 from sparkbake.oci import ocilayout, registry_access, transfer
 from sparkbake.oci.distribution import Remote, Session
 from sparkbake.oci.docker_engine import (
@@ -280,5 +280,5 @@ def _build_record(config: Config, plan: Plan) -> dict[str, Any]:
     report = Layout.of(config).wheel_set(plan.wheels_key) / wheelbuild.REPORT
     if not report.is_file():
         return {}
-    built = json.loads(report.read_text())
+    built = read_json(report)
     return {key: built[key] for key in ("jobs", "kernels", "nvcc") if key in built}

@@ -17,7 +17,7 @@ from sparkbake.console import display
 from sparkbake.console.tools import echo, step
 from sparkbake.errors import BuildError
 from sparkbake.fetch import download_attempts, thirdparty
-from sparkbake.files import atomic_dir, scratch_dir
+from sparkbake.files import atomic_dir, read_json, scratch_dir
 from sparkbake.hashing import data_hash, file_sha256
 from sparkbake.oci import emulation
 from sparkbake.oci.docker_engine import Client, build_image, image_exists, run_container
@@ -74,7 +74,7 @@ def reusable_kernels(entry: Path) -> str | None:
     listing = entry / "kernels.json"
     if not listing.is_file():
         return None
-    wheel: str = json.loads(listing.read_text())["wheel"]
+    wheel: str = read_json(listing)["wheel"]
     return wheel
 
 
@@ -202,7 +202,7 @@ def build(client: Client, request: BuildRequest) -> WheelSet:
 def cached(tag: Tag, folder: Path) -> WheelSet:
     """The wheels stage's cache entry, said to be cached."""
     display.cached(Stage.WHEELS, f"wheels: {tag.name} cached at wheels/{folder.name[:12]}")
-    return WheelSet(folder, folder.name, json.loads((folder / REPORT).read_text()))
+    return WheelSet(folder, folder.name, read_json(folder / REPORT))
 
 
 def _container_args(request: BuildRequest, out: Path, reuse: str | None) -> dict[str, Any]:
