@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
+import socket
 import tarfile
 import threading
 import warnings
@@ -23,6 +25,7 @@ from sparkbake.errors import EngineError, FatalError
 from sparkbake.files import naming
 
 __all__ = [
+    "RUN_LABEL",
     "Client",
     "ContainerResult",
     "bridge_gateway",
@@ -33,6 +36,7 @@ __all__ = [
     "image_labels",
     "load_image",
     "run_container",
+    "run_label",
     "started_container",
 ]
 
@@ -42,6 +46,14 @@ TAIL_LINES = 40
 # image build are not bounded: they last as long as their work.
 ENGINE_TIMEOUT = 600
 ARCHIVE_CHUNK = 1 << 20
+# on every container sparkbake makes: which run made it (HOST:PID), so that `gc` finds the
+# containers of a run that was killed before it could remove them
+RUN_LABEL = "dev.sparkbake.run"
+
+
+def run_label() -> str:
+    """This run's RUN_LABEL value."""
+    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 def connect() -> Client:
@@ -219,7 +231,7 @@ def _container(client: Client, image: str, command: Sequence[str],
                extra: dict[str, Any],
                copy_in: Mapping[str, bytes] | None = None) -> Iterator[Any]:
     options = dict(volumes=dict(volumes or {}), environment=dict(environment or {}),
-                   network_disabled=not network, **extra)
+                   network_disabled=not network, labels={RUN_LABEL: run_label()}, **extra)
     try:
         if copy_in:
             box = client.containers.create(image, list(command), **options)
