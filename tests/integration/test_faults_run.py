@@ -4,7 +4,8 @@ Debian base) built once for the module, and on the tiny images of test_publish.
 Each command that could hang runs as its own process under a time limit: a hang fails the
 test instead of stalling the run. The bake's full disk is a small tmpfs over build/contexts
 (root only: mount); the stalled registry a docker-registry this test starts and SIGSTOPs;
-the interrupted publish a proxy in front of the registry that drops the moving tag's push.
+the interrupted publish a fault proxy in front of the registry (tests/faultproxy.py) that
+answers the moving tag's push 503.
 """
 
 from __future__ import annotations
@@ -12,22 +13,20 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import docker.errors
 import pytest
-import requests
 
 from sparkbake.errors import PublishError
 from sparkbake.oci import docker_engine, local_registry, ocilayout
@@ -35,6 +34,7 @@ from sparkbake.oci.distribution import Session
 from sparkbake.pipeline import plan as plan_mod
 from sparkbake.publish import push
 from tests.conftest import Project, copy_project, free_port, missing
+from tests.faultproxy import Faults, fault_proxy
 from tests.integration import test_publish as pub
 
 pytestmark = pytest.mark.docker
@@ -230,72 +230,20 @@ def test_a_stalled_registry_is_one_line_within_seconds(publishing: pub.Project,
     assert not publishing.release.exists()
 
 
-class _Proxy(BaseHTTPRequestHandler):
-    """Forwards every request to the registry, but for the refused ones: 503, as a registry
-    that died at that request would leave the client."""
-
-    server: _ProxyServer
-
-    def _forward(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length) if length else None
-        if (self.command, self.path.split("?")[0]) in self.server.refused:
-            self.send_response(503)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-            return
-        answer = requests.request(self.command, self.server.upstream + self.path, data=body,
-                                  headers=dict(self.headers), allow_redirects=False,
-                                  timeout=30)
-        self.send_response(answer.status_code)
-        for name, value in answer.headers.items():
-            if name.lower() not in ("transfer-encoding", "connection", "content-length"):
-                self.send_header(name, value)
-        self.send_header("Content-Length", answer.headers.get("Content-Length", "0")
-                         if self.command == "HEAD" else str(len(answer.content)))
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(answer.content)
-
-    do_GET = do_HEAD = do_POST = do_PUT = do_PATCH = do_DELETE = _forward
-
-    def log_message(self, *args: object) -> None:
-        return
-
-
-class _ProxyServer(ThreadingHTTPServer):
-    def __init__(self, upstream: str) -> None:
-        super().__init__(("127.0.0.1", 0), _Proxy)
-        self.upstream = upstream
-        self.refused: set[tuple[str, str]] = set()  # (method, path) answered 503
-
-
-@contextlib.contextmanager
-def proxy(port: int) -> Iterator[_ProxyServer]:
-    server = _ProxyServer(f"http://127.0.0.1:{port}")
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield server
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
 def test_a_publish_cut_before_the_moving_tag_leaves_the_per_build_tag_and_the_record_and_a_rerun_finishes(  # noqa: E501
         publishing: pub.Project) -> None:
     moving, per_build = pub.TAG, f"{pub.TAG}-{publishing.plan.inputs[:12]}"
     path = push.split_repository(publishing.plan.tag.repository)[1]
-    with proxy(publishing.port) as server:
-        host = f"127.0.0.1:{server.server_address[1]}"
-        server.refused.add(("PUT", f"/v2/{path}/manifests/{moving}"))
+    faults = Faults([("PUT", rf"/manifests/{re.escape(moving)}$", "503")])  # once
+    with fault_proxy(f"http://127.0.0.1:{publishing.port}", faults) as port:
+        host = f"127.0.0.1:{port}"
         with pytest.raises(PublishError):
             publishing.publish(registry_host=host)
+        assert faults.done == [f"503 PUT /v2/{path}/manifests/{moving}"]
         session = Session(push.remote_for(f"{host}/{path}"))
         record = json.loads(publishing.release.read_text())
         assert session.manifest_digest(per_build) == record["digest"]
         assert session.manifest_digest(moving) is None
-        server.refused.clear()
         again = publishing.publish(registry_host=host)
         assert session.manifest_digest(moving) == again["digest"] == record["digest"]
     assert again["transfer"]["sent"]["blobs"] == 0  # the first publish sent them
