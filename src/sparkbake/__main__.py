@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from sparkbake.config import versions as config_mod
+from sparkbake.config.model import Tag
 from sparkbake.console import display, invocation
 from sparkbake.errors import ConfigError, FatalError, UsageError, machine_error
 from sparkbake.housekeeping import cachetrim, tidy
@@ -327,7 +328,22 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "diff":
         print(commands.diff_releases(config, (args.tags[0], args.tags[1]), as_json=args.json))
         return 0
-    tag = config.tag(args.tag)
+    release = config.release_name(args.tag)
+    if release is None:
+        return _tag_command(config, config.tag(args.tag), args)
+    if args.command == "publish":
+        return commands.publish_release(config, release, registry_host=args.registry,
+                                        force=args.force, skip_smoke=args.skip_smoke,
+                                        output=commands.Output(json=args.json))
+    for tag in config.targets(release):  # each platform in turn; the first failure stops
+        display.notice(f"{release}: {tag.platform} ({tag.name})")
+        if code := _tag_command(config, tag, args):
+            return code
+    return 0
+
+
+def _tag_command(config: config_mod.Config, tag: Tag, args: argparse.Namespace) -> int:
+    """A command on one tag (of one platform)."""
     if args.command == "rebase-check":
         return commands.rebase_check(config, tag, args.to)
     if args.command == "check-env":

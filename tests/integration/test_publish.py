@@ -119,7 +119,7 @@ class Project:
                 for name, text in files}
         labels = {"dev.sparkbake.inputs": inputs or plan.inputs,
                   "dev.sparkbake.tag": tag, RUN_LABEL: RUN}
-        change = ocilayout.ConfigChange(created=0, platform="linux/amd64",
+        change = ocilayout.ConfigChange(created=0, platform=plan.tag.platform,
                                         layers=tuple((m.diff_id, n) for n, m in made.items()),
                                         env=(), path="/", labels=tuple(labels.items()),
                                         entrypoint=("/payload",))

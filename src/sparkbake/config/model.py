@@ -177,6 +177,7 @@ class Tag:
     capabilities: Capabilities | None = None  # None: not declared, and not enforced
     extras: Listed = Listed()  # the upstream's extras the runtime lock adds (b12x)
     pins: Listed = Listed()  # exact versions over the upstream's runtime requirements
+    release: str | None = None  # the multi-platform tag this is one platform of (platforms)
 
     @property
     def sm_arch(self) -> str:
@@ -195,6 +196,8 @@ class Config:
     tags: dict[str, Tag] = field(hash=False)
     upstreams: dict[str, Upstream] = field(default_factory=dict, hash=False)
     work: Path | None = None  # where build/ and wheels/ go, if not beside versions.yaml
+    # multi-platform tags: NAME -> its platforms' tags (NAME-arm64, ...), in `platforms` order
+    releases: dict[str, tuple[str, ...]] = field(default_factory=dict, hash=False)
 
     @property
     def root(self) -> Path:
@@ -219,12 +222,31 @@ class Config:
         matches = [t for t in self.tags if t.endswith("-" + name)]
         if len(matches) == 1:
             return self.tags[matches[0]]
+        if (release := self.release_name(name)) is not None:
+            raise ConfigError(f"{self.path}: {name!r} is a multi-platform tag; this command "
+                              "takes the tag of one platform",
+                              f"name one of: {', '.join(self.releases[release])}")
         if matches:
             raise ConfigError(
                 f"{self.path}: tag {name!r} is ambiguous: {', '.join(sorted(matches))}",
                 "give the full tag name",
             )
         raise ConfigError(
-            f"{self.path}: no tag {name!r}{did_you_mean(name, self.tags)}",
-            f"known tags: {', '.join(sorted(self.tags))}",
+            f"{self.path}: no tag {name!r}{did_you_mean(name, [*self.tags, *self.releases])}",
+            f"known tags: {', '.join(sorted([*self.tags, *self.releases]))}",
         )
+
+    def release_name(self, name: str) -> str | None:
+        """The multi-platform tag a name means (full, or a unique suffix), if any."""
+        if name in self.releases:
+            return name
+        matches = [r for r in self.releases if r.endswith("-" + name)]
+        return matches[0] if len(matches) == 1 and name not in self.tags else None
+
+    def targets(self, name: str) -> tuple[Tag, ...]:
+        """The tags a command on name runs for: a multi-platform tag's platforms, in order,
+        else the one tag."""
+        release = self.release_name(name)
+        if release is not None:
+            return tuple(self.tags[t] for t in self.releases[release])
+        return (self.tag(name),)

@@ -10,7 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Final, TypedDict, TypeVar
 
-from sparkbake.config import yamlsource
+from sparkbake.config import platforms, yamlsource
 from sparkbake.config.model import (
     CAPABILITY_KEYS,
     CUDA_ARCH,
@@ -70,7 +70,7 @@ TREE_PATH = re.compile(r"(?!/)(?!.*(?:^|/)\.\.(?:/|$))[A-Za-z0-9._/-]+")
 TOP_KEYS = ("schema", "defaults", "bases", "upstreams", "tags")
 DEFAULT_KEYS = ("repository", "platform", "cuda_arch", "builder", "runtime")
 TAG_KEYS = ("extends", "upstream", "series", "env", "smoke", "kernels", "capabilities",
-            "extras", "pins", *DEFAULT_KEYS)
+            "extras", "pins", "platforms", *DEFAULT_KEYS)
 # a pin over the upstream's runtime requirements: an exact version (README: versions.yaml)
 PIN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*==[0-9][A-Za-z0-9.+!_-]*")
 DCP_SIZES = (1, 2, 4, 8)  # the decode-context-parallel sizes a capability may name
@@ -98,11 +98,21 @@ def load(path: Path) -> Config:
     for name in raw_tags:
         _check_tag_name(where, raw_tags, name)
     cache = _compile_cache(where, top)
-    tags = {
-        name: replace(_tag(where, name, raw_tags, defaults, bases, upstreams), cache=cache)
-        for name in raw_tags
-    }
-    return Config(path=path, tags=tags, upstreams=upstreams)
+    tags: dict[str, Tag] = {}
+    releases: dict[str, tuple[str, ...]] = {}
+    for name in raw_tags:
+        tag, pairs = _tag(where, name, raw_tags, defaults, bases, upstreams)
+        made = platforms.expand(replace(tag, cache=cache), pairs) if pairs else \
+            (replace(tag, cache=cache),)
+        for one in made:
+            if one.name in raw_tags and one.release is not None:
+                raise ConfigError(f"{where(raw_tags, one.name)}: tag {one.name!r} is also the "
+                                  f"{one.platform} tag of the multi-platform tag {name!r}",
+                                  "rename one of them")
+            tags[one.name] = one
+        if pairs:
+            releases[name] = tuple(one.name for one in made)
+    return Config(path=path, tags=tags, upstreams=upstreams, releases=releases)
 
 
 def _check_tag_name(where: Where, raw_tags: LocatedDict, name: str) -> None:
@@ -238,8 +248,11 @@ Named = TypeVar("Named", Base, Upstream)  # what a tag names by key: a base, an 
 
 
 def _tag(where: Where, name: str, raw_tags: LocatedDict, defaults: LocatedDict,
-         bases: dict[str, Base], upstreams: dict[str, Upstream]) -> Tag:
+         bases: dict[str, Base], upstreams: dict[str, Upstream],
+         ) -> tuple[Tag, tuple[tuple[str, str], ...]]:
+    """The tag, and its (platform, CUDA arch) pairs if it is a multi-platform tag."""
     merged, origin = _resolve_extends(where, name, raw_tags)
+    pairs = platforms.read(where, origin, merged, name)
     for key in DEFAULT_KEYS:
         if key not in merged:
             merged[key], origin[key] = defaults[key], defaults
@@ -261,7 +274,7 @@ def _tag(where: Where, name: str, raw_tags: LocatedDict, defaults: LocatedDict,
     if len(set(series)) != len(series):
         raise ConfigError(f"{where(origin['series'], 'series')}: tag {name!r} lists a series twice",
                           "list each series once")
-    return Tag(
+    tag = Tag(
         name=name,
         upstream=ref("upstream", upstreams, "upstream"),
         series=series,
@@ -281,6 +294,7 @@ def _tag(where: Where, name: str, raw_tags: LocatedDict, defaults: LocatedDict,
         extras=_listed(where, origin, merged, "extras", NAME),
         pins=_listed(where, origin, merged, "pins", PIN),
     )
+    return tag, pairs
 
 
 def _listed(where: Where, origin: dict[str, LocatedDict], merged: dict[str, Any], key: str,

@@ -131,6 +131,11 @@ class Session:
         """Point tag at the image, whose blobs and manifest the registry has."""
         self._put_manifest(layout.read(image.digest), image, tag)
 
+    def put_index(self, data: bytes, index: ocilayout.Descriptor, reference: str) -> str:
+        """An image index whose manifests the registry has, under reference (a tag or its
+        digest); the digest the registry reports."""
+        return self._put_manifest(data, index, reference)
+
     def pull(self, digest: str, layout: ocilayout.Layout) -> ocilayout.Descriptor:
         """The image manifest digest and its blobs, from the registry into layout."""
         response = self.request("GET", self.url("manifests", digest),

@@ -30,7 +30,7 @@ from sparkbake.pipeline import plan as plan_mod
 from sparkbake.pipeline.layout import Layout
 from sparkbake.pipeline.plan import Plan
 from sparkbake.pipeline.stages import Stage
-from sparkbake.publish import push, releases
+from sparkbake.publish import push, release_index, releases
 from sparkbake.series import exchange, lint, patchtests, rebase
 from sparkbake.smoke import checks
 from sparkbake.smoke.preflight import check_env
@@ -200,6 +200,20 @@ def publish(config: Config, tag: Tag, registry_host: str | None, force: bool,
                               skip_smoke=skip_smoke)
     _print_json(output, record.to_json())
     return _done(f"published {tag.name}: {record.digest} (smoke: {record.smoke_result})")
+
+
+def publish_release(config: Config, name: str, registry_host: str | None, force: bool,
+                    skip_smoke: bool = False, output: Output = Output()) -> int:
+    """A multi-platform tag's release: every platform's image and the index of them."""
+    tags = config.targets(name)
+    log = Layout.of(config).stage_log(name, Stage.PUBLISH)
+    with display.stage(Stage.PUBLISH, name, log):
+        record = release_index.publish_release(connect(), config, name, tags, registry_host,
+                                               force, skip_smoke=skip_smoke)
+    _print_json(output, record.to_json())
+    platforms = ", ".join(f"{p.tag} {p.digest[:19]}" for p in record.platforms)
+    return _done(f"published {name}: {record.digest} ({platforms}; smoke: "
+                 f"{record.smoke_result})")
 
 
 def releases_report(config: Config, as_json: bool) -> str:

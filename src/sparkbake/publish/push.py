@@ -45,8 +45,9 @@ from sparkbake.smoke.record import SmokeReport, counts
 from sparkbake.wheels import wheelbuild
 
 __all__ = [
-    "Remote", "check_overwrite", "check_smoke", "locate", "open_session", "publish",
-    "read_smoke", "remote_for", "retarget", "smoke_gate", "split_repository",
+    "Remote", "Target", "baked_image", "check_overwrite", "check_pushed", "check_smoke",
+    "engine_insecure", "local_image", "locate", "open_session", "platform_release", "publish",
+    "read_smoke", "remote_for", "retarget", "smoke_gate", "split_repository", "write_record",
 ]
 
 REGISTRY_ARG = re.compile(r"(?:[A-Za-z0-9.-]+|\[[0-9A-Fa-f:]+\])(?::[0-9]+)?")
@@ -61,16 +62,27 @@ def publish(client: Client, config: Config, plan: Plan, registry: str | None,
     In that order, so an interruption never leaves the moving tag on an image without its
     per-build tag and its record; publishing again finishes what is missing."""
     repository = retarget(plan.tag.repository, registry)
-    attrs = _local_image(client, plan)
-    baked = _baked(config, plan, attrs)
+    attrs = local_image(client, plan)
+    baked = baked_image(config, plan, attrs)
     smoked = smoke_gate(Layout.of(config).smoke_record(plan.tag.name), plan.tag.name,
                         baked.config, skip_smoke)
     moving, per_build = plan.tag.name, f"{plan.tag.name}-{plan.inputs[:12]}"
-    target = _Target.of(client, repository, [per_build, moving], baked, force)
+    target = Target.of(client, repository, [per_build, moving], {baked.image.digest}, force)
     pushed, sent = target.push(baked, per_build)
-    release = Release(
+    release = platform_release(config, plan, repository, (moving, per_build), pushed, sent,
+                               smoked, baked, attrs)
+    write_record(Layout.of(config).releases, release)
+    target.move(baked, moving)
+    return release
+
+
+def platform_release(config: Config, plan: Plan, repository: str, names: tuple[str, ...],
+                     pushed: str, sent: transfer.Sent, smoked: ReleaseSmoke,
+                     baked: imagebake.Image, attrs: dict[str, Any]) -> Release:
+    """The record of one image pushed under names: what it is and what it was made of."""
+    return Release(
         tag=plan.tag.name, repository=repository,
-        images=tuple(f"{repository}:{n}" for n in (moving, per_build)), digest=pushed,
+        images=tuple(f"{repository}:{n}" for n in names), digest=pushed,
         pinned=f"{repository}@{pushed}", smoke=smoked,
         manifest=releases.image_manifest(ocilayout.Layout(baked.layout), baked.image),
         transfer=sent.record(), image_id=baked.config, build=_build_record(config, plan),
@@ -79,13 +91,10 @@ def publish(client: Client, config: Config, plan: Plan, registry: str | None,
         series=tuple(ReleaseSeries(s.name, s.sha256, s.patches) for s in plan.series),
         env=dict(plan.tag.env), labels=image_labels(attrs),
         published=datetime.now(UTC).isoformat(timespec="seconds"))
-    _write(Layout.of(config).releases, release)
-    target.move(baked, moving)
-    return release
 
 
 @dataclass(frozen=True)
-class _Target:
+class Target:
     """The registry's repository and what its names point at before the publish."""
 
     repository: str
@@ -93,13 +102,14 @@ class _Target:
     current: dict[str, str | None]
 
     @classmethod
-    def of(cls, client: Client, repository: str, names: list[str], baked: imagebake.Image,
-           force: bool) -> _Target:
-        """Refuse, before anything goes, to move a name that points elsewhere (unless forced)."""
-        session = open_session(repository, insecure=_engine_insecure(client))
+    def of(cls, client: Client, repository: str, names: list[str], digests: set[str],
+           force: bool) -> Target:
+        """Refuse, before anything goes, to move a name that points at another digest than
+        those given (unless forced)."""
+        session = open_session(repository, insecure=engine_insecure(client))
         current = {name: session.manifest_digest(name) for name in names}
         for name in names:
-            check_overwrite(f"{repository}:{name}", current[name], {baked.image.digest}, force)
+            check_overwrite(f"{repository}:{name}", current[name], digests, force)
         return cls(repository, session, current)
 
     def push(self, baked: imagebake.Image, name: str) -> tuple[str, transfer.Sent]:
@@ -113,7 +123,7 @@ class _Target:
             raise PublishError(f"{self.repository} stored the image as {pushed}, not as the "
                                f"baked {baked.image.digest}", "check the registry (does it "
                                "rewrite manifests?)")
-        _verify(self.session, name, pushed)
+        check_pushed(self.session, name, pushed)
         return pushed, sent
 
     def move(self, baked: imagebake.Image, name: str) -> None:
@@ -121,7 +131,7 @@ class _Target:
         if self.current[name] != baked.image.digest:
             echo(f"+ tag {self.repository}:{name} -> {baked.image.digest}")
             self.session.set_tag(ocilayout.Layout(baked.layout), baked.image, name)
-        _verify(self.session, name, baked.image.digest)
+        check_pushed(self.session, name, baked.image.digest)
 
 
 def retarget(repository: str, registry: str | None) -> str:
@@ -171,7 +181,7 @@ def open_session(repository: str, error: type[FatalError] = PublishError,
     return Session(remote, error, login=registry_login(remote.host))
 
 
-def _engine_insecure(client: Client) -> InsecureRegistries:
+def engine_insecure(client: Client) -> InsecureRegistries:
     cidrs, names = insecure_registries(client)
     return InsecureRegistries(cidrs or DOCKER_DEFAULT.cidrs, names)
 
@@ -233,7 +243,7 @@ def check_overwrite(ref: str, remote: str | None, local: set[str], force: bool) 
                        "publish another tag, or pass --force to move this one")
 
 
-def _local_image(client: Client, plan: Plan) -> dict[str, Any]:
+def local_image(client: Client, plan: Plan) -> dict[str, Any]:
     ref, tag = plan.tag.image_ref, plan.tag.name
     if not image_exists(client, ref):
         raise PublishError(f"image {ref} is not in the Docker engine",
@@ -247,7 +257,7 @@ def _local_image(client: Client, plan: Plan) -> dict[str, Any]:
     return attrs
 
 
-def _baked(config: Config, plan: Plan, attrs: dict[str, Any]) -> imagebake.Image:
+def baked_image(config: Config, plan: Plan, attrs: dict[str, Any]) -> imagebake.Image:
     """The image build/oci names for the tag; it must be the engine's (the smoke-tested)."""
     baked = imagebake.find(Layout.of(config), plan)
     if baked is None or baked.config != attrs.get("Id"):
@@ -258,7 +268,8 @@ def _baked(config: Config, plan: Plan, attrs: dict[str, Any]) -> imagebake.Image
     return baked
 
 
-def _verify(session: Session, name: str, digest: str) -> None:
+def check_pushed(session: Session, name: str, digest: str) -> None:
+    """The registry serves digest under name, else exit 7 (a race, or a rewriting registry)."""
     remote = session.remote
     found = session.manifest_digest(name)
     if found != digest:
@@ -268,7 +279,7 @@ def _verify(session: Session, name: str, digest: str) -> None:
     echo(f"verified {remote.host}/{remote.path}:{name} = {digest}")
 
 
-def _write(folder: Path, release: Release) -> None:
+def write_record(folder: Path, release: Release) -> None:
     """build/releases/<tag>.json, then its line in the releases index."""
     path = folder / f"{release.tag}.json"
     atomic_write(path, json.dumps(release.to_json(), indent=2, sort_keys=True) + "\n")

@@ -79,6 +79,8 @@ class Release:
     env: dict[str, str] | None
     labels: dict[str, str]
     published: str
+    # a multi-platform release (an OCI index): each platform's own record, in index order
+    platforms: tuple[Release, ...] = ()
 
     @property
     def smoke_result(self) -> str:
@@ -94,6 +96,7 @@ class Release:
             "build": self.build, "inputs": self.inputs, "upstream": self.upstream,
             "series": [series.to_json() for series in self.series], "env": self.env,
             "labels": self.labels, "published": self.published,
+            **({"platforms": [p.to_json() for p in self.platforms]} if self.platforms else {}),
         }
 
     @classmethod
@@ -107,7 +110,8 @@ class Release:
             image_id=data["image_id"], build=data.get("build"), inputs=data["inputs"],
             upstream=data["upstream"],
             series=tuple(ReleaseSeries.from_json(s) for s in data["series"]),
-            env=data.get("env"), labels=data["labels"], published=data["published"])
+            env=data.get("env"), labels=data["labels"], published=data["published"],
+            platforms=tuple(cls.from_json(p) for p in data.get("platforms") or ()))
 
 
 @dataclass(frozen=True)

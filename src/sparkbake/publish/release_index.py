@@ -1,0 +1,128 @@
+"""publish of a multi-platform tag: one release for every platform it names, or none.
+
+Every platform's image must have passed its smoke checks before anything is sent. Then each
+goes to the registry by digest, under its own per-build tag (NAME-arm64-<inputs>: a name the
+registry's garbage collector keeps); then the OCI image index that lists exactly those
+digests, under NAME-<inputs>; then the release record; and last the release tag NAME moves to
+the index, in one manifest push. An interruption at any point leaves NAME where it was, and
+publishing again finishes the job. NAME already at this index: nothing is sent.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from sparkbake.bake import imagebake
+from sparkbake.config.versions import Config, Tag
+from sparkbake.console import display
+from sparkbake.console.tools import echo
+from sparkbake.errors import ConfigError
+from sparkbake.hashing import data_hash
+from sparkbake.oci import ocilayout
+from sparkbake.oci.docker_engine import Client
+from sparkbake.pipeline import plan as plan_mod
+from sparkbake.pipeline.layout import Layout
+from sparkbake.publish import push
+from sparkbake.publish.record import Release, ReleaseSmoke
+
+__all__ = ["index_document", "publish_release"]
+
+
+@dataclass(frozen=True)
+class _Platform:
+    """One platform's image, checked and ready to go."""
+
+    plan: plan_mod.Plan
+    attrs: dict[str, Any]
+    baked: imagebake.Image
+    smoked: ReleaseSmoke
+
+    @property
+    def per_build(self) -> str:
+        return f"{self.plan.tag.name}-{self.plan.inputs[:12]}"
+
+
+def publish_release(client: Client, config: Config, name: str, tags: tuple[Tag, ...],
+                    registry: str | None, force: bool, skip_smoke: bool = False) -> Release:
+    """Publish the platforms' images and the index of them as release `name` (above)."""
+    ready = [_ready(client, config, tag, skip_smoke) for tag in tags]  # all, before any push
+    repository = _repository(tags, registry)
+    data = ocilayout.canonical(index_document(ready))
+    index = ocilayout.Descriptor(ocilayout.INDEX_TYPE,
+                                  "sha256:" + hashlib.sha256(data).hexdigest(), len(data))
+    inputs = data_hash([p.plan.inputs for p in ready])
+    per_build = f"{name}-{inputs[:12]}"
+    target = push.Target.of(client, repository, [per_build, name], {index.digest}, force)
+    if target.current[name] == index.digest:
+        display.notice(f"publish: {repository}:{name} is already this release ({index.digest})")
+    records = tuple(_push_platform(config, target, p, force) for p in ready)
+    if target.current[per_build] != index.digest:
+        echo(f"+ push index {index.digest} ({len(ready)} platforms) -> {repository}:{per_build}")
+        target.session.put_index(data, index, per_build)
+    push.check_pushed(target.session, per_build, index.digest)
+    release = _record(repository, name, per_build, index.digest, inputs, records)
+    push.write_record(Layout.of(config).releases, release)
+    if target.current[name] != index.digest:
+        echo(f"+ tag {repository}:{name} -> {index.digest}")
+        target.session.put_index(data, index, name)
+    push.check_pushed(target.session, name, index.digest)
+    return release
+
+
+def index_document(ready: list[_Platform]) -> dict[str, Any]:
+    """The OCI image index of the platforms' manifests, in the order the tag names them."""
+    manifests = []
+    for one in ready:
+        os_name, architecture = one.plan.tag.platform.split("/", 1)
+        manifests.append({"mediaType": one.baked.image.media_type,
+                          "digest": one.baked.image.digest, "size": one.baked.image.size,
+                          "platform": {"architecture": architecture, "os": os_name}})
+    return {"schemaVersion": 2, "mediaType": ocilayout.INDEX_TYPE, "manifests": manifests}
+
+
+def _ready(client: Client, config: Config, tag: Tag, skip_smoke: bool) -> _Platform:
+    plan = plan_mod.make(config, tag)
+    attrs = push.local_image(client, plan)
+    baked = push.baked_image(config, plan, attrs)
+    smoked = push.smoke_gate(Layout.of(config).smoke_record(tag.name), tag.name, baked.config,
+                             skip_smoke)
+    return _Platform(plan, attrs, baked, smoked)
+
+
+def _repository(tags: tuple[Tag, ...], registry: str | None) -> str:
+    found = {tag.repository for tag in tags}
+    if len(found) != 1:
+        raise ConfigError(f"the platforms of {tags[0].release} name {len(found)} repositories "
+                          f"({', '.join(sorted(found))})", "give them one repository")
+    return push.retarget(found.pop(), registry)
+
+
+def _push_platform(config: Config, target: push.Target, one: _Platform,
+                   force: bool) -> Release:
+    """One platform's blobs and manifest, under its per-build tag; its record."""
+    target.current.setdefault(one.per_build, target.session.manifest_digest(one.per_build))
+    push.check_overwrite(f"{target.repository}:{one.per_build}",
+                         target.current[one.per_build], {one.baked.image.digest}, force)
+    pushed, sent = target.push(one.baked, one.per_build)
+    return push.platform_release(config, one.plan, target.repository, (one.per_build,),
+                                 pushed, sent, one.smoked, one.baked, one.attrs)
+
+
+def _record(repository: str, name: str, per_build: str, digest: str, inputs: str,
+            platforms: tuple[Release, ...]) -> Release:
+    """The release's record: the index, and each platform's own record inside it."""
+    first = platforms[0]
+    passed = all(p.smoke_result == "passed" for p in platforms)
+    # each platform's record has its own verdict; the release passed only if all did
+    smoke = ReleaseSmoke("passed", checks={"platforms": len(platforms)}) if passed else \
+        ReleaseSmoke("skipped", found="missing")
+    return Release(
+        tag=name, repository=repository,
+        images=(f"{repository}:{name}", f"{repository}:{per_build}"), digest=digest,
+        pinned=f"{repository}@{digest}", smoke=smoke, manifest=None, transfer=None,
+        image_id="", build=None, inputs=inputs, upstream=first.upstream, series=first.series,
+        env=first.env, labels={}, published=datetime.now(UTC).isoformat(timespec="seconds"),
+        platforms=platforms)
