@@ -35,7 +35,8 @@ class Faults:
         return None
 
 
-def _handler(target: str, faults: Faults) -> type[http.server.BaseHTTPRequestHandler]:
+def _handler(target: str, faults: Faults,
+             verify: bool | str) -> type[http.server.BaseHTTPRequestHandler]:
     class Forward(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
@@ -54,9 +55,12 @@ def _handler(target: str, faults: Faults) -> type[http.server.BaseHTTPRequestHan
                 return
             headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP}
             answer = requests.request(self.command, target + self.path, data=body,
-                                      headers=headers, allow_redirects=False, timeout=60)
+                                      headers=headers, allow_redirects=False, timeout=60,
+                                      verify=verify)
             self.send_response(answer.status_code)
             for key, value in answer.headers.items():
+                if key.lower() == "location":  # the registry's own scheme: the proxy's is http
+                    value = value.replace("https://", "http://", 1)
                 if key.lower() not in HOP:
                     self.send_header(key, value)
             self.send_header("Content-Length", str(len(answer.content)))
@@ -73,9 +77,10 @@ def _handler(target: str, faults: Faults) -> type[http.server.BaseHTTPRequestHan
 
 
 @contextlib.contextmanager
-def fault_proxy(target: str, faults: Faults) -> Iterator[int]:
-    """A proxy to target (http://host:port) on a free port of 127.0.0.1; its port."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _handler(target, faults))
+def fault_proxy(target: str, faults: Faults, verify: bool | str = True) -> Iterator[int]:
+    """A proxy to target (http(s)://host:port, TLS trusted by verify) on a free port of
+    127.0.0.1, in plain HTTP; its port."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _handler(target, faults, verify))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

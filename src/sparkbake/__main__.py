@@ -335,6 +335,9 @@ def _dispatch(args: argparse.Namespace) -> int:
         return commands.publish_release(config, release, registry_host=args.registry,
                                         force=args.force, skip_smoke=args.skip_smoke,
                                         output=commands.Output(json=args.json))
+    if args.command == "deploy":
+        return commands.deploy_release(config, release, args.hosts, stream=args.stream,
+                                       gpu=args.gpu, output=commands.Output(json=args.json))
     for tag in config.targets(release):  # each platform in turn; the first failure stops
         display.notice(f"{release}: {tag.platform} ({tag.name})")
         if code := _tag_command(config, tag, args):

@@ -1,31 +1,51 @@
-"""linux/arm64 on this host: the fixture tag `fixture-arm64` (tests/data/versions.yaml) made
-end to end for the Spark's platform, with its base made by debootstrap under qemu, its
-builder and nvcc run emulated, and its bake's file work done natively."""
+"""linux/arm64 on this host, and one release of two platforms: the fixture tag
+`fixture-multi` (tests/data/versions.yaml) made end to end for linux/amd64 natively and for
+the Spark's linux/arm64, with its base made by debootstrap under qemu, its builder and nvcc
+run emulated, and its bake's file work done natively; then smoked on each platform and
+published as one OCI index to a registry with TLS by a private CA and a login, through a
+registry link cut at the release tag first."""
 
 from __future__ import annotations
 
+import json
+import subprocess
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from sparkbake.oci import docker_engine, emulation
+from sparkbake.oci import docker_engine, emulation, ocilayout
 from tests.conftest import Project, copy_project
+from tests.faultproxy import Faults, fault_proxy
+from tests.integration.test_publish_tls import (
+    PASSWORD,
+    USER,
+    TlsRegistry,
+    docker_client_config,
+    login_by_helper,
+    tls_registry,
+    trust_ca,
+)
 
 pytestmark = pytest.mark.docker
 
-TAG = "fixture-arm64"
+__all__ = ["docker_client_config", "tls_registry"]  # the fixtures this module shares
+
+RELEASE = "fixture-multi"
+TAG = "fixture-multi-arm64"
 ELF_AARCH64 = 183
 
 
 @pytest.fixture(scope="module")
 def built_arm64(docker_client: docker_engine.Client,
                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[Project]:
+    """Both platforms of the release built (`build-image fixture-multi`)."""
     project = copy_project(tmp_path_factory.mktemp("arm64") / "project")
-    assert project.sparkbake("build-image", TAG) == 0
+    assert project.sparkbake("build-image", RELEASE) == 0
     yield project
-    docker_client.images.remove(project.plan(TAG).tag.image_ref, force=True)
+    for tag in (TAG, f"{RELEASE}-amd64"):
+        docker_client.images.remove(project.plan(tag).tag.image_ref, force=True)
 
 
 def test_the_kernel_is_an_aarch64_library_with_sm_121a_sass(built_arm64: Project) -> None:
@@ -54,8 +74,53 @@ def test_the_image_runs_aarch64_and_imports_its_kernel(
     assert ran.output.strip().splitlines()[-1] == "aarch64 tinykern"
 
 
-def test_smoke_passes_under_emulation(built_arm64: Project) -> None:
-    assert built_arm64.sparkbake("smoke", TAG) == 0
+def test_smoke_passes_on_each_platform_arm64_under_emulation(built_arm64: Project) -> None:
+    assert built_arm64.sparkbake("smoke", RELEASE) == 0
+    for tag in (f"{RELEASE}-amd64", TAG):
+        record = json.loads((built_arm64.root / "build" / "smoke" / f"{tag}.json").read_text())
+        assert record["passed"] is True
+
+
+def test_the_release_is_published_whole_after_a_cut_and_each_child_runs_on_its_platform(
+        built_arm64: Project, tls_registry: TlsRegistry, docker_client_config: Path,
+        docker_client: docker_engine.Client) -> None:
+    assert built_arm64.sparkbake("smoke", RELEASE) == 0
+    certs = trust_ca(docker_client_config, tls_registry)
+    login_by_helper(docker_client_config, tls_registry, PASSWORD)
+    faults = Faults([("PUT", f"/manifests/{RELEASE}$", "drop")])
+    with fault_proxy(f"https://{tls_registry.host}", faults, verify=str(tls_registry.certs.ca)) \
+            as port:
+        (docker_client_config / "docker" / "config.json").write_text(json.dumps(
+            {"credHelpers": {tls_registry.host: "sbtest", f"127.0.0.1:{port}": "sbtest"}}))
+        assert built_arm64.sparkbake("publish", RELEASE, "--registry", f"127.0.0.1:{port}") == 7
+    assert faults.done == [f"drop PUT /v2/sparkbake-fixture/manifests/{RELEASE}"]
+    repository = f"{tls_registry.host}/sparkbake-fixture"
+    skopeo = ["skopeo", "inspect", "--cert-dir", str(certs), "--creds", f"{USER}:{PASSWORD}"]
+    cut = subprocess.run([*skopeo, f"docker://{repository}:{RELEASE}"], capture_output=True,
+                         check=False)
+    assert cut.returncode != 0  # the link was cut at the release tag: it does not exist
+    assert built_arm64.sparkbake("publish", RELEASE, "--registry", tls_registry.host) == 0
+    record = json.loads((built_arm64.root / "build" / "releases" / f"{RELEASE}.json").read_text())
+    index = json.loads(subprocess.run([*skopeo, "--raw", f"docker://{repository}:{RELEASE}"],
+                                      capture_output=True, text=True, check=True).stdout)
+    assert index["mediaType"] == ocilayout.INDEX_TYPE
+    assert [(m["platform"]["architecture"], m["digest"]) for m in index["manifests"]] == \
+        [("amd64", record["platforms"][0]["digest"]), ("arm64", record["platforms"][1]["digest"])]
+    for arch, machine in (("amd64", "x86_64"), ("arm64", "aarch64")):
+        local = f"sparkbake-child-{arch}:latest"
+        subprocess.run(["skopeo", "copy", "--src-cert-dir", str(certs), "--src-creds",
+                        f"{USER}:{PASSWORD}", "--override-arch", arch,
+                        f"docker://{repository}@{record['digest']}", f"docker-daemon:{local}"],
+                       capture_output=True, check=True)
+        ran = docker_engine.run_container(
+            docker_client, local, ["-c", "import platform; print(platform.machine())"],
+            entrypoint=["/opt/venv/bin/python"], network=False, quiet=True)
+        docker_client.images.remove(local, force=True)
+        assert ran.output.strip().splitlines()[-1] == machine
+    assert built_arm64.sparkbake("publish", RELEASE, "--registry", tls_registry.host) == 0
+    again = json.loads((built_arm64.root / "build" / "releases" / f"{RELEASE}.json").read_text())
+    assert again["digest"] == record["digest"]
+    assert [p["transfer"]["sent"]["blobs"] for p in again["platforms"]] == [0, 0]
 
 
 def test_no_binfmt_handler_is_exit_8_saying_how_to_install_one(

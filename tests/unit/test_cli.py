@@ -321,13 +321,15 @@ def test_tags_lists_each_tag_with_platform_series_and_states(
         config_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--config", str(config_file), "tags"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split() == ["tag", "platform", "series", "built", "smoked", "published"]
+    assert lines[0].split() == ["tag", "platform", "series", "release", "built", "smoked",
+                                "published"]
     # no engine: whether it is built is unknown; nothing smoked or published yet
-    assert lines[1].split() == ["production-1.0-demo", "linux/amd64", "demo", "?", "no", "no"]
+    assert lines[1].split() == ["production-1.0-demo", "linux/amd64", "demo", "-", "?", "no",
+                                "no"]
     assert main(["--config", str(config_file), "tags", "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == [
         {"tag": "production-1.0-demo", "platform": "linux/amd64", "series": ["demo"],
-         "built": "?", "smoked": "no", "published": "no"}]
+         "release": None, "built": "?", "smoked": "no", "published": "no"}]
 
 
 def test_plan_is_exit_2_when_a_stage_is_blocked(

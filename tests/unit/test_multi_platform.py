@@ -3,6 +3,7 @@ commands run for each, and every mistake at its file:line."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ import pytest
 from sparkbake.__main__ import main
 from sparkbake.config import versions as config_mod
 from sparkbake.errors import ConfigError
+from sparkbake.pipeline import plan as plan_mod
 from tests.conftest import versions_yaml
 
 TAGS = """\
@@ -106,3 +108,19 @@ def test_no_platform_and_a_name_taken_are_refused(tmp_path: Path) -> None:
     taken = TAGS + "  spark-arm64:\n    upstream: tree\n    series: []\n"
     assert "tag 'spark-arm64' is also the linux/arm64 tag of the multi-platform tag 'spark'" \
         in error_of(tmp_path, taken)
+
+
+def test_tags_name_the_release_and_a_platform_is_published_when_its_record_holds_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write(tmp_path)
+    config = config_mod.load(path)
+    arm = plan_mod.make(config, config.tags["spark-arm64"])
+    record = {"tag": "spark", "inputs": "x", "platforms": [
+        {"tag": "spark-arm64", "inputs": arm.inputs}, {"tag": "spark-amd64", "inputs": "old"}]}
+    (tmp_path / "build" / "releases").mkdir(parents=True)
+    (tmp_path / "build" / "releases" / "spark.json").write_text(json.dumps(record))
+    assert main(["--config", str(path), "tags", "--json"]) == 0
+    rows = {row["tag"]: row for row in json.loads(capsys.readouterr().out)}
+    assert rows["spark-arm64"]["release"] == "spark"
+    assert (rows["spark-arm64"]["published"], rows["spark-amd64"]["published"]) == ("yes", "no")
+    assert rows["single"]["release"] is None

@@ -86,11 +86,13 @@ class HostReport:
     smoke: NodeSmoke | None = None
     error: str | None = None
     seconds: float | None = None
+    repo_digest: str | None = None  # repository@digest the node's engine holds it by (pulls)
 
     def to_json(self) -> dict[str, Any]:
         steps = {"engine": self.engine.to_json() if self.engine else None,
                  **(self.transfer.to_json() if self.transfer else {}),
-                 "image_id": self.image_id, "smoke": self.smoke.to_json() if self.smoke else None,
+                 "image_id": self.image_id, "repo_digest": self.repo_digest,
+                 "smoke": self.smoke.to_json() if self.smoke else None,
                  "error": self.error, "seconds": self.seconds}
         return {"host": self.host, "result": self.result,
                 **{key: value for key, value in steps.items() if value is not None}}
@@ -102,7 +104,7 @@ class HostReport:
                    NodeEngine.from_json(engine) if engine is not None else None,
                    NodeTransfer.from_json(data) if "method" in data else None,
                    data.get("image_id"), NodeSmoke.from_json(smoke) if smoke is not None else None,
-                   data.get("error"), data.get("seconds"))
+                   data.get("error"), data.get("seconds"), data.get("repo_digest"))
 
 
 @dataclass(frozen=True)

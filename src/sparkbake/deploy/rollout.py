@@ -47,7 +47,7 @@ from sparkbake.publish.record import Release
 from sparkbake.smoke import checks
 from sparkbake.smoke.record import SmokeReport
 
-__all__ = ["Job", "check_image_id", "deploy", "platform_arch"]
+__all__ = ["ARCHES", "Job", "check_image_id", "deploy", "platform_arch"]
 
 ARCHES = {"x86_64": "amd64", "aarch64": "arm64"}  # the engine's words for the platforms'
 
@@ -83,12 +83,14 @@ class Job:
 
 
 def deploy(config: Config, plan: Plan, nodes: list[Node], facts: Callable[[], checks.Facts],
-           options: checks.Options, *, stream: bool = False) -> DeployReport:
-    """Put the tag's release on every node, verify it and smoke it there, one node after
+           options: checks.Options, *, stream: bool = False,
+           release: Release | None = None) -> DeployReport:
+    """Put the tag's release (or the one given: a platform of a multi-platform release,
+    pulled by its index digest) on every node, verify it and smoke it there, one node after
     the other (stopping at the first failure); write and return the report. facts is
     called once, when the first node is smoked."""
     checks.check_options(options)
-    release = _release(config, plan)
+    release = release or _release(config, plan)
     clients = {node: connect(node) for node in nodes}  # every node answers before any work
     started = datetime.now(UTC)
     folder = Layout.of(config).deploys / f"{plan.tag.name}-{started:%Y%m%dT%H%M%S.%fZ}"
@@ -137,6 +139,8 @@ def _deploy_node(job: Job, node: Node, client: Client, hosts: dict[Node, HostRep
         host = replace(host, transfer=moved)
         host = replace(host, image_id=_tag_and_verify(job, node, client,
                                                       moved.method == "pull"))
+        if moved.method == "pull":
+            host = replace(host, repo_digest=_check_repo_digest(job, node, client))
         beside = _smoke_config(job, node)
         record = checks.results_paths(beside, job.plan)[0]
         try:
@@ -258,6 +262,17 @@ def _tag_and_verify(job: Job, node: Node, client: Client, pulled: bool) -> str:
     display.notice(f"deploy: {node.url}: {', '.join([source, *names])} = {str(found)[:19]} "
                    "(verified)")
     return str(found)
+
+
+def _check_repo_digest(job: Job, node: Node, client: Client) -> str:
+    """The node's engine must hold the image by the digest it pulled (the release's, an
+    index for a multi-platform release): its RepoDigests name it."""
+    held = client.images.get(job.release.pinned).attrs.get("RepoDigests") or []
+    if job.release.pinned not in held:
+        raise PublishError(f"node {node.url}: the pulled image is held as "
+                           f"{', '.join(held) or 'no repository digest'}, not as "
+                           f"{job.release.pinned}", "check the node's registry and deploy again")
+    return job.release.pinned
 
 
 def _image_id(client: Client, ref: str) -> str | None:

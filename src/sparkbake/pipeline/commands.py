@@ -17,7 +17,7 @@ from sparkbake.config.versions import Config, Tag
 from sparkbake.console import display
 from sparkbake.console.tools import echo
 from sparkbake.deploy import nodes as nodes_mod
-from sparkbake.deploy import rollout
+from sparkbake.deploy import release_nodes, rollout
 from sparkbake.errors import ConfigError, EngineError
 from sparkbake.fetch import thirdparty, upstream_tree
 from sparkbake.files import atomic_write, scratch_dir
@@ -259,6 +259,21 @@ def deploy_tag(config: Config, tag: Tag, hosts: str, stream: bool, gpu: checks.G
     _print_json(output, report.to_json())
     return _done(f"deployed {tag.name} ({report.image_id[:19]}) to {methods}; smoke passed "
                  f"on each (report: {report.report})")
+
+
+def deploy_release(config: Config, name: str, hosts: str, stream: bool, gpu: checks.GpuMode,
+                   output: Output = Output()) -> int:
+    """A multi-platform release onto each node by its index digest (release_nodes)."""
+    nodes = nodes_mod.parse_hosts(hosts)
+    with display.stage(Stage.DEPLOY, name, Layout.of(config).stage_log(name, Stage.DEPLOY)):
+        reports = release_nodes.deploy_release(
+            config, name, nodes, lambda plan: smoke_facts(config, plan),
+            checks.Options(gpu=gpu), stream=stream)
+    for report in reports:
+        _print_json(output, report.to_json())
+    done = ", ".join(f"{h.host} ({r.tag}, {h.transfer.method})" for r in reports
+                     for h in r.hosts if h.transfer)
+    return _done(f"deployed {name} to {done}; smoke passed on each")
 
 
 def registry_command(config: Config, action: str, port: int) -> int:

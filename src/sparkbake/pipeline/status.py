@@ -56,10 +56,21 @@ def stage_states(config: Config, plan: Plan, client: Client | None) -> list[Stag
                   or plan.tag.image_ref + (emulated and " (venv made emulated, files native)")),
         StagePlan(Stage.SMOKE, plan.inputs, _record_state(smoke_record, plan.inputs),
                   str(smoke_record.relative_to(config.root)) + emulated),
-        StagePlan(Stage.PUBLISH, plan.inputs,
-                  _record_state(layout.release_record(plan.tag.name), plan.inputs),
-                  f"{plan.tag.name}, {plan.tag.name}-{plan.inputs[:12]}"),
+        _publish_plan(layout, plan),
     ]
+
+
+def _publish_plan(layout: Layout, plan: Plan) -> StagePlan:
+    """A tag's own release, or, for one platform of a multi-platform tag, its image in the
+    release's record (under its per-build tag, in the release's index)."""
+    release = plan.tag.release
+    if release is None:
+        return StagePlan(Stage.PUBLISH, plan.inputs,
+                         _record_state(layout.release_record(plan.tag.name), plan.inputs),
+                         f"{plan.tag.name}, {plan.tag.name}-{plan.inputs[:12]}")
+    return StagePlan(Stage.PUBLISH, plan.inputs,
+                     _platform_state(layout.release_record(release), plan),
+                     f"{plan.tag.name}-{plan.inputs[:12]} in the index {release}")
 
 
 def _cached(done: bool) -> PlanState:
@@ -83,6 +94,18 @@ def _why(layout: Layout, plan: Plan) -> Callable[[Stage, PlanState], str]:
         return "reruns: " + ("; ".join(changes) if changes else "not built with these inputs")
 
     return explain
+
+
+def _platform_state(path: Path, plan: Plan) -> PlanState:
+    """cached when the release's record holds this platform's image of these inputs."""
+    try:
+        record = json.loads(path.read_text())
+        platforms = record.get("platforms") or []
+    except (OSError, ValueError, AttributeError):
+        return "missing" if not path.is_file() else "stale"
+    mine = [p for p in platforms if isinstance(p, dict) and p.get("tag") == plan.tag.name]
+    return "cached" if any(p.get("inputs") == plan.inputs for p in mine) else \
+        "stale" if mine else "missing"
 
 
 def _record_state(path: Path, inputs: str) -> PlanState:

@@ -25,6 +25,7 @@ class TagRow:
     tag: str
     platform: str
     series: tuple[str, ...]
+    release: str | None  # the multi-platform tag it is one platform of
     built: Said
     smoked: Said
     published: Said
@@ -41,7 +42,8 @@ def rows(config: Config) -> list[TagRow]:
     for tag in config.tags.values():
         plan = plan_mod.make(config, tag)
         said = {s.name: _said(s.state) for s in status.stage_states(config, plan, client)}
-        found.append(TagRow(tag.name, tag.platform, tag.series, built=said[Stage.BAKE],
+        found.append(TagRow(tag.name, tag.platform, tag.series, tag.release,
+                            built=said[Stage.BAKE],
                             smoked=said[Stage.SMOKE], published=said[Stage.PUBLISH]))
     return found
 
@@ -54,9 +56,9 @@ def report(config: Config, as_json: bool) -> str:
     listed = rows(config)
     if as_json:
         return json.dumps([row.to_json() for row in listed], indent=2)
-    table = [["tag", "platform", "series", "built", "smoked", "published"]]
-    table += [[row.tag, row.platform, ",".join(row.series) or "-", row.built, row.smoked,
-               row.published] for row in listed]
+    table = [["tag", "platform", "series", "release", "built", "smoked", "published"]]
+    table += [[row.tag, row.platform, ",".join(row.series) or "-", row.release or "-",
+               row.built, row.smoked, row.published] for row in listed]
     widths = [max(len(line[column]) for line in table) for column in range(len(table[0]))]
     return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(line, widths,
                                                                       strict=True)).rstrip()
