@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from sparkbake.errors import EngineError, PublishError
+from sparkbake.deploy import rollout
 from sparkbake.oci import docker_engine, registry_access
 from tests.tlscerts import Certs, make_certs, v2_server
 
@@ -150,3 +151,11 @@ def test_a_client_certificate_needs_its_key(docker_dirs: Path, certs: Certs) -> 
     found = registry_access.trust("reg.example", docker_dirs / "cache")
     assert found.cert == (str(folder / "client.cert"), str(folder / "client.key"))
     assert found.source == str(folder)
+
+
+def test_a_deploy_pull_carries_the_login_docker_pull_would_send(docker_dirs: Path) -> None:
+    helper(docker_dirs, "sbtest", 'echo "{\\"Username\\":\\"u\\",\\"Secret\\":\\"p\\"}"')
+    client_config(docker_dirs, credHelpers={"reg.example:5443": "sbtest"})
+    assert rollout._auth(f"reg.example:5443/x@sha256:{'a' * 64}") == {
+        "username": "u", "password": "p", "serveraddress": "reg.example:5443"}
+    assert rollout._auth("other.example/x:1") is None

@@ -43,6 +43,7 @@ from sparkbake.oci.docker_engine import Client, image_exists, stream_errors
 from sparkbake.pipeline.layout import Layout
 from sparkbake.pipeline.plan import Plan
 from sparkbake.publish import releases
+from sparkbake.publish.push import split_repository
 from sparkbake.publish.record import Release
 from sparkbake.smoke import checks
 from sparkbake.smoke.record import SmokeReport
@@ -198,7 +199,8 @@ def _pull(client: Client, node: Node, ref: str, sizes: dict[str, int]) -> transf
     progress: list[dict[str, Any]] = []
     with step(f"pull {ref} on {node.url}"):
         try:
-            for chunk, message in stream_errors(client.api.pull(ref, stream=True, decode=True)):
+            pulling = client.api.pull(ref, stream=True, decode=True, auth_config=_auth(ref))
+            for chunk, message in stream_errors(pulling):
                 if message:
                     raise PublishError(f"node {node.url} cannot pull {ref}: "
                                        f"{message.strip()[:300]}", remedy)
@@ -207,6 +209,18 @@ def _pull(client: Client, node: Node, ref: str, sizes: dict[str, int]) -> transf
             raise PublishError(f"node {node.url} cannot pull {ref}: "
                                f"{str(exc.explanation or exc)[:300]}", remedy) from exc
     return transfer.pulled_from_progress(progress, sizes)
+
+
+def _auth(ref: str) -> dict[str, str] | None:
+    """The login Docker's client here keeps for the registry of ref, sent with the pull as
+    `docker pull` sends it (the node's engine trusts the registry by its own certs.d)."""
+    host = split_repository(ref)[0] or "docker.io"
+    login = docker_engine.registry_login(host)
+    if login is None:
+        return None
+    if login.identity_token:
+        return {"identitytoken": login.secret, "serveraddress": host}
+    return {"username": login.username, "password": login.secret, "serveraddress": host}
 
 
 def _stream(job: Job, node: Node, client: Client) -> dict[str, dict[str, int]]:
