@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from sparkbake.errors import EngineError, PublishError
 from sparkbake.deploy import rollout
+from sparkbake.errors import EngineError, PublishError
 from sparkbake.oci import docker_engine, registry_access
 from tests.tlscerts import Certs, make_certs, v2_server
 
