@@ -7,6 +7,7 @@ registry link cut at the release tag first."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import zipfile
@@ -15,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from sparkbake.oci import docker_engine, emulation, ocilayout
-from tests.conftest import Project, copy_project
+from sparkbake.oci import docker_engine, emulation, local_registry, ocilayout
+from tests.conftest import Project, copy_project, free_port
 from tests.faultproxy import Faults, fault_proxy
+from tests.integration.test_deploy import Engine, engine, node
 from tests.integration.test_publish_tls import (
     PASSWORD,
     USER,
@@ -30,7 +32,7 @@ from tests.integration.test_publish_tls import (
 
 pytestmark = pytest.mark.docker
 
-__all__ = ["docker_client_config", "tls_registry"]  # the fixtures this module shares
+__all__ = ["docker_client_config", "engine", "node", "tls_registry"]  # fixtures shared here
 
 RELEASE = "fixture-multi"
 TAG = "fixture-multi-arm64"
@@ -74,17 +76,23 @@ def test_the_image_runs_aarch64_and_imports_its_kernel(
     assert ran.output.strip().splitlines()[-1] == "aarch64 tinykern"
 
 
-def test_smoke_passes_on_each_platform_arm64_under_emulation(built_arm64: Project) -> None:
+@pytest.fixture(scope="module")
+def smoked(built_arm64: Project) -> Project:
+    """Both platforms smoked (`smoke fixture-multi`), arm64 under emulation."""
     assert built_arm64.sparkbake("smoke", RELEASE) == 0
+    return built_arm64
+
+
+def test_smoke_passes_on_each_platform_arm64_under_emulation(smoked: Project) -> None:
     for tag in (f"{RELEASE}-amd64", TAG):
-        record = json.loads((built_arm64.root / "build" / "smoke" / f"{tag}.json").read_text())
+        record = json.loads((smoked.root / "build" / "smoke" / f"{tag}.json").read_text())
         assert record["passed"] is True
 
 
 def test_the_release_is_published_whole_after_a_cut_and_each_child_runs_on_its_platform(
-        built_arm64: Project, tls_registry: TlsRegistry, docker_client_config: Path,
+        smoked: Project, tls_registry: TlsRegistry, docker_client_config: Path,
         docker_client: docker_engine.Client) -> None:
-    assert built_arm64.sparkbake("smoke", RELEASE) == 0
+    built_arm64 = smoked
     certs = trust_ca(docker_client_config, tls_registry)
     login_by_helper(docker_client_config, tls_registry, PASSWORD)
     faults = Faults([("PUT", f"/manifests/{RELEASE}$", "drop")])
@@ -132,3 +140,24 @@ def test_no_binfmt_handler_is_exit_8_saying_how_to_install_one(
     assert f"linux/arm64 needs emulation on this linux/amd64 host, and {tmp_path}/" \
            "qemu-aarch64 is not an enabled qemu handler" in err
     assert "apt-get install qemu-user-static" in err
+
+
+def test_deploy_pulls_the_index_and_the_node_holds_its_platforms_image(
+        smoked: Project, node: Engine, tmp_path: Path) -> None:
+    registry = dataclasses.replace(smoked.config(), work=tmp_path)
+    port = free_port()
+    local_registry.start(registry, port)
+    try:
+        assert smoked.sparkbake("publish", RELEASE, "--registry", f"127.0.0.1:{port}") == 0
+        record = json.loads((smoked.root / "build" / "releases" / f"{RELEASE}.json").read_text())
+        assert smoked.sparkbake("deploy", RELEASE, "--hosts", node.url) == 0
+    finally:
+        local_registry.stop(registry)
+    amd64 = record["platforms"][0]
+    [report] = sorted((smoked.root / "build" / "deploys").glob(f"{RELEASE}-amd64-*.json"))
+    [host] = json.loads(report.read_text())["hosts"]
+    assert (host["result"], host["method"]) == ("deployed", "pull")
+    assert host["image_id"] == amd64["image_id"]  # the node's engine took its platform's
+    assert host["repo_digest"] == record["pinned"]  # ... from the release's index
+    for ref in record["images"]:
+        assert node.client.images.get(ref).id == amd64["image_id"]
