@@ -1,5 +1,5 @@
 """An HTTP proxy on 127.0.0.1 in front of a real registry that injects faults: the next
-request matching a method and path answers 503, or loses its connection, once each."""
+request matching a method and path answers 503 or 415, or loses its connection, once each."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Literal
 
 import requests
 
-Fault = Literal["503", "drop"]
+Fault = Literal["503", "415", "drop"]  # an answer of that status, or a lost connection
 HOP = {"connection", "keep-alive", "transfer-encoding", "content-length"}
 
 
@@ -48,10 +48,13 @@ def _handler(target: str, faults: Faults,
                 self.close_connection = True
                 self.connection.close()
                 return
-            if fault == "503":
-                self.send_response(503)
-                self.send_header("Content-Length", "0")
+            if fault in ("503", "415"):
+                refusal = b'{"errors":[{"code":"UNSUPPORTED","message":"not here"}]}'
+                self.send_response(int(fault))
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(refusal)))
                 self.end_headers()
+                self.wfile.write(refusal)
                 return
             headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP}
             answer = requests.request(self.command, target + self.path, data=body,
