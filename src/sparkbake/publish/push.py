@@ -54,6 +54,7 @@ def publish(client: Client, config: Config, plan: Plan, registry: str | None,
     repository = retarget(plan.tag.repository, registry)
     attrs = _local_image(client, plan)
     baked = _baked(config, plan, attrs)
+    _require_intact(baked, plan.tag.name)
     smoked = smoke_gate(Layout.of(config).smoke_record(plan.tag.name), plan.tag.name,
                         baked.config, skip_smoke)
     names = [plan.tag.name, f"{plan.tag.name}-{plan.inputs[:12]}"]
@@ -209,6 +210,15 @@ def _baked(config: Config, plan: Plan, attrs: dict[str, Any]) -> imagebake.Image
                            f"is not the image baked into {Layout.of(config).oci} ({where})",
                            f"rebuild it: `{command('build-image', plan.tag.name)}`, then smoke")
     return baked
+
+
+def _require_intact(baked: imagebake.Image, tag: str) -> None:
+    """Every blob that is to leave the machine hashed: a damaged one is removed, never sent."""
+    bad = ocilayout.Layout(baked.layout).damaged(baked.image, full=True)
+    if bad:
+        raise PublishError(f"{baked.layout}: {len(bad)} blob(s) of {tag} are not the bytes of "
+                           f"their digest ({bad[0][:19]}...); removed, nothing was pushed",
+                           f"rebuild it: `{command('build-image', tag)}`, smoke it, publish again")
 
 
 def _ping(remote: Remote) -> None:
