@@ -16,9 +16,10 @@ from sparkbake.__main__ import main
 from sparkbake.bake import imagebake
 from sparkbake.bake.layercache import LayerCache
 from sparkbake.config import versions
+from sparkbake.lock import wheelhouse
 from sparkbake.oci import layers, ocilayout
 from sparkbake.pipeline import plan
-from sparkbake.wheels import entrycheck
+from sparkbake.wheels import entrycheck, wheelbuild
 from tests.conftest import versions_yaml
 
 
@@ -221,3 +222,34 @@ def test_gc_check_removes_the_damaged_entries_and_keeps_the_rest(
     assert not (root / "build" / "layers" / "python-k.json").exists()
     assert not wheel.parent.exists()
     assert "damaged" in out.out and "4 damaged" in out.err + out.out
+
+
+def test_a_runtime_wheelhouse_wheel_no_lock_hash_allows_takes_the_wheelhouse(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    house = tmp_path / "runtime" / "0123456789abcdef"
+    house.mkdir(parents=True)
+    (house / wheelhouse.DONE).write_text("lock\n")
+    wheel = house / "dep-1.0-py3-none-any.whl"
+    wheel.write_bytes(b"dep wheel")
+    lock = tmp_path / "runtime.txt"
+    lock.write_text(f"dep==1.0 \\\n    --hash=sha256:{'0' * 64} \\\n"
+                    f"    --hash=sha256:{sha(b'dep wheel')}\n")
+    assert wheelhouse._intact(house, lock)
+    flip_byte(wheel)
+    assert not wheelhouse._intact(house, lock)
+    assert not house.exists()
+    assert f"damaged cache entry {house}: {wheel.name}: no hash of runtime.txt" in \
+        capsys.readouterr().err
+
+
+def test_a_kernel_cache_wheel_is_checked_against_its_listing(tmp_path: Path) -> None:
+    entry = tmp_path / "kernels"
+    entry.mkdir()
+    wheel = entry / "k-1.0-cp311-cp311-linux_x86_64.whl"
+    wheel.write_bytes(b"kernels")
+    (entry / "kernels.json").write_text(json.dumps({"wheel": wheel.name,
+                                                    "sha256": sha(b"kernels")}))
+    assert wheelbuild.reusable_kernels(entry) == wheel.name
+    os.truncate(wheel, 2)
+    assert wheelbuild.reusable_kernels(entry) is None
+    assert "not the sha256 kernels.json records" in str(entrycheck.kernels_damage(entry))
