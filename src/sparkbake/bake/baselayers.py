@@ -56,7 +56,7 @@ def _listing(record: Path) -> dict[str, Any] | None:
             raise trust.Damaged(record, "not a base layers record")
     except trust.Damaged as exc:
         display.notice(trust.removed(record, exc.why))
-        record.unlink()
+        record.unlink(missing_ok=True)
         return None
     return listing
 

@@ -55,7 +55,7 @@ class LayerCache:
                 raise trust.Damaged(path, "not a layer record")
         except trust.Damaged as exc:
             display.notice(trust.removed(path, exc.why))
-            path.unlink()
+            path.unlink(missing_ok=True)
             return None
         return found
 

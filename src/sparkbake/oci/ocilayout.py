@@ -176,7 +176,7 @@ class Layout:
             index = trust.read_record(path)
         except trust.Damaged as exc:  # names made again by the bakes that wrote them
             display.notice(trust.removed(path, exc.why))
-            path.unlink()
+            path.unlink(missing_ok=True)
             index = None
         return index or {"schemaVersion": 2, "mediaType": INDEX_TYPE, "manifests": []}
 
