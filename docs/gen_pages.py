@@ -33,8 +33,9 @@ VARIABLES_INTRO = """\
 Every variable the rules know (`variables`): its type, its use (`flag`: the entrypoint makes
 a `vllm serve` flag of it; `env`: read by vLLM or the series; `launcher`: for the launcher on
 the host, the image ignores it; `sparkbake`: read by the entrypoint's preflight; `unread`:
-set by the reference deployment, read by nothing in the image) and, where a rule needs it,
-what an unset one means."""
+set by the reference deployment, read by nothing in the image), the values a number may take
+(`min`, `max`, `above`: out of range is a `bad-value` error) and, where a rule needs it, what
+an unset one means."""
 
 SYSCTL = {"min": "{name} < {limit}", "max": "{name} > {limit}",
           "max-nonzero": "{name} not in 1 … {limit}"}
@@ -99,12 +100,24 @@ def rule_rows(rules: list[dict[str, Any]]) -> list[str]:
 
 
 def variable_rows(variables: dict[str, dict[str, Any]]) -> list[str]:
-    """The known variables' table: name, type, use and what an unset one means."""
-    rows = ["| variable | type | use | unset means |", "|---|---|---|---|"]
+    """The known variables' table: name, type, use, range and what an unset one means."""
+    rows = ["| variable | type | use | range | unset means |", "|---|---|---|---|---|"]
     for name, spec in variables.items():
         unset = code(spec["unset_means"]) if "unset_means" in spec else ""
-        rows.append(f"| `{name}` | {spec['type']} | {spec['use']} | {unset} |")
+        rows.append(f"| `{name}` | {spec['type']} | {spec['use']} | {value_range(spec)} | "
+                    f"{unset} |")
     return rows
+
+
+def value_range(spec: dict[str, Any]) -> str:
+    """A variable's range as `> 0`, `1 … 65535`, `≥ 1` ("" without one)."""
+    low = f"> {spec['above']}" if "above" in spec else None
+    if "min" in spec and "max" in spec:
+        return f"{spec['min']} … {spec['max']}"
+    if "min" in spec:
+        low = f"≥ {spec['min']}"
+    high = f"≤ {spec['max']}" if "max" in spec else None
+    return ", ".join(part for part in (low, high) if part)
 
 
 def preflight_page(data: dict[str, Any]) -> str:

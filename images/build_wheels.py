@@ -25,6 +25,7 @@ from pathlib import Path
 SOURCE = Path("/src")
 OUTPUT = Path("/out")
 WORK = Path("/build/src")  # a fixed path, so build paths are the same on every run
+SOURCES_CMAKE = Path("/build/sparkbake-sources.cmake")
 CUBIN = re.compile(r"\.(sm_\d+[af]?)\.cubin")
 RELAY_PORT = 6379
 
@@ -36,6 +37,7 @@ def main() -> int:
     shutil.rmtree(WORK, ignore_errors=True)
     shutil.copytree(SOURCE, WORK, symlinks=True)
     normalize_modes(WORK)
+    write_sources_cmake(json.loads(os.environ.get("SPARKBAKE_FETCHCONTENT", "{}")))
     backend = start_sccache(os.environ.get("SPARKBAKE_SCCACHE", ""))
     cmd = [sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "--no-build-isolation",
            "--no-index", "-w", str(OUTPUT), str(WORK)]
@@ -48,6 +50,25 @@ def main() -> int:
     report = {"wheels": wheels, "nvcc": nvcc_version(), "sccache": cache}
     (OUTPUT / "build-report.json").write_text(json.dumps(report, indent=2))
     return 0
+
+
+def write_sources_cmake(sources: dict[str, str], path: Path = SOURCES_CMAKE) -> None:
+    """The sources lock's folders (FetchContent name -> folder) as CMake cache entries, for
+    every CMake the build runs: the cmake wrapper pre-loads them (-C), and a cmake run by
+    another path reads them as the toolchain file the environment names, unless it is
+    given its own."""
+    if not sources:
+        return
+    lines = ['set(FETCHCONTENT_FULLY_DISCONNECTED ON CACHE BOOL '
+             '"sparkbake: third-party sources come from the sources lock")']
+    lines += [f'set(FETCHCONTENT_SOURCE_DIR_{name.upper()} "{folder}" CACHE PATH '
+              f'"sparkbake: {name} from the sources lock")'
+              for name, folder in sorted(sources.items())]
+    text = "\n".join(lines) + "\n"
+    path.write_text(text)
+    print(f"sources lock for CMake, {path}:\n{text}", end="", flush=True)
+    os.environ["SPARKBAKE_SOURCES_CMAKE"] = str(path)
+    os.environ.setdefault("CMAKE_TOOLCHAIN_FILE", str(path))
 
 
 def start_sccache(backend: str) -> str:

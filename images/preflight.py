@@ -109,6 +109,34 @@ def convert(kind: str, text: str) -> Any:
     raise ValueError(f"not {EXPECTED.get(kind, kind)}")
 
 
+def typed(spec: Mapping[str, Any], text: str) -> Any:
+    """A variable's text as its spec's type, within its range (`min`, `max`, `above`: each
+    number of an intlist too); ValueError when it is not."""
+    value = convert(spec["type"], text)
+    for number in value if isinstance(value, list) else [value]:
+        if isinstance(number, (int, float)) and not isinstance(number, bool) \
+                and not _in_range(spec, number):
+            raise ValueError(f"not {expected(spec)}")
+    return value
+
+
+def _in_range(spec: Mapping[str, Any], number: float) -> bool:
+    return (number >= spec.get("min", number) and number <= spec.get("max", number)
+            and ("above" not in spec or number > spec["above"]))
+
+
+def expected(spec: Mapping[str, Any]) -> str:
+    """What a variable's value must be: its type, and its range where it has one."""
+    bounds = [f"above {spec['above']}"] if "above" in spec else []
+    if "min" in spec and "max" in spec:
+        bounds.append(f"from {spec['min']} to {spec['max']}")
+    elif "min" in spec:
+        bounds.append(f"at least {spec['min']}")
+    elif "max" in spec:
+        bounds.append(f"at most {spec['max']}")
+    return f"{EXPECTED[spec['type']]} {' and '.join(bounds)}".strip()
+
+
 class Context:
     """The environment, typed through the variable table, plus the tag's series and sysctls,
     the image, and the model folder (None: not known) with the GPU's memory (a probe)."""
@@ -144,7 +172,7 @@ class Context:
                 return spec["unset_means"]
             raise Unknown(name)
         try:
-            return convert(spec["type"], self.env[name])
+            return typed(spec, self.env[name])
         except ValueError as exc:  # reported by the types rule
             raise Unknown(name) from exc
 
@@ -400,10 +428,9 @@ def check_types(ctx: Context, rule: Mapping[str, Any]) -> list[Finding]:
         if not ctx.given(name):
             continue
         try:
-            convert(spec["type"], ctx.env[name])
+            typed(spec, ctx.env[name])
         except ValueError:
-            extra = {"name": name, "value": repr(ctx.env[name]),
-                     "expected": EXPECTED[spec["type"]]}
+            extra = {"name": name, "value": repr(ctx.env[name]), "expected": expected(spec)}
             found.append(_finding(rule, ctx.render(rule["message"], extra), name))
     return found
 

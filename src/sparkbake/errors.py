@@ -8,6 +8,7 @@ __all__ = [
     "BakeError",
     "BuildError",
     "ConfigError",
+    "DamagedRecord",
     "EngineError",
     "FatalError",
     "PatchError",
@@ -16,6 +17,7 @@ __all__ = [
     "ReproducibilityError",
     "SmokeError",
     "UsageError",
+    "damaged_record",
     "machine_error",
 ]
 
@@ -107,3 +109,14 @@ def machine_error(exc: OSError) -> EngineError | None:
                            "make it writable for this user, or give --config a project whose "
                            "build/ and wheels/ you can write")
     return None
+
+
+class DamagedRecord(EngineError, ValueError):
+    """A record sparkbake wrote is not what it wrote (truncated by a full disk, a killed
+    copy, an edit). A ValueError too: readers that treat an unreadable record as none go on."""
+
+
+def damaged_record(path: object, exc: ValueError) -> DamagedRecord:
+    return DamagedRecord(f"{path}: a damaged record, not valid JSON ({exc}); truncated by a "
+                         "full disk or an interrupted copy?",
+                         "remove it and rerun: what it records is made again")

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
-__all__ = ["atomic_dir", "atomic_write", "scratch_dir"]
+from sparkbake.errors import damaged_record
+
+__all__ = ["atomic_dir", "atomic_write", "naming", "read_json", "scratch_dir"]
 
 
 @contextlib.contextmanager
@@ -45,3 +49,22 @@ def scratch_dir(parent: Path, prefix: str, keep: bool = False) -> Iterator[Path]
     finally:
         if not keep:
             shutil.rmtree(path, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def naming(path: Path) -> Iterator[None]:
+    """An OSError of the block that names no file (a write to a full disk) names path."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is None and exc.errno is not None:
+            raise OSError(exc.errno, exc.strerror, str(path)) from exc
+        raise
+
+
+def read_json(path: Path) -> Any:
+    """A JSON record sparkbake wrote; one that does not parse is a DamagedRecord naming it."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise damaged_record(path, exc) from exc

@@ -11,8 +11,9 @@ from sparkbake.hashing import file_sha256
 
 __all__ = ["BUILDER_FILES", "digest", "images_dir", "path", "render"]
 
-# copied into the builder image: the build script and the nvcc in front of the real one
-BUILDER_FILES = ("build_wheels.py", "nvcc_wrapper.py")
+# copied into the builder image: the build script, and the nvcc and cmake in front of the
+# real ones
+BUILDER_FILES = ("build_wheels.py", "nvcc_wrapper.py", "cmake_wrapper.py")
 
 
 @functools.cache

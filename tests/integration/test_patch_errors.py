@@ -55,6 +55,18 @@ def test_a_malformed_patch_is_not_a_conflict(
     assert (project.root / "build" / "patched").exists() is not before_copy
 
 
+@pytest.mark.parametrize("text", ["notes about a fix, not a diff\n", "\x00\x01binary\n"])
+def test_a_file_that_is_not_a_patch_is_named_as_such(
+        project: Project, capsys: pytest.CaptureFixture[str], text: str) -> None:
+    add_patch(project, "notes", "0001-notes.patch", text)
+    use_series(project, "notes")
+    assert project.sparkbake("patch", "fixture") == 3
+    patch = project.root / "patches" / "notes" / "0001-notes.patch"
+    assert error_block(capsys.readouterr().err) == [
+        f"sparkbake: error: {patch}: not a patch: git apply finds no diff in it",
+        "  -> put a patch there (`git format-patch`), or take it out of the series file"]
+
+
 def test_patch_lint_names_the_malformed_line(
         project: Project, capsys: pytest.CaptureFixture[str]) -> None:
     add_patch(project, "cut", "0001-cut.patch", TRUNCATED)

@@ -48,7 +48,7 @@ TAGS = f"""\
 """
 
 
-def _config(root: Path, repository: str) -> Config:
+def registry_config(root: Path, repository: str) -> Config:
     (root / "upstream").mkdir(parents=True, exist_ok=True)
     (root / "upstream" / "setup.py").write_text("# a stand-in upstream tree\n")
     (root / "patches" / "fix").mkdir(parents=True, exist_ok=True)
@@ -84,7 +84,7 @@ class Local:
 @pytest.fixture(scope="module")
 def local(client: docker_engine.Client,
           tmp_path_factory: pytest.TempPathFactory) -> Iterator[Local]:
-    config = _config(tmp_path_factory.mktemp("registry"), "127.0.0.1:1/unused")
+    config = registry_config(tmp_path_factory.mktemp("registry"), "127.0.0.1:1/unused")
     port = free_port()
     local_registry.start(config, port)
     yield Local(config, port)
@@ -156,7 +156,7 @@ class Project:
 @pytest.fixture
 def project(client: docker_engine.Client, local: Local, tmp_path: Path) -> Project:
     repository = f"127.0.0.1:{local.port}/sparkbake-test-{RUN}-{uuid.uuid4().hex[:6]}"
-    config = _config(tmp_path, repository)
+    config = registry_config(tmp_path, repository)
     return Project(client, config, plan_mod.make(config, config.tag(TAG)), local.port)
 
 
@@ -175,7 +175,7 @@ def test_start_again_is_a_no_op_and_status_says_it_runs(local: Local, tmp_path: 
 
 
 def test_another_projects_registry_is_never_reused(local: Local, tmp_path: Path) -> None:
-    other = _config(tmp_path, "127.0.0.1:1/unused")
+    other = registry_config(tmp_path, "127.0.0.1:1/unused")
     pid = (local.config.build_dir / "registry" / "registry.pid").read_text().split()[0]
     with pytest.raises(EngineError) as caught:
         local_registry.start(other, local.port)
@@ -263,7 +263,7 @@ def test_an_unreachable_registry_is_exit_7_without_a_record(project: Project) ->
 
 def test_a_push_the_registry_refuses_is_exit_7_without_a_record(
         project: Project, tmp_path: Path) -> None:
-    readonly = _config(tmp_path / "readonly", "127.0.0.1:1/unused")
+    readonly = registry_config(tmp_path / "readonly", "127.0.0.1:1/unused")
     port = free_port()
     local_registry.start(readonly, port, readonly=True)
     try:

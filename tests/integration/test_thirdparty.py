@@ -114,8 +114,8 @@ def test_the_offline_build_compiles_the_dependency_value_into_the_library(
     with zipfile.ZipFile(folder / wheel["file"]) as archive:
         assert MARKER in archive.read(kernel["path"])
     log = built.log(TAG, "wheels")
-    assert "-DFETCHCONTENT_FULLY_DISCONNECTED=ON" in log
-    assert "-DFETCHCONTENT_SOURCE_DIR_TINYDEP=/thirdparty/tinydep" in log
+    assert "set(FETCHCONTENT_FULLY_DISCONNECTED ON CACHE BOOL" in log
+    assert 'set(FETCHCONTENT_SOURCE_DIR_TINYDEP "/thirdparty/tinydep" CACHE PATH' in log
     locked = json.loads((built.root / LOCK).read_text())["sources"][0]
     recorded = {k: locked[k] for k in ("name", "url", "ref", "pin", "tree")}
     assert report["thirdparty"] == [recorded]

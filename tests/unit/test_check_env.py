@@ -233,6 +233,25 @@ def test_a_bad_line_is_a_config_error_with_file_and_line(
     assert err.startswith(f"sparkbake: error: {env}:2: unquoted '<' (an unfilled <placeholder>?)")
 
 
+def test_a_nul_byte_is_a_config_error_with_file_and_line(
+        tmp_path: Path, proc_sys: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    env = write_env(tmp_path, "MODEL=/m\nAPI_HOST=0.0\0.0.0\n")
+    assert check_env(env, "3.73-vision", "--proc-sys", str(proc_sys)) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"sparkbake: error: {env}:2: a NUL byte") and "Traceback" not in err
+
+
+def test_numbers_out_of_range_are_one_line_errors_each(
+        tmp_path: Path, proc_sys: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    env = write_env(tmp_path, "MODEL=/m\nAPI_PORT=99999999999999999999\n"
+                              "GPU_MEMORY_UTILIZATION=7.5\nMAX_MODEL_LEN=-5\n")
+    assert check_env(env, "3.73-vision", "--proc-sys", str(proc_sys)) == 2
+    out = capsys.readouterr().out
+    for number, name in ((2, "API_PORT"), (3, "GPU_MEMORY_UTILIZATION"), (4, "MAX_MODEL_LEN")):
+        [line] = [line for line in out.splitlines() if line.startswith(f"{env}:{number}: ")]
+        assert line.startswith(f"{env}:{number}: error: {name}=") and "[bad-value]" in line
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["--tag", "9.99-nothing"], "no tag '9.99-nothing'"),
     ([], "the following arguments are required: --tag"),

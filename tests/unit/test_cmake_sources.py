@@ -194,9 +194,8 @@ def test_the_builder_gets_fetchcontent_dirs_and_the_populate_forms_own_variables
     assert volumes == {"/c/1/tree": {"bind": "/thirdparty/vllm-flash-attn", "mode": "ro"},
                        "/c/2/tree": {"bind": "/thirdparty/deepgemm", "mode": "ro"}}
     assert environment == {
-        "CMAKE_ARGS": "-DFETCHCONTENT_FULLY_DISCONNECTED=ON "
-                      "-DFETCHCONTENT_SOURCE_DIR_VLLM-FLASH-ATTN=/thirdparty/vllm-flash-attn "
-                      "-DFETCHCONTENT_SOURCE_DIR_DEEPGEMM=/thirdparty/deepgemm",
+        "SPARKBAKE_FETCHCONTENT": '{"deepgemm": "/thirdparty/deepgemm", '
+                                  '"vllm-flash-attn": "/thirdparty/vllm-flash-attn"}',
         "DEEPGEMM_SRC_DIR": "/thirdparty/deepgemm"}
     assert thirdparty.builder_args(()) == ({}, {})
 

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import io
+import sys
 from pathlib import Path
 
 import pytest
 
+from sparkbake.console import display, tools
 from sparkbake.console.display import Console, Verbosity, summary_lines
+from sparkbake.errors import BuildError
 from sparkbake.pipeline.stages import Stage
 
 
@@ -191,3 +194,31 @@ def test_a_live_line_shows_the_last_line_of_a_chunk(tmp_path: Path) -> None:
         drawn = stream.getvalue().rsplit("\r\x1b[K", 1)[1]
     assert drawn.endswith("Successfully installed tinykern-0.1.0")
     assert "Collecting" not in drawn
+
+
+def test_captured_output_goes_whole_into_the_stage_log(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    console, stream = make()
+    monkeypatch.setattr(display, "current", console)
+    log = tmp_path / "lock.log"
+    script = ("import sys; print(*(f'line {i}' for i in range(8)), sep='\\n'); "
+              "print('warned', file=sys.stderr)")
+    with console.stage(Stage.LOCK, "k", log):
+        done = tools.run([sys.executable, "-c", script], error=BuildError, what="t",
+                         capture=True)
+    assert done.stdout.splitlines()[-1] == "line 7"
+    kept = log.read_text().splitlines()
+    assert [f"line {i}" for i in range(8)] == kept[1:9] and kept[-1] == "warned"
+    assert len(stream.getvalue().splitlines()) == 1  # the stage line only
+
+
+def test_a_byte_that_is_not_utf8_is_replaced_not_fatal(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    console, _ = make()
+    monkeypatch.setattr(display, "current", console)
+    script = "import sys; sys.stdout.buffer.write(b'caf\\xe9 ok\\n')"
+    with console.stage(Stage.LOCK, "k", tmp_path / "lock.log"):
+        for capture in (True, False):
+            done = tools.run([sys.executable, "-c", script], error=BuildError, what="t",
+                             capture=capture)
+            assert done.stdout == "caf\ufffd ok\n"

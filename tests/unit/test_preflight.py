@@ -216,6 +216,27 @@ def test_every_typed_variable_is_checked(name: str, sysctls: Path) -> None:
     assert bad[0].message.startswith(f"{name}='4 x' is not ")
 
 
+@pytest.mark.parametrize(("name", "value", "expected"), [
+    ("API_PORT", "99999999999999999999", "an integer from 1 to 65535"),
+    ("MASTER_PORT", "0", "an integer from 1 to 65535"),
+    ("GPU_MEMORY_UTILIZATION", "7.5", "a number above 0 and at most 1"),
+    ("GPU_MEMORY_UTILIZATION", "0", "a number above 0 and at most 1"),
+    ("MAX_MODEL_LEN", "-5", "an integer at least 1"),
+    ("CUDAGRAPH_CAPTURE_SIZES", "1,2,0", "a comma-separated list of integers at least 1"),
+])
+def test_a_number_out_of_its_range_is_a_bad_value(name: str, value: str, expected: str,
+                                                   sysctls: Path) -> None:
+    bad = [f for f in findings(node(**{name: value}), sysctls) if f.rule == "bad-value"]
+    assert [f.message for f in bad] == [f"{name}={value!r} is not {expected}"]
+
+
+@pytest.mark.parametrize(("name", "value"), [
+    ("API_PORT", "65535"), ("GPU_MEMORY_UTILIZATION", "1"), ("GPU_MEMORY_UTILIZATION", "0.05"),
+    ("MAX_MODEL_LEN", "1"), ("NODE_RANK", "0")])
+def test_a_number_at_the_edge_of_its_range_passes(name: str, value: str, sysctls: Path) -> None:
+    assert not [f for f in findings(node(**{name: value}), sysctls) if f.rule == "bad-value"]
+
+
 def test_unbalanced_quotes_in_extra_args_are_a_bad_value(sysctls: Path) -> None:
     assert fired(node(SERVE_EXTRA_ARGS="--x 'open"), sysctls) == {"bad-value": "error"}
 

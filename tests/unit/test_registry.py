@@ -15,10 +15,10 @@ import yaml
 
 from sparkbake import resources
 from sparkbake.__main__ import main
-from sparkbake.config import settings
 from sparkbake.config import versions as config_mod
 from sparkbake.errors import EngineError, PublishError, UsageError
 from sparkbake.oci import distribution, local_registry, ports
+from sparkbake.oci.docker_engine import RegistryLogin
 from sparkbake.publish import push
 from sparkbake.publish.record import ReleaseSmoke
 from tests.conftest import versions_yaml
@@ -64,14 +64,12 @@ def test_split_repository_knows_hosts_from_paths() -> None:
     assert push.split_repository("b") == (None, "b")
 
 
-def test_remote_for_uses_plain_http_on_loopback_only() -> None:
-    local = push.remote_for("127.0.0.1:5000/sparkbake-demo")
-    assert (local.base_url, local.path) == ("http://127.0.0.1:5000", "sparkbake-demo")
-    assert push.remote_for("localhost:5000/a/b").base_url == "http://localhost:5000"
-    remote = push.remote_for("ghcr.io/me/vllm")
-    assert (remote.base_url, remote.path) == ("https://ghcr.io", "me/vllm")
-    hub = push.remote_for("vllm")
-    assert (hub.base_url, hub.path) == ("https://registry-1.docker.io", "library/vllm")
+def test_locate_names_the_api_host_and_docker_hubs_library() -> None:
+    assert push.locate("127.0.0.1:5000/sparkbake-demo") == (
+        "127.0.0.1:5000", "127.0.0.1:5000", "sparkbake-demo")
+    assert push.locate("ghcr.io/me/vllm") == ("ghcr.io", "ghcr.io", "me/vllm")
+    assert push.locate("vllm") == ("docker.io", "registry-1.docker.io", "library/vllm")
+    assert push.locate("me/vllm") == ("docker.io", "registry-1.docker.io", "me/vllm")
 
 
 # --- overwrite refusal --------------------------------------------------------------------
@@ -202,18 +200,6 @@ def test_a_port_another_process_holds_is_refused_naming_it(tmp_path: Path) -> No
 # --- registry logins ------------------------------------------------------------------------
 
 
-def test_the_login_is_the_one_docker_login_stored(tmp_path: Path) -> None:
-    (tmp_path / "config.json").write_text(json.dumps({"auths": {
-        "ghcr.io": {"auth": "dXNlcjpwYXNz"},
-        "https://index.docker.io/v1/": {"auth": "aHViOnB3"},
-        "helper.example": {}}, "credsStore": "desktop"}))
-    assert settings.registry_login("ghcr.io", tmp_path) == "dXNlcjpwYXNz"
-    assert settings.registry_login("docker.io", tmp_path) == "aHViOnB3"
-    assert settings.registry_login("helper.example", tmp_path) is None  # in a helper
-    assert settings.registry_login("other.example", tmp_path) is None
-    assert settings.registry_login("ghcr.io", tmp_path / "none") is None
-
-
 def challenge(header: str) -> requests.Response:
     response = requests.Response()
     response.status_code = 401
@@ -222,8 +208,8 @@ def challenge(header: str) -> requests.Response:
 
 
 def test_a_basic_challenge_is_answered_once_with_the_stored_login() -> None:
-    remote = push.remote_for("127.0.0.1:5000/x")
-    session = distribution.Session(remote, login="dXNlcjpwYXNz")
+    remote = distribution.Remote("127.0.0.1:5000", "x", "http://127.0.0.1:5000", True)
+    session = distribution.Session(remote, login=RegistryLogin("user", "pass", False))
     assert session._login(challenge('Basic realm="registry"')) is True
     assert session._auth() == {"Authorization": "Basic dXNlcjpwYXNz"}
     assert session._login(challenge('Basic realm="registry"')) is False  # no second try

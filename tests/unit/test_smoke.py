@@ -4,6 +4,7 @@ the options, the record of another image, and host-side check results."""
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -12,6 +13,7 @@ from typing import Any
 import pytest
 
 from sparkbake.config.versions import Config, DebootstrapBase, GitUpstream, Tag
+from sparkbake.console import display
 from sparkbake.errors import SmokeError, UsageError
 from sparkbake.patch.patches import PatchedTree
 from sparkbake.pipeline.plan import Plan, SeriesInfo
@@ -235,3 +237,18 @@ def test_a_smoke_record_from_before_suites_reads_without_suite_gpu_and_model() -
 def test_a_check_needs_only_its_name_and_status() -> None:
     assert record.CheckResult.from_json({"name": "gpu", "status": "skipped"}) == \
         record.CheckResult("gpu", "skipped", "", 0.0)
+
+
+@pytest.mark.parametrize(("verbosity", "shown"), [
+    (display.Verbosity.QUIET, ["failed"]),
+    (display.Verbosity.NORMAL, ["passed", "skipped", "failed"]),
+])
+def test_quiet_shows_only_the_failed_checks(monkeypatch: pytest.MonkeyPatch,
+                                            verbosity: display.Verbosity,
+                                            shown: list[str]) -> None:
+    stream = io.StringIO()
+    monkeypatch.setattr(display, "current", display.Console(verbosity, stream, {}))
+    checks.report([record.CheckResult("imports", "passed"),
+                   record.CheckResult("gpu", "skipped", "no GPU"),
+                   record.CheckResult("entrypoint", "failed", "exit 1")])
+    assert [line.split()[0] for line in stream.getvalue().splitlines()] == shown

@@ -178,7 +178,6 @@ def _pip_target(site: Path, image: str, platform: str, python: str, wheel_dirs: 
                 "--no-compile", *links, *names],
                error=BakeError, what="pip", capture=True, check=False,
                env={"SOURCE_DATE_EPOCH": str(source_date), "PYTHONHASHSEED": "0"})
-    echo(done.stdout + done.stderr)
     if done.returncode != 0:
         tail = done.stderr.strip().splitlines()[-2:]
         raise BakeError(f"building {image} failed: installing its wheels for {platform} ended "

@@ -67,6 +67,8 @@ def parse(text: str, path: Path) -> EnvFile:
 
 def parse_line(line: str) -> list[tuple[str, str]]:
     """The assignments on one line, in order."""
+    if "\0" in line:  # no process environment can hold it: the container would not start
+        raise _LineError("a NUL byte (is it a text file?)")
     pos = _skip_space(line, 0)
     if line.startswith("export", pos) and line[pos + 6:pos + 7].isspace():
         pos = _skip_space(line, pos + 6)

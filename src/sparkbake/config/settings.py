@@ -5,7 +5,6 @@ Besides `config` (versions.yaml), this is the one module that reads the environm
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
@@ -16,8 +15,8 @@ from pathlib import Path
 from sparkbake.config.versions import REDIS_URL
 from sparkbake.errors import ConfigError
 
-__all__ = ["CompileCacheSettings", "HostSettings", "compile_cache_settings", "host_settings",
-           "patch_tests_environment", "registry_login"]
+__all__ = ["CompileCacheSettings", "HostSettings", "compile_cache_settings",
+           "docker_certs_dirs", "host_settings", "patch_tests_environment", "registry_ca_roots"]
 
 DEFAULT_GIB_PER_JOB = 6.0  # peak resident memory of one nvcc job on vLLM's largest sources
 
@@ -80,19 +79,22 @@ def compile_cache_settings() -> CompileCacheSettings:
     return CompileCacheSettings(override=raw, folder=_cache_dir() / "sccache")
 
 
-def registry_login(host: str, config_dir: Path | None = None) -> str | None:
-    """The base64 `user:password` that `docker login HOST` stored in the Docker client's
-    config.json ($DOCKER_CONFIG, else ~/.docker); None if there is none there (a credential
-    helper keeps it elsewhere)."""
-    folder = config_dir or Path(os.environ.get("DOCKER_CONFIG") or Path.home() / ".docker")
-    try:
-        auths = json.loads((folder / "config.json").read_text()).get("auths") or {}
-    except (OSError, ValueError, AttributeError):
-        return None
-    key = "https://index.docker.io/v1/" if host == "docker.io" else host
-    entry = auths.get(key) or auths.get(f"https://{key}") or {}
-    auth = entry.get("auth") if isinstance(entry, dict) else None
-    return str(auth) if auth else None
+def registry_ca_roots() -> str | None:
+    """The CA file registries are checked against besides Docker's certs.d: REQUESTS_CA_BUNDLE,
+    SSL_CERT_FILE, else the system's bundle (None: requests' own)."""
+    chosen = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("SSL_CERT_FILE")
+    if chosen:
+        return chosen
+    system = Path("/etc/ssl/certs/ca-certificates.crt")
+    return str(system) if system.is_file() else None
+
+
+def docker_certs_dirs() -> tuple[Path, ...]:
+    """Where Docker keeps per-registry TLS files (certs.d/<host[:port]>): a rootless engine's
+    under $XDG_CONFIG_HOME/docker, then /etc/docker's."""
+    xdg = os.environ.get("XDG_CONFIG_HOME")
+    rootless = (Path(xdg) if xdg else Path.home() / ".config") / "docker" / "certs.d"
+    return rootless, Path("/etc/docker/certs.d")
 
 
 def _cache_dir() -> Path:

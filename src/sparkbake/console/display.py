@@ -23,7 +23,8 @@ from typing import TextIO
 from sparkbake.pipeline.stages import RunState, Stage
 
 __all__ = ["Console", "StageRun", "Verbosity", "cached", "configure", "current", "detail",
-           "notice", "open_log", "output_hint", "result", "shown", "stage", "summary_lines"]
+           "notice", "open_log", "output_hint", "record", "result", "shown", "stage",
+           "summary_lines"]
 
 COLOURS: dict[RunState, str] = {"ran": "32", "cached": "36", "failed": "31", "interrupted": "33"}
 REDRAW_SECONDS = 0.1  # a live line is redrawn at most this often: a compile writes fast
@@ -101,6 +102,15 @@ class Console:
                     self._draw_live(self._last)  # a chunk of many lines: its last one
             elif self.verbosity >= Verbosity.NORMAL:
                 self._write(text)
+
+    def record(self, text: str) -> None:
+        """Output a caller captured to read: into the open stage's log (shown with -v);
+        without a stage, nowhere (the caller shows what it needs)."""
+        with self._lock:
+            if self._log is not None and text.strip():
+                self._to_log(text)
+                if self.verbosity == Verbosity.VERBOSE:
+                    self._write(text)
 
     def notice(self, text: str) -> None:
         """A line the user should read now (a warning, a lock made): shown unless -q."""
@@ -267,6 +277,10 @@ def detail(text: str) -> None:
 
 def notice(text: str) -> None:
     current.notice(text)
+
+
+def record(text: str) -> None:
+    current.record(text)
 
 
 def result(text: str) -> None:

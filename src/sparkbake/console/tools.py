@@ -41,18 +41,22 @@ def run(
     """Run cmd (env: variables added), echoing `+ cmd`; on failure raise `error` naming
     `what` and the last output.
 
-    Output is streamed as it comes unless capture is set, so long steps show progress.
+    Output is streamed as it comes unless capture is set, so long steps show progress;
+    captured output goes whole into the stage's log once the command ends. Bytes that are not
+    UTF-8 are decoded with replacement characters: a tool's output never stops the run.
     """
     args = [str(c) for c in cmd]
     echo("+ " + shlex.join(args))
     try:
-        process = subprocess.Popen(args, cwd=cwd, text=True, stdout=subprocess.PIPE,
+        process = subprocess.Popen(args, cwd=cwd, stdout=subprocess.PIPE,
+                                   encoding="utf-8", errors="replace",
                                    env={**os.environ, **env} if env else None,
                                    stderr=subprocess.PIPE if capture else subprocess.STDOUT)
     except FileNotFoundError as exc:
         raise EngineError(f"{args[0]} is not installed", "install it and retry") from exc
     if capture:
         stdout, stderr = process.communicate()
+        display.record(stdout + stderr)
     else:
         lines = []
         for line in process.stdout or ():

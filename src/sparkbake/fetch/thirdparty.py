@@ -32,7 +32,7 @@ from sparkbake.fetch.sourcelock import (
     unreachable,
     write,
 )
-from sparkbake.files import atomic_dir
+from sparkbake.files import atomic_dir, read_json
 from sparkbake.hashing import file_sha256, tree_hash
 from sparkbake.lock import lockfiles
 from sparkbake.pipeline.layout import Layout
@@ -164,15 +164,15 @@ def prepare(config: Config, tag: Tag, tree: Path, settings: HostSettings) -> tup
 def builder_args(fetched: tuple[Fetched, ...]) -> tuple[dict[str, dict[str, str]],
                                                          dict[str, str]]:
     """(volumes, environment) of the builder: each source read-only at /thirdparty/<name>,
-    CMAKE_ARGS pointing FetchContent at it, and the upstream's own *_SRC_DIR variables where
-    FetchContent's do not reach (FetchContent_Populate with its own details ignores them)."""
+    named to FetchContent in SPARKBAKE_FETCHCONTENT (build_wheels.py makes it the cache
+    entries every CMake configure gets, whatever its command line: images/cmake_wrapper.py),
+    and the upstream's own *_SRC_DIR variables where FetchContent's do not reach
+    (FetchContent_Populate with its own details ignores them)."""
     if not fetched:
         return {}, {}
     volumes = {str(f.path): {"bind": f"{MOUNT}/{f.locked.name}", "mode": "ro"} for f in fetched}
-    args = ["-DFETCHCONTENT_FULLY_DISCONNECTED=ON"] + [
-        f"-DFETCHCONTENT_SOURCE_DIR_{f.locked.name.upper()}={MOUNT}/{f.locked.name}"
-        for f in fetched]
-    environment = {"CMAKE_ARGS": " ".join(args)}
+    folders = {f.locked.name: f"{MOUNT}/{f.locked.name}" for f in fetched}
+    environment = {"SPARKBAKE_FETCHCONTENT": json.dumps(folders, sort_keys=True)}
     for f in fetched:
         if f.locked.form == "populate":
             environment |= dict.fromkeys(f.locked.env, f"{MOUNT}/{f.locked.name}")
@@ -185,7 +185,7 @@ def _ensure(locked: Locked, cache: Path, settings: HostSettings, expected: str |
     entry = cache / locked.key
     record = entry / RECORD
     if record.is_file():
-        have = str(json.loads(record.read_text()).get("tree", ""))
+        have = str(read_json(record).get("tree", ""))
         if expected is None or have == expected:
             echo(f"fetch: {locked.name} cached at {locked.key[:12]}")
             return have

@@ -19,7 +19,7 @@ from sparkbake.config.settings import compile_cache_settings, host_settings
 from sparkbake.config.versions import Config
 from sparkbake.console.tools import echo
 from sparkbake.errors import UsageError
-from sparkbake.housekeeping import cachecheck, cachetrim, imagegc
+from sparkbake.housekeeping import cachecheck, cachetrim, containergc, imagegc
 from sparkbake.housekeeping.cachekeys import FAILED, cache_folders, current_names, tag_files
 from sparkbake.housekeeping.sweep import Item, newest_change, path_item, report
 from sparkbake.oci import local_registry
@@ -37,9 +37,10 @@ RECORDS = ("releases", "deploys")  # history, not cache: clean --all keeps them
 
 
 def gc(config: Config, dry_run: bool, max_cache_size: str, check: bool = False) -> int:
-    """Remove what no tag uses now: cache entries, leftovers, the engine's stale images of
-    this versions.yaml, and the compile cache's oldest files beyond max_cache_size; with
-    check, also every cache entry whose bytes are not its digest's (cachecheck)."""
+    """Remove what no tag uses now: cache entries, leftovers, the containers of runs that
+    ended without removing them, the engine's stale images of this versions.yaml, and the
+    compile cache's oldest files beyond max_cache_size; with check, also every cache entry
+    whose bytes are not its digest's (cachecheck)."""
     limit = cachetrim.parse_size(max_cache_size)  # a bad size stops before anything goes
     plans = [plan_mod.make(config, tag) for tag in config.tags.values()]
     items = gc_items(config, plans)
@@ -51,6 +52,8 @@ def gc(config: Config, dry_run: bool, max_cache_size: str, check: bool = False) 
     if client is None:
         echo("gc: the engine's images are left alone: no Docker engine answers")
     else:
+        # containers first: a leftover container keeps its image from being removed
+        items += containergc.leftover_items(client)
         items += imagegc.stale_items(client, imagegc.current(client, config, plans,
                                                              host_settings()))
     trimmed = cachetrim.trim_item(compile_cache_settings().folder, limit)

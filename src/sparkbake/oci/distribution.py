@@ -2,17 +2,20 @@
 digest, then its tags; and an image out of a registry into a layout (for verify).
 
 The bytes go as they are in the layout, so the registry serves the digest the bake wrote.
-A registry that asks for a login (WWW-Authenticate) gets the one `docker login` stored, if
-any: as Basic auth, or to fetch a Bearer token from the realm it names (else an anonymous
-token).
+A registry that asks for a login (WWW-Authenticate) gets the one Docker's client keeps, if
+any (docker_engine.registry_login): as Basic auth, or to fetch a Bearer token from the realm
+it names (an identity token as OAuth2's refresh token; else an anonymous token). How the
+registry is reached (scheme, TLS trust) is registry_access's.
 """
 
 from __future__ import annotations
 
+import base64
 import functools
 import hashlib
 import re
 import tempfile
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,22 +24,29 @@ from urllib.parse import urljoin
 
 import requests
 
+from sparkbake.console import display
 from sparkbake.console.invocation import command
 from sparkbake.errors import FatalError, PublishError
 from sparkbake.oci import ocilayout, transfer
+from sparkbake.oci.docker_engine import RegistryLogin
 
-__all__ = ["MANIFEST_TYPES", "Remote", "Session", "unreachable"]
+__all__ = ["HTTP_TIMEOUT", "MANIFEST_TYPES", "Remote", "Session", "is_stall", "stalled",
+           "unreachable"]
 
-HTTP_TIMEOUT = 30
-UPLOAD_TIMEOUT = (30, 600)  # connect, read: a large layer takes a while to be checked
+# seconds to connect, then without a byte: a stalled registry (stopped, hung, a dead link) is
+# noticed in seconds. The registry hashes an upload as it arrives, so even a large layer's
+# answer comes soon after its last byte.
+HTTP_TIMEOUT = (5, 10)
+UPLOAD_TIMEOUT = (5, 60)
 CHUNK = 1 << 20
+RETRY_DELAYS = (1.0, 2.0, 4.0)  # seconds before each new upload of a blob
 MANIFEST_TYPES = ", ".join((
     ocilayout.INDEX_TYPE, ocilayout.MANIFEST_TYPE,
     "application/vnd.docker.distribution.manifest.list.v2+json",
     "application/vnd.docker.distribution.manifest.v2+json",
 ))
 PUSH_REMEDY = ("check that the registry takes pushes (not read-only) and, if it needs a "
-               "login, `docker login` to it (sparkbake reads ~/.docker/config.json's auths)")
+               "login, `docker login` to it")
 
 
 @dataclass(frozen=True)
@@ -47,14 +57,15 @@ class Remote:
     path: str  # the repository inside the registry, e.g. sparkbake-demo
     base_url: str  # http(s)://host of the API
     verify: bool | str  # TLS trust for requests
+    cert: tuple[str, str] | None = None  # client certificate and key (mutual TLS)
 
 
 class Session:
     """Requests to one repository of a registry, with the token it asked for, if any."""
 
     def __init__(self, remote: Remote, error: type[FatalError] = PublishError,
-                 login: str | None = None) -> None:
-        self.remote, self.error, self.login = remote, error, login  # login: base64 user:pass
+                 login: RegistryLogin | None = None) -> None:
+        self.remote, self.error, self.login = remote, error, login
         self.authorization = ""
 
     def url(self, kind: str, reference: str) -> str:
@@ -78,8 +89,8 @@ class Session:
         data = body() if body else None
         try:
             return requests.request(method, url, data=data, verify=self.remote.verify,
-                                    headers={**headers, **self._auth()}, timeout=timeout,
-                                    stream=stream)
+                                    cert=self.remote.cert, headers={**headers, **self._auth()},
+                                    timeout=timeout, stream=stream)
         except (requests.RequestException, ValueError) as exc:
             raise unreachable(self.remote, exc, self.error) from exc
         finally:
@@ -116,6 +127,10 @@ class Session:
             self._put_manifest(layout.read(image.digest), image, tag)
         return digest, sent
 
+    def set_tag(self, layout: ocilayout.Layout, image: ocilayout.Descriptor, tag: str) -> None:
+        """Point tag at the image, whose blobs and manifest the registry has."""
+        self._put_manifest(layout.read(image.digest), image, tag)
+
     def pull(self, digest: str, layout: ocilayout.Layout) -> ocilayout.Descriptor:
         """The image manifest digest and its blobs, from the registry into layout."""
         response = self.request("GET", self.url("manifests", digest),
@@ -137,8 +152,32 @@ class Session:
         return self.request("HEAD", self.url("blobs", blob.digest)).status_code == 200
 
     def _push_blob(self, layout: ocilayout.Layout, blob: ocilayout.Descriptor) -> None:
+        """One blob, uploaded anew after a 5xx answer or a dropped connection (a few times,
+        waiting longer each time); a registry that stops answering is not waited for."""
+        for delay in (*RETRY_DELAYS, None):
+            try:
+                response, step, expected = self._upload(layout, blob)
+            except FatalError as exc:
+                cause = exc.__cause__
+                transient = isinstance(cause, requests.ConnectionError) and \
+                    not isinstance(cause, requests.Timeout)
+                if delay is None or not transient:
+                    raise
+                reason = "the connection dropped"
+            else:
+                if response.status_code < 500 or delay is None:
+                    self._check(response, "pushing", step, expected)
+                    return
+                reason = f"HTTP {response.status_code}"
+            display.notice(f"publish: {step} failed ({reason}); again in {delay:g} s")
+            time.sleep(delay)
+
+    def _upload(self, layout: ocilayout.Layout,
+                blob: ocilayout.Descriptor) -> tuple[requests.Response, str, int]:
+        """A monolithic upload: (the last answer, its step, the status it should have)."""
         start = self.request("POST", self.url("blobs", "uploads/"))
-        self._check(start, "pushing", f"the start of the upload of {blob.digest[:19]}", 202)
+        if start.status_code != 202:
+            return start, f"the start of the upload of {blob.digest[:19]}", 202
         location = urljoin(self.remote.base_url + "/", start.headers["Location"])
         sep = "&" if "?" in location else "?"
         path = layout.blob(blob.digest)
@@ -146,8 +185,7 @@ class Session:
                             body=lambda: path.open("rb"), timeout=UPLOAD_TIMEOUT,
                             headers={"Content-Type": "application/octet-stream",
                                      "Content-Length": str(blob.size)})
-        self._check(done, "pushing", f"the upload of {blob.digest[:19]} ({blob.size} bytes)",
-                    201)
+        return done, f"the upload of {blob.digest[:19]} ({blob.size} bytes)", 201
 
     def _put_manifest(self, data: bytes, image: ocilayout.Descriptor, reference: str) -> str:
         response = self.request("PUT", self.url("manifests", reference), body=lambda: data,
@@ -161,9 +199,12 @@ class Session:
         self._check(response, "reading", f"the blob {blob.digest[:19]}", 200)
         sha = hashlib.sha256()
         with tempfile.NamedTemporaryFile(dir=layout.root, prefix=".pull.") as out:
-            for chunk in response.iter_content(CHUNK):
-                sha.update(chunk)
-                out.write(chunk)
+            try:
+                for chunk in response.iter_content(CHUNK):
+                    sha.update(chunk)
+                    out.write(chunk)
+            except requests.RequestException as exc:  # it stalled or broke off mid-blob
+                raise unreachable(self.remote, exc, self.error) from exc
             out.flush()
             if "sha256:" + sha.hexdigest() != blob.digest:
                 raise self.error(f"{self.remote.host} served other bytes for {blob.digest}",
@@ -175,6 +216,12 @@ class Session:
         """Raise unless the response has the expected status; name the action and step."""
         if response.status_code == expected:
             return
+        if response.status_code == 401:
+            who = f"the login of {self.login.username or 'its token'}" if self.login \
+                else "an anonymous request"
+            raise self.error(f"{self.remote.host} refused {who} at {step} (HTTP 401)",
+                             f"log in with `docker login {self.remote.host}` (sparkbake uses "
+                             "the login Docker's client keeps, credential helpers too)")
         errors = re.findall(r'"message":\s*"([^"]*)"', response.text[:2000])
         detail = f": {'; '.join(errors)}" if errors else ""
         remedy = PUSH_REMEDY if action == "pushing" else "check the digest and the registry"
@@ -191,28 +238,47 @@ class Session:
         scheme = header.split(" ", 1)[0].lower()
         if self.authorization:
             return False
-        if scheme == "basic" and self.login:
-            self.authorization = f"Basic {self.login}"
+        if scheme == "basic" and self.login and not self.login.identity_token:
+            self.authorization = f"Basic {_basic(self.login)}"
             return True
         params = dict(re.findall(r'(\w+)="([^"]*)"', header))
         realm = params.pop("realm", None)
         if scheme != "bearer" or realm is None:
             return False
-        basic = {"Authorization": f"Basic {self.login}"} if self.login else {}
+        token = self._token(realm, params)
+        self.authorization = f"Bearer {token}" if token else ""
+        return bool(token)
+
+    def _token(self, realm: str, params: dict[str, str]) -> str:
+        """A token from the realm: with an identity token by OAuth2 (POST, refresh_token),
+        else a GET with the Basic login or none."""
+        login = self.login
         try:
-            answer = requests.get(realm, params=params, headers=basic, timeout=HTTP_TIMEOUT,
-                                  verify=self.remote.verify)
+            if login and login.identity_token:
+                form = {**params, "grant_type": "refresh_token", "client_id": "sparkbake",
+                        "refresh_token": login.secret}
+                answer = requests.post(realm, data=form, verify=self.remote.verify,
+                                       cert=self.remote.cert, timeout=HTTP_TIMEOUT)
+            else:
+                basic = {"Authorization": f"Basic {_basic(login)}"} if login else {}
+                answer = requests.get(realm, params=params, headers=basic,
+                                      verify=self.remote.verify, cert=self.remote.cert,
+                                      timeout=HTTP_TIMEOUT)
             body = answer.json() if answer.status_code == 200 else {}
         except (requests.RequestException, ValueError) as exc:
             raise unreachable(self.remote, exc, self.error) from exc
-        token = str(body.get("token") or body.get("access_token") or "")
-        self.authorization = f"Bearer {token}" if token else ""
-        return bool(token)
+        return str(body.get("token") or body.get("access_token") or "")
+
+
+def _basic(login: RegistryLogin) -> str:
+    return base64.b64encode(f"{login.username}:{login.secret}".encode()).decode()
 
 
 def unreachable(remote: Remote, exc: Exception,
                 error: type[FatalError] = PublishError) -> FatalError:
     """The error for a registry that does not answer, with how to start a local one."""
+    if is_stall(exc):
+        return stalled(remote, exc, error)
     if isinstance(exc, requests.exceptions.SSLError):
         reason = "TLS verification failed"
     else:
@@ -223,5 +289,25 @@ def unreachable(remote: Remote, exc: Exception,
         start = ("registry", "start") + (() if port == "5000" else ("--port", port))
         remedy = f"start it with `{command(*start)}`"
     else:
-        remedy = "check the address, the network and TLS trust (PIP_CERT / REQUESTS_CA_BUNDLE)"
+        remedy = (f"check the address, the network and TLS trust (as Docker's: "
+                  f"/etc/docker/certs.d/{remote.host}/ca.crt)")
     return error(f"registry {remote.host} does not answer ({reason})", remedy)
+
+
+def is_stall(exc: Exception) -> bool:
+    """The registry took the connection, or was being connected to, and then said nothing."""
+    return isinstance(exc, requests.exceptions.Timeout) or "timed out" in str(exc)
+
+
+def stalled(remote: Remote, exc: Exception, error: type[FatalError]) -> FatalError:
+    """The error for a registry that took a connection or a request and then went silent."""
+    return error(f"registry {remote.host} stopped answering: nothing came back "
+                 f"{_waited(exc)} (a stopped or hung registry, or a dead link)",
+                 "check that the registry runs and is reachable, then run the command again: "
+                 "a publish sends only what the registry lacks")
+
+
+def _waited(exc: Exception) -> str:
+    """How long the request waited, as requests' message says (`read timeout=10`)."""
+    found = re.search(r"timeout=([0-9.]+)", str(exc))
+    return f"within {found[1]} s" if found else "in time"

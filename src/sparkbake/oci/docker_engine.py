@@ -5,8 +5,11 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
+import socket
 import tarfile
 import threading
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -19,8 +22,10 @@ import requests
 from sparkbake.console import display
 from sparkbake.console.tools import echo
 from sparkbake.errors import EngineError, FatalError
+from sparkbake.files import naming
 
 __all__ = [
+    "RUN_LABEL",
     "Client",
     "ContainerResult",
     "bridge_gateway",
@@ -31,17 +36,30 @@ __all__ = [
     "image_labels",
     "load_image",
     "run_container",
+    "run_label",
     "started_container",
 ]
 
 Client = Any  # docker.DockerClient: the SDK ships no type information
 TAIL_LINES = 40
+# seconds an engine call may go without a byte back. A container's run (wait, logs) and an
+# image build are not bounded: they last as long as their work.
+ENGINE_TIMEOUT = 600
+ARCHIVE_CHUNK = 1 << 20
+# on every container sparkbake makes: which run made it (HOST:PID), so that `gc` finds the
+# containers of a run that was killed before it could remove them
+RUN_LABEL = "dev.sparkbake.run"
+
+
+def run_label() -> str:
+    """This run's RUN_LABEL value."""
+    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 def connect() -> Client:
     """A client for the engine named by DOCKER_HOST (or the local socket), checked with a ping."""
     try:
-        client = docker.from_env(timeout=600)
+        client = docker.from_env(timeout=ENGINE_TIMEOUT)
         client.ping()
     except (docker.errors.DockerException, requests.RequestException) as exc:
         raise EngineError(
@@ -176,10 +194,21 @@ def bridge_gateway(client: Client, image: str) -> str:
 
 
 def _copy_out(box: Any, path: str, tar: Path) -> None:
-    chunks, _ = box.get_archive(path)
-    with tar.open("wb") as out:
-        for chunk in chunks:
-            out.write(chunk)
+    """path in the container as a tar file. The engine holds the container while it sends
+    the archive: the stream is closed on any failure (a full disk), or removing the
+    container would wait for the rest of it for ever (the SDK's stream cannot be closed)."""
+    api = box.client.api
+    url = f"{api.base_url}/v{api.api_version}/containers/{box.id}/archive"
+    try:
+        with api.get(url, params={"path": path}, stream=True, timeout=ENGINE_TIMEOUT,
+                      headers={"Accept-Encoding": "identity"}) as response, \
+                naming(tar), tar.open("wb") as out:
+            response.raise_for_status()
+            for chunk in response.iter_content(ARCHIVE_CHUNK):
+                out.write(chunk)
+    except requests.RequestException as exc:
+        raise EngineError(f"copying {path} out of container {box.short_id} failed: {exc}",
+                          "check the Docker engine") from exc
 
 
 def load_image(client: Client, archive: Path, *, error: type[FatalError]) -> None:
@@ -202,7 +231,7 @@ def _container(client: Client, image: str, command: Sequence[str],
                extra: dict[str, Any],
                copy_in: Mapping[str, bytes] | None = None) -> Iterator[Any]:
     options = dict(volumes=dict(volumes or {}), environment=dict(environment or {}),
-                   network_disabled=not network, **extra)
+                   network_disabled=not network, labels={RUN_LABEL: run_label()}, **extra)
     try:
         if copy_in:
             box = client.containers.create(image, list(command), **options)
@@ -266,3 +295,45 @@ def stream_errors(stream: Any) -> Iterator[tuple[dict[str, Any], str | None]]:
         detail = chunk.get("errorDetail") or {}
         message = chunk.get("error") or detail.get("message")
         yield chunk, message
+
+
+@dataclass(frozen=True)
+class RegistryLogin:
+    """What `docker login HOST` keeps: a user and password, or an identity token (a refresh
+    token for the registry's token server)."""
+
+    username: str
+    secret: str
+    identity_token: bool
+
+
+def registry_login(host: str) -> RegistryLogin | None:
+    """The login Docker's client would send to host: from its config ($DOCKER_CONFIG, else
+    ~/.docker/config.json): the credential helper of `credHelpers` or `credsStore`, else
+    `auths`. None when there is none."""
+    import docker.auth  # the SDK's own reading of the client config and its helpers
+
+    registry = "docker.io" if host in ("docker.io", "index.docker.io") else host
+    try:
+        with warnings.catch_warnings():  # a missing helper: said below, as an error
+            warnings.simplefilter("ignore")
+            found = docker.auth.load_config().resolve_authconfig(registry) or {}
+    except docker.errors.DockerException as exc:  # a helper that fails or is missing
+        raise EngineError(f"the Docker credential helper for {host} failed: "
+                          f"{str(exc).splitlines()[0][:200]}",
+                          f"check it (`docker login {host}` uses it too)") from exc
+    # a helper's answer is capitalized, an `auths` entry lower case (the SDK's two forms)
+    entry = {key.lower(): value for key, value in found.items()}
+    if entry.get("identitytoken"):
+        return RegistryLogin(str(entry.get("username") or ""), str(entry["identitytoken"]), True)
+    if entry.get("username") and entry.get("password") is not None:
+        return RegistryLogin(str(entry["username"]), str(entry["password"]), False)
+    return None
+
+
+def insecure_registries(client: Client) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The engine's insecure registries: (CIDRs, names), as `docker info` shows them."""
+    config = client.info().get("RegistryConfig") or {}
+    indexes = config.get("IndexConfigs") or {}
+    return (tuple(config.get("InsecureRegistryCIDRs") or ()),
+            tuple(name for name, index in indexes.items() if not index.get("Secure", True)))

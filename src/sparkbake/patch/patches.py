@@ -240,6 +240,10 @@ def check_safety(series: tuple[SeriesInfo, ...], tree: Path | None) -> None:
 
 def malformed_error(shown: str, found: patchsyntax.Malformed) -> PatchError:
     """A patch file git cannot read as its author meant: broken, not in conflict."""
+    if found.line == 0:
+        return PatchError(f"{shown}: {found.what}",
+                          "put a patch there (`git format-patch`), or take it out of the "
+                          "series file")
     return PatchError(f"{shown}:{found.line}: malformed patch (not a conflict): {found.what}",
                       "remake it with `git format-patch`, or fix that hunk and its @@ line "
                       "counts (`sparkbake patch-lint` checks every patch)")

@@ -10,19 +10,22 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["Malformed", "check", "from_git"]
+__all__ = ["NOT_A_PATCH", "Malformed", "check", "from_git"]
 
 HUNK = re.compile(r"^@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
 # git apply's words for a patch it cannot read, with the line of the patch file
 GIT_CORRUPT = re.compile(r"^error: (corrupt (?:binary )?patch|patch with only garbage|"
                          r"patch fragment without header) at line (\d+)", re.MULTILINE)
+# ... and for a file with no diff in it at all (a note, a binary file, the wrong file)
+GIT_NO_PATCH = re.compile(r"^error: No valid patches in input", re.MULTILINE)
+NOT_A_PATCH = "not a patch: git apply finds no diff in it"
 SIGNATURE = "-- "  # git format-patch's signature separator: the diff ends above it
 SHOWN = 60  # characters of a stray line quoted in a message
 
 
 @dataclass(frozen=True)
 class Malformed:
-    line: int  # in the patch file, from 1
+    line: int  # in the patch file, from 1; 0: the whole file
     what: str
 
 
@@ -82,6 +85,8 @@ def check(text: str) -> Malformed | None:
 
 def from_git(stderr: str) -> Malformed | None:
     """git apply's own report of a patch it cannot read, where check() found nothing."""
+    if GIT_NO_PATCH.search(stderr):
+        return Malformed(0, NOT_A_PATCH)
     found = GIT_CORRUPT.search(stderr)
     return Malformed(int(found[2]), f"git apply reads it as a {found[1]}") if found else None
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
+from sparkbake import filelock
 from sparkbake.bake import imagebake
 from sparkbake.config.settings import host_settings
 from sparkbake.config.versions import Config, Tag
@@ -38,6 +41,8 @@ __all__ = ["check_env", "deploy_tag", "diff_releases", "engine_or_none", "export
            "rebuild", "registry_command", "releases_report", "run_until", "smoke_tag",
            "verify_tag"]
 
+BUILD_LOCK_WAIT = 6 * 3600.0  # seconds a build waits for another build of its tag
+
 
 def plan_report(config: Config, tag: Tag, as_json: bool) -> tuple[str, bool]:
     """The plan as text or JSON, and whether a stage is blocked (its remedy is in it)."""
@@ -65,9 +70,12 @@ class Output:
 
 def run_until(config: Config, tag: Tag, last: Stage,
               options: patches.Options | None = None, output: Output = Output()) -> int:
-    """Run the build stages up to last; every stage whose key is cached is skipped."""
-    work = build.Build(config, build.fetched_plan(config, tag), options or patches.Options())
-    outcome = build.run_until(work, last)
+    """Run the build stages up to last; every stage whose key is cached is skipped. One
+    build of a tag runs at a time: another one waits for it, then finds its work cached."""
+    with _one_build(config, tag):
+        work = build.Build(config, build.fetched_plan(config, tag),
+                           options or patches.Options())
+        outcome = build.run_until(work, last)
     for line in display.summary_lines(display.current.runs, display.current):
         display.notice(line)
     display.result(outcome.text)
@@ -76,6 +84,21 @@ def run_until(config: Config, tag: Tag, last: Stage,
         atomic_write(output.metadata_file, json.dumps(found, indent=2) + "\n")
     _print_json(output, found)
     return 0
+
+
+@contextlib.contextmanager
+def _one_build(config: Config, tag: Tag, wait: float = BUILD_LOCK_WAIT) -> Iterator[None]:
+    """The tag's build lock, held for the block; waited for while another run holds it."""
+    path = Layout.of(config).build_lock(tag.name)
+    try:
+        with filelock.exclusive(path, wait, lambda who: display.notice(
+                f"{tag.name}: another build of it runs ({who}); waiting for it to end")):
+            yield
+    except filelock.Busy as busy:
+        raise EngineError(f"{tag.name}: another build of it ({busy}) still runs after "
+                          f"{wait / 3600:g} h (lock: {path})",
+                          "wait for it or stop it; a build that was killed holds no lock") \
+            from None
 
 
 def _stage(config: Config, tag: Tag, stage: Stage,

@@ -112,6 +112,10 @@ class Layout:
     def verify_report(self, tag: str) -> Path:
         return self.build / "verify" / f"{tag}.json"
 
+    def build_lock(self, tag: str) -> Path:
+        """The lock that one build of the tag holds at a time (clean --all keeps *.lock)."""
+        return self.build / f".build-{tag}.lock"
+
     def scratch(self, purpose: str) -> Path:
         """A folder of short-lived work folders (contexts, bases, verify, ...)."""
         return self.build / purpose

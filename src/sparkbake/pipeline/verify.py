@@ -15,14 +15,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from sparkbake.bake import imagebake
-from sparkbake.config.settings import registry_login
 from sparkbake.config.versions import Config
 from sparkbake.console.invocation import command
 from sparkbake.console.tools import echo
 from sparkbake.errors import ReproducibilityError, UsageError
 from sparkbake.files import atomic_write
 from sparkbake.oci import layers, ocilayout
-from sparkbake.oci.distribution import Session
 from sparkbake.pipeline.layout import Layout
 from sparkbake.pipeline.plan import Plan
 from sparkbake.publish import push
@@ -120,8 +118,7 @@ def original(config: Config, plan: Plan, against: str | None) -> Side:
         raise UsageError(f"--against {against!r} is not a digest",
                          "write sha256:<64 hex>, e.g. the digest in build/releases/TAG.json")
     if not layout.intact(against):
-        remote = push.remote_for(_repository(config, plan, against))
-        Session(remote, error=UsageError, login=registry_login(remote.host)).pull(against, layout)
+        push.open_session(_repository(config, plan, against), UsageError).pull(against, layout)
     return Side(layout, ocilayout.Descriptor(ocilayout.MANIFEST_TYPE, against,
                                              layout.blob(against).stat().st_size))
 

@@ -12,24 +12,31 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import requests
-
 from sparkbake.bake import imagebake
 from sparkbake.bake.imagebake import INPUTS_LABEL
-from sparkbake.config.settings import host_settings, registry_login
+from sparkbake.config.settings import host_settings
 from sparkbake.config.versions import Config
 from sparkbake.console import display
 from sparkbake.console.invocation import command
 from sparkbake.console.tools import echo
-from sparkbake.errors import PublishError, UsageError
-from sparkbake.files import atomic_write
-from sparkbake.oci import ocilayout, transfer
-from sparkbake.oci.distribution import Remote, Session, unreachable
-from sparkbake.oci.docker_engine import Client, image_attrs, image_exists, image_labels
+from sparkbake.errors import FatalError, PublishError, UsageError
+from sparkbake.files import atomic_write, read_json
+from sparkbake.oci import ocilayout, registry_access, transfer
+from sparkbake.oci.distribution import Remote, Session
+from sparkbake.oci.docker_engine import (
+    Client,
+    image_attrs,
+    image_exists,
+    image_labels,
+    insecure_registries,
+    registry_login,
+)
+from sparkbake.oci.registry_access import DOCKER_DEFAULT, InsecureRegistries
 from sparkbake.pipeline.layout import Layout
 from sparkbake.pipeline.plan import Plan, upstream_pin
 from sparkbake.publish import releases
@@ -38,30 +45,33 @@ from sparkbake.smoke.record import SmokeReport, counts
 from sparkbake.wheels import wheelbuild
 
 __all__ = [
-    "Remote", "check_overwrite", "check_smoke", "publish", "read_smoke", "remote_for",
-    "retarget", "smoke_gate", "split_repository",
+    "Remote", "check_overwrite", "check_smoke", "locate", "open_session", "publish",
+    "read_smoke", "remote_for", "retarget", "smoke_gate", "split_repository",
 ]
 
-HTTP_TIMEOUT = 30
 REGISTRY_ARG = re.compile(r"(?:[A-Za-z0-9.-]+|\[[0-9A-Fa-f:]+\])(?::[0-9]+)?")
 
 
 def publish(client: Client, config: Config, plan: Plan, registry: str | None,
             force: bool, skip_smoke: bool = False) -> Release:
-    """Push the tag's smoke-tested image under `<tag>` and `<tag>-<inputs[:12]>`, verify the
-    registry's digests, write build/releases/<tag>.json and its line in the releases index;
-    return that record."""
+    """Push the tag's smoke-tested image under `<tag>-<inputs[:12]>`, write
+    build/releases/<tag>.json and its line in the releases index, then move `<tag>` to it;
+    each name verified in the registry; return the record.
+
+    In that order, so an interruption never leaves the moving tag on an image without its
+    per-build tag and its record; publishing again finishes what is missing."""
     repository = retarget(plan.tag.repository, registry)
     attrs = _local_image(client, plan)
     baked = _baked(config, plan, attrs)
     _require_intact(baked, plan.tag.name)
     smoked = smoke_gate(Layout.of(config).smoke_record(plan.tag.name), plan.tag.name,
                         baked.config, skip_smoke)
-    names = [plan.tag.name, f"{plan.tag.name}-{plan.inputs[:12]}"]
-    pushed, sent = _push(repository, names, baked, force)
+    moving, per_build = plan.tag.name, f"{plan.tag.name}-{plan.inputs[:12]}"
+    target = _Target.of(client, repository, [per_build, moving], baked, force)
+    pushed, sent = target.push(baked, per_build)
     release = Release(
         tag=plan.tag.name, repository=repository,
-        images=tuple(f"{repository}:{n}" for n in names), digest=pushed,
+        images=tuple(f"{repository}:{n}" for n in (moving, per_build)), digest=pushed,
         pinned=f"{repository}@{pushed}", smoke=smoked,
         manifest=releases.image_manifest(ocilayout.Layout(baked.layout), baked.image),
         transfer=sent.record(), image_id=baked.config, build=_build_record(config, plan),
@@ -71,31 +81,48 @@ def publish(client: Client, config: Config, plan: Plan, registry: str | None,
         env=dict(plan.tag.env), labels=image_labels(attrs),
         published=datetime.now(UTC).isoformat(timespec="seconds"))
     _write(Layout.of(config).releases, release)
+    target.move(baked, moving)
     return release
 
 
-def _push(repository: str, names: list[str], baked: imagebake.Image,
-          force: bool) -> tuple[str, transfer.Sent]:
-    """Push the baked image under names (moving none that points elsewhere, unless forced);
-    the digest the registry stored, verified under each name, and the blobs sent."""
-    remote = remote_for(repository)
-    _ping(remote)
-    session = Session(remote, login=registry_login(remote.host))
-    current = {name: session.manifest_digest(name) for name in names}
-    for name in names:
-        check_overwrite(f"{repository}:{name}", current[name], {baked.image.digest}, force)
-    tag = names[0]  # the name of the image in the layout
-    echo(f"+ push oci:{baked.layout}:{tag} -> {repository}:{{{','.join(names)}}}")
-    moving = [name for name in names if current[name] != baked.image.digest]
-    pushed, sent = session.push(ocilayout.Layout(baked.layout), baked.image, moving)
-    display.notice(sent.line(baked.image.digest))
-    if pushed != baked.image.digest:
-        raise PublishError(f"{repository} stored the image as {pushed}, not as the baked "
-                           f"{baked.image.digest}", "check the registry (does it rewrite "
-                           "manifests?)")
-    for name in names:
-        _verify(session, name, pushed)
-    return pushed, sent
+@dataclass(frozen=True)
+class _Target:
+    """The registry's repository and what its names point at before the publish."""
+
+    repository: str
+    session: Session
+    current: dict[str, str | None]
+
+    @classmethod
+    def of(cls, client: Client, repository: str, names: list[str], baked: imagebake.Image,
+           force: bool) -> _Target:
+        """Refuse, before anything goes, to move a name that points elsewhere (unless forced)."""
+        session = open_session(repository, insecure=_engine_insecure(client))
+        current = {name: session.manifest_digest(name) for name in names}
+        for name in names:
+            check_overwrite(f"{repository}:{name}", current[name], {baked.image.digest}, force)
+        return cls(repository, session, current)
+
+    def push(self, baked: imagebake.Image, name: str) -> tuple[str, transfer.Sent]:
+        """The blobs the registry lacks and the manifest under name; the digest it stored,
+        verified, and the blobs sent."""
+        echo(f"+ push oci:{baked.layout}:{baked.image.digest[:19]} -> {self.repository}:{name}")
+        tags = [name] if self.current[name] != baked.image.digest else []
+        pushed, sent = self.session.push(ocilayout.Layout(baked.layout), baked.image, tags)
+        display.notice(sent.line(baked.image.digest))
+        if pushed != baked.image.digest:
+            raise PublishError(f"{self.repository} stored the image as {pushed}, not as the "
+                               f"baked {baked.image.digest}", "check the registry (does it "
+                               "rewrite manifests?)")
+        _verify(self.session, name, pushed)
+        return pushed, sent
+
+    def move(self, baked: imagebake.Image, name: str) -> None:
+        """name onto the pushed image (its manifest is in the registry), verified."""
+        if self.current[name] != baked.image.digest:
+            echo(f"+ tag {self.repository}:{name} -> {baked.image.digest}")
+            self.session.set_tag(ocilayout.Layout(baked.layout), baked.image, name)
+        _verify(self.session, name, baked.image.digest)
 
 
 def retarget(repository: str, registry: str | None) -> str:
@@ -116,18 +143,38 @@ def split_repository(repository: str) -> tuple[str | None, str]:
     return None, repository
 
 
-def remote_for(repository: str) -> Remote:
-    """Plain http for loopback registries, https with the host's CA bundle otherwise."""
+def locate(repository: str) -> tuple[str, str, str]:
+    """(host as written, the API's host, path): Docker Hub's names made whole."""
     host, path = split_repository(repository)
     host = host or "docker.io"
-    api_host = host
     if host == "docker.io":
-        api_host, path = "registry-1.docker.io", path if "/" in path else f"library/{path}"
-    hostname = host[: host.index("]") + 1] if host.startswith("[") else host.split(":")[0]
-    if hostname in ("localhost", "[::1]") or hostname.startswith("127."):
-        return Remote(host=host, path=path, base_url=f"http://{api_host}", verify=True)
-    verify: bool | str = host_settings().ca_bundle or True
-    return Remote(host=host, path=path, base_url=f"https://{api_host}", verify=verify)
+        return host, "registry-1.docker.io", path if "/" in path else f"library/{path}"
+    return host, host, path
+
+
+def remote_for(repository: str, error: type[FatalError] = PublishError,
+               insecure: InsecureRegistries = DOCKER_DEFAULT) -> Remote:
+    """The repository's registry, reached as Docker reaches it (registry_access): HTTPS with
+    Docker's certs.d trust first; its fallback for insecure registries, said."""
+    host, api_host, path = locate(repository)
+    found = registry_access.endpoint(host, api_host, host_settings().cache_dir,
+                                     insecure.covers(host), error)
+    if found.note:
+        display.notice(f"registry {found.note}")
+    return Remote(host=host, path=path, base_url=found.base_url, verify=found.trust.verify,
+                  cert=found.trust.cert)
+
+
+def open_session(repository: str, error: type[FatalError] = PublishError,
+                 insecure: InsecureRegistries = DOCKER_DEFAULT) -> Session:
+    """A session with the repository's registry and the login Docker's client keeps for it."""
+    remote = remote_for(repository, error, insecure)
+    return Session(remote, error, login=registry_login(remote.host))
+
+
+def _engine_insecure(client: Client) -> InsecureRegistries:
+    cidrs, names = insecure_registries(client)
+    return InsecureRegistries(cidrs or DOCKER_DEFAULT.cidrs, names)
 
 
 def read_smoke(path: Path, image_id: str) -> tuple[SmokeFound, SmokeReport | None]:
@@ -221,19 +268,6 @@ def _require_intact(baked: imagebake.Image, tag: str) -> None:
                            f"rebuild it: `{command('build-image', tag)}`, smoke it, publish again")
 
 
-def _ping(remote: Remote) -> None:
-    """Fail fast on a host that is down or is no registry."""
-    try:
-        response = requests.get(f"{remote.base_url}/v2/", timeout=HTTP_TIMEOUT,
-                                verify=remote.verify)
-    except requests.RequestException as exc:
-        raise unreachable(remote, exc) from exc
-    if response.status_code not in (200, 401):
-        raise PublishError(f"{remote.host} answers, but not as a registry "
-                           f"(HTTP {response.status_code} on /v2/)",
-                           "check the --registry address or the tag's repository")
-
-
 def _verify(session: Session, name: str, digest: str) -> None:
     remote = session.remote
     found = session.manifest_digest(name)
@@ -256,5 +290,5 @@ def _build_record(config: Config, plan: Plan) -> dict[str, Any]:
     report = Layout.of(config).wheel_set(plan.wheels_key) / wheelbuild.REPORT
     if not report.is_file():
         return {}
-    built = json.loads(report.read_text())
+    built = read_json(report)
     return {key: built[key] for key in ("jobs", "kernels", "nvcc") if key in built}

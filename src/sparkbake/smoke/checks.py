@@ -213,10 +213,12 @@ def run_checker(client: docker_engine.Client, image_id: str, expected: dict[str,
 
 
 def report(checks: list[CheckResult]) -> None:
+    """A line per check; with -q only the failed ones (the summary line says the rest)."""
     width = max((len(c.name) for c in checks), default=0)
     for check in checks:
-        display.result(f"  {check.status:<7}  {check.name:<{width}}  "
-                       f"{check.seconds:6.2f}s  {check.detail}")
+        show = display.result if check.status == "failed" else display.notice
+        show(f"  {check.status:<7}  {check.name:<{width}}  {check.seconds:6.2f}s  "
+             f"{check.detail}")
 
 
 def raise_if_failed(plan: Plan, checks: list[CheckResult], json_path: Path) -> None:

@@ -21,7 +21,7 @@ from sparkbake.config.versions import KernelSeed, Tag
 from sparkbake.console.tools import echo, require_tool, run, step
 from sparkbake.errors import BuildError, ConfigError
 from sparkbake.fetch.upstream_tree import download, index_url_of
-from sparkbake.files import atomic_dir
+from sparkbake.files import atomic_dir, read_json
 from sparkbake.hashing import file_sha256
 from sparkbake.wheels import wheelbuild
 from sparkbake.wheels.wheelbuild import REPORT, WheelSet, check_sass
@@ -98,7 +98,7 @@ def assembles(entry: Path) -> bool:
     listing = entry / KERNELS_FILE
     if not listing.is_file():
         return False
-    described = json.loads(listing.read_text())
+    described = read_json(listing)
     return bool(described.get("seeded") or described.get("pristine"))
 
 
@@ -110,7 +110,7 @@ def build_wheels(tag: Tag, entry: Path, pristine: Path, patched: Path, folder: P
     cache's listing (their bytes are the cached ones)."""
     if wheelbuild.is_built(folder):
         return wheelbuild.cached(tag, folder)
-    listing = json.loads((entry / KERNELS_FILE).read_text())
+    listing = read_json(entry / KERNELS_FILE)
     source = "seed" if listing.get("seeded") else "assembled from"
     with step(f"wheels for {tag.name}: {listing['wheel']} + the series (no compiler)"), \
             atomic_dir(folder) as out:

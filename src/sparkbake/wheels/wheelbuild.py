@@ -16,8 +16,8 @@ from sparkbake.config.versions import Tag
 from sparkbake.console import display
 from sparkbake.console.tools import echo, step
 from sparkbake.errors import BuildError
-from sparkbake.fetch import thirdparty
-from sparkbake.files import atomic_dir, scratch_dir
+from sparkbake.fetch import download_attempts, thirdparty
+from sparkbake.files import atomic_dir, read_json, scratch_dir
 from sparkbake.hashing import data_hash, file_sha256
 from sparkbake.oci import emulation
 from sparkbake.oci.docker_engine import Client, build_image, image_exists, run_container
@@ -75,7 +75,7 @@ def reusable_kernels(entry: Path) -> str | None:
     test)."""
     if entrycheck.kernels_damage(entry) != "":
         return None
-    wheel: str = json.loads((entry / "kernels.json").read_text())["wheel"]
+    wheel: str = read_json(entry / "kernels.json")["wheel"]
     return wheel
 
 
@@ -203,7 +203,7 @@ def build(client: Client, request: BuildRequest) -> WheelSet:
 def cached(tag: Tag, folder: Path) -> WheelSet:
     """The wheels stage's cache entry, said to be cached."""
     display.cached(Stage.WHEELS, f"wheels: {tag.name} cached at wheels/{folder.name[:12]}")
-    return WheelSet(folder, folder.name, json.loads((folder / REPORT).read_text()))
+    return WheelSet(folder, folder.name, read_json(folder / REPORT))
 
 
 def _container_args(request: BuildRequest, out: Path, reuse: str | None) -> dict[str, Any]:
@@ -290,6 +290,11 @@ def _build_failure(request: BuildRequest, exit_code: int, output: str) -> BuildE
             f"lower the job count: SPARKBAKE_MAX_JOBS={max(1, request.jobs.max_jobs // 2)} "
             "(or raise SPARKBAKE_GIB_PER_JOB)",
         )
+    download = download_attempts.explain(output, request.third_party)
+    if download is not None:
+        what, remedy = download
+        return BuildError(f"building wheels for {name} failed (exit {exit_code}): {what}\n"
+                          f"  full log: {display.shown(request.log)}", remedy)
     heading, lines = failure_summary(output)  # the cause, not pip's last words
     quoted = "".join(f"\n    {line}" for line in lines)
     return BuildError(f"building wheels for {name} failed (exit {exit_code}); {heading}:"

@@ -1,0 +1,1 @@
+"""selfdriven: a CUDA library whose setup.py runs CMake itself (two FetchContent dependencies)."""
