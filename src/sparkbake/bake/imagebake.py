@@ -147,12 +147,12 @@ def is_current(client: Client, plan: Plan, layout: Layout, wheels: str | None) -
     the image build/oci names (the one publish pushes)."""
     if not image_exists(client, plan.tag.image_ref):
         return False
-    found = image_labels(image_attrs(client, plan.tag.image_ref))
+    attrs = image_attrs(client, plan.tag.image_ref)
+    found = image_labels(attrs)
     if found.get(INPUTS_LABEL) != plan.inputs:
         return False
     if wheels is not None and found.get(WHEELS_LABEL) != wheels:
         return False
-    attrs = image_attrs(client, plan.tag.image_ref)
     baked = find(layout, plan)
     return baked is not None and baked.config == attrs["Id"]
 

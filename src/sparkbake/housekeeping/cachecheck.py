@@ -99,4 +99,3 @@ def _keyed(folder: Path) -> list[Path]:
         return []
     return sorted(entry for entry in folder.iterdir()
                   if entry.is_dir() and HEX64.fullmatch(entry.name))
-
