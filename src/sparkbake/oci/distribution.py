@@ -148,7 +148,7 @@ class Session:
                              "check the registry")
         manifest = layout.read_manifest(digest)
         for blob in [manifest.config, *manifest.layers]:
-            if not layout.has(blob.digest):
+            if not layout.intact(blob.digest, blob.size):
                 self._pull_blob(blob, layout)
         return image
 

@@ -104,6 +104,7 @@ def _ready(client: Client, config: Config, tag: Tag, skip_smoke: bool) -> _Platf
     plan = plan_mod.make(config, tag)
     attrs = push.local_image(client, plan)
     baked = push.baked_image(config, plan, attrs)
+    push.require_intact(baked, tag.name)
     smoked = push.smoke_gate(Layout.of(config).smoke_record(tag.name), tag.name, baked.config,
                              skip_smoke)
     return _Platform(plan, attrs, baked, smoked)
