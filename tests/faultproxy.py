@@ -7,11 +7,12 @@ import contextlib
 import http.server
 import re
 import threading
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Literal
 
 import requests
+
+from tests.localserver import serving
 
 Fault = Literal["503", "415", "drop"]  # an answer of that status, or a lost connection
 HOP = {"connection", "keep-alive", "transfer-encoding", "content-length"}
@@ -79,15 +80,8 @@ def _handler(target: str, faults: Faults,
     return Forward
 
 
-@contextlib.contextmanager
-def fault_proxy(target: str, faults: Faults, verify: bool | str = True) -> Iterator[int]:
+def fault_proxy(target: str, faults: Faults,
+                verify: bool | str = True) -> contextlib.AbstractContextManager[int]:
     """A proxy to target (http(s)://host:port, TLS trusted by verify) on a free port of
     127.0.0.1, in plain HTTP; its port."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _handler(target, faults, verify))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield server.server_address[1]
-    finally:
-        server.shutdown()
-        server.server_close()
+    return serving(_handler(target, faults, verify))

@@ -9,10 +9,8 @@ import base64
 import contextlib
 import http.server
 import json
-import threading
 import time
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
@@ -20,6 +18,8 @@ from urllib.parse import parse_qs, urlparse
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
+
+from tests.localserver import serving
 
 ISSUER = "sparkbake-test-issuer"
 SERVICE = "sparkbake-test-registry"
@@ -85,14 +85,6 @@ def _handler(issued: Issued) -> type[http.server.BaseHTTPRequestHandler]:
     return Tokens
 
 
-@contextlib.contextmanager
-def token_server(issued: Issued) -> Iterator[int]:
+def token_server(issued: Issued) -> contextlib.AbstractContextManager[int]:
     """The token server on a free port of 127.0.0.1; its port."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _handler(issued))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield server.server_address[1]
-    finally:
-        server.shutdown()
-        server.server_close()
+    return serving(_handler(issued))
