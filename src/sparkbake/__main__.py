@@ -45,6 +45,9 @@ TAG_COMMANDS = {
 }
 
 
+# what a command does without a tag
+TAG_OPTIONAL = {"build-image": "without one: the tags, and exit 2",
+                "smoke": "without one: every tag whose image in the engine is current"}
 # the build commands: each runs the build stages up to its own (build-image: all of them)
 STAGE_COMMANDS = {**{str(stage): stage for stage in BUILD[:-1]}, "build-image": Stage.BAKE}
 # the commands whose result is a record they also write to build/, and what it is called
@@ -77,7 +80,10 @@ def parser() -> argparse.ArgumentParser:
     for name, what in TAG_COMMANDS.items():
         sub = commands.add_parser(name, help=what, description=what)
         _common(sub)
-        sub.add_argument("tag", help="tag name or its suffix, e.g. 3.73-vision")
+        optional = name in TAG_OPTIONAL
+        sub.add_argument("tag", nargs="?" if optional else None,
+                         help="tag name or its suffix, e.g. 3.73-vision"
+                         + (f" ({TAG_OPTIONAL[name]})" if optional else ""))
         if name == "plan":
             sub.add_argument("--json", action="store_true", help="print the plan as JSON")
         if name == "smoke":
@@ -331,6 +337,8 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "diff":
         print(commands.diff_releases(config, (args.tags[0], args.tags[1]), as_json=args.json))
         return 0
+    if args.tag is None:
+        return _without_tag(config, args)
     release = config.release_name(args.tag)
     if release is None:
         return _tag_command(config, config.tag(args.tag), args)
@@ -344,6 +352,25 @@ def _dispatch(args: argparse.Namespace) -> int:
     for tag in config.targets(release):  # each platform in turn; the first failure stops
         display.notice(f"{release}: {tag.platform} ({tag.name})")
         if code := _tag_command(config, tag, args):
+            return code
+    return 0
+
+
+def _without_tag(config: config_mod.Config, args: argparse.Namespace) -> int:
+    """build-image: the tags to pick from (exit 2); smoke: every tag whose image is current
+    in the engine, said first."""
+    listed = tags.rows(config)
+    if args.command == "build-image":
+        print(tags.report(config, as_json=False))
+        raise UsageError("build-image needs a tag", "name one of the tags above, e.g. "
+                         f"`{invocation.command('build-image', listed[0].tag)}`")
+    current = [row.tag for row in listed if row.built == "yes"]
+    if not current:
+        raise UsageError("no tag has a current image in the engine to smoke",
+                         "build one first: `sparkbake build-image TAG`")
+    display.notice(f"smoke: the tags whose image is current: {', '.join(current)}")
+    for name in current:
+        if code := _tag_command(config, config.tag(name), args):
             return code
     return 0
 

@@ -356,3 +356,20 @@ def test_a_remedy_repeats_the_users_invocation(
     invocation.remember_config(Path("versions.yaml"))
     assert invocation.command("registry", "start", "--port", "5001") == \
         "nox -s registry -- start --port 5001"
+
+
+def test_build_image_without_a_tag_lists_the_tags_and_is_exit_2(
+        config_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--config", str(config_file), "build-image"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out.splitlines()[0].split()[:2] == ["tag", "platform"]
+    assert "production-1.0-demo" in captured.out
+    assert "sparkbake: error: build-image needs a tag" in captured.err
+    assert "build-image production-1.0-demo`" in captured.err
+
+
+def test_smoke_without_a_tag_and_no_current_image_is_exit_2(
+        config_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--config", str(config_file), "smoke"]) == 2
+    assert "no tag has a current image in the engine to smoke" in capsys.readouterr().err
+    assert main(["--config", str(config_file), "plan"]) == 2  # the others still need one
