@@ -16,7 +16,7 @@ import warnings
 from datetime import UTC, datetime
 from typing import Any
 
-from cyclonedx.factory.license import LicenseFactory
+from cyclonedx.contrib.license.factories import LicenseFactory
 from cyclonedx.model import (
     ExternalReference,
     ExternalReferenceType,

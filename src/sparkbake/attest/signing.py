@@ -157,12 +157,12 @@ def open_envelope(data: bytes, key: PublicKey, what: str) -> dict[str, Any]:
         signatures = [base64.b64decode(s["sig"]) for s in doc.get("signatures", [])]
     except (ValueError, KeyError, TypeError) as exc:
         raise VerificationError(f"the {what} is not a DSSE envelope", "publish it again") from exc
+    if not signatures:
+        raise VerificationError(f"the {what} is not signed",
+                                "publish the image again with --sign-key")
     if not any(key.verifies(pae(doc["payloadType"], payload), s) for s in signatures):
-        raise VerificationError(
-            f"the {what} is {'not signed' if not signatures else 'not signed by'} "
-            f"{'' if not signatures else key.path}".rstrip(),
-            "check that this is the publisher's public key and that the image was published "
-            "with --sign-key")
+        raise VerificationError(f"the {what} is not signed by {key.path}",
+                                "check that this is the publisher's public key")
     statement: dict[str, Any] = json.loads(payload)
     return statement
 
