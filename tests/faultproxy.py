@@ -1,5 +1,5 @@
 """An HTTP proxy on 127.0.0.1 in front of a real registry that injects faults: the next
-request matching a method and path answers 503, or loses its connection, once each."""
+request matching a method and path answers 503 or 415, or loses its connection, once each."""
 
 from __future__ import annotations
 
@@ -7,13 +7,14 @@ import contextlib
 import http.server
 import re
 import threading
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Literal
 
 import requests
 
-Fault = Literal["503", "drop"]
+from tests.localserver import serving
+
+Fault = Literal["503", "415", "drop"]  # an answer of that status, or a lost connection
 HOP = {"connection", "keep-alive", "transfer-encoding", "content-length"}
 
 
@@ -48,10 +49,13 @@ def _handler(target: str, faults: Faults,
                 self.close_connection = True
                 self.connection.close()
                 return
-            if fault == "503":
-                self.send_response(503)
-                self.send_header("Content-Length", "0")
+            if fault in ("503", "415"):
+                refusal = b'{"errors":[{"code":"UNSUPPORTED","message":"not here"}]}'
+                self.send_response(int(fault))
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(refusal)))
                 self.end_headers()
+                self.wfile.write(refusal)
                 return
             headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP}
             answer = requests.request(self.command, target + self.path, data=body,
@@ -76,15 +80,8 @@ def _handler(target: str, faults: Faults,
     return Forward
 
 
-@contextlib.contextmanager
-def fault_proxy(target: str, faults: Faults, verify: bool | str = True) -> Iterator[int]:
+def fault_proxy(target: str, faults: Faults,
+                verify: bool | str = True) -> contextlib.AbstractContextManager[int]:
     """A proxy to target (http(s)://host:port, TLS trusted by verify) on a free port of
     127.0.0.1, in plain HTTP; its port."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _handler(target, faults, verify))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield server.server_address[1]
-    finally:
-        server.shutdown()
-        server.server_close()
+    return serving(_handler(target, faults, verify))

@@ -7,10 +7,10 @@ import contextlib
 import http.server
 import ssl
 import subprocess
-import threading
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from tests.localserver import serving
 
 
 @dataclass(frozen=True)
@@ -51,18 +51,10 @@ class _V2(http.server.BaseHTTPRequestHandler):
         pass
 
 
-@contextlib.contextmanager
-def v2_server(certs: Certs | None) -> Iterator[int]:
+def v2_server(certs: Certs | None) -> contextlib.AbstractContextManager[int]:
     """A server answering GET /v2/ on 127.0.0.1 (TLS with certs, else plain); its port."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _V2)
-    if certs is not None:
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.load_cert_chain(certs.cert, certs.key)
-        server.socket = context.wrap_socket(server.socket, server_side=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield server.server_address[1]
-    finally:
-        server.shutdown()
-        server.server_close()
+    if certs is None:
+        return serving(_V2)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(certs.cert, certs.key)
+    return serving(_V2, context)

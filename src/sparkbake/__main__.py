@@ -207,6 +207,9 @@ def _housekeeping_parsers(commands: argparse._SubParsersAction[_Parser]) -> None
     gc.add_argument("--max-cache-size", default=cachetrim.DEFAULT_MAX_SIZE, metavar="SIZE",
                     help="trim the compile cache to SIZE, oldest files first (default: "
                          f"{cachetrim.DEFAULT_MAX_SIZE}; K, M, G, T: powers of 1000)")
+    gc.add_argument("--check", action="store_true",
+                    help="also hash every cache entry (layer blobs, base layers, wheels, "
+                         "records) and remove those that are not their digest's bytes")
     for sub in (clean, gc):
         sub.add_argument("--dry-run", action="store_true",
                          help="print what would be removed and its size; remove nothing")
@@ -348,7 +351,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         print(tags.report(config, as_json=args.json))
         return 0
     if args.command == "gc":
-        return tidy.gc(config, args.dry_run, args.max_cache_size)
+        return tidy.gc(config, args.dry_run, args.max_cache_size, args.check)
     if args.command == "clean":
         return tidy.clean(config, args.tag, args.everything, args.dry_run)
     if args.command == "releases":

@@ -94,7 +94,7 @@ def test_the_release_is_published_whole_after_a_cut_and_each_child_runs_on_its_p
         docker_client: docker_engine.Client) -> None:
     built_arm64 = smoked
     certs = trust_ca(docker_client_config, tls_registry)
-    login_by_helper(docker_client_config, tls_registry, PASSWORD)
+    login_by_helper(docker_client_config, tls_registry.host, PASSWORD)
     faults = Faults([("PUT", f"/manifests/{RELEASE}$", "drop")])
     with fault_proxy(f"https://{tls_registry.host}", faults, verify=str(tls_registry.certs.ca)) \
             as port:

@@ -132,3 +132,22 @@ def test_an_interrupted_publish_leaves_the_release_tag_and_a_rerun_completes(
     assert probe.returncode != 0  # the release tag did not move
     record = publish(project)
     assert skopeo_digest(f"{repository}:{RELEASE}") == record["digest"]
+
+
+def test_a_registry_that_refuses_the_index_gets_no_release_tag(
+        project: Project, local: Local) -> None:
+    build_both(project)
+    faults = Faults([("PUT", "/manifests/multi-1.0-[0-9a-f]{12}$", "415")])
+    with fault_proxy(f"http://127.0.0.1:{local.port}", faults) as port, \
+            pytest.raises(PublishError) as raised:
+        publish(project, registry_host=f"127.0.0.1:{port}")
+    assert faults.done and raised.value.exit_code == 7
+    assert "refused the image index of the release" in raised.value.message
+    assert "the release tag was not touched" in raised.value.message
+    assert "OCI image indexes" in raised.value.remedy
+    repository = project.config.tag(f"{RELEASE}-amd64").repository
+    probe = subprocess.run(["skopeo", "inspect", "--tls-verify=false",
+                            f"docker://{repository}:{RELEASE}"],
+                           capture_output=True, text=True, check=False)
+    assert probe.returncode != 0
+    assert not (project.config.build_dir / "releases" / f"{RELEASE}.json").exists()

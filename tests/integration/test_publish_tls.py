@@ -6,6 +6,7 @@ behind a proxy that answers a blob upload with 503 and drops the next: publish s
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -24,6 +25,7 @@ from tests.conftest import free_port
 from tests.faultproxy import Faults, fault_proxy
 from tests.integration.test_publish import Local, Project, client, local, project
 from tests.tlscerts import Certs, make_certs
+from tests.tokenserver import ISSUER, SERVICE, Issued, token_server
 
 pytestmark = pytest.mark.docker
 
@@ -104,7 +106,7 @@ def trust_ca(home: Path, registry: TlsRegistry) -> Path:
     return folder
 
 
-def login_by_helper(home: Path, registry: TlsRegistry, password: str) -> None:
+def login_by_helper(home: Path, host: str, password: str) -> None:
     """credHelpers names docker-credential-sbtest for the registry, as `docker login` keeps
     it on a desktop or with `pass`."""
     helper = home / "bin" / "docker-credential-sbtest"
@@ -112,14 +114,14 @@ def login_by_helper(home: Path, registry: TlsRegistry, password: str) -> None:
     helper.write_text(f"#!/bin/sh\nread server\necho '{answer}'\n")
     helper.chmod(0o755)
     (home / "docker" / "config.json").write_text(json.dumps(
-        {"credHelpers": {registry.host: "sbtest"}}))
+        {"credHelpers": {host: "sbtest"}}))
 
 
 def test_publish_over_tls_with_dockers_trust_and_a_credential_helpers_login(
         project: Project, tls_registry: TlsRegistry, docker_client_config: Path,
         capsys: pytest.CaptureFixture[str]) -> None:
     certs_dir = trust_ca(docker_client_config, tls_registry)
-    login_by_helper(docker_client_config, tls_registry, PASSWORD)
+    login_by_helper(docker_client_config, tls_registry.host, PASSWORD)
     project.build("over tls")
     project.smoke()
     capsys.readouterr()
@@ -137,7 +139,7 @@ def test_publish_over_tls_with_dockers_trust_and_a_credential_helpers_login(
 
 def test_an_unknown_ca_is_one_line_and_nothing_is_published(
         project: Project, tls_registry: TlsRegistry, docker_client_config: Path) -> None:
-    login_by_helper(docker_client_config, tls_registry, PASSWORD)
+    login_by_helper(docker_client_config, tls_registry.host, PASSWORD)
     project.build("unknown ca")
     project.smoke()
     with pytest.raises(PublishError) as raised:
@@ -152,7 +154,7 @@ def test_an_unknown_ca_is_one_line_and_nothing_is_published(
 def test_a_wrong_password_is_one_line_and_nothing_is_published(
         project: Project, tls_registry: TlsRegistry, docker_client_config: Path) -> None:
     trust_ca(docker_client_config, tls_registry)
-    login_by_helper(docker_client_config, tls_registry, "not-the-password")
+    login_by_helper(docker_client_config, tls_registry.host, "not-the-password")
     project.build("wrong password")
     project.smoke()
     with pytest.raises(PublishError) as raised:
@@ -185,5 +187,58 @@ def test_a_blob_upload_is_sent_again_after_a_5xx_and_a_dropped_connection(
     repository = record["repository"].replace(f":{port}/", f":{local.port}/")
     served = subprocess.run(["skopeo", "inspect", "--tls-verify=false", "--format",
                              "{{.Digest}}", f"docker://{repository}:{record['tag']}"],
+                            capture_output=True, text=True, check=True).stdout.strip()
+    assert served == record["digest"]
+
+
+@pytest.fixture
+def token_registry(tmp_path: Path) -> Iterator[tuple[str, Issued]]:
+    """docker-registry on 127.0.0.1 asking for tokens of this module's token server."""
+    certs = make_certs(tmp_path / "signing", names=("tokens.sparkbake.test",))
+    issued = Issued(USER, PASSWORD, certs.cert, certs.key)
+    port = free_port()
+    with token_server(issued) as token_port:
+        (tmp_path / "config.yml").write_text(json.dumps({
+            "version": 0.1,
+            "storage": {"filesystem": {"rootdirectory": str(tmp_path / "data")}},
+            "http": {"addr": f"127.0.0.1:{port}"},
+            "auth": {"token": {"realm": f"http://127.0.0.1:{token_port}/token",
+                               "service": SERVICE, "issuer": ISSUER,
+                               "rootcertbundle": str(certs.ca)}}}))
+        with (tmp_path / "registry.log").open("wb") as log:
+            server = subprocess.Popen(["docker-registry", "serve", str(tmp_path / "config.yml")],
+                                      stdout=log, stderr=subprocess.STDOUT)
+            try:
+                _wait_for_plain(f"http://127.0.0.1:{port}/v2/")
+                yield f"127.0.0.1:{port}", issued
+            finally:
+                server.terminate()
+                server.wait(timeout=10)
+
+
+def _wait_for_plain(url: str) -> None:
+    for _ in range(100):
+        with contextlib.suppress(requests.RequestException):
+            if requests.get(url, timeout=2).status_code == 401:
+                return
+        time.sleep(0.1)
+    raise AssertionError(f"the token registry did not come up at {url}")
+
+
+def test_a_token_registry_gets_a_new_token_for_the_push_and_after_one_expired(
+        project: Project, token_registry: tuple[str, Issued],
+        docker_client_config: Path) -> None:
+    host, issued = token_registry
+    login_by_helper(docker_client_config, host, PASSWORD)
+    issued.expired_first = 1  # the first token is refused as expired: a new one is fetched
+    project.build("by token")
+    project.smoke()
+    record = project.publish(registry_host=host)
+    name = str(record["repository"]).split("/", 1)[1]
+    assert issued.scopes[0] == issued.scopes[1] == f"repository:{name}:pull"
+    assert f"repository:{name}:pull,push" in issued.scopes  # the push asked for more
+    served = subprocess.run(["skopeo", "inspect", "--tls-verify=false", "--creds",
+                             f"{USER}:{PASSWORD}", "--format", "{{.Digest}}",
+                             f"docker://{record['repository']}:{record['tag']}"],
                             capture_output=True, text=True, check=True).stdout.strip()
     assert served == record["digest"]

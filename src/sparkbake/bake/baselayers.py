@@ -1,5 +1,7 @@
 """The runtime base's layers as blobs: exported from the engine and compressed once per
-host into the base-layer cache (an OCI layout), keyed by the engine's image id."""
+host into the base-layer cache (an OCI layout), keyed by the engine's image id. Every blob
+is checked against its digest before it is reused (`trust`): a damaged one, or a damaged
+record, makes the base be exported again."""
 
 from __future__ import annotations
 
@@ -9,10 +11,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sparkbake import trust
 from sparkbake.bake.bases import BaseImage
+from sparkbake.console import display
 from sparkbake.console.tools import step
 from sparkbake.errors import BakeError
-from sparkbake.files import atomic_write, read_json
+from sparkbake.files import atomic_write
 from sparkbake.oci import layers, ocilayout
 from sparkbake.oci.docker_engine import Client
 
@@ -33,14 +37,28 @@ def ensure(client: Client, base: BaseImage, cache: ocilayout.Layout, layout: oci
     id: the same base image gives the same blobs), then put into the layout."""
     image_id = str(client.images.get(base.ref).id)
     record = cache.root / "bases" / f"{image_id.split(':')[1]}.json"
-    listing = read_json(record) if record.is_file() else None
-    if listing is None or not all(cache.has(d) for d in [listing["config"],
-                                                          *listing["layers"]]):
+    listing = _listing(record)
+    # every blob checked (intact removes a damaged one), not only up to the first bad one
+    if listing is None or not all([cache.intact(d) for d in [listing["config"],
+                                                               *listing["layers"]]]):
         listing = _export_base(client, base, image_id, cache, work)
         atomic_write(record, json.dumps(listing, indent=2) + "\n")
     return Below(cache.read_json(listing["config"]),
                   [layout.add_file(cache.blob(d), d, layers.MEDIA_TYPE)
                    for d in listing["layers"]])
+
+
+def _listing(record: Path) -> dict[str, Any] | None:
+    """The cache's record of a base's blobs; None when missing or damaged (removed)."""
+    try:
+        listing = trust.read_record(record)
+        if listing is not None and not {"config", "layers"} <= listing.keys():
+            raise trust.Damaged(record, "not a base layers record")
+    except trust.Damaged as exc:
+        display.notice(trust.removed(record, exc.why))
+        record.unlink(missing_ok=True)
+        return None
+    return listing
 
 
 def _export_base(client: Client, base: BaseImage, image_id: str, cache: ocilayout.Layout,

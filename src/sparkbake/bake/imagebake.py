@@ -46,10 +46,12 @@ from sparkbake.pipeline.plan import Plan, upstream_pin
 from sparkbake.pipeline.stages import Stage
 from sparkbake.wheels.wheelbuild import WheelSet
 
-__all__ = ["Image", "bake", "find", "is_current", "labels", "manifest"]
+__all__ = ["WHEELS_LABEL", "Image", "bake", "find", "is_current", "labels", "manifest",
+           "wheels_content"]
 
 INPUTS_LABEL = "dev.sparkbake.inputs"  # the bake key: an image is current when it matches
 TAG_LABEL = "dev.sparkbake.tag"
+WHEELS_LABEL = "dev.sparkbake.wheels"  # the wheels' content: a rebuilt wheel is another image
 RUNTIME = "runtime.json"
 PYTHON_TEMPLATE = "runtime-python.Dockerfile.j2"
 
@@ -125,22 +127,33 @@ def _source(pin: dict[str, str]) -> str:
 
 
 def find(layout: Layout, plan: Plan) -> Image | None:
-    """The tag's image as build/oci names it, if it is there."""
+    """The tag's image as build/oci names it, if it is there with every blob intact (a
+    damaged blob is removed: the bake makes it again)."""
     oci = ocilayout.Layout(layout.oci)
     image = oci.find(plan.tag.name)
-    if image is None or not oci.has(image.digest):
+    if image is None or oci.damaged(image):
         return None
     config = oci.read_manifest(image.digest).config.digest
     return Image(plan.tag.image_ref, image, config, oci.root)
 
 
-def is_current(client: Client, plan: Plan, layout: Layout) -> bool:
-    """The engine has the tag's image, baked from exactly these inputs, and it is the image
-    build/oci names (the one publish pushes)."""
+def wheels_content(report: dict[str, Any]) -> str:
+    """The wheels' content as wheels.json records it (file and sha256 of each): the image's
+    WHEELS_LABEL, so that other wheels of the same inputs make another image."""
+    return data_hash(sorted([str(w["file"]), str(w["sha256"])] for w in report["wheels"]))
+
+
+def is_current(client: Client, plan: Plan, layout: Layout, wheels: str | None) -> bool:
+    """The engine has the tag's image, baked from exactly these inputs and these wheels
+    (wheels_content; None: not known yet, as for `plan` before the wheels stage), and it is
+    the image build/oci names (the one publish pushes)."""
     if not image_exists(client, plan.tag.image_ref):
         return False
     attrs = image_attrs(client, plan.tag.image_ref)
-    if image_labels(attrs).get(INPUTS_LABEL) != plan.inputs:
+    found = image_labels(attrs)
+    if found.get(INPUTS_LABEL) != plan.inputs:
+        return False
+    if wheels is not None and found.get(WHEELS_LABEL) != wheels:
         return False
     baked = find(layout, plan)
     return baked is not None and baked.config == attrs["Id"]
@@ -152,7 +165,8 @@ def bake(client: Client, plan: Plan, base: BaseImage, wheels: WheelSet, patched:
     """Write the tag's image into build/oci and (load) into the engine as `<repository>:<tag>`,
     unless the engine has it from these inputs. cache holds the base layers, per host;
     runtime_wheels the wheelhouse of the tag's runtime lock, if it has one."""
-    current = find(layout, plan) if load and is_current(client, plan, layout) else None
+    content = wheels_content(wheels.report)
+    current = find(layout, plan) if load and is_current(client, plan, layout, content) else None
     if current is not None:
         display.cached(Stage.BAKE, f"bake: {current.ref} is current (inputs {plan.inputs[:12]}), "
                        "nothing to do")
@@ -167,8 +181,8 @@ def bake(client: Client, plan: Plan, base: BaseImage, wheels: WheelSet, patched:
         recorded = manifest(plan, base, wheels, patched, source_date, venv.cuda_home)
         files = _files_layer(recorded, work, source_date)
         added = [*venv.added, (files, "sparkbake: /opt/sparkbake")]
-        baked = _write(oci, plan, below, added, labels(plan, base, patched, source_date),
-                       source_date, recorded.get("jit"))
+        baked = _write(oci, plan, below, added, labels(plan, base, patched, source_date)
+                       | {WHEELS_LABEL: content}, source_date, recorded.get("jit"))
         echo(f"bake: {plan.tag.image_ref} = {baked.image.digest} (config {baked.config[:19]})")
         stored.ensure_sbom(oci, plan.tag.name, baked.image)
         if load:

@@ -4,8 +4,10 @@ again.
 A record build/layers/<part>-<key>.json names the blob, which lives in the bake's OCI
 layout (build/oci) like every other: one copy of a 10 GB layer, not two. The blob goes in
 first and the record is written atomically after it, so an interrupted bake leaves no record
-of a missing blob; a record whose blob is gone (a cleaned layout) counts as no record. The
-cache is the build folder's: a clean build (and verify's rebuild) makes every layer anew.
+of a missing blob; a record whose blob is gone (a cleaned layout) or damaged (not its
+digest's bytes: `ocilayout.Layout.intact`), and a record that cannot be read, count as no
+record. The cache is the build folder's: a clean build (and verify's rebuild) makes every
+layer anew.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from sparkbake import trust
+from sparkbake.console import display
 from sparkbake.files import atomic_write
 from sparkbake.hashing import data_hash, file_sha256
 from sparkbake.oci import layers, ocilayout
@@ -35,15 +39,25 @@ class LayerCache:
 
     def get(self, part: str, key: str) -> tuple[layers.Layer, dict[str, Any]] | None:
         """The cached layer of part and key with what its record says besides, if there."""
-        path = self.record(part, key)
-        if not path.is_file():
-            return None
-        found: dict[str, Any] = json.loads(path.read_text())
-        if not self.layout.has(found["digest"]):
+        found = self._read(self.record(part, key))
+        if found is None or not self.layout.intact(found["digest"], found["size"]):
             return None
         layer = layers.Layer(self.layout.blob(found["digest"]), found["digest"], found["size"],
                              found["diff_id"])
         return layer, found.get("about") or {}
+
+    @staticmethod
+    def _read(path: Path) -> dict[str, Any] | None:
+        """The record at path; None when missing, or damaged (then removed, with a warning)."""
+        try:
+            found = trust.read_record(path)
+            if found is not None and not {"digest", "size", "diff_id"} <= found.keys():
+                raise trust.Damaged(path, "not a layer record")
+        except trust.Damaged as exc:
+            display.notice(trust.removed(path, exc.why))
+            path.unlink(missing_ok=True)
+            return None
+        return found
 
     def put(self, part: str, key: str, layer: layers.Layer,
             about: dict[str, Any] | None = None) -> layers.Layer:

@@ -2,7 +2,8 @@
 
 gc removes the cache entries no tag of versions.yaml has as a key now, failed patch trees,
 and what interrupted runs left (scratch folders, half-written entries) once nothing has
-written into them for an hour, so a build running now keeps its own. clean TAG removes the
+written into them for an hour, so a build running now keeps its own; gc --check also hashes
+every cache entry and removes the damaged ones (`cachecheck`). clean TAG removes the
 entries only that tag's current keys name, and its records; clean --all empties build/ and
 wheels/ but for the release records, deploy reports, flock files and a running registry's
 data. Nothing outside build/ and wheels/ is touched here (`imagegc`, `cachetrim`: the rest).
@@ -18,7 +19,7 @@ from sparkbake.config.settings import compile_cache_settings, host_settings
 from sparkbake.config.versions import Config
 from sparkbake.console.tools import echo
 from sparkbake.errors import UsageError
-from sparkbake.housekeeping import cachetrim, containergc, imagegc
+from sparkbake.housekeeping import cachecheck, cachetrim, containergc, imagegc
 from sparkbake.housekeeping.cachekeys import FAILED, cache_folders, current_names, tag_files
 from sparkbake.housekeeping.sweep import Item, newest_change, path_item, report
 from sparkbake.oci import local_registry
@@ -35,13 +36,18 @@ SCRATCH = ("contexts", "bases", "rebase-check", "import", "verify")  # build/<x>
 RECORDS = ("releases", "deploys")  # history, not cache: clean --all keeps them
 
 
-def gc(config: Config, dry_run: bool, max_cache_size: str) -> int:
+def gc(config: Config, dry_run: bool, max_cache_size: str, check: bool = False) -> int:
     """Remove what no tag uses now: cache entries, leftovers, the containers of runs that
     ended without removing them, the engine's stale images of this versions.yaml, and the
-    compile cache's oldest files beyond max_cache_size."""
+    compile cache's oldest files beyond max_cache_size; with check, also every cache entry
+    whose bytes are not its digest's (cachecheck)."""
     limit = cachetrim.parse_size(max_cache_size)  # a bad size stops before anything goes
     plans = [plan_mod.make(config, tag) for tag in config.tags.values()]
     items = gc_items(config, plans)
+    if check:
+        stale = {item.label for item in items}
+        items += [item for item in cachecheck.check_items(config, host_settings().cache_dir)
+                  if item.label not in stale]
     client = commands.engine_or_none()
     if client is None:
         echo("gc: the engine's images are left alone: no Docker engine answers")

@@ -1,12 +1,19 @@
 """The runtime wheelhouse: every wheel of a runtime lock, downloaded once with its hash
-checked, so that the bake installs offline (wheels/runtime/<lock hash>/)."""
+checked, so that the bake installs offline (wheels/runtime/<lock hash>/). Before it is reused,
+each wheel is checked again against the lock's hashes (`trust`: by its stamp while it is as
+it was checked); a wheelhouse with a damaged wheel is removed, with a warning, and
+downloaded again."""
 
 from __future__ import annotations
 
+import re
+import shutil
 import sys
 from pathlib import Path
 
+from sparkbake import trust
 from sparkbake.config.versions import Tag
+from sparkbake.console import display
 from sparkbake.console.tools import echo, run, step
 from sparkbake.errors import BakeError
 from sparkbake.files import atomic_dir
@@ -17,6 +24,8 @@ from sparkbake.pipeline.layout import Layout
 __all__ = ["ensure", "platform_tags"]
 
 DONE = ".sparkbake-complete"
+STAMPS = ".verified"
+HASH = re.compile(r"--hash=sha256:([0-9a-f]{64})")
 MANYLINUX_MAX = 39  # glibc 2.39 (Ubuntu 24.04); the lock's hashes decide the file anyway
 
 
@@ -27,10 +36,22 @@ def platform_tags(platform: str) -> list[str]:
             f"manylinux2014_{arch}", f"linux_{arch}"]
 
 
+def _intact(folder: Path, lock: Path) -> bool:
+    """Is every wheel of the wheelhouse one the lock allows? A damaged one takes the whole
+    wheelhouse with it (removed, with a warning)."""
+    allowed = frozenset(HASH.findall(lock.read_text()))
+    bad = [wheel.name for wheel in sorted(folder.glob("*.whl"))
+           if not trust.verified(wheel, allowed, folder / STAMPS / wheel.name)]
+    if bad:
+        display.notice(trust.removed(folder, f"{', '.join(bad)}: no hash of {lock.name}"))
+        shutil.rmtree(folder)
+    return not bad
+
+
 def ensure(lock: Path, tag: Tag, layout: Layout) -> Path:
     """wheels/runtime/<lock hash>: the lock's wheels for the tag's runtime Python and platform."""
     folder = layout.runtime_wheelhouses / file_sha256(lock)[:16]
-    if (folder / DONE).is_file():
+    if (folder / DONE).is_file() and _intact(folder, lock):
         echo(f"wheelhouse: {lock.name} cached at wheels/runtime/{folder.name}")
         return folder
     python = tag.runtime.python or ""

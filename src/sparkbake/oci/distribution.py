@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import functools
 import hashlib
+import json
 import re
 import tempfile
 import time
@@ -67,6 +68,7 @@ class Session:
                  login: RegistryLogin | None = None) -> None:
         self.remote, self.error, self.login = remote, error, login
         self.authorization = ""
+        self.challenge = ""  # the Bearer challenge the token answers (realm, service, scope)
 
     def url(self, kind: str, reference: str) -> str:
         return f"{self.remote.base_url}/v2/{self.remote.path}/{kind}/{reference}"
@@ -75,11 +77,14 @@ class Session:
                 headers: Mapping[str, str] | None = None,
                 timeout: float | tuple[float, float] = HTTP_TIMEOUT,
                 stream: bool = False) -> requests.Response:
-        """One API call; on 401 an anonymous token is fetched and the call made again.
-        body makes the request body anew for each attempt (bytes, or a file it closes)."""
+        """One API call; on 401 a login or token is got and the call made again (twice at
+        most: a token, then a fresh one if the registry says it expired). body makes the
+        request body anew for each attempt (bytes, or a file it closes)."""
         call = functools.partial(self._send, method, url, body, headers or {}, timeout, stream)
         response = call()
-        if response.status_code == 401 and self._login(response):
+        for _ in range(2):
+            if response.status_code != 401 or not self._login(response):
+                break
             response = call()
         return response
 
@@ -148,7 +153,7 @@ class Session:
                              "check the registry")
         manifest = layout.read_manifest(digest)
         for blob in [manifest.config, *manifest.layers]:
-            if not layout.has(blob.digest):
+            if not layout.intact(blob.digest, blob.size):
                 self._pull_blob(blob, layout)
         return image
 
@@ -238,20 +243,23 @@ class Session:
 
     def _login(self, challenge: requests.Response) -> bool:
         """Answer a 401: Basic with the stored login, or a Bearer token from the realm it
-        names (with the login, else anonymous). False when there is nothing new to try."""
+        names (with the login, else anonymous). A token is fetched again when the challenge
+        asks for another scope (a push after a pull) or says the token expired. False when
+        there is nothing new to try."""
         header = challenge.headers.get("WWW-Authenticate", "")
         scheme = header.split(" ", 1)[0].lower()
-        if self.authorization:
-            return False
-        if scheme == "basic" and self.login and not self.login.identity_token:
+        if scheme == "basic":
+            if self.authorization or not self.login or self.login.identity_token:
+                return False
             self.authorization = f"Basic {_basic(self.login)}"
             return True
         params = dict(re.findall(r'(\w+)="([^"]*)"', header))
-        realm = params.pop("realm", None)
-        if scheme != "bearer" or realm is None:
+        realm, expired = params.pop("realm", None), params.pop("error", "") == "invalid_token"
+        asked = json.dumps(params, sort_keys=True)
+        if scheme != "bearer" or realm is None or (asked == self.challenge and not expired):
             return False
         token = self._token(realm, params)
-        self.authorization = f"Bearer {token}" if token else ""
+        self.authorization, self.challenge = (f"Bearer {token}", asked) if token else ("", "")
         return bool(token)
 
     def _token(self, realm: str, params: dict[str, str]) -> str:

@@ -2,7 +2,9 @@
 manifest documents, and the docker-archive tar that loads an image into an engine.
 
 Every document is canonical JSON (sorted keys, no spaces), so equal content gives equal
-digests. Pure file work: no Docker, no network.
+digests. A blob is trusted by content (`trust`): sealed read-only when it goes in, checked
+against its digest by its stamp before it is reused, hashed in full where asked; a damaged
+one is removed with a warning. Pure file work: no Docker, no network.
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sparkbake.files import atomic_write, read_json
+from sparkbake import trust
+from sparkbake.console import display
+from sparkbake.files import atomic_write
 from sparkbake.oci.layers import MEDIA_TYPE as LAYER_TYPE
 
 __all__ = ["CONFIG_TYPE", "FORMAT", "INDEX_TYPE", "LAYER_TYPE", "MANIFEST_TYPE", "REF_NAME",
@@ -38,6 +42,7 @@ REF_NAME = "org.opencontainers.image.ref.name"
 RUNTIME_KEYS = ("User", "ExposedPorts", "Env", "Entrypoint", "Cmd", "Volumes", "WorkingDir",
                 "Labels", "StopSignal", "Healthcheck", "Shell")
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+STAMPS = ".verified"  # the blobs' stamps (trust), beside blobs/: no OCI tool reads it
 
 
 @dataclass(frozen=True)
@@ -83,6 +88,41 @@ class Layout:
     def has(self, digest: str) -> bool:
         return self.blob(digest).is_file()
 
+    def intact(self, digest: str, size: int | None = None, *, full: bool = False) -> bool:
+        """Is the blob there with its digest's bytes (and size)? Trusted from its stamp
+        unless full; a damaged blob is removed, with a warning naming it."""
+        path = self.blob(digest)
+        if not path.is_file():
+            return False
+        if trust.verified(path, digest.partition(":")[2], self._stamp(digest), size=size,
+                          full=full):
+            return True
+        display.notice(trust.removed(path, f"its bytes are not {digest[:19]}..."))
+        self.drop(digest)
+        return False
+
+    def damaged(self, image: Descriptor, *, full: bool = False) -> list[str]:
+        """The digests of the image's blobs (manifest, config, layers) that are missing or
+        not their bytes; the damaged ones are removed (intact)."""
+        if not self.intact(image.digest, image.size, full=full):
+            return [image.digest]
+        found = self.read_manifest(image.digest)
+        return [blob.digest for blob in (found.config, *found.layers)
+                if not self.intact(blob.digest, blob.size, full=full)]
+
+    def drop(self, digest: str) -> None:
+        """Remove a blob and its stamp (a link into a shared cache is unlinked, not emptied)."""
+        for path in (self.blob(digest), self._stamp(digest)):
+            path.unlink(missing_ok=True)
+
+    def _stamp(self, digest: str) -> Path:
+        return self.root / STAMPS / digest.partition(":")[2]
+
+    def _sealed(self, digest: str) -> None:
+        """A blob just put in: read-only, and its stamp (its bytes are its digest's)."""
+        trust.seal(self.blob(digest))
+        trust.remember(self.blob(digest), self._stamp(digest))
+
     def read(self, digest: str) -> bytes:
         return self.blob(digest).read_bytes()
 
@@ -97,17 +137,19 @@ class Layout:
 
     def add_bytes(self, data: bytes, media_type: str) -> Descriptor:
         digest = "sha256:" + hashlib.sha256(data).hexdigest()
-        if not self.has(digest):
+        if not self.intact(digest, len(data)):
             self._init()
             atomic_write(self.blob(digest), data)
+            self._sealed(digest)
         return Descriptor(media_type, digest, len(data))
 
     def add_file(self, path: Path, digest: str, media_type: str) -> Descriptor:
         """Put a file whose digest is known in, as a hard link where it can (else a copy)."""
         size = path.stat().st_size
-        if not self.has(digest):
+        if not self.intact(digest, size):
             self._init()
             _place(path, self.blob(digest))
+            self._sealed(digest)
         return Descriptor(media_type, digest, size)
 
     def tag(self, name: str, manifest: Descriptor) -> None:
@@ -130,10 +172,13 @@ class Layout:
 
     def _index(self) -> dict[str, Any]:
         path = self.root / "index.json"
-        if not path.is_file():
-            return {"schemaVersion": 2, "mediaType": INDEX_TYPE, "manifests": []}
-        index: dict[str, Any] = read_json(path)
-        return index
+        try:
+            index = trust.read_record(path)
+        except trust.Damaged as exc:  # names made again by the bakes that wrote them
+            display.notice(trust.removed(path, exc.why))
+            path.unlink(missing_ok=True)
+            index = None
+        return index or {"schemaVersion": 2, "mediaType": INDEX_TYPE, "manifests": []}
 
     def _init(self) -> None:
         (self.root / "blobs" / "sha256").mkdir(parents=True, exist_ok=True)

@@ -26,7 +26,7 @@ from sparkbake.pipeline import plan as plan_mod
 from sparkbake.pipeline.layout import Layout
 from sparkbake.pipeline.plan import Plan
 from sparkbake.pipeline.stages import Stage
-from sparkbake.wheels import kernelseed, wheelbuild
+from sparkbake.wheels import entrycheck, kernelseed, wheelbuild
 from sparkbake.wheels.wheelbuild import WheelSet
 
 __all__ = ["Build", "Outcome", "Source", "bake", "fetch", "fetched_plan", "patch",
@@ -209,6 +209,9 @@ def _wheels(build: Build, client: Client, source: Source, patched: PatchedTree) 
     config, plan, settings = build.config, build.plan, build.settings
     layout = build.layout
     folder, kernels = layout.wheel_set(plan.wheels_key), layout.kernels(plan.kernel_key)
+    # a damaged entry goes (with a warning) before anything reuses it
+    entrycheck.drop_damaged(folder, entrycheck.damage(folder))
+    entrycheck.drop_damaged(kernels, entrycheck.kernels_damage(kernels))
     builder = ""
     fetched: tuple[thirdparty.Fetched, ...] = ()
     if not wheelbuild.is_built(folder):  # cached wheels need no builder image

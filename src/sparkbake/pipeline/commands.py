@@ -112,10 +112,12 @@ def verify_tag(config: Config, tag: Tag, against: str | None) -> int:
     base and builder images are reused) and compare it with the baked image or `against`."""
     plan = plan_mod.make(config, tag)
     original = verify.original(config, plan, against)
+    verify.require_intact(original, tag.name)  # before an hour of rebuild, not after
     with scratch_dir(Layout.of(config).scratch("verify"), f"{tag.name}.") as scratch:
         echo(f"verify: rebuilding {tag.name} from clean in {scratch}")
         rebuilt = rebuild(dataclasses.replace(config, work=scratch), tag)
         rebuilt_side = verify.Side(ocilayout.Layout(rebuilt.layout), rebuilt.image)
+        verify.require_intact(rebuilt_side, tag.name)
         report = verify.compare(original, rebuilt_side)
     return _done(verify.conclude(config, plan, report))
 

@@ -39,7 +39,8 @@ def stage_states(config: Config, plan: Plan, client: Client | None) -> list[Stag
     wheels_state = _cached(wheelbuild.is_built(layout.wheel_set(plan.wheels_key)))
     bake_state: PlanState = "unknown"
     if client is not None:
-        bake_state = _cached(imagebake.is_current(client, plan, layout))
+        bake_state = _cached(imagebake.is_current(client, plan, layout,
+                                                  _wheels_content(layout, plan)))
     smoke_record = layout.smoke_record(plan.tag.name)
     why = _why(layout, plan)
     emulated = _emulation_text(plan.tag, client)
@@ -71,6 +72,15 @@ def _publish_plan(layout: Layout, plan: Plan) -> StagePlan:
     return StagePlan(Stage.PUBLISH, plan.inputs,
                      _platform_state(layout.release_record(release), plan),
                      f"{plan.tag.name}-{plan.inputs[:12]} in the index {release}")
+
+
+def _wheels_content(layout: Layout, plan: Plan) -> str | None:
+    """What the bake compares with its image's wheels label: the wheels entry's content,
+    None before the wheels stage (the bake then decides on the wheels it gets)."""
+    folder = layout.wheel_set(plan.wheels_key)
+    if not wheelbuild.is_built(folder):
+        return None
+    return imagebake.wheels_content(json.loads((folder / wheelbuild.REPORT).read_text()))
 
 
 def _cached(done: bool) -> PlanState:

@@ -26,7 +26,7 @@ from sparkbake.pipeline.plan import Plan
 from sparkbake.publish import push
 
 __all__ = ["SHOWN", "FileChange", "KeyChange", "LayerChange", "Report", "Side", "compare",
-           "conclude", "original", "render", "summary"]
+           "conclude", "original", "render", "require_intact", "summary"]
 
 SHOWN = 12  # differing files printed per layer; the JSON report has them all
 DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
@@ -117,7 +117,7 @@ def original(config: Config, plan: Plan, against: str | None) -> Side:
     if not DIGEST.fullmatch(against):
         raise UsageError(f"--against {against!r} is not a digest",
                          "write sha256:<64 hex>, e.g. the digest in build/releases/TAG.json")
-    if not layout.has(against):
+    if not layout.intact(against):
         push.open_session(_repository(config, plan, against), UsageError).pull(against, layout)
     return Side(layout, ocilayout.Descriptor(ocilayout.MANIFEST_TYPE, against,
                                              layout.blob(against).stat().st_size))
@@ -148,8 +148,21 @@ def conclude(config: Config, plan: Plan, report: Report) -> str:
     return f"verified {plan.tag.name}: a clean rebuild gives {report.rebuilt}, bit for bit"
 
 
+def require_intact(side: Side, tag: str) -> None:
+    """Hash every blob of the side: the digests compared must be those of its bytes (a
+    damaged blob is removed)."""
+    bad = side.layout.damaged(side.image, full=True)
+    if bad:
+        raise ReproducibilityError(
+            f"{side.layout.root}: {len(bad)} blob(s) of {tag} are not the bytes of their "
+            f"digest ({bad[0][:19]}...); removed",
+            f"rebuild it: `{command('build-image', tag)}` (`{command('gc', '--check')}` "
+            "checks every cache entry), then verify again")
+
+
 def compare(original: Side, rebuilt: Side) -> Report:
-    """The report: whether the digests are equal, and what differs where."""
+    """The report: whether the digests are equal, and what differs where (each side's
+    bytes hashed first: require_intact)."""
     manifests = [side.layout.read_manifest(side.image.digest) for side in (original, rebuilt)]
     configs = [side.layout.read_json(manifest.config.digest)
                for side, manifest in zip((original, rebuilt), manifests, strict=True)]

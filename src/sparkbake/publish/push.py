@@ -51,7 +51,8 @@ from sparkbake.wheels import wheelbuild
 __all__ = [
     "Remote", "Target", "baked_image", "check_overwrite", "check_pushed", "check_smoke",
     "engine_insecure", "local_image", "locate", "open_session", "platform_release", "publish",
-    "read_smoke", "remote_for", "retarget", "smoke_gate", "split_repository", "write_record",
+    "read_smoke", "remote_for", "require_intact", "retarget", "smoke_gate", "split_repository",
+    "write_record",
 ]
 
 REGISTRY_ARG = re.compile(r"(?:[A-Za-z0-9.-]+|\[[0-9A-Fa-f:]+\])(?::[0-9]+)?")
@@ -68,6 +69,7 @@ def publish(client: Client, config: Config, plan: Plan, registry: str | None,
     repository = retarget(plan.tag.repository, registry)
     attrs = local_image(client, plan)
     baked = baked_image(config, plan, attrs)
+    require_intact(baked, plan.tag.name)
     smoked = smoke_gate(Layout.of(config).smoke_record(plan.tag.name), plan.tag.name,
                         baked.config, skip_smoke)
     moving, per_build = plan.tag.name, f"{plan.tag.name}-{plan.inputs[:12]}"
@@ -273,6 +275,15 @@ def baked_image(config: Config, plan: Plan, attrs: dict[str, Any]) -> imagebake.
                            f"is not the image baked into {Layout.of(config).oci} ({where})",
                            f"rebuild it: `{command('build-image', plan.tag.name)}`, then smoke")
     return baked
+
+
+def require_intact(baked: imagebake.Image, tag: str) -> None:
+    """Every blob that is to leave the machine hashed: a damaged one is removed, never sent."""
+    bad = ocilayout.Layout(baked.layout).damaged(baked.image, full=True)
+    if bad:
+        raise PublishError(f"{baked.layout}: {len(bad)} blob(s) of {tag} are not the bytes of "
+                           f"their digest ({bad[0][:19]}...); removed, nothing was pushed",
+                           f"rebuild it: `{command('build-image', tag)}`, smoke it, publish again")
 
 
 def check_pushed(session: Session, name: str, digest: str) -> None:

@@ -13,6 +13,7 @@ NAME already at this index: nothing is sent.
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -23,7 +24,7 @@ from sparkbake.bake import imagebake
 from sparkbake.config.versions import Config, Tag
 from sparkbake.console import display
 from sparkbake.console.tools import echo
-from sparkbake.errors import ConfigError
+from sparkbake.errors import ConfigError, PublishError
 from sparkbake.hashing import data_hash
 from sparkbake.oci import ocilayout
 from sparkbake.oci.docker_engine import Client
@@ -66,7 +67,7 @@ def publish_release(client: Client, config: Config, name: str, tags: tuple[Tag, 
     records = tuple(_push_platform(config, target, p, force, key) for p in ready)
     if target.current[per_build] != index.digest:
         echo(f"+ push index {index.digest} ({len(ready)} platforms) -> {repository}:{per_build}")
-        target.session.put_index(data, index, per_build)
+        _put_first_index(target, data, index, per_build)
     push.check_pushed(target.session, per_build, index.digest)
     attach.sign(target.session, ocilayout.Layout(ready[0].baked.layout), repository,
                 index.digest, key)
@@ -77,6 +78,22 @@ def publish_release(client: Client, config: Config, name: str, tags: tuple[Tag, 
         target.session.put_index(data, index, name)
     push.check_pushed(target.session, name, index.digest)
     return release
+
+
+def _put_first_index(target: push.Target, data: bytes, index: ocilayout.Descriptor,
+                     per_build: str) -> None:
+    """The index under its per-build tag; a registry that refuses it (4xx) is said to, with
+    the release tag untouched."""
+    try:
+        target.session.put_index(data, index, per_build)
+    except PublishError as exc:
+        if not re.search(r"HTTP 4\d\d", exc.message) or "HTTP 401" in exc.message:
+            raise
+        raise PublishError(f"{target.repository} refused the image index of the release "
+                           f"({exc.message.split(': ', 1)[-1]}); the release tag was not "
+                           "touched", "publish to a registry that takes OCI image indexes "
+                           "(distribution 2.7 and later, and the hosted ones), or publish "
+                           "each platform's tag on its own") from exc
 
 
 def index_document(ready: list[_Platform]) -> dict[str, Any]:
@@ -94,6 +111,7 @@ def _ready(client: Client, config: Config, tag: Tag, skip_smoke: bool) -> _Platf
     plan = plan_mod.make(config, tag)
     attrs = push.local_image(client, plan)
     baked = push.baked_image(config, plan, attrs)
+    push.require_intact(baked, tag.name)
     smoked = push.smoke_gate(Layout.of(config).smoke_record(tag.name), tag.name, baked.config,
                              skip_smoke)
     return _Platform(plan, attrs, baked, smoked)

@@ -233,7 +233,8 @@ def raise_if_failed(plan: Plan, checks: list[CheckResult], json_path: Path) -> N
         remedy = (f"read {json_path.with_name(f'{plan.tag.name}-serve.log')}; the checks' "
                   "details in the record say what the server answered")
     else:
-        remedy = (f"the image does not match versions.yaml or its wheels are broken: "
-                  f"rebuild it with `{command('build-image', plan.tag.name)}`")
+        remedy = (f"the image does not match versions.yaml or its wheels are broken: run "
+                  f"`{command('gc', '--check')}` (it removes damaged cache entries), then "
+                  f"rebuild with `{command('build-image', plan.tag.name)}`")
     raise SmokeError(f"smoke checks failed for {plan.tag.image_ref}: {', '.join(failed)} "
                      f"(results: {json_path})", remedy)

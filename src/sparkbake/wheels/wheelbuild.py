@@ -23,7 +23,7 @@ from sparkbake.oci import emulation
 from sparkbake.oci.docker_engine import Client, build_image, image_exists, run_container
 from sparkbake.patch.patches import PatchedTree
 from sparkbake.pipeline.stages import Stage
-from sparkbake.wheels import compile_cache, wheeloverlay, wheelversion
+from sparkbake.wheels import compile_cache, entrycheck, wheeloverlay, wheelversion
 from sparkbake.wheels.compile_errors import failure_summary
 
 __all__ = ["BuildRequest", "Jobs", "WheelSet", "build", "builder_image", "builder_ref",
@@ -63,18 +63,19 @@ class WheelSet:
 
 
 def is_built(folder: Path) -> bool:
-    """Is the wheels stage's entry complete (its report is written last)? The stage skips
-    it, and `plan` says cached, on this one test."""
-    return (folder / REPORT).is_file()
+    """Is the wheels stage's entry complete (its report is written last) and intact (each
+    wheel the sha256 the report records: entrycheck)? The stage skips it, and `plan` says
+    cached, on this one test."""
+    return entrycheck.damage(folder) == ""
 
 
 def reusable_kernels(entry: Path) -> str | None:
-    """The kernel cache entry's wheel, if there is one: a build of the same kernel inputs
-    reuses it instead of compiling (`plan`'s kernels stage is cached on this test)."""
-    listing = entry / "kernels.json"
-    if not listing.is_file():
+    """The kernel cache entry's wheel, if there is one and it is intact: a build of the same
+    kernel inputs reuses it instead of compiling (`plan`'s kernels stage is cached on this
+    test)."""
+    if entrycheck.kernels_damage(entry) != "":
         return None
-    wheel: str = read_json(listing)["wheel"]
+    wheel: str = read_json(entry / "kernels.json")["wheel"]
     return wheel
 
 
@@ -270,7 +271,7 @@ def _store_kernels(entry: Path, folder: Path, report: dict[str, Any]) -> None:
     on this host), else the wheel (only the builder can reuse it, VLLM_USE_PRECOMPILED)."""
     with_kernels = [w for w in report["wheels"] if w["kernels"]]
     kept = sorted((folder / FOR_KERNELS).glob("*.whl"))
-    if with_kernels and not entry.exists():
+    if with_kernels and reusable_kernels(entry) is None:
         wheel = kept[0] if kept else folder / with_kernels[0]["file"]
         with atomic_dir(entry) as tmp:
             shutil.copy(wheel, tmp / wheel.name)
