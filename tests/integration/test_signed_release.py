@@ -16,12 +16,14 @@ import pytest
 from sparkbake.__main__ import main
 from sparkbake.attest import attach, signing
 from sparkbake.oci import artifacts, ocilayout, referrers
-from sparkbake.publish import push
+from sparkbake.publish import push, release_index
 from tests.integration.test_publish import TAG, Project, client, local, project
+from tests.integration.test_publish_release import RELEASE, build_both
+from tests.integration.test_publish_release import project as multi
 
 pytestmark = pytest.mark.docker
 
-__all__ = ["client", "local", "project"]  # the fixtures this module shares
+__all__ = ["client", "local", "multi", "project"]  # the fixtures this module shares
 
 
 @pytest.fixture
@@ -124,3 +126,17 @@ def test_the_fallback_index_lists_the_artifacts_by_type(project: Project, key: P
          f"docker://{record['repository']}:{attach.signature_tag(record['digest'])}"],
         check=True, capture_output=True, text=True, timeout=60).stdout)
     assert sig["layers"][0]["mediaType"] == attach.SIMPLE_SIGNING
+
+
+def test_a_signed_multi_platform_release_verifies_by_its_index(
+        multi: Project, key: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    build_both(multi)
+    tags = multi.config.targets(RELEASE)
+    record = release_index.publish_release(multi.client, multi.config, RELEASE, tags, None,
+                                           False, key=signing.signing_key(key, None)).to_json()
+    assert verify(f"{record['repository']}:{RELEASE}", Path(f"{key}.pub")) == 0
+    shown = capsys.readouterr().err
+    assert f"verified {record['repository']}@{record['digest']}: the index is signed" in shown
+    for platform in record["platforms"]:
+        assert platform["attestations"]["signature"]
+        assert f"verified {record['repository']}@{platform['digest']}: signed by" in shown
