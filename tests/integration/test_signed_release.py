@@ -140,3 +140,16 @@ def test_a_signed_multi_platform_release_verifies_by_its_index(
     for platform in record["platforms"]:
         assert platform["attestations"]["signature"]
         assert f"verified {record['repository']}@{platform['digest']}: signed by" in shown
+
+
+def test_a_copy_without_its_referrers_fails_as_such(
+        project: Project, key: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A mirror that copies the image and its `.sig` tag but drops the referrers."""
+    record = published(project, "mirrored", key)
+    mirror = f"{record['repository']}-mirror"
+    sig = attach.signature_tag(record["digest"])
+    skopeo_copy(f"{record['repository']}:{TAG}", f"{mirror}:{TAG}")
+    skopeo_copy(f"{record['repository']}:{sig}", f"{mirror}:{sig}")
+    assert verify(f"{mirror}:{TAG}", Path(f"{key}.pub")) == 7
+    assert f"{mirror}@{record['digest']}: no SBOM or statements are attached" in \
+        capsys.readouterr().err
