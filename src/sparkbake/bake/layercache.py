@@ -83,7 +83,7 @@ def content_key(root: Path, names: Iterable[str], mtime: int) -> str:
     kind, mode, size and bytes, the layer time and the writers' formats. Reading the files
     is far cheaper than compressing them."""
     listing = [_describe(root / name, name) for name in sorted(set(names))]
-    return data_hash({"format": [FORMAT, ocilayout.FORMAT, layers.GZIP_LEVEL], "mtime": mtime,
+    return data_hash({"format": [FORMAT, ocilayout.FORMAT, layers.COMPRESSION], "mtime": mtime,
                       "paths": listing})
 
 

@@ -63,7 +63,7 @@ def runtime_key(client: Client, runtime: BaseImage, upstream: Upstream,
                 source_date: int) -> str:
     """What the runtime packages' layer is made of, without installing anything."""
     return data_hash({
-        "format": [FORMAT_VENV, FORMAT, ocilayout.FORMAT, layers.GZIP_LEVEL],
+        "format": [FORMAT_VENV, FORMAT, ocilayout.FORMAT, layers.COMPRESSION],
         "base": str(client.images.get(runtime.ref).id),
         "skeleton": resources.digest(venv.SKELETON), "platform": upstream.platform,
         "source_date": source_date, "asked": sorted(upstream.asked),

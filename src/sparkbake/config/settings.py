@@ -15,17 +15,9 @@ from pathlib import Path
 from sparkbake.config.versions import REDIS_URL
 from sparkbake.errors import ConfigError
 
-__all__ = [
-    "CompileCacheSettings",
-    "HostSettings",
-    "SigningSettings",
-    "compile_cache_settings",
-    "docker_certs_dirs",
-    "host_settings",
-    "patch_tests_environment",
-    "registry_ca_roots",
-    "signing_settings",
-]
+__all__ = ["CompileCacheSettings", "HostSettings", "SigningSettings", "compile_cache_settings",
+           "compress_workers", "docker_certs_dirs", "host_settings", "patch_tests_environment",
+           "registry_ca_roots", "signing_settings"]
 
 DEFAULT_GIB_PER_JOB = 6.0  # peak resident memory of one nvcc job on vLLM's largest sources
 
@@ -100,6 +92,12 @@ def compile_cache_settings() -> CompileCacheSettings:
         raise ConfigError(f"SPARKBAKE_COMPILE_CACHE={raw!r} is not off, local or a Redis URL",
                           "write e.g. SPARKBAKE_COMPILE_CACHE=redis://cache.lan:6379/0")
     return CompileCacheSettings(override=raw, folder=_cache_dir() / "sccache")
+
+
+def compress_workers() -> int:
+    """Threads that gzip a layer: SPARKBAKE_COMPRESS_WORKERS, else every core (the bytes are
+    the same either way: oci/blockgzip)."""
+    return int(_positive("SPARKBAKE_COMPRESS_WORKERS") or os.cpu_count() or 1)
 
 
 def registry_ca_roots() -> str | None:

@@ -2,13 +2,13 @@
 
 A layer is a tar with its entries in path order, every mtime set to the source date, owner
 root (0/0, no names), no extended attributes, and hard links stored as plain files; it is
-gzip-compressed with no file name and no time in the gzip header. Equal trees give equal
-bytes, so equal digests.
+gzip-compressed with no file name and no time in the gzip header, block by block on every
+core (blockgzip: the same bytes whatever the number of cores). Equal trees give equal bytes,
+so equal digests.
 """
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import io
 import os
@@ -18,13 +18,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from sparkbake.config.settings import compress_workers
 from sparkbake.errors import BakeError
+from sparkbake.oci import blockgzip
+from sparkbake.oci.blockgzip import BlockGzip
 
-__all__ = ["GZIP_LEVEL", "MEDIA_TYPE", "Entry", "Layer", "compress", "entries", "from_archive",
+__all__ = ["COMPRESSION", "MEDIA_TYPE", "Entry", "Layer", "compress", "entries", "from_archive",
            "from_files", "from_folder", "from_paths"]
 
 MEDIA_TYPE = "application/vnd.oci.image.layer.v1.tar+gzip"
-GZIP_LEVEL = 6
+COMPRESSION = blockgzip.FORMAT  # the compressor, its level and block size: part of layer keys
 CHUNK = 1 << 20
 KINDS = {tarfile.REGTYPE: "file", tarfile.AREGTYPE: "file", tarfile.DIRTYPE: "dir",
          tarfile.SYMTYPE: "symlink", tarfile.LNKTYPE: "hardlink"}
@@ -43,7 +46,7 @@ class Layer:
 class _Hashing(io.RawIOBase):
     """A write-only stream that hashes and counts what passes through it."""
 
-    def __init__(self, sink: IO[bytes] | gzip.GzipFile) -> None:
+    def __init__(self, sink: IO[bytes] | BlockGzip) -> None:
         super().__init__()
         self.sink, self.sha, self.size = sink, hashlib.sha256(), 0
 
@@ -70,8 +73,7 @@ class _Writer:
         path.unlink(missing_ok=True)  # a new file: never write through a link into a layout
         self.file = path.open("wb")
         self.blob = _Hashing(self.file)
-        self.gzip = gzip.GzipFile(filename="", mode="wb", fileobj=self.blob,
-                                  compresslevel=GZIP_LEVEL, mtime=0)
+        self.gzip = BlockGzip(self.blob, workers=compress_workers())
         self.tar_stream = _Hashing(self.gzip)
 
     def tar(self) -> tarfile.TarFile:
