@@ -17,7 +17,7 @@ from sparkbake.errors import ConfigError, FatalError, UsageError, machine_error
 from sparkbake.housekeeping import cachetrim, tidy
 from sparkbake.lock import lockfiles as lock_mod
 from sparkbake.patch.patches import Options as PatchOptions
-from sparkbake.pipeline import commands, tags
+from sparkbake.pipeline import commands, release_checks, tags
 from sparkbake.pipeline.stages import BUILD, Stage
 from sparkbake.smoke.checks import GPU_MODES
 from sparkbake.smoke.checks import Options as SmokeOptions
@@ -94,6 +94,9 @@ def parser() -> argparse.ArgumentParser:
                              help="overwrite a remote tag that points at another digest")
             sub.add_argument("--skip-smoke", action="store_true",
                              help="publish without a passing smoke record (recorded)")
+            sub.add_argument("--sign-key", type=Path, metavar="PATH",
+                             help="sign the digest with this private key (`keys generate`); "
+                                  "default: SPARKBAKE_SIGNING_KEY, else unsigned")
         if name == "deploy":
             _deploy_options(sub)
         if name == "lock":
@@ -126,6 +129,7 @@ def parser() -> argparse.ArgumentParser:
     _housekeeping_parsers(commands)
     _series_parsers(commands)
     _release_parsers(commands)
+    _signing_parsers(commands)
     return top
 
 
@@ -155,6 +159,9 @@ def _deploy_options(sub: argparse.ArgumentParser) -> None:
                      help="send the image from the local engine instead of pulling it")
     sub.add_argument("--gpu", choices=GPU_MODES, default="auto",
                      help="GPU checks of the smoke run on each node")
+    sub.add_argument("--require-signature", type=Path, metavar="PUB",
+                     help="refuse, before any node runs anything, a release whose digest "
+                          "this public key did not sign")
 
 
 def _release_parsers(commands: argparse._SubParsersAction[_Parser]) -> None:
@@ -164,6 +171,24 @@ def _release_parsers(commands: argparse._SubParsersAction[_Parser]) -> None:
     diff.add_argument("tags", nargs=2, metavar="TAG", help="two released tags (or suffixes)")
     diff.add_argument("--json", action="store_true", help="print the differences as JSON")
     for sub in (listing, diff):
+        _common(sub)
+
+
+def _signing_parsers(commands: argparse._SubParsersAction[_Parser]) -> None:
+    keys = commands.add_parser("keys", help="the key pair publish signs with")
+    keys.add_argument("action", choices=("generate",), help="write PATH and PATH.pub")
+    keys.add_argument("path", type=Path, metavar="PATH", help="the private key's file")
+    verify = commands.add_parser("verify-release", help="check a published image's signature, "
+                                 "statements and SBOM in its registry; print what it is made of")
+    verify.add_argument("reference", help="HOST/PATH:TAG or HOST/PATH@sha256:<hex>")
+    verify.add_argument("--key", type=Path, required=True, metavar="PUB",
+                        help="the publisher's public key (PATH.pub of `keys generate`)")
+    verify.add_argument("--against", type=Path, metavar="VERSIONS_YAML",
+                        help="also check the provenance against this versions.yaml's pins "
+                             "and locks for the image's tag")
+    verify.add_argument("--json", action="store_true",
+                        help="print the statements as JSON on stdout")
+    for sub in (keys, verify):
         _common(sub)
 
 
@@ -318,6 +343,10 @@ def dispatch(args: argparse.Namespace) -> int:
 
 
 def _dispatch(args: argparse.Namespace) -> int:
+    if args.command == "keys":  # these two need no versions.yaml: anyone can check
+        return release_checks.keys_generate(args.path)
+    if args.command == "verify-release":
+        return release_checks.verify_release(args.reference, args.key, args.against, args.json)
     invocation.remember_config(args.config)  # remedies repeat the user's --config
     config = config_mod.load(args.config)
     if args.command == "registry":
@@ -345,10 +374,12 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "publish":
         return commands.publish_release(config, release, registry_host=args.registry,
                                         force=args.force, skip_smoke=args.skip_smoke,
-                                        output=commands.Output(json=args.json))
+                                        output=commands.Output(json=args.json),
+                                        sign_key=args.sign_key)
     if args.command == "deploy":
         return commands.deploy_release(config, release, args.hosts, stream=args.stream,
-                                       gpu=args.gpu, output=commands.Output(json=args.json))
+                                       gpu=args.gpu, output=commands.Output(json=args.json),
+                                       require_signature=args.require_signature)
     for tag in config.targets(release):  # each platform in turn; the first failure stops
         display.notice(f"{release}: {tag.platform} ({tag.name})")
         if code := _tag_command(config, tag, args):
@@ -398,10 +429,12 @@ def _tag_command(config: config_mod.Config, tag: Tag, args: argparse.Namespace) 
             serve_timeout=args.serve_timeout), output=commands.Output(json=args.json))
     if args.command == "publish":
         return commands.publish(config, tag, registry_host=args.registry, force=args.force,
-                                skip_smoke=args.skip_smoke, output=commands.Output(json=args.json))
+                                skip_smoke=args.skip_smoke, output=commands.Output(json=args.json),
+                                sign_key=args.sign_key)
     if args.command == "deploy":
         return commands.deploy_tag(config, tag, args.hosts, stream=args.stream, gpu=args.gpu,
-                                   output=commands.Output(json=args.json))
+                                   output=commands.Output(json=args.json),
+                                   require_signature=args.require_signature)
     options = PatchOptions(skip_applied=getattr(args, "skip_applied", False),
                            keep=getattr(args, "keep", False),
                            checkout=getattr(args, "checkout", None))

@@ -17,6 +17,7 @@ __all__ = [
     "ReproducibilityError",
     "SmokeError",
     "UsageError",
+    "VerificationError",
     "damaged_record",
     "machine_error",
 ]
@@ -80,6 +81,13 @@ class PatchTestError(FatalError):
 
 class PublishError(FatalError):
     """Pushing or verifying an image in a registry failed."""
+
+    exit_code = 7
+
+
+class VerificationError(FatalError):
+    """A published image fails its check: no signature or a bad one, a statement about
+    another digest, provenance that is not the tag's."""
 
     exit_code = 7
 

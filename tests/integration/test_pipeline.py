@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -11,10 +12,12 @@ import tarfile
 import time
 import zipfile
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from sparkbake.__main__ import main
 from sparkbake.hashing import file_sha256
 from sparkbake.oci import docker_engine, local_registry
 from sparkbake.wheels import wheelbuild
@@ -367,7 +370,8 @@ def test_ctrl_c_during_wheels_leaves_no_cache_entry_and_the_rerun_builds_only_wh
 
 
 def test_smoke_then_publish_and_skopeo_sees_the_recorded_digest(
-        built_fixture: Project, free_registry: str, capsys: pytest.CaptureFixture[str]) -> None:
+        built_fixture: Project, free_registry: str, capsys: pytest.CaptureFixture[str],
+        tmp_path: Path) -> None:
     assert built_fixture.sparkbake("smoke", "fixture", "--json") == 0
     shown = capsys.readouterr()
     smoke = json.loads((built_fixture.root / "build" / "smoke" / "fixture.json").read_text())
@@ -378,8 +382,9 @@ def test_smoke_then_publish_and_skopeo_sees_the_recorded_digest(
     checks = {c["name"]: c["status"] for c in smoke["checks"]}
     assert checks["kernels"] == "passed" and checks["manifest"] == "passed"
     assert checks["gpu"] == "skipped"
+    assert main(["keys", "generate", str(tmp_path / "release.key")]) == 0
     assert built_fixture.sparkbake("publish", "fixture", "--registry", free_registry,
-                                   "--json") == 0
+                                   "--json", "--sign-key", str(tmp_path / "release.key")) == 0
     release = json.loads((built_fixture.root / "build" / "releases" / "fixture.json").read_text())
     assert json.loads(capsys.readouterr().out) == release
     inspected = subprocess.run(
@@ -387,6 +392,13 @@ def test_smoke_then_publish_and_skopeo_sees_the_recorded_digest(
          f"docker://{free_registry}/sparkbake-fixture:fixture"],
         capture_output=True, text=True, check=True)
     assert json.loads(inspected.stdout)["Digest"] == release["digest"]
+    # signed, with its SBOM and statements: anyone with the public key can check it
+    assert main(["verify-release", f"{free_registry}/sparkbake-fixture:fixture", "--key",
+                 str(tmp_path / "release.key.pub"), "--against",
+                 str(built_fixture.config_path)]) == 0
+    verified = capsys.readouterr().err
+    assert "smoke: PASSED" in verified and "matches" in verified
+    assert re.search(r"sbom: \d+ components \(\d+ deb, .*\d+ pypi", verified), verified
 
 
 @pytest.fixture

@@ -93,6 +93,18 @@ def test_two_clean_builds_give_one_digest_as_skopeo_reads_it(
     assert raw["config"]["digest"] == image_id  # the engine runs exactly this config
 
 
+def test_two_clean_builds_give_one_sbom(built_fixture: Project, second: Project) -> None:
+    """The bake's SBOM beside each image (build/oci, `fixture.sbom`): the same bytes."""
+    found = [ocilayout.Layout(layout(p)).find("fixture.sbom") for p in (built_fixture, second)]
+    assert found[0] is not None and found[0] == found[1]
+    store = ocilayout.Layout(layout(second))
+    blob = store.read_json(found[0].digest)["layers"][0]
+    assert blob["mediaType"] == "application/vnd.cyclonedx+json"
+    document = json.loads(store.read(blob["digest"]))
+    assert any(c["bom-ref"].startswith("deb:") for c in document["components"])
+    assert any(c["bom-ref"].startswith("pypi:") for c in document["components"])
+
+
 def test_the_config_and_labels_carry_the_source_date_not_the_build_time(
         second: Project) -> None:
     config = skopeo("inspect", "--config", f"oci:{layout(second)}:fixture")

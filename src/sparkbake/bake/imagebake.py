@@ -7,7 +7,8 @@ packages, the upstream's compiled libraries, the rest of the upstream's files: s
 and the files images/runtime.json lists). Layers, config and manifest carry the source
 date as their only time (`layers`, `oci`), so the same inputs give the same digest. They go
 into build/oci, an OCI image layout, and the image is loaded into the engine as
-`<repository>:<tag>` for smoke and publish. `bake` is the one entry point.
+`<repository>:<tag>` for smoke and publish, and the image's SBOM (attest.sbom, made from
+its layers) goes beside it as `<tag>.sbom`. `bake` is the one entry point.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from sparkbake import resources
+from sparkbake.attest import stored
 from sparkbake.bake import baselayers, venvlayers
 from sparkbake.bake.bases import BaseImage
 from sparkbake.bake.layercache import LayerCache
@@ -182,6 +184,7 @@ def bake(client: Client, plan: Plan, base: BaseImage, wheels: WheelSet, patched:
         baked = _write(oci, plan, below, added, labels(plan, base, patched, source_date)
                        | {WHEELS_LABEL: content}, source_date, recorded.get("jit"))
         echo(f"bake: {plan.tag.image_ref} = {baked.image.digest} (config {baked.config[:19]})")
+        stored.ensure_sbom(oci, plan.tag.name, baked.image)
         if load:
             _load(client, baked, below, work)
     return baked

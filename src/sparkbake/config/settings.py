@@ -15,8 +15,9 @@ from pathlib import Path
 from sparkbake.config.versions import REDIS_URL
 from sparkbake.errors import ConfigError
 
-__all__ = ["CompileCacheSettings", "HostSettings", "compile_cache_settings", "compress_workers",
-           "docker_certs_dirs", "host_settings", "patch_tests_environment", "registry_ca_roots"]
+__all__ = ["CompileCacheSettings", "HostSettings", "SigningSettings", "compile_cache_settings",
+           "compress_workers", "docker_certs_dirs", "host_settings", "patch_tests_environment",
+           "registry_ca_roots", "signing_settings"]
 
 DEFAULT_GIB_PER_JOB = 6.0  # peak resident memory of one nvcc job on vLLM's largest sources
 
@@ -52,6 +53,20 @@ def host_settings() -> HostSettings:
         extra_index_urls=_pip_list("PIP_EXTRA_INDEX_URL", "global.extra-index-url"),
         find_links=_pip_list("PIP_FIND_LINKS", "global.find-links"),
     )
+
+
+@dataclass(frozen=True)
+class SigningSettings:
+    """The key publish signs with, and its passphrase."""
+
+    key: Path | None  # SPARKBAKE_SIGNING_KEY (publish --sign-key overrides it)
+    passphrase: str | None  # SPARKBAKE_SIGNING_PASSPHRASE: of that key, and of a new one
+
+
+def signing_settings() -> SigningSettings:
+    key = os.environ.get("SPARKBAKE_SIGNING_KEY") or None
+    return SigningSettings(Path(key) if key else None,
+                           os.environ.get("SPARKBAKE_SIGNING_PASSPHRASE") or None)
 
 
 def patch_tests_environment(**overrides: str) -> dict[str, str]:

@@ -25,7 +25,7 @@ from sparkbake.lock import lockfiles
 from sparkbake.oci import emulation, local_registry, ocilayout
 from sparkbake.oci.docker_engine import Client, connect
 from sparkbake.patch import patches
-from sparkbake.pipeline import build, status, verify
+from sparkbake.pipeline import build, release_checks, status, verify
 from sparkbake.pipeline import plan as plan_mod
 from sparkbake.pipeline.layout import Layout
 from sparkbake.pipeline.plan import Plan
@@ -195,23 +195,27 @@ def smoke_facts(config: Config, plan: Plan) -> checks.Facts:
 
 
 def publish(config: Config, tag: Tag, registry_host: str | None, force: bool,
-            skip_smoke: bool = False, output: Output = Output()) -> int:
+            skip_smoke: bool = False, output: Output = Output(),
+            sign_key: Path | None = None) -> int:
     plan = plan_mod.make(config, tag)
+    key = release_checks.signing_key(sign_key)  # a bad key stops publish before any push
     with _stage(config, tag, Stage.PUBLISH, plan.inputs):
         record = push.publish(connect(), config, plan, registry_host, force,
-                              skip_smoke=skip_smoke)
+                              skip_smoke=skip_smoke, key=key)
     _print_json(output, record.to_json())
     return _done(f"published {tag.name}: {record.digest} (smoke: {record.smoke_result})")
 
 
 def publish_release(config: Config, name: str, registry_host: str | None, force: bool,
-                    skip_smoke: bool = False, output: Output = Output()) -> int:
+                    skip_smoke: bool = False, output: Output = Output(),
+                    sign_key: Path | None = None) -> int:
     """A multi-platform tag's release: every platform's image and the index of them."""
     tags = config.targets(name)
+    key = release_checks.signing_key(sign_key)
     log = Layout.of(config).stage_log(name, Stage.PUBLISH)
     with display.stage(Stage.PUBLISH, name, log):
         record = release_index.publish_release(connect(), config, name, tags, registry_host,
-                                               force, skip_smoke=skip_smoke)
+                                               force, skip_smoke=skip_smoke, key=key)
     _print_json(output, record.to_json())
     platforms = ", ".join(f"{p.tag} {p.digest[:19]}" for p in record.platforms)
     return _done(f"published {name}: {record.digest} ({platforms}; smoke: "
@@ -250,9 +254,10 @@ def _release_name(config: Config, folder: Path, name: str) -> str:
 
 
 def deploy_tag(config: Config, tag: Tag, hosts: str, stream: bool, gpu: checks.GpuMode,
-               output: Output = Output()) -> int:
+               output: Output = Output(), require_signature: Path | None = None) -> int:
     """The tag's release onto each node, verified there and smoked (the common checks)."""
     nodes = nodes_mod.parse_hosts(hosts)
+    release_checks.require_signed(config, tag.name, require_signature)
     plan = plan_mod.make(config, tag)
     with _stage(config, tag, Stage.DEPLOY, plan.inputs):
         report = rollout.deploy(config, plan, nodes, lambda: smoke_facts(config, plan),
@@ -264,9 +269,10 @@ def deploy_tag(config: Config, tag: Tag, hosts: str, stream: bool, gpu: checks.G
 
 
 def deploy_release(config: Config, name: str, hosts: str, stream: bool, gpu: checks.GpuMode,
-                   output: Output = Output()) -> int:
+                   output: Output = Output(), require_signature: Path | None = None) -> int:
     """A multi-platform release onto each node by its index digest (release_nodes)."""
     nodes = nodes_mod.parse_hosts(hosts)
+    release_checks.require_signed(config, name, require_signature)
     with display.stage(Stage.DEPLOY, name, Layout.of(config).stage_log(name, Stage.DEPLOY)):
         reports = release_nodes.deploy_release(
             config, name, nodes, lambda plan: smoke_facts(config, plan),

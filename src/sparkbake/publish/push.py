@@ -1,6 +1,8 @@
 """publish: push a smoke-tested image as baked, verify its remote digest, record the release.
 
-The image goes from build/oci to the registry over the distribution API, blob for blob, so
+Its SBOM and in-toto statements go with it, attached to the digest, which is signed with the
+user's key if one is given (attest.attach). The image goes from build/oci to the registry
+over the distribution API, blob for blob, so
 the registry serves the digest the bake wrote (`docker push` would recompress the layers and
 make another manifest); only the blobs the registry lacks are sent, and the record counts
 them. The engine's image must be that image, and a passing smoke record
@@ -17,6 +19,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from sparkbake.attest import attach
+from sparkbake.attest.signing import SigningKey
 from sparkbake.bake import imagebake
 from sparkbake.bake.imagebake import INPUTS_LABEL
 from sparkbake.config.settings import host_settings
@@ -55,7 +59,7 @@ REGISTRY_ARG = re.compile(r"(?:[A-Za-z0-9.-]+|\[[0-9A-Fa-f:]+\])(?::[0-9]+)?")
 
 
 def publish(client: Client, config: Config, plan: Plan, registry: str | None,
-            force: bool, skip_smoke: bool = False) -> Release:
+            force: bool, skip_smoke: bool = False, key: SigningKey | None = None) -> Release:
     """Push the tag's smoke-tested image under `<tag>-<inputs[:12]>`, write
     build/releases/<tag>.json and its line in the releases index, then move `<tag>` to it;
     each name verified in the registry; return the record.
@@ -71,8 +75,9 @@ def publish(client: Client, config: Config, plan: Plan, registry: str | None,
     moving, per_build = plan.tag.name, f"{plan.tag.name}-{plan.inputs[:12]}"
     target = Target.of(client, repository, [per_build, moving], {baked.image.digest}, force)
     pushed, sent = target.push(baked, per_build)
+    attached = attach.attach_baked(target.session, config, plan, baked, key)
     release = platform_release(config, plan, repository, (moving, per_build), pushed, sent,
-                               smoked, baked, attrs)
+                               smoked, baked, attrs, attached)
     write_record(Layout.of(config).releases, release)
     target.move(baked, moving)
     return release
@@ -80,7 +85,8 @@ def publish(client: Client, config: Config, plan: Plan, registry: str | None,
 
 def platform_release(config: Config, plan: Plan, repository: str, names: tuple[str, ...],
                      pushed: str, sent: transfer.Sent, smoked: ReleaseSmoke,
-                     baked: imagebake.Image, attrs: dict[str, Any]) -> Release:
+                     baked: imagebake.Image, attrs: dict[str, Any],
+                     attached: attach.Attached | None = None) -> Release:
     """The record of one image pushed under names: what it is and what it was made of."""
     return Release(
         tag=plan.tag.name, repository=repository,
@@ -92,7 +98,8 @@ def platform_release(config: Config, plan: Plan, repository: str, names: tuple[s
                                       **upstream_pin(plan.tag.upstream)},
         series=tuple(ReleaseSeries(s.name, s.sha256, s.patches) for s in plan.series),
         env=dict(plan.tag.env), labels=image_labels(attrs),
-        published=datetime.now(UTC).isoformat(timespec="seconds"))
+        published=datetime.now(UTC).isoformat(timespec="seconds"),
+        attestations=attached.to_json() if attached else None)
 
 
 @dataclass(frozen=True)

@@ -81,6 +81,8 @@ class Release:
     published: str
     # a multi-platform release (an OCI index): each platform's own record, in index order
     platforms: tuple[Release, ...] = ()
+    # what publish attached to the digest (attest.attach.Attached.to_json); None: before that
+    attestations: dict[str, Any] | None = None
 
     @property
     def smoke_result(self) -> str:
@@ -97,6 +99,7 @@ class Release:
             "series": [series.to_json() for series in self.series], "env": self.env,
             "labels": self.labels, "published": self.published,
             **({"platforms": [p.to_json() for p in self.platforms]} if self.platforms else {}),
+            **({"attestations": self.attestations} if self.attestations else {}),
         }
 
     @classmethod
@@ -111,7 +114,8 @@ class Release:
             upstream=data["upstream"],
             series=tuple(ReleaseSeries.from_json(s) for s in data["series"]),
             env=data.get("env"), labels=data["labels"], published=data["published"],
-            platforms=tuple(cls.from_json(p) for p in data.get("platforms") or ()))
+            platforms=tuple(cls.from_json(p) for p in data.get("platforms") or ()),
+            attestations=data.get("attestations"))
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,10 @@ Every platform's image must have passed its smoke checks before anything is sent
 goes to the registry by digest, under its own per-build tag (NAME-arm64-<inputs>: a name the
 registry's garbage collector keeps); then the OCI image index that lists exactly those
 digests, under NAME-<inputs>; then the release record; and last the release tag NAME moves to
-the index, in one manifest push. An interruption at any point leaves NAME where it was, and
-publishing again finishes the job. NAME already at this index: nothing is sent.
+the index, in one manifest push. Each platform's image gets its SBOM and statements
+(attest.attach); the index digest and each image digest get the key's signature. An
+interruption at any point leaves NAME where it was, and publishing again finishes the job.
+NAME already at this index: nothing is sent.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from sparkbake.attest import attach
+from sparkbake.attest.signing import SigningKey
 from sparkbake.bake import imagebake
 from sparkbake.config.versions import Config, Tag
 from sparkbake.console import display
@@ -47,7 +51,8 @@ class _Platform:
 
 
 def publish_release(client: Client, config: Config, name: str, tags: tuple[Tag, ...],
-                    registry: str | None, force: bool, skip_smoke: bool = False) -> Release:
+                    registry: str | None, force: bool, skip_smoke: bool = False,
+                    key: SigningKey | None = None) -> Release:
     """Publish the platforms' images and the index of them as release `name` (above)."""
     ready = [_ready(client, config, tag, skip_smoke) for tag in tags]  # all, before any push
     repository = _repository(tags, registry)
@@ -59,11 +64,13 @@ def publish_release(client: Client, config: Config, name: str, tags: tuple[Tag, 
     target = push.Target.of(client, repository, [per_build, name], {index.digest}, force)
     if target.current[name] == index.digest:
         display.notice(f"publish: {repository}:{name} is already this release ({index.digest})")
-    records = tuple(_push_platform(config, target, p, force) for p in ready)
+    records = tuple(_push_platform(config, target, p, force, key) for p in ready)
     if target.current[per_build] != index.digest:
         echo(f"+ push index {index.digest} ({len(ready)} platforms) -> {repository}:{per_build}")
         _put_first_index(target, data, index, per_build)
     push.check_pushed(target.session, per_build, index.digest)
+    attach.sign(target.session, ocilayout.Layout(ready[0].baked.layout), repository,
+                index.digest, key)
     release = _record(repository, name, per_build, index.digest, inputs, records)
     push.write_record(Layout.of(config).releases, release)
     if target.current[name] != index.digest:
@@ -119,14 +126,15 @@ def _repository(tags: tuple[Tag, ...], registry: str | None) -> str:
 
 
 def _push_platform(config: Config, target: push.Target, one: _Platform,
-                   force: bool) -> Release:
+                   force: bool, key: SigningKey | None) -> Release:
     """One platform's blobs and manifest, under its per-build tag; its record."""
     target.current.setdefault(one.per_build, target.session.manifest_digest(one.per_build))
     push.check_overwrite(f"{target.repository}:{one.per_build}",
                          target.current[one.per_build], {one.baked.image.digest}, force)
     pushed, sent = target.push(one.baked, one.per_build)
+    attached = attach.attach_baked(target.session, config, one.plan, one.baked, key)
     return push.platform_release(config, one.plan, target.repository, (one.per_build,),
-                                 pushed, sent, one.smoked, one.baked, one.attrs)
+                                 pushed, sent, one.smoked, one.baked, one.attrs, attached)
 
 
 def _record(repository: str, name: str, per_build: str, digest: str, inputs: str,

@@ -1,0 +1,131 @@
+"""publish's part: the image's SBOM, provenance and smoke statements attached to its digest
+in the registry, and the digest signed (or the release said to be unsigned).
+
+The statements go as DSSE envelopes (signed with the key, if any); the provenance names the
+SBOM's digest among its byproducts, so a signed provenance vouches for the SBOM too. The
+signature is cosign's: a simple-signing payload under the tag `sha256-<hex>.sig`.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sparkbake.attest import signing, statements, stored
+from sparkbake.attest.signing import SigningKey
+from sparkbake.bake import imagebake
+from sparkbake.config.versions import Config
+from sparkbake.console import display
+from sparkbake.console.tools import echo
+from sparkbake.files import read_json
+from sparkbake.oci import artifacts, ocilayout, referrers
+from sparkbake.oci.distribution import Session
+from sparkbake.pipeline.layout import Layout
+from sparkbake.pipeline.plan import Plan
+from sparkbake.publish import releases
+from sparkbake.smoke.record import SmokeReport
+
+__all__ = ["COSIGN_SIGNATURE", "PREDICATE_ANNOTATION", "SIMPLE_SIGNING", "Attached", "attach",
+           "attach_baked", "sign", "signature_tag"]
+
+PREDICATE_ANNOTATION = "in-toto.io/predicate-type"
+SIMPLE_SIGNING = "application/vnd.dev.cosign.simplesigning.v1+json"
+COSIGN_SIGNATURE = "dev.cosignproject.cosign/signature"
+
+
+@dataclass(frozen=True)
+class Attached:
+    """What publish attached to one digest: each artifact's manifest digest."""
+
+    sbom: str
+    provenance: str
+    smoke: str | None  # None: published with --skip-smoke and no record of this image
+    listing: referrers.Listing
+    signature: str | None  # the `.sig` manifest; None: unsigned
+
+    def to_json(self) -> dict[str, Any]:
+        return {"sbom": self.sbom, "provenance": self.provenance, "smoke": self.smoke,
+                "listed_by": self.listing, "signature": self.signature}
+
+
+def attach_baked(session: Session, config: Config, plan: Plan, baked: imagebake.Image,
+                 key: SigningKey | None) -> Attached:
+    """attach for the tag's baked image, with the smoke record of exactly that image."""
+    layout = ocilayout.Layout(baked.layout)
+    recorded = releases.image_manifest(layout, baked.image) or {}
+    return attach(session, config, plan, layout, baked.image,
+                  _smoke_of(Layout.of(config).smoke_record(plan.tag.name), baked.config),
+                  recorded, key)
+
+
+def _smoke_of(path: Path, image_id: str) -> SmokeReport | None:
+    try:
+        record = SmokeReport.from_json(read_json(path))
+    except (OSError, ValueError, KeyError, TypeError):  # none, or unreadable: publish said so
+        return None
+    return record if record.image_id == image_id else None
+
+
+def attach(session: Session, config: Config, plan: Plan, layout: ocilayout.Layout,
+           image: ocilayout.Descriptor, smoke: SmokeReport | None, recorded: dict[str, Any],
+           key: SigningKey | None) -> Attached:
+    """Push the image's artifacts with image as their subject, then sign the digest."""
+    repository = f"{session.remote.host}/{session.remote.path}"
+    sbom = stored.ensure_sbom(layout, plan.tag.name, image)
+    sbom_blob = ocilayout.Descriptor.of(layout.read_json(sbom.digest)["layers"][0])
+    made = {"provenance": statements.provenance(config, plan, repository, image.digest,
+                                                recorded, sbom_blob)}
+    if smoke is not None:
+        made["smoke"] = statements.test_result(repository, image.digest, smoke)
+    listing = referrers.attach(session, layout, sbom, image.digest)
+    pushed = {what: _statement(session, layout, image, data, key) for what, data in made.items()}
+    echo(f"attached to {image.digest[:19]}: sbom, {', '.join(pushed)} ({listing})")
+    return Attached(sbom.digest, pushed["provenance"], pushed.get("smoke"), listing,
+                    sign(session, layout, repository, image.digest, key))
+
+
+def _statement(session: Session, layout: ocilayout.Layout, image: ocilayout.Descriptor,
+               data: bytes, key: SigningKey | None) -> str:
+    predicate = _predicate_type(data)
+    artifact = artifacts.add(layout, signing.DSSE_TYPE, signing.envelope(data, key), image,
+                             {PREDICATE_ANNOTATION: predicate})
+    referrers.attach(session, layout, artifact, image.digest)
+    return artifact.digest
+
+
+def _predicate_type(data: bytes) -> str:
+    return str(json.loads(data)["predicateType"])
+
+
+def signature_tag(digest: str) -> str:
+    return referrers.fallback_tag(digest) + ".sig"
+
+
+def sign(session: Session, layout: ocilayout.Layout, repository: str, digest: str,
+         key: SigningKey | None) -> str | None:
+    """cosign's signature of digest under `sha256-<hex>.sig`; None (and said) without a key."""
+    if key is None:
+        display.notice(f"publish: {repository}@{digest[:19]} is unsigned (no --sign-key, no "
+                       "SPARKBAKE_SIGNING_KEY)")
+        return None
+    payload = signing.simple_signing(repository, digest)
+    blob = layout.add_bytes(payload, SIMPLE_SIGNING)
+    config = layout.add_bytes(ocilayout.canonical(_signature_config(blob)), ocilayout.CONFIG_TYPE)
+    layer = {**blob.json(), "annotations": {
+        COSIGN_SIGNATURE: base64.b64encode(key.sign(payload)).decode()}}
+    doc = {"schemaVersion": 2, "mediaType": ocilayout.MANIFEST_TYPE, "config": config.json(),
+           "layers": [layer]}
+    manifest = layout.add_bytes(ocilayout.canonical(doc), ocilayout.MANIFEST_TYPE)
+    session.push(layout, manifest, [signature_tag(digest)])
+    echo(f"signed {repository}@{digest[:19]} with {key.path} ({signature_tag(digest)})")
+    return manifest.digest
+
+
+def _signature_config(blob: ocilayout.Descriptor) -> dict[str, Any]:
+    """The image config cosign writes for a signature manifest: its layer's diff ID only."""
+    zero = "0001-01-01T00:00:00Z"
+    return {"architecture": "", "config": {}, "created": zero, "history": [{"created": zero}],
+            "os": "", "rootfs": {"type": "layers", "diff_ids": [blob.digest]}}

@@ -1,0 +1,171 @@
+"""Keys and signatures: ECDSA P-256 with SHA-256, in the formats cosign reads.
+
+A key pair is two PEM files: the private key as PKCS#8 (encrypted with the passphrase when
+one is given) and the public key as SubjectPublicKeyInfo, which `cosign verify --key` takes.
+What is signed: the image digest as cosign's simple-signing payload (the `.sig` tag) and each
+in-toto statement as a DSSE envelope (cosign's attestation format). Signatures are
+deterministic (RFC 6979), so publishing again signs with the same bytes.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from sparkbake.errors import UsageError, VerificationError
+
+__all__ = ["DSSE_TYPE", "IN_TOTO_PAYLOAD", "PublicKey", "SigningKey", "envelope", "generate",
+           "open_envelope", "pae", "public_key", "signing_key", "simple_signing"]
+
+DSSE_TYPE = "application/vnd.dsse.envelope.v1+json"
+IN_TOTO_PAYLOAD = "application/vnd.in-toto+json"
+SIMPLE_SIGNING_TYPE = "cosign container image signature"
+KEYS_PAGE = "docs/how-to/publish-and-deploy.md#signing"
+
+
+def _algorithm() -> ec.ECDSA:
+    return ec.ECDSA(hashes.SHA256(), deterministic_signing=True)
+
+
+@dataclass(frozen=True)
+class SigningKey:
+    path: Path
+    key: ec.EllipticCurvePrivateKey
+
+    def sign(self, data: bytes) -> bytes:
+        return self.key.sign(data, _algorithm())
+
+
+@dataclass(frozen=True)
+class PublicKey:
+    path: Path
+    key: ec.EllipticCurvePublicKey
+
+    def verifies(self, data: bytes, signature: bytes) -> bool:
+        try:
+            self.key.verify(signature, data, _algorithm())
+        except InvalidSignature:
+            return False
+        return True
+
+
+def generate(path: Path, passphrase: str | None) -> tuple[Path, Path]:
+    """PATH (the private key, mode 0600) and PATH.pub; an existing PATH is never replaced."""
+    public = path.with_name(path.name + ".pub")
+    for existing in (path, public):
+        if existing.exists():
+            raise UsageError(f"{existing} exists; a key is never overwritten",
+                             "give another PATH, or remove the old pair yourself")
+    key = ec.generate_private_key(ec.SECP256R1())
+    encryption: serialization.KeySerializationEncryption = (
+        serialization.BestAvailableEncryption(passphrase.encode()) if passphrase
+        else serialization.NoEncryption())
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                            encryption)
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "wb") as out:
+        out.write(pem)
+    public.write_bytes(key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    return path, public
+
+
+def signing_key(path: Path, passphrase: str | None) -> SigningKey:
+    """The private key at path, or a one-line UsageError: missing, no or a wrong passphrase,
+    not an ECDSA P-256 key."""
+    data = _read(path, "signing key")
+    try:
+        key = serialization.load_pem_private_key(data, passphrase.encode() if passphrase
+                                                 else None)
+    except TypeError as exc:  # encrypted without a passphrase, or one given for a plain key
+        if passphrase:
+            raise UsageError(f"signing key {path} has no passphrase, but one is set",
+                             "unset SPARKBAKE_SIGNING_PASSPHRASE") from exc
+        raise UsageError(f"signing key {path} is protected by a passphrase and none is set",
+                         "set SPARKBAKE_SIGNING_PASSPHRASE") from exc
+    except ValueError as exc:
+        what = "the passphrase is wrong, or it" if passphrase else "it"
+        raise UsageError(f"signing key {path}: {what} is not a PEM private key",
+                         f"make one with `sparkbake keys generate PATH` ({KEYS_PAGE})") from exc
+    if not isinstance(key, ec.EllipticCurvePrivateKey) or key.curve.name != "secp256r1":
+        raise UsageError(f"signing key {path} is not an ECDSA P-256 key",
+                         f"make one with `sparkbake keys generate PATH` ({KEYS_PAGE})")
+    return SigningKey(path, key)
+
+
+def public_key(path: Path) -> PublicKey:
+    data = _read(path, "public key")
+    try:
+        key = serialization.load_pem_public_key(data)
+    except ValueError as exc:
+        raise UsageError(f"public key {path} is not a PEM public key",
+                         "give the PATH.pub that `sparkbake keys generate PATH` wrote") from exc
+    if not isinstance(key, ec.EllipticCurvePublicKey):
+        raise UsageError(f"public key {path} is not an ECDSA key",
+                         "give the PATH.pub that `sparkbake keys generate PATH` wrote")
+    return PublicKey(path, key)
+
+
+def _read(path: Path, what: str) -> bytes:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError as exc:
+        raise UsageError(f"{what} {path}: no such file",
+                         f"give the right path, or make a pair: `sparkbake keys generate PATH` "
+                         f"({KEYS_PAGE})") from exc
+    except OSError as exc:
+        raise UsageError(f"{what} {path} cannot be read ({exc.strerror})",
+                         "check its permissions") from exc
+
+
+def simple_signing(reference: str, digest: str) -> bytes:
+    """cosign's payload for the image digest: what the `.sig` tag's layer holds and signs."""
+    payload = {"critical": {"identity": {"docker-reference": reference},
+                            "image": {"docker-manifest-digest": digest},
+                            "type": SIMPLE_SIGNING_TYPE},
+               "optional": None}
+    return json.dumps(payload, separators=(",", ":")).encode()
+
+
+def pae(payload_type: str, payload: bytes) -> bytes:
+    """DSSE's pre-authentication encoding: what a DSSE signature signs."""
+    kind = payload_type.encode()
+    return b"DSSEv1 %d %s %d %s" % (len(kind), kind, len(payload), payload)
+
+
+def envelope(statement: bytes, key: SigningKey | None) -> bytes:
+    """A DSSE envelope of an in-toto statement, signed by key (none: no signatures)."""
+    signatures = [{"keyid": "", "sig": _b64(key.sign(pae(IN_TOTO_PAYLOAD, statement)))}] \
+        if key else []
+    return json.dumps({"payload": _b64(statement), "payloadType": IN_TOTO_PAYLOAD,
+                       "signatures": signatures}, sort_keys=True).encode()
+
+
+def open_envelope(data: bytes, key: PublicKey, what: str) -> dict[str, Any]:
+    """The statement inside a DSSE envelope that key signed, else VerificationError."""
+    try:
+        doc = json.loads(data)
+        payload = base64.b64decode(doc["payload"])
+        signatures = [base64.b64decode(s["sig"]) for s in doc.get("signatures", [])]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise VerificationError(f"the {what} is not a DSSE envelope", "publish it again") from exc
+    if not signatures:
+        raise VerificationError(f"the {what} is not signed",
+                                "publish the image again with --sign-key")
+    if not any(key.verifies(pae(doc["payloadType"], payload), s) for s in signatures):
+        raise VerificationError(f"the {what} is not signed by {key.path}",
+                                "check that this is the publisher's public key")
+    statement: dict[str, Any] = json.loads(payload)
+    return statement
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()

@@ -1,0 +1,37 @@
+"""The SBOM of a baked image, kept in build/oci beside it: an artifact manifest whose subject
+is the image, named `<tag>.sbom` in the layout's index. Made once per image digest (reading
+the layers of a 10 GB image takes about a minute), at bake time, or by publish for an image
+baked before sparkbake made SBOMs.
+"""
+
+from __future__ import annotations
+
+from sparkbake.attest import imagefiles, sbom
+from sparkbake.console.tools import echo
+from sparkbake.oci import artifacts, ocilayout
+
+__all__ = ["SUFFIX", "ensure_sbom", "find_sbom"]
+
+SUFFIX = ".sbom"
+
+
+def find_sbom(layout: ocilayout.Layout, tag: str,
+              image: ocilayout.Descriptor) -> ocilayout.Descriptor | None:
+    """The layout's SBOM artifact of image, if it has one for exactly this digest."""
+    found = layout.find(tag + SUFFIX)
+    if found is None or not layout.has(found.digest):
+        return None
+    return found if layout.read_json(found.digest)["subject"]["digest"] == image.digest else None
+
+
+def ensure_sbom(layout: ocilayout.Layout, tag: str,
+                image: ocilayout.Descriptor) -> ocilayout.Descriptor:
+    """The image's SBOM artifact, made from its layers if the layout lacks it."""
+    found = find_sbom(layout, tag, image)
+    if found is not None:
+        return found
+    document = sbom.document(imagefiles.read(layout, image), image)
+    made = artifacts.add(layout, sbom.MEDIA_TYPE, document, image)
+    layout.tag(tag + SUFFIX, made)
+    echo(f"sbom: {tag}{SUFFIX} = {made.digest} ({len(document)} bytes)")
+    return made

@@ -1,0 +1,166 @@
+"""verify-release: what anyone with the publisher's public key can check of a published
+image, from the registry alone: the digest's cosign signature, the statements attached to
+it (each signed, each about this digest), the SBOM the signed provenance names.
+
+Each failure is one VerificationError (exit 7) that names what did not hold.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from sparkbake.attest import attach, sbom, signing, statements
+from sparkbake.attest.signing import PublicKey
+from sparkbake.config.versions import Config
+from sparkbake.errors import VerificationError
+from sparkbake.oci import ocilayout, referrers
+from sparkbake.oci.distribution import Session
+from sparkbake.pipeline import plan as plan_mod
+
+__all__ = ["Verified", "check_against", "check_signature", "check_statements", "verify"]
+
+REPUBLISH = "publish the image again with --sign-key (or check that this is its digest)"
+
+
+@dataclass(frozen=True)
+class Verified:
+    """A published image that passed: its statements and SBOM, as the registry serves them."""
+
+    reference: str  # repository@digest
+    digest: str
+    provenance: dict[str, Any]
+    smoke: dict[str, Any] | None
+    sbom: dict[str, Any]
+    listing: referrers.Listing
+
+    def lines(self, key: PublicKey) -> list[str]:
+        """What the image is made of, in a few lines."""
+        build = self.provenance["predicate"]["buildDefinition"]
+        deps = {d["name"]: d for d in build["resolvedDependencies"]}
+        upstream = deps.get("upstream", {})
+        kinds: dict[str, int] = {}
+        for part in self.sbom.get("components", []):
+            kind = str(part.get("purl", "pkg:other/")).split(":", 1)[1].split("/", 1)[0]
+            kinds[kind] = kinds.get(kind, 0) + 1
+        series = [n.removeprefix("series:") for n in deps if n.startswith("series:")]
+        smoke = self.smoke["predicate"] if self.smoke else None
+        return [
+            f"verified {self.reference}: signed by {key.path}; statements about this digest "
+            f"(listed by the {self.listing})",
+            f"  tag {build['externalParameters']['tag']}, inputs "
+            f"{build['internalParameters']['inputs'][:12]}, sparkbake "
+            f"{build['internalParameters']['sparkbake']}",
+            f"  upstream {upstream.get('uri', '?')}; series: {', '.join(series) or 'none'}",
+            f"  sbom: {len(self.sbom.get('components', []))} components ("
+            + ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())) + ")",
+            "  smoke: " + (f"{smoke['result']} ({len(smoke['passedTests'])} passed, "
+                           f"{len(smoke['warnedTests'])} skipped)" if smoke else "no statement"),
+        ]
+
+
+def verify(session: Session, digest: str, key: PublicKey, work: ocilayout.Layout) -> Verified:
+    repository = f"{session.remote.host}/{session.remote.path}"
+    check_signature(session, repository, digest, key, work)
+    found, listing = referrers.listed(session, digest)
+    if listing is None:
+        raise VerificationError(f"{repository}@{digest}: no SBOM or statements are attached "
+                                "(the registry lists no referrers of it)",
+                                "publish it again with this sparkbake; a registry that drops "
+                                "referrers cannot carry them")
+    by_type = check_statements(session, found, digest, key, work)
+    if statements.PROVENANCE not in by_type:
+        raise VerificationError(f"{repository}@{digest}: no signed provenance is attached",
+                                REPUBLISH)
+    document = _sbom(session, found, by_type[statements.PROVENANCE], repository, work)
+    return Verified(f"{repository}@{digest}", digest, by_type[statements.PROVENANCE],
+                    by_type.get(statements.TEST_RESULT), document, listing)
+
+
+def check_signature(session: Session, repository: str, digest: str, key: PublicKey,
+                    work: ocilayout.Layout) -> None:
+    """The `.sig` tag of digest holds a payload for exactly digest, signed by key."""
+    tag = attach.signature_tag(digest)
+    found = session.manifest_digest(tag)
+    if found is None:
+        raise VerificationError(f"{repository}@{digest} is not signed (no {tag})", REPUBLISH)
+    session.pull(found, work)
+    for layer in work.read_json(found)["layers"]:
+        payload = work.read(layer["digest"])
+        signature = base64.b64decode((layer.get("annotations") or {}).get(
+            attach.COSIGN_SIGNATURE, ""))
+        if not key.verifies(payload, signature):
+            continue
+        signed = json.loads(payload)["critical"]["image"]["docker-manifest-digest"]
+        if signed != digest:
+            raise VerificationError(
+                f"{repository}@{digest}: its signature is of {signed}, not of this digest "
+                "(the image under this name is not the one signed)",
+                "do not run it; find who pushed it")
+        return
+    raise VerificationError(f"{repository}@{digest}: {tag} is not signed by {key.path}",
+                            "check that this is the publisher's public key")
+
+
+def check_statements(session: Session, found: list[dict[str, Any]], digest: str,
+                     key: PublicKey, work: ocilayout.Layout) -> dict[str, dict[str, Any]]:
+    """Each attached in-toto statement, signed by key and about digest, by predicate type."""
+    by_type: dict[str, dict[str, Any]] = {}
+    for entry in found:
+        if entry.get("artifactType") != signing.DSSE_TYPE:
+            continue
+        _, data = referrers.pull(session, work, entry["digest"])
+        statement = signing.open_envelope(data, key, f"statement {entry['digest'][:19]}")
+        subjects = [s["digest"].get("sha256") for s in statement.get("subject", [])]
+        if digest.removeprefix("sha256:") not in subjects:
+            raise VerificationError(
+                f"the {statement.get('predicateType')} statement {entry['digest'][:19]} is "
+                f"about sha256:{', '.join(map(str, subjects))}, not {digest}",
+                "a statement of another image is attached to this one: do not trust it")
+        by_type[str(statement["predicateType"])] = statement
+    return by_type
+
+
+def _sbom(session: Session, found: list[dict[str, Any]], provenance: dict[str, Any],
+          repository: str, work: ocilayout.Layout) -> dict[str, Any]:
+    """The attached SBOM whose digest the signed provenance names."""
+    named = {b["digest"]["sha256"] for b in provenance["predicate"]["runDetails"]["byproducts"]
+             if b.get("name") == "sbom"}
+    for entry in found:
+        if entry.get("artifactType") == sbom.MEDIA_TYPE:
+            _, data = referrers.pull(session, work, entry["digest"])
+            if hashlib.sha256(data).hexdigest() in named:
+                document: dict[str, Any] = json.loads(data)
+                return document
+    raise VerificationError(f"{repository}: no attached SBOM is the one its provenance names",
+                            REPUBLISH)
+
+
+def check_against(config: Config, provenance: dict[str, Any]) -> str:
+    """The provenance's inputs are those config pins for its tag now, entry by entry; the
+    tag's name. A mismatch names the input."""
+    build = provenance["predicate"]["buildDefinition"]
+    tag = config.tag(build["externalParameters"]["tag"])
+    plan = plan_mod.make(config, tag)
+    expected = {d["name"]: d.get("digest") for d in statements.resolved(config, plan)}
+    found = {d["name"]: d.get("digest") for d in build["resolvedDependencies"]
+             if not d["name"].startswith(statements.BUILT_PREFIXES)}
+    for name in sorted(expected.keys() | found.keys()):
+        if expected.get(name) != found.get(name):
+            raise VerificationError(
+                f"the provenance's {name} is {_digest(found.get(name))}; {config.path} pins "
+                f"{_digest(expected.get(name))} for {tag.name}",
+                "the image was built from other inputs than this checkout's")
+    if build["internalParameters"]["inputs"] != plan.inputs:
+        raise VerificationError(
+            f"the provenance's inputs are {build['internalParameters']['inputs'][:12]}, "
+            f"{config.path} gives {plan.inputs[:12]} for {tag.name}",
+            f"compare with `sparkbake plan {tag.name}`: a stage's inputs differ")
+    return tag.name
+
+
+def _digest(digest: dict[str, str] | None) -> str:
+    return ", ".join(f"{k}:{v[:16]}" for k, v in sorted(digest.items())) if digest else "absent"

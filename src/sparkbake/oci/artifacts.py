@@ -1,0 +1,42 @@
+"""OCI artifacts: a manifest of one blob, typed by artifactType, that refers to another
+manifest by `subject` (the image it is about). The registry lists such manifests as the
+subject's referrers; an OCI layout keeps them beside the image.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sparkbake.oci import ocilayout
+
+__all__ = ["EMPTY", "Artifact", "add", "read"]
+
+# the spec's empty config: `{}` as the config of a manifest that is not an image
+EMPTY = ocilayout.Descriptor(
+    "application/vnd.oci.empty.v1+json",
+    "sha256:44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a", 2)
+
+Artifact = tuple[str, bytes]  # (artifactType, the blob)
+
+
+def document(artifact_type: str, blob: ocilayout.Descriptor, subject: ocilayout.Descriptor,
+             annotations: dict[str, str]) -> dict[str, Any]:
+    return {"schemaVersion": 2, "mediaType": ocilayout.MANIFEST_TYPE,
+            "artifactType": artifact_type, "config": EMPTY.json(), "layers": [blob.json()],
+            "subject": subject.json(), **({"annotations": annotations} if annotations else {})}
+
+
+def add(layout: ocilayout.Layout, artifact_type: str, data: bytes,
+        subject: ocilayout.Descriptor, annotations: dict[str, str] | None = None
+        ) -> ocilayout.Descriptor:
+    """The artifact's blobs and manifest into layout; the manifest's descriptor."""
+    layout.add_bytes(b"{}", EMPTY.media_type)
+    blob = layout.add_bytes(data, artifact_type)
+    doc = document(artifact_type, blob, subject, annotations or {})
+    return layout.add_bytes(ocilayout.canonical(doc), ocilayout.MANIFEST_TYPE)
+
+
+def read(layout: ocilayout.Layout, manifest: str) -> tuple[dict[str, Any], bytes]:
+    """An artifact's manifest and its one blob."""
+    doc = layout.read_json(manifest)
+    return doc, layout.read(doc["layers"][0]["digest"])

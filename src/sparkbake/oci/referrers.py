@@ -1,0 +1,96 @@
+"""Artifacts attached to a manifest in a registry, as the OCI distribution spec (1.1) says:
+pushed with `subject`, listed by `GET /v2/<name>/referrers/<digest>`. A registry without
+the referrers API (one that answers the push without an `OCI-Subject` header, such as
+docker-registry 2.8) gets the spec's fallback: an image index under the tag
+`sha256-<hex>` that lists them, which the reader looks at when the API answers 404.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+from sparkbake.oci import ocilayout
+from sparkbake.oci.distribution import MANIFEST_TYPES, Session
+
+__all__ = ["Listing", "attach", "fallback_tag", "listed", "pull"]
+
+Listing = Literal["referrers API", "fallback tag"]
+
+
+def fallback_tag(digest: str) -> str:
+    algorithm, _, hexdigest = digest.partition(":")
+    return f"{algorithm}-{hexdigest}"
+
+
+def attach(session: Session, layout: ocilayout.Layout, artifact: ocilayout.Descriptor,
+           subject: str) -> Listing:
+    """The artifact's blobs and manifest (by digest) into the registry; listed among the
+    subject's referrers by the registry or, failing that, by the fallback tag's index."""
+    session.push(layout, artifact, [])  # the blobs the registry lacks; no tags
+    data = layout.read(artifact.digest)
+    response = session.request("PUT", session.url("manifests", artifact.digest),
+                               body=lambda: data, headers={"Content-Type": artifact.media_type})
+    _expect(session, response.status_code, 201, f"pushing the artifact {artifact.digest[:19]}")
+    if response.headers.get("OCI-Subject"):
+        return "referrers API"
+    _add_to_fallback(session, layout, artifact, subject)
+    return "fallback tag"
+
+
+def _add_to_fallback(session: Session, layout: ocilayout.Layout,
+                     artifact: ocilayout.Descriptor, subject: str) -> None:
+    tag = fallback_tag(subject)
+    index = _fallback_index(session, subject) or {
+        "schemaVersion": 2, "mediaType": ocilayout.INDEX_TYPE, "manifests": []}
+    if any(m["digest"] == artifact.digest for m in index["manifests"]):
+        return
+    index["manifests"].append(_entry(layout.read_json(artifact.digest), artifact))
+    data = ocilayout.canonical(index)
+    response = session.request("PUT", session.url("manifests", tag), body=lambda: data,
+                               headers={"Content-Type": ocilayout.INDEX_TYPE})
+    _expect(session, response.status_code, 201, f"pushing the referrers index {tag}")
+
+
+def _entry(doc: dict[str, Any], artifact: ocilayout.Descriptor) -> dict[str, Any]:
+    """A referrer as the spec lists it: the descriptor, its artifactType and annotations."""
+    kind = doc.get("artifactType") or doc["config"]["mediaType"]
+    return {**artifact.json(), "artifactType": kind,
+            **({"annotations": doc["annotations"]} if doc.get("annotations") else {})}
+
+
+def listed(session: Session, subject: str) -> tuple[list[dict[str, Any]], Listing | None]:
+    """The subject's referrers (descriptors with artifactType) and where they were found;
+    ([], None) when neither the API nor the fallback tag has any."""
+    response = session.request("GET", session.url("referrers", subject),
+                               headers={"Accept": ocilayout.INDEX_TYPE})
+    if response.status_code == 200:
+        found = list(json.loads(response.content).get("manifests", []))
+        if found:
+            return found, "referrers API"
+    index = _fallback_index(session, subject)
+    return (list(index["manifests"]), "fallback tag") if index else ([], None)
+
+
+def _fallback_index(session: Session, subject: str) -> dict[str, Any] | None:
+    response = session.request("GET", session.url("manifests", fallback_tag(subject)),
+                               headers={"Accept": MANIFEST_TYPES})
+    if response.status_code == 404:
+        return None
+    _expect(session, response.status_code, 200, f"reading {fallback_tag(subject)}")
+    index: dict[str, Any] = json.loads(response.content)
+    return index
+
+
+def pull(session: Session, layout: ocilayout.Layout, digest: str) -> tuple[dict[str, Any], bytes]:
+    """An artifact of one blob out of the registry: its manifest and the blob."""
+    session.pull(digest, layout)
+    doc = layout.read_json(digest)
+    return doc, layout.read(doc["layers"][0]["digest"])
+
+
+def _expect(session: Session, status: int, expected: int, step: str) -> None:
+    if status != expected:
+        remote = session.remote
+        raise session.error(f"{remote.host}/{remote.path}: {step} failed (HTTP {status})",
+                            "check that the registry takes OCI artifacts and pushes")

@@ -1,0 +1,109 @@
+"""The commands of signed releases: `keys generate`, `verify-release`, and the signing key
+publish uses (`--sign-key`, else SPARKBAKE_SIGNING_KEY)."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+from sparkbake.attest import signing, verification
+from sparkbake.attest.signing import PublicKey, SigningKey
+from sparkbake.config import versions as config_mod
+from sparkbake.config.settings import signing_settings
+from sparkbake.console import display
+from sparkbake.errors import UsageError, VerificationError
+from sparkbake.oci import ocilayout
+from sparkbake.oci.distribution import MANIFEST_TYPES, Session
+from sparkbake.pipeline.layout import Layout
+from sparkbake.publish import push, releases
+
+__all__ = ["keys_generate", "require_signature", "require_signed", "signing_key",
+           "split_reference", "verify_release"]
+
+
+def keys_generate(path: Path) -> int:
+    passphrase = signing_settings().passphrase
+    private, public = signing.generate(path, passphrase)
+    protected = "protected by SPARKBAKE_SIGNING_PASSPHRASE" if passphrase else \
+        "NOT protected: set SPARKBAKE_SIGNING_PASSPHRASE to encrypt it"
+    display.result(f"keys: {private} (private, {protected}), {public} (public: give it to "
+                   "whoever verifies)")
+    return 0
+
+
+def signing_key(given: Path | None) -> SigningKey | None:
+    """The key of --sign-key, else of SPARKBAKE_SIGNING_KEY; None: publish unsigned."""
+    settings = signing_settings()
+    path = given or settings.key
+    return signing.signing_key(path, settings.passphrase) if path else None
+
+
+def split_reference(reference: str) -> tuple[str, str]:
+    """(repository, tag or digest) of `HOST/PATH:TAG` or `HOST/PATH@sha256:...`."""
+    repository, at, digest = reference.partition("@")
+    if at:
+        return repository, digest
+    head, colon, tag = reference.rpartition(":")
+    if not colon or "/" in tag:
+        raise UsageError(f"{reference!r} names no tag or digest",
+                         "give HOST/PATH:TAG or HOST/PATH@sha256:<hex>")
+    return head, tag
+
+
+def verify_release(reference: str, key_path: Path, against: Path | None,
+                   as_json: bool = False) -> int:
+    key = signing.public_key(key_path)
+    repository, name = split_reference(reference)
+    session = push.open_session(repository, VerificationError)
+    digest = session.manifest_digest(name)
+    if digest is None:
+        raise VerificationError(f"{reference}: not in the registry",
+                                "check the name and the registry")
+    with tempfile.TemporaryDirectory(prefix="sparkbake-verify.") as work:
+        checked = [verification.verify(session, d, key, ocilayout.Layout(Path(work) / d[7:19]))
+                   for d in _digests(session, repository, digest, key, Path(work))]
+    for one in checked:
+        for line in one.lines(key):
+            display.result(line)
+        if against is not None:
+            tag = verification.check_against(config_mod.load(against), one.provenance)
+            display.result(f"  matches {against} for {tag}: upstream, patches, locks, inputs")
+    if as_json:
+        print(json.dumps([{"reference": c.reference, "provenance": c.provenance,
+                           "smoke": c.smoke} for c in checked], indent=2))
+    return 0
+
+
+def _digests(session: Session, repository: str, digest: str, key: PublicKey,
+             work: Path) -> list[str]:
+    """The image digests to verify: digest itself, or, for an index (a multi-platform
+    release), each platform's, once the index's own signature holds."""
+    response = session.request("GET", session.url("manifests", digest),
+                               headers={"Accept": MANIFEST_TYPES})
+    doc = json.loads(response.content) if response.status_code == 200 else {}
+    if doc.get("mediaType") != ocilayout.INDEX_TYPE:
+        return [digest]
+    verification.check_signature(session, repository, digest, key,
+                                 ocilayout.Layout(work / "index"))
+    display.result(f"verified {repository}@{digest}: the index is signed by {key.path}")
+    return [str(m["digest"]) for m in doc.get("manifests", [])]
+
+
+def require_signature(pinned: str, key_path: Path) -> None:
+    """deploy --require-signature: the release's digest is signed by the key (else exit 7,
+    before any node is touched)."""
+    key = signing.public_key(key_path)
+    repository, digest = split_reference(pinned)
+    session = push.open_session(repository, VerificationError)
+    with tempfile.TemporaryDirectory(prefix="sparkbake-verify.") as work:
+        verification.check_signature(session, repository, digest, key,
+                                     ocilayout.Layout(Path(work)))
+    display.notice(f"deploy: {pinned} is signed by {key.path}")
+
+
+def require_signed(config: config_mod.Config, name: str, key_path: Path | None) -> None:
+    """deploy --require-signature of the tag's or release's recorded digest (None: not asked)."""
+    if key_path is not None:
+        record = releases.read_record(Layout.of(config).releases, name)
+        require_signature(record.pinned, key_path)

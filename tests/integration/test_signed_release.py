@@ -1,0 +1,155 @@
+"""A signed release against the embedded docker-registry (2.8: no referrers API, so the
+artifacts are listed by the spec's fallback tag): publish attaches the SBOM and the
+statements and signs the digest; verify-release passes on it and fails, each with one line
+and exit 7, on a tampered copy, another key, a statement of another digest and an unsigned
+image; deploy --require-signature refuses before it reaches a node."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sparkbake.__main__ import main
+from sparkbake.attest import attach, signing
+from sparkbake.oci import artifacts, ocilayout, referrers
+from sparkbake.publish import push, release_index
+from tests.integration.test_publish import TAG, Project, client, local, project
+from tests.integration.test_publish_release import RELEASE, build_both
+from tests.integration.test_publish_release import project as multi
+
+pytestmark = pytest.mark.docker
+
+__all__ = ["client", "local", "multi", "project"]  # the fixtures this module shares
+
+
+@pytest.fixture
+def key(tmp_path: Path) -> Path:
+    return signing.generate(tmp_path / "signing.key", None)[0]
+
+
+def published(project: Project, payload: str, key: Path | None, force: bool = False
+              ) -> dict[str, Any]:
+    project.build(payload)
+    project.smoke()
+    signer = signing.signing_key(key, None) if key else None
+    return push.publish(project.client, project.config, project.plan, None, force,
+                        key=signer).to_json()
+
+
+def verify(reference: str, pub: Path, *more: str) -> int:
+    return main(["verify-release", reference, "--key", str(pub), *more])
+
+
+def skopeo_copy(source: str, dest: str) -> None:
+    subprocess.run(["skopeo", "copy", "--preserve-digests", "--src-tls-verify=false",
+                    "--dest-tls-verify=false", f"docker://{source}", f"docker://{dest}"],
+                   check=True, capture_output=True, timeout=120)
+
+
+def test_a_signed_release_verifies_and_a_tampered_copy_or_another_key_does_not(
+        project: Project, key: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    record = published(project, "signed", key)
+    repository = record["repository"]
+    attached = record["attestations"]
+    assert attached["listed_by"] == "fallback tag" and attached["signature"]
+    assert verify(f"{repository}:{TAG}", Path(f"{key}.pub"),
+                  "--against", str(project.config.path)) == 0
+    out = capsys.readouterr().err  # the result lines: stdout is for --json
+    assert f"verified {repository}@{record['digest']}: signed by {key}.pub" in out
+    assert "smoke: PASSED (1 passed, 0 skipped)" in out
+    assert f"matches {project.config.path} for {TAG}" in out
+
+    other = signing.generate(tmp_path / "other.key", None)[1]
+    assert verify(f"{repository}:{TAG}", other) == 7
+    assert f"sparkbake: error: {repository}@{record['digest']}: " \
+        f"{attach.signature_tag(record['digest'])} is not signed by {other}\n" in \
+        capsys.readouterr().err
+
+    # another image under the tag, with the first one's signature copied beside it
+    tampered = published(project, "tampered", None, force=True)["digest"]
+    skopeo_copy(f"{repository}:{attach.signature_tag(record['digest'])}",
+                f"{repository}:{attach.signature_tag(tampered)}")
+    assert verify(f"{repository}:{TAG}", Path(f"{key}.pub")) == 7
+    assert f"its signature is of {record['digest']}, not of this digest" in \
+        capsys.readouterr().err
+
+
+def test_a_statement_of_another_digest_and_an_unsigned_image_fail(
+        project: Project, key: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    first = published(project, "first", key)
+    unsigned = published(project, "unsigned", None, force=True)
+    repository = first["repository"]
+    assert verify(f"{repository}@{unsigned['digest']}", Path(f"{key}.pub")) == 7
+    assert f"{repository}@{unsigned['digest']} is not signed" in capsys.readouterr().err
+
+    second = published(project, "second", key, force=True)
+    layout = ocilayout.Layout(project.config.build_dir / "oci")
+    envelope = artifacts.read(layout, first["attestations"]["provenance"])[1]
+    subject = ocilayout.Descriptor(ocilayout.MANIFEST_TYPE, second["digest"], 1)
+    moved = artifacts.add(layout, signing.DSSE_TYPE, envelope, subject)
+    session = push.open_session(repository)
+    referrers.attach(session, layout, moved, second["digest"])
+    assert verify(f"{repository}:{TAG}", Path(f"{key}.pub")) == 7
+    assert f"about sha256:{first['digest'][7:]}, not {second['digest']}" in \
+        capsys.readouterr().err
+
+
+def test_deploy_require_signature_refuses_an_unsigned_release_before_any_node(
+        project: Project, key: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    record = published(project, "deploy-unsigned", None)
+    code = main(["--config", str(project.config.path), "deploy", TAG,
+                 "--hosts", "tcp://127.0.0.1:9", "--require-signature", f"{key}.pub"])
+    assert code == 7
+    assert f"{record['pinned']} is not signed" in capsys.readouterr().err
+
+
+def test_the_fallback_index_lists_the_artifacts_by_type(project: Project, key: Path) -> None:
+    record = published(project, "listed", key)
+    session = push.open_session(record["repository"])
+    found, listing = referrers.listed(session, record["digest"])
+    assert listing == "fallback tag"
+    kinds = sorted((m["artifactType"], (m.get("annotations") or {}).get(
+        attach.PREDICATE_ANNOTATION, "")) for m in found)
+    assert kinds == [("application/vnd.cyclonedx+json", ""),
+                     (signing.DSSE_TYPE, "https://in-toto.io/attestation/test-result/v0.1"),
+                     (signing.DSSE_TYPE, "https://slsa.dev/provenance/v1")]
+    again = push.publish(project.client, project.config, project.plan, None, False,
+                         key=signing.signing_key(key, None)).to_json()
+    assert again["attestations"] == record["attestations"]  # deterministic: nothing new
+    assert len(referrers.listed(session, record["digest"])[0]) == 3
+    sig = json.loads(subprocess.run(
+        ["skopeo", "inspect", "--raw", "--tls-verify=false",
+         f"docker://{record['repository']}:{attach.signature_tag(record['digest'])}"],
+        check=True, capture_output=True, text=True, timeout=60).stdout)
+    assert sig["layers"][0]["mediaType"] == attach.SIMPLE_SIGNING
+
+
+def test_a_signed_multi_platform_release_verifies_by_its_index(
+        multi: Project, key: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    build_both(multi)
+    tags = multi.config.targets(RELEASE)
+    record = release_index.publish_release(multi.client, multi.config, RELEASE, tags, None,
+                                           False, key=signing.signing_key(key, None)).to_json()
+    assert verify(f"{record['repository']}:{RELEASE}", Path(f"{key}.pub")) == 0
+    shown = capsys.readouterr().err
+    assert f"verified {record['repository']}@{record['digest']}: the index is signed" in shown
+    for platform in record["platforms"]:
+        assert platform["attestations"]["signature"]
+        assert f"verified {record['repository']}@{platform['digest']}: signed by" in shown
+
+
+def test_a_copy_without_its_referrers_fails_as_such(
+        project: Project, key: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A mirror that copies the image and its `.sig` tag but drops the referrers."""
+    record = published(project, "mirrored", key)
+    mirror = f"{record['repository']}-mirror"
+    sig = attach.signature_tag(record["digest"])
+    skopeo_copy(f"{record['repository']}:{TAG}", f"{mirror}:{TAG}")
+    skopeo_copy(f"{record['repository']}:{sig}", f"{mirror}:{sig}")
+    assert verify(f"{mirror}:{TAG}", Path(f"{key}.pub")) == 7
+    assert f"{mirror}@{record['digest']}: no SBOM or statements are attached" in \
+        capsys.readouterr().err

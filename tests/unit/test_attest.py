@@ -1,0 +1,239 @@
+"""The pure parts of signed releases: the SBOM of an image's files, the in-toto statements,
+keys and signatures in cosign's format, and their bad inputs (each one line, its exit code)."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from sparkbake.__main__ import main
+from sparkbake.attest import attach, imagefiles, sbom, signing, statements, verification
+from sparkbake.config import versions
+from sparkbake.errors import UsageError, VerificationError
+from sparkbake.oci import layers, ocilayout
+from sparkbake.pipeline import plan as plan_mod
+from sparkbake.smoke.record import CheckResult, SmokeReport
+from tests.conftest import one_patch_project
+
+SITE = "opt/venv/lib/python3.11/site-packages"
+DPKG = """\
+Package: libc6
+Status: install ok installed
+Architecture: amd64
+Version: 2.36-9
+
+Package: gone
+Status: deinstall ok config-files
+Version: 1.0
+"""
+MANIFEST = {"image": "localhost:5000/demo:production-1.0", "source_date_epoch": 1735689600,
+            "inputs": "ab" * 32, "platform": "linux/arm64", "nvcc": "cuda_13.0",
+            "cuda_arch": "12.1a", "wheels": [{"name": "demo_pkg", "sha256": "cd" * 32}],
+            "upstream": {"key": "tree", "kind": "dir", "path": "upstream", "tree": "ef" * 32},
+            "series": [{"name": "fix", "sha256": "12" * 32,
+                        "patches": [{"file": "0001-fix.patch", "sha256": "34" * 32}]}],
+            "thirdparty": [{"name": "cutlass", "url": "git://h/cutlass.git", "pin": "5" * 40,
+                            "tree": "6" * 64, "ref": "v4"}],
+            "base": {"name": "debian", "image": "sparkbake-base/debian:1", "digest": "sha256:0"}}
+
+
+def metadata(name: str, version: str, *lines: str) -> bytes:
+    return "\n".join(["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}",
+                      *lines, "", ""]).encode()
+
+
+def image(root: Path, *layer_files: dict[str, bytes]) -> tuple[ocilayout.Layout,
+                                                               ocilayout.Descriptor]:
+    """An image of these layers (bottom first) in an OCI layout under root."""
+    layout = ocilayout.Layout(root / "oci")
+    root.mkdir(parents=True, exist_ok=True)
+    blobs = []
+    for n, files in enumerate(layer_files):
+        made = layers.from_files({p: (d, 0o644) for p, d in files.items()}, root / f"{n}.tgz", 0)
+        blobs.append(layout.add_file(made.path, made.digest, layers.MEDIA_TYPE))
+    config = layout.add_bytes(b"{}", ocilayout.CONFIG_TYPE)
+    return layout, layout.add_bytes(ocilayout.canonical(ocilayout.manifest(config, blobs)),
+                                    ocilayout.MANIFEST_TYPE)
+
+
+def demo_sbom(root: Path) -> tuple[dict[str, Any], bytes, ocilayout.Descriptor]:
+    layout, made = image(
+        root,
+        {"var/lib/dpkg/status": DPKG.encode(), "etc/os-release": b'ID=debian\n',
+         f"{SITE}/old-1.0.dist-info/METADATA": metadata("old", "1.0")},
+        {f"{SITE}/demo_pkg-0.1.dist-info/METADATA": metadata(
+            "demo_pkg", "0.1", "License-Expression: MIT OR Apache-2.0"),
+         f"{SITE}/torch-2.9.dist-info/METADATA": metadata(
+             "torch", "2.9", "License: BSD-3-Clause", "Classifier: License :: OSI Approved"),
+         f"{SITE}/.wh.old-1.0.dist-info": b"",
+         "opt/sparkbake/manifest.json": json.dumps(MANIFEST).encode()})
+    data = sbom.document(imagefiles.read(layout, made), made)
+    return json.loads(data), data, made
+
+
+def test_the_sbom_lists_what_the_layers_hold_and_the_manifest_says(tmp_path: Path) -> None:
+    doc, _, made = demo_sbom(tmp_path)
+    parts = {c["bom-ref"]: c for c in doc["components"]}
+    assert doc["bomFormat"] == "CycloneDX" and doc["specVersion"] == "1.6"
+    assert doc["metadata"]["component"]["hashes"][0]["content"] == made.digest[7:]
+    assert doc["metadata"]["timestamp"].startswith("2025-01-01T00:00:00")
+    assert "pypi:old@1.0" not in parts  # its whiteout removed it
+    demo = parts["pypi:demo-pkg@0.1"]
+    assert demo["purl"] == "pkg:pypi/demo-pkg@0.1"
+    assert demo["hashes"] == [{"alg": "SHA-256", "content": "cd" * 32}]
+    assert demo["licenses"] == [{"expression": "MIT OR Apache-2.0"}]
+    assert parts["pypi:torch@2.9"]["licenses"] == [{"license": {"id": "BSD-3-Clause"}}]
+    assert parts["deb:libc6@2.36-9:amd64"]["purl"] == "pkg:deb/debian/libc6@2.36-9?arch=amd64"
+    assert not any(ref.startswith("deb:gone") for ref in parts)  # not installed
+    props = {p["name"]: p["value"] for p in parts["upstream"]["properties"]}
+    assert props["sparkbake:patch:fix/0001-fix.patch"] == "34" * 32
+    assert parts["source:cutlass"]["version"] == "5" * 40
+    assert parts["cuda-toolchain"]["version"] == "cuda_13.0"
+
+
+def test_the_sbom_is_the_same_bytes_for_the_same_image_and_its_serial_follows_the_digest(
+        tmp_path: Path) -> None:
+    _, first, made = demo_sbom(tmp_path / "a")
+    _, second, again = demo_sbom(tmp_path / "b")
+    assert again == made and second == first
+    other = ocilayout.Descriptor(made.media_type, "sha256:" + "0" * 64, made.size)
+    layout = ocilayout.Layout(tmp_path / "a" / "oci")
+    serial = json.loads(sbom.document(imagefiles.read(layout, made), other))["serialNumber"]
+    assert serial != json.loads(first)["serialNumber"]
+
+
+def smoke_report(passed: bool = True) -> SmokeReport:
+    return SmokeReport("t", "img", "sha256:1", "in", "common", "auto", None, passed,
+                       (CheckResult("manifest", "passed"),
+                        CheckResult("gpu", "skipped", "no GPU runtime")), "2026-01-01")
+
+
+def test_the_smoke_statement_is_a_test_result_about_the_digest() -> None:
+    doc = json.loads(statements.test_result("h/r", "sha256:" + "a" * 64, smoke_report()))
+    assert doc["_type"] == "https://in-toto.io/Statement/v1"
+    assert doc["subject"] == [{"name": "h/r", "digest": {"sha256": "a" * 64}}]
+    assert doc["predicateType"] == "https://in-toto.io/attestation/test-result/v0.1"
+    assert doc["predicate"]["result"] == "PASSED"
+    assert doc["predicate"]["passedTests"] == ["manifest"]
+    assert doc["predicate"]["warnedTests"] == ["gpu: no GPU runtime"]
+    failed = json.loads(statements.test_result("h/r", "sha256:1", smoke_report(False)))
+    assert failed["predicate"]["result"] == "FAILED"
+
+
+def provenance_of(tmp_path: Path) -> tuple[versions.Config, dict[str, Any]]:
+    path = one_patch_project(tmp_path, "a patch\n", "  t:\n    upstream: tree\n"
+                                                   "    series: [demo]\n")
+    config = versions.load(path)
+    plan = plan_mod.make(config, config.tag("t"))
+    sbom_blob = ocilayout.Descriptor(sbom.MEDIA_TYPE, "sha256:" + "9" * 64, 10)
+    data = statements.provenance(config, plan, "h/r", "sha256:" + "a" * 64, MANIFEST, sbom_blob)
+    return config, json.loads(data)
+
+
+def test_the_provenance_names_inputs_definition_and_sbom(tmp_path: Path) -> None:
+    _, doc = provenance_of(tmp_path)
+    assert doc["predicateType"] == "https://slsa.dev/provenance/v1"
+    build = doc["predicate"]["buildDefinition"]
+    names = [d["name"] for d in build["resolvedDependencies"]]
+    assert names[:2] == ["upstream", "base:runtime"]
+    assert "series:demo" in names and "patch:demo/0001-demo.patch" in names
+    assert "source:cutlass" in names and "built:runtime-base" in names
+    assert build["externalParameters"]["tag"] == "t"
+    assert set(build["internalParameters"]["keys"]) == {"fetch", "patch", "kernels", "wheels",
+                                                        "bake"}
+    run = doc["predicate"]["runDetails"]
+    assert run["byproducts"][0]["digest"] == {"sha256": "9" * 64}
+
+
+def test_against_names_the_input_that_differs(tmp_path: Path) -> None:
+    config, doc = provenance_of(tmp_path)
+    assert verification.check_against(config, doc) == "t"
+    (tmp_path / "patches" / "demo" / "0001-demo.patch").write_text("another patch\n")
+    with pytest.raises(VerificationError) as caught:
+        verification.check_against(versions.load(config.path), doc)
+    assert caught.value.exit_code == 7
+    assert caught.value.message.startswith("the provenance's patch:demo/0001-demo.patch is ")
+
+
+def test_a_generated_key_signs_and_only_its_public_key_verifies(tmp_path: Path) -> None:
+    private, public = signing.generate(tmp_path / "k", "pw")
+    assert private.stat().st_mode & 0o777 == 0o600
+    assert b"ENCRYPTED PRIVATE KEY" in private.read_bytes()
+    key = signing.signing_key(private, "pw")
+    pub = signing.public_key(public)
+    assert pub.verifies(b"data", key.sign(b"data"))
+    assert key.sign(b"data") == key.sign(b"data")  # deterministic: a republish is a no-op
+    assert not pub.verifies(b"other", key.sign(b"data"))
+    other = signing.public_key(signing.generate(tmp_path / "o", None)[1])
+    assert not other.verifies(b"data", key.sign(b"data"))
+
+
+def test_the_signature_is_cosigns_simple_signing_format(tmp_path: Path) -> None:
+    """As cosign's SIGNATURE_SPEC.md says: the payload's critical.image.docker-manifest-digest
+    and type, its media type, the base64 DER ECDSA P-256/SHA-256 signature in the layer's
+    dev.cosignproject.cosign/signature annotation; checked here with cryptography alone."""
+    payload = json.loads(signing.simple_signing("h/r", "sha256:" + "a" * 64))
+    assert payload == {"critical": {"identity": {"docker-reference": "h/r"},
+                                    "image": {"docker-manifest-digest": "sha256:" + "a" * 64},
+                                    "type": "cosign container image signature"},
+                       "optional": None}
+    assert attach.SIMPLE_SIGNING == "application/vnd.dev.cosign.simplesigning.v1+json"
+    assert attach.COSIGN_SIGNATURE == "dev.cosignproject.cosign/signature"
+    assert attach.signature_tag("sha256:" + "a" * 64) == f"sha256-{'a' * 64}.sig"
+    private, public = signing.generate(tmp_path / "k", None)
+    data = signing.simple_signing("h/r", "sha256:" + "a" * 64)
+    signature = base64.b64decode(base64.b64encode(signing.signing_key(private, None).sign(data)))
+    loaded = serialization.load_pem_public_key(public.read_bytes())
+    assert isinstance(loaded, ec.EllipticCurvePublicKey) and loaded.curve.name == "secp256r1"
+    loaded.verify(signature, data, ec.ECDSA(hashes.SHA256()))  # raises if not
+
+
+def test_a_dsse_envelope_opens_only_with_its_key_and_unaltered(tmp_path: Path) -> None:
+    private, public = signing.generate(tmp_path / "k", None)
+    statement = b'{"predicateType": "x"}'
+    sealed = signing.envelope(statement, signing.signing_key(private, None))
+    pub = signing.public_key(public)
+    assert signing.open_envelope(sealed, pub, "s") == {"predicateType": "x"}
+    doc = json.loads(sealed)
+    doc["payload"] = base64.b64encode(b'{"predicateType": "y"}').decode()
+    with pytest.raises(VerificationError, match="is not signed by"):
+        signing.open_envelope(json.dumps(doc).encode(), pub, "s")
+    with pytest.raises(VerificationError) as caught:
+        signing.open_envelope(signing.envelope(statement, None), pub, "s")
+    assert caught.value.message == "the s is not signed"
+
+
+def test_key_errors_are_one_line_each_with_exit_2(tmp_path: Path) -> None:
+    private, _ = signing.generate(tmp_path / "k", "pw")
+    cases: list[tuple[Callable[[], object], str]] = [
+        (lambda: signing.signing_key(tmp_path / "missing", None), "no such file"),
+        (lambda: signing.signing_key(private, None), "protected by a passphrase and none"),
+        (lambda: signing.signing_key(private, "wrong"), "the passphrase is wrong"),
+        (lambda: signing.public_key(private), "is not a PEM public key"),
+        (lambda: signing.generate(private, None), "exists; a key is never overwritten")]
+    for call, words in cases:
+        with pytest.raises(UsageError) as caught:
+            call()
+        assert caught.value.exit_code == 2 and words in caught.value.message
+        assert "\n" not in caught.value.message
+
+
+def test_the_cli_generates_keys_and_refuses_publish_with_a_missing_key(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("SPARKBAKE_SIGNING_PASSPHRASE", "pw")
+    assert main(["keys", "generate", str(tmp_path / "cli.key")]) == 0
+    assert signing.signing_key(tmp_path / "cli.key", "pw")
+    path = one_patch_project(tmp_path / "p", "a patch\n", "  t:\n    upstream: tree\n"
+                                                         "    series: [demo]\n")
+    monkeypatch.setenv("SPARKBAKE_SIGNING_KEY", str(tmp_path / "nowhere.key"))
+    assert main(["--config", str(path), "publish", "t"]) == 2
+    assert f"signing key {tmp_path / 'nowhere.key'}: no such file" in capsys.readouterr().err
+    assert main(["verify-release", "h:5000/r:t", "--key", str(tmp_path / "none.pub")]) == 2
