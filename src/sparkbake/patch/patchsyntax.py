@@ -84,11 +84,12 @@ def check(text: str) -> Malformed | None:
 
 
 def from_git(stderr: str) -> Malformed | None:
-    """git apply's own report of a patch it cannot read, where check() found nothing."""
-    if GIT_NO_PATCH.search(stderr):
-        return Malformed(0, NOT_A_PATCH)
+    """git apply's own report of a patch it cannot read, where check() found nothing: the
+    line it names first (it may add "No valid patches" after a corrupt one)."""
     found = GIT_CORRUPT.search(stderr)
-    return Malformed(int(found[2]), f"git apply reads it as a {found[1]}") if found else None
+    if found:
+        return Malformed(int(found[2]), f"git apply reads it as a {found[1]}")
+    return Malformed(0, NOT_A_PATCH) if GIT_NO_PATCH.search(stderr) else None
 
 
 def _starts_header(line: str) -> bool:
