@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from sparkbake.bake import imagebake
+from sparkbake.bake import baselayers, imagebake
 from sparkbake.config import settings
 from sparkbake.errors import PublishError, ReproducibilityError
 from sparkbake.hashing import file_sha256
@@ -58,7 +58,7 @@ def seed_host_cache(cache: Path, client: docker_engine.Client, base: str) -> Non
     """Copies (never links: the damage stays here) of the base's blobs from this host's
     layer cache, where it has them: an export of the base takes a minute."""
     shared = ocilayout.Layout(settings.host_settings().cache_dir / "layers")
-    record = shared.root / "bases" / f"{str(client.images.get(base).id).split(':')[1]}.json"
+    record = baselayers.record_path(shared, str(client.images.get(base).id))
     if not record.is_file():
         return
     listing = json.loads(record.read_text())

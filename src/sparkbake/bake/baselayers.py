@@ -17,10 +17,11 @@ from sparkbake.console import display
 from sparkbake.console.tools import step
 from sparkbake.errors import BakeError
 from sparkbake.files import atomic_write
+from sparkbake.hashing import data_hash
 from sparkbake.oci import layers, ocilayout
 from sparkbake.oci.docker_engine import Client
 
-__all__ = ["Below", "ensure"]
+__all__ = ["Below", "ensure", "record_path"]
 
 
 @dataclass(frozen=True)
@@ -36,7 +37,7 @@ def ensure(client: Client, base: BaseImage, cache: ocilayout.Layout, layout: oci
     """The base's layers, compressed once per host into cache (keyed by the engine's image
     id: the same base image gives the same blobs), then put into the layout."""
     image_id = str(client.images.get(base.ref).id)
-    record = cache.root / "bases" / f"{image_id.split(':')[1]}.json"
+    record = record_path(cache, image_id)
     listing = _listing(record)
     # every blob checked (intact removes a damaged one), not only up to the first bad one
     if listing is None or not all([cache.intact(d) for d in [listing["config"],
@@ -46,6 +47,14 @@ def ensure(client: Client, base: BaseImage, cache: ocilayout.Layout, layout: oci
     return Below(cache.read_json(listing["config"]),
                   [layout.add_file(cache.blob(d), d, layers.MEDIA_TYPE)
                    for d in listing["layers"]])
+
+
+def record_path(cache: ocilayout.Layout, image_id: str) -> Path:
+    """The cache's record of a base image's blobs, compressed as layers are now: a base
+    compressed otherwise (another compressor or block size) is exported again, not reused,
+    so that every host gives the same base blobs."""
+    made = data_hash(layers.COMPRESSION)[:12]
+    return cache.root / "bases" / f"{image_id.split(':')[1]}.{made}.json"
 
 
 def _listing(record: Path) -> dict[str, Any] | None:
