@@ -17,10 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sparkbake.console import display
 from sparkbake.files import atomic_write
 from sparkbake.hashing import file_sha256
 
-__all__ = ["Damaged", "Stamp", "read_record", "removed", "seal", "verified"]
+__all__ = ["Damaged", "Stamp", "read_record", "record_or_drop", "removed", "seal",
+           "verified"]
 
 SEALED = 0o444
 
@@ -111,6 +113,20 @@ def read_record(path: Path) -> dict[str, Any] | None:
         raise Damaged(path, f"not a JSON record ({exc})") from exc
     if not isinstance(record, dict):
         raise Damaged(path, "not a JSON object")
+    return record
+
+
+def record_or_drop(path: Path, keys: tuple[str, ...] = (), what: str = "") -> dict[str, Any] | None:
+    """The record at path (read_record) with keys in it; a damaged one is removed with a
+    warning, to be made again: None then, as when there is none."""
+    try:
+        record = read_record(path)
+        if record is not None and not set(keys) <= record.keys():
+            raise Damaged(path, f"not {what}")
+    except Damaged as exc:
+        display.notice(removed(path, exc.why))
+        path.unlink(missing_ok=True)
+        return None
     return record
 
 

@@ -13,7 +13,6 @@ from typing import Any
 
 from sparkbake import trust
 from sparkbake.bake.bases import BaseImage
-from sparkbake.console import display
 from sparkbake.console.tools import step
 from sparkbake.errors import BakeError
 from sparkbake.files import atomic_write
@@ -59,15 +58,7 @@ def record_path(cache: ocilayout.Layout, image_id: str) -> Path:
 
 def _listing(record: Path) -> dict[str, Any] | None:
     """The cache's record of a base's blobs; None when missing or damaged (removed)."""
-    try:
-        listing = trust.read_record(record)
-        if listing is not None and not {"config", "layers"} <= listing.keys():
-            raise trust.Damaged(record, "not a base layers record")
-    except trust.Damaged as exc:
-        display.notice(trust.removed(record, exc.why))
-        record.unlink(missing_ok=True)
-        return None
-    return listing
+    return trust.record_or_drop(record, ("config", "layers"), "a base layers record")
 
 
 def _export_base(client: Client, base: BaseImage, image_id: str, cache: ocilayout.Layout,

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 from sparkbake import trust
-from sparkbake.console import display
 from sparkbake.files import atomic_write
 from sparkbake.hashing import data_hash, file_sha256
 from sparkbake.oci import layers, ocilayout
@@ -49,15 +48,7 @@ class LayerCache:
     @staticmethod
     def _read(path: Path) -> dict[str, Any] | None:
         """The record at path; None when missing, or damaged (then removed, with a warning)."""
-        try:
-            found = trust.read_record(path)
-            if found is not None and not {"digest", "size", "diff_id"} <= found.keys():
-                raise trust.Damaged(path, "not a layer record")
-        except trust.Damaged as exc:
-            display.notice(trust.removed(path, exc.why))
-            path.unlink(missing_ok=True)
-            return None
-        return found
+        return trust.record_or_drop(path, ("digest", "size", "diff_id"), "a layer record")
 
     def put(self, part: str, key: str, layer: layers.Layer,
             about: dict[str, Any] | None = None) -> layers.Layer:

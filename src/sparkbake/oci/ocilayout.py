@@ -172,12 +172,7 @@ class Layout:
 
     def _index(self) -> dict[str, Any]:
         path = self.root / "index.json"
-        try:
-            index = trust.read_record(path)
-        except trust.Damaged as exc:  # names made again by the bakes that wrote them
-            display.notice(trust.removed(path, exc.why))
-            path.unlink(missing_ok=True)
-            index = None
+        index = trust.record_or_drop(path)  # damaged: names made again by their bakes
         return index or {"schemaVersion": 2, "mediaType": INDEX_TYPE, "manifests": []}
 
     def _init(self) -> None:
