@@ -265,8 +265,9 @@ def _load(client: Client, baked: Image, below: baselayers.Below, work: Path) -> 
     archive = work / "image.tar"
     layout = ocilayout.Layout(baked.layout)
     omit = frozenset(layer.digest for layer in below.layers) | _loaded_before(client, baked)
-    ocilayout.write_docker_archive(layout, baked.image, baked.ref, archive, omit)
-    load_image(client, archive, error=BakeError)
+    with step("load into the engine"):
+        ocilayout.write_docker_archive(layout, baked.image, baked.ref, archive, omit)
+        load_image(client, archive, error=BakeError)
     loaded = str(client.images.get(baked.ref).id)
     if loaded != baked.config:
         raise BakeError(f"the engine loaded {baked.ref} as {loaded[:19]}, not as its config "
