@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,9 @@ from typing import Any
 import pytest
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
+from securesystemslib.dsse import Envelope
+from securesystemslib.exceptions import VerificationError as DsseVerificationError
+from securesystemslib.signer import SSlibKey  # type: ignore[attr-defined]  # re-exported
 
 from sparkbake.__main__ import main
 from sparkbake.attest import attach, imagefiles, sbom, signing, statements, verification
@@ -208,6 +212,36 @@ def test_a_dsse_envelope_opens_only_with_its_key_and_unaltered(tmp_path: Path) -
     with pytest.raises(VerificationError) as caught:
         signing.open_envelope(signing.envelope(statement, None), pub, "s")
     assert caught.value.message == "the s is not signed"
+
+
+def test_other_implementations_verify_the_signatures_openssl_and_securesystemslib(
+        tmp_path: Path) -> None:
+    """No cosign here: the simple-signing signature is checked by openssl(1), the DSSE
+    envelope by securesystemslib (in-toto's and TUF's DSSE), neither of them our code."""
+    private, public = signing.generate(tmp_path / "k", "pw")
+    key = signing.signing_key(private, "pw")
+    payload = tmp_path / "payload.json"
+    payload.write_bytes(signing.simple_signing("h/r", "sha256:" + "b" * 64))
+    (tmp_path / "sig.der").write_bytes(key.sign(payload.read_bytes()))
+    checked = subprocess.run(["openssl", "dgst", "-sha256", "-verify", str(public),
+                              "-signature", str(tmp_path / "sig.der"), str(payload)],
+                             capture_output=True, text=True, check=False)
+    assert (checked.returncode, checked.stdout.strip()) == (0, "Verified OK")
+    payload.write_bytes(payload.read_bytes().replace(b"b" * 64, b"c" * 64))
+    tampered = subprocess.run(["openssl", "dgst", "-sha256", "-verify", str(public),
+                               "-signature", str(tmp_path / "sig.der"), str(payload)],
+                              capture_output=True, text=True, check=False)
+    assert tampered.returncode == 1 and "Verification failure" in tampered.stdout
+    # cosign's envelopes name no key (keyid ""): securesystemslib matches keys by keyid
+    loaded = SSlibKey.from_crypto(serialization.load_pem_public_key(public.read_bytes()),
+                                  scheme="ecdsa-sha2-nistp256")
+    verifier = SSlibKey("", loaded.keytype, loaded.scheme, loaded.keyval)
+    sealed = signing.envelope(b'{"predicateType": "x"}', key)
+    Envelope.from_dict(json.loads(sealed)).verify([verifier], 1)  # raises if not
+    altered = json.loads(sealed)
+    altered["payload"] = base64.b64encode(b'{"predicateType": "y"}').decode()
+    with pytest.raises(DsseVerificationError):
+        Envelope.from_dict(altered).verify([verifier], 1)
 
 
 def test_key_errors_are_one_line_each_with_exit_2(tmp_path: Path) -> None:

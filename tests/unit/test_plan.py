@@ -12,6 +12,7 @@ import pytest
 from sparkbake.config import versions as config_mod
 from sparkbake.config.versions import Config
 from sparkbake.errors import ConfigError
+from sparkbake.fetch import upstream_tree
 from sparkbake.pipeline import plan as plan_mod
 from sparkbake.pipeline import status
 from sparkbake.pipeline.plan import SeriesInfo, StagePlan
@@ -320,7 +321,9 @@ def test_stage_states_without_any_build(project: Path) -> None:
 def test_stage_states_see_cache_entries_under_the_config_folder(project: Path) -> None:
     loaded = load(project)
     plan = plan_mod.make(loaded, loaded.tag("main"))
-    (project / "build" / "sources" / plan.fetch_key / "tree").mkdir(parents=True)
+    entry = project / "build" / "sources" / plan.fetch_key
+    (entry / "tree").mkdir(parents=True)
+    (entry / upstream_tree.DATE_FILE).write_text("1700000000\n")  # a folder's, beside it
     (project / "build" / "smoke").mkdir(parents=True)
     (project / "build" / "smoke" / "main.json").write_text(json.dumps({"inputs": "other"}))
     states = {s.name: s.state for s in status.stage_states(loaded, plan, client=None)}
