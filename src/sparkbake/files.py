@@ -13,7 +13,7 @@ from typing import Any
 
 from sparkbake.errors import damaged_record
 
-__all__ = ["atomic_dir", "atomic_write", "naming", "read_json", "scratch_dir"]
+__all__ = ["atomic_dir", "atomic_write", "link_or_copy", "naming", "read_json", "scratch_dir"]
 
 
 @contextlib.contextmanager
@@ -37,6 +37,14 @@ def atomic_write(final: Path, data: str | bytes) -> None:
     with os.fdopen(fd, "wb") as handle:
         handle.write(data.encode() if isinstance(data, str) else data)
     os.replace(name, final)
+
+
+def link_or_copy(source: Path, dest: Path) -> None:
+    """dest as a hard link to source (no bytes copied), or a copy across file systems."""
+    try:
+        os.link(source, dest)
+    except OSError:
+        shutil.copyfile(source, dest)
 
 
 @contextlib.contextmanager

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from sparkbake import trust
 from sparkbake.config.versions import KernelSeed
 from sparkbake.errors import BuildError
-from sparkbake.wheels import kernelseed, wheelfile
+from sparkbake.wheels import kernelseed, wheelbuild, wheelfile
 from tests.conftest import Project
 
 LIBRARY = b"\x7fELF compiled code, never rebuilt"
@@ -58,10 +59,11 @@ def test_the_series_changes_reach_the_wheel_and_the_kernels_stay(tmp_path: Path)
     make_seed(tmp_path / SEED)
     pristine, patched = make_trees(tmp_path)
     (tmp_path / "out").mkdir()
-    out, changed = kernelseed.overlay(tmp_path / SEED, pristine, patched, tmp_path / "out",
-                                      1735689600)
+    made = kernelseed.overlay(tmp_path / SEED, pristine, patched, tmp_path / "out", 1735689600)
+    out = made.wheel
     assert out == tmp_path / "out" / SEED  # no local part: the upstream's version
-    assert changed == ["pkg/__init__.py", "pkg/new.py", "pkg/old.py"]  # not tests/
+    assert made.sha256 == hashlib.sha256(out.read_bytes()).hexdigest()
+    assert made.changed == ["pkg/__init__.py", "pkg/new.py", "pkg/old.py"]  # not tests/
     with zipfile.ZipFile(out) as wheel:
         names = wheel.namelist()
         assert wheel.read("pkg/__init__.py") == b"VERSION = 2  # patched\n"
@@ -81,8 +83,8 @@ def test_the_seeded_wheel_says_the_local_version(tmp_path: Path) -> None:
     make_seed(tmp_path / SEED)
     pristine, patched = make_trees(tmp_path)
     (tmp_path / "out").mkdir()
-    out, _ = kernelseed.overlay(tmp_path / SEED, pristine, patched, tmp_path / "out",
-                                1735689600, LOCAL)
+    out = kernelseed.overlay(tmp_path / SEED, pristine, patched, tmp_path / "out",
+                             1735689600, LOCAL).wheel
     assert out.name == STAMPED
     with zipfile.ZipFile(out) as wheel:
         names = wheel.namelist()
@@ -107,7 +109,7 @@ def test_the_wheel_is_the_same_bytes_every_time(tmp_path: Path) -> None:
     for name in ("a", "b"):
         (tmp_path / name).mkdir()
         made.append(kernelseed.overlay(tmp_path / SEED, pristine, patched, tmp_path / name,
-                                       1735689600, LOCAL)[0].read_bytes())
+                                       1735689600, LOCAL).wheel.read_bytes())
     assert made[0] == made[1]
 
 
@@ -166,8 +168,8 @@ def test_a_seed_without_code_for_the_arch_is_exit_4_naming_the_library(
 def test_a_path_with_a_comma_is_quoted_in_record(tmp_path: Path) -> None:
     """vLLM ships tuning files named `N=7168,K=8192,...json`: RECORD is CSV, as pip reads it."""
     name = "pkg/configs/N=7168,K=8192.json"
-    files = {name: (0o644, lambda: b"{}"), "pkg-1.0.dist-info/METADATA":
-             (0o644, lambda: b"Metadata-Version: 2.1\nName: pkg\nVersion: 1.0\n")}
+    files = {name: wheelfile.Entry(0o644, lambda: b"{}"), "pkg-1.0.dist-info/METADATA":
+             wheelfile.Entry(0o644, lambda: b"Metadata-Version: 2.1\nName: pkg\nVersion: 1.0\n")}
     wheelfile.write(tmp_path / "pkg-1.0-py3-none-any.whl", files, 1735689600)
     with zipfile.ZipFile(tmp_path / "pkg-1.0-py3-none-any.whl") as wheel:
         record = wheel.read("pkg-1.0.dist-info/RECORD").decode()
@@ -176,3 +178,20 @@ def test_a_path_with_a_comma_is_quoted_in_record(tmp_path: Path) -> None:
                                         "pkg-1.0.dist-info/RECORD"]
     assert all(len(row) == 3 for row in rows)
     assert record.startswith(f'"{name}",sha256=')
+
+
+def test_the_seeded_wheel_is_recorded_by_the_hash_taken_as_it_was_written(
+        tmp_path: Path, project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
+    tag = dataclasses.replace(project.config().tag("fixture"),
+                              kernels=KernelSeed(wheel=SEED, sha256="0" * 64))
+    pristine, patched = make_trees(tmp_path)
+    folder = tmp_path / "wheels" / "w"
+    built = kernelseed.build_wheels(tag, seeded_entry(tmp_path, ["sm_121a"]), pristine, patched,
+                                    folder, 1735689600, LOCAL)
+    assert built.wheels[0]["sha256"] == hashlib.sha256((folder / STAMPED).read_bytes()).hexdigest()
+
+    def unread(path: Path) -> str:
+        raise AssertionError(f"{path} read again")
+
+    monkeypatch.setattr(trust, "file_sha256", unread)
+    assert wheelbuild.is_built(folder)  # trusted by the stamp written with it

@@ -16,6 +16,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from sparkbake import trust
 from sparkbake.config.settings import HostSettings
 from sparkbake.config.versions import KernelSeed, Tag
 from sparkbake.console.tools import echo, require_tool, run, step
@@ -23,7 +24,7 @@ from sparkbake.errors import BuildError, ConfigError
 from sparkbake.fetch.upstream_tree import download, index_url_of
 from sparkbake.files import atomic_dir, read_json
 from sparkbake.hashing import file_sha256
-from sparkbake.wheels import wheelbuild
+from sparkbake.wheels import entrycheck, wheelbuild
 from sparkbake.wheels.wheelbuild import REPORT, WheelSet, check_sass
 from sparkbake.wheels.wheeloverlay import overlay
 
@@ -114,16 +115,18 @@ def build_wheels(tag: Tag, entry: Path, pristine: Path, patched: Path, folder: P
     source = "seed" if listing.get("seeded") else "assembled from"
     with step(f"wheels for {tag.name}: {listing['wheel']} + the series (no compiler)"), \
             atomic_dir(folder) as out:
-        wheel, changed = overlay(entry / listing["wheel"], pristine, patched, out, source_date,
-                                 local)
-        echo(f"wheels: {len(changed)} file(s) of the series in {wheel.name}")
+        made = overlay(entry / listing["wheel"], pristine, patched, out, source_date, local)
+        wheel = made.wheel
+        echo(f"wheels: {len(made.changed)} file(s) of the series in {wheel.name}")
         report = {"cuda_arch": tag.cuda_arch, "sm_arch": tag.sm_arch,
                   "nvcc": f"none: kernels from {listing['wheel']}",
-                  "wheels": [{"file": wheel.name, "sha256": file_sha256(wheel),
+                  "wheels": [{"file": wheel.name, "sha256": made.sha256,
                               "name": wheel.name.split("-", 1)[0],
                               "kernels": listing["kernels"]}],
                   "kernels": {"key": entry.name, "reused": True, source: listing["wheel"]},
-                  "series files": changed, "local_version": local}
+                  "series files": made.changed, "local_version": local}
         check_sass(tag, report)
+        # its sha256 was taken as it was written: the entry's check need not read it again
+        trust.remember(wheel, out / entrycheck.STAMPS / wheel.name)
         (out / REPORT).write_text(json.dumps(report, indent=2))
     return WheelSet(folder, folder.name, report)

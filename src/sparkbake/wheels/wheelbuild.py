@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sparkbake import resources
+from sparkbake import resources, trust
 from sparkbake.bake.bases import BaseImage
 from sparkbake.config.settings import HostSettings, compile_cache_settings
 from sparkbake.config.versions import Tag
@@ -17,7 +17,7 @@ from sparkbake.console import display
 from sparkbake.console.tools import echo, step
 from sparkbake.errors import BuildError
 from sparkbake.fetch import download_attempts, thirdparty
-from sparkbake.files import atomic_dir, read_json, scratch_dir
+from sparkbake.files import atomic_dir, link_or_copy, read_json, scratch_dir
 from sparkbake.hashing import data_hash, file_sha256
 from sparkbake.oci import emulation
 from sparkbake.oci.docker_engine import Client, build_image, image_exists, run_container
@@ -181,8 +181,7 @@ def build(client: Client, request: BuildRequest) -> WheelSet:
             raise _build_failure(request, OOM_EXIT if oom else result.exit_code, result.output)
         built = json.loads((out / "build-report.json").read_text())
         (out / "build-report.json").unlink()
-        if reuse is None:
-            _pristine_copy(built["wheels"], out, request)
+        pristine = _pristine_copy(built["wheels"], out, request) if reuse is None else None
         built["wheels"] = _stamp(built["wheels"], out, request)
         report = _report(tag, out, built)
         report["local_version"] = request.local_version
@@ -196,7 +195,7 @@ def build(client: Client, request: BuildRequest) -> WheelSet:
         check_sass(tag, report)
         (out / REPORT).write_text(json.dumps(report, indent=2))
     if reuse is None:
-        _store_kernels(request.kernels, folder, report)
+        _store_kernels(request.kernels, folder, report, pristine)
     return WheelSet(folder, folder.name, report)
 
 
@@ -253,30 +252,35 @@ def _cache_report(backend: compile_cache.Backend, built: dict[str, Any]) -> dict
     return {"backend": backend.kind, "used": backend_text, "stats": stats}
 
 
-def _pristine_copy(built: list[dict[str, Any]], out: Path, request: BuildRequest) -> None:
+def _pristine_copy(built: list[dict[str, Any]], out: Path,
+                   request: BuildRequest) -> wheeloverlay.Overlaid | None:
     """The first wheel with kernels as the pristine tree would give it (the series' changes
     to its packages taken back, no local version): what the kernel cache keeps, so that a
     later build of the same kernels is that wheel with its own series (kernelseed)."""
     with_kernels = [w for w in built if w.get("kernels")]
     if not with_kernels or request.pristine is None:
-        return
+        return None
     (out / FOR_KERNELS).mkdir()
-    wheeloverlay.overlay(out / with_kernels[0]["file"], request.patched.path, request.pristine,
-                         out / FOR_KERNELS, request.source_date)
+    return wheeloverlay.overlay(out / with_kernels[0]["file"], request.patched.path,
+                                request.pristine, out / FOR_KERNELS, request.source_date)
 
 
-def _store_kernels(entry: Path, folder: Path, report: dict[str, Any]) -> None:
+def _store_kernels(entry: Path, folder: Path, report: dict[str, Any],
+                   pristine: wheeloverlay.Overlaid | None) -> None:
     """Keep the first wheel that carries kernels, for builds whose kernel inputs are the same:
     its pristine copy where there is one (`pristine`: a build may assemble its wheel from it
-    on this host), else the wheel (only the builder can reuse it, VLLM_USE_PRECOMPILED)."""
+    on this host), else the wheel (only the builder can reuse it, VLLM_USE_PRECOMPILED).
+    Linked where it can be, recorded by the sha256 already taken."""
     with_kernels = [w for w in report["wheels"] if w["kernels"]]
-    kept = sorted((folder / FOR_KERNELS).glob("*.whl"))
     if with_kernels and reusable_kernels(entry) is None:
-        wheel = kept[0] if kept else folder / with_kernels[0]["file"]
+        wheel, sha256 = ((folder / FOR_KERNELS / pristine.wheel.name, pristine.sha256)
+                         if pristine else
+                         (folder / with_kernels[0]["file"], with_kernels[0]["sha256"]))
         with atomic_dir(entry) as tmp:
-            shutil.copy(wheel, tmp / wheel.name)
+            link_or_copy(wheel, tmp / wheel.name)
+            trust.remember(tmp / wheel.name, tmp / entrycheck.STAMPS / wheel.name)
             (tmp / "kernels.json").write_text(json.dumps(
-                {"wheel": wheel.name, "sha256": file_sha256(wheel), "pristine": bool(kept),
+                {"wheel": wheel.name, "sha256": sha256, "pristine": pristine is not None,
                  "kernels": with_kernels[0]["kernels"]}, indent=2))
     shutil.rmtree(folder / FOR_KERNELS, ignore_errors=True)
 
@@ -308,6 +312,7 @@ def _report(tag: Tag, out: Path, built: dict[str, Any]) -> dict[str, Any]:
         path = out / wheel["file"]
         wheels.append({**wheel, "sha256": file_sha256(path),
                        "name": wheel["file"].split("-", 1)[0]})
+        trust.remember(path, out / entrycheck.STAMPS / path.name)  # hashed once, here
     if not wheels:
         raise BuildError(f"the build of {tag.name} produced no wheel", "check the build log")
     return {"cuda_arch": tag.cuda_arch, "sm_arch": tag.sm_arch, "nvcc": built["nvcc"],

@@ -1,24 +1,42 @@
 """Wheels read and written on this host: entries in memory, written so that the same entries
-and source date always give the same bytes (the seeded wheel, the version stamp)."""
+and source date always give the same bytes (the seeded wheel, the version stamp). An entry
+read from a wheel and left as it is keeps its compressed bytes, and its RECORD hash where the
+wheel's RECORD lists it: the seeded wheel's gigabyte of kernels is copied, never inflated,
+hashed or deflated again (rawzip)."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import functools
 import io
 import time
 import zipfile
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from sparkbake.hashing import record_hash
+from sparkbake.wheels.rawzip import Member, Writer
 
 __all__ = ["FORMAT", "ZIP_EPOCH", "Entries", "Entry", "dist_info", "read", "write"]
 
-FORMAT = 2  # raise when write() gives other bytes for the same entries (2: RECORD as CSV)
+FORMAT = 3  # raise when write() gives other bytes for the same entries (3: members copied)
 ZIP_EPOCH = 315532800  # 1980-01-01: the earliest time a zip entry stores
 
-Entry = tuple[int, Callable[[], bytes]]  # file mode, and how to read its bytes
+
+@dataclass(frozen=True)
+class Entry:
+    """A file of a wheel: its mode and how to read its bytes; where it is a wheel's member
+    unchanged, that member (copied compressed) and the RECORD hash the wheel lists for it."""
+
+    mode: int
+    read: Callable[[], bytes]
+    stored: Member | None = None
+    digest: str = ""  # `sha256=...` as RECORD writes it; "" when the bytes must be hashed
+
+
 Entries = dict[str, Entry]  # by path in the wheel; RECORD is left out, write() makes it
 
 
@@ -32,34 +50,70 @@ def dist_info(names: Iterable[str]) -> str:
 
 
 def read(archive: zipfile.ZipFile) -> Entries:
-    """Every file of an open wheel but its RECORD; the bytes are read when written."""
+    """Every file of a wheel open from its path but its RECORD; the bytes are read when
+    written, and only those of members changed or not listed in RECORD."""
+    if archive.filename is None:
+        raise ValueError("a wheel is read from its file, whose members are copied")
+    path = Path(archive.filename)
     infos = [i for i in archive.infolist() if not i.filename.endswith("/")]
     record = dist_info(i.filename for i in infos) + "/RECORD"
-    return {info.filename: (info.external_attr >> 16 or 0o644,
-                            functools.partial(archive.read, info))
+    listed = _listed(archive, record) if record in archive.NameToInfo else {}
+    return {info.filename: Entry(info.external_attr >> 16 or 0o644,
+                                 functools.partial(archive.read, info), Member(path, info),
+                                 _digest(listed, info))
             for info in infos if info.filename != record}
 
 
-def write(dest: Path, files: Entries, source_date: int) -> None:
+def write(dest: Path, files: Entries, source_date: int) -> str:
     """A wheel whose bytes depend only on files and source_date: sorted entries but the
-    metadata last (as wheels write it), one time, RECORD made anew."""
+    metadata last (as wheels write it), one time, RECORD made anew. Returns its sha256."""
     stamp = time.gmtime(max(source_date, ZIP_EPOCH))[:6]
     metadata = dist_info(files) + "/"
     record = metadata + "RECORD"
     lines = io.StringIO()
     rows = csv.writer(lines, lineterminator="\n")  # quoted where a path holds a comma
-    with zipfile.ZipFile(dest, "w", zipfile.ZIP_DEFLATED) as out:
+    with dest.open("wb") as handle, contextlib.ExitStack() as stack:
+        out = Writer(handle, stamp)
+        sources: dict[Path, BinaryIO] = {}
+
+        def source(path: Path) -> BinaryIO:
+            if path not in sources:
+                sources[path] = stack.enter_context(path.open("rb"))
+            return sources[path]
+
         for name in sorted(files, key=lambda name: (name.startswith(metadata), name)):
-            mode, read_bytes = files[name]
-            data = read_bytes()
-            out.writestr(_zip_info(name, stamp, mode), data)
-            rows.writerow((name, record_hash(data), len(data)))
+            rows.writerow((name, *_write_entry(out, name, files[name], source)))
         rows.writerow((record, "", ""))
-        out.writestr(_zip_info(record, stamp, 0o644), lines.getvalue())
+        out.add(record, lines.getvalue().encode(), 0o644)
+        return out.close()
 
 
-def _zip_info(name: str, stamp: tuple[int, ...], mode: int) -> zipfile.ZipInfo:
-    info = zipfile.ZipInfo(name, date_time=stamp)  # type: ignore[arg-type]
-    info.external_attr = (mode & 0o7777 | 0o100000) << 16
-    info.compress_type = zipfile.ZIP_DEFLATED
-    return info
+def _write_entry(out: Writer, name: str, entry: Entry,
+                 source: Callable[[Path], BinaryIO]) -> tuple[str, int]:
+    """Write one entry; its RECORD hash and size."""
+    if entry.stored is None:
+        data = entry.read()
+        out.add(name, data, entry.mode)
+        return record_hash(data), len(data)
+    out.copy(name, source(entry.stored.archive), entry.stored.info, entry.mode)
+    if entry.digest:
+        return entry.digest, entry.stored.info.file_size
+    data = entry.read()
+    return record_hash(data), len(data)
+
+
+def _listed(archive: zipfile.ZipFile, record: str) -> dict[str, tuple[str, int]]:
+    """The wheel's RECORD: each path's sha256 and size, where it gives both."""
+    listed: dict[str, tuple[str, int]] = {}
+    text = archive.read(record).decode("utf-8", errors="replace")
+    for row in csv.reader(text.splitlines()):
+        if len(row) == 3 and row[1].startswith("sha256=") and row[2].isdigit():
+            listed[row[0]] = (row[1], int(row[2]))
+    return listed
+
+
+def _digest(listed: dict[str, tuple[str, int]], info: zipfile.ZipInfo) -> str:
+    """RECORD's hash of the member when RECORD gives the member's own size with it (the
+    wheel's sha256 is checked, so its RECORD is as trusted as its files), else ""."""
+    digest, size = listed.get(info.filename, ("", -1))
+    return digest if size == info.file_size else ""

@@ -6,30 +6,40 @@ from __future__ import annotations
 
 import zipfile
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 from sparkbake.wheels import wheelfile, wheelversion
 
-__all__ = ["overlay"]
+__all__ = ["Overlaid", "overlay"]
+
+
+@dataclass(frozen=True)
+class Overlaid:
+    """The wheel written, its sha256 (taken while writing it) and the series' paths in it."""
+
+    wheel: Path
+    sha256: str
+    changed: list[str]
 
 
 def overlay(seed_wheel: Path, pristine: Path, patched: Path, folder: Path, source_date: int,
-            local: str = "") -> tuple[Path, list[str]]:
+            local: str = "") -> Overlaid:
     """The seed wheel with the series' changes to its packages (files the patched tree has
     other than the pristine one: changed, added, removed), entries dated source_date and the
     local version in its name and metadata (wheelversion), written into folder. Its compiled
-    libraries stay the seed's, byte for byte. Returns the wheel and the changed paths."""
+    libraries stay the seed's, byte for byte, copied without being inflated."""
     with zipfile.ZipFile(seed_wheel) as seed:
         files = wheelfile.read(seed)
         changed = _series_changes(pristine, patched, _packages(files, wheelfile.dist_info(files)))
         for name in changed:
             if (patched / name).is_file():
-                files[name] = (0o644, (patched / name).read_bytes)
+                files[name] = wheelfile.Entry(0o644, (patched / name).read_bytes)
             else:
                 files.pop(name, None)
         dest = folder / wheelversion.stamped_file_name(seed_wheel.name, local)
-        wheelfile.write(dest, wheelversion.stamp_entries(files, local), source_date)
-    return dest, changed
+        sha256 = wheelfile.write(dest, wheelversion.stamp_entries(files, local), source_date)
+    return Overlaid(dest, sha256, changed)
 
 
 def _packages(names: Iterable[str], metadata: str) -> set[str]:

@@ -16,7 +16,7 @@ import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
-from sparkbake.wheels.wheelfile import Entries, dist_info, read, write
+from sparkbake.wheels.wheelfile import Entries, Entry, dist_info, read, write
 
 __all__ = ["PREFIX", "SCHEME", "local_part", "stamp", "stamp_entries", "stamped_file_name",
            "with_local"]
@@ -71,18 +71,22 @@ def stamp_entries(files: Entries, local: str) -> Entries:
     name, version = dist_info(files).removesuffix(".dist-info").rsplit("-", 1)
     old, new = f"{name}-{version}.", f"{name}-{with_local(version, local)}."
     stamped: Entries = {}
-    for path, (mode, read_bytes) in files.items():
+    for path, entry in files.items():
         renamed = new + path[len(old):] if path.startswith(old) else path
-        stamped[renamed] = (mode, _rewriter(renamed, read_bytes, local))
+        stamped[renamed] = _rewritten(renamed, entry, local)
     return stamped
 
 
-def _rewriter(path: str, read_bytes: Callable[[], bytes], local: str) -> Callable[[], bytes]:
+def _rewritten(path: str, entry: Entry, local: str) -> Entry:
+    """The entry, or a new one of its rewritten bytes (written compressed anew)."""
+    rewrite: Callable[[bytes, str], bytes]
     if path.count("/") == 1 and path.endswith(".dist-info/METADATA"):
-        return lambda: _metadata(read_bytes(), local)
-    if path.endswith("/_version.py") or path == "_version.py":
-        return lambda: _version_module(read_bytes(), local)
-    return read_bytes
+        rewrite = _metadata
+    elif path.endswith("/_version.py") or path == "_version.py":
+        rewrite = _version_module
+    else:
+        return entry
+    return Entry(entry.mode, lambda: rewrite(entry.read(), local))
 
 
 def _metadata(data: bytes, local: str) -> bytes:
