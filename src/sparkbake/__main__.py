@@ -186,6 +186,10 @@ def _signing_parsers(commands: argparse._SubParsersAction[_Parser]) -> None:
     verify.add_argument("--against", type=Path, metavar="VERSIONS_YAML",
                         help="also check the provenance against this versions.yaml's pins "
                              "and locks for the image's tag")
+    verify.add_argument("--rebuild", action="store_true",
+                        help="then build that tag from clean (each platform's image of a "
+                             "release) and require the registry's digest, bit for bit; needs "
+                             "--against")
     verify.add_argument("--json", action="store_true",
                         help="print the statements as JSON on stdout")
     for sub in (keys, verify):
@@ -346,7 +350,8 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "keys":  # these two need no versions.yaml: anyone can check
         return release_checks.keys_generate(args.path)
     if args.command == "verify-release":
-        return release_checks.verify_release(args.reference, args.key, args.against, args.json)
+        return release_checks.verify_release(args.reference, args.key, args.against,
+                                              args.json, args.rebuild)
     invocation.remember_config(args.config)  # remedies repeat the user's --config
     config = config_mod.load(args.config)
     if args.command == "registry":

@@ -271,3 +271,14 @@ def test_the_cli_generates_keys_and_refuses_publish_with_a_missing_key(
     assert main(["--config", str(path), "publish", "t"]) == 2
     assert f"signing key {tmp_path / 'nowhere.key'}: no such file" in capsys.readouterr().err
     assert main(["verify-release", "h:5000/r:t", "--key", str(tmp_path / "none.pub")]) == 2
+
+
+def test_verify_release_rebuild_without_against_is_one_line_with_exit_2(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Refused before the key is read or a registry reached: neither exists here."""
+    code = main(["verify-release", "127.0.0.1:9/r:t", "--key", str(tmp_path / "none.pub"),
+                 "--rebuild"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err == ("sparkbake: error: --rebuild builds the tag the provenance names in a "
+                   "versions.yaml: add --against VERSIONS_YAML\n")

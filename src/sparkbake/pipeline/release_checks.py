@@ -15,6 +15,7 @@ from sparkbake.console import display
 from sparkbake.errors import UsageError, VerificationError
 from sparkbake.oci import ocilayout
 from sparkbake.oci.distribution import MANIFEST_TYPES, Session
+from sparkbake.pipeline import release_rebuild
 from sparkbake.pipeline.layout import Layout
 from sparkbake.publish import push, releases
 
@@ -52,7 +53,10 @@ def split_reference(reference: str) -> tuple[str, str]:
 
 
 def verify_release(reference: str, key_path: Path, against: Path | None,
-                   as_json: bool = False) -> int:
+                   as_json: bool = False, rebuild: bool = False) -> int:
+    if rebuild and against is None:
+        raise UsageError("--rebuild builds the tag the provenance names in a versions.yaml: "
+                         "add --against VERSIONS_YAML")
     key = signing.public_key(key_path)
     repository, name = split_reference(reference)
     session = push.open_session(repository, VerificationError)
@@ -63,16 +67,27 @@ def verify_release(reference: str, key_path: Path, against: Path | None,
     with tempfile.TemporaryDirectory(prefix="sparkbake-verify.") as work:
         checked = [verification.verify(session, d, key, ocilayout.Layout(Path(work) / d[7:19]))
                    for d in _digests(session, repository, digest, key, Path(work))]
-    for one in checked:
-        for line in one.lines(key):
-            display.result(line)
-        if against is not None:
-            tag = verification.check_against(config_mod.load(against), one.provenance)
-            display.result(f"  matches {against} for {tag}: upstream, patches, locks, inputs")
+    built_as = [_shown(one, key, against) for one in checked]
+    if rebuild and against is not None:  # once every signature and statement held
+        config = config_mod.load(against)
+        for one, tag in zip(checked, built_as, strict=True):
+            release_rebuild.require_rebuilt(session, config, tag, one.digest)
     if as_json:
         print(json.dumps([{"reference": c.reference, "provenance": c.provenance,
                            "smoke": c.smoke} for c in checked], indent=2))
     return 0
+
+
+def _shown(one: verification.Verified, key: PublicKey, against: Path | None) -> str:
+    """Print what the image is made of, and that it matches against's pins; the tag its
+    provenance names."""
+    for line in one.lines(key):
+        display.result(line)
+    tag = str(one.provenance["predicate"]["buildDefinition"]["externalParameters"]["tag"])
+    if against is not None:
+        tag = verification.check_against(config_mod.load(against), one.provenance)
+        display.result(f"  matches {against} for {tag}: upstream, patches, locks, inputs")
+    return tag
 
 
 def _digests(session: Session, repository: str, digest: str, key: PublicKey,

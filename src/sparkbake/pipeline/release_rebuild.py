@@ -1,0 +1,92 @@
+"""verify-release --rebuild: a verified image built again from clean, from the versions.yaml
+its provenance was checked against, and its manifest digest compared with the registry's.
+
+The rebuild works in a scratch folder with a build/ and wheels/ of its own, so it takes
+nothing from the user's caches and leaves them as they were. It fetches the downloads again
+too, though they are checked by hash: a reused file is trusted by its stamp, unread, and the
+point is what the versions.yaml alone gives; a download costs little beside the compile that
+follows it. What any build reuses, it reuses, as `verify` does: the engine's base and
+builder images and the compile cache, each keyed by all that went into it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import replace
+
+from sparkbake.config.model import Config
+from sparkbake.console import display
+from sparkbake.console.invocation import command, remember_config
+from sparkbake.errors import VerificationError
+from sparkbake.files import scratch_dir
+from sparkbake.oci import ocilayout
+from sparkbake.oci.distribution import MANIFEST_TYPES, Session
+from sparkbake.pipeline import build
+from sparkbake.pipeline.layout import Layout
+
+__all__ = ["require_rebuilt"]
+
+
+def require_rebuilt(session: Session, config: Config, tag_name: str, digest: str) -> None:
+    """Rebuild tag_name from clean and say that it gives digest, bit for bit; else a
+    VerificationError naming the first layer that differs."""
+    remember_config(config.path)  # the remedy's `verify` runs against this versions.yaml
+    published = _registry_manifest(session, digest)
+    scratch = Layout.of(config).scratch("verify")  # beside the builds: a rebuild is large
+    with scratch_dir(scratch, f"release.{tag_name}.") as work:
+        clean = replace(config, work=work)
+        tag = clean.tag(tag_name)
+        display.notice(f"verify-release: rebuilding {tag_name} from clean in {work} "
+                       "(a full build, without the caches)")
+        image = build.image(build.Build(clean, build.fetched_plan(clean, tag), load=False))
+        if image.image.digest != digest:
+            raise _differs(config, tag_name, digest, published,
+                           ocilayout.Layout(image.layout), image.image.digest)
+    display.result(f"rebuilt {tag_name}: {digest} = the registry's (bit for bit)")
+
+
+def _registry_manifest(session: Session, digest: str) -> ocilayout.Manifest:
+    """The image manifest the registry serves for digest, checked against it."""
+    response = session.request("GET", session.url("manifests", digest),
+                               headers={"Accept": MANIFEST_TYPES})
+    if response.status_code != 200 or \
+            "sha256:" + hashlib.sha256(response.content).hexdigest() != digest:
+        raise VerificationError(f"{session.remote.host} serves no manifest of {digest} "
+                                f"(HTTP {response.status_code}, or other bytes)",
+                                "check the registry, then verify again")
+    doc = json.loads(response.content)
+    return ocilayout.Manifest(ocilayout.Descriptor.of(doc["config"]),
+                              tuple(ocilayout.Descriptor.of(layer) for layer in doc["layers"]))
+
+
+def _differs(config: Config, tag_name: str, digest: str, published: ocilayout.Manifest,
+             layout: ocilayout.Layout, rebuilt_digest: str) -> VerificationError:
+    """The error that names where the rebuild parts from the registry's image."""
+    rebuilt = layout.read_manifest(rebuilt_digest)
+    history = layout.read_json(rebuilt.config.digest)
+    index = _first_difference(published.layers, rebuilt.layers)
+    if index is None:
+        where = (f"the layers are the same, the config is not ({published.config.digest[:19]} "
+                 f"there, {rebuilt.config.digest[:19]} rebuilt)")
+    else:
+        where = (f"layer {index} ({ocilayout.made_by(history, index) or 'no history'}) is "
+                 f"{_digest_at(published.layers, index)} there, "
+                 f"{_digest_at(rebuilt.layers, index)} rebuilt")
+    return VerificationError(
+        f"rebuilt {tag_name}: {rebuilt_digest}, not the registry's {digest}: {where}",
+        f"the image was not built from what {config.path} pins, or not reproducibly: do not "
+        f"deploy it; `{command('verify', tag_name, '--against', digest)}` names the files")
+
+
+def _first_difference(published: tuple[ocilayout.Descriptor, ...],
+                      rebuilt: tuple[ocilayout.Descriptor, ...]) -> int | None:
+    """The index of the first layer whose digest differs (or that one side lacks)."""
+    for index in range(max(len(published), len(rebuilt))):
+        if _digest_at(published, index) != _digest_at(rebuilt, index):
+            return index
+    return None
+
+
+def _digest_at(layers: tuple[ocilayout.Descriptor, ...], index: int) -> str:
+    return layers[index].digest if index < len(layers) else "absent"
