@@ -62,6 +62,13 @@ def bench_incremental(session: nox.Session) -> None:
     session.run("python", "bin/bench_incremental.py", *session.posargs)
 
 
+@nox.session(name="bench-cold")
+def bench_cold(session: nox.Session) -> None:
+    """The bake from cold with 1 and 2 compress workers; writes benchmarks/cold-*."""
+    session.install(".")
+    session.run("python", "bin/bench_cold.py", *session.posargs)
+
+
 @nox.session(name="bench-cache")
 def bench_cache(session: nox.Session) -> None:
     """The compile cache and the kernel arch list; writes benchmarks/compile-cache.json."""

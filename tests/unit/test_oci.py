@@ -204,11 +204,13 @@ def test_the_docker_archive_leaves_out_the_layers_the_engine_has(tmp_path: Path)
     doc = layout.read_json(made.digest)
     base = doc["layers"][0]["digest"]
     ocilayout.write_docker_archive(layout, made, "r/x:t", tmp_path / "x.tar", frozenset({base}))
+    config = doc["config"]["digest"].split(":")[1]
+    top = doc["layers"][1]["digest"].split(":")[1]
     with tarfile.open(tmp_path / "x.tar") as tar:
         names = tar.getnames()
         index = json.loads(tar.extractfile("manifest.json").read())  # type: ignore[union-attr]
-    config = doc["config"]["digest"].split(":")[1]
-    top = doc["layers"][1]["digest"].split(":")[1]
+        carried = tar.extractfile(f"{top}.tar.gz").read()  # type: ignore[union-attr]
+    assert carried == layout.blob(doc["layers"][1]["digest"]).read_bytes()
     assert index == [{"Config": f"{config}.json", "RepoTags": ["r/x:t"],
                       "Layers": [f"{base.split(':')[1]}.tar.gz", f"{top}.tar.gz"]}]
     assert sorted(names) == sorted([f"{config}.json", f"{top}.tar.gz", "manifest.json"])

@@ -56,14 +56,57 @@ def test_a_cached_git_tree_without_its_date_is_fetched_again(tmp_path: Path) -> 
     assert upstream_tree.source_date(upstream, entry) == COMMIT_TIME
 
 
-def test_sdists_and_dirs_without_a_declared_date_get_1980(tmp_path: Path) -> None:
+def test_sdists_without_a_declared_date_get_1980_and_a_declared_date_wins(
+        tmp_path: Path) -> None:
     sdist = PypiUpstream(key="v", name="vllm", version="1", sha256="0" * 64)
-    folder = DirUpstream(key="d", path=tmp_path)
     found = upstream_tree.source_date(sdist, tmp_path)
     assert found == upstream_tree.DEFAULT_SOURCE_DATE == 315532800
-    assert upstream_tree.source_date(folder, tmp_path) == 315532800
     dated = DirUpstream(key="d", path=tmp_path, source_date_epoch=1735689600)
     assert upstream_tree.source_date(dated, tmp_path) == 1735689600
+
+
+def test_a_folder_in_git_is_dated_by_its_last_commit_not_its_file_times(tmp_path: Path) -> None:
+    git_repo(tmp_path / "repo")
+    os.utime(tmp_path / "repo" / "setup.py", (1_700_000_000, 1_700_000_000))  # a checkout's
+    folder = DirUpstream(key="d", path=tmp_path / "repo")
+    upstream_tree.fetch(folder, tmp_path / "entry", settings())
+    assert upstream_tree.source_date(folder, tmp_path / "entry") == COMMIT_TIME
+
+
+def test_a_folder_outside_git_or_changed_is_dated_by_its_newest_file(tmp_path: Path) -> None:
+    (tmp_path / "plain" / "pkg").mkdir(parents=True)
+    for name, when in (("setup.py", 1_650_000_000), ("pkg/mod.py", 1_690_000_000)):
+        (tmp_path / "plain" / name).write_text("#\n")
+        os.utime(tmp_path / "plain" / name, (when, when))
+    os.utime(tmp_path / "plain" / "pkg", (1_600_000_000, 1_600_000_000))
+    plain = DirUpstream(key="d", path=tmp_path / "plain")
+    upstream_tree.fetch(plain, tmp_path / "plain-entry", settings())
+    assert upstream_tree.source_date(plain, tmp_path / "plain-entry") == 1_690_000_000
+    git_repo(tmp_path / "repo")
+    (tmp_path / "repo" / "setup.py").write_text("# changed, not committed\n")
+    os.utime(tmp_path / "repo" / "setup.py", (1_700_000_000, 1_700_000_000))
+    changed = DirUpstream(key="d", path=tmp_path / "repo")
+    upstream_tree.fetch(changed, tmp_path / "repo-entry", settings())
+    assert upstream_tree.source_date(changed, tmp_path / "repo-entry") == 1_700_000_000
+
+
+def test_a_folder_of_old_files_is_dated_no_earlier_than_1980(tmp_path: Path) -> None:
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "setup.py").write_text("#\n")
+    for path in (tmp_path / "old" / "setup.py", tmp_path / "old"):
+        os.utime(path, (0, 0))
+    folder = DirUpstream(key="d", path=tmp_path / "old")
+    upstream_tree.fetch(folder, tmp_path / "entry", settings())
+    assert upstream_tree.source_date(folder, tmp_path / "entry") == 315532800
+
+
+def test_a_cached_folder_without_its_date_is_copied_again(tmp_path: Path) -> None:
+    git_repo(tmp_path / "repo")
+    folder = DirUpstream(key="d", path=tmp_path / "repo")
+    (tmp_path / "entry" / "tree").mkdir(parents=True)  # as an older sparkbake left it
+    upstream_tree.fetch(folder, tmp_path / "entry", settings())
+    assert (tmp_path / "entry" / "tree" / "setup.py").is_file()
+    assert upstream_tree.source_date(folder, tmp_path / "entry") == COMMIT_TIME
 
 
 def test_the_builder_gets_the_source_date_and_reproducible_build_switches(

@@ -38,7 +38,7 @@ from sparkbake.oci.docker_engine import (
     image_attrs,
     image_exists,
     image_labels,
-    load_image,
+    load_stream,
     run_container,
 )
 from sparkbake.patch.patches import PatchedTree
@@ -189,7 +189,7 @@ def bake(client: Client, plan: Plan, base: BaseImage, wheels: WheelSet, patched:
         echo(f"bake: {plan.tag.image_ref} = {baked.image.digest} (config {baked.config[:19]})")
         stored.ensure_sbom(oci, plan.tag.name, baked.image)
         if load:
-            _load(client, baked, below, work)
+            _load(client, baked, below)
     return baked
 
 
@@ -261,15 +261,15 @@ def _write(layout: ocilayout.Layout, plan: Plan, below: baselayers.Below,
     return Image(plan.tag.image_ref, image, config.digest, layout.root)
 
 
-def _load(client: Client, baked: Image, below: baselayers.Below, work: Path) -> None:
-    """docker load the image; the layers the engine has stay out of the archive: the
-    base's, and those the tag's image loaded before starts with (the cached runtime packages'
-    layers, 10 GB, are not loaded again)."""
-    archive = work / "image.tar"
+def _load(client: Client, baked: Image, below: baselayers.Below) -> None:
+    """docker load the image, streamed from build/oci (no copy of its blobs on disk); the
+    layers the engine has stay out of the archive: the base's, and those the tag's image
+    loaded before starts with (the cached runtime packages' layers are not loaded again)."""
     layout = ocilayout.Layout(baked.layout)
     omit = frozenset(layer.digest for layer in below.layers) | _loaded_before(client, baked)
-    ocilayout.write_docker_archive(layout, baked.image, baked.ref, archive, omit)
-    load_image(client, archive, error=BakeError)
+    with step("load into the engine"):
+        load_stream(client, ocilayout.docker_archive(layout, baked.image, baked.ref, omit),
+                    baked.ref, error=BakeError)
     loaded = str(client.images.get(baked.ref).id)
     if loaded != baked.config:
         raise BakeError(f"the engine loaded {baked.ref} as {loaded[:19]}, not as its config "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import subprocess
 import tarfile
 import zipfile
 from html.parser import HTMLParser
@@ -26,7 +27,7 @@ __all__ = ["DEFAULT_SOURCE_DATE", "download", "fetch", "index_url_of", "sdist_ur
 
 CHUNK = 1 << 20
 DEFAULT_SOURCE_DATE = 315532800  # 1980-01-01T00:00:00Z, the earliest time a wheel (zip) stores
-DATE_FILE = "source-date-epoch"  # beside a git tree: its commit time
+DATE_FILE = "source-date-epoch"  # beside a git or dir tree: the time its source gives
 
 
 def fetch(upstream: Upstream, entry: Path, settings: HostSettings) -> Path:
@@ -46,9 +47,9 @@ def fetch(upstream: Upstream, entry: Path, settings: HostSettings) -> Path:
 
 
 def is_fetched(upstream: Upstream, entry: Path) -> bool:
-    """Is the fetch stage's entry complete? A git tree needs its commit time beside it (the
-    source date). The stage skips it, and `plan` says cached, on this one test."""
-    return (entry / "tree").is_dir() and (not isinstance(upstream, GitUpstream)
+    """Is the fetch stage's entry complete? A git or dir tree needs its source's time beside
+    it (the source date). The stage skips it, and `plan` says cached, on this one test."""
+    return (entry / "tree").is_dir() and (isinstance(upstream, PypiUpstream)
                                           or (entry / DATE_FILE).is_file())
 
 
@@ -58,6 +59,29 @@ def _copy_dir(upstream: DirUpstream, dest: Path) -> None:
                           "fix 'dir:' in versions.yaml")
     shutil.copytree(upstream.path, dest, symlinks=True,
                     ignore=shutil.ignore_patterns(".git", "__pycache__", "build", "*.egg-info"))
+    (dest.parent / DATE_FILE).write_text(f"{_dir_date(upstream.path, dest)}\n")
+
+
+def _dir_date(source: Path, copied: Path) -> int:
+    """A folder's time: the last commit that touched it when git tracks it and it has no
+    change beside (a clone's file times are the checkout's, not the source's); else the
+    newest file time of what was copied. Never before DEFAULT_SOURCE_DATE (zip's floor)."""
+    committed = _commit_time(source)
+    newest = committed if committed is not None else max(
+        (int(p.lstat().st_mtime) for p in copied.rglob("*")), default=0)
+    return max(newest, DEFAULT_SOURCE_DATE)
+
+
+def _commit_time(folder: Path) -> int | None:
+    """The commit time of folder's last change, if git tracks it unchanged; else None."""
+    def git(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["git", "-C", str(folder), *args], capture_output=True,
+                              text=True, check=False)
+    changes = git("status", "--porcelain", "--", ".")
+    stamp = git("log", "-1", "--format=%ct", "--", ".")
+    if changes.returncode or stamp.returncode or changes.stdout or not stamp.stdout.strip():
+        return None
+    return int(stamp.stdout)
 
 
 def _fetch_git(upstream: GitUpstream, dest: Path) -> None:
@@ -80,12 +104,12 @@ def _fetch_git(upstream: GitUpstream, dest: Path) -> None:
 
 def source_date(upstream: Upstream, entry: Path) -> int:
     """The tag's SOURCE_DATE_EPOCH: declared in versions.yaml, else a git pin's commit time
-    (recorded by fetch in entry), else DEFAULT_SOURCE_DATE."""
+    or a folder's time (recorded by fetch in entry), else DEFAULT_SOURCE_DATE."""
     if upstream.source_date_epoch is not None:
         return upstream.source_date_epoch
-    if isinstance(upstream, GitUpstream):
-        return int((entry / DATE_FILE).read_text())
-    return DEFAULT_SOURCE_DATE
+    if isinstance(upstream, PypiUpstream):
+        return DEFAULT_SOURCE_DATE
+    return int((entry / DATE_FILE).read_text())
 
 
 class _Links(HTMLParser):

@@ -20,7 +20,9 @@ __all__ = ["BLOCK", "FORMAT", "BlockGzip"]
 
 BLOCK = 1 << 20  # bytes of input per block
 WINDOW = 1 << 15  # deflate's dictionary: the 32 KiB before a block
-LEVEL = 6
+# level 1: on the CUDA and torch libraries that are most of an image it deflates 2.5 times as
+# fast as level 6 for 2-3 % more bytes (Python sources: 30 % more, but they are small)
+LEVEL = 1
 FORMAT = f"gzip-{LEVEL}-blocks-{BLOCK}"  # part of every key whose blob this writes
 HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"  # deflate, no name, mtime 0, OS unknown
 

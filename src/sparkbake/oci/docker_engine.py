@@ -10,10 +10,10 @@ import socket
 import tarfile
 import threading
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import IO, Any
 
 import docker
 import docker.errors
@@ -35,6 +35,7 @@ __all__ = [
     "image_exists",
     "image_labels",
     "load_image",
+    "load_stream",
     "run_container",
     "run_label",
     "started_container",
@@ -213,14 +214,22 @@ def _copy_out(box: Any, path: str, tar: Path) -> None:
 
 def load_image(client: Client, archive: Path, *, error: type[FatalError]) -> None:
     """`docker load` a docker-archive tar file; errors reported in its stream are raised."""
+    with archive.open("rb") as data:
+        load_stream(client, data, archive.name, error=error)
+
+
+def load_stream(client: Client, archive: IO[bytes] | Iterable[bytes], what: str, *,
+                error: type[FatalError]) -> None:
+    """`docker load` a docker-archive tar given as a file or as chunks; errors reported in
+    its stream are raised."""
     try:
-        with archive.open("rb") as data:
-            for _, message in stream_errors(client.api.load_image(data, quiet=True)):
-                if message:
-                    raise error(f"docker load of {archive.name} failed: {message.strip()}",
-                                "check the Docker engine and its free disk space")
-    except docker.errors.APIError as exc:
-        raise error(f"docker load of {archive.name} failed: {exc.explanation or exc}",
+        for _, message in stream_errors(client.api.load_image(archive, quiet=True)):
+            if message:
+                raise error(f"docker load of {what} failed: {message.strip()}",
+                            "check the Docker engine and its free disk space")
+    except (docker.errors.APIError, requests.RequestException) as exc:
+        explained = exc.explanation if isinstance(exc, docker.errors.APIError) else None
+        raise error(f"docker load of {what} failed: {explained or exc}",
                     "check the Docker engine and its free disk space") from exc
 
 

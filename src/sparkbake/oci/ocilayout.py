@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
-import io
 import json
 import os
 import shutil
@@ -30,8 +29,8 @@ from sparkbake.files import atomic_write
 from sparkbake.oci.layers import MEDIA_TYPE as LAYER_TYPE
 
 __all__ = ["CONFIG_TYPE", "FORMAT", "INDEX_TYPE", "LAYER_TYPE", "MANIFEST_TYPE", "REF_NAME",
-           "ConfigChange", "Descriptor", "Layout", "Manifest", "canonical", "image_config",
-           "made_by", "manifest", "rfc3339", "write_docker_archive"]
+           "ConfigChange", "Descriptor", "Layout", "Manifest", "canonical", "docker_archive",
+           "image_config", "made_by", "manifest", "rfc3339", "write_docker_archive"]
 
 FORMAT = 3  # raise when the bake writes other bytes for the same inputs
 MANIFEST_TYPE = "application/vnd.oci.image.manifest.v1+json"
@@ -43,6 +42,7 @@ RUNTIME_KEYS = ("User", "ExposedPorts", "Env", "Entrypoint", "Cmd", "Volumes", "
                 "Labels", "StopSignal", "Healthcheck", "Shell")
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 STAMPS = ".verified"  # the blobs' stamps (trust), beside blobs/: no OCI tool reads it
+CHUNK = 1 << 20  # bytes read at a time from a blob
 
 
 @dataclass(frozen=True)
@@ -264,22 +264,45 @@ def manifest(config: Descriptor, layers: list[Descriptor]) -> dict[str, Any]:
 
 def write_docker_archive(layout: Layout, image: Descriptor, ref: str, dest: Path,
                          omit: frozenset[str] = frozenset()) -> None:
-    """The docker-archive tar of an image for `docker load`, tagged ref. Layers in omit (by
-    blob digest) are named in it but left out: the engine has them (the base's layers)."""
+    """docker_archive written into dest."""
+    with dest.open("wb") as out:
+        for chunk in docker_archive(layout, image, ref, omit):
+            out.write(chunk)
+
+
+def docker_archive(layout: Layout, image: Descriptor, ref: str,
+                   omit: frozenset[str] = frozenset()) -> Iterator[bytes]:
+    """The docker-archive tar of an image for `docker load`, tagged ref, as chunks (streamed
+    into the engine: no copy of the blobs on disk). Layers in omit (by blob digest) are
+    named in it but left out: the engine has them (the base's layers)."""
     image_manifest = layout.read_manifest(image.digest)
     config = image_manifest.config.digest
     names = [f"{layer.digest.split(':')[1]}.tar.gz" for layer in image_manifest.layers]
     config_name = f"{config.split(':')[1]}.json"
+    yield from _tar_member(config_name, layout.blob(config))
+    for layer, name in zip(image_manifest.layers, names, strict=True):
+        if layer.digest not in omit:
+            yield from _tar_member(name, layout.blob(layer.digest))
     index = [{"Config": config_name, "RepoTags": [ref], "Layers": names}]
-    with tarfile.open(dest, "w") as tar:
-        tar.add(layout.blob(config), arcname=config_name)
-        for layer, name in zip(image_manifest.layers, names, strict=True):
-            if layer.digest not in omit:
-                tar.add(layout.blob(layer.digest), arcname=name)
-        data = json.dumps(index).encode()
-        info = tarfile.TarInfo("manifest.json")
-        info.size = len(data)
-        tar.addfile(info, io.BytesIO(data))
+    yield from _tar_bytes("manifest.json", json.dumps(index).encode())
+    yield bytes(2 * tarfile.BLOCKSIZE)  # the end of the archive
+
+
+def _tar_member(name: str, path: Path) -> Iterator[bytes]:
+    info = tarfile.TarInfo(name)
+    info.size, info.mode = path.stat().st_size, 0o644
+    yield info.tobuf(format=tarfile.PAX_FORMAT)
+    with path.open("rb") as data:
+        while chunk := data.read(CHUNK):
+            yield chunk
+    yield bytes(-info.size % tarfile.BLOCKSIZE)
+
+
+def _tar_bytes(name: str, data: bytes) -> Iterator[bytes]:
+    info = tarfile.TarInfo(name)
+    info.size, info.mode = len(data), 0o644
+    yield info.tobuf(format=tarfile.PAX_FORMAT)
+    yield data + bytes(-len(data) % tarfile.BLOCKSIZE)
 
 
 def made_by(config: dict[str, Any], index: int) -> str:
