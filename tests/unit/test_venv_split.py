@@ -32,7 +32,8 @@ def dist(root: Path, info: str, files: dict[str, bytes]) -> None:
     a script) and a RECORD listing them and its own dist-info."""
     for name, data in files.items():
         write(root, _image_path(name), data)
-    write(root, f"{SITE}/{info}/METADATA", b"Metadata-Version: 2.1\n")
+    name = info.split("-")[0]
+    write(root, f"{SITE}/{info}/METADATA", f"Metadata-Version: 2.1\nName: {name}\n".encode())
     rows = [*files, f"{info}/METADATA", f"{info}/RECORD"]
     write(root, f"{SITE}/{info}/RECORD", "".join(f"{r},,\n" for r in rows).encode())
 

@@ -1,14 +1,15 @@
 """bake: the runtime image of a tag, written layer by layer by sparkbake, reproducibly.
 
 The image is the runtime base's layers (exported from the engine once, compressed once per
-host) and four layers made here, by rate of change: /opt/venv split in three (the runtime
-packages, the upstream's compiled libraries, the rest of the upstream's files: see
-`venvlayers`, each blob kept by its key in build/layers) and /opt/sparkbake (manifest.json
-and the files images/runtime.json lists). Layers, config and manifest carry the source
-date as their only time (`layers`, `oci`), so the same inputs give the same digest. They go
-into build/oci, an OCI image layout, and the image is loaded into the engine as
-`<repository>:<tag>` for smoke and publish, and the image's SBOM (attest.sbom, made from
-its layers) goes beside it as `<tag>.sbom`. `bake` is the one entry point.
+host) and the layers made here, by rate of change: /opt/venv split by file (the runtime
+packages in a layer per group of packages that move together, the upstream's compiled
+libraries, the rest of the upstream's files: see `venvlayers`, each blob kept by its key in
+build/layers) and /opt/sparkbake (manifest.json and the files images/runtime.json lists).
+Layers, config and manifest carry the source date as their only time (`layers`, `oci`), so
+the same inputs give the same digest. They go into build/oci, an OCI image layout, and the
+image is loaded into the engine as `<repository>:<tag>` for smoke and publish, and the
+image's SBOM (attest.sbom, made from its layers) goes beside it as `<tag>.sbom`. `bake` is
+the one entry point.
 """
 
 from __future__ import annotations
@@ -161,10 +162,11 @@ def is_current(client: Client, plan: Plan, layout: Layout, wheels: str | None) -
 
 def bake(client: Client, plan: Plan, base: BaseImage, wheels: WheelSet, patched: PatchedTree,
          layout: Layout, *, source_date: int, cache: Path, load: bool = True,
-         runtime_wheels: Path | None = None, log: Path) -> Image:
+         runtime_wheels: Path | None = None, runtime_lock: Path | None = None,
+         log: Path) -> Image:
     """Write the tag's image into build/oci and (load) into the engine as `<repository>:<tag>`,
     unless the engine has it from these inputs. cache holds the base layers, per host;
-    runtime_wheels the wheelhouse of the tag's runtime lock, if it has one."""
+    runtime_wheels the wheelhouse of the tag's runtime lock runtime_lock, if it has one."""
     content = wheels_content(wheels.report)
     current = find(layout, plan) if load and is_current(client, plan, layout, content) else None
     if current is not None:
@@ -176,8 +178,9 @@ def bake(client: Client, plan: Plan, base: BaseImage, wheels: WheelSet, patched:
             scratch_dir(layout.scratch("contexts"), "bake.") as work:
         runtime = _with_python(client, base, layout)
         below = baselayers.ensure(client, runtime, ocilayout.Layout(cache / "layers"), oci, work)
-        venv = venvlayers.bake(client, runtime, _upstream(plan, wheels, runtime_wheels, patched),
-                               LayerCache(layout.layers, oci), work, source_date, log)
+        upstream = _upstream(plan, wheels, runtime_wheels, runtime_lock, patched)
+        venv = venvlayers.bake(client, runtime, upstream, LayerCache(layout.layers, oci), work,
+                               source_date, log)
         recorded = manifest(plan, base, wheels, patched, source_date, venv.cuda_home)
         files = _files_layer(recorded, work, source_date)
         added = [*venv.added, (files, "sparkbake: /opt/sparkbake")]
@@ -217,13 +220,13 @@ def _with_python(client: Client, base: BaseImage, layout: Layout) -> BaseImage:
     return BaseImage(base.name, ref, str(client.images.get(ref).id))
 
 
-def _upstream(plan: Plan, built: WheelSet, house: Path | None,
+def _upstream(plan: Plan, built: WheelSet, house: Path | None, lock: Path | None,
               patched: PatchedTree) -> venvlayers.Upstream:
     """What goes into /opt/venv: the tag's wheels (and the runtime wheelhouse's, with what
     the tag asks for by name)."""
     asked = tuple(a.name for a in requirements.asked(plan.tag, patched.path)) if house else ()
     return venvlayers.Upstream(plan.tag.image_ref, plan.tag.platform, built.folder,
-                               tuple(_names(built)), house, asked, plan.kernel_key,
+                               tuple(_names(built)), house, lock, asked, plan.kernel_key,
                                patched.tree_hash)
 
 
@@ -261,7 +264,7 @@ def _write(layout: ocilayout.Layout, plan: Plan, below: baselayers.Below,
 def _load(client: Client, baked: Image, below: baselayers.Below) -> None:
     """docker load the image, streamed from build/oci (no copy of its blobs on disk); the
     layers the engine has stay out of the archive: the base's, and those the tag's image
-    loaded before starts with (a cached runtime packages' layer is not loaded again)."""
+    loaded before starts with (the cached runtime packages' layers are not loaded again)."""
     layout = ocilayout.Layout(baked.layout)
     omit = frozenset(layer.digest for layer in below.layers) | _loaded_before(client, baked)
     with step("load into the engine"):

@@ -1,17 +1,22 @@
-"""/opt/venv as three layers by rate of change, each kept by its key (layercache).
+"""/opt/venv as layers by rate of change, each kept by its key (layercache).
 
-- runtime packages: the venv skeleton, the runtime lock's packages, the CUDA toolkit link;
-  keyed by what installs them (the base, the lock's wheels, the asked names, the upstream's
-  requirements, the platform, the source date, the host's pip and Python, the formats).
-  When it is cached, pip installs only the tag's wheels, without their dependencies: the
-  10 GB of a vLLM image are neither installed, tarred nor compressed again.
+- runtime packages: the venv skeleton, the runtime lock's packages, the CUDA toolkit link,
+  in a layer per group of packages that move together (venvgroups: torch and CUDA, the JIT
+  kernels and toolchain, the rest with the skeleton and the link). Each is keyed by what
+  installs it (the base, the skeleton, the asked names, the upstream's requirements, the
+  platform, the source date, the host's pip and Python, the formats) and its own packages'
+  lock lines and wheels, so a lock change that moves one group's package re-bakes that
+  group alone. When every group is cached, pip installs only the tag's wheels, without
+  their dependencies: the 10 GB of a vLLM image are neither installed, tarred nor
+  compressed again; when one misses, all are installed and the missed ones written.
 - the upstream's compiled libraries, and the rest of its files (Python, bytecode,
   dist-info, scripts): each keyed by its content (layercache.content_key), so a patch that
   changes only Python leaves the libraries' blob as it was.
 
 A bake from the cache gives the bytes a clean one gives: the split (venvsplit) makes the
-runtime part independent of the upstream's files, and pip lays out a wheel's files the same
-way with or without its dependencies beside it.
+runtime part independent of the upstream's files, a group's files are those its packages'
+RECORDs list, and pip lays out a wheel's files the same way with or without its
+dependencies beside it.
 """
 
 from __future__ import annotations
@@ -23,19 +28,22 @@ from dataclasses import dataclass
 from email.parser import Parser
 from importlib.metadata import version
 from pathlib import Path
+from typing import Any
+
+from packaging.utils import parse_wheel_filename
 
 from sparkbake import resources
-from sparkbake.bake import venv, venvsplit
+from sparkbake.bake import venv, venvgroups, venvsplit
 from sparkbake.bake.bases import BaseImage
 from sparkbake.bake.layercache import FORMAT, LayerCache, content_key
 from sparkbake.console.tools import echo
-from sparkbake.hashing import data_hash
+from sparkbake.lock import lockfiles
 from sparkbake.oci import layers, ocilayout
 from sparkbake.oci.docker_engine import Client
 
-__all__ = ["FORMAT_VENV", "Upstream", "VenvLayers", "bake", "runtime_key"]
+__all__ = ["FORMAT_VENV", "Upstream", "VenvLayers", "bake", "runtime_keys"]
 
-FORMAT_VENV = 1  # raise when venv.py or venvsplit.py put other files into a part
+FORMAT_VENV = 2  # raise when venv.py, venvsplit.py or venvgroups.py put other files into a part
 
 
 @dataclass(frozen=True)
@@ -47,6 +55,7 @@ class Upstream:
     wheels: Path  # the tag's built wheels
     names: tuple[str, ...]  # their distributions
     house: Path | None  # the runtime lock's wheelhouse
+    lock: Path | None  # the runtime lock
     asked: tuple[str, ...]  # what the tag asks for by name
     kernel_key: str  # what the compiled libraries were built from
     tree_hash: str  # the patched tree the rest comes from
@@ -59,36 +68,35 @@ class VenvLayers:
     cached: tuple[str, ...]  # the parts taken from the cache
 
 
-def runtime_key(client: Client, runtime: BaseImage, upstream: Upstream,
-                source_date: int) -> str:
-    """What the runtime packages' layer is made of, without installing anything."""
-    return data_hash({
+def runtime_keys(client: Client, runtime: BaseImage, upstream: Upstream,
+                 source_date: int) -> dict[str, str]:
+    """The key of each runtime group's layer, by group name, without installing anything."""
+    common = {
         "format": [FORMAT_VENV, FORMAT, ocilayout.FORMAT, layers.COMPRESSION],
         "base": str(client.images.get(runtime.ref).id),
         "skeleton": resources.digest(venv.SKELETON), "platform": upstream.platform,
         "source_date": source_date, "asked": sorted(upstream.asked),
-        "wheelhouse": _wheelhouse(upstream.house),
         "requires": _requires(upstream.wheels),
         # pip lays out the files; this host's Python compiles the bytecode
         "host": [version("pip"), list(sys.version_info[:2])],
-    })
+    }
+    return venvgroups.keys(common, _pinned(upstream))
 
 
 def bake(client: Client, runtime: BaseImage, upstream: Upstream, cache: LayerCache,
          work: Path, source_date: int, log: Path) -> VenvLayers:
-    """The three layers of /opt/venv, from the cache where their keys are there."""
-    key = runtime_key(client, runtime, upstream, source_date)
-    cached = cache.get("runtime", key)
-    installed = _install(client, runtime, upstream, cached[1]["python"] if cached else None,
+    """The layers of /opt/venv, from the cache where their keys are there."""
+    keys = runtime_keys(client, runtime, upstream, source_date)
+    cached = {name: cache.get(_part(name), key) for name, key in keys.items()}
+    # every group cached: the rest's record says the image's Python and CUDA_HOME
+    recorded = cached[venvgroups.REST.name] if None not in cached.values() else None
+    installed = _install(client, runtime, upstream, recorded[1]["python"] if recorded else None,
                          work, source_date, log)
     parts = venvsplit.split(installed.root, installed.python, upstream.names)
-    if cached is None:
-        about = {"python": installed.python, "cuda_home": installed.cuda_home}
-        bottom = cache.put("runtime", key, layers.from_paths(
-            installed.root, parts.runtime, work / "runtime.tar.gz", source_date), about)
-    else:
-        bottom, about = cached
-    made = [_Made("runtime", bottom, cached is not None, _runtime_what(upstream))]
+    about = recorded[1] if recorded else {"python": installed.python,
+                                          "cuda_home": installed.cuda_home}
+    made = _runtime_layers(installed, parts.runtime, upstream, cache, keys, cached, about,
+                           work, source_date)
     for part, paths in (("kernels", parts.kernels), ("python", parts.python)):
         content = content_key(installed.root, paths, source_date)
         layer, was_cached = cache.layer(part, content, functools.partial(
@@ -109,14 +117,38 @@ class _Made:
     what: str  # the history line
 
 
+def _runtime_layers(installed: venv.Installed, runtime: tuple[str, ...], upstream: Upstream,
+                    cache: LayerCache, keys: dict[str, str],
+                    cached: dict[str, tuple[layers.Layer, dict[str, Any]] | None],
+                    about: dict[str, Any], work: Path, source_date: int) -> list[_Made]:
+    """A layer per runtime group, bottom first: the cached ones as they are, the others
+    written from the installed venv (all of it is there when one misses)."""
+    groups = tuple(g for g in venvgroups.GROUPS if g.name in keys)
+    paths = {} if None not in cached.values() else venvgroups.split(
+        installed.root, installed.python, runtime, groups)
+    made = []
+    for group in groups:
+        part, found = _part(group.name), cached[group.name]
+        layer = found[0] if found else cache.put(part, keys[group.name], layers.from_paths(
+            installed.root, paths[group.name], work / f"{part}.tar.gz", source_date), about)
+        made.append(_Made(part, layer, found is not None, _runtime_what(upstream, group)))
+    return made
+
+
+def _part(group: str) -> str:
+    """A runtime group's name as a layer part: its cache records' and console lines'."""
+    return f"runtime-{group}"
+
+
 def _install(client: Client, runtime: BaseImage, upstream: Upstream,
              cached_python: str | None, work: Path, source_date: int,
              log: Path) -> venv.Installed:
-    """Everything into the venv; or, when the runtime packages' layer is cached (its record
+    """Everything into the venv; or, when every runtime group's layer is cached (the rest's record
     says the image's Python), the tag's wheels alone."""
     names = list(upstream.names)
     if cached_python is not None:
-        echo(f"bake: runtime packages cached: installing {' '.join(names)} alone")
+        echo(f"bake: runtime packages cached (every group): installing {' '.join(names)} "
+             "alone")
         return venv.install_only(upstream.image, upstream.platform, cached_python,
                                  [upstream.wheels], names, work, source_date, log)
     dirs = [upstream.wheels] if upstream.house is None else [upstream.wheels, upstream.house]
@@ -124,9 +156,9 @@ def _install(client: Client, runtime: BaseImage, upstream: Upstream,
                         work, source_date, log, upstream.asked)
 
 
-def _runtime_what(upstream: Upstream) -> str:
+def _runtime_what(upstream: Upstream, group: venvgroups.Group) -> str:
     lock = f"runtime lock {upstream.house.name}" if upstream.house else "no runtime lock"
-    return f"sparkbake: {venv.VENV}: runtime packages ({lock})"
+    return f"sparkbake: {venv.VENV}: runtime packages: {group.title} ({lock})"
 
 
 def _upstream_what(upstream: Upstream, part: str) -> str:
@@ -137,12 +169,16 @@ def _upstream_what(upstream: Upstream, part: str) -> str:
     return f"sparkbake: {venv.VENV}: {names} Python (patched tree {upstream.tree_hash[:12]})"
 
 
-def _wheelhouse(house: Path | None) -> list[str]:
-    """The wheelhouse's folder (the lock's hash) and its wheels' names (their hashes were
-    checked against the lock at download)."""
-    if house is None:
-        return []
-    return [house.name, *sorted(p.name for p in house.glob("*.whl"))]
+def _pinned(upstream: Upstream) -> dict[str, list[str]]:
+    """The runtime lock's packages by canonical name: each one's lock line and the names of
+    its wheels in the wheelhouse (their hashes were checked against the lock at download)."""
+    if upstream.lock is None or upstream.house is None:
+        return {}
+    pinned = {name: [line] for name, line in lockfiles.packages(upstream.lock).items()}
+    for wheel in sorted(upstream.house.glob("*.whl")):
+        name = str(parse_wheel_filename(wheel.name)[0])
+        pinned.setdefault(name, []).append(wheel.name)
+    return pinned
 
 
 def _requires(folder: Path) -> list[str]:

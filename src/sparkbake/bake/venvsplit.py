@@ -10,18 +10,18 @@ runtime part's, so that part is the same whatever the upstream holds. Pure file 
 
 from __future__ import annotations
 
-import csv
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
+from importlib import metadata
+from pathlib import Path, PurePosixPath
 
 from packaging.utils import canonicalize_name
 
 from sparkbake.bake.elfcheck import machine_of
 from sparkbake.bake.venv import DATA_DIRS, VENV, site_packages
 
-__all__ = ["Split", "split", "upstream_files"]
+__all__ = ["Split", "recorded_files", "split", "upstream_files"]
 
 
 @dataclass(frozen=True)
@@ -44,29 +44,36 @@ def split(root: Path, python: str, upstream: Iterable[str]) -> Split:
 def upstream_files(root: Path, python: str, names: set[str]) -> set[str]:
     """The files under root that the RECORDs of the named distributions list, with the
     bytecode of those that are sources (compiled after pip, so in no RECORD)."""
+    owned = recorded_files(root, python)
+    return {path for path, owners in owned.items() if owners & names}
+
+
+def recorded_files(root: Path, python: str) -> dict[str, frozenset[str]]:
+    """Each file under root that a RECORD lists, and bytecode of a listed source, with the
+    canonical names of the distributions that list it (or its source)."""
     venv = root / VENV.lstrip("/")
     packages = site_packages(venv, python)
-    listed: set[str] = set()
-    for record in sorted(packages.glob("*.dist-info/RECORD")):
-        if _dist_name(record.parent) in names:
-            listed.update(_record_paths(record, packages, venv, root))
-    listed = {name for name in listed if (root / name).is_file() or (root / name).is_symlink()}
-    return listed | {name for name in _bytecode(packages, root) if _source_of(name) in listed}
+    owners: dict[str, set[str]] = {}
+    for dist in metadata.distributions(path=[str(packages)]):
+        name = str(canonicalize_name(dist.metadata["Name"]))
+        for listed in _record_paths(dist.files or [], packages, venv, root):
+            owners.setdefault(listed, set()).add(name)
+    found = {path: frozenset(names) for path, names in owners.items()
+             if (root / path).is_file() or (root / path).is_symlink()}
+    for pyc in _bytecode(packages, root):
+        source = found.get(_source_of(pyc))
+        if source is not None:
+            found[pyc] = source
+    return found
 
 
-def _dist_name(info: Path) -> str:
-    return str(canonicalize_name(info.name.split("-")[0]))
-
-
-def _record_paths(record: Path, packages: Path, venv: Path, root: Path) -> list[str]:
+def _record_paths(listed: Iterable[PurePosixPath], packages: Path, venv: Path,
+                  root: Path) -> list[str]:
     """A RECORD's paths, relative to root: site-packages' files, and the scripts and data
     pip --target wrote beside them that the bake moved into the venv (`bin/`, `share/`)."""
     found = []
-    for row in csv.reader(record.read_text(encoding="utf-8").splitlines()):
-        if not row or not row[0]:
-            continue
-        first = row[0].split("/", 1)[0]
-        where = venv / row[0] if first in DATA_DIRS else packages / row[0]
+    for path in listed:
+        where = venv / path if path.parts[0] in DATA_DIRS else packages / path
         relative = os.path.relpath(where, root)
         if not relative.startswith(".."):  # a path out of the image's root is none of ours
             found.append(Path(relative).as_posix())

@@ -10,10 +10,14 @@ images/builder-requirements-torch.txt: a toolchain of the CUDA release torch is 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from sparkbake import resources
 from sparkbake.config.settings import HostSettings
@@ -27,11 +31,12 @@ from sparkbake.hashing import file_sha256
 from sparkbake.lock import requirements
 
 __all__ = ["ARCHES", "compile_requirements", "lock_path", "locked", "make_missing",
-           "require_lock", "require_runtime_lock", "resolve", "runtime_lock_path"]
+           "packages", "require_lock", "require_runtime_lock", "resolve", "runtime_lock_path"]
 
 ARCHES = {"linux/amd64": "x86_64", "linux/arm64": "aarch64"}  # platform -> machine
 TOOLCHAIN = "builder-requirements.txt"
 TORCH_TOOLCHAIN = "builder-requirements-torch.txt"
+HASH_OPTION = re.compile(r"--hash=(\S+)")
 
 
 def lock_path(config: Config, tag: Tag) -> Path:
@@ -84,6 +89,19 @@ def runtime_lock_path(config: Config, tag: Tag) -> Path | None:
         return None
     name = f"{tag.runtime.name}.{tag.upstream.key}.{_arch(tag)}.txt"
     return config.root / "locks" / "runtime" / name
+
+
+def packages(lock: Path) -> dict[str, str]:
+    """A lock's packages by canonical name, each as one line: its requirement
+    (`name==version`) and its hashes, sorted."""
+    found = {}
+    for line in lock.read_text().replace("\\\n", " ").splitlines():
+        wanted = line.split("--hash=", 1)[0].strip()
+        if not wanted or wanted.startswith(("#", "-")):
+            continue
+        name = str(canonicalize_name(Requirement(wanted).name))
+        found[name] = " ".join([wanted, *sorted(HASH_OPTION.findall(line))])
+    return found
 
 
 def require_runtime_lock(config: Config, tag: Tag, tree: Path) -> Path | None:

@@ -113,7 +113,8 @@ def bake(build: Build, client: Client, source: Source, patched: PatchedTree,
         house = wheelhouse.ensure(runtime_lock, tag, build.layout) if runtime_lock else None
         return imagebake.bake(client, build.plan, runtime_base, built, patched, build.layout,
                               source_date=source.source_date, cache=build.settings.cache_dir,
-                              load=build.load, runtime_wheels=house, log=build.log(Stage.BAKE))
+                              load=build.load, runtime_wheels=house, runtime_lock=runtime_lock,
+                              log=build.log(Stage.BAKE))
 
 
 def with_sources_lock(build: Build, tree: PatchedTree) -> Build:
