@@ -6,6 +6,7 @@ from the cache gives the layers a clean bake gives."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -101,9 +102,13 @@ def digests(baked: venvlayers.VenvLayers) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def bakes(docker_client: docker_engine.Client, runtime_base: BaseImage, downloads: Path,
-          tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, venvlayers.VenvLayers]]:
-    baker = Baker(docker_client, runtime_base, downloads, tmp_path_factory.mktemp("groups"))
+def baker(docker_client: docker_engine.Client, runtime_base: BaseImage, downloads: Path,
+          tmp_path_factory: pytest.TempPathFactory) -> Baker:
+    return Baker(docker_client, runtime_base, downloads, tmp_path_factory.mktemp("groups"))
+
+
+@pytest.fixture(scope="module")
+def bakes(baker: Baker) -> Iterator[dict[str, venvlayers.VenvLayers]]:
     before, after = ((*LOCKED, moved) for moved in MOVED)
     yield {"cold": baker.bake(before, "cache"), "moved": baker.bake(after, "cache"),
            "again": baker.bake(after, "cache"), "clean": baker.bake(after, "clean")}
@@ -134,3 +139,20 @@ def test_a_bake_from_the_cache_gives_the_layers_of_a_clean_bake(
     assert bakes["clean"].cached == ()
     assert digests(bakes["again"]) == digests(bakes["clean"])  # every group cached: fast path
     assert bakes["again"].cached == (*RUNTIME, "kernels", "python")
+
+
+def test_a_cached_group_holding_other_packages_than_the_install_is_written_again(
+        baker: Baker, bakes: dict[str, venvlayers.VenvLayers]) -> None:
+    """A lock change in one group may make the install take a package of the lock into
+    another group (its lock lines alike): that group's cached layer is not taken then."""
+    records = baker.folder / "cache" / "layers"
+    for record in records.glob("runtime-jit-*.json"):
+        record.unlink()  # the JIT group misses: everything is installed
+    for record in records.glob("runtime-torch-*.json"):
+        doc = json.loads(record.read_text())
+        assert doc["about"]["distributions"] == ["nvidia-nvtx==13.0.85"]
+        doc["about"]["distributions"] = ["nvidia-nvtx==13.0.85", "taken-since==1"]
+        record.write_text(json.dumps(doc))
+    rebaked = baker.bake((*LOCKED, MOVED[1]), "cache")
+    assert rebaked.cached == ("runtime-rest", "kernels", "python")
+    assert digests(rebaked) == digests(bakes["clean"])

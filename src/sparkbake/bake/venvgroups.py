@@ -27,7 +27,8 @@ from packaging.utils import canonicalize_name
 from sparkbake.bake import venvsplit
 from sparkbake.hashing import data_hash
 
-__all__ = ["GROUPS", "REST", "Group", "group_of", "keys", "present", "split"]
+__all__ = ["GROUPS", "REST", "Group", "distributions", "group_of", "keys", "present",
+           "split"]
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,19 @@ def split(root: Path, python: str, runtime: Iterable[str],
              for depth in range(1, name.count("/") + 1)}
     parts[REST.name] += [name for name in folders if name not in above]
     return {name: tuple(sorted(paths)) for name, paths in parts.items()}
+
+
+def distributions(root: Path, python: str, groups: tuple[Group, ...],
+                  upstream: Iterable[str]) -> dict[str, list[str]]:
+    """The installed distributions (`name==version`) of each group's layer, by group name,
+    the upstream's left out (their own layers): what a group's layer holds, recorded with it
+    and checked when another group's layer misses."""
+    held: dict[str, list[str]] = {group.name: [] for group in groups}
+    leave = {str(canonicalize_name(name)) for name in upstream}
+    for name, version in venvsplit.installed(root, python).items():
+        if name not in leave:
+            held[_layer_of(frozenset({name}), groups).name].append(f"{name}=={version}")
+    return {name: sorted(found) for name, found in held.items()}
 
 
 def _layer_of(owners: frozenset[str], groups: tuple[Group, ...]) -> Group:

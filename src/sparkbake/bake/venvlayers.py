@@ -36,7 +36,7 @@ from sparkbake import resources
 from sparkbake.bake import venv, venvgroups, venvsplit
 from sparkbake.bake.bases import BaseImage
 from sparkbake.bake.layercache import FORMAT, LayerCache, content_key
-from sparkbake.console.tools import echo
+from sparkbake.console.tools import echo, step
 from sparkbake.lock import lockfiles
 from sparkbake.oci import layers, ocilayout
 from sparkbake.oci.docker_engine import Client
@@ -99,9 +99,10 @@ def bake(client: Client, runtime: BaseImage, upstream: Upstream, cache: LayerCac
                            work, source_date)
     for part, paths in (("kernels", parts.kernels), ("python", parts.python)):
         content = content_key(installed.root, paths, source_date)
+        what = _upstream_what(upstream, part)
         layer, was_cached = cache.layer(part, content, functools.partial(
-            layers.from_paths, installed.root, paths, work / f"{part}.tar.gz", source_date))
-        made.append(_Made(part, layer, was_cached, _upstream_what(upstream, part)))
+            _written, what, installed.root, paths, work / f"{part}.tar.gz", source_date))
+        made.append(_Made(part, layer, was_cached, what))
     for one in made:
         echo(f"bake: {venv.VENV} layer {one.part}: {'cached' if one.cached else 'written'} "
              f"{one.layer.digest[:19]} ({one.layer.size} bytes)")
@@ -124,15 +125,33 @@ def _runtime_layers(installed: venv.Installed, runtime: tuple[str, ...], upstrea
     """A layer per runtime group, bottom first: the cached ones as they are, the others
     written from the installed venv (all of it is there when one misses)."""
     groups = tuple(g for g in venvgroups.GROUPS if g.name in keys)
-    paths = {} if None not in cached.values() else venvgroups.split(
-        installed.root, installed.python, runtime, groups)
+    if None not in cached.values():
+        return [_Made(_part(g.name), found[0], True, _runtime_what(upstream, g))
+                for g in groups if (found := cached[g.name])]
+    paths = venvgroups.split(installed.root, installed.python, runtime, groups)
+    held = venvgroups.distributions(installed.root, installed.python, groups,
+                                    upstream.names)
     made = []
     for group in groups:
-        part, found = _part(group.name), cached[group.name]
-        layer = found[0] if found else cache.put(part, keys[group.name], layers.from_paths(
-            installed.root, paths[group.name], work / f"{part}.tar.gz", source_date), about)
-        made.append(_Made(part, layer, found is not None, _runtime_what(upstream, group)))
+        part, found, what = _part(group.name), cached[group.name], _runtime_what(upstream, group)
+        if found and found[1].get("distributions") != held[group.name]:
+            # its packages' lock lines are the same, but the install took others into it
+            # (a package of another group now needs one of the lock's): not that layer
+            echo(f"bake: {venv.VENV} layer {part}: the cached one holds other packages than "
+                 "this install; written again")
+            found = None
+        layer = found[0] if found else cache.put(part, keys[group.name], _written(
+            what, installed.root, paths[group.name], work / f"{part}.tar.gz", source_date),
+            about | {"distributions": held[group.name]})
+        made.append(_Made(part, layer, found is not None, what))
     return made
+
+
+def _written(what: str, root: Path, paths: tuple[str, ...], dest: Path,
+             source_date: int) -> layers.Layer:
+    """A layer written and compressed, as a timed step (the bake's longest)."""
+    with step(f"layer {what}"):
+        return layers.from_paths(root, paths, dest, source_date)
 
 
 def _part(group: str) -> str:
