@@ -37,6 +37,7 @@ STEP_DONE = re.compile(r"^<== (?P<name>.+): done in (?P<seconds>[\d.]+)s$", re.M
 LAYER_STEP = "layer "  # venvlayers' step per layer written: "layer <its history line>"
 LOAD_STEP = "load into the engine"
 BASE_STEP = "base layers of "
+RUNTIME_LAYER = ": runtime packages: "  # in a runtime group layer's history line
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -66,6 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "tag": tag.name, "stages_until_wheels_s": until_wheels,
         "runs": {str(n): run for n, run in runs.items()},
         "speedup": _speedups(runs),
+        "runtime_groups": _groups(runs[max(runs)]["layers"]),
         "before": _before(root, tag.name),
         "machine": _machine(),
     }
@@ -134,6 +136,15 @@ def _speedups(runs: dict[int, dict[str, Any]]) -> dict[str, Any]:
             "bake": round(few["bake_s"] / many["bake_s"], 2),
             "layers_written": round(written[0] / written[1], 2) if written[1] else None,
             "same_digest": few["digest"] == many["digest"]}
+
+
+def _groups(layers: list[dict[str, Any]]) -> dict[str, Any]:
+    """The runtime groups' layers: what a lock change in the smallest one re-pushes, as a
+    share of all the runtime packages' bytes."""
+    sizes = {layer["what"]: layer["size"] for layer in layers if RUNTIME_LAYER in layer["what"]}
+    total = sum(sizes.values())
+    return {"sizes": sizes, "bytes": total,
+            "smallest_share": round(min(sizes.values()) / total, 4) if total else None}
 
 
 def _before(root: Path, tag: str) -> dict[str, Any] | None:

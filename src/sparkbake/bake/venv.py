@@ -26,7 +26,7 @@ from packaging.utils import canonicalize_name
 from sparkbake import resources
 from sparkbake.bake import elfcheck
 from sparkbake.console import display
-from sparkbake.console.tools import echo, run
+from sparkbake.console.tools import echo, run, step
 from sparkbake.errors import BakeError
 from sparkbake.hashing import record_hash
 from sparkbake.lock.wheelhouse import platform_tags
@@ -64,14 +64,17 @@ def install(client: Client, runtime_ref: str, image: str, platform: str,
             log: Path, asked: tuple[str, ...] = ()) -> Installed:
     """/opt/venv of image with names (and what they need, from wheel_dirs), under work/root.
     Where two distributions hold the same file, an asked one's copy is kept."""
-    root, python = _skeleton(client, runtime_ref, work, source_date, log)
+    with step(f"{VENV}: the venv skeleton"):
+        root, python = _skeleton(client, runtime_ref, work, source_date, log)
     venv = root / VENV.lstrip("/")
     site = work / "site"
-    _pip_target(site, image, platform, python, wheel_dirs, [*names, *asked], source_date, log)
-    _settle_shared_files(site, wheel_dirs, {str(canonicalize_name(a)) for a in asked})
-    installed = _merge(site, venv, python)
-    _compile(installed, root, python)
-    elfcheck.require_platform(root, platform)
+    with step(f"{VENV}: pip install"):
+        _pip_target(site, image, platform, python, wheel_dirs, [*names, *asked], source_date,
+                    log)
+    with step(f"{VENV}: shared files, merge"):
+        _settle_shared_files(site, wheel_dirs, {str(canonicalize_name(a)) for a in asked})
+        installed = _merge(site, venv, python)
+    _compiled_and_checked(installed, root, python, platform)
     return Installed(root, python, _link_toolkit(venv, python))
 
 
@@ -87,9 +90,16 @@ def install_only(image: str, platform: str, python: str, wheel_dirs: list[Path],
     _pip_target(site, image, platform, python, wheel_dirs, ["--no-deps", *names], source_date,
                 log)
     installed = _merge(site, venv, python)
-    _compile(installed, root, python)
-    elfcheck.require_platform(root, platform)
+    _compiled_and_checked(installed, root, python, platform)
     return Installed(root, python, None)
+
+
+def _compiled_and_checked(installed: list[Path], root: Path, python: str,
+                          platform: str) -> None:
+    with step(f"{VENV}: bytecode"):
+        _compile(installed, root, python)
+    with step(f"{VENV}: the platform of its ELF files"):
+        elfcheck.require_platform(root, platform)
 
 
 def _settle_shared_files(site: Path, wheel_dirs: list[Path], asked: set[str]) -> None:

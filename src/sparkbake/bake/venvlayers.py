@@ -92,7 +92,8 @@ def bake(client: Client, runtime: BaseImage, upstream: Upstream, cache: LayerCac
     recorded = cached[venvgroups.REST.name] if None not in cached.values() else None
     installed = _install(client, runtime, upstream, recorded[1]["python"] if recorded else None,
                          work, source_date, log)
-    parts = venvsplit.split(installed.root, installed.python, upstream.names)
+    with step(f"{venv.VENV}: split into layers"):
+        parts = venvsplit.split(installed.root, installed.python, upstream.names)
     about = recorded[1] if recorded else {"python": installed.python,
                                           "cuda_home": installed.cuda_home}
     made = _runtime_layers(installed, parts.runtime, upstream, cache, keys, cached, about,
@@ -128,9 +129,10 @@ def _runtime_layers(installed: venv.Installed, runtime: tuple[str, ...], upstrea
     if None not in cached.values():
         return [_Made(_part(g.name), found[0], True, _runtime_what(upstream, g))
                 for g in groups if (found := cached[g.name])]
-    paths = venvgroups.split(installed.root, installed.python, runtime, groups)
-    held = venvgroups.distributions(installed.root, installed.python, groups,
-                                    upstream.names)
+    with step(f"{venv.VENV}: runtime packages by group"):
+        paths = venvgroups.split(installed.root, installed.python, runtime, groups)
+        held = venvgroups.distributions(installed.root, installed.python, groups,
+                                        upstream.names)
     made = []
     for group in groups:
         part, found, what = _part(group.name), cached[group.name], _runtime_what(upstream, group)
