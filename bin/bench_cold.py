@@ -108,7 +108,8 @@ def _cold_bake(loaded: config_mod.Config, tag: config_mod.Tag, workers: int) -> 
     layers = _layers(loaded, tag)
     for layer in layers:
         layer["compress_s"] = steps.get(LAYER_STEP + layer["what"])
-    return {"workers": workers, "bake_s": bake_s,
+    written = round(sum(layer["compress_s"] or 0 for layer in layers), 1)
+    return {"workers": workers, "bake_s": bake_s, "layers_written_s": written,
             "base_export_s": next((s for n, s in steps.items() if n.startswith(BASE_STEP)),
                                   None),
             "load_s": steps.get(LOAD_STEP), "layers": layers,
@@ -131,7 +132,7 @@ def _speedups(runs: dict[int, dict[str, Any]]) -> dict[str, Any]:
     if len(runs) < 2:
         return {}
     few, many = runs[min(runs)], runs[max(runs)]
-    written = [sum(layer["compress_s"] or 0 for layer in run["layers"]) for run in (few, many)]
+    written = few["layers_written_s"], many["layers_written_s"]
     return {"workers": [min(runs), max(runs)],
             "bake": round(few["bake_s"] / many["bake_s"], 2),
             "layers_written": round(written[0] / written[1], 2) if written[1] else None,
