@@ -102,6 +102,25 @@ def test_the_sbom_lists_what_the_layers_hold_and_the_manifest_says(tmp_path: Pat
     assert parts["cuda-toolchain"]["version"] == "cuda_13.0"
 
 
+def test_a_layer_read_once_is_not_read_again_and_a_damaged_record_is_read_anew(
+        tmp_path: Path) -> None:
+    """What a layer gives the SBOM is kept by its digest: the Python-only path's image
+    reads its one new layer, not the 10 GB below it."""
+    _, first, made = demo_sbom(tmp_path)
+    layout = ocilayout.Layout(tmp_path / "oci")
+    blobs = [layer.digest for layer in layout.read_manifest(made.digest).layers]
+    kept = {digest: layout.blob(digest).read_bytes() for digest in blobs}
+    for digest in blobs:
+        layout.blob(digest).chmod(0o644)
+        layout.blob(digest).write_bytes(b"not a tar")  # records, not blobs, are read now
+    assert sbom.document(imagefiles.read(layout, made), made) == first
+    layout.read_files(blobs[1]).write_text("{")  # damaged: dropped and the blob read again
+    for digest, data in kept.items():
+        layout.blob(digest).write_bytes(data)
+    assert sbom.document(imagefiles.read(layout, made), made) == first
+    assert json.loads(layout.read_files(blobs[1]).read_text())["layer"] == blobs[1]
+
+
 def test_the_sbom_is_the_same_bytes_for_the_same_image_and_its_serial_follows_the_digest(
         tmp_path: Path) -> None:
     _, first, made = demo_sbom(tmp_path / "a")

@@ -2,17 +2,22 @@
 layout: dpkg's status, the venv's distribution metadata and /opt/sparkbake/manifest.json.
 
 Pure file work, offline: each layer is read once, bottom first, and a later layer's file (or
-its whiteout) wins, as in the container's filesystem.
+its whiteout) wins, as in the container's filesystem. What a layer gives (its wanted files
+and whiteouts, in order) is kept beside the layout's blobs by the layer's digest, so an
+image that shares most of its layers with one read before reads only its new ones.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import tarfile
 from dataclasses import dataclass
 from typing import Any
 
+from sparkbake import trust
+from sparkbake.files import atomic_write
 from sparkbake.oci import ocilayout
 
 __all__ = ["ImageFiles", "read"]
@@ -23,6 +28,8 @@ OS_RELEASE = ("etc/os-release", "usr/lib/os-release")
 DIST_METADATA = re.compile(r"opt/venv/lib/python[0-9.]+/site-packages/[^/]+\.dist-info/METADATA")
 WHITEOUT = ".wh."
 OPAQUE = ".wh..wh..opq"
+
+Change = tuple[str, str, str]  # ("put", path, base64 content) or ("drop", path, "self"/"")
 
 
 @dataclass(frozen=True)
@@ -58,23 +65,42 @@ def wanted(path: str) -> bool:
 def read(layout: ocilayout.Layout, image: ocilayout.Descriptor) -> ImageFiles:
     files: dict[str, bytes] = {}
     for layer in layout.read_manifest(image.digest).layers:
-        _apply(layout, layer, files)
+        for kind, path, data in _changes(layout, layer):
+            if kind == "put":
+                files[path] = base64.b64decode(data)
+            else:
+                _remove(files, path, keep_self=bool(data))
     return ImageFiles(files)
 
 
-def _apply(layout: ocilayout.Layout, layer: ocilayout.Descriptor, files: dict[str, bytes]) -> None:
-    """One layer onto files: its wanted files replace, its whiteouts remove."""
+def _changes(layout: ocilayout.Layout, layer: ocilayout.Descriptor) -> list[Change]:
+    """What one layer does to the wanted files, from its record or read from its blob (a
+    damaged record is dropped and the blob read again)."""
+    record = layout.read_files(layer.digest)
+    found = trust.record_or_drop(record, ("changes",), "a layer's SBOM files")
+    if found is not None:
+        return [(str(k), str(p), str(d)) for k, p, d in found["changes"]]
+    changes = _read_layer(layout, layer)
+    atomic_write(record, json.dumps({"layer": layer.digest, "changes": changes}) + "\n")
+    return changes
+
+
+def _read_layer(layout: ocilayout.Layout, layer: ocilayout.Descriptor) -> list[Change]:
+    """One layer's wanted files and whiteouts, in the order they come."""
+    changes: list[Change] = []
     with layout.blob(layer.digest).open("rb") as raw, tarfile.open(fileobj=raw, mode="r|*") as tar:
         for member in tar:
             path = member.name.removeprefix("./").rstrip("/")
             folder, _, name = path.rpartition("/")
             if name == OPAQUE:  # the folder's lower content is gone
-                _remove(files, folder, keep_self=False)
+                changes.append(("drop", folder, ""))
             elif name.startswith(WHITEOUT):
-                _remove(files, f"{folder}/{name[len(WHITEOUT):]}".lstrip("/"))
+                changes.append(("drop", f"{folder}/{name[len(WHITEOUT):]}".lstrip("/"), "self"))
             elif member.isfile() and wanted(path):
                 extracted = tar.extractfile(member)
-                files[path] = extracted.read() if extracted else b""
+                data = extracted.read() if extracted else b""
+                changes.append(("put", path, base64.b64encode(data).decode()))
+    return changes
 
 
 def _remove(files: dict[str, bytes], gone: str, keep_self: bool = True) -> None:

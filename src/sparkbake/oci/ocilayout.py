@@ -42,6 +42,7 @@ RUNTIME_KEYS = ("User", "ExposedPorts", "Env", "Entrypoint", "Cmd", "Volumes", "
                 "Labels", "StopSignal", "Healthcheck", "Shell")
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 STAMPS = ".verified"  # the blobs' stamps (trust), beside blobs/: no OCI tool reads it
+READ_FILES = ".layer-files"  # beside blobs/: files read from a layer (attest.imagefiles)
 CHUNK = 1 << 20  # bytes read at a time from a blob
 
 
@@ -112,8 +113,12 @@ class Layout:
 
     def drop(self, digest: str) -> None:
         """Remove a blob and its stamp (a link into a shared cache is unlinked, not emptied)."""
-        for path in (self.blob(digest), self._stamp(digest)):
+        for path in (self.blob(digest), self._stamp(digest), self.read_files(digest)):
             path.unlink(missing_ok=True)
+
+    def read_files(self, digest: str) -> Path:
+        """The record of what was read of a layer's files, by the layer's digest."""
+        return self.root / READ_FILES / f"{digest.partition(':')[2]}.json"
 
     def _stamp(self, digest: str) -> Path:
         return self.root / STAMPS / digest.partition(":")[2]
