@@ -121,6 +121,31 @@ def test_a_layer_read_once_is_not_read_again_and_a_damaged_record_is_read_anew(
     assert json.loads(layout.read_files(blobs[1]).read_text())["layer"] == blobs[1]
 
 
+def test_a_layer_just_written_is_recorded_as_reading_its_blob_records_it(
+        tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    files = {f"{SITE}/demo_pkg-0.1.dist-info/METADATA": metadata("demo_pkg", "0.1"),
+             f"{SITE}/demo_pkg/__init__.py": b"", "opt/sparkbake/manifest.json": b"{}"}
+    for name, data in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_bytes(data)
+    (root / f"{SITE}/link.dist-info").mkdir()
+    (root / f"{SITE}/link.dist-info/METADATA").symlink_to("../demo_pkg-0.1.dist-info/METADATA")
+    paths = sorted([*files, f"{SITE}/link.dist-info/METADATA"])
+    layer = layers.from_paths(root, paths, tmp_path / "l.tgz", 0)
+    layout = ocilayout.Layout(tmp_path / "oci")
+    imagefiles.remember(layout, layer.digest, root, paths)
+    remembered = layout.read_files(layer.digest).read_bytes()
+    layout.add_file(layer.path, layer.digest, layers.MEDIA_TYPE)
+    layout.read_files(layer.digest).unlink()
+    imagefiles.read(layout, layout.add_bytes(ocilayout.canonical(ocilayout.manifest(
+        layout.add_bytes(b"{}", ocilayout.CONFIG_TYPE),
+        [ocilayout.Descriptor(layers.MEDIA_TYPE, layer.digest, layer.size)])),
+        ocilayout.MANIFEST_TYPE))
+    assert layout.read_files(layer.digest).read_bytes() == remembered  # read from the blob
+    assert len(json.loads(remembered)["changes"]) == 2  # the link is not a file
+
+
 def test_the_sbom_is_the_same_bytes_for_the_same_image_and_its_serial_follows_the_digest(
         tmp_path: Path) -> None:
     _, first, made = demo_sbom(tmp_path / "a")

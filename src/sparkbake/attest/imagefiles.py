@@ -13,14 +13,16 @@ import base64
 import json
 import re
 import tarfile
+from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from sparkbake import trust
 from sparkbake.files import atomic_write
 from sparkbake.oci import ocilayout
 
-__all__ = ["ImageFiles", "read"]
+__all__ = ["ImageFiles", "read", "remember"]
 
 DPKG_STATUS = "var/lib/dpkg/status"
 MANIFEST = "opt/sparkbake/manifest.json"
@@ -83,6 +85,17 @@ def _changes(layout: ocilayout.Layout, layer: ocilayout.Descriptor) -> list[Chan
     changes = _read_layer(layout, layer)
     atomic_write(record, json.dumps({"layer": layer.digest, "changes": changes}) + "\n")
     return changes
+
+
+def remember(layout: ocilayout.Layout, digest: str, root: Path, paths: Iterable[str]) -> None:
+    """What a layer just written from paths under root gives (its wanted regular files; it
+    has no whiteouts), recorded as reading its blob would record it."""
+    changes: list[Change] = [
+        ("put", name, base64.b64encode((root / name).read_bytes()).decode())
+        for name in sorted(paths) if wanted(name) and not (root / name).is_symlink()
+        and (root / name).is_file()]
+    atomic_write(layout.read_files(digest), json.dumps({"layer": digest, "changes": changes})
+                 + "\n")
 
 
 def _read_layer(layout: ocilayout.Layout, layer: ocilayout.Descriptor) -> list[Change]:

@@ -33,6 +33,7 @@ from typing import Any
 from packaging.utils import parse_wheel_filename
 
 from sparkbake import resources
+from sparkbake.attest import imagefiles
 from sparkbake.bake import venv, venvgroups, venvsplit
 from sparkbake.bake.bases import BaseImage
 from sparkbake.bake.layercache import FORMAT, LayerCache, content_key
@@ -102,7 +103,8 @@ def bake(client: Client, runtime: BaseImage, upstream: Upstream, cache: LayerCac
         content = content_key(installed.root, paths, source_date)
         what = _upstream_what(upstream, part)
         layer, was_cached = cache.layer(part, content, functools.partial(
-            _written, what, installed.root, paths, work / f"{part}.tar.gz", source_date))
+            _written, cache.layout, what, installed.root, paths, work / f"{part}.tar.gz",
+            source_date))
         made.append(_Made(part, layer, was_cached, what))
     for one in made:
         echo(f"bake: {venv.VENV} layer {one.part}: {'cached' if one.cached else 'written'} "
@@ -143,17 +145,20 @@ def _runtime_layers(installed: venv.Installed, runtime: tuple[str, ...], upstrea
                  "this install; written again")
             found = None
         layer = found[0] if found else cache.put(part, keys[group.name], _written(
-            what, installed.root, paths[group.name], work / f"{part}.tar.gz", source_date),
-            about | {"distributions": held[group.name]})
+            cache.layout, what, installed.root, paths[group.name], work / f"{part}.tar.gz",
+            source_date), about | {"distributions": held[group.name]})
         made.append(_Made(part, layer, found is not None, what))
     return made
 
 
-def _written(what: str, root: Path, paths: tuple[str, ...], dest: Path,
-             source_date: int) -> layers.Layer:
-    """A layer written and compressed, as a timed step (the bake's longest)."""
+def _written(layout: ocilayout.Layout, what: str, root: Path, paths: tuple[str, ...],
+             dest: Path, source_date: int) -> layers.Layer:
+    """A layer written and compressed, as a timed step (the bake's longest); what the SBOM
+    reads of it is taken from the files it was written from, not read back from its blob."""
     with step(f"layer {what}"):
-        return layers.from_paths(root, paths, dest, source_date)
+        layer = layers.from_paths(root, paths, dest, source_date)
+    imagefiles.remember(layout, layer.digest, root, paths)
+    return layer
 
 
 def _part(group: str) -> str:
