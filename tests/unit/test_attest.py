@@ -115,10 +115,12 @@ def test_a_layer_read_once_is_not_read_again_and_a_damaged_record_is_read_anew(
         layout.blob(digest).write_bytes(b"not a tar")  # records, not blobs, are read now
     assert sbom.document(imagefiles.read(layout, made), made) == first
     layout.read_files(blobs[1]).write_text("{")  # damaged: dropped and the blob read again
+    layout.read_files(blobs[0]).write_text('{"changes": [["put", "x", "not base64!"]]}')
     for digest, data in kept.items():
         layout.blob(digest).write_bytes(data)
     assert sbom.document(imagefiles.read(layout, made), made) == first
-    assert json.loads(layout.read_files(blobs[1]).read_text())["layer"] == blobs[1]
+    for digest in blobs:
+        assert json.loads(layout.read_files(digest).read_text())["layer"] == digest
 
 
 def test_a_layer_just_written_is_recorded_as_reading_its_blob_records_it(

@@ -6,10 +6,13 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from sparkbake.config.settings import HostSettings
 from sparkbake.config.versions import DirUpstream, GitUpstream, PypiUpstream
 from sparkbake.fetch import upstream_tree
 from sparkbake.patch.patches import PatchedTree
+from sparkbake.pipeline import plan as plan_mod
 from sparkbake.wheels import wheelbuild
 from tests.conftest import DATA, copy_project
 
@@ -98,6 +101,19 @@ def test_a_folder_of_old_files_is_dated_no_earlier_than_1980(tmp_path: Path) -> 
     folder = DirUpstream(key="d", path=tmp_path / "old")
     upstream_tree.fetch(folder, tmp_path / "entry", settings())
     assert upstream_tree.source_date(folder, tmp_path / "entry") == 315532800
+
+
+def test_without_git_a_folder_is_dated_by_its_files_and_its_date_is_part_of_its_pin(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    git_repo(tmp_path / "repo")
+    os.utime(tmp_path / "repo" / "setup.py", (1_700_000_000, 1_700_000_000))
+    folder = DirUpstream(key="d", path=tmp_path / "repo")
+    assert plan_mod.upstream_pin(folder)["date"] == str(COMMIT_TIME)
+    monkeypatch.setenv("PATH", str(tmp_path / "no-tools"))  # no git: no traceback either
+    assert upstream_tree.dir_date(tmp_path / "repo") >= 1_700_000_000
+    assert plan_mod.upstream_pin(folder)["date"] != str(COMMIT_TIME)
+    declared = DirUpstream(key="d", path=tmp_path / "repo", source_date_epoch=1735689600)
+    assert "date" not in plan_mod.upstream_pin(declared)
 
 
 def test_a_cached_folder_without_its_date_is_copied_again(tmp_path: Path) -> None:

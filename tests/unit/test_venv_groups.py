@@ -9,13 +9,12 @@ from pathlib import Path
 import pytest
 
 from sparkbake.bake import venvgroups, venvsplit
+from sparkbake.errors import ConfigError
 from sparkbake.lock import lockfiles
 from sparkbake.oci import layers
 from tests.unit.test_venv_split import DATE, ELF, PY, SITE, dist, skeleton, upstream, write
 
 REPO = Path(__file__).resolve().parents[2]
-COMMON = {"base": "sha256:b", "platform": "linux/arm64"}
-NAMES = ("torch", "jit", "rest")
 
 
 @pytest.mark.parametrize(("name", "group"), [
@@ -49,21 +48,12 @@ def test_the_lock_is_read_per_package_as_its_requirement_and_sorted_hashes(
                     "    --hash=sha256:cc\n")
     assert lockfiles.packages(lock) == {"ninja": "Ninja==1.13.2 sha256:aa sha256:bb",
                                         "six": "six==1.17.0 sha256:cc"}
-
-
-def pinned(**versions: str) -> dict[str, list[str]]:
-    return {name: [f"{name}=={v} sha256:{v}", f"{name}-{v}-py3-none-any.whl"]
-            for name, v in versions.items()}
-
-
-def test_a_lock_change_in_one_group_moves_that_groups_key_alone() -> None:
-    before = venvgroups.keys(COMMON, pinned(torch="2.14", ninja="1.13", six="1.17"))
-    after = venvgroups.keys(COMMON, pinned(torch="2.14", ninja="1.14", six="1.17"))
-    assert list(before) == list(NAMES)
-    assert [before[n] == after[n] for n in NAMES] == [True, False, True]
-    moved = venvgroups.keys({**COMMON, "base": "sha256:c"},
-                            pinned(torch="2.14", ninja="1.13", six="1.17"))
-    assert all(moved[n] != before[n] for n in NAMES)  # what all groups are made with
+    lock.write_text("six==1.17.0  # via vllm\nsix==1.16.0 ; python_version < '3'\n")
+    assert lockfiles.packages(lock) == {
+        "six": "six==1.17.0; six==1.16.0 ; python_version < '3'"}
+    lock.write_text("six=1.17.0\n")
+    with pytest.raises(ConfigError, match=r"'six=1\.17\.0' is not a requirement"):
+        lockfiles.packages(lock)
 
 
 def runtime_tree(root: Path) -> None:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from sparkbake import trust
+from sparkbake.console import display
 from sparkbake.files import atomic_write
 from sparkbake.oci import ocilayout
 
@@ -81,7 +82,11 @@ def _changes(layout: ocilayout.Layout, layer: ocilayout.Descriptor) -> list[Chan
     record = layout.read_files(layer.digest)
     found = trust.record_or_drop(record, ("changes",), "a layer's SBOM files")
     if found is not None:
-        return [(str(k), str(p), str(d)) for k, p, d in found["changes"]]
+        try:
+            return [(str(k), str(p), _checked(k, d)) for k, p, d in found["changes"]]
+        except (TypeError, ValueError) as exc:  # JSON, but not what this module writes
+            display.notice(trust.removed(record, f"not a layer's SBOM files ({exc})"))
+            record.unlink(missing_ok=True)
     changes = _read_layer(layout, layer)
     atomic_write(record, json.dumps({"layer": layer.digest, "changes": changes}) + "\n")
     return changes
@@ -96,6 +101,15 @@ def remember(layout: ocilayout.Layout, digest: str, root: Path, paths: Iterable[
         and (root / name).is_file()]
     atomic_write(layout.read_files(digest), json.dumps({"layer": digest, "changes": changes})
                  + "\n")
+
+
+def _checked(kind: object, data: object) -> str:
+    """A recorded change's data, checked as read does: base64 for a file, else a flag."""
+    if kind == "put":
+        base64.b64decode(str(data), validate=True)
+    elif kind != "drop":
+        raise ValueError(f"no change {kind!r}")
+    return str(data)
 
 
 def _read_layer(layout: ocilayout.Layout, layer: ocilayout.Descriptor) -> list[Change]:

@@ -14,6 +14,7 @@ the one entry point.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 from dataclasses import dataclass
@@ -267,9 +268,10 @@ def _load(client: Client, baked: Image, below: baselayers.Below) -> None:
     loaded before starts with (the cached runtime packages' layers are not loaded again)."""
     layout = ocilayout.Layout(baked.layout)
     omit = frozenset(layer.digest for layer in below.layers) | _loaded_before(client, baked)
-    with step("load into the engine"):
-        load_stream(client, ocilayout.docker_archive(layout, baked.image, baked.ref, omit),
-                    baked.ref, error=BakeError)
+    # closed at once when the load fails, not when the generator is freed: its open blob
+    with step("load into the engine"), contextlib.closing(
+            ocilayout.docker_archive(layout, baked.image, baked.ref, omit)) as archive:
+        load_stream(client, archive, baked.ref, error=BakeError)
     loaded = str(client.images.get(baked.ref).id)
     if loaded != baked.config:
         raise BakeError(f"the engine loaded {baked.ref} as {loaded[:19]}, not as its config "

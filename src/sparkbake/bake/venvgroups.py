@@ -9,26 +9,24 @@ rest's, and so is a distribution of a group that has no layer (no package of the
 in it). A folder is in the layer of every group with a file below it (`layers.from_paths`
 adds the folders above a path), with the same metadata in each.
 
-Each group's layer is keyed by its packages' lock lines (name, version, hashes) and the
-wheel files of them in the wheelhouse, with what every group's key has (the base, the
-skeleton, the platform, ...: venvlayers), so a lock change leaves the other groups' keys.
+The layers are kept together under the runtime key (the whole lock) and each by its content
+when the venv is installed (venvlayers), so a lock change writes again only the groups whose
+files it changed.
 """
 
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 from packaging.utils import canonicalize_name
 
 from sparkbake.bake import venvsplit
-from sparkbake.hashing import data_hash
 
-__all__ = ["GROUPS", "REST", "Group", "distributions", "group_of", "keys", "present",
-           "split"]
+__all__ = ["GROUPS", "REST", "Group", "group_of", "present", "split"]
 
 
 @dataclass(frozen=True)
@@ -74,16 +72,6 @@ def present(names: Iterable[str]) -> tuple[Group, ...]:
     return tuple(group for group in GROUPS if group in found)
 
 
-def keys(common: Mapping[str, Any], pinned: Mapping[str, list[str]]) -> dict[str, str]:
-    """Each present group's layer key: common (what every group's layer is made with), the
-    table, and what pinned (canonical name -> its lock line and wheel files) says of the
-    group's own packages."""
-    table = [[group.name, *group.patterns] for group in GROUPS]
-    return {group.name: data_hash({**common, "table": table, "packages": sorted(
-        [name, *lines] for name, lines in pinned.items() if group_of(name) is group)})
-        for group in present(pinned)}
-
-
 def split(root: Path, python: str, runtime: Iterable[str],
           groups: tuple[Group, ...]) -> dict[str, tuple[str, ...]]:
     """The runtime part's paths (venvsplit.Split.runtime) by group name: files by the
@@ -101,19 +89,6 @@ def split(root: Path, python: str, runtime: Iterable[str],
              for depth in range(1, name.count("/") + 1)}
     parts[REST.name] += [name for name in folders if name not in above]
     return {name: tuple(sorted(paths)) for name, paths in parts.items()}
-
-
-def distributions(root: Path, python: str, groups: tuple[Group, ...],
-                  upstream: Iterable[str]) -> dict[str, list[str]]:
-    """The installed distributions (`name==version`) of each group's layer, by group name,
-    the upstream's left out (their own layers): what a group's layer holds, recorded with it
-    and checked when another group's layer misses."""
-    held: dict[str, list[str]] = {group.name: [] for group in groups}
-    leave = {str(canonicalize_name(name)) for name in upstream}
-    for name, version in venvsplit.installed(root, python).items():
-        if name not in leave:
-            held[_layer_of(frozenset({name}), groups).name].append(f"{name}=={version}")
-    return {name: sorted(found) for name, found in held.items()}
 
 
 def _layer_of(owners: frozenset[str], groups: tuple[Group, ...]) -> Group:

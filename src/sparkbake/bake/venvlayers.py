@@ -2,16 +2,19 @@
 
 - runtime packages: the venv skeleton, the runtime lock's packages, the CUDA toolkit link,
   in a layer per group of packages that move together (venvgroups: torch and CUDA, the JIT
-  kernels and toolchain, the rest with the skeleton and the link). Each is keyed by what
-  installs it (the base, the skeleton, the asked names, the upstream's requirements, the
-  platform, the source date, the host's pip and Python, the formats) and its own packages'
-  lock lines and wheels, so a lock change that moves one group's package re-bakes that
-  group alone. When every group is cached, pip installs only the tag's wheels, without
-  their dependencies: the 10 GB of a vLLM image are neither installed, tarred nor
-  compressed again; when one misses, all are installed and the missed ones written.
+  kernels and toolchain, the rest with the skeleton and the link). Together they are kept
+  under the runtime key: what installs them (the base, the skeleton, the whole lock, the
+  asked names, the upstream's requirements, the platform, the source date, the host's pip
+  and Python, the group table, the formats). When it is cached, pip installs only the
+  tag's wheels, without their dependencies: the 10 GB of a vLLM image are neither
+  installed, tarred nor compressed again. When it is not, everything is installed and each
+  group's layer is kept by its content (layercache.content_key), so a lock change that
+  moves one group's package writes and pushes that group's layer alone, and a group whose
+  files another group's change touched (a dependency it now pulls in, a shared file, the
+  CUDA link) is written as its content says, never taken by name.
 - the upstream's compiled libraries, and the rest of its files (Python, bytecode,
-  dist-info, scripts): each keyed by its content (layercache.content_key), so a patch that
-  changes only Python leaves the libraries' blob as it was.
+  dist-info, scripts): each keyed by its content, so a patch that changes only Python
+  leaves the libraries' blob as it was.
 
 A bake from the cache gives the bytes a clean one gives: the split (venvsplit) makes the
 runtime part independent of the upstream's files, a group's files are those its packages'
@@ -38,13 +41,14 @@ from sparkbake.bake import venv, venvgroups, venvsplit
 from sparkbake.bake.bases import BaseImage
 from sparkbake.bake.layercache import FORMAT, LayerCache, content_key
 from sparkbake.console.tools import echo, step
+from sparkbake.hashing import data_hash
 from sparkbake.lock import lockfiles
 from sparkbake.oci import layers, ocilayout
 from sparkbake.oci.docker_engine import Client
 
-__all__ = ["FORMAT_VENV", "Upstream", "VenvLayers", "bake", "runtime_keys"]
+__all__ = ["FORMAT_VENV", "Upstream", "VenvLayers", "bake", "runtime_key"]
 
-FORMAT_VENV = 2  # raise when venv.py, venvsplit.py or venvgroups.py put other files into a part
+FORMAT_VENV = 3  # raise when venv.py, venvsplit.py or venvgroups.py put other files into a part
 
 
 @dataclass(frozen=True)
@@ -69,36 +73,42 @@ class VenvLayers:
     cached: tuple[str, ...]  # the parts taken from the cache
 
 
-def runtime_keys(client: Client, runtime: BaseImage, upstream: Upstream,
-                 source_date: int) -> dict[str, str]:
-    """The key of each runtime group's layer, by group name, without installing anything."""
-    common = {
+def runtime_key(client: Client, runtime: BaseImage, upstream: Upstream,
+                source_date: int) -> str:
+    """What the runtime packages' layers are made of together, without installing anything:
+    every group's layer is taken from the cache under it only with all the others."""
+    return data_hash({
         "format": [FORMAT_VENV, FORMAT, ocilayout.FORMAT, layers.COMPRESSION],
         "base": str(client.images.get(runtime.ref).id),
         "skeleton": resources.digest(venv.SKELETON), "platform": upstream.platform,
         "source_date": source_date, "asked": sorted(upstream.asked),
-        "requires": _requires(upstream.wheels),
+        "requires": _requires(upstream.wheels), "lock": _pinned(upstream),
+        "table": [[group.name, *group.patterns] for group in venvgroups.GROUPS],
         # pip lays out the files; this host's Python compiles the bytecode
         "host": [version("pip"), list(sys.version_info[:2])],
-    }
-    return venvgroups.keys(common, _pinned(upstream))
+    })
 
 
 def bake(client: Client, runtime: BaseImage, upstream: Upstream, cache: LayerCache,
          work: Path, source_date: int, log: Path) -> VenvLayers:
     """The layers of /opt/venv, from the cache where their keys are there."""
-    keys = runtime_keys(client, runtime, upstream, source_date)
-    cached = {name: cache.get(_part(name), key) for name, key in keys.items()}
-    # every group cached: the rest's record says the image's Python and CUDA_HOME
-    recorded = cached[venvgroups.REST.name] if None not in cached.values() else None
-    installed = _install(client, runtime, upstream, recorded[1]["python"] if recorded else None,
-                         work, source_date, log)
+    key = runtime_key(client, runtime, upstream, source_date)
+    groups = venvgroups.present(_pinned(upstream))
+    found = [cache.get(_part(group.name), key) for group in groups]
+    recorded = None if None in found else [hit for hit in found if hit]
+    # every group under this key: the rest's record (the last) says Python and CUDA_HOME
+    installed = _install(client, runtime, upstream,
+                         recorded[-1][1]["python"] if recorded else None, work, source_date, log)
     with step(f"{venv.VENV}: split into layers"):
         parts = venvsplit.split(installed.root, installed.python, upstream.names)
-    about = recorded[1] if recorded else {"python": installed.python,
-                                          "cuda_home": installed.cuda_home}
-    made = _runtime_layers(installed, parts.runtime, upstream, cache, keys, cached, about,
-                           work, source_date)
+    if recorded:
+        about = recorded[-1][1]
+        made = [_Made(_part(group.name), hit[0], True, _runtime_what(upstream, group))
+                for group, hit in zip(groups, recorded, strict=True)]
+    else:
+        about = {"python": installed.python, "cuda_home": installed.cuda_home}
+        made = _runtime_layers(installed, parts.runtime, upstream, cache, key, groups, about,
+                               work, source_date)
     for part, paths in (("kernels", parts.kernels), ("python", parts.python)):
         content = content_key(installed.root, paths, source_date)
         what = _upstream_what(upstream, part)
@@ -122,32 +132,22 @@ class _Made:
 
 
 def _runtime_layers(installed: venv.Installed, runtime: tuple[str, ...], upstream: Upstream,
-                    cache: LayerCache, keys: dict[str, str],
-                    cached: dict[str, tuple[layers.Layer, dict[str, Any]] | None],
+                    cache: LayerCache, key: str, groups: tuple[venvgroups.Group, ...],
                     about: dict[str, Any], work: Path, source_date: int) -> list[_Made]:
-    """A layer per runtime group, bottom first: the cached ones as they are, the others
-    written from the installed venv (all of it is there when one misses)."""
-    groups = tuple(g for g in venvgroups.GROUPS if g.name in keys)
-    if None not in cached.values():
-        return [_Made(_part(g.name), found[0], True, _runtime_what(upstream, g))
-                for g in groups if (found := cached[g.name])]
+    """A layer per runtime group, bottom first, from the venv just installed: each kept by
+    its content (a group whose files are as before keeps its blob, neither compressed nor
+    pushed again), and recorded under the runtime key for the next bake of this lock."""
     with step(f"{venv.VENV}: runtime packages by group"):
         paths = venvgroups.split(installed.root, installed.python, runtime, groups)
-        held = venvgroups.distributions(installed.root, installed.python, groups,
-                                        upstream.names)
     made = []
     for group in groups:
-        part, found, what = _part(group.name), cached[group.name], _runtime_what(upstream, group)
-        if found and found[1].get("distributions") != held[group.name]:
-            # its packages' lock lines are the same, but the install took others into it
-            # (a package of another group now needs one of the lock's): not that layer
-            echo(f"bake: {venv.VENV} layer {part}: the cached one holds other packages than "
-                 "this install; written again")
-            found = None
-        layer = found[0] if found else cache.put(part, keys[group.name], _written(
-            cache.layout, what, installed.root, paths[group.name], work / f"{part}.tar.gz",
-            source_date), about | {"distributions": held[group.name]})
-        made.append(_Made(part, layer, found is not None, what))
+        part, what = _part(group.name), _runtime_what(upstream, group)
+        content = content_key(installed.root, paths[group.name], source_date)
+        layer, was_cached = cache.layer(part, content, functools.partial(
+            _written, cache.layout, what, installed.root, paths[group.name],
+            work / f"{part}.tar.gz", source_date))
+        cache.put(part, key, layer, about)
+        made.append(_Made(part, layer, was_cached, what))
     return made
 
 

@@ -21,7 +21,7 @@ from packaging.utils import canonicalize_name
 from sparkbake.bake.elfcheck import machine_of
 from sparkbake.bake.venv import DATA_DIRS, VENV, site_packages
 
-__all__ = ["Split", "installed", "recorded_files", "split", "upstream_files"]
+__all__ = ["Split", "recorded_files", "split", "upstream_files"]
 
 
 @dataclass(frozen=True)
@@ -46,13 +46,6 @@ def upstream_files(root: Path, python: str, names: set[str]) -> set[str]:
     bytecode of those that are sources (compiled after pip, so in no RECORD)."""
     owned = recorded_files(root, python)
     return {path for path, owners in owned.items() if owners & names}
-
-
-def installed(root: Path, python: str) -> dict[str, str]:
-    """The distributions in the venv under root: canonical name -> version."""
-    packages = site_packages(root / VENV.lstrip("/"), python)
-    return {str(canonicalize_name(dist.metadata["Name"])): dist.version
-            for dist in metadata.distributions(path=[str(packages)])}
 
 
 def recorded_files(root: Path, python: str) -> dict[str, frozenset[str]]:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import fnmatch
 import re
 import shutil
 import subprocess
 import tarfile
 import zipfile
+from collections.abc import Iterator
 from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import urljoin, urlsplit
@@ -22,11 +24,12 @@ from sparkbake.files import atomic_dir
 from sparkbake.hashing import file_sha256
 from sparkbake.pipeline.stages import Stage
 
-__all__ = ["DEFAULT_SOURCE_DATE", "download", "fetch", "index_url_of", "sdist_url",
-           "source_date"]
+__all__ = ["DEFAULT_SOURCE_DATE", "dir_date", "download", "fetch", "index_url_of",
+           "sdist_url", "source_date"]
 
 CHUNK = 1 << 20
 DEFAULT_SOURCE_DATE = 315532800  # 1980-01-01T00:00:00Z, the earliest time a wheel (zip) stores
+SKIPPED = (".git", "__pycache__", "build", "*.egg-info")  # of a dir upstream: not its source
 DATE_FILE = "source-date-epoch"  # beside a git or dir tree: the time its source gives
 
 
@@ -57,28 +60,42 @@ def _copy_dir(upstream: DirUpstream, dest: Path) -> None:
     if not upstream.path.is_dir():
         raise ConfigError(f"upstream {upstream.key!r}: {upstream.path} is not a folder",
                           "fix 'dir:' in versions.yaml")
-    shutil.copytree(upstream.path, dest, symlinks=True,
-                    ignore=shutil.ignore_patterns(".git", "__pycache__", "build", "*.egg-info"))
-    (dest.parent / DATE_FILE).write_text(f"{_dir_date(upstream.path, dest)}\n")
+    shutil.copytree(upstream.path, dest, symlinks=True, ignore=shutil.ignore_patterns(*SKIPPED))
+    (dest.parent / DATE_FILE).write_text(f"{dir_date(upstream.path)}\n")
 
 
-def _dir_date(source: Path, copied: Path) -> int:
+def dir_date(folder: Path) -> int:
     """A folder's time: the last commit that touched it when git tracks it and it has no
-    change beside (a clone's file times are the checkout's, not the source's); else the
-    newest file time of what was copied. Never before DEFAULT_SOURCE_DATE (zip's floor)."""
-    committed = _commit_time(source)
+    change beside (a clone's file times are the checkout's, not the source's; a shallow
+    clone knows only its own commit), else the newest time of the files fetch copies. Never
+    before DEFAULT_SOURCE_DATE (zip's floor). Part of the folder's pin (pipeline.plan), so
+    two checkouts that date it otherwise are two sets of inputs, not one."""
+    committed = _commit_time(folder)
     newest = committed if committed is not None else max(
-        (int(p.lstat().st_mtime) for p in copied.rglob("*")), default=0)
+        (int(p.lstat().st_mtime) for p in _copied(folder)), default=0)
     return max(newest, DEFAULT_SOURCE_DATE)
 
 
+def _copied(folder: Path) -> Iterator[Path]:
+    """What _copy_dir copies of folder: all but SKIPPED, at any depth."""
+    for path in folder.iterdir():
+        if not any(fnmatch.fnmatch(path.name, pattern) for pattern in SKIPPED):
+            yield path
+            if path.is_dir() and not path.is_symlink():
+                yield from _copied(path)
+
+
 def _commit_time(folder: Path) -> int | None:
-    """The commit time of folder's last change, if git tracks it unchanged; else None."""
+    """The commit time of folder's last change, if git tracks it unchanged; else None (also
+    without git: the file times date it then)."""
     def git(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(["git", "-C", str(folder), *args], capture_output=True,
                               text=True, check=False)
-    changes = git("status", "--porcelain", "--", ".")
-    stamp = git("log", "-1", "--format=%ct", "--", ".")
+    try:
+        changes = git("status", "--porcelain", "--", ".")
+        stamp = git("log", "-1", "--format=%ct", "--", ".")
+    except OSError:
+        return None
     if changes.returncode or stamp.returncode or changes.stdout or not stamp.stdout.strip():
         return None
     return int(stamp.stdout)

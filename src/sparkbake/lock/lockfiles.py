@@ -16,7 +16,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from packaging.requirements import Requirement
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from sparkbake import resources
@@ -94,13 +94,19 @@ def runtime_lock_path(config: Config, tag: Tag) -> Path | None:
 def packages(lock: Path) -> dict[str, str]:
     """A lock's packages by canonical name, each as one line: its requirement
     (`name==version`) and its hashes, sorted."""
-    found = {}
+    found: dict[str, str] = {}
     for line in lock.read_text().replace("\\\n", " ").splitlines():
-        wanted = line.split("--hash=", 1)[0].strip()
+        wanted = line.split("--hash=", 1)[0].split(" #", 1)[0].strip()  # a comment after it
         if not wanted or wanted.startswith(("#", "-")):
             continue
-        name = str(canonicalize_name(Requirement(wanted).name))
-        found[name] = " ".join([wanted, *sorted(HASH_OPTION.findall(line))])
+        try:
+            name = str(canonicalize_name(Requirement(wanted).name))
+        except InvalidRequirement as exc:
+            raise ConfigError(f"{lock}: {wanted!r} is not a requirement ({exc})",
+                              "make the lock again with `sparkbake lock`") from None
+        # a package on two lines (by marker) is one entry with both
+        entry = " ".join([wanted, *sorted(HASH_OPTION.findall(line))])
+        found[name] = f"{found[name]}; {entry}" if name in found else entry
     return found
 
 

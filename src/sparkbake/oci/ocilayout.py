@@ -17,7 +17,7 @@ import os
 import shutil
 import tarfile
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -276,7 +276,7 @@ def write_docker_archive(layout: Layout, image: Descriptor, ref: str, dest: Path
 
 
 def docker_archive(layout: Layout, image: Descriptor, ref: str,
-                   omit: frozenset[str] = frozenset()) -> Iterator[bytes]:
+                   omit: frozenset[str] = frozenset()) -> Generator[bytes, None, None]:
     """The docker-archive tar of an image for `docker load`, tagged ref, as chunks (streamed
     into the engine: no copy of the blobs on disk). Layers in omit (by blob digest) are
     named in it but left out: the engine has them (the base's layers)."""

@@ -23,7 +23,7 @@ from sparkbake.config.versions import (
     Upstream,
 )
 from sparkbake.errors import ConfigError
-from sparkbake.fetch import remote_patches, sourcelock
+from sparkbake.fetch import remote_patches, sourcelock, upstream_tree
 from sparkbake.fetch.remote_patches import RemotePatch
 from sparkbake.hashing import data_hash, file_sha256, tree_hash
 from sparkbake.lock import lockfiles
@@ -130,8 +130,10 @@ def upstream_pin(upstream: Upstream) -> dict[str, str]:
         if not upstream.path.is_dir():
             raise ConfigError(f"upstream {upstream.key!r}: {upstream.path} is not a folder",
                               "fix 'dir:' in versions.yaml")
+        # its date is the folder's (from git or its files) unless declared: an input too
+        dated = declared or {"date": str(upstream_tree.dir_date(upstream.path))}
         return {"kind": "dir", "path": upstream.path.name, "tree": tree_hash(upstream.path),
-                **declared}
+                **dated}
     if isinstance(upstream, GitUpstream):
         return {"kind": "git", "url": upstream.url, "commit": upstream.commit, **declared}
     return {"kind": "pypi", "name": upstream.name, "version": upstream.version,

@@ -2,11 +2,12 @@
 its provenance was checked against, and its manifest digest compared with the registry's.
 
 The rebuild works in a scratch folder with a build/ and wheels/ of its own, so it takes
-nothing from the user's caches and leaves them as they were. It fetches the downloads again
-too, though they are checked by hash: a reused file is trusted by its stamp, unread, and the
-point is what the versions.yaml alone gives; a download costs little beside the compile that
-follows it. What any build reuses, it reuses, as `verify` does: the engine's base and
-builder images and the compile cache, each keyed by all that went into it.
+nothing from the project's build/ and wheels/ and leaves them as they were. It fetches the
+downloads again too, though they are checked by hash: a reused file is trusted by its stamp,
+unread, and the point is what the versions.yaml alone gives; a download costs little beside
+the compile that follows it. What any build reuses, it reuses, as `verify` does: the
+engine's base and builder images, the host's cache of the bases' compressed layers
+(SPARKBAKE_CACHE) and the compile cache, each keyed by all that went into it.
 """
 
 from __future__ import annotations
