@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from bench import _machine
-from bench_incremental import COPIED, _layers
+from bench_incremental import _copy_project as copy_project
+from bench_incremental import _layers
 
 from sparkbake.config import versions as config_mod
 from sparkbake.oci import docker_engine, ocilayout
@@ -79,13 +80,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _copy_project(root: Path, dest: Path) -> Path:
-    dest.mkdir(parents=True)
-    for name in COPIED:
-        source = root / name
-        if source.is_dir():
-            shutil.copytree(source, dest / name)
-        else:
-            shutil.copy(source, dest / name)
+    """bench-incremental's copy of the project, with wheels/ beside it as hard links."""
+    copy_project(root, dest)
     # the built wheels and the runtime wheelhouse as they are: the bake is what is measured
     shutil.copytree(root / "wheels", dest.parent / "wheels", copy_function=os.link,
                     ignore=shutil.ignore_patterns("*.lock"))
