@@ -73,16 +73,17 @@ class VenvLayers:
     cached: tuple[str, ...]  # the parts taken from the cache
 
 
-def runtime_key(client: Client, runtime: BaseImage, upstream: Upstream,
-                source_date: int) -> str:
-    """What the runtime packages' layers are made of together, without installing anything:
-    every group's layer is taken from the cache under it only with all the others."""
+def runtime_key(client: Client, runtime: BaseImage, upstream: Upstream, source_date: int,
+                pinned: dict[str, list[str]]) -> str:
+    """What the runtime packages' layers are made of together, without installing anything
+    (pinned: the lock's packages, _pinned): every group's layer is taken from the cache
+    under it only with all the others."""
     return data_hash({
         "format": [FORMAT_VENV, FORMAT, ocilayout.FORMAT, layers.COMPRESSION],
         "base": str(client.images.get(runtime.ref).id),
         "skeleton": resources.digest(venv.SKELETON), "platform": upstream.platform,
         "source_date": source_date, "asked": sorted(upstream.asked),
-        "requires": _requires(upstream.wheels), "lock": _pinned(upstream),
+        "requires": _requires(upstream.wheels), "lock": pinned,
         "table": [[group.name, *group.patterns] for group in venvgroups.GROUPS],
         # pip lays out the files; this host's Python compiles the bytecode
         "host": [version("pip"), list(sys.version_info[:2])],
@@ -92,8 +93,9 @@ def runtime_key(client: Client, runtime: BaseImage, upstream: Upstream,
 def bake(client: Client, runtime: BaseImage, upstream: Upstream, cache: LayerCache,
          work: Path, source_date: int, log: Path) -> VenvLayers:
     """The layers of /opt/venv, from the cache where their keys are there."""
-    key = runtime_key(client, runtime, upstream, source_date)
-    groups = venvgroups.present(_pinned(upstream))
+    pinned = _pinned(upstream)
+    key = runtime_key(client, runtime, upstream, source_date, pinned)
+    groups = venvgroups.present(pinned)
     found = [cache.get(_part(group.name), key) for group in groups]
     recorded = None if None in found else [hit for hit in found if hit]
     # every group under this key: the rest's record (the last) says Python and CUDA_HOME
