@@ -24,12 +24,13 @@ def tests(session: nox.Session) -> None:
 @nox.session
 def lint(session: nox.Session) -> None:
     """ruff and mypy --strict on sources, tests, the benchmark scripts (bin/), this file, the
-    docs generator and the container-side scripts (images/*.py); patch-lint."""
+    docs generator and the container-side scripts (images/*.py); the import layers; patch-lint."""
     session.install(".[lint]")
     session.run("ruff", "check", "src", "tests", "bin", "noxfile.py", "docs", "images")
     session.run("mypy", "--strict", "src", "tests", "bin", "noxfile.py", "docs/gen_pages.py")
     # the scripts that run inside containers: standard library only, checked on their own
     session.run("mypy", "--strict", "images")
+    session.run("lint-imports")  # the packages' layers (pyproject.toml)
     session.run("sparkbake", "patch-lint")
 
 

@@ -21,14 +21,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from sparkbake import planning
 from sparkbake.__main__ import main as cli
 from sparkbake.config import versions as config_mod
 from sparkbake.config.settings import host_settings
 from sparkbake.config.versions import PypiUpstream
 from sparkbake.fetch import upstream_tree
 from sparkbake.hashing import tree_hash
-from sparkbake.patch import gitwork, patches
-from sparkbake.pipeline import plan as plan_mod
+from sparkbake.patch import apply, gitwork
 from sparkbake.series import exchange
 
 __all__ = ["main"]
@@ -56,7 +56,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                                            sha256=upstream.sha256))
     config = config_mod.load(project / "versions.yaml")
     tag = config.tag("bench")
-    fetch_key = plan_mod.make(config, tag).fetch_key
+    fetch_key = planning.make(config, tag).fetch_key
     pristine = upstream_tree.fetch(tag.upstream, config.build_dir / "sources" / fetch_key,
                                    host_settings())
     with (args.work / "bench.log").open("w") as log, contextlib.redirect_stderr(log):
@@ -81,7 +81,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _measure(config: config_mod.Config, pristine: Path, count: int, runs: int) -> dict[str, Any]:
     shutil.rmtree(pristine.parent / "upstream.git", ignore_errors=True)  # measured afresh
-    message = patches.upstream_message(config.tag("bench").upstream)
+    message = apply.upstream_message(config.tag("bench").upstream)
     first = _time(lambda: gitwork.upstream_repo(pristine, message))
     _make_series(config, pristine, pristine.parent / "upstream.git", count)
     samples = _runs(config, pristine, runs)
@@ -103,7 +103,7 @@ def _measure(config: config_mod.Config, pristine: Path, count: int, runs: int) -
 
 
 def _runs(config: config_mod.Config, pristine: Path, runs: int) -> dict[str, list[float]]:
-    plan = plan_mod.make(config, config.tag("bench"))
+    plan = planning.make(config, config.tag("bench"))
     entry = config.build_dir / "patched" / plan.patch_key
     copy_target = config.build_dir / "cp-r"
     samples: dict[str, list[float]] = {"cp_r_s": [], "apply_s": [], "hash_s": [],
@@ -112,7 +112,7 @@ def _runs(config: config_mod.Config, pristine: Path, runs: int) -> dict[str, lis
         shutil.rmtree(copy_target, ignore_errors=True)
         samples["cp_r_s"].append(_time(lambda: _cp(pristine, copy_target)))
         shutil.rmtree(entry, ignore_errors=True)
-        samples["apply_s"].append(_time(lambda: patches.apply(plan, pristine, entry)))
+        samples["apply_s"].append(_time(lambda: apply.apply(plan, pristine, entry)))
         samples["hash_s"].append(_time(lambda: tree_hash(entry / "tree")))  # part of apply_s
         samples["noop_in_process_s"].append(_time(lambda: _cli(config.path)))
         samples["noop_command_s"].append(_time(lambda: _command(config.path)))

@@ -24,15 +24,14 @@ from typing import Any
 
 from bench import _machine
 
+from sparkbake import bases, planning
 from sparkbake.__main__ import main as cli
-from sparkbake.bake import bases
 from sparkbake.config import versions as config_mod
 from sparkbake.config.settings import host_settings
 from sparkbake.fetch import upstream_tree
-from sparkbake.lock import lockfiles
+from sparkbake.lock import pins
 from sparkbake.oci.docker_engine import bridge_gateway, connect, run_container
-from sparkbake.pipeline import plan as plan_mod
-from sparkbake.wheels import wheelbuild
+from sparkbake.wheels import container_build
 
 __all__ = ["main"]
 
@@ -146,13 +145,13 @@ def _vllm_kernel(work: Path, config_path: Path, upstream_key: str) -> dict[str, 
     upstream = config.upstreams[upstream_key]
     tag = next(t for t in config.tags.values() if t.upstream == upstream)
     settings = host_settings()
-    fetch_key = plan_mod.make(config, tag).fetch_key
+    fetch_key = planning.make(config, tag).fetch_key
     tree = upstream_tree.fetch(upstream, config.build_dir / "sources" / fetch_key, settings)
     fixture = config_mod.load(FIXTURE / "versions.yaml")
     ftag = fixture.tag("fixture")
     client = connect()
     base = bases.ensure(client, ftag.builder, ftag.platform, work, settings)
-    builder = wheelbuild.builder_image(client, base, lockfiles.require_lock(fixture, ftag),
+    builder = container_build.builder_image(client, base, pins.require_lock(fixture, ftag),
                                        settings,
                                    work)
     threads = os.cpu_count() or 1

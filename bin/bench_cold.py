@@ -28,9 +28,9 @@ from bench_incremental import _copy_project as copy_project
 from bench_incremental import _layers
 
 from sparkbake.config import versions as config_mod
-from sparkbake.oci import docker_engine, ocilayout
+from sparkbake.core.stages import Stage
+from sparkbake.oci import docker_engine, image_layout
 from sparkbake.pipeline import commands
-from sparkbake.pipeline.stages import Stage
 
 __all__ = ["main"]
 
@@ -118,7 +118,7 @@ def _steps(log: Path) -> dict[str, float]:
 
 
 def _manifest_digest(loaded: config_mod.Config, tag: config_mod.Tag) -> str:
-    image = ocilayout.Layout(loaded.build_dir / "oci").find(tag.name)
+    image = image_layout.Layout(loaded.build_dir / "oci").find(tag.name)
     assert image is not None
     return image.digest
 

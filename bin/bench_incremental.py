@@ -24,11 +24,11 @@ from typing import Any
 
 from bench import _machine
 
+from sparkbake import planning
 from sparkbake.config import versions as config_mod
-from sparkbake.oci import local_registry, ocilayout
+from sparkbake.core.stages import Stage
+from sparkbake.oci import image_layout, local_registry
 from sparkbake.pipeline import commands
-from sparkbake.pipeline import plan as plan_mod
-from sparkbake.pipeline.stages import Stage
 
 __all__ = ["main"]
 
@@ -111,7 +111,7 @@ def _build_and_publish(loaded: config_mod.Config, tag: config_mod.Tag,
     timed["publish"] = {"digest": record["digest"], "bytes_sent": transfer["sent"]["bytes"],
                         "blobs_sent": transfer["sent"]["blobs"],
                         "blobs_present": transfer["present"]["blobs"]}
-    plan = plan_mod.make(loaded, tag)
+    plan = planning.make(loaded, tag)
     timed["keys"] = {"kernels": plan.kernel_key[:16], "wheels": plan.wheels_key[:16],
                      "bake": plan.inputs[:16]}
     timed["layers"] = _layers(loaded, tag)
@@ -127,13 +127,13 @@ def _seconds(action: Callable[[], int]) -> float:
 
 def _layers(loaded: config_mod.Config, tag: config_mod.Tag) -> list[dict[str, Any]]:
     """The image's layers in build/oci: digest, size and what made it (its history)."""
-    layout = ocilayout.Layout(loaded.build_dir / "oci")
+    layout = image_layout.Layout(loaded.build_dir / "oci")
     image = layout.find(tag.name)
     assert image is not None
     manifest = layout.read_json(image.digest)
     config = layout.read_json(manifest["config"]["digest"])
     return [{"digest": layer["digest"], "size": layer["size"],
-             "what": ocilayout.made_by(config, index)}
+             "what": image_layout.made_by(config, index)}
             for index, layer in enumerate(manifest["layers"])]
 
 

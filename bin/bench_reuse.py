@@ -22,10 +22,10 @@ from pathlib import Path
 
 from bench import _machine
 
+from sparkbake import planning
 from sparkbake.config import versions as config_mod
+from sparkbake.core.stages import Stage
 from sparkbake.pipeline import commands
-from sparkbake.pipeline import plan as plan_mod
-from sparkbake.pipeline.stages import Stage
 
 __all__ = ["main"]
 
@@ -74,14 +74,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _prime(loaded: config_mod.Config, tag: str, work: Path) -> Path:
     """Build the tag once (builder image, seed): its kernel cache entry, to copy into runs."""
     _timed(loaded, tag, work)
-    plan = plan_mod.make(loaded, loaded.tag(tag))
+    plan = planning.make(loaded, loaded.tag(tag))
     return work / "wheels" / "kernels" / plan.kernel_key
 
 
 def _timed(loaded: config_mod.Config, tag: str, work: Path, kernels: Path | None = None) -> float:
     """The wheels stage of tag in a fresh work folder (kernels: a kernel entry put there)."""
     scratch = dataclasses.replace(loaded, work=work)
-    plan = plan_mod.make(scratch, scratch.tag(tag))
+    plan = planning.make(scratch, scratch.tag(tag))
     if kernels is not None:
         shutil.copytree(kernels, scratch.wheels_dir / "kernels" / plan.kernel_key)
     commands.run_until(scratch, scratch.tag(tag), Stage.PATCH)  # not timed: fetch, patch

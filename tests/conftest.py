@@ -15,13 +15,12 @@ from typing import NoReturn
 
 import pytest
 
+from sparkbake import bases, planning
 from sparkbake.__main__ import main
-from sparkbake.bake import bases
 from sparkbake.config import settings, versions
 from sparkbake.console import invocation
 from sparkbake.errors import EngineError
 from sparkbake.oci import docker_engine
-from sparkbake.pipeline import plan
 
 DATA = Path(__file__).parent / "data"
 
@@ -39,9 +38,9 @@ class Project:
     def config(self) -> versions.Config:
         return versions.load(self.config_path)
 
-    def plan(self, tag: str = "fixture") -> plan.Plan:
+    def plan(self, tag: str = "fixture") -> planning.Plan:
         loaded = self.config()
-        return plan.make(loaded, loaded.tag(tag))
+        return planning.make(loaded, loaded.tag(tag))
 
     def sparkbake(self, *args: str) -> int:
         return main(["--config", str(self.config_path), *args])

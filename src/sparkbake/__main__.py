@@ -13,12 +13,12 @@ from pathlib import Path
 from sparkbake.config import versions as config_mod
 from sparkbake.config.model import Tag
 from sparkbake.console import display, invocation
+from sparkbake.core.stages import BUILD, Stage
 from sparkbake.errors import ConfigError, FatalError, UsageError, machine_error
 from sparkbake.housekeeping import cachetrim, tidy
-from sparkbake.lock import lockfiles as lock_mod
-from sparkbake.patch.patches import Options as PatchOptions
+from sparkbake.lock import pins as lock_mod
+from sparkbake.patch.apply import Options as PatchOptions
 from sparkbake.pipeline import commands, release_checks, tags
-from sparkbake.pipeline.stages import BUILD, Stage
 from sparkbake.smoke.checks import GPU_MODES
 from sparkbake.smoke.checks import Options as SmokeOptions
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkbake.oci import docker_engine, emulation, local_registry, ocilayout
+from sparkbake.oci import docker_engine, emulation, image_layout, local_registry
 from tests.conftest import Project, copy_project, free_port
 from tests.faultproxy import Faults, fault_proxy
 from tests.integration.test_deploy import Engine, engine, node
@@ -111,7 +111,7 @@ def test_the_release_is_published_whole_after_a_cut_and_each_child_runs_on_its_p
     record = json.loads((built_arm64.root / "build" / "releases" / f"{RELEASE}.json").read_text())
     index = json.loads(subprocess.run([*skopeo, "--raw", f"docker://{repository}:{RELEASE}"],
                                       capture_output=True, text=True, check=True).stdout)
-    assert index["mediaType"] == ocilayout.INDEX_TYPE
+    assert index["mediaType"] == image_layout.INDEX_TYPE
     assert [(m["platform"]["architecture"], m["digest"]) for m in index["manifests"]] == \
         [("amd64", record["platforms"][0]["digest"]), ("arm64", record["platforms"][1]["digest"])]
     for arch, machine in (("amd64", "x86_64"), ("arm64", "aarch64")):

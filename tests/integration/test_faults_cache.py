@@ -21,13 +21,13 @@ from typing import Any
 
 import pytest
 
-from sparkbake.bake import baselayers, imagebake
+from sparkbake.bake import baselayers, runtime_image
 from sparkbake.config import settings
+from sparkbake.core.layout import Layout
 from sparkbake.errors import PublishError, ReproducibilityError
 from sparkbake.hashing import file_sha256
-from sparkbake.oci import docker_engine, ocilayout
-from sparkbake.pipeline.layout import Layout
-from sparkbake.wheels import wheelbuild
+from sparkbake.oci import docker_engine, image_layout
+from sparkbake.wheels import container_build
 from tests.conftest import Project, free_port
 
 pytestmark = pytest.mark.docker
@@ -44,10 +44,10 @@ class Baked:
     cache: Path  # its host cache (SPARKBAKE_CACHE)
 
     @property
-    def oci(self) -> ocilayout.Layout:
-        return ocilayout.Layout(self.project.root / "build" / "oci")
+    def oci(self) -> image_layout.Layout:
+        return image_layout.Layout(self.project.root / "build" / "oci")
 
-    def manifest(self) -> ocilayout.Manifest:
+    def manifest(self) -> image_layout.Manifest:
         return self.oci.read_manifest(self.clean)
 
     def wheels(self) -> Path:
@@ -57,18 +57,18 @@ class Baked:
 def seed_host_cache(cache: Path, client: docker_engine.Client, base: str) -> None:
     """Copies (never links: the damage stays here) of the base's blobs from this host's
     layer cache, where it has them: an export of the base takes a minute."""
-    shared = ocilayout.Layout(settings.host_settings().cache_dir / "layers")
+    shared = image_layout.Layout(settings.host_settings().cache_dir / "layers")
     record = baselayers.record_path(shared, str(client.images.get(base).id))
     if not record.is_file():
         return
     listing = json.loads(record.read_text())
-    mine = ocilayout.Layout(cache / "layers")
+    mine = image_layout.Layout(cache / "layers")
     cache.mkdir()
     for digest in (listing["config"], *listing["layers"]):
         copy = Path(shutil.copy(shared.blob(digest), cache / "copy"))
         if file_sha256(copy) != digest.split(":")[1]:
             return  # the bake exports the base itself
-        mine.add_file(copy, digest, ocilayout.LAYER_TYPE)
+        mine.add_file(copy, digest, image_layout.LAYER_TYPE)
         copy.unlink()  # the next copy is a new file, not one written through the link
     (mine.root / "bases").mkdir()
     shutil.copy(record, mine.root / "bases" / record.name)
@@ -91,7 +91,7 @@ def baked(built_fixture: Project, docker_client: docker_engine.Client, debian_ba
     with pytest.MonkeyPatch.context() as env:
         env.setenv("SPARKBAKE_CACHE", str(cache))
         assert project.sparkbake("build-image", "fixture") == 0
-        found = imagebake.find(Layout.of(project.config()), project.plan())
+        found = runtime_image.find(Layout.of(project.config()), project.plan())
         assert found is not None
         yield Baked(project, found.image.digest, cache)
     docker_client.images.remove(project.plan().tag.image_ref, force=True)
@@ -156,7 +156,7 @@ def test_a_flipped_byte_in_a_layer_blob_is_refused_by_verify_and_publish_then_re
 
 def test_a_truncated_base_blob_in_the_host_cache_is_exported_again(
         baked: Baked, capsys: pytest.CaptureFixture[str]) -> None:
-    shared = ocilayout.Layout(baked.cache / "layers")
+    shared = image_layout.Layout(baked.cache / "layers")
     base = baked.manifest().layers[0]
     assert baked.oci.blob(base.digest).stat().st_ino == shared.blob(base.digest).stat().st_ino
     os.chmod(shared.blob(base.digest), 0o644)
@@ -170,7 +170,7 @@ def test_a_truncated_base_blob_in_the_host_cache_is_exported_again(
 
 def test_a_corrupted_wheel_is_built_again_before_the_bake_takes_it(
         baked: Baked, capsys: pytest.CaptureFixture[str]) -> None:
-    report = json.loads((baked.wheels() / wheelbuild.REPORT).read_text())
+    report = json.loads((baked.wheels() / container_build.REPORT).read_text())
     wheel = baked.wheels() / report["wheels"][0]["file"]
     flip_byte(wheel)
     facts, err = build(baked, capsys)
@@ -183,7 +183,7 @@ def test_a_corrupted_wheel_is_built_again_before_the_bake_takes_it(
 def test_a_rebuilt_wheel_with_other_bytes_is_not_left_behind_a_cached_image(
         baked: Baked, capsys: pytest.CaptureFixture[str]) -> None:
     """Keys follow content: the same inputs with other wheel bytes are another image."""
-    path = baked.wheels() / wheelbuild.REPORT
+    path = baked.wheels() / container_build.REPORT
     report = json.loads(path.read_text())
     wheel = baked.wheels() / report["wheels"][0]["file"]
     os.chmod(wheel, 0o644)
@@ -206,7 +206,7 @@ def test_truncated_records_are_made_again(baked: Baked,
     python = baked.manifest().layers[-2].digest
     layer_record = next(path for path in (build_dir / "layers").glob("python-*.json")
                         if json.loads(path.read_text())["digest"] == python)
-    records = [baked.wheels() / wheelbuild.REPORT, build_dir / "oci" / "index.json",
+    records = [baked.wheels() / container_build.REPORT, build_dir / "oci" / "index.json",
                layer_record]
     for record in records:
         record.write_text(record.read_text()[:40])

@@ -28,10 +28,10 @@ from pathlib import Path
 import docker.errors
 import pytest
 
+from sparkbake import planning
 from sparkbake.errors import PublishError
-from sparkbake.oci import docker_engine, local_registry, ocilayout
+from sparkbake.oci import docker_engine, image_layout, local_registry
 from sparkbake.oci.distribution import Session
-from sparkbake.pipeline import plan as plan_mod
 from sparkbake.publish import push
 from tests.conftest import Project, copy_project, free_port, missing
 from tests.faultproxy import Faults, fault_proxy
@@ -54,7 +54,7 @@ class Built:
         return self.project.root / "build"
 
     def baked_digest(self) -> str:
-        found = ocilayout.Layout(self.build / "oci").find(TAG)
+        found = image_layout.Layout(self.build / "oci").find(TAG)
         assert found is not None
         return found.digest
 
@@ -97,7 +97,7 @@ def built(docker_client: docker_engine.Client, debian_base: str,
     config.write_text(config.read_text().replace(
         "repository: localhost:5000/sparkbake-fixture", f"repository: {REPOSITORY}"))
     assert finish(sparkbake(project, "build-image", TAG))[0] == 0
-    found = ocilayout.Layout(project.root / "build" / "oci").find(TAG)
+    found = image_layout.Layout(project.root / "build" / "oci").find(TAG)
     assert found is not None
     yield Built(project, found.digest)
     with contextlib.suppress(docker.errors.APIError):
@@ -198,7 +198,7 @@ def publishing(docker_client: docker_engine.Client, registry: pub.Local,
     """test_publish's tiny image of its tag, built and smoke-recorded, ready to publish."""
     repository = f"127.0.0.1:{registry.port}/sparkbake-faults-{uuid.uuid4().hex[:8]}"
     config = pub.registry_config(tmp_path, repository)
-    project = pub.Project(docker_client, config, plan_mod.make(config, config.tag(pub.TAG)),
+    project = pub.Project(docker_client, config, planning.make(config, config.tag(pub.TAG)),
                           registry.port)
     project.build(uuid.uuid4().hex)
     project.smoke()

@@ -16,13 +16,12 @@ from pathlib import Path
 import docker.errors
 import pytest
 
+from sparkbake import bases, planning
 from sparkbake.__main__ import main
-from sparkbake.bake import bases
 from sparkbake.config import versions
 from sparkbake.config.versions import DebootstrapBase
 from sparkbake.errors import EngineError
 from sparkbake.oci import docker_engine
-from sparkbake.pipeline import plan
 from tests.conftest import versions_yaml
 
 STALE_INPUTS = "0" * 64
@@ -82,7 +81,7 @@ def test_gc_removes_stale_sparkbake_images_and_keeps_current_and_foreign(
         builder=base, runtime=base, tags=f"  {tag}: {{upstream: tree, series: []}}\n"))
     monkeypatch.setenv("SPARKBAKE_CACHE", str(tmp_path / "host-cache"))
     loaded = versions.load(tmp_path / "versions.yaml")
-    now = plan.make(loaded, loaded.tag(tag))
+    now = planning.make(loaded, loaded.tag(tag))
     ours = {"dev.sparkbake.tag": tag}
     runtime = loaded.tag(tag).runtime
     assert isinstance(runtime, DebootstrapBase)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from sparkbake.oci import docker_engine, ocilayout
+from sparkbake.oci import docker_engine, image_layout
 from sparkbake.pipeline import commands
 from tests.conftest import Project, copy_project
 from tests.integration.test_pipeline import PYTHON_PATCH, python_in
@@ -37,7 +37,7 @@ class Bake:
 
 
 def baked(project: Project, log: str, err: str, seconds: float) -> Bake:
-    store = ocilayout.Layout(project.root / "build" / "oci")
+    store = image_layout.Layout(project.root / "build" / "oci")
     found = store.find("fixture")
     assert found is not None
     manifest = store.read_json(found.digest)

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from sparkbake.wheels import wheelbuild
+from sparkbake.wheels import container_build
 from tests.conftest import Project, copy_project
 
 pytestmark = pytest.mark.docker
@@ -53,7 +53,7 @@ def build_from_clean(root: Path, cache: str, monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setenv("SPARKBAKE_COMPILE_CACHE", cache)
     assert project.sparkbake("wheels", "fixture-oneshot") == 0
     folder = project.root / "wheels" / project.plan("fixture-oneshot").wheels_key
-    report: dict[str, Any] = json.loads((folder / wheelbuild.REPORT).read_text())
+    report: dict[str, Any] = json.loads((folder / container_build.REPORT).read_text())
     log = project.log("fixture-oneshot", "wheels")
     step = "+ sccache nvcc -O2 -shared" if cache == "local" else "+ nvcc -O2 -shared"
     assert step in log  # the one step, without -c

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from sparkbake import planning
 from sparkbake.__main__ import main
 from sparkbake.config import versions
+from sparkbake.core.layout import Layout
 from sparkbake.errors import PatchTestError
-from sparkbake.pipeline import plan as plan_mod
-from sparkbake.pipeline.layout import Layout
 from sparkbake.series import patchtests
 from tests.conftest import versions_yaml
 
@@ -37,8 +37,8 @@ def test_each_production_tag_passes_its_series_tests(tag: str) -> None:
     loaded = versions.load(CONFIG)
     files = result["files"]
     assert isinstance(files, list)
-    for series in plan_mod.make(loaded, loaded.tag(tag)).series:  # every series brings tests
-        touched = set().union(*(plan_mod.touched_paths(series.folder / name)
+    for series in planning.make(loaded, loaded.tag(tag)).series:  # every series brings tests
+        touched = set().union(*(planning.touched_paths(series.folder / name)
                                 for name, _ in series.patches))
         assert touched & set(files), f"{series.name} adds no test module"
     assert (PREFIX_CACHE_TESTS in files) == ("3.73" in tag)  # prefix-cache is 3.73's alone
@@ -64,7 +64,7 @@ def test_a_failing_series_test_stops_with_exit_6_and_names_the_report(
         "--- a/tests/test_series.py\n+++ b/tests/test_series.py\n")
     (series / "series").write_text("0001-t.patch\n")
     loaded = versions.load(tmp_path / "versions.yaml")
-    plan = plan_mod.make(loaded, loaded.tag("t"))
+    plan = planning.make(loaded, loaded.tag("t"))
     layout = Layout(REPO / "build", REPO / "wheels")  # where the lock's venv is kept
     lock = REPO / "locks" / "patch-tests" / "vllm-0.33.0.txt"
     with pytest.raises(PatchTestError) as caught:

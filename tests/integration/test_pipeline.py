@@ -20,7 +20,7 @@ import pytest
 from sparkbake.__main__ import main
 from sparkbake.hashing import file_sha256
 from sparkbake.oci import docker_engine, local_registry
-from sparkbake.wheels import wheelbuild
+from sparkbake.wheels import container_build
 from tests.conftest import Project, free_port
 
 pytestmark = pytest.mark.docker
@@ -117,7 +117,7 @@ def test_the_wheel_and_the_installed_package_say_the_local_version(
     plan = built_fixture.plan()
     assert plan.local_version == f"sb.{plan.patch_key[:8]}"  # the patch row `plan` prints
     version = f"0.1.0+{plan.local_version}"
-    report = json.loads((built_fixture.root / "wheels" / plan.wheels_key / wheelbuild.REPORT)
+    report = json.loads((built_fixture.root / "wheels" / plan.wheels_key / container_build.REPORT)
                         .read_text())
     assert report["wheels"][0]["file"].startswith(f"tinykern-{version}-cp311-")
     out = python_in(docker_client, plan.tag.image_ref,
@@ -213,9 +213,9 @@ def test_a_python_only_change_reuses_the_compiled_kernel(
     cache = json.loads((built_fixture.root / "wheels" / "kernels" / after.kernel_key /
                         "kernels.json").read_text())
     assert cache["pristine"] is True
-    old = json.loads((built_fixture.root / "wheels" / before.wheels_key / wheelbuild.REPORT)
+    old = json.loads((built_fixture.root / "wheels" / before.wheels_key / container_build.REPORT)
                      .read_text())["wheels"][0]
-    new = json.loads((project.root / "wheels" / after.wheels_key / wheelbuild.REPORT)
+    new = json.loads((project.root / "wheels" / after.wheels_key / container_build.REPORT)
                      .read_text())
     assert new["kernels"] == {"key": after.kernel_key, "reused": True,
                               "assembled from": cache["wheel"]}
@@ -245,8 +245,8 @@ def test_an_upstream_may_reuse_kernels_through_its_own_build(
     assert "reusing kernels" in log
     assert "using precompiled kernels from /kernels/" in log
     assert "+ nvcc" not in log  # no compiler ran
-    report = json.loads((project.root / "wheels" / project.plan().wheels_key / wheelbuild.REPORT)
-                        .read_text())
+    wheel_set = project.root / "wheels" / project.plan().wheels_key
+    report = json.loads((wheel_set / container_build.REPORT).read_text())
     assert report["kernels"] == {"key": project.plan().kernel_key, "reused": True}
 
 
@@ -364,7 +364,7 @@ def test_ctrl_c_during_wheels_leaves_no_cache_entry_and_the_rerun_builds_only_wh
     shown = [line.split()[:2] for line in rerun.stderr.splitlines()[:3]]
     assert shown == [["fetch", "cached"], ["patch", "cached"], ["wheels", "ran"]]
     assert "==> wheels for fixture" in project.log("fixture", "wheels")
-    report_path = wheel_root / plan.wheels_key / wheelbuild.REPORT
+    report_path = wheel_root / plan.wheels_key / container_build.REPORT
     report: dict[str, Any] = json.loads(report_path.read_text())
     assert report["wheels"][0]["kernels"][0]["sass"] == ["sm_121a"]
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkbake.pipeline.stages import Stage
+from sparkbake.core.stages import Stage
 from tests.conftest import DATA, Project, copy_project
 
 pytestmark = pytest.mark.docker

@@ -20,14 +20,14 @@ from typing import Any
 
 import pytest
 
+from sparkbake import planning
 from sparkbake.config import versions
+from sparkbake.core.stages import Stage
 from sparkbake.hashing import file_sha256
 from sparkbake.oci import docker_engine, local_registry
 from sparkbake.pipeline import commands
-from sparkbake.pipeline import plan as plan_mod
-from sparkbake.pipeline.stages import Stage
 from sparkbake.smoke import checks
-from sparkbake.wheels import wheelbuild
+from sparkbake.wheels import container_build
 from tests.conftest import free_port
 
 pytestmark = pytest.mark.docker
@@ -41,12 +41,12 @@ KERNEL = "vllm/_C_stable_libtorch.abi3.so"
 @dataclasses.dataclass(frozen=True)
 class Built:
     config: versions.Config  # the repository's versions.yaml with build/ and wheels/ in a tmp dir
-    plan: plan_mod.Plan
+    plan: planning.Plan
 
     @property
     def report(self) -> dict[str, Any]:
         folder = self.config.wheels_dir / self.plan.wheels_key
-        report: dict[str, Any] = json.loads((folder / wheelbuild.REPORT).read_text())
+        report: dict[str, Any] = json.loads((folder / container_build.REPORT).read_text())
         return report
 
     @property
@@ -73,7 +73,7 @@ def built(docker_client: docker_engine.Client,
     local_registry.start(loaded, port)
     try:
         assert commands.publish(loaded, tag, f"127.0.0.1:{port}", force=False) == 0
-        yield Built(loaded, plan_mod.make(loaded, tag))
+        yield Built(loaded, planning.make(loaded, tag))
     finally:
         local_registry.stop(loaded)
         docker_client.images.remove(tag.image_ref, force=True)
@@ -112,7 +112,7 @@ def test_the_kernels_for_a_gb10_are_sm_120_family_code(built: Built) -> None:
     sass = {k["path"]: k["sass"] for k in built.report["wheels"][0]["kernels"]}
     for library in (KERNEL, "vllm/_moe_C_stable_libtorch.abi3.so"):
         assert "sm_120" in sass[library] and "sm_121a" not in sass[library]
-        assert wheelbuild.loadable("sm_120", built.plan.tag.sm_arch)
+        assert container_build.loadable("sm_120", built.plan.tag.sm_arch)
 
 
 def test_smoke_checked_the_image_under_emulation(built: Built) -> None:

@@ -21,12 +21,12 @@ from typing import Any
 import docker.errors
 import pytest
 
+from sparkbake import planning
 from sparkbake.__main__ import main
 from sparkbake.config import versions as config_mod
 from sparkbake.config.versions import Config
 from sparkbake.errors import BakeError, EngineError, PublishError
-from sparkbake.oci import docker_engine, layers, local_registry, ocilayout
-from sparkbake.pipeline import plan as plan_mod
+from sparkbake.oci import docker_engine, image_layout, layers, local_registry
 from sparkbake.publish import push
 from tests.conftest import free_port, missing, versions_yaml
 
@@ -95,15 +95,15 @@ def local(client: docker_engine.Client,
 class Project:
     client: docker_engine.Client
     config: Config
-    plan: plan_mod.Plan
+    plan: planning.Plan
     port: int
 
     @property
     def release(self) -> Path:
         return self.config.build_dir / "releases" / f"{TAG}.json"
 
-    def plan_of(self, tag: str) -> plan_mod.Plan:
-        return self.plan if tag == TAG else plan_mod.make(self.config, self.config.tag(tag))
+    def plan_of(self, tag: str) -> planning.Plan:
+        return self.plan if tag == TAG else planning.make(self.config, self.config.tag(tag))
 
     def build(self, payload: str, inputs: str | None = None, tag: str = TAG,
               base: str | None = None) -> str:
@@ -112,24 +112,24 @@ class Project:
         bake stage does; return its id."""
         work = self.config.root / f"bake-{uuid.uuid4().hex[:8]}"
         work.mkdir()
-        layout = ocilayout.Layout(self.config.build_dir / "oci")
+        layout = image_layout.Layout(self.config.build_dir / "oci")
         plan = self.plan_of(tag)
         files = [("payload", payload)] if base is None else [("base", base), ("payload", payload)]
         made = {name: layers.from_files({name: (text.encode(), 0o644)}, work / f"{name}.tgz", 0)
                 for name, text in files}
         labels = {"dev.sparkbake.inputs": inputs or plan.inputs,
                   "dev.sparkbake.tag": tag, RUN_LABEL: RUN}
-        change = ocilayout.ConfigChange(created=0, platform=plan.tag.platform,
+        change = image_layout.ConfigChange(created=0, platform=plan.tag.platform,
                                         layers=tuple((m.diff_id, n) for n, m in made.items()),
                                         env=(), path="/", labels=tuple(labels.items()),
                                         entrypoint=("/payload",))
-        config = layout.add_bytes(ocilayout.canonical(ocilayout.image_config({}, change)),
-                                  ocilayout.CONFIG_TYPE)
+        config = layout.add_bytes(image_layout.canonical(image_layout.image_config({}, change)),
+                                  image_layout.CONFIG_TYPE)
         blobs = [layout.add_file(m.path, m.digest, layers.MEDIA_TYPE) for m in made.values()]
-        image = layout.add_bytes(ocilayout.canonical(ocilayout.manifest(config, blobs)),
-                                 ocilayout.MANIFEST_TYPE)
+        image = layout.add_bytes(image_layout.canonical(image_layout.manifest(config, blobs)),
+                                 image_layout.MANIFEST_TYPE)
         layout.tag(tag, image)
-        ocilayout.write_docker_archive(layout, image, plan.tag.image_ref, work / "image.tar")
+        image_layout.write_docker_archive(layout, image, plan.tag.image_ref, work / "image.tar")
         docker_engine.load_image(self.client, work / "image.tar", error=BakeError)
         return config.digest
 
@@ -157,7 +157,7 @@ class Project:
 def project(client: docker_engine.Client, local: Local, tmp_path: Path) -> Project:
     repository = f"127.0.0.1:{local.port}/sparkbake-test-{RUN}-{uuid.uuid4().hex[:6]}"
     config = registry_config(tmp_path, repository)
-    return Project(client, config, plan_mod.make(config, config.tag(TAG)), local.port)
+    return Project(client, config, planning.make(config, config.tag(TAG)), local.port)
 
 
 def skopeo_digest(ref: str) -> str:
@@ -201,7 +201,7 @@ def test_publish_pushes_both_tags_and_records_the_verified_digest(project: Proje
     assert record["upstream"]["kind"] == "dir"
     assert skopeo_digest(f"{repository}:{TAG}") == record["digest"]
     assert skopeo_digest(f"{repository}:{immutable}") == record["digest"]
-    baked = ocilayout.Layout(project.config.build_dir / "oci").find(TAG)
+    baked = image_layout.Layout(project.config.build_dir / "oci").find(TAG)
     assert baked is not None and record["digest"] == baked.digest  # as baked, not re-made
 
 
@@ -292,7 +292,7 @@ def test_a_missing_or_failed_smoke_record_is_refused(project: Project) -> None:
 def test_an_engine_image_that_is_not_the_baked_one_is_refused(project: Project) -> None:
     project.build("tested")
     project.smoke()
-    layout = ocilayout.Layout(project.config.build_dir / "oci")
+    layout = image_layout.Layout(project.config.build_dir / "oci")
     tested = layout.find(TAG)
     project.build("other")  # the layout and the engine move on together ...
     assert tested is not None

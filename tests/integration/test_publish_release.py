@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
+from sparkbake import planning
 from sparkbake.config import versions as config_mod
 from sparkbake.errors import PublishError
-from sparkbake.oci import ocilayout
-from sparkbake.pipeline import plan as plan_mod
+from sparkbake.oci import image_layout
 from tests.conftest import versions_yaml
 from tests.faultproxy import Faults, fault_proxy
 from tests.integration.test_publish import RUN, Local, Project, client, local, skopeo_digest
@@ -42,7 +42,7 @@ def project(client: object, local: Local, tmp_path: Path) -> Project:
     (tmp_path / "versions.yaml").write_text(versions_yaml(repository=repository, tags=TAGS))
     config = config_mod.load(tmp_path / "versions.yaml")
     first = config.tag(f"{RELEASE}-amd64")
-    return Project(client, config, plan_mod.make(config, first), local.port)
+    return Project(client, config, planning.make(config, first), local.port)
 
 
 def build_both(project: Project, smoked: tuple[str, ...] = ("amd64", "arm64")) -> None:
@@ -73,7 +73,7 @@ def test_the_release_is_an_index_of_each_platforms_smoked_digest(project: Projec
     record = publish(project)
     repository = str(record["repository"])
     index = raw(f"{repository}:{RELEASE}")
-    assert index["mediaType"] == ocilayout.INDEX_TYPE
+    assert index["mediaType"] == image_layout.INDEX_TYPE
     platforms: list[dict[str, Any]] = record["platforms"]  # type: ignore[assignment]
     manifests: list[dict[str, Any]] = index["manifests"]  # type: ignore[assignment]
     listed = [(m["platform"]["architecture"], m["digest"]) for m in manifests]

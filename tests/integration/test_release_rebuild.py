@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
+from sparkbake import planning
 from sparkbake.__main__ import main
 from sparkbake.attest import signing
 from sparkbake.config import versions as config_mod
-from sparkbake.oci import docker_engine, ocilayout
-from sparkbake.pipeline import plan as plan_mod
+from sparkbake.oci import docker_engine, image_layout
 from sparkbake.publish import push
 from tests.conftest import Project, copy_project
 from tests.integration.test_publish import Local, client, local
@@ -38,7 +38,7 @@ def publish_signed(client: docker_engine.Client, project: Project, local: Local,
                    key: Path) -> dict[str, Any]:
     """The project's baked image of TAG pushed to the embedded registry, signed."""
     config = project.config()
-    plan = plan_mod.make(config, config.tag(TAG))
+    plan = planning.make(config, config.tag(TAG))
     return push.publish(client, config, plan, f"127.0.0.1:{local.port}", False,
                         skip_smoke=True, key=signing.signing_key(key, None)).to_json()
 
@@ -76,7 +76,7 @@ def test_a_signed_image_not_built_from_its_pins_fails_naming_the_first_layer(
     text = project.config_path.read_text().replace("sparkbake-fixture", "sparkbake-forged")
     project.config_path.write_text(text)  # its own engine tag: the fixture's stays
     config = config_mod.load(project.config_path)
-    FakeBaker(client, config, plan_mod.make(config, config.tag(TAG)), local.port).build(
+    FakeBaker(client, config, planning.make(config, config.tag(TAG)), local.port).build(
         "forged", tag=TAG)
     record = publish_signed(client, project, local, key)
     capsys.readouterr()
@@ -87,7 +87,7 @@ def test_a_signed_image_not_built_from_its_pins_fails_naming_the_first_layer(
     assert len(error) == 2
     assert f"rebuilt {TAG}: sha256:" in error[0]
     assert f", not the registry's {record['digest']}: layer 0 (" in error[0]
-    forged = ocilayout.Layout(config.build_dir / "oci").read_json(record["digest"])["layers"]
+    forged = image_layout.Layout(config.build_dir / "oci").read_json(record["digest"])["layers"]
     assert f") is {forged[0]['digest']} there, sha256:" in error[0]
     assert error[0].endswith(" rebuilt")
     assert f"verify {TAG} --against {record['digest']}" in error[1]

@@ -15,11 +15,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from sparkbake.bake import imagebake
-from sparkbake.bake.bases import BaseImage
+from sparkbake.bake import runtime_image
+from sparkbake.bases import BaseImage
 from sparkbake.fetch import remote_patches
-from sparkbake.patch.patches import PatchedTree
-from sparkbake.wheels.wheelbuild import WheelSet
+from sparkbake.patch.apply import PatchedTree
+from sparkbake.wheels.container_build import WheelSet
 from tests.conftest import Project, free_port
 
 SERIES = "tinykern"
@@ -135,7 +135,7 @@ def test_the_image_manifest_lists_a_remote_patch_by_url_and_sha256(
     add_remote_line(project, url, pin, after=2)
     assert project.sparkbake("fetch", "fixture") == 0
     plan = project.plan()
-    manifest = imagebake.manifest(plan, BaseImage("debian", "debian", "sha256:" + "0" * 64),
+    manifest = runtime_image.manifest(plan, BaseImage("debian", "debian", "sha256:" + "0" * 64),
                                   WheelSet(project.root, "k", {"wheels": []}),
                                   PatchedTree(project.root, plan.patch_key, "0" * 64), 0)
     assert manifest["series"][0]["patches"][2] == {"url": url, "sha256": pin}

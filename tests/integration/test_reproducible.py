@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from sparkbake.hashing import file_sha256
-from sparkbake.oci import docker_engine, local_registry, ocilayout
-from sparkbake.wheels import wheelbuild
+from sparkbake.oci import docker_engine, image_layout, local_registry
+from sparkbake.wheels import container_build
 from tests.conftest import Project, copy_project, free_port, missing
 from tests.integration.test_pipeline import PYTHON_PATCH
 
@@ -59,7 +59,7 @@ def skopeo(*args: str) -> Any:
 
 def wheel_report(project: Project) -> dict[str, Any]:
     report: dict[str, Any] = json.loads(
-        (project.root / "wheels" / project.plan().wheels_key / wheelbuild.REPORT).read_text())
+        (project.root / "wheels" / project.plan().wheels_key / container_build.REPORT).read_text())
     return report
 
 
@@ -95,9 +95,10 @@ def test_two_clean_builds_give_one_digest_as_skopeo_reads_it(
 
 def test_two_clean_builds_give_one_sbom(built_fixture: Project, second: Project) -> None:
     """The bake's SBOM beside each image (build/oci, `fixture.sbom`): the same bytes."""
-    found = [ocilayout.Layout(layout(p)).find("fixture.sbom") for p in (built_fixture, second)]
+    found = [image_layout.Layout(layout(p)).find("fixture.sbom") for p in (built_fixture,
+                                                                                second)]
     assert found[0] is not None and found[0] == found[1]
-    store = ocilayout.Layout(layout(second))
+    store = image_layout.Layout(layout(second))
     blob = store.read_json(found[0].digest)["layers"][0]
     assert blob["mediaType"] == "application/vnd.cyclonedx+json"
     document = json.loads(store.read(blob["digest"]))
@@ -119,7 +120,7 @@ def test_the_config_and_labels_carry_the_source_date_not_the_build_time(
 
 def test_the_layers_made_here_are_sorted_dated_root_owned_with_hash_checked_pycs(
         second: Project) -> None:
-    store = ocilayout.Layout(layout(second))
+    store = image_layout.Layout(layout(second))
     found = store.find("fixture")
     assert found is not None
     manifest = store.read_json(found.digest)
@@ -184,7 +185,7 @@ def test_verify_against_the_published_digest_rebuilds_and_finds_it_again(
         second: Project, published: str, capsys: pytest.CaptureFixture[str]) -> None:
     release = json.loads((second.root / "build" / "releases" / "fixture.json").read_text())
     digest = release["digest"]
-    store = ocilayout.Layout(layout(second))
+    store = image_layout.Layout(layout(second))
     top = store.read_json(digest)["layers"][-1]["digest"]
     for blob in (digest, top):  # so verify must take them from the registry
         store.blob(blob).unlink()

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from sparkbake.__main__ import main
-from sparkbake.attest import attach, signing
-from sparkbake.oci import artifacts, ocilayout, referrers
+from sparkbake.attest import signing
+from sparkbake.oci import artifacts, image_layout, referrers
 from sparkbake.publish import push, release_index
 from tests.integration.test_publish import TAG, Project, client, local, project
 from tests.integration.test_publish_release import RELEASE, build_both
@@ -66,13 +66,13 @@ def test_a_signed_release_verifies_and_a_tampered_copy_or_another_key_does_not(
     other = signing.generate(tmp_path / "other.key", None)[1]
     assert verify(f"{repository}:{TAG}", other) == 7
     assert f"sparkbake: error: {repository}@{record['digest']}: " \
-        f"{attach.signature_tag(record['digest'])} is not signed by {other}\n" in \
+        f"{signing.signature_tag(record['digest'])} is not signed by {other}\n" in \
         capsys.readouterr().err
 
     # another image under the tag, with the first one's signature copied beside it
     tampered = published(project, "tampered", None, force=True)["digest"]
-    skopeo_copy(f"{repository}:{attach.signature_tag(record['digest'])}",
-                f"{repository}:{attach.signature_tag(tampered)}")
+    skopeo_copy(f"{repository}:{signing.signature_tag(record['digest'])}",
+                f"{repository}:{signing.signature_tag(tampered)}")
     assert verify(f"{repository}:{TAG}", Path(f"{key}.pub")) == 7
     assert f"its signature is of {record['digest']}, not of this digest" in \
         capsys.readouterr().err
@@ -87,9 +87,9 @@ def test_a_statement_of_another_digest_and_an_unsigned_image_fail(
     assert f"{repository}@{unsigned['digest']} is not signed" in capsys.readouterr().err
 
     second = published(project, "second", key, force=True)
-    layout = ocilayout.Layout(project.config.build_dir / "oci")
+    layout = image_layout.Layout(project.config.build_dir / "oci")
     envelope = artifacts.read(layout, first["attestations"]["provenance"])[1]
-    subject = ocilayout.Descriptor(ocilayout.MANIFEST_TYPE, second["digest"], 1)
+    subject = image_layout.Descriptor(image_layout.MANIFEST_TYPE, second["digest"], 1)
     moved = artifacts.add(layout, signing.DSSE_TYPE, envelope, subject)
     session = push.open_session(repository)
     referrers.attach(session, layout, moved, second["digest"])
@@ -113,7 +113,7 @@ def test_the_fallback_index_lists_the_artifacts_by_type(project: Project, key: P
     found, listing = referrers.listed(session, record["digest"])
     assert listing == "fallback tag"
     kinds = sorted((m["artifactType"], (m.get("annotations") or {}).get(
-        attach.PREDICATE_ANNOTATION, "")) for m in found)
+        signing.PREDICATE_ANNOTATION, "")) for m in found)
     assert kinds == [("application/vnd.cyclonedx+json", ""),
                      (signing.DSSE_TYPE, "https://in-toto.io/attestation/test-result/v0.1"),
                      (signing.DSSE_TYPE, "https://slsa.dev/provenance/v1")]
@@ -123,9 +123,9 @@ def test_the_fallback_index_lists_the_artifacts_by_type(project: Project, key: P
     assert len(referrers.listed(session, record["digest"])[0]) == 3
     sig = json.loads(subprocess.run(
         ["skopeo", "inspect", "--raw", "--tls-verify=false",
-         f"docker://{record['repository']}:{attach.signature_tag(record['digest'])}"],
+         f"docker://{record['repository']}:{signing.signature_tag(record['digest'])}"],
         check=True, capture_output=True, text=True, timeout=60).stdout)
-    assert sig["layers"][0]["mediaType"] == attach.SIMPLE_SIGNING
+    assert sig["layers"][0]["mediaType"] == signing.SIMPLE_SIGNING
 
 
 def test_a_signed_multi_platform_release_verifies_by_its_index(
@@ -147,7 +147,7 @@ def test_a_copy_without_its_referrers_fails_as_such(
     """A mirror that copies the image and its `.sig` tag but drops the referrers."""
     record = published(project, "mirrored", key)
     mirror = f"{record['repository']}-mirror"
-    sig = attach.signature_tag(record["digest"])
+    sig = signing.signature_tag(record["digest"])
     skopeo_copy(f"{record['repository']}:{TAG}", f"{mirror}:{TAG}")
     skopeo_copy(f"{record['repository']}:{sig}", f"{mirror}:{sig}")
     assert verify(f"{mirror}:{TAG}", Path(f"{key}.pub")) == 7

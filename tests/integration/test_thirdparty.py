@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
+from sparkbake import planning
 from sparkbake.config import settings
+from sparkbake.core.stages import Stage
 from sparkbake.fetch import sourcelock, thirdparty
 from sparkbake.hashing import file_sha256, tree_hash
 from sparkbake.oci import docker_engine
 from sparkbake.pipeline import build
-from sparkbake.pipeline import plan as plan_mod
-from sparkbake.pipeline.stages import Stage
 from tests.conftest import DATA, Project, copy_project, versions_yaml
 from tests.gitdaemon import Daemon, git, git_daemon
 from tests.integration.test_pipeline import add_patch, read_from_image
@@ -255,7 +255,7 @@ def test_a_build_that_made_the_sources_lock_goes_on_with_a_plan_that_has_it(
     host(monkeypatch)
     project = cmake_project(tmp_path / "planned", daemon[0])
     loaded = project.config()
-    work = build.Build(loaded, plan_mod.make(loaded, loaded.tag(TAG)))
+    work = build.Build(loaded, planning.make(loaded, loaded.tag(TAG)))
     tree = build.patched(work)
     made = build.with_sources_lock(work, tree)
     assert made.plan.stage_inputs[Stage.KERNELS]["third-party sources"] == [

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from sparkbake.bake import venvlayers
-from sparkbake.bake.bases import BaseImage
 from sparkbake.bake.layercache import LayerCache
+from sparkbake.bases import BaseImage
 from sparkbake.hashing import file_sha256
 from sparkbake.lock.wheelhouse import platform_tags
-from sparkbake.oci import docker_engine, ocilayout
+from sparkbake.oci import docker_engine, image_layout
 
 pytestmark = pytest.mark.docker
 
@@ -90,7 +90,7 @@ class Baker:
         upstream = venvlayers.Upstream("sparkbake-groups:test", PLATFORM, self.tag_wheels,
                                        ("six",), house, lock, asked, "k" * 64, "t" * 64)
         layer_cache = LayerCache(self.folder / cache / "layers",
-                                 ocilayout.Layout(self.folder / cache / "oci"))
+                                 image_layout.Layout(self.folder / cache / "oci"))
         (work / "scratch").mkdir()
         return venvlayers.bake(self.client, self.base, upstream, layer_cache, work / "scratch",
                                SOURCE_DATE, work / "bake.log")

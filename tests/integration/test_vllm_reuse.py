@@ -21,13 +21,13 @@ from typing import Any
 
 import pytest
 
+from sparkbake import planning
 from sparkbake.config import versions
 from sparkbake.errors import BuildError
 from sparkbake.hashing import file_sha256
-from sparkbake.oci import docker_engine, ocilayout
+from sparkbake.oci import docker_engine, image_layout
 from sparkbake.pipeline import commands, verify
-from sparkbake.pipeline import plan as plan_mod
-from sparkbake.wheels import wheelbuild
+from sparkbake.wheels import container_build
 
 pytestmark = [pytest.mark.docker, pytest.mark.repeated]
 
@@ -40,7 +40,7 @@ KERNEL = "vllm/_C_stable_libtorch.abi3.so"
 class Build:
     folder: Path  # wheels/<wheels key>
     report: dict[str, Any]  # its wheels.json
-    image: ocilayout.Descriptor  # the image's manifest
+    image: image_layout.Descriptor  # the image's manifest
     layout: Path
 
 
@@ -61,10 +61,10 @@ def builds(docker_client: docker_engine.Client, tag_name: str,
         works.append(work)
         scratch = dataclasses.replace(loaded, work=work)
         baked = commands.rebuild(scratch, scratch.tag(tag_name))
-        plan = plan_mod.make(scratch, scratch.tag(tag_name))
+        plan = planning.make(scratch, scratch.tag(tag_name))
         folder = work / "wheels" / plan.wheels_key
         shutil.rmtree(work / "wheels" / "runtime")  # 4 GB each: checked by hash, not needed
-        done.append(Build(folder, json.loads((folder / wheelbuild.REPORT).read_text()),
+        done.append(Build(folder, json.loads((folder / container_build.REPORT).read_text()),
                           baked.image, baked.layout))
     yield done
     for work in works:
@@ -74,8 +74,8 @@ def builds(docker_client: docker_engine.Client, tag_name: str,
 def test_two_clean_builds_give_the_same_image(builds: list[Build]) -> None:
     first, second = builds
     assert first.layout != second.layout
-    report = verify.compare(verify.Side(ocilayout.Layout(first.layout), first.image),
-                            verify.Side(ocilayout.Layout(second.layout), second.image))
+    report = verify.compare(verify.Side(image_layout.Layout(first.layout), first.image),
+                            verify.Side(image_layout.Layout(second.layout), second.image))
     assert report.equal, json.dumps(report.to_json(), indent=2)[:4000]
     assert first.image.digest == second.image.digest
 
@@ -108,7 +108,7 @@ def test_no_compiler_ran_and_the_kernels_are_the_release_wheels(builds: list[Bui
 def test_the_wheel_carries_the_patched_python(builds: list[Build], tag_name: str) -> None:
     folder, report = builds[0].folder, builds[0].report
     loaded = versions.load(REPO / "versions.yaml")
-    plan = plan_mod.make(loaded, loaded.tag(tag_name))
+    plan = planning.make(loaded, loaded.tag(tag_name))
     tree = folder.parents[1] / "build" / "patched" / plan.patch_key / "tree"
     with zipfile.ZipFile(the_wheel(folder, report)) as built:
         assert built.read(NEW_MODULE) == (tree / NEW_MODULE).read_bytes()
@@ -127,4 +127,4 @@ def test_the_arch_check_names_a_release_library_without_code_for_the_arch(
                                       if "deepselect" not in p)))
     with pytest.raises(BuildError, match=r"vllm/_deepselect_C\.abi3\.so has no SASS a "
                                          rf"{tag.sm_arch} device loads \(has: sm_100\)"):
-        wheelbuild.check_sass(undeclared, report)
+        container_build.check_sass(undeclared, report)

@@ -11,10 +11,10 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from sparkbake import planning
 from sparkbake.config import versions
+from sparkbake.core.stages import Stage
 from sparkbake.pipeline import commands
-from sparkbake.pipeline import plan as plan_mod
-from sparkbake.pipeline.stages import Stage
 from sparkbake.series import patchtests
 from sparkbake.smoke import sample_envs
 
@@ -28,7 +28,7 @@ def patched_vllm() -> tuple[Path, Path]:
     loaded = versions.load(REPO / "versions.yaml")
     tag = loaded.tag("3.73-vision")
     assert commands.run_until(loaded, tag, Stage.PATCH) == 0
-    tree = loaded.build_dir / "patched" / plan_mod.make(loaded, tag).patch_key / "tree"
+    tree = loaded.build_dir / "patched" / planning.make(loaded, tag).patch_key / "tree"
     venv = patchtests.environment(patchtests.require_lock(loaded, tag, tree),
                                   loaded.build_dir / "venvs")
     return venv / "bin" / "python", tree

@@ -17,13 +17,13 @@ from securesystemslib.dsse import Envelope
 from securesystemslib.exceptions import VerificationError as DsseVerificationError
 from securesystemslib.signer import SSlibKey  # type: ignore[attr-defined]  # re-exported
 
+from sparkbake import planning
 from sparkbake.__main__ import main
-from sparkbake.attest import attach, imagefiles, sbom, signing, statements, verification
+from sparkbake.attest import imagefiles, sbom, signing, statements, verification
 from sparkbake.config import versions
+from sparkbake.core.smoke_record import CheckResult, SmokeReport
 from sparkbake.errors import UsageError, VerificationError
-from sparkbake.oci import layers, ocilayout
-from sparkbake.pipeline import plan as plan_mod
-from sparkbake.smoke.record import CheckResult, SmokeReport
+from sparkbake.oci import image_layout, layers
 from tests.conftest import one_patch_project
 
 SITE = "opt/venv/lib/python3.11/site-packages"
@@ -53,21 +53,21 @@ def metadata(name: str, version: str, *lines: str) -> bytes:
                       *lines, "", ""]).encode()
 
 
-def image(root: Path, *layer_files: dict[str, bytes]) -> tuple[ocilayout.Layout,
-                                                               ocilayout.Descriptor]:
+def image(root: Path, *layer_files: dict[str, bytes]) -> tuple[image_layout.Layout,
+                                                               image_layout.Descriptor]:
     """An image of these layers (bottom first) in an OCI layout under root."""
-    layout = ocilayout.Layout(root / "oci")
+    layout = image_layout.Layout(root / "oci")
     root.mkdir(parents=True, exist_ok=True)
     blobs = []
     for n, files in enumerate(layer_files):
         made = layers.from_files({p: (d, 0o644) for p, d in files.items()}, root / f"{n}.tgz", 0)
         blobs.append(layout.add_file(made.path, made.digest, layers.MEDIA_TYPE))
-    config = layout.add_bytes(b"{}", ocilayout.CONFIG_TYPE)
-    return layout, layout.add_bytes(ocilayout.canonical(ocilayout.manifest(config, blobs)),
-                                    ocilayout.MANIFEST_TYPE)
+    config = layout.add_bytes(b"{}", image_layout.CONFIG_TYPE)
+    return layout, layout.add_bytes(image_layout.canonical(image_layout.manifest(config, blobs)),
+                                    image_layout.MANIFEST_TYPE)
 
 
-def demo_sbom(root: Path) -> tuple[dict[str, Any], bytes, ocilayout.Descriptor]:
+def demo_sbom(root: Path) -> tuple[dict[str, Any], bytes, image_layout.Descriptor]:
     layout, made = image(
         root,
         {"var/lib/dpkg/status": DPKG.encode(), "etc/os-release": b'ID=debian\n',
@@ -107,7 +107,7 @@ def test_a_layer_read_once_is_not_read_again_and_a_damaged_record_is_read_anew(
     """What a layer gives the SBOM is kept by its digest: the Python-only path's image
     reads its one new layer, not the 10 GB below it."""
     _, first, made = demo_sbom(tmp_path)
-    layout = ocilayout.Layout(tmp_path / "oci")
+    layout = image_layout.Layout(tmp_path / "oci")
     blobs = [layer.digest for layer in layout.read_manifest(made.digest).layers]
     kept = {digest: layout.blob(digest).read_bytes() for digest in blobs}
     for digest in blobs:
@@ -135,15 +135,15 @@ def test_a_layer_just_written_is_recorded_as_reading_its_blob_records_it(
     (root / f"{SITE}/link.dist-info/METADATA").symlink_to("../demo_pkg-0.1.dist-info/METADATA")
     paths = sorted([*files, f"{SITE}/link.dist-info/METADATA"])
     layer = layers.from_paths(root, paths, tmp_path / "l.tgz", 0)
-    layout = ocilayout.Layout(tmp_path / "oci")
+    layout = image_layout.Layout(tmp_path / "oci")
     imagefiles.remember(layout, layer.digest, root, paths)
     remembered = layout.read_files(layer.digest).read_bytes()
     layout.add_file(layer.path, layer.digest, layers.MEDIA_TYPE)
     layout.read_files(layer.digest).unlink()
-    imagefiles.read(layout, layout.add_bytes(ocilayout.canonical(ocilayout.manifest(
-        layout.add_bytes(b"{}", ocilayout.CONFIG_TYPE),
-        [ocilayout.Descriptor(layers.MEDIA_TYPE, layer.digest, layer.size)])),
-        ocilayout.MANIFEST_TYPE))
+    imagefiles.read(layout, layout.add_bytes(image_layout.canonical(image_layout.manifest(
+        layout.add_bytes(b"{}", image_layout.CONFIG_TYPE),
+        [image_layout.Descriptor(layers.MEDIA_TYPE, layer.digest, layer.size)])),
+        image_layout.MANIFEST_TYPE))
     assert layout.read_files(layer.digest).read_bytes() == remembered  # read from the blob
     assert len(json.loads(remembered)["changes"]) == 2  # the link is not a file
 
@@ -153,8 +153,8 @@ def test_the_sbom_is_the_same_bytes_for_the_same_image_and_its_serial_follows_th
     _, first, made = demo_sbom(tmp_path / "a")
     _, second, again = demo_sbom(tmp_path / "b")
     assert again == made and second == first
-    other = ocilayout.Descriptor(made.media_type, "sha256:" + "0" * 64, made.size)
-    layout = ocilayout.Layout(tmp_path / "a" / "oci")
+    other = image_layout.Descriptor(made.media_type, "sha256:" + "0" * 64, made.size)
+    layout = image_layout.Layout(tmp_path / "a" / "oci")
     serial = json.loads(sbom.document(imagefiles.read(layout, made), other))["serialNumber"]
     assert serial != json.loads(first)["serialNumber"]
 
@@ -181,8 +181,8 @@ def provenance_of(tmp_path: Path) -> tuple[versions.Config, dict[str, Any]]:
     path = one_patch_project(tmp_path, "a patch\n", "  t:\n    upstream: tree\n"
                                                    "    series: [demo]\n")
     config = versions.load(path)
-    plan = plan_mod.make(config, config.tag("t"))
-    sbom_blob = ocilayout.Descriptor(sbom.MEDIA_TYPE, "sha256:" + "9" * 64, 10)
+    plan = planning.make(config, config.tag("t"))
+    sbom_blob = image_layout.Descriptor(sbom.MEDIA_TYPE, "sha256:" + "9" * 64, 10)
     data = statements.provenance(config, plan, "h/r", "sha256:" + "a" * 64, MANIFEST, sbom_blob)
     return config, json.loads(data)
 
@@ -234,9 +234,9 @@ def test_the_signature_is_cosigns_simple_signing_format(tmp_path: Path) -> None:
                                     "image": {"docker-manifest-digest": "sha256:" + "a" * 64},
                                     "type": "cosign container image signature"},
                        "optional": None}
-    assert attach.SIMPLE_SIGNING == "application/vnd.dev.cosign.simplesigning.v1+json"
-    assert attach.COSIGN_SIGNATURE == "dev.cosignproject.cosign/signature"
-    assert attach.signature_tag("sha256:" + "a" * 64) == f"sha256-{'a' * 64}.sig"
+    assert signing.SIMPLE_SIGNING == "application/vnd.dev.cosign.simplesigning.v1+json"
+    assert signing.COSIGN_SIGNATURE == "dev.cosignproject.cosign/signature"
+    assert signing.signature_tag("sha256:" + "a" * 64) == f"sha256-{'a' * 64}.sig"
     private, public = signing.generate(tmp_path / "k", None)
     data = signing.simple_signing("h/r", "sha256:" + "a" * 64)
     signature = base64.b64decode(base64.b64encode(signing.signing_key(private, None).sign(data)))

@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 
+from sparkbake import planning
 from sparkbake.config import versions
 from sparkbake.config.settings import HostSettings
 from sparkbake.config.versions import KernelSeed
+from sparkbake.core.stages import Stage
 from sparkbake.errors import ConfigError, EngineError
 from sparkbake.fetch import sourcelock, thirdparty
 from sparkbake.fetch.cmake_sources import commands, discover
-from sparkbake.pipeline import plan
-from sparkbake.pipeline.stages import Stage
 from tests.conftest import TREE_UPSTREAM, versions_yaml
 
 CUTLASS = """\
@@ -216,10 +216,10 @@ def test_cmake_skip_in_versions_yaml(tmp_path: Path) -> None:
 def test_the_sources_lock_enters_the_kernel_and_wheels_keys(tmp_path: Path) -> None:
     tag = coverage_tag(tmp_path)
     loaded = versions.load(tmp_path / "versions.yaml")
-    before = plan.make(loaded, tag)
+    before = planning.make(loaded, tag)
     sourcelock.write(tmp_path / "locks" / "sources" / "tree.json",
                      sourcelock.SourcesLock("tree", (locked(),)))
-    after = plan.make(loaded, tag)
+    after = planning.make(loaded, tag)
     assert (after.fetch_key, after.patch_key) == (before.fetch_key, before.patch_key)
     assert after.kernel_key != before.kernel_key and after.wheels_key != before.wheels_key
     assert after.stage_inputs[Stage.KERNELS]["third-party sources"] == [f"cutlass@{'a' * 16}:"

@@ -10,8 +10,8 @@ import pytest
 
 from sparkbake.console import display, tools
 from sparkbake.console.display import Console, Verbosity, summary_lines
+from sparkbake.core.stages import Stage
 from sparkbake.errors import BuildError
-from sparkbake.pipeline.stages import Stage
 
 
 class Terminal(io.StringIO):

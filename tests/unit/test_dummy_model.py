@@ -12,7 +12,7 @@ import pytest
 
 from sparkbake.config import envfile
 from sparkbake.config import versions as config_mod
-from sparkbake.lock import lockfiles
+from sparkbake.lock import pins
 from sparkbake.smoke import dummy_model, preflight, sample_envs, serving
 from sparkbake.smoke.dummy_model import LAYERS_VARIABLE, Cut, UnusableModel
 from tests.nodeenv import write_sysctls
@@ -173,7 +173,7 @@ def test_the_dsv4_serve_env_passes_the_images_preflight(tag_name: str, tmp_path:
     run = served(tag_name)
     env_file = envfile.EnvFile(Path("serve.env"), run.env, {})
     findings = preflight.evaluate(tag, env_file, write_sysctls(tmp_path),
-                                  lockfiles.runtime_lock_path(REPO_CONFIG, tag))
+                                  pins.runtime_lock_path(REPO_CONFIG, tag))
     assert [f.rule for f in findings if f.level == "error"] == []
 
 

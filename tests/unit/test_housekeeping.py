@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from sparkbake import planning
 from sparkbake.__main__ import main
 from sparkbake.config import versions
 from sparkbake.errors import UsageError
 from sparkbake.housekeeping import cachetrim, tidy
 from sparkbake.housekeeping.sweep import Item, report
 from sparkbake.oci import local_registry
-from sparkbake.pipeline import plan
 from tests.conftest import versions_yaml
 
 STALE = "f" * 64
@@ -49,8 +49,8 @@ def project(tmp_path: Path) -> versions.Config:
     return versions.load(root / "versions.yaml")
 
 
-def plans(loaded: versions.Config) -> dict[str, plan.Plan]:
-    return {name: plan.make(loaded, tag) for name, tag in loaded.tags.items()}
+def plans(loaded: versions.Config) -> dict[str, planning.Plan]:
+    return {name: planning.make(loaded, tag) for name, tag in loaded.tags.items()}
 
 
 def put(path: Path, data: bytes = b"x" * 100, age: float | None = None) -> Path:

@@ -15,7 +15,8 @@ import pytest
 from sparkbake import trust
 from sparkbake.config.versions import KernelSeed
 from sparkbake.errors import BuildError
-from sparkbake.wheels import kernelseed, wheelbuild, wheelfile
+from sparkbake.wheelfile import contents
+from sparkbake.wheels import container_build, kernelseed
 from tests.conftest import Project
 
 LIBRARY = b"\x7fELF compiled code, never rebuilt"
@@ -168,9 +169,9 @@ def test_a_seed_without_code_for_the_arch_is_exit_4_naming_the_library(
 def test_a_path_with_a_comma_is_quoted_in_record(tmp_path: Path) -> None:
     """vLLM ships tuning files named `N=7168,K=8192,...json`: RECORD is CSV, as pip reads it."""
     name = "pkg/configs/N=7168,K=8192.json"
-    files = {name: wheelfile.Entry(0o644, lambda: b"{}"), "pkg-1.0.dist-info/METADATA":
-             wheelfile.Entry(0o644, lambda: b"Metadata-Version: 2.1\nName: pkg\nVersion: 1.0\n")}
-    wheelfile.write(tmp_path / "pkg-1.0-py3-none-any.whl", files, 1735689600)
+    files = {name: contents.Entry(0o644, lambda: b"{}"), "pkg-1.0.dist-info/METADATA":
+             contents.Entry(0o644, lambda: b"Metadata-Version: 2.1\nName: pkg\nVersion: 1.0\n")}
+    contents.write(tmp_path / "pkg-1.0-py3-none-any.whl", files, 1735689600)
     with zipfile.ZipFile(tmp_path / "pkg-1.0-py3-none-any.whl") as wheel:
         record = wheel.read("pkg-1.0.dist-info/RECORD").decode()
     rows = list(csv.reader(record.splitlines()))
@@ -194,4 +195,4 @@ def test_the_seeded_wheel_is_recorded_by_the_hash_taken_as_it_was_written(
         raise AssertionError(f"{path} read again")
 
     monkeypatch.setattr(trust, "file_sha256", unread)
-    assert wheelbuild.is_built(folder)  # trusted by the stamp written with it
+    assert container_build.is_built(folder)  # trusted by the stamp written with it

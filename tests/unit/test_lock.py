@@ -10,7 +10,7 @@ import pytest
 from sparkbake.config import versions
 from sparkbake.config.settings import HostSettings
 from sparkbake.errors import ConfigError, EngineError
-from sparkbake.lock import lockfiles
+from sparkbake.lock import pins
 from tests.conftest import DEBIAN_BASE, DEBIAN_BASE_WITH_PYTHON, versions_yaml
 
 SETTINGS = HostSettings(index_url="http://127.0.0.1:9/simple", ca_bundle=None, debian_mirror=None)
@@ -25,7 +25,7 @@ def load(tmp_path: Path, bases: str = DEBIAN_BASE_WITH_PYTHON) -> versions.Confi
 def test_a_missing_lock_names_the_command_that_makes_it(tmp_path: Path) -> None:
     loaded = load(tmp_path)
     with pytest.raises(ConfigError) as caught:
-        lockfiles.require_lock(loaded, loaded.tag("t"))
+        pins.require_lock(loaded, loaded.tag("t"))
     assert caught.value.exit_code == 2
     assert str(tmp_path / "locks" / "debian.amd64.txt") in caught.value.message
     assert caught.value.remedy == "create it: sparkbake lock t, and commit it"
@@ -34,7 +34,7 @@ def test_a_missing_lock_names_the_command_that_makes_it(tmp_path: Path) -> None:
 def test_a_base_without_its_python_version_cannot_be_locked(tmp_path: Path) -> None:
     loaded = load(tmp_path, bases=DEBIAN_BASE)
     with pytest.raises(ConfigError, match="base 'debian' does not say its Python version"):
-        lockfiles.resolve(loaded, loaded.tag("t"), SETTINGS)
+        pins.resolve(loaded, loaded.tag("t"), SETTINGS)
 
 
 def test_without_uv_the_lock_is_an_environment_error(
@@ -43,20 +43,20 @@ def test_without_uv_the_lock_is_an_environment_error(
     monkeypatch.setitem(sys.modules, "uv", None)  # the package gone: `import uv` fails
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(EngineError, match="uv is not installed"):
-        lockfiles.resolve(loaded, loaded.tag("t"), SETTINGS)
+        pins.resolve(loaded, loaded.tag("t"), SETTINGS)
 
 
 def test_an_unreachable_index_fails_without_writing_a_lock(tmp_path: Path) -> None:
     loaded = load(tmp_path)
     with pytest.raises(EngineError, match=r"resolving the lock debian\.amd64\.txt failed"):
-        lockfiles.resolve(loaded, loaded.tag("t"), SETTINGS)
+        pins.resolve(loaded, loaded.tag("t"), SETTINGS)
     assert not (tmp_path / "locks" / "debian.amd64.txt").exists()
 
 
 def test_uv_is_found_beside_sparkbake_with_an_empty_path(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))  # as from an unactivated venv's sparkbake
-    assert Path(lockfiles._uv()).name == "uv"
+    assert Path(pins._uv()).name == "uv"
 
 
 def test_a_bad_python_version_is_refused_with_its_line(tmp_path: Path) -> None:
@@ -72,7 +72,7 @@ def test_a_missing_lock_is_made_with_a_notice_on_a_developers_machine(
     loaded = load(tmp_path)
     # it is made: uv runs against the (here unreachable) index
     with pytest.raises(EngineError, match=r"resolving the lock debian\.amd64\.txt failed"):
-        lockfiles.make_missing(loaded, loaded.tag("t"), SETTINGS, tmp_path)
+        pins.make_missing(loaded, loaded.tag("t"), SETTINGS, tmp_path)
     assert "lock: locks/debian.amd64.txt missing: making it now; commit it (CI and --locked " \
            "refuse a missing lock)" in capsys.readouterr().err
 
@@ -84,9 +84,9 @@ def test_under_ci_or_locked_a_missing_lock_stays_an_error(
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     loaded = load(tmp_path)
-    assert lockfiles.make_missing(loaded, loaded.tag("t"), SETTINGS, tmp_path) == []
+    assert pins.make_missing(loaded, loaded.tag("t"), SETTINGS, tmp_path) == []
     with pytest.raises(ConfigError, match="no builder lock for base 'debian'"):
-        lockfiles.require_lock(loaded, loaded.tag("t"))
+        pins.require_lock(loaded, loaded.tag("t"))
 
 
 def test_an_existing_lock_is_never_remade(tmp_path: Path,
@@ -95,5 +95,5 @@ def test_an_existing_lock_is_never_remade(tmp_path: Path,
     loaded = load(tmp_path)
     (tmp_path / "locks").mkdir()
     (tmp_path / "locks" / "debian.amd64.txt").write_text("# committed\n")
-    assert lockfiles.make_missing(loaded, loaded.tag("t"), SETTINGS, tmp_path) == []
+    assert pins.make_missing(loaded, loaded.tag("t"), SETTINGS, tmp_path) == []
     assert (tmp_path / "locks" / "debian.amd64.txt").read_text() == "# committed\n"

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from sparkbake import planning
 from sparkbake.__main__ import main
 from sparkbake.config import versions as config_mod
 from sparkbake.errors import ConfigError
-from sparkbake.pipeline import plan as plan_mod
 from tests.conftest import versions_yaml
 
 TAGS = """\
@@ -114,7 +114,7 @@ def test_tags_name_the_release_and_a_platform_is_published_when_its_record_holds
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = write(tmp_path)
     config = config_mod.load(path)
-    arm = plan_mod.make(config, config.tags["spark-arm64"])
+    arm = planning.make(config, config.tags["spark-arm64"])
     record = {"tag": "spark", "inputs": "x", "platforms": [
         {"tag": "spark-arm64", "inputs": arm.inputs}, {"tag": "spark-amd64", "inputs": "old"}]}
     (tmp_path / "build" / "releases").mkdir(parents=True)

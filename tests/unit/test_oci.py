@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from sparkbake.errors import BakeError
-from sparkbake.oci import layers, ocilayout
+from sparkbake.oci import image_layout, layers
 from sparkbake.pipeline import verify
 
 EPOCH = 1735689600
@@ -27,7 +27,7 @@ BASE: dict[str, Any] = {
 }
 
 
-def change(**values: Any) -> ocilayout.ConfigChange:
+def change(**values: Any) -> image_layout.ConfigChange:
     fields: dict[str, Any] = {
         "created": EPOCH, "platform": "linux/amd64",
         "layers": (("sha256:" + "2" * 64, "sparkbake: /opt/venv"),),
@@ -35,7 +35,7 @@ def change(**values: Any) -> ocilayout.ConfigChange:
         "labels": (("keep", "tag"), ("dev.sparkbake.inputs", "x")),
         "entrypoint": ("/opt/venv/bin/python", "/opt/sparkbake/entrypoint.py"),
     }
-    return ocilayout.ConfigChange(**{**fields, **values})
+    return image_layout.ConfigChange(**{**fields, **values})
 
 
 def source_tar(path: Path, order: list[str], mtime: int, uid: int) -> None:
@@ -133,7 +133,7 @@ def test_compress_keeps_the_tar_bytes_as_its_diff_id(tmp_path: Path) -> None:
 
 
 def test_the_config_puts_the_change_over_the_base() -> None:
-    config = ocilayout.image_config(BASE, change())
+    config = image_layout.image_config(BASE, change())
     runtime = config["config"]
     assert runtime["Env"] == ["PATH=/opt/venv/bin:/usr/local/cuda/bin:/usr/bin", "LANG=C.UTF-8",
                               "MODE=tag", "NEW=1"]
@@ -152,20 +152,21 @@ def test_the_config_puts_the_change_over_the_base() -> None:
 
 
 def test_the_config_without_a_base_path_gets_the_default_path_and_a_variant() -> None:
-    config = ocilayout.image_config({}, change(platform="linux/arm64/v8", env=()))
-    assert config["config"]["Env"] == [f"PATH=/opt/venv/bin:{ocilayout.DEFAULT_PATH}"]
+    config = image_layout.image_config({}, change(platform="linux/arm64/v8", env=()))
+    assert config["config"]["Env"] == [f"PATH=/opt/venv/bin:{image_layout.DEFAULT_PATH}"]
     assert (config["architecture"], config["variant"]) == ("arm64", "v8")
 
 
 def test_canonical_json_is_the_same_for_the_same_content() -> None:
-    assert ocilayout.canonical({"b": 1, "a": [2, {"d": 3, "c": 4}]}) == \
+    assert image_layout.canonical({"b": 1, "a": [2, {"d": 3, "c": 4}]}) == \
         b'{"a":[2,{"c":4,"d":3}],"b":1}'
-    assert ocilayout.canonical(ocilayout.image_config(BASE, change())) == ocilayout.canonical(
-        ocilayout.image_config(json.loads(json.dumps(BASE)), change()))
+    assert image_layout.canonical(image_layout.image_config(BASE,
+                                                            change())) == image_layout.canonical(
+        image_layout.image_config(json.loads(json.dumps(BASE)), change()))
 
 
-def image(layout: ocilayout.Layout, work: Path, files: dict[str, bytes],
-          name: str) -> ocilayout.Descriptor:
+def image(layout: image_layout.Layout, work: Path, files: dict[str, bytes],
+          name: str) -> image_layout.Descriptor:
     """A two-layer image (a fixed base layer + the files) tagged name in layout."""
     base = layers.from_files({"etc/os": (b"debian\n", 0o644)}, work / f"{name}-base.tgz", EPOCH)
     top = layers.from_files({p: (d, 0o644) for p, d in files.items()}, work / f"{name}.tgz",
@@ -173,23 +174,24 @@ def image(layout: ocilayout.Layout, work: Path, files: dict[str, bytes],
     blobs = [layout.add_file(layer.path, layer.digest, layers.MEDIA_TYPE) for layer in (base,
                                                                                         top)]
     made = change(layers=((base.diff_id, "base"), (top.diff_id, "sparkbake: /opt/sparkbake")))
-    config = layout.add_bytes(ocilayout.canonical(ocilayout.image_config({}, made)),
-                              ocilayout.CONFIG_TYPE)
-    manifest = layout.add_bytes(ocilayout.canonical(ocilayout.manifest(config, blobs)),
-                                ocilayout.MANIFEST_TYPE)
+    config = layout.add_bytes(image_layout.canonical(image_layout.image_config({}, made)),
+                              image_layout.CONFIG_TYPE)
+    manifest = layout.add_bytes(image_layout.canonical(image_layout.manifest(config, blobs)),
+                                image_layout.MANIFEST_TYPE)
     layout.tag(name, manifest)
     return manifest
 
 
 def test_the_layout_names_images_and_keeps_blobs_once(tmp_path: Path) -> None:
-    layout = ocilayout.Layout(tmp_path / "oci")
+    layout = image_layout.Layout(tmp_path / "oci")
     first = image(layout, tmp_path, {"opt/a": b"1"}, "zeta")
     second = image(layout, tmp_path, {"opt/a": b"2"}, "alpha")
     again = image(layout, tmp_path, {"opt/a": b"1"}, "zeta")
     assert again == first and layout.find("zeta") == first and layout.find("alpha") == second
     assert layout.find("none") is None
     index = json.loads((tmp_path / "oci" / "index.json").read_text())
-    assert [m["annotations"][ocilayout.REF_NAME] for m in index["manifests"]] == ["alpha", "zeta"]
+    names = [m["annotations"][image_layout.REF_NAME] for m in index["manifests"]]
+    assert names == ["alpha", "zeta"]
     assert json.loads((tmp_path / "oci" / "oci-layout").read_text()) == {
         "imageLayoutVersion": "1.0.0"}
     blobs = list((tmp_path / "oci" / "blobs" / "sha256").iterdir())
@@ -199,11 +201,11 @@ def test_the_layout_names_images_and_keeps_blobs_once(tmp_path: Path) -> None:
 
 
 def test_the_docker_archive_leaves_out_the_layers_the_engine_has(tmp_path: Path) -> None:
-    layout = ocilayout.Layout(tmp_path / "oci")
+    layout = image_layout.Layout(tmp_path / "oci")
     made = image(layout, tmp_path, {"opt/a": b"1"}, "t")
     doc = layout.read_json(made.digest)
     base = doc["layers"][0]["digest"]
-    ocilayout.write_docker_archive(layout, made, "r/x:t", tmp_path / "x.tar", frozenset({base}))
+    image_layout.write_docker_archive(layout, made, "r/x:t", tmp_path / "x.tar", frozenset({base}))
     config = doc["config"]["digest"].split(":")[1]
     top = doc["layers"][1]["digest"].split(":")[1]
     with tarfile.open(tmp_path / "x.tar") as tar:
@@ -217,7 +219,7 @@ def test_the_docker_archive_leaves_out_the_layers_the_engine_has(tmp_path: Path)
 
 
 def test_verify_of_equal_images_reports_nothing(tmp_path: Path) -> None:
-    one, two = ocilayout.Layout(tmp_path / "one"), ocilayout.Layout(tmp_path / "two")
+    one, two = image_layout.Layout(tmp_path / "one"), image_layout.Layout(tmp_path / "two")
     report = verify.compare(verify.Side(one, image(one, tmp_path, {"opt/a": b"1"}, "t")),
                             verify.Side(two, image(two, tmp_path, {"opt/a": b"1"}, "t")))
     assert report.equal is True and report.original == report.rebuilt
@@ -226,7 +228,7 @@ def test_verify_of_equal_images_reports_nothing(tmp_path: Path) -> None:
 
 def test_verify_names_the_layer_and_file_that_differ_with_sizes_and_hashes(
         tmp_path: Path) -> None:
-    one, two = ocilayout.Layout(tmp_path / "one"), ocilayout.Layout(tmp_path / "two")
+    one, two = image_layout.Layout(tmp_path / "one"), image_layout.Layout(tmp_path / "two")
     files = {"opt/sparkbake/manifest.json": b"{}\n", "opt/sparkbake/stamp": b"1700000000\n"}
     original = image(one, tmp_path, files, "t")
     rebuilt = image(two, tmp_path, {**files, "opt/sparkbake/stamp": b"1800000000000\n"}, "t")
@@ -254,7 +256,7 @@ def test_verify_names_the_layer_and_file_that_differ_with_sizes_and_hashes(
 
 
 def test_verify_reports_config_keys_and_same_tars_compressed_otherwise(tmp_path: Path) -> None:
-    one, two = ocilayout.Layout(tmp_path / "one"), ocilayout.Layout(tmp_path / "two")
+    one, two = image_layout.Layout(tmp_path / "one"), image_layout.Layout(tmp_path / "two")
     original = image(one, tmp_path, {"opt/a": b"1"}, "t")
     doc = one.read_json(original.digest)
     top = one.blob(doc["layers"][1]["digest"])
@@ -262,11 +264,11 @@ def test_verify_reports_config_keys_and_same_tars_compressed_otherwise(tmp_path:
     blob = two.add_bytes(recompressed, layers.MEDIA_TYPE)
     config = one.read_json(doc["config"]["digest"])
     config["config"]["Labels"]["dev.sparkbake.inputs"] = "y"
-    config_blob = two.add_bytes(ocilayout.canonical(config), ocilayout.CONFIG_TYPE)
-    base = ocilayout.Descriptor.of(doc["layers"][0])
+    config_blob = two.add_bytes(image_layout.canonical(config), image_layout.CONFIG_TYPE)
+    base = image_layout.Descriptor.of(doc["layers"][0])
     two.add_bytes(one.read(base.digest), layers.MEDIA_TYPE)
-    rebuilt = two.add_bytes(ocilayout.canonical(ocilayout.manifest(config_blob, [base, blob])),
-                            ocilayout.MANIFEST_TYPE)
+    manifest = image_layout.manifest(config_blob, [base, blob])
+    rebuilt = two.add_bytes(image_layout.canonical(manifest), image_layout.MANIFEST_TYPE)
     report = verify.compare(verify.Side(one, original), verify.Side(two, rebuilt))
     assert report.to_json()["config"] == [{"key": "config.Labels.dev.sparkbake.inputs",
                                            "original": '"x"', "rebuilt": '"y"'}]

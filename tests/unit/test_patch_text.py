@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sparkbake.series import exchange, lint
+from sparkbake.patch.parsed import read_patch, unsafe
+from sparkbake.series import exchange
 
 EXPORTED = """\
 From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001
@@ -42,16 +43,16 @@ def test_normalize_fixes_the_date_drops_our_trailers_and_leaves_the_diff() -> No
 def test_lines_of_a_hunk_are_not_taken_for_paths(tmp_path: Path) -> None:
     patch = tmp_path / "p.patch"
     patch.write_text(EXPORTED)
-    parsed = lint.read_patch(patch)
+    parsed = read_patch(patch)
     assert {name for _, name in parsed.paths} == {"schema.sql"}
     assert parsed.subject == (4, "[PATCH] sql: drop a comment")
     assert parsed.description == 3  # the Why line and the two trailers
-    assert lint.unsafe(parsed) == []
+    assert unsafe(parsed) == []
 
 
 def test_paths_that_leave_the_tree_are_named(tmp_path: Path) -> None:
     patch = tmp_path / "p.patch"
     patch.write_text(EXPORTED.replace("a/schema.sql", "a/sub/../../x").replace(
         "b/schema.sql", "b/sub/../../x"))
-    [problem] = lint.unsafe(lint.read_patch(patch))
+    [problem] = unsafe(read_patch(patch))
     assert str(problem) == f"{patch}:11: 'sub/../../x' is outside the tree (..)"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sparkbake.patch import patchsyntax
-from sparkbake.patch.patchsyntax import Malformed
+from sparkbake.patch import syntax
+from sparkbake.patch.syntax import Malformed
 
 HEAD = """\
 From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001
@@ -23,12 +23,12 @@ GOOD = HEAD + "@@ -1,3 +1,3 @@\n a\n-b\n+B\n c\n-- \n2.43.0\n\n"
 
 
 def test_a_well_formed_patch_with_a_signature_passes() -> None:
-    assert patchsyntax.check(GOOD) is None
+    assert syntax.check(GOOD) is None
 
 
 def test_a_removed_line_that_looks_like_a_header_is_counted_not_judged() -> None:
     text = HEAD + "@@ -1,3 +1,2 @@\n a\n--- b\n c\n\\ No newline at end of file\n"
-    assert patchsyntax.check(text) is None
+    assert syntax.check(text) is None
 
 
 @pytest.mark.parametrize(("body", "expected"), [
@@ -45,11 +45,11 @@ def test_a_removed_line_that_looks_like_a_header_is_counted_not_judged() -> None
      Malformed(11, "'@@ -1,x +1,3 @@' is not a hunk header (@@ -START,COUNT +START,COUNT @@)")),
 ])
 def test_a_malformed_hunk_is_named_by_its_line(body: str, expected: Malformed) -> None:
-    assert patchsyntax.check(HEAD + body) == expected
+    assert syntax.check(HEAD + body) == expected
 
 
 def test_git_applys_own_report_of_a_corrupt_patch() -> None:
     stderr = "Checking patch f.txt...\nerror: corrupt binary patch at line 14: zz\n"
-    assert patchsyntax.from_git(stderr) == Malformed(14, "git apply reads it as a corrupt "
+    assert syntax.from_git(stderr) == Malformed(14, "git apply reads it as a corrupt "
                                                          "binary patch")
-    assert patchsyntax.from_git("error: patch failed: f.txt:3\n") is None
+    assert syntax.from_git("error: patch failed: f.txt:3\n") is None

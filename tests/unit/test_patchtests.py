@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from sparkbake import planning
 from sparkbake.config import settings, versions
+from sparkbake.core.stages import Stage
 from sparkbake.errors import BuildError, ConfigError, PatchTestError
-from sparkbake.lock import lockfiles
-from sparkbake.pipeline import plan as plan_mod
-from sparkbake.pipeline.stages import Stage
+from sparkbake.lock import pins
 from sparkbake.series import patchtests
-from sparkbake.wheels import kernelseed, wheelbuild
+from sparkbake.wheels import container_build, kernelseed
 from tests.conftest import TREE_UPSTREAM, versions_yaml
 
 WHEEL = "tree-1.0-cp38-abi3-linux_x86_64.whl"
@@ -53,7 +53,7 @@ def project(tmp_path: Path) -> Path:
 def test_the_series_tests_are_the_test_modules_its_patches_touch_that_exist(
         project: Path) -> None:
     loaded = versions.load(project / "versions.yaml")
-    plan = plan_mod.make(loaded, loaded.tag("t"))
+    plan = planning.make(loaded, loaded.tag("t"))
     # a helper, a file outside tests/ and a test module the tree lacks are not run
     assert patchtests.series_tests(plan, project / "upstream") == ["tests/core/test_kept.py"]
 
@@ -94,7 +94,7 @@ def test_the_patch_tests_environment_drops_the_callers_vllm_variables(
 
 def test_a_seeded_tag_refuses_patches_that_change_compiled_inputs(project: Path) -> None:
     loaded = versions.load(project / "versions.yaml")
-    plan = plan_mod.make(loaded, loaded.tag("seeded"))
+    plan = planning.make(loaded, loaded.tag("seeded"))
     touched = plan.stage_inputs[Stage.KERNELS]["kernel patches"]
     assert [p.split("@")[0] for p in touched] == ["s/0002-b.patch"]
     with pytest.raises(ConfigError) as caught:
@@ -106,9 +106,9 @@ def test_a_seeded_tag_refuses_patches_that_change_compiled_inputs(project: Path)
 
 def test_the_seed_is_the_kernel_key_not_the_toolchain(project: Path) -> None:
     loaded = versions.load(project / "versions.yaml")
-    seeded = plan_mod.make(loaded, loaded.tag("seeded"))
+    seeded = planning.make(loaded, loaded.tag("seeded"))
     assert seeded.stage_inputs[Stage.KERNELS]["seed"] == f"{WHEEL}@{'e' * 12}"
-    assert seeded.kernel_key != plan_mod.make(loaded, loaded.tag("t")).kernel_key
+    assert seeded.kernel_key != planning.make(loaded, loaded.tag("t")).kernel_key
 
 
 def test_an_upstream_with_build_requirements_gets_its_own_lock_from_its_tree(
@@ -117,19 +117,19 @@ def test_an_upstream_with_build_requirements_gets_its_own_lock_from_its_tree(
         tags=TAGS, upstreams=TREE_UPSTREAM + "    build_requirements: build.txt\n"))
     loaded = versions.load(project / "versions.yaml")
     tag = loaded.tag("t")
-    assert lockfiles.lock_path(loaded, tag) == project / "locks" / "debian.tree.amd64.txt"
+    assert pins.lock_path(loaded, tag) == project / "locks" / "debian.tree.amd64.txt"
     with pytest.raises(ConfigError, match=r"build_requirements build\.txt is not in its tree"):
-        lockfiles.inputs(tag, project / "upstream")
+        pins.inputs(tag, project / "upstream")
     (project / "upstream" / "build.txt").write_text("torch==2.14.0\n")
-    assert [p.name for p in lockfiles.inputs(tag, project / "upstream")] == [
-        lockfiles.TORCH_TOOLCHAIN, "build.txt"]
-    path = lockfiles.lock_path(loaded, tag)
+    assert [p.name for p in pins.inputs(tag, project / "upstream")] == [
+        pins.TORCH_TOOLCHAIN, "build.txt"]
+    path = pins.lock_path(loaded, tag)
     path.parent.mkdir()
-    path.write_text(f"# builder lock\n# from: {lockfiles._stamp(tag, project / 'upstream')}\n")
-    assert lockfiles.require_lock(loaded, tag, project / "upstream") == path
+    path.write_text(f"# builder lock\n# from: {pins._stamp(tag, project / 'upstream')}\n")
+    assert pins.require_lock(loaded, tag, project / "upstream") == path
     (project / "upstream" / "build.txt").write_text("torch==2.15.0\n")
     with pytest.raises(ConfigError, match=r"made from other build requirements than build\.txt"):
-        lockfiles.require_lock(loaded, tag, project / "upstream")
+        pins.require_lock(loaded, tag, project / "upstream")
 
 
 def test_a_runtime_lock_missing_or_made_from_another_file_is_refused(project: Path) -> None:
@@ -137,23 +137,23 @@ def test_a_runtime_lock_missing_or_made_from_another_file_is_refused(project: Pa
         tags=TAGS, upstreams=TREE_UPSTREAM + "    runtime_requirements: run.txt\n"))
     loaded = versions.load(project / "versions.yaml")
     tag, tree = loaded.tag("t"), project / "upstream"
-    path = lockfiles.runtime_lock_path(loaded, tag)
+    path = pins.runtime_lock_path(loaded, tag)
     assert path == project / "locks" / "runtime" / "debian.tree.amd64.txt"
     with pytest.raises(ConfigError) as caught:
-        lockfiles.require_runtime_lock(loaded, tag, tree)
+        pins.require_runtime_lock(loaded, tag, tree)
     assert caught.value.message == f"no runtime lock for base 'debian' ({path})"
     assert caught.value.remedy == "create it: sparkbake lock t, and commit it"
     path.parent.mkdir(parents=True)
     path.write_text("# runtime lock\n# from: run.txt=0000000000000000\n")
     with pytest.raises(ConfigError, match=r"run\.txt is not in the upstream's tree"):
-        lockfiles.require_runtime_lock(loaded, tag, tree)
+        pins.require_runtime_lock(loaded, tag, tree)
     (tree / "run.txt").write_text("torch==2.14.0\n")
     with pytest.raises(ConfigError, match=r"was made from another run\.txt than this tree's"):
-        lockfiles.require_runtime_lock(loaded, tag, tree)
-    path.write_text(f"# runtime lock\n# from: run.txt={lockfiles._sha(tree / 'run.txt')}\n")
-    assert lockfiles.require_runtime_lock(loaded, tag, tree) == path
+        pins.require_runtime_lock(loaded, tag, tree)
+    path.write_text(f"# runtime lock\n# from: run.txt={pins._sha(tree / 'run.txt')}\n")
+    assert pins.require_runtime_lock(loaded, tag, tree) == path
     # the same upstream
-    assert lockfiles.require_runtime_lock(loaded, loaded.tag("seeded"), tree) == path
+    assert pins.require_runtime_lock(loaded, loaded.tag("seeded"), tree) == path
 
 
 def test_other_arch_naming_a_library_no_wheel_has_is_refused(project: Path) -> None:
@@ -165,7 +165,7 @@ def test_other_arch_naming_a_library_no_wheel_has_is_refused(project: Path) -> N
     report = {"wheels": [{"file": WHEEL, "kernels": [
         {"path": "pkg/_k.so", "sha256": "0" * 64, "sass": ["sm_121a"]}]}]}
     with pytest.raises(BuildError) as caught:
-        wheelbuild.check_sass(tag, report)
+        container_build.check_sass(tag, report)
     assert caught.value.message == \
         "kernels.other_arch of seeded names libraries no wheel has: pkg/_gone.so"
     assert caught.value.exit_code == 4

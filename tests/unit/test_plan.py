@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from sparkbake import planning
 from sparkbake.config import versions as config_mod
 from sparkbake.config.versions import Config
+from sparkbake.core.stages import Stage
 from sparkbake.errors import ConfigError
 from sparkbake.fetch import upstream_tree
-from sparkbake.pipeline import plan as plan_mod
 from sparkbake.pipeline import status
-from sparkbake.pipeline.plan import SeriesInfo, StagePlan
-from sparkbake.pipeline.stages import Stage
+from sparkbake.planning import SeriesInfo, StagePlan
 from tests.conftest import versions_yaml
 
 STAGES = ["fetch", "patch", "kernels", "wheels", "bake", "smoke", "publish"]
@@ -72,17 +72,17 @@ def load(project: Path, text: str = CONFIG) -> Config:
     return config_mod.load(write_config(project, text))
 
 
-def make(project: Path, tag: str = "main", text: str = CONFIG) -> plan_mod.Plan:
+def make(project: Path, tag: str = "main", text: str = CONFIG) -> planning.Plan:
     loaded = load(project, text)
-    return plan_mod.make(loaded, loaded.tag(tag))
+    return planning.make(loaded, loaded.tag(tag))
 
 
-def keys(plan: plan_mod.Plan) -> dict[str, str]:
+def keys(plan: planning.Plan) -> dict[str, str]:
     return {"fetch": plan.fetch_key, "patch": plan.patch_key, "wheels": plan.wheels_key,
             "inputs": plan.inputs}
 
 
-def changed(before: plan_mod.Plan, after: plan_mod.Plan) -> set[str]:
+def changed(before: planning.Plan, after: planning.Plan) -> set[str]:
     old, new = keys(before), keys(after)
     return {name for name in old if old[name] != new[name]}
 
@@ -101,7 +101,7 @@ def test_read_series_skips_comments_and_blank_lines_and_keeps_order(tmp_path: Pa
     files = {"0001-first.patch": PATCH_A, "0002-second.patch": PATCH_B,
              "0010-last.patch": "last\n", "0003-disabled.patch": "not listed\n"}
     folder = write_series(tmp_path, "demo", listing, files)
-    info = plan_mod.read_series(tmp_path, "demo")
+    info = planning.read_series(tmp_path, "demo")
     assert info == SeriesInfo(name="demo", folder=folder, patches=(
         ("0002-second.patch", sha256(PATCH_B)),
         ("0001-first.patch", sha256(PATCH_A)),
@@ -111,14 +111,14 @@ def test_read_series_skips_comments_and_blank_lines_and_keeps_order(tmp_path: Pa
 
 def test_an_empty_series_file_is_an_empty_series(tmp_path: Path) -> None:
     write_series(tmp_path, "empty", "# nothing yet\n\n", {})
-    assert plan_mod.read_series(tmp_path, "empty").patches == ()
+    assert planning.read_series(tmp_path, "empty").patches == ()
 
 
 def test_a_listed_patch_that_is_missing_names_the_series_file_and_line(tmp_path: Path) -> None:
     folder = write_series(tmp_path, "demo", "# header\n0001-a.patch\n\n0002-gone.patch\n",
                           {"0001-a.patch": PATCH_A})
     with pytest.raises(ConfigError) as info:
-        plan_mod.read_series(tmp_path, "demo")
+        planning.read_series(tmp_path, "demo")
     assert info.value.exit_code == 2
     assert info.value.message.startswith(f"{folder / 'series'}:4: ")
     assert "0002-gone.patch" in info.value.message
@@ -127,26 +127,26 @@ def test_a_listed_patch_that_is_missing_names_the_series_file_and_line(tmp_path:
 
 def test_a_missing_series_folder_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
-        plan_mod.read_series(tmp_path, "nowhere")
+        planning.read_series(tmp_path, "nowhere")
     assert "'nowhere'" in info.value.message
     assert str(tmp_path / "nowhere" / "series") in info.value.message
 
 
 def test_series_sha256_follows_the_patch_contents(tmp_path: Path) -> None:
     folder = write_series(tmp_path, "demo", "0001-a.patch\n", {"0001-a.patch": PATCH_A})
-    first = plan_mod.read_series(tmp_path, "demo").sha256
-    assert first == plan_mod.read_series(tmp_path, "demo").sha256
+    first = planning.read_series(tmp_path, "demo").sha256
+    assert first == planning.read_series(tmp_path, "demo").sha256
     assert len(first) == 64
     (folder / "0001-a.patch").write_text(PATCH_B)
-    assert plan_mod.read_series(tmp_path, "demo").sha256 != first
+    assert planning.read_series(tmp_path, "demo").sha256 != first
 
 
 def test_series_sha256_follows_the_order(tmp_path: Path) -> None:
     files = {"0001-a.patch": PATCH_A, "0002-b.patch": PATCH_B}
     write_series(tmp_path, "demo", "0001-a.patch\n0002-b.patch\n", files)
-    forward = plan_mod.read_series(tmp_path, "demo").sha256
+    forward = planning.read_series(tmp_path, "demo").sha256
     write_series(tmp_path, "demo", "0002-b.patch\n0001-a.patch\n", files)
-    assert plan_mod.read_series(tmp_path, "demo").sha256 != forward
+    assert planning.read_series(tmp_path, "demo").sha256 != forward
 
 
 # --- make: problems -----------------------------------------------------------------------
@@ -274,7 +274,7 @@ def test_plan_key_and_series_label(project: Path) -> None:
 
 def test_upstream_pin_of_a_dir_is_its_content(project: Path) -> None:
     loaded = load(project)
-    pin = plan_mod.upstream_pin(loaded.tag("main").upstream)
+    pin = planning.upstream_pin(loaded.tag("main").upstream)
     assert pin["kind"] == "dir"
     assert pin["path"] == "upstream"
     assert len(pin["tree"]) == 64
@@ -283,7 +283,7 @@ def test_upstream_pin_of_a_dir_is_its_content(project: Path) -> None:
 def test_a_dir_upstream_that_does_not_exist_is_a_config_error(project: Path) -> None:
     loaded = load(project, CONFIG.replace("dir: upstream", "dir: nowhere"))
     with pytest.raises(ConfigError) as info:
-        plan_mod.make(loaded, loaded.tag("main"))
+        planning.make(loaded, loaded.tag("main"))
     assert "nowhere" in info.value.message
 
 
@@ -292,9 +292,9 @@ def test_a_dir_upstream_that_does_not_exist_is_a_config_error(project: Path) -> 
 
 def test_render_json_is_valid_json_with_every_stage(project: Path) -> None:
     loaded = load(project)
-    plan = plan_mod.make(loaded, loaded.tag("partial"))
+    plan = planning.make(loaded, loaded.tag("partial"))
     stages = status.stage_states(loaded, plan, client=None)
-    doc = json.loads(plan_mod.render_json(plan, stages))
+    doc = json.loads(planning.render_json(plan, stages))
     assert doc["tag"] == "partial"
     assert doc["image"] == "localhost:5000/sparkbake-test:partial"
     assert doc["inputs"] == plan.inputs
@@ -311,7 +311,7 @@ def test_render_json_is_valid_json_with_every_stage(project: Path) -> None:
 
 def test_stage_states_without_any_build(project: Path) -> None:
     loaded = load(project)
-    plan = plan_mod.make(loaded, loaded.tag("main"))
+    plan = planning.make(loaded, loaded.tag("main"))
     states = {s.name: s.state for s in status.stage_states(loaded, plan, client=None)}
     assert states == {"fetch": "missing", "patch": "missing", "kernels": "missing",
                       "wheels": "missing", "bake": "unknown", "smoke": "missing",
@@ -320,7 +320,7 @@ def test_stage_states_without_any_build(project: Path) -> None:
 
 def test_stage_states_see_cache_entries_under_the_config_folder(project: Path) -> None:
     loaded = load(project)
-    plan = plan_mod.make(loaded, loaded.tag("main"))
+    plan = planning.make(loaded, loaded.tag("main"))
     entry = project / "build" / "sources" / plan.fetch_key
     (entry / "tree").mkdir(parents=True)
     (entry / upstream_tree.DATE_FILE).write_text("1700000000\n")  # a folder's, beside it
@@ -333,8 +333,8 @@ def test_stage_states_see_cache_entries_under_the_config_folder(project: Path) -
 
 def test_render_text_has_one_line_per_stage(project: Path) -> None:
     loaded = load(project)
-    plan = plan_mod.make(loaded, loaded.tag("main"))
-    text = plan_mod.render_text(status.stage_states(loaded, plan, client=None))
+    plan = planning.make(loaded, loaded.tag("main"))
+    text = planning.render_text(status.stage_states(loaded, plan, client=None))
     lines = text.splitlines()
     assert [line.split()[0] for line in lines] == STAGES
     assert lines[0].split()[1] == plan.fetch_key[:16]
@@ -344,7 +344,7 @@ def test_render_text_has_one_line_per_stage(project: Path) -> None:
 def test_render_text_aligns_columns() -> None:
     stages = [StagePlan(Stage.FETCH, "1" * 64, "cached", "x"),
               StagePlan(Stage.PATCH_TESTS, "2" * 64, "missing")]
-    assert plan_mod.render_text(stages) == (
+    assert planning.render_text(stages) == (
         f"fetch        {'1' * 16}  cached   x\n"
         f"patch-tests  {'2' * 16}  missing"
     )

@@ -8,12 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from sparkbake.bake import bases, elfcheck
+from sparkbake import bases, planning
+from sparkbake.bake import elfcheck
 from sparkbake.config.versions import DebootstrapBase
+from sparkbake.core.stages import Stage
 from sparkbake.errors import BakeError, EngineError
 from sparkbake.oci import emulation
-from sparkbake.pipeline import plan, status
-from sparkbake.pipeline.stages import Stage
+from sparkbake.pipeline import status
 from tests.conftest import Project
 
 # the first 20 bytes of an ELF header: class, byte order, then e_machine at offset 18
@@ -68,7 +69,7 @@ def test_every_key_of_an_arm64_tag_differs_from_its_amd64_twin(project: Project)
     loaded = project.config()
     amd64 = loaded.tag("fixture")
     arm64 = dataclasses.replace(amd64, platform="linux/arm64")
-    one, other = plan.make(loaded, amd64), plan.make(loaded, arm64)
+    one, other = planning.make(loaded, amd64), planning.make(loaded, arm64)
     for stage in (Stage.KERNELS, Stage.WHEELS, Stage.BAKE):
         assert one.key(stage) != other.key(stage), stage
     assert one.key(Stage.PATCH) == other.key(Stage.PATCH)  # the tree is the same
@@ -81,7 +82,7 @@ def test_plan_says_which_stages_run_emulated(project: Project) -> None:
     native = dataclasses.replace(loaded.tag("fixture"), platform=host)
     foreign = dataclasses.replace(native, platform=other)
     said = {tag.platform: {s.name: s.detail for s in status.stage_states(
-        loaded, plan.make(loaded, tag), None)} for tag in (native, foreign)}
+        loaded, planning.make(loaded, tag), None)} for tag in (native, foreign)}
     assert f"; emulated: {other} on {host}" in said[other][Stage.WHEELS]
     assert f"; emulated: {other} on {host}" in said[other][Stage.SMOKE]
     assert "(venv made emulated, files native)" in said[other][Stage.BAKE]

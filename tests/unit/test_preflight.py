@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from sparkbake.config import envfile, versions
-from sparkbake.lock import lockfiles
+from sparkbake.lock import pins
 from sparkbake.smoke import preflight
 from tests.nodeenv import ENV_DIR, HEAD_IP, write_sysctls
 
@@ -295,7 +295,7 @@ def test_rules_whose_values_are_unset_do_not_fire(sysctls: Path) -> None:
 REPO_CONFIG = versions.load(Path(__file__).parents[2] / "versions.yaml")
 TAG_373 = REPO_CONFIG.tag("3.73-vision")
 # what production-3.73-vision's image is, as the host knows it (the suite's accept samples)
-IMAGE_373 = preflight.image_facts(TAG_373, lockfiles.runtime_lock_path(REPO_CONFIG, TAG_373))
+IMAGE_373 = preflight.image_facts(TAG_373, pins.runtime_lock_path(REPO_CONFIG, TAG_373))
 SERVABLE = Path(__file__).parents[2] / "images" / "smoke" / "dsv4-4node" / "accept"
 DCP_2 = {"DCP_SIZE": "2", "LIMIT_MM_IMAGES": "0"}  # DCP 2, text only
 CAN_DCP_2 = {"dcp_sizes": [1, 2]}

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from sparkbake.errors import BuildError
-from sparkbake.wheels import rawzip, wheelfile
+from sparkbake.wheelfile import contents, rawzip
 
 DATE = (2025, 1, 1, 0, 0, 0)
 SOURCE_DATE = 1735689600
@@ -146,10 +146,10 @@ def make_wheel(path: Path, record: str | None = None) -> dict[str, bytes]:
 def rewrite(seed: Path, dest: Path) -> str:
     """The seed with a changed and an added file, as the overlay makes a wheel."""
     with zipfile.ZipFile(seed) as archive:
-        files = wheelfile.read(archive)
-        files["pkg/__init__.py"] = wheelfile.Entry(0o644, lambda: b"VERSION = 2\n")
-        files["pkg/added.py"] = wheelfile.Entry(0o644, lambda: b"added = True\n")
-        return wheelfile.write(dest, files, SOURCE_DATE)
+        files = contents.read(archive)
+        files["pkg/__init__.py"] = contents.Entry(0o644, lambda: b"VERSION = 2\n")
+        files["pkg/added.py"] = contents.Entry(0o644, lambda: b"added = True\n")
+        return contents.write(dest, files, SOURCE_DATE)
 
 
 def read_back(wheel: Path) -> tuple[dict[str, bytes], list[list[str]]]:

@@ -10,7 +10,7 @@ import pytest
 
 from sparkbake.__main__ import main
 from sparkbake.errors import UsageError
-from sparkbake.oci import layers, ocilayout
+from sparkbake.oci import image_layout, layers
 from sparkbake.publish import releases
 from sparkbake.publish.record import Change, IndexEntry, Release, ReleaseDiff
 from tests.conftest import versions_yaml
@@ -215,14 +215,14 @@ def test_diff_says_when_no_image_manifest_was_recorded() -> None:
 
 
 def layout_with(tmp_path: Path,
-                files: dict[str, bytes]) -> tuple[ocilayout.Layout, ocilayout.Descriptor]:
-    layout = ocilayout.Layout(tmp_path / "oci")
+                files: dict[str, bytes]) -> tuple[image_layout.Layout, image_layout.Descriptor]:
+    layout = image_layout.Layout(tmp_path / "oci")
     layer = layers.from_files({p: (data, 0o644) for p, data in files.items()},
                               tmp_path / "layer.tgz", 0)
     blob = layout.add_file(layer.path, layer.digest, layers.MEDIA_TYPE)
-    config = layout.add_bytes(b"{}", ocilayout.CONFIG_TYPE)
-    image = layout.add_bytes(ocilayout.canonical(ocilayout.manifest(config, [blob])),
-                             ocilayout.MANIFEST_TYPE)
+    config = layout.add_bytes(b"{}", image_layout.CONFIG_TYPE)
+    image = layout.add_bytes(image_layout.canonical(image_layout.manifest(config, [blob])),
+                             image_layout.MANIFEST_TYPE)
     return layout, image
 
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from sparkbake import planning
 from sparkbake.errors import ConfigError
 from sparkbake.fetch.remote_patches import CACHE, RemotePatch
-from sparkbake.pipeline import plan as plan_mod
 from sparkbake.series import lint
 
 PIN = "ab" * 32
@@ -29,7 +29,7 @@ def write_series(patches_dir: Path, listing: str) -> Path:
 def test_local_and_remote_entries_keep_their_order(tmp_path: Path) -> None:
     listing = write_series(tmp_path / "patches", f"# order\n0001-local.patch\n{URL} "
                            f"sha256={PIN}  # an upstream PR\n0003-local.patch -p1\n")
-    info = plan_mod.read_series(tmp_path / "patches", "demo", tmp_path / "build")
+    info = planning.read_series(tmp_path / "patches", "demo", tmp_path / "build")
     assert [name for name, _ in info.patches] == ["0001-local.patch", URL, "0003-local.patch"]
     cached = tmp_path / "build" / CACHE / f"{PIN}.patch"
     assert info.remote == (RemotePatch(URL, PIN, f"{listing}:3", cached),)
@@ -44,8 +44,8 @@ def test_local_and_remote_entries_keep_their_order(tmp_path: Path) -> None:
 def test_the_series_hash_follows_the_remote_pin(tmp_path: Path) -> None:
     write_series(tmp_path / "a", f"{URL} sha256={PIN}\n")
     write_series(tmp_path / "b", f"{URL} sha256={'cd' * 32}\n")
-    assert plan_mod.read_series(tmp_path / "a", "demo").sha256 != \
-        plan_mod.read_series(tmp_path / "b", "demo").sha256
+    assert planning.read_series(tmp_path / "a", "demo").sha256 != \
+        planning.read_series(tmp_path / "b", "demo").sha256
 
 
 BAD_LINES = [
@@ -64,7 +64,7 @@ def test_a_bad_remote_line_is_a_config_error_at_its_file_and_line(
         tmp_path: Path, line: str, what: str) -> None:
     listing = write_series(tmp_path, f"0001-local.patch\n\n{line}\n")
     with pytest.raises(ConfigError) as info:
-        plan_mod.read_series(tmp_path, "demo")
+        planning.read_series(tmp_path, "demo")
     assert info.value.exit_code == 2
     assert info.value.message.startswith(f"{listing}:3: ")
     assert what in info.value.message

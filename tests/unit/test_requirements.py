@@ -9,7 +9,7 @@ import pytest
 
 from sparkbake.config import versions
 from sparkbake.errors import ConfigError
-from sparkbake.lock import lockfiles, requirements
+from sparkbake.lock import pins, requirements
 from tests.conftest import DEBIAN_BASE_WITH_PYTHON, versions_yaml
 
 UPSTREAMS = "  tree:\n    dir: tree\n    runtime_requirements: requirements/cuda.txt\n"
@@ -108,15 +108,15 @@ def test_a_package_pinned_twice_is_refused(tmp_path: Path) -> None:
 def test_the_runtime_lock_is_stale_when_the_extras_or_pins_change(tmp_path: Path) -> None:
     tag = tag_with(tmp_path, "    extras: [b12x]")
     loaded, tree = versions.load(tmp_path / "versions.yaml"), tmp_path / "tree"
-    path = lockfiles.runtime_lock_path(loaded, tag)
+    path = pins.runtime_lock_path(loaded, tag)
     assert path is not None
     path.parent.mkdir(parents=True)
-    origin = f"# from: requirements/cuda.txt={lockfiles._sha(tree / 'requirements/cuda.txt')}"
+    origin = f"# from: requirements/cuda.txt={pins._sha(tree / 'requirements/cuda.txt')}"
     path.write_text(f"# runtime lock\n{origin}\n")
     with pytest.raises(ConfigError, match="for other extras or pins than tag t's"):
-        lockfiles.require_runtime_lock(loaded, tag, tree)
+        pins.require_runtime_lock(loaded, tag, tree)
     stamp = requirements.stamp(
         tag, requirements.input_text(tag, tree, "requirements/cuda.txt", "aarch64"))
     assert stamp.startswith(" extras=b12x asked=")
     path.write_text(f"# runtime lock\n{origin}{stamp}\n")
-    assert lockfiles.require_runtime_lock(loaded, tag, tree) == path
+    assert pins.require_runtime_lock(loaded, tag, tree) == path

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from sparkbake.config.versions import DebootstrapBase, DirUpstream, Tag
+from sparkbake.core.smoke_record import CheckFailed, CheckResult, GpuMode
 from sparkbake.smoke import serve_client, serving
-from sparkbake.smoke.record import CheckFailed, CheckResult, GpuMode
 from sparkbake.smoke.sample_envs import Suite
 from sparkbake.smoke.serve_client import Server
 

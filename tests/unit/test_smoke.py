@@ -14,10 +14,11 @@ import pytest
 
 from sparkbake.config.versions import Config, DebootstrapBase, GitUpstream, Tag
 from sparkbake.console import display
+from sparkbake.core import smoke_record
 from sparkbake.errors import SmokeError, UsageError
-from sparkbake.patch.patches import PatchedTree
-from sparkbake.pipeline.plan import Plan, SeriesInfo
-from sparkbake.smoke import checks, record
+from sparkbake.patch.apply import PatchedTree
+from sparkbake.planning import Plan, SeriesInfo
+from sparkbake.smoke import checks
 
 BASE = DebootstrapBase(name="local-debian", suite="bookworm", mirror=None, variant="minbase",
                        packages=())
@@ -40,12 +41,12 @@ CHECKS_JSON: list[dict[str, Any]] = [
     {"name": "gpu", "status": "skipped", "detail": "no GPU runtime in this engine",
      "seconds": 0.0},
 ]
-CHECKS = [record.CheckResult.from_json(check) for check in CHECKS_JSON]
+CHECKS = [smoke_record.CheckResult.from_json(check) for check in CHECKS_JSON]
 RECORD_JSON: dict[str, Any] = {  # a smoke record as `smoke` writes it
     "tag": "demo", "image": "repo:demo", "image_id": "sha256:" + "5" * 64, "inputs": "4" * 64,
     "suite": "common", "gpu": "auto", "model": None, "passed": False, "checks": CHECKS_JSON,
     "time": "2025-01-01T00:00:00+00:00"}
-RESULTS = record.SmokeReport.from_json(RECORD_JSON)
+RESULTS = smoke_record.SmokeReport.from_json(RECORD_JSON)
 FACTS = checks.Facts(PatchedTree(Path("tree"), "2" * 64, "6" * 64), 1735689600)
 
 
@@ -132,7 +133,7 @@ def test_failed_checks_raise_exit_6_naming_them(tmp_path: Path) -> None:
 
 
 def test_a_gpu_only_failure_points_at_the_gpu_runtime(tmp_path: Path) -> None:
-    gpu_failed = [CHECKS[0], record.CheckResult("gpu", "failed", "none")]
+    gpu_failed = [CHECKS[0], smoke_record.CheckResult("gpu", "failed", "none")]
     with pytest.raises(SmokeError) as caught:
         checks.raise_if_failed(PLAN, gpu_failed, tmp_path / "demo.json")
     assert "NVIDIA container runtime" in caught.value.remedy
@@ -158,15 +159,15 @@ def test_bad_options_are_usage_errors_before_any_engine_call(
 
 
 def test_a_gpu_capability_failure_names_the_tags_capability(tmp_path: Path) -> None:
-    failed = [record.CheckResult("gpu-capability", "failed", "device 0 is 9.0")]
+    failed = [smoke_record.CheckResult("gpu-capability", "failed", "device 0 is 9.0")]
     with pytest.raises(SmokeError) as caught:
         checks.raise_if_failed(PLAN, failed, tmp_path / "demo.json")
     assert "compute capability 12.1 and the NVIDIA container runtime" in caught.value.remedy
 
 
 def test_a_serve_only_failure_points_at_the_serve_log(tmp_path: Path) -> None:
-    failed = [record.CheckResult("serve-health", "failed", "exited"),
-              record.CheckResult("serve-models", "failed", "not run")]
+    failed = [smoke_record.CheckResult("serve-health", "failed", "exited"),
+              smoke_record.CheckResult("serve-models", "failed", "not run")]
     with pytest.raises(SmokeError) as caught:
         checks.raise_if_failed(PLAN, failed, tmp_path / "demo.json")
     assert "serve-health, serve-models" in caught.value.message
@@ -208,12 +209,12 @@ def raise_(error: Exception) -> str:
 
 @pytest.mark.parametrize(("check", "status", "detail"), [
     (lambda: "fine", "passed", "fine"),
-    (lambda: raise_(record.CheckFailed("wrong")), "failed", "wrong"),
-    (lambda: raise_(record.CheckSkipped("no GPU")), "skipped", "no GPU"),
+    (lambda: raise_(smoke_record.CheckFailed("wrong")), "failed", "wrong"),
+    (lambda: raise_(smoke_record.CheckSkipped("no GPU")), "skipped", "no GPU"),
     (lambda: raise_(KeyError("Labels")), "failed", "KeyError: 'Labels'"),
 ])
 def test_a_host_check_always_gives_a_result(check: Any, status: str, detail: str) -> None:
-    result = record.timed("labels", check)
+    result = smoke_record.timed("labels", check)
     assert (result.name, result.status, result.detail) == ("labels", status, detail)
     assert isinstance(result.seconds, float)
 
@@ -227,7 +228,7 @@ def test_a_smoke_record_reads_back_as_written() -> None:
 def test_a_smoke_record_from_before_suites_reads_without_suite_gpu_and_model() -> None:
     older = {key: value for key, value in RECORD_JSON.items()
              if key not in ("suite", "gpu", "model")}
-    report = record.SmokeReport.from_json(older)
+    report = smoke_record.SmokeReport.from_json(older)
     assert (report.suite, report.gpu, report.model) == (None, None, None)
     assert report.checks == tuple(CHECKS)
     assert "suite" not in {p.get("name") for p in ET.fromstring(checks.junit_xml(report))
@@ -235,8 +236,8 @@ def test_a_smoke_record_from_before_suites_reads_without_suite_gpu_and_model() -
 
 
 def test_a_check_needs_only_its_name_and_status() -> None:
-    assert record.CheckResult.from_json({"name": "gpu", "status": "skipped"}) == \
-        record.CheckResult("gpu", "skipped", "", 0.0)
+    assert smoke_record.CheckResult.from_json({"name": "gpu", "status": "skipped"}) == \
+        smoke_record.CheckResult("gpu", "skipped", "", 0.0)
 
 
 @pytest.mark.parametrize(("verbosity", "shown"), [
@@ -248,7 +249,7 @@ def test_quiet_shows_only_the_failed_checks(monkeypatch: pytest.MonkeyPatch,
                                             shown: list[str]) -> None:
     stream = io.StringIO()
     monkeypatch.setattr(display, "current", display.Console(verbosity, stream, {}))
-    checks.report([record.CheckResult("imports", "passed"),
-                   record.CheckResult("gpu", "skipped", "no GPU"),
-                   record.CheckResult("entrypoint", "failed", "exit 1")])
+    checks.report([smoke_record.CheckResult("imports", "passed"),
+                   smoke_record.CheckResult("gpu", "skipped", "no GPU"),
+                   smoke_record.CheckResult("entrypoint", "failed", "exit 1")])
     assert [line.split()[0] for line in stream.getvalue().splitlines()] == shown

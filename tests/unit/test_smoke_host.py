@@ -11,14 +11,14 @@ from typing import Any
 import docker.errors
 import pytest
 
-from sparkbake.bake import imagebake
-from sparkbake.bake.bases import BaseImage, local_ref
+from sparkbake.bake import runtime_image
+from sparkbake.bases import BaseImage, local_ref
 from sparkbake.config.versions import DebootstrapBase, DirUpstream, ImageBase, Tag
+from sparkbake.core.smoke_record import CheckFailed
 from sparkbake.hashing import file_sha256
-from sparkbake.patch.patches import PatchedTree
-from sparkbake.pipeline.plan import Plan, SeriesInfo
+from sparkbake.patch.apply import PatchedTree
+from sparkbake.planning import Plan, SeriesInfo
 from sparkbake.smoke import host
-from sparkbake.smoke.record import CheckFailed
 
 CUDA = ImageBase(name="cuda", image="nvidia/cuda:13.0.3-runtime@sha256:" + "c" * 64)
 PATCH = """\
@@ -159,7 +159,7 @@ def attrs_with(labels: dict[str, str]) -> dict[str, Any]:
 
 def test_labels_as_the_plan_says_pass(tmp_path: Path) -> None:
     plan = make_plan(tmp_path)
-    wanted = imagebake.labels(plan, BaseImage("cuda", CUDA.image, CUDA.digest), FACTS.patched,
+    wanted = runtime_image.labels(plan, BaseImage("cuda", CUDA.image, CUDA.digest), FACTS.patched,
                               FACTS.source_date)
     detail = host.check_labels(None, attrs_with({**wanted, "maintainer": "x"}), plan,
                                      FACTS)
@@ -168,7 +168,7 @@ def test_labels_as_the_plan_says_pass(tmp_path: Path) -> None:
 
 def test_a_wrong_or_missing_label_fails_naming_it(tmp_path: Path) -> None:
     plan = make_plan(tmp_path)
-    wanted = imagebake.labels(plan, BaseImage("cuda", CUDA.image, CUDA.digest), FACTS.patched,
+    wanted = runtime_image.labels(plan, BaseImage("cuda", CUDA.image, CUDA.digest), FACTS.patched,
                               FACTS.source_date)
     wanted["org.opencontainers.image.revision"] = "0" * 64
     del wanted["dev.sparkbake.cuda-arch"]
@@ -196,7 +196,7 @@ def test_a_debootstrap_base_missing_here_leaves_its_digest_unchecked(tmp_path: P
                              packages=())
     plan = make_plan(tmp_path, runtime=debian)
     ref = local_ref(debian, plan.tag.platform)
-    wanted = imagebake.labels(plan, BaseImage("debian", ref, "sha256:old"), FACTS.patched,
+    wanted = runtime_image.labels(plan, BaseImage("debian", ref, "sha256:old"), FACTS.patched,
                               FACTS.source_date)
     detail = host.check_labels(NoImages(), attrs_with(wanted), plan, FACTS)
     assert detail.endswith(f"; org.opencontainers.image.base.digest not checked: "

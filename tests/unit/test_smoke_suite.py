@@ -14,7 +14,7 @@ from sparkbake.config import envfile
 from sparkbake.config import versions as config_mod
 from sparkbake.config.versions import Config, Tag
 from sparkbake.errors import ConfigError
-from sparkbake.lock import lockfiles
+from sparkbake.lock import pins
 from sparkbake.smoke import preflight, sample_envs
 from tests.conftest import versions_yaml
 from tests.nodeenv import ENV_DIR, image_command, write_sysctls
@@ -160,7 +160,7 @@ def test_an_accept_sample_naming_a_backend_the_image_lacks_stops_the_suite(
 
 def errors_of(tag: Tag, sample: sample_envs.Sample, proc_sys: Path) -> list[str]:
     findings = preflight.evaluate(tag, envfile.read(sample.path), proc_sys,
-                                  lockfiles.runtime_lock_path(REPO_CONFIG, tag))
+                                  pins.runtime_lock_path(REPO_CONFIG, tag))
     return [f.rule for f in findings if f.level == "error"]
 
 

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from sparkbake import planning
 from sparkbake.config.settings import HostSettings
 from sparkbake.config.versions import DirUpstream, GitUpstream, PypiUpstream
 from sparkbake.fetch import upstream_tree
-from sparkbake.patch.patches import PatchedTree
-from sparkbake.pipeline import plan as plan_mod
-from sparkbake.wheels import wheelbuild
+from sparkbake.patch.apply import PatchedTree
+from sparkbake.wheels import container_build
 from tests.conftest import DATA, copy_project
 
 COMMIT_TIME = 1_600_000_000
@@ -108,12 +108,12 @@ def test_without_git_a_folder_is_dated_by_its_files_and_its_date_is_part_of_its_
     git_repo(tmp_path / "repo")
     os.utime(tmp_path / "repo" / "setup.py", (1_700_000_000, 1_700_000_000))
     folder = DirUpstream(key="d", path=tmp_path / "repo")
-    assert plan_mod.upstream_pin(folder)["date"] == str(COMMIT_TIME)
+    assert planning.upstream_pin(folder)["date"] == str(COMMIT_TIME)
     monkeypatch.setenv("PATH", str(tmp_path / "no-tools"))  # no git: no traceback either
     assert upstream_tree.dir_date(tmp_path / "repo") >= 1_700_000_000
-    assert plan_mod.upstream_pin(folder)["date"] != str(COMMIT_TIME)
+    assert planning.upstream_pin(folder)["date"] != str(COMMIT_TIME)
     declared = DirUpstream(key="d", path=tmp_path / "repo", source_date_epoch=1735689600)
-    assert "date" not in plan_mod.upstream_pin(declared)
+    assert "date" not in planning.upstream_pin(declared)
 
 
 def test_a_cached_folder_without_its_date_is_copied_again(tmp_path: Path) -> None:
@@ -129,11 +129,11 @@ def test_the_builder_gets_the_source_date_and_reproducible_build_switches(
         tmp_path: Path) -> None:
     project = copy_project(tmp_path / "project")
     tag = project.config().tag("fixture")
-    request = wheelbuild.BuildRequest(
+    request = container_build.BuildRequest(
         tag=tag, builder="b", patched=PatchedTree(path=DATA / "upstream", key="k", tree_hash="h"),
         folder=tmp_path / "w", kernels=tmp_path / "k", log=tmp_path / "log",
-        jobs=wheelbuild.Jobs(2, 1, "test"), memory=None, source_date=1735689600)
-    environment = wheelbuild._container_args(request, tmp_path / "out", None)["environment"]
+        jobs=container_build.Jobs(2, 1, "test"), memory=None, source_date=1735689600)
+    environment = container_build._container_args(request, tmp_path / "out", None)["environment"]
     assert environment["SOURCE_DATE_EPOCH"] == "1735689600"
     assert "NVCC_APPEND_FLAGS" not in environment  # -objtemp only where sccache is off
     assert environment["PYTHONHASHSEED"] == "0"

@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from sparkbake.oci import ocilayout, transfer
+from sparkbake.oci import image_layout, transfer
 
-CONFIG = ocilayout.Descriptor(ocilayout.CONFIG_TYPE, "sha256:" + "c" * 64, 1_234)
-BASE = ocilayout.Descriptor("layer", "sha256:" + "b" * 64, 4_200_000_000)
-CODE = ocilayout.Descriptor("layer", "sha256:" + "a" * 64, 48_100_000)
+CONFIG = image_layout.Descriptor(image_layout.CONFIG_TYPE, "sha256:" + "c" * 64, 1_234)
+BASE = image_layout.Descriptor("layer", "sha256:" + "b" * 64, 4_200_000_000)
+CODE = image_layout.Descriptor("layer", "sha256:" + "a" * 64, 48_100_000)
 DIGEST = "sha256:" + "d" * 64
 
 

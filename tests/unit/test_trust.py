@@ -11,15 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from sparkbake import trust
+from sparkbake import planning, trust
 from sparkbake.__main__ import main
-from sparkbake.bake import imagebake
+from sparkbake.bake import runtime_image
 from sparkbake.bake.layercache import LayerCache
 from sparkbake.config import versions
 from sparkbake.lock import wheelhouse
-from sparkbake.oci import layers, ocilayout
-from sparkbake.pipeline import plan
-from sparkbake.wheels import entrycheck, wheelbuild
+from sparkbake.oci import image_layout, layers
+from sparkbake.wheels import container_build, entrycheck
 from tests.conftest import versions_yaml
 
 
@@ -82,15 +81,15 @@ def test_a_damaged_record_names_its_file(tmp_path: Path, text: str) -> None:
 
 
 def layout_with_blob(tmp_path: Path, data: bytes = b"layer bytes") -> tuple[
-        ocilayout.Layout, ocilayout.Descriptor]:
-    layout = ocilayout.Layout(tmp_path / "oci")
-    return layout, layout.add_bytes(data, ocilayout.LAYER_TYPE)
+        image_layout.Layout, image_layout.Descriptor]:
+    layout = image_layout.Layout(tmp_path / "oci")
+    return layout, layout.add_bytes(data, image_layout.LAYER_TYPE)
 
 
 def test_blobs_go_in_read_only_and_stamped(tmp_path: Path) -> None:
     layout, blob = layout_with_blob(tmp_path)
     assert stat.S_IMODE(layout.blob(blob.digest).stat().st_mode) == 0o444
-    assert (layout.root / ocilayout.STAMPS / blob.digest.split(":")[1]).is_file()
+    assert (layout.root / image_layout.STAMPS / blob.digest.split(":")[1]).is_file()
 
 
 def test_a_damaged_blob_is_removed_with_a_warning_naming_it(
@@ -107,7 +106,7 @@ def test_adding_a_blob_over_a_damaged_copy_replaces_it(tmp_path: Path) -> None:
     flip_byte(layout.blob(blob.digest))
     source = tmp_path / "fresh"
     source.write_bytes(b"layer bytes")
-    layout.add_file(source, blob.digest, ocilayout.LAYER_TYPE)
+    layout.add_file(source, blob.digest, image_layout.LAYER_TYPE)
     assert layout.read(blob.digest) == b"layer bytes"
 
 
@@ -116,21 +115,21 @@ def test_a_truncated_blob_in_a_shared_layout_is_removed_there_not_written_throug
     """build/oci hard-links the shared cache's blob: damage there is found in both, and
     removing it from one leaves the other's link, which its own check removes."""
     shared, blob = layout_with_blob(tmp_path / "shared")
-    mine = ocilayout.Layout(tmp_path / "mine")
-    mine.add_file(shared.blob(blob.digest), blob.digest, ocilayout.LAYER_TYPE)
+    mine = image_layout.Layout(tmp_path / "mine")
+    mine.add_file(shared.blob(blob.digest), blob.digest, image_layout.LAYER_TYPE)
     assert mine.blob(blob.digest).stat().st_ino == shared.blob(blob.digest).stat().st_ino
     os.chmod(shared.blob(blob.digest), 0o644)
     os.truncate(shared.blob(blob.digest), 3)
-    assert mine.damaged(ocilayout.Descriptor(ocilayout.LAYER_TYPE, blob.digest, blob.size)) \
+    assert mine.damaged(image_layout.Descriptor(image_layout.LAYER_TYPE, blob.digest, blob.size)) \
         == [blob.digest]
     assert not shared.intact(blob.digest)
 
 
 def test_an_image_with_a_damaged_layer_is_not_found_whole(tmp_path: Path) -> None:
     layout, layer = layout_with_blob(tmp_path)
-    config = layout.add_bytes(b"{}", ocilayout.CONFIG_TYPE)
-    image = layout.add_bytes(ocilayout.canonical(ocilayout.manifest(config, [layer])),
-                             ocilayout.MANIFEST_TYPE)
+    config = layout.add_bytes(b"{}", image_layout.CONFIG_TYPE)
+    image = layout.add_bytes(image_layout.canonical(image_layout.manifest(config, [layer])),
+                             image_layout.MANIFEST_TYPE)
     assert layout.damaged(image) == []
     flip_byte(layout.blob(layer.digest), keep_mtime=True)
     assert layout.damaged(image) == []  # the hot path trusts the stamp
@@ -148,7 +147,7 @@ def test_a_truncated_index_is_removed_and_counts_as_empty(
 
 def test_a_truncated_layer_record_counts_as_none(tmp_path: Path,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
-    layout = ocilayout.Layout(tmp_path / "oci")
+    layout = image_layout.Layout(tmp_path / "oci")
     made = layers.from_files({"a": (b"a", 0o644)}, tmp_path / "a.tar.gz", 0)
     cache = LayerCache(tmp_path / "layers", layout)
     cache.put("python", "k" * 64, made)
@@ -186,8 +185,8 @@ def test_a_truncated_wheels_record_damages_its_entry(tmp_path: Path) -> None:
 def test_the_wheels_label_follows_their_content() -> None:
     one = {"wheels": [{"file": "a.whl", "sha256": "1" * 64}]}
     other = {"wheels": [{"file": "a.whl", "sha256": "2" * 64}]}
-    assert imagebake.wheels_content(one) != imagebake.wheels_content(other)
-    assert imagebake.wheels_content(one) == imagebake.wheels_content(json.loads(
+    assert runtime_image.wheels_content(one) != runtime_image.wheels_content(other)
+    assert runtime_image.wheels_content(one) == runtime_image.wheels_content(json.loads(
         json.dumps(one)))
 
 
@@ -200,17 +199,17 @@ def test_gc_check_removes_the_damaged_entries_and_keeps_the_rest(
     (root / "upstream").mkdir(parents=True)
     (root / "versions.yaml").write_text(versions_yaml(tags="  one:\n    upstream: tree\n"
                                                            "    series: []\n"))
-    oci = ocilayout.Layout(root / "build" / "oci")
-    good, bad = (oci.add_bytes(data, ocilayout.LAYER_TYPE) for data in (b"good", b"bad!"))
-    shared = ocilayout.Layout(tmp_path / "host-cache" / "layers")
-    base = shared.add_bytes(b"base layer", ocilayout.LAYER_TYPE)
+    oci = image_layout.Layout(root / "build" / "oci")
+    good, bad = (oci.add_bytes(data, image_layout.LAYER_TYPE) for data in (b"good", b"bad!"))
+    shared = image_layout.Layout(tmp_path / "host-cache" / "layers")
+    base = shared.add_bytes(b"base layer", image_layout.LAYER_TYPE)
     flip_byte(oci.blob(bad.digest), keep_mtime=True)  # only a full hash finds it
     os.chmod(shared.blob(base.digest), 0o644)
     os.truncate(shared.blob(base.digest), 2)
     (root / "build" / "layers").mkdir(parents=True)
     (root / "build" / "layers" / "python-k.json").write_text("{")
     loaded = versions.load(root / "versions.yaml")
-    wheel = wheels_entry(root / "wheels" / plan.make(loaded, loaded.tag("one")).wheels_key)
+    wheel = wheels_entry(root / "wheels" / planning.make(loaded, loaded.tag("one")).wheels_key)
     flip_byte(wheel)
     config = ["--config", str(root / "versions.yaml")]
     assert main([*config, "gc", "--check", "--dry-run"]) == 0
@@ -249,7 +248,7 @@ def test_a_kernel_cache_wheel_is_checked_against_its_listing(tmp_path: Path) -> 
     wheel.write_bytes(b"kernels")
     (entry / "kernels.json").write_text(json.dumps({"wheel": wheel.name,
                                                     "sha256": sha(b"kernels")}))
-    assert wheelbuild.reusable_kernels(entry) == wheel.name
+    assert container_build.reusable_kernels(entry) == wheel.name
     os.truncate(wheel, 2)
-    assert wheelbuild.reusable_kernels(entry) is None
+    assert container_build.reusable_kernels(entry) is None
     assert "not the sha256 kernels.json records" in str(entrycheck.kernels_damage(entry))

@@ -10,7 +10,7 @@ import pytest
 
 from sparkbake.bake import venvgroups, venvsplit
 from sparkbake.errors import ConfigError
-from sparkbake.lock import lockfiles
+from sparkbake.lock import pins
 from sparkbake.oci import layers
 from tests.unit.test_venv_split import DATE, ELF, PY, SITE, dist, skeleton, upstream, write
 
@@ -29,7 +29,7 @@ def test_a_distribution_is_in_the_first_group_whose_pattern_matches_its_canonica
 
 def test_every_cuda_library_of_the_real_locks_is_out_of_the_rest() -> None:
     for lock in sorted((REPO / "locks" / "runtime").glob("*.txt")):
-        names = lockfiles.packages(lock)
+        names = pins.packages(lock)
         assert venvgroups.present(names) == venvgroups.GROUPS, lock.name
         cuda = [n for n in names if n.startswith(("nvidia-cu", "nvidia-nv", "cuda-"))]
         assert [n for n in cuda if venvgroups.group_of(n) is venvgroups.REST] == [], lock.name
@@ -46,14 +46,14 @@ def test_the_lock_is_read_per_package_as_its_requirement_and_sorted_hashes(
     lock.write_text("# runtime lock\n# asked: ninja==1.13.2  # pin\nNinja==1.13.2 \\\n"
                     "    --hash=sha256:bb \\\n    --hash=sha256:aa\nsix==1.17.0 \\\n"
                     "    --hash=sha256:cc\n")
-    assert lockfiles.packages(lock) == {"ninja": "Ninja==1.13.2 sha256:aa sha256:bb",
+    assert pins.packages(lock) == {"ninja": "Ninja==1.13.2 sha256:aa sha256:bb",
                                         "six": "six==1.17.0 sha256:cc"}
     lock.write_text("six==1.17.0  # via vllm\nsix==1.16.0 ; python_version < '3'\n")
-    assert lockfiles.packages(lock) == {
+    assert pins.packages(lock) == {
         "six": "six==1.17.0; six==1.16.0 ; python_version < '3'"}
     lock.write_text("six=1.17.0\n")
     with pytest.raises(ConfigError, match=r"'six=1\.17\.0' is not a requirement"):
-        lockfiles.packages(lock)
+        pins.packages(lock)
 
 
 def runtime_tree(root: Path) -> None:

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from sparkbake import planning
 from sparkbake.config.settings import HostSettings
 from sparkbake.errors import BuildError
-from sparkbake.pipeline import plan
-from sparkbake.wheels import wheelbuild
+from sparkbake.wheels import container_build
 
 GIB = 2**30
 
@@ -27,7 +27,7 @@ GIB = 2**30
     ("compute_121a", "sm_121a", False),  # PTX is not SASS
 ])
 def test_loadable_sass_for_a_target(sass: str, target: str, loads: bool) -> None:
-    assert wheelbuild.loadable(sass, target) is loads
+    assert container_build.loadable(sass, target) is loads
 
 
 def settings(**changes: object) -> HostSettings:
@@ -37,30 +37,30 @@ def settings(**changes: object) -> HostSettings:
 
 
 def test_jobs_follow_memory_not_cores() -> None:
-    jobs = wheelbuild.compile_jobs({"MemTotal": 121 * GIB, "NCPU": 20}, settings())
+    jobs = container_build.compile_jobs({"MemTotal": 121 * GIB, "NCPU": 20}, settings())
     assert jobs.max_jobs == 20  # 121 GiB / 6 GiB = 20, capped by 20 cores
-    jobs = wheelbuild.compile_jobs({"MemTotal": 24 * GIB, "NCPU": 20}, settings())
+    jobs = container_build.compile_jobs({"MemTotal": 24 * GIB, "NCPU": 20}, settings())
     assert jobs.max_jobs == 4
     assert jobs.reason == "24 GiB / 6 GiB per job, 20 CPUs"
 
 
 def test_jobs_never_drop_below_one_and_honour_overrides() -> None:
-    assert wheelbuild.compile_jobs({"MemTotal": 2 * GIB, "NCPU": 8}, settings()).max_jobs == 1
-    assert wheelbuild.compile_jobs({"MemTotal": 24 * GIB, "NCPU": 8},
+    assert container_build.compile_jobs({"MemTotal": 2 * GIB, "NCPU": 8}, settings()).max_jobs == 1
+    assert container_build.compile_jobs({"MemTotal": 24 * GIB, "NCPU": 8},
                                    settings(gib_per_job=2.0)).max_jobs == 8
-    fixed = wheelbuild.compile_jobs({"MemTotal": 24 * GIB, "NCPU": 8}, settings(max_jobs=3))
+    fixed = container_build.compile_jobs({"MemTotal": 24 * GIB, "NCPU": 8}, settings(max_jobs=3))
     assert (fixed.max_jobs, fixed.reason) == (3, "SPARKBAKE_MAX_JOBS")
 
 
 def test_a_builder_memory_limit_bounds_the_jobs() -> None:
-    jobs = wheelbuild.compile_jobs({"MemTotal": 120 * GIB, "NCPU": 20},
+    jobs = container_build.compile_jobs({"MemTotal": 120 * GIB, "NCPU": 20},
                                    settings(builder_memory="12g"))
     assert jobs.max_jobs == 2
 
 
 def test_a_bad_builder_memory_is_refused() -> None:
     with pytest.raises(BuildError, match="is not a size like 96g"):
-        wheelbuild.compile_jobs({"MemTotal": GIB, "NCPU": 1}, settings(builder_memory="lots"))
+        container_build.compile_jobs({"MemTotal": GIB, "NCPU": 1}, settings(builder_memory="lots"))
 
 
 def write_patch(path: Path, *files: str) -> Path:
@@ -83,5 +83,5 @@ def write_patch(path: Path, *files: str) -> Path:
 def test_which_patches_touch_kernels(tmp_path: Path, files: tuple[str, ...],
                                      kernel: bool) -> None:
     patch = write_patch(tmp_path / "p.patch", *files)
-    assert plan.touched_paths(patch) == set(files)
-    assert plan.touches_kernels(patch) is kernel
+    assert planning.touched_paths(patch) == set(files)
+    assert planning.touches_kernels(patch) is kernel

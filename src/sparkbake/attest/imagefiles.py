@@ -21,7 +21,7 @@ from typing import Any
 from sparkbake import trust
 from sparkbake.console import display
 from sparkbake.files import atomic_write
-from sparkbake.oci import ocilayout
+from sparkbake.oci import image_layout
 
 __all__ = ["ImageFiles", "read", "remember"]
 
@@ -65,7 +65,7 @@ def wanted(path: str) -> bool:
     return path in (DPKG_STATUS, MANIFEST, *OS_RELEASE) or DIST_METADATA.fullmatch(path) is not None
 
 
-def read(layout: ocilayout.Layout, image: ocilayout.Descriptor) -> ImageFiles:
+def read(layout: image_layout.Layout, image: image_layout.Descriptor) -> ImageFiles:
     files: dict[str, bytes] = {}
     for layer in layout.read_manifest(image.digest).layers:
         for kind, path, data in _changes(layout, layer):
@@ -76,7 +76,7 @@ def read(layout: ocilayout.Layout, image: ocilayout.Descriptor) -> ImageFiles:
     return ImageFiles(files)
 
 
-def _changes(layout: ocilayout.Layout, layer: ocilayout.Descriptor) -> list[Change]:
+def _changes(layout: image_layout.Layout, layer: image_layout.Descriptor) -> list[Change]:
     """What one layer does to the wanted files, from its record or read from its blob (a
     damaged record is dropped and the blob read again)."""
     record = layout.read_files(layer.digest)
@@ -92,7 +92,7 @@ def _changes(layout: ocilayout.Layout, layer: ocilayout.Descriptor) -> list[Chan
     return changes
 
 
-def remember(layout: ocilayout.Layout, digest: str, root: Path, paths: Iterable[str]) -> None:
+def remember(layout: image_layout.Layout, digest: str, root: Path, paths: Iterable[str]) -> None:
     """What a layer just written from paths under root gives (its wanted regular files; it
     has no whiteouts), recorded as reading its blob would record it."""
     changes: list[Change] = [
@@ -112,7 +112,7 @@ def _checked(kind: object, data: object) -> str:
     return str(data)
 
 
-def _read_layer(layout: ocilayout.Layout, layer: ocilayout.Descriptor) -> list[Change]:
+def _read_layer(layout: image_layout.Layout, layer: image_layout.Descriptor) -> list[Change]:
     """One layer's wanted files and whiteouts, in the order they come."""
     changes: list[Change] = []
     with layout.blob(layer.digest).open("rb") as raw, tarfile.open(fileobj=raw, mode="r|*") as tar:

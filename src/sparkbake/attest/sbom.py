@@ -31,7 +31,7 @@ from cyclonedx.output.json import JsonV1Dot6
 from packageurl import PackageURL
 
 from sparkbake.attest.imagefiles import ImageFiles
-from sparkbake.oci import ocilayout
+from sparkbake.oci import image_layout
 
 __all__ = ["MEDIA_TYPE", "document", "python_distributions"]
 
@@ -39,7 +39,7 @@ MEDIA_TYPE = "application/vnd.cyclonedx+json"
 SERIAL_NAMESPACE = uuid.UUID("5d6f1d5e-6a39-4d0e-9a1b-7f3d2c1e0b57")  # sparkbake's SBOMs
 
 
-def document(files: ImageFiles, image: ocilayout.Descriptor) -> bytes:
+def document(files: ImageFiles, image: image_layout.Descriptor) -> bytes:
     """The CycloneDX 1.6 JSON of the image whose files these are."""
     recorded = files.manifest  # {} for an image sparkbake did not bake: what its layers say
     subject = _image(recorded, image)
@@ -54,7 +54,7 @@ def document(files: ImageFiles, image: ocilayout.Descriptor) -> bytes:
     return text.encode() + b"\n"
 
 
-def _image(recorded: dict[str, Any], image: ocilayout.Descriptor) -> Component:
+def _image(recorded: dict[str, Any], image: image_layout.Descriptor) -> Component:
     name, _, tag = str(recorded.get("image", "image:unknown")).rpartition(":")
     purl = PackageURL("oci", name=name.rsplit("/", 1)[-1], version=image.digest,
                       qualifiers={"repository_url": name, "tag": tag})

@@ -21,11 +21,31 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from sparkbake.errors import UsageError, VerificationError
+from sparkbake.oci import referrers
 
-__all__ = ["DSSE_TYPE", "IN_TOTO_PAYLOAD", "PublicKey", "SigningKey", "envelope", "generate",
-           "open_envelope", "pae", "public_key", "signing_key", "simple_signing"]
+__all__ = [
+    "COSIGN_SIGNATURE",
+    "DSSE_TYPE",
+    "IN_TOTO_PAYLOAD",
+    "PREDICATE_ANNOTATION",
+    "SIMPLE_SIGNING",
+    "PublicKey",
+    "SigningKey",
+    "envelope",
+    "generate",
+    "open_envelope",
+    "pae",
+    "public_key",
+    "signature_tag",
+    "signing_key",
+    "simple_signing",
+]
 
 DSSE_TYPE = "application/vnd.dsse.envelope.v1+json"
+# cosign's conventions, so its tools find and check what we attach
+PREDICATE_ANNOTATION = "in-toto.io/predicate-type"
+SIMPLE_SIGNING = "application/vnd.dev.cosign.simplesigning.v1+json"
+COSIGN_SIGNATURE = "dev.cosignproject.cosign/signature"
 IN_TOTO_PAYLOAD = "application/vnd.in-toto+json"
 SIMPLE_SIGNING_TYPE = "cosign container image signature"
 KEYS_PAGE = "docs/how-to/publish-and-deploy.md#signing"
@@ -169,3 +189,8 @@ def open_envelope(data: bytes, key: PublicKey, what: str) -> dict[str, Any]:
 
 def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
+
+
+def signature_tag(digest: str) -> str:
+    """The tag cosign gives an image's signature: the digest's fallback tag with `.sig`."""
+    return referrers.fallback_tag(digest) + ".sig"

@@ -14,13 +14,13 @@ from typing import Any
 
 from sparkbake.config.model import Base
 from sparkbake.config.versions import Config
+from sparkbake.core.smoke_record import SmokeReport
+from sparkbake.core.stages import Stage
 from sparkbake.fetch import sourcelock
 from sparkbake.hashing import file_sha256
-from sparkbake.lock import lockfiles
-from sparkbake.oci import ocilayout
-from sparkbake.pipeline.plan import Plan, base_identity, upstream_pin
-from sparkbake.pipeline.stages import Stage
-from sparkbake.smoke.record import SmokeReport
+from sparkbake.lock import pins
+from sparkbake.oci import image_layout
+from sparkbake.planning import Plan, base_identity, upstream_pin
 
 __all__ = ["PROVENANCE", "STATEMENT", "TEST_RESULT", "provenance", "resolved", "statement",
            "subject", "test_result"]
@@ -45,7 +45,7 @@ def statement(repository: str, digest: str, predicate_type: str,
 
 
 def provenance(config: Config, plan: Plan, repository: str, digest: str,
-               recorded: dict[str, Any], sbom: ocilayout.Descriptor) -> bytes:
+               recorded: dict[str, Any], sbom: image_layout.Descriptor) -> bytes:
     """The SLSA provenance v1 statement of the image digest."""
     build = {"buildType": BUILD_TYPE,
              "externalParameters": {"tag": plan.tag.name,
@@ -74,8 +74,8 @@ def resolved(config: Config, plan: Plan) -> list[dict[str, Any]]:
         found.append({"name": f"series:{series.name}", "digest": {"sha256": series.sha256}})
         for name, sha in series.patches:
             found.append({"name": f"patch:{series.name}/{name}", "digest": {"sha256": sha}})
-    locks = {"lock:builder": lockfiles.lock_path(config, plan.tag),
-             "lock:runtime": lockfiles.runtime_lock_path(config, plan.tag),
+    locks = {"lock:builder": pins.lock_path(config, plan.tag),
+             "lock:runtime": pins.runtime_lock_path(config, plan.tag),
              "lock:sources": sourcelock.lock_path(config, plan.tag)}
     found += [{"name": name, "uri": path.relative_to(config.root).as_posix(),
                "digest": {"sha256": file_sha256(path)}}

@@ -8,15 +8,15 @@ from __future__ import annotations
 
 from sparkbake.attest import imagefiles, sbom
 from sparkbake.console.tools import echo
-from sparkbake.oci import artifacts, ocilayout
+from sparkbake.oci import artifacts, image_layout
 
 __all__ = ["SUFFIX", "ensure_sbom", "find_sbom"]
 
 SUFFIX = ".sbom"
 
 
-def find_sbom(layout: ocilayout.Layout, tag: str,
-              image: ocilayout.Descriptor) -> ocilayout.Descriptor | None:
+def find_sbom(layout: image_layout.Layout, tag: str,
+              image: image_layout.Descriptor) -> image_layout.Descriptor | None:
     """The layout's SBOM artifact of image, if it has one for exactly this digest."""
     found = layout.find(tag + SUFFIX)
     if found is None or not layout.has(found.digest):
@@ -24,8 +24,8 @@ def find_sbom(layout: ocilayout.Layout, tag: str,
     return found if layout.read_json(found.digest)["subject"]["digest"] == image.digest else None
 
 
-def ensure_sbom(layout: ocilayout.Layout, tag: str,
-                image: ocilayout.Descriptor) -> ocilayout.Descriptor:
+def ensure_sbom(layout: image_layout.Layout, tag: str,
+                image: image_layout.Descriptor) -> image_layout.Descriptor:
     """The image's SBOM artifact, made from its layers if the layout lacks it."""
     found = find_sbom(layout, tag, image)
     if found is not None:

@@ -13,13 +13,13 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from sparkbake.attest import attach, sbom, signing, statements
+from sparkbake import planning
+from sparkbake.attest import sbom, signing, statements
 from sparkbake.attest.signing import PublicKey
 from sparkbake.config.versions import Config
 from sparkbake.errors import VerificationError
-from sparkbake.oci import ocilayout, referrers
+from sparkbake.oci import image_layout, referrers
 from sparkbake.oci.distribution import Session
-from sparkbake.pipeline import plan as plan_mod
 
 __all__ = ["Verified", "check_against", "check_signature", "check_statements", "verify"]
 
@@ -62,7 +62,7 @@ class Verified:
         ]
 
 
-def verify(session: Session, digest: str, key: PublicKey, work: ocilayout.Layout) -> Verified:
+def verify(session: Session, digest: str, key: PublicKey, work: image_layout.Layout) -> Verified:
     repository = f"{session.remote.host}/{session.remote.path}"
     check_signature(session, repository, digest, key, work)
     found, listing = referrers.listed(session, digest)
@@ -81,9 +81,9 @@ def verify(session: Session, digest: str, key: PublicKey, work: ocilayout.Layout
 
 
 def check_signature(session: Session, repository: str, digest: str, key: PublicKey,
-                    work: ocilayout.Layout) -> None:
+                    work: image_layout.Layout) -> None:
     """The `.sig` tag of digest holds a payload for exactly digest, signed by key."""
-    tag = attach.signature_tag(digest)
+    tag = signing.signature_tag(digest)
     found = session.manifest_digest(tag)
     if found is None:
         raise VerificationError(f"{repository}@{digest} is not signed (no {tag})", REPUBLISH)
@@ -91,7 +91,7 @@ def check_signature(session: Session, repository: str, digest: str, key: PublicK
     for layer in work.read_json(found)["layers"]:
         payload = work.read(layer["digest"])
         signature = base64.b64decode((layer.get("annotations") or {}).get(
-            attach.COSIGN_SIGNATURE, ""))
+            signing.COSIGN_SIGNATURE, ""))
         if not key.verifies(payload, signature):
             continue
         signed = json.loads(payload)["critical"]["image"]["docker-manifest-digest"]
@@ -106,7 +106,7 @@ def check_signature(session: Session, repository: str, digest: str, key: PublicK
 
 
 def check_statements(session: Session, found: list[dict[str, Any]], digest: str,
-                     key: PublicKey, work: ocilayout.Layout) -> dict[str, dict[str, Any]]:
+                     key: PublicKey, work: image_layout.Layout) -> dict[str, dict[str, Any]]:
     """Each attached in-toto statement, signed by key and about digest, by predicate type."""
     by_type: dict[str, dict[str, Any]] = {}
     for entry in found:
@@ -125,7 +125,7 @@ def check_statements(session: Session, found: list[dict[str, Any]], digest: str,
 
 
 def _sbom(session: Session, found: list[dict[str, Any]], provenance: dict[str, Any],
-          repository: str, work: ocilayout.Layout) -> dict[str, Any]:
+          repository: str, work: image_layout.Layout) -> dict[str, Any]:
     """The attached SBOM whose digest the signed provenance names."""
     named = {b["digest"]["sha256"] for b in provenance["predicate"]["runDetails"]["byproducts"]
              if b.get("name") == "sbom"}
@@ -144,7 +144,7 @@ def check_against(config: Config, provenance: dict[str, Any]) -> str:
     tag's name. A mismatch names the input."""
     build = provenance["predicate"]["buildDefinition"]
     tag = config.tag(build["externalParameters"]["tag"])
-    plan = plan_mod.make(config, tag)
+    plan = planning.make(config, tag)
     expected = {d["name"]: d.get("digest") for d in statements.resolved(config, plan)}
     found = {d["name"]: d.get("digest") for d in build["resolvedDependencies"]
              if not d["name"].startswith(statements.BUILT_PREFIXES)}

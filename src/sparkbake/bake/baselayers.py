@@ -12,12 +12,12 @@ from pathlib import Path
 from typing import Any
 
 from sparkbake import trust
-from sparkbake.bake.bases import BaseImage
+from sparkbake.bases import BaseImage
 from sparkbake.console.tools import step
 from sparkbake.errors import BakeError
 from sparkbake.files import atomic_write
 from sparkbake.hashing import data_hash
-from sparkbake.oci import layers, ocilayout
+from sparkbake.oci import image_layout, layers
 from sparkbake.oci.docker_engine import Client
 
 __all__ = ["Below", "ensure", "record_path"]
@@ -28,10 +28,10 @@ class Below:
     """The base image's config and its layers as blobs in the layout."""
 
     config: dict[str, Any]
-    layers: list[ocilayout.Descriptor]
+    layers: list[image_layout.Descriptor]
 
 
-def ensure(client: Client, base: BaseImage, cache: ocilayout.Layout, layout: ocilayout.Layout,
+def ensure(client: Client, base: BaseImage, cache: image_layout.Layout, layout: image_layout.Layout,
            work: Path) -> Below:
     """The base's layers, compressed once per host into cache (keyed by the engine's image
     id: the same base image gives the same blobs), then put into the layout."""
@@ -48,7 +48,7 @@ def ensure(client: Client, base: BaseImage, cache: ocilayout.Layout, layout: oci
                    for d in listing["layers"]])
 
 
-def record_path(cache: ocilayout.Layout, image_id: str) -> Path:
+def record_path(cache: image_layout.Layout, image_id: str) -> Path:
     """The cache's record of a base image's blobs, compressed as layers are now: a base
     compressed otherwise (another compressor or block size) is exported again, not reused,
     so that every host gives the same base blobs."""
@@ -61,7 +61,7 @@ def _listing(record: Path) -> dict[str, Any] | None:
     return trust.record_or_drop(record, ("config", "layers"), "a base layers record")
 
 
-def _export_base(client: Client, base: BaseImage, image_id: str, cache: ocilayout.Layout,
+def _export_base(client: Client, base: BaseImage, image_id: str, cache: image_layout.Layout,
                  work: Path) -> dict[str, Any]:
     archive = work / "base.tar"
     with step(f"base layers of {base.ref} ({image_id[:19]})"), archive.open("wb") as out:
@@ -81,7 +81,7 @@ def _export_base(client: Client, base: BaseImage, image_id: str, cache: ocilayou
                                 f"config says {diff_id}", "remove the image and rebuild it")
             digests.append(cache.add_file(layer.path, layer.digest, layers.MEDIA_TYPE).digest)
     archive.unlink()
-    return {"image": image_id, "config": cache.add_bytes(config, ocilayout.CONFIG_TYPE).digest,
+    return {"image": image_id, "config": cache.add_bytes(config, image_layout.CONFIG_TYPE).digest,
             "layers": digests}
 
 

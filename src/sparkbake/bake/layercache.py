@@ -5,7 +5,7 @@ A record build/layers/<part>-<key>.json names the blob, which lives in the bake'
 layout (build/oci) like every other: one copy of a 10 GB layer, not two. The blob goes in
 first and the record is written atomically after it, so an interrupted bake leaves no record
 of a missing blob; a record whose blob is gone (a cleaned layout) or damaged (not its
-digest's bytes: `ocilayout.Layout.intact`), and a record that cannot be read, count as no
+digest's bytes: `image_layout.Layout.intact`), and a record that cannot be read, count as no
 record. The cache is the build folder's: a clean build (and verify's rebuild) makes every
 layer anew.
 """
@@ -20,7 +20,7 @@ from typing import Any
 from sparkbake import trust
 from sparkbake.files import atomic_write
 from sparkbake.hashing import data_hash, file_sha256
-from sparkbake.oci import layers, ocilayout
+from sparkbake.oci import image_layout, layers
 
 __all__ = ["FORMAT", "LayerCache", "content_key"]
 
@@ -30,7 +30,7 @@ FORMAT = 1  # raise when a layer of the same key would get other bytes
 class LayerCache:
     """Layer blobs by key: records under root, blobs in layout."""
 
-    def __init__(self, root: Path, layout: ocilayout.Layout) -> None:
+    def __init__(self, root: Path, layout: image_layout.Layout) -> None:
         self.root, self.layout = root, layout
 
     def record(self, part: str, key: str) -> Path:
@@ -74,7 +74,7 @@ def content_key(root: Path, names: Iterable[str], mtime: int) -> str:
     kind, mode, size and bytes, the layer time and the writers' formats. Reading the files
     is far cheaper than compressing them."""
     listing = [_describe(root / name, name) for name in sorted(set(names))]
-    return data_hash({"format": [FORMAT, ocilayout.FORMAT, layers.COMPRESSION], "mtime": mtime,
+    return data_hash({"format": [FORMAT, image_layout.FORMAT, layers.COMPRESSION], "mtime": mtime,
                       "paths": listing})
 
 

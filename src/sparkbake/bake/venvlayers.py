@@ -38,12 +38,12 @@ from packaging.utils import parse_wheel_filename
 from sparkbake import resources
 from sparkbake.attest import imagefiles
 from sparkbake.bake import venv, venvgroups, venvsplit
-from sparkbake.bake.bases import BaseImage
 from sparkbake.bake.layercache import FORMAT, LayerCache, content_key
+from sparkbake.bases import BaseImage
 from sparkbake.console.tools import echo, step
 from sparkbake.hashing import data_hash
-from sparkbake.lock import lockfiles
-from sparkbake.oci import layers, ocilayout
+from sparkbake.lock import pins
+from sparkbake.oci import image_layout, layers
 from sparkbake.oci.docker_engine import Client
 
 __all__ = ["FORMAT_VENV", "Upstream", "VenvLayers", "bake", "runtime_key"]
@@ -79,7 +79,7 @@ def runtime_key(client: Client, runtime: BaseImage, upstream: Upstream, source_d
     (pinned: the lock's packages, _pinned): every group's layer is taken from the cache
     under it only with all the others."""
     return data_hash({
-        "format": [FORMAT_VENV, FORMAT, ocilayout.FORMAT, layers.COMPRESSION],
+        "format": [FORMAT_VENV, FORMAT, image_layout.FORMAT, layers.COMPRESSION],
         "base": str(client.images.get(runtime.ref).id),
         "skeleton": resources.digest(venv.SKELETON), "platform": upstream.platform,
         "source_date": source_date, "asked": sorted(upstream.asked),
@@ -153,7 +153,7 @@ def _runtime_layers(installed: venv.Installed, runtime: tuple[str, ...], upstrea
     return made
 
 
-def _written(layout: ocilayout.Layout, what: str, root: Path, paths: tuple[str, ...],
+def _written(layout: image_layout.Layout, what: str, root: Path, paths: tuple[str, ...],
              dest: Path, source_date: int) -> layers.Layer:
     """A layer written and compressed, as a timed step (the bake's longest); what the SBOM
     reads of it is taken from the files it was written from, not read back from its blob."""
@@ -202,7 +202,7 @@ def _pinned(upstream: Upstream) -> dict[str, list[str]]:
     its wheels in the wheelhouse (their hashes were checked against the lock at download)."""
     if upstream.lock is None or upstream.house is None:
         return {}
-    pinned = {name: [line] for name, line in lockfiles.packages(upstream.lock).items()}
+    pinned = {name: [line] for name, line in pins.packages(upstream.lock).items()}
     for wheel in sorted(upstream.house.glob("*.whl")):
         name = str(parse_wheel_filename(wheel.name)[0])
         pinned.setdefault(name, []).append(wheel.name)

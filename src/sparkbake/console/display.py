@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from sparkbake.pipeline.stages import RunState, Stage
+from sparkbake.core.stages import RunState, Stage
 
 __all__ = ["Console", "StageRun", "Verbosity", "cached", "configure", "current", "detail",
            "notice", "open_log", "output_hint", "record", "result", "shown", "stage",

@@ -9,15 +9,15 @@ import functools
 from collections.abc import Callable
 from dataclasses import replace
 
+from sparkbake import planning
 from sparkbake.config.platforms import platform_name
 from sparkbake.config.versions import Config, Tag
 from sparkbake.console.invocation import command
+from sparkbake.core.layout import Layout
 from sparkbake.deploy import rollout
 from sparkbake.deploy.nodes import Node, connect
 from sparkbake.deploy.report import DeployReport
 from sparkbake.errors import PublishError
-from sparkbake.pipeline import plan as plan_mod
-from sparkbake.pipeline.layout import Layout
 from sparkbake.publish import releases
 from sparkbake.publish.record import Release
 from sparkbake.smoke import checks
@@ -26,7 +26,7 @@ __all__ = ["deploy_release"]
 
 
 def deploy_release(config: Config, name: str, nodes: list[Node],
-                   facts: Callable[[plan_mod.Plan], checks.Facts], options: checks.Options,
+                   facts: Callable[[planning.Plan], checks.Facts], options: checks.Options,
                    stream: bool = False) -> list[DeployReport]:
     """The release on every node, by the index digest; one report per platform's nodes."""
     record = releases.read_record(Layout.of(config).releases, name)
@@ -36,7 +36,7 @@ def deploy_release(config: Config, name: str, nodes: list[Node],
     reports = []
     for platform, group in _by_platform(nodes).items():
         tag = _platform_tag(config, name, platform)
-        plan = plan_mod.make(config, tag)
+        plan = planning.make(config, tag)
         pulled = _pulled_release(record, tag, plan)
         reports.append(rollout.deploy(config, plan, group, functools.partial(facts, plan),
                                       options, stream=stream, release=pulled))
@@ -65,7 +65,7 @@ def _platform_tag(config: Config, name: str, platform: str) -> Tag:
     return tag
 
 
-def _pulled_release(record: Release, tag: Tag, plan: plan_mod.Plan) -> Release:
+def _pulled_release(record: Release, tag: Tag, plan: planning.Plan) -> Release:
     """The platform's own record, pulled by the release's index digest and named by the
     release's names; it must be of what versions.yaml describes now."""
     mine = next((p for p in record.platforms if p.tag == tag.name), None)

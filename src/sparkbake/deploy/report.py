@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal, Self
 
-from sparkbake.smoke.record import CheckResult, GpuMode, counts
+from sparkbake.core.smoke_record import CheckResult, GpuMode, counts
 
 __all__ = ["DeployReport", "DeployResult", "HostReport", "NodeEngine", "NodeSmoke",
            "NodeTransfer"]

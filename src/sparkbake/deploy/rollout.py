@@ -27,6 +27,8 @@ from sparkbake.config.versions import Config
 from sparkbake.console import display
 from sparkbake.console.invocation import command
 from sparkbake.console.tools import step
+from sparkbake.core.layout import Layout
+from sparkbake.core.smoke_record import SmokeReport
 from sparkbake.deploy.nodes import Node, connect
 from sparkbake.deploy.report import (
     DeployReport,
@@ -40,13 +42,11 @@ from sparkbake.errors import EngineError, FatalError, PublishError, SmokeError
 from sparkbake.files import atomic_write
 from sparkbake.oci import docker_engine, transfer
 from sparkbake.oci.docker_engine import Client, image_exists, stream_errors
-from sparkbake.pipeline.layout import Layout
-from sparkbake.pipeline.plan import Plan
+from sparkbake.planning import Plan
 from sparkbake.publish import releases
 from sparkbake.publish.push import split_repository
 from sparkbake.publish.record import Release
 from sparkbake.smoke import checks
-from sparkbake.smoke.record import SmokeReport
 
 __all__ = ["ARCHES", "Job", "check_image_id", "deploy", "platform_arch"]
 

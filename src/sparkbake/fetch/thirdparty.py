@@ -19,6 +19,7 @@ from sparkbake.config.versions import Config, Tag
 from sparkbake.console import display
 from sparkbake.console.invocation import command
 from sparkbake.console.tools import echo, run
+from sparkbake.core.layout import Layout
 from sparkbake.errors import ConfigError, EngineError
 from sparkbake.fetch import cmake_sources
 from sparkbake.fetch.cmake_sources import Declaration, Discovery
@@ -34,8 +35,7 @@ from sparkbake.fetch.sourcelock import (
 )
 from sparkbake.files import atomic_dir, read_json
 from sparkbake.hashing import file_sha256, tree_hash
-from sparkbake.lock import lockfiles
-from sparkbake.pipeline.layout import Layout
+from sparkbake.lock import pins
 
 __all__ = ["MOUNT", "Fetched", "builder_args", "discover", "fetch_locked", "lock",
            "lock_on_first_use", "missing_lock", "prepare"]
@@ -97,7 +97,7 @@ def missing_lock(config: Config, tag: Tag, tree: Path) -> bool:
     # quiet: what is left out is said when the lock is made
     if not cmake_sources.discover(tree, dict(tag.upstream.cmake_skip)).declarations:
         return False
-    if lockfiles.locked():
+    if pins.locked():
         raise ConfigError(f"no sources lock for upstream {tag.upstream.key!r} ({path}); CI and "
                           "--locked never make a lock",
                           f"make it: {command('lock', tag.name)}, and commit it")

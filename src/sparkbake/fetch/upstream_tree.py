@@ -19,10 +19,10 @@ from sparkbake.config.settings import HostSettings
 from sparkbake.config.versions import DirUpstream, GitUpstream, PypiUpstream, Upstream
 from sparkbake.console import display
 from sparkbake.console.tools import echo, run
+from sparkbake.core.stages import Stage
 from sparkbake.errors import ConfigError, EngineError, FatalError
 from sparkbake.files import atomic_dir
 from sparkbake.hashing import file_sha256
-from sparkbake.pipeline.stages import Stage
 
 __all__ = ["DEFAULT_SOURCE_DATE", "dir_date", "download", "fetch", "index_url_of",
            "sdist_url", "source_date"]

@@ -14,10 +14,10 @@ from pathlib import Path
 from sparkbake import trust
 from sparkbake.config.versions import Config
 from sparkbake.console.tools import echo
+from sparkbake.core.layout import Layout
 from sparkbake.housekeeping.cachekeys import HEX64
 from sparkbake.housekeeping.sweep import Item, path_item
-from sparkbake.oci import ocilayout
-from sparkbake.pipeline.layout import Layout
+from sparkbake.oci import image_layout
 from sparkbake.wheels import entrycheck
 
 __all__ = ["Checked", "check_items"]
@@ -36,8 +36,8 @@ def check_items(config: Config, cache_dir: Path) -> list[Item]:
     (cache_dir/layers); prints how many entries were checked."""
     layout = Layout.of(config)
     roots = (config.build_dir, config.wheels_dir)
-    shared = ocilayout.Layout(cache_dir / "layers")
-    found = [_blobs(ocilayout.Layout(layout.oci), config.root, roots),
+    shared = image_layout.Layout(cache_dir / "layers")
+    found = [_blobs(image_layout.Layout(layout.oci), config.root, roots),
              _blobs(shared, config.root, (shared.root,)),
              _records([layout.oci / "index.json", *_jsons(layout.layers)], config.root, roots),
              _records(_jsons(shared.root / "bases"), config.root, (shared.root,)),
@@ -50,17 +50,17 @@ def check_items(config: Config, cache_dir: Path) -> list[Item]:
     return items
 
 
-def _blobs(layout: ocilayout.Layout, shown_from: Path, roots: tuple[Path, ...]) -> Checked:
+def _blobs(layout: image_layout.Layout, shown_from: Path, roots: tuple[Path, ...]) -> Checked:
     """Each blob of a layout against its name."""
     folder = layout.root / "blobs" / "sha256"
     blobs = sorted(folder.iterdir()) if folder.is_dir() else []
     damaged = [_blob_item(layout, f"sha256:{blob.name}", shown_from, roots) for blob in blobs
                if blob.is_file() and not trust.verified(
-                   blob, blob.name, layout.root / ocilayout.STAMPS / blob.name, full=True)]
+                   blob, blob.name, layout.root / image_layout.STAMPS / blob.name, full=True)]
     return Checked(len(blobs), damaged)
 
 
-def _blob_item(layout: ocilayout.Layout, digest: str, shown_from: Path,
+def _blob_item(layout: image_layout.Layout, digest: str, shown_from: Path,
                roots: tuple[Path, ...]) -> Item:
     item = path_item(layout.blob(digest), "damaged: its bytes are not its digest's", roots,
                      shown_from)

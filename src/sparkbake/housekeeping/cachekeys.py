@@ -8,12 +8,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sparkbake.config.versions import Config
+from sparkbake.core.layout import Layout
+from sparkbake.core.stages import Stage
 from sparkbake.fetch import sourcelock
 from sparkbake.hashing import file_sha256
-from sparkbake.lock import lockfiles
-from sparkbake.pipeline.layout import Layout
-from sparkbake.pipeline.plan import Plan
-from sparkbake.pipeline.stages import Stage
+from sparkbake.lock import pins
+from sparkbake.planning import Plan
 from sparkbake.series import patchtests
 
 __all__ = ["FAILED", "CacheFolder", "cache_folders", "current_names", "tag_files"]
@@ -56,7 +56,7 @@ def current_names(config: Config, plan: Plan) -> dict[Path, set[str]]:
     for entry in (layout.source(plan.fetch_key), layout.patched(plan.patch_key),
                   layout.kernels(plan.kernel_key), layout.wheel_set(plan.wheels_key)):
         names[entry.parent].add(entry.name)
-    runtime_lock = lockfiles.runtime_lock_path(config, tag)
+    runtime_lock = pins.runtime_lock_path(config, tag)
     if runtime_lock is not None and runtime_lock.is_file():
         names[layout.runtime_wheelhouses].add(file_sha256(runtime_lock)[:16])
     locked = sourcelock.read(sourcelock.lock_path(config, tag))

@@ -15,15 +15,15 @@ from typing import Any
 
 import docker.errors
 
-from sparkbake.bake import bases
-from sparkbake.bake.imagebake import INPUTS_LABEL, TAG_LABEL
+from sparkbake import bases
+from sparkbake.bake.runtime_image import INPUTS_LABEL, TAG_LABEL
 from sparkbake.config.settings import HostSettings
 from sparkbake.config.versions import Base, Config, DebootstrapBase
 from sparkbake.housekeeping.sweep import Item, Kept
-from sparkbake.lock import lockfiles
+from sparkbake.lock import pins
 from sparkbake.oci.docker_engine import Client, image_labels
-from sparkbake.pipeline.plan import Plan
-from sparkbake.wheels import wheelbuild
+from sparkbake.planning import Plan
+from sparkbake.wheels import container_build
 
 __all__ = ["Current", "current", "stale_items"]
 
@@ -52,9 +52,9 @@ def current(client: Client, config: Config, plans: Iterable[Plan],
         base_refs.update(bases.local_ref(b, tag.platform) for b in (tag.builder, tag.runtime)
                          if isinstance(b, DebootstrapBase))
         builder = _base_image(client, tag.builder, tag.platform)
-        lock_file = lockfiles.lock_path(config, tag)
+        lock_file = pins.lock_path(config, tag)
         if builder is not None and lock_file.is_file():
-            builder_refs.add(wheelbuild.builder_ref(builder, lock_file, settings))
+            builder_refs.add(container_build.builder_ref(builder, lock_file, settings))
         inputs.add(plan.inputs)
     tags = config.tags.values()
     return Current(frozenset(base_refs), frozenset(builder_refs), frozenset(inputs),

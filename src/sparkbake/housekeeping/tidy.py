@@ -15,18 +15,18 @@ import re
 import time
 from pathlib import Path
 
+from sparkbake import planning
 from sparkbake.config.settings import compile_cache_settings, host_settings
 from sparkbake.config.versions import Config
 from sparkbake.console.tools import echo
+from sparkbake.core.layout import Layout
 from sparkbake.errors import UsageError
 from sparkbake.housekeeping import cachecheck, cachetrim, containergc, imagegc
 from sparkbake.housekeeping.cachekeys import FAILED, cache_folders, current_names, tag_files
 from sparkbake.housekeeping.sweep import Item, newest_change, path_item, report
 from sparkbake.oci import local_registry
-from sparkbake.pipeline import commands
-from sparkbake.pipeline import plan as plan_mod
-from sparkbake.pipeline.layout import Layout
-from sparkbake.pipeline.plan import Plan
+from sparkbake.oci.docker_engine import engine_or_none
+from sparkbake.planning import Plan
 
 __all__ = ["clean", "clean_all_items", "clean_tag_items", "gc", "gc_items", "roots"]
 
@@ -42,13 +42,13 @@ def gc(config: Config, dry_run: bool, max_cache_size: str, check: bool = False) 
     compile cache's oldest files beyond max_cache_size; with check, also every cache entry
     whose bytes are not its digest's (cachecheck)."""
     limit = cachetrim.parse_size(max_cache_size)  # a bad size stops before anything goes
-    plans = [plan_mod.make(config, tag) for tag in config.tags.values()]
+    plans = [planning.make(config, tag) for tag in config.tags.values()]
     items = gc_items(config, plans)
     if check:
         stale = {item.label for item in items}
         items += [item for item in cachecheck.check_items(config, host_settings().cache_dir)
                   if item.label not in stale]
-    client = commands.engine_or_none()
+    client = engine_or_none()
     if client is None:
         echo("gc: the engine's images are left alone: no Docker engine answers")
     else:
@@ -71,9 +71,9 @@ def clean(config: Config, tag_name: str | None, everything: bool, dry_run: bool)
         report("clean", clean_all_items(config), dry_run)
         return 0
     tag = config.tag(tag_name)
-    others = {name: plan_mod.make(config, other) for name, other in config.tags.items()
+    others = {name: planning.make(config, other) for name, other in config.tags.items()
               if name != tag.name}
-    report("clean", clean_tag_items(config, plan_mod.make(config, tag), others), dry_run)
+    report("clean", clean_tag_items(config, planning.make(config, tag), others), dry_run)
     return 0
 
 

@@ -15,11 +15,11 @@ from sparkbake import trust
 from sparkbake.config.versions import Tag
 from sparkbake.console import display
 from sparkbake.console.tools import echo, run, step
+from sparkbake.core.layout import Layout
 from sparkbake.errors import BakeError
 from sparkbake.files import atomic_dir
 from sparkbake.hashing import file_sha256
-from sparkbake.lock.lockfiles import ARCHES
-from sparkbake.pipeline.layout import Layout
+from sparkbake.lock.pins import ARCHES
 
 __all__ = ["ensure", "platform_tags"]
 

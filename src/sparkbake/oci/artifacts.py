@@ -7,36 +7,36 @@ from __future__ import annotations
 
 from typing import Any
 
-from sparkbake.oci import ocilayout
+from sparkbake.oci import image_layout
 
 __all__ = ["EMPTY", "Artifact", "add", "read"]
 
 # the spec's empty config: `{}` as the config of a manifest that is not an image
-EMPTY = ocilayout.Descriptor(
+EMPTY = image_layout.Descriptor(
     "application/vnd.oci.empty.v1+json",
     "sha256:44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a", 2)
 
 Artifact = tuple[str, bytes]  # (artifactType, the blob)
 
 
-def document(artifact_type: str, blob: ocilayout.Descriptor, subject: ocilayout.Descriptor,
+def document(artifact_type: str, blob: image_layout.Descriptor, subject: image_layout.Descriptor,
              annotations: dict[str, str]) -> dict[str, Any]:
-    return {"schemaVersion": 2, "mediaType": ocilayout.MANIFEST_TYPE,
+    return {"schemaVersion": 2, "mediaType": image_layout.MANIFEST_TYPE,
             "artifactType": artifact_type, "config": EMPTY.json(), "layers": [blob.json()],
             "subject": subject.json(), **({"annotations": annotations} if annotations else {})}
 
 
-def add(layout: ocilayout.Layout, artifact_type: str, data: bytes,
-        subject: ocilayout.Descriptor, annotations: dict[str, str] | None = None
-        ) -> ocilayout.Descriptor:
+def add(layout: image_layout.Layout, artifact_type: str, data: bytes,
+        subject: image_layout.Descriptor, annotations: dict[str, str] | None = None
+        ) -> image_layout.Descriptor:
     """The artifact's blobs and manifest into layout; the manifest's descriptor."""
     layout.add_bytes(b"{}", EMPTY.media_type)
     blob = layout.add_bytes(data, artifact_type)
     doc = document(artifact_type, blob, subject, annotations or {})
-    return layout.add_bytes(ocilayout.canonical(doc), ocilayout.MANIFEST_TYPE)
+    return layout.add_bytes(image_layout.canonical(doc), image_layout.MANIFEST_TYPE)
 
 
-def read(layout: ocilayout.Layout, manifest: str) -> tuple[dict[str, Any], bytes]:
+def read(layout: image_layout.Layout, manifest: str) -> tuple[dict[str, Any], bytes]:
     """An artifact's manifest and its one blob."""
     doc = layout.read_json(manifest)
     return doc, layout.read(doc["layers"][0]["digest"])

@@ -28,7 +28,7 @@ import requests
 from sparkbake.console import display
 from sparkbake.console.invocation import command
 from sparkbake.errors import FatalError, PublishError
-from sparkbake.oci import ocilayout, transfer
+from sparkbake.oci import image_layout, transfer
 from sparkbake.oci.docker_engine import RegistryLogin
 
 __all__ = ["HTTP_TIMEOUT", "MANIFEST_TYPES", "Remote", "Session", "is_stall", "stalled",
@@ -42,7 +42,7 @@ UPLOAD_TIMEOUT = (5, 60)
 CHUNK = 1 << 20
 RETRY_DELAYS = (1.0, 2.0, 4.0)  # seconds before each new upload of a blob
 MANIFEST_TYPES = ", ".join((
-    ocilayout.INDEX_TYPE, ocilayout.MANIFEST_TYPE,
+    image_layout.INDEX_TYPE, image_layout.MANIFEST_TYPE,
     "application/vnd.docker.distribution.manifest.list.v2+json",
     "application/vnd.docker.distribution.manifest.v2+json",
 ))
@@ -112,7 +112,7 @@ class Session:
         header = response.headers.get("Docker-Content-Digest")
         return header or "sha256:" + hashlib.sha256(response.content).hexdigest()
 
-    def push(self, layout: ocilayout.Layout, image: ocilayout.Descriptor,
+    def push(self, layout: image_layout.Layout, image: image_layout.Descriptor,
              tags: list[str]) -> tuple[str, transfer.Sent]:
         """The blobs of the image the registry lacks (HEAD first), then the manifest by its
         digest and each tag to set (none: the tags already name it, and no manifest goes);
@@ -132,21 +132,22 @@ class Session:
             self._put_manifest(layout.read(image.digest), image, tag)
         return digest, sent
 
-    def set_tag(self, layout: ocilayout.Layout, image: ocilayout.Descriptor, tag: str) -> None:
+    def set_tag(self, layout: image_layout.Layout, image: image_layout.Descriptor,
+                tag: str) -> None:
         """Point tag at the image, whose blobs and manifest the registry has."""
         self._put_manifest(layout.read(image.digest), image, tag)
 
-    def put_index(self, data: bytes, index: ocilayout.Descriptor, reference: str) -> str:
+    def put_index(self, data: bytes, index: image_layout.Descriptor, reference: str) -> str:
         """An image index whose manifests the registry has, under reference (a tag or its
         digest); the digest the registry reports."""
         return self._put_manifest(data, index, reference)
 
-    def pull(self, digest: str, layout: ocilayout.Layout) -> ocilayout.Descriptor:
+    def pull(self, digest: str, layout: image_layout.Layout) -> image_layout.Descriptor:
         """The image manifest digest and its blobs, from the registry into layout."""
         response = self.request("GET", self.url("manifests", digest),
                                 headers={"Accept": MANIFEST_TYPES})
         self._check(response, "reading", f"the manifest {digest}", 200)
-        kind = response.headers.get("Content-Type", ocilayout.MANIFEST_TYPE).split(";")[0]
+        kind = response.headers.get("Content-Type", image_layout.MANIFEST_TYPE).split(";")[0]
         image = layout.add_bytes(response.content, kind)
         if image.digest != digest:
             raise self.error(f"{self.remote.host} served {image.digest} for {digest}",
@@ -157,11 +158,11 @@ class Session:
                 self._pull_blob(blob, layout)
         return image
 
-    def _has_blob(self, blob: ocilayout.Descriptor) -> bool:
+    def _has_blob(self, blob: image_layout.Descriptor) -> bool:
         """HEAD on the blob: 200 when the registry has it (by digest, so the same bytes)."""
         return self.request("HEAD", self.url("blobs", blob.digest)).status_code == 200
 
-    def _push_blob(self, layout: ocilayout.Layout, blob: ocilayout.Descriptor) -> None:
+    def _push_blob(self, layout: image_layout.Layout, blob: image_layout.Descriptor) -> None:
         """One blob, uploaded anew after a 5xx answer or a dropped connection (a few times,
         waiting longer each time); a registry that stops answering is not waited for."""
         for delay in (*RETRY_DELAYS, None):
@@ -182,8 +183,8 @@ class Session:
             display.notice(f"publish: {step} failed ({reason}); again in {delay:g} s")
             time.sleep(delay)
 
-    def _upload(self, layout: ocilayout.Layout,
-                blob: ocilayout.Descriptor) -> tuple[requests.Response, str, int]:
+    def _upload(self, layout: image_layout.Layout,
+                blob: image_layout.Descriptor) -> tuple[requests.Response, str, int]:
         """A monolithic upload: (the last answer, its step, the status it should have)."""
         start = self.request("POST", self.url("blobs", "uploads/"))
         if start.status_code != 202:
@@ -197,13 +198,13 @@ class Session:
                                      "Content-Length": str(blob.size)})
         return done, f"the upload of {blob.digest[:19]} ({blob.size} bytes)", 201
 
-    def _put_manifest(self, data: bytes, image: ocilayout.Descriptor, reference: str) -> str:
+    def _put_manifest(self, data: bytes, image: image_layout.Descriptor, reference: str) -> str:
         response = self.request("PUT", self.url("manifests", reference), body=lambda: data,
                                 headers={"Content-Type": image.media_type})
         self._check(response, "pushing", f"the manifest as {reference[:19]}", 201)
         return response.headers.get("Docker-Content-Digest") or image.digest
 
-    def _pull_blob(self, blob: ocilayout.Descriptor, layout: ocilayout.Layout) -> None:
+    def _pull_blob(self, blob: image_layout.Descriptor, layout: image_layout.Layout) -> None:
         response = self.request("GET", self.url("blobs", blob.digest), stream=True,
                                 timeout=UPLOAD_TIMEOUT)
         self._check(response, "reading", f"the blob {blob.digest[:19]}", 200)

@@ -31,6 +31,7 @@ __all__ = [
     "bridge_gateway",
     "build_image",
     "connect",
+    "engine_or_none",
     "image_attrs",
     "image_exists",
     "image_labels",
@@ -68,6 +69,14 @@ def connect() -> Client:
             "start one (e.g. `dockerd &` as root, see docs/tutorial.md) or set DOCKER_HOST",
         ) from exc
     return client
+
+
+def engine_or_none() -> Client | None:
+    """The engine if one answers: `plan` and `tags` work without one."""
+    try:
+        return connect()
+    except EngineError:
+        return None
 
 
 def image_exists(client: Client, ref: str) -> bool:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
-from sparkbake.oci import ocilayout
+from sparkbake.oci import image_layout
 from sparkbake.oci.distribution import MANIFEST_TYPES, Session
 
 __all__ = ["Listing", "attach", "fallback_tag", "listed", "pull"]
@@ -23,7 +23,7 @@ def fallback_tag(digest: str) -> str:
     return f"{algorithm}-{hexdigest}"
 
 
-def attach(session: Session, layout: ocilayout.Layout, artifact: ocilayout.Descriptor,
+def attach(session: Session, layout: image_layout.Layout, artifact: image_layout.Descriptor,
            subject: str) -> Listing:
     """The artifact's blobs and manifest (by digest) into the registry; listed among the
     subject's referrers by the registry or, failing that, by the fallback tag's index."""
@@ -38,21 +38,21 @@ def attach(session: Session, layout: ocilayout.Layout, artifact: ocilayout.Descr
     return "fallback tag"
 
 
-def _add_to_fallback(session: Session, layout: ocilayout.Layout,
-                     artifact: ocilayout.Descriptor, subject: str) -> None:
+def _add_to_fallback(session: Session, layout: image_layout.Layout,
+                     artifact: image_layout.Descriptor, subject: str) -> None:
     tag = fallback_tag(subject)
     index = _fallback_index(session, subject) or {
-        "schemaVersion": 2, "mediaType": ocilayout.INDEX_TYPE, "manifests": []}
+        "schemaVersion": 2, "mediaType": image_layout.INDEX_TYPE, "manifests": []}
     if any(m["digest"] == artifact.digest for m in index["manifests"]):
         return
     index["manifests"].append(_entry(layout.read_json(artifact.digest), artifact))
-    data = ocilayout.canonical(index)
+    data = image_layout.canonical(index)
     response = session.request("PUT", session.url("manifests", tag), body=lambda: data,
-                               headers={"Content-Type": ocilayout.INDEX_TYPE})
+                               headers={"Content-Type": image_layout.INDEX_TYPE})
     _expect(session, response.status_code, 201, f"pushing the referrers index {tag}")
 
 
-def _entry(doc: dict[str, Any], artifact: ocilayout.Descriptor) -> dict[str, Any]:
+def _entry(doc: dict[str, Any], artifact: image_layout.Descriptor) -> dict[str, Any]:
     """A referrer as the spec lists it: the descriptor, its artifactType and annotations."""
     kind = doc.get("artifactType") or doc["config"]["mediaType"]
     return {**artifact.json(), "artifactType": kind,
@@ -63,7 +63,7 @@ def listed(session: Session, subject: str) -> tuple[list[dict[str, Any]], Listin
     """The subject's referrers (descriptors with artifactType) and where they were found;
     ([], None) when neither the API nor the fallback tag has any."""
     response = session.request("GET", session.url("referrers", subject),
-                               headers={"Accept": ocilayout.INDEX_TYPE})
+                               headers={"Accept": image_layout.INDEX_TYPE})
     if response.status_code == 200:
         found = list(json.loads(response.content).get("manifests", []))
         if found:
@@ -82,7 +82,8 @@ def _fallback_index(session: Session, subject: str) -> dict[str, Any] | None:
     return index
 
 
-def pull(session: Session, layout: ocilayout.Layout, digest: str) -> tuple[dict[str, Any], bytes]:
+def pull(session: Session, layout: image_layout.Layout, digest: str) -> tuple[dict[str, Any],
+                                                                                   bytes]:
     """An artifact of one blob out of the registry: its manifest and the blob."""
     session.pull(digest, layout)
     doc = layout.read_json(digest)

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sparkbake.oci import ocilayout
+from sparkbake.oci import image_layout
 
 __all__ = ["Pulled", "Sent", "human_bytes", "progress_ids", "pulled_from_progress"]
 
@@ -33,7 +33,7 @@ def human_bytes(count: int) -> str:
     return f"{value:.1f} {UNITS[unit]}"
 
 
-def _total(blobs: Iterable[ocilayout.Descriptor]) -> int:
+def _total(blobs: Iterable[image_layout.Descriptor]) -> int:
     return sum(blob.size for blob in blobs)
 
 
@@ -45,8 +45,8 @@ def _plural(count: int, word: str) -> str:
 class Sent:
     """A publish's blobs: those uploaded and those the registry already had."""
 
-    sent: tuple[ocilayout.Descriptor, ...]
-    present: tuple[ocilayout.Descriptor, ...]
+    sent: tuple[image_layout.Descriptor, ...]
+    present: tuple[image_layout.Descriptor, ...]
 
     @property
     def sent_bytes(self) -> int:

@@ -8,7 +8,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from sparkbake.patch import patchsyntax
+from sparkbake.patch import syntax
 from sparkbake.patch.gitwork import Author, Repo
 
 __all__ = ["Header", "Outcome", "attempt", "hunk_at", "read_header", "trailers"]
@@ -103,7 +103,7 @@ def _offsets(stderr: str) -> tuple[str, ...]:
 
 
 def _failure(patch: Path, stderr: str) -> Outcome:
-    if corrupt := patchsyntax.from_git(stderr):  # the file is broken, not the upstream
+    if corrupt := syntax.from_git(stderr):  # the file is broken, not the upstream
         return Outcome("malformed", (corrupt.what,), line=corrupt.line)
     if found := FAILED.search(stderr):
         header, lines = hunk_at(patch, found["file"], int(found["line"]))

@@ -11,23 +11,23 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from sparkbake.bake import bases, imagebake
+from sparkbake import bases, planning
+from sparkbake.bake import runtime_image
 from sparkbake.config.model import Config, Tag
 from sparkbake.config.settings import HostSettings, host_settings
 from sparkbake.console import display
 from sparkbake.console.tools import echo
+from sparkbake.core.layout import Layout
+from sparkbake.core.stages import Stage
 from sparkbake.fetch import remote_patches, thirdparty, upstream_tree
 from sparkbake.files import atomic_write
-from sparkbake.lock import lockfiles, wheelhouse
+from sparkbake.lock import pins, wheelhouse
 from sparkbake.oci.docker_engine import Client, connect
-from sparkbake.patch import patches
-from sparkbake.patch.patches import PatchedTree
-from sparkbake.pipeline import plan as plan_mod
-from sparkbake.pipeline.layout import Layout
-from sparkbake.pipeline.plan import Plan
-from sparkbake.pipeline.stages import Stage
-from sparkbake.wheels import entrycheck, kernelseed, wheelbuild
-from sparkbake.wheels.wheelbuild import WheelSet
+from sparkbake.patch import apply
+from sparkbake.patch.apply import PatchedTree
+from sparkbake.planning import Plan
+from sparkbake.wheels import container_build, entrycheck, kernelseed
+from sparkbake.wheels.container_build import WheelSet
 
 __all__ = ["Build", "Outcome", "Source", "bake", "fetch", "fetched_plan", "patch",
            "run_until", "wheels", "with_sources_lock"]
@@ -47,7 +47,7 @@ class Build:
 
     config: Config
     plan: Plan
-    options: patches.Options = field(default_factory=patches.Options)
+    options: apply.Options = field(default_factory=apply.Options)
     load: bool = True  # False: the engine's tag is left alone (verify's rebuild)
     settings: HostSettings = field(default_factory=host_settings)
 
@@ -93,7 +93,7 @@ def fetch(build: Build, *, third_party: bool = False) -> Source:
 def patch(build: Build, source: Source) -> PatchedTree:
     plan = build.plan
     with build.stage(Stage.PATCH):
-        return patches.apply(plan, source.tree, build.layout.patched(plan.patch_key),
+        return apply.apply(plan, source.tree, build.layout.patched(plan.patch_key),
                              build.options)
 
 
@@ -103,15 +103,15 @@ def wheels(build: Build, client: Client, source: Source, patched: PatchedTree) -
 
 
 def bake(build: Build, client: Client, source: Source, patched: PatchedTree,
-         built: WheelSet) -> imagebake.Image:
+         built: WheelSet) -> runtime_image.Image:
     config, tag = build.config, build.tag
     with build.stage(Stage.BAKE):
         runtime_base = bases.ensure(client, tag.runtime, tag.platform, config.build_dir,
                                     build.settings)
-        lockfiles.make_missing(config, tag, build.settings, patched.path)
-        runtime_lock = lockfiles.require_runtime_lock(config, tag, patched.path)
+        pins.make_missing(config, tag, build.settings, patched.path)
+        runtime_lock = pins.require_runtime_lock(config, tag, patched.path)
         house = wheelhouse.ensure(runtime_lock, tag, build.layout) if runtime_lock else None
-        return imagebake.bake(client, build.plan, runtime_base, built, patched, build.layout,
+        return runtime_image.bake(client, build.plan, runtime_base, built, patched, build.layout,
                               source_date=source.source_date, cache=build.settings.cache_dir,
                               load=build.load, runtime_wheels=house, runtime_lock=runtime_lock,
                               log=build.log(Stage.BAKE))
@@ -126,7 +126,7 @@ def with_sources_lock(build: Build, tree: PatchedTree) -> Build:
     # `lock`'s stage, as `sparkbake lock` shows it: the git commands go to its log
     with display.stage(Stage.LOCK, build.tag.name, build.log(Stage.LOCK)):
         thirdparty.lock_on_first_use(build.config, build.tag, tree.path, build.settings)
-    return replace(build, plan=plan_mod.make(build.config, build.tag))
+    return replace(build, plan=planning.make(build.config, build.tag))
 
 
 def patched(build: Build) -> PatchedTree:
@@ -134,12 +134,12 @@ def patched(build: Build) -> PatchedTree:
     return patch(build, fetch(build))
 
 
-def image(build: Build) -> imagebake.Image:
+def image(build: Build) -> runtime_image.Image:
     """fetch, patch, wheels, bake: what build-image does."""
     return _baked(build)[1]
 
 
-def _baked(build: Build) -> tuple[Build, imagebake.Image]:
+def _baked(build: Build) -> tuple[Build, runtime_image.Image]:
     """The image, and the build as it ended (its plan remade if the sources lock was made)."""
     source = fetch(build)
     tree = patch(build, source)
@@ -151,9 +151,9 @@ def _baked(build: Build) -> tuple[Build, imagebake.Image]:
 def fetched_plan(config: Config, tag: Tag) -> Plan:
     """The plan once the tag's remote patches are fetched: until then their content, and so
     whether they touch kernels, is unknown (the fetch stage's network, done first)."""
-    plan = plan_mod.make(config, tag)
+    plan = planning.make(config, tag)
     if remote_patches.fetch(plan.remote, host_settings()):
-        return plan_mod.make(config, tag)
+        return planning.make(config, tag)
     return plan
 
 
@@ -215,7 +215,7 @@ def _wheels(build: Build, client: Client, source: Source, patched: PatchedTree) 
     entrycheck.drop_damaged(kernels, entrycheck.kernels_damage(kernels))
     builder = ""
     fetched: tuple[thirdparty.Fetched, ...] = ()
-    if not wheelbuild.is_built(folder):  # cached wheels need no builder image
+    if not container_build.is_built(folder):  # cached wheels need no builder image
         if plan.tag.kernels:
             kernelseed.require_python_only(plan.tag,
                                            plan.stage_inputs[Stage.KERNELS]["kernel patches"])
@@ -229,13 +229,13 @@ def _wheels(build: Build, client: Client, source: Source, patched: PatchedTree) 
         fetched = thirdparty.prepare(config, plan.tag, patched.path, settings)
         base = bases.ensure(client, plan.tag.builder, plan.tag.platform, config.build_dir,
                             settings)
-        lockfiles.make_missing(config, plan.tag, settings, patched.path)
-        lock_file = lockfiles.require_lock(config, plan.tag, patched.path)
-        builder = wheelbuild.builder_image(client, base, lock_file, settings, config.build_dir)
-    request = wheelbuild.BuildRequest(
+        pins.make_missing(config, plan.tag, settings, patched.path)
+        lock_file = pins.require_lock(config, plan.tag, patched.path)
+        builder = container_build.builder_image(client, base, lock_file, settings, config.build_dir)
+    request = container_build.BuildRequest(
         tag=plan.tag, builder=builder, patched=patched, folder=folder, kernels=kernels,
         third_party=fetched, log=build.log(Stage.WHEELS),
-        jobs=wheelbuild.compile_jobs(client.info(), settings), memory=settings.builder_memory,
+        jobs=container_build.compile_jobs(client.info(), settings), memory=settings.builder_memory,
         source_date=source.source_date, local_version=plan.local_version, pristine=source.tree,
     )
-    return wheelbuild.build(client, request)
+    return container_build.build(client, request)

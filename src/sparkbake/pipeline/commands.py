@@ -10,32 +10,31 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
-from sparkbake import filelock
-from sparkbake.bake import imagebake
+from sparkbake import filelock, planning
+from sparkbake.bake import runtime_image
 from sparkbake.config.settings import host_settings
 from sparkbake.config.versions import Config, Tag
 from sparkbake.console import display
 from sparkbake.console.tools import echo
+from sparkbake.core.layout import Layout
+from sparkbake.core.stages import Stage
 from sparkbake.deploy import nodes as nodes_mod
 from sparkbake.deploy import release_nodes, rollout
 from sparkbake.errors import ConfigError, EngineError
 from sparkbake.fetch import thirdparty, upstream_tree
 from sparkbake.files import atomic_write, scratch_dir
-from sparkbake.lock import lockfiles
-from sparkbake.oci import emulation, local_registry, ocilayout
-from sparkbake.oci.docker_engine import Client, connect
-from sparkbake.patch import patches
+from sparkbake.lock import pins
+from sparkbake.oci import emulation, image_layout, local_registry
+from sparkbake.oci.docker_engine import Client, connect, engine_or_none
+from sparkbake.patch import apply
 from sparkbake.pipeline import build, release_checks, status, verify
-from sparkbake.pipeline import plan as plan_mod
-from sparkbake.pipeline.layout import Layout
-from sparkbake.pipeline.plan import Plan
-from sparkbake.pipeline.stages import Stage
+from sparkbake.planning import Plan
 from sparkbake.publish import push, release_index, releases
 from sparkbake.series import exchange, lint, patchtests, rebase
 from sparkbake.smoke import checks
 from sparkbake.smoke.preflight import check_env
 
-__all__ = ["check_env", "deploy_tag", "diff_releases", "engine_or_none", "export_series",
+__all__ = ["check_env", "deploy_tag", "diff_releases", "export_series",
            "import_series",
            "lock_tag", "patch_lint", "patch_tests", "plan_report", "publish", "rebase_check",
            "rebuild", "registry_command", "releases_report", "run_until", "smoke_tag",
@@ -46,18 +45,12 @@ BUILD_LOCK_WAIT = 6 * 3600.0  # seconds a build waits for another build of its t
 
 def plan_report(config: Config, tag: Tag, as_json: bool) -> tuple[str, bool]:
     """The plan as text or JSON, and whether a stage is blocked (its remedy is in it)."""
-    plan = plan_mod.make(config, tag)
+    plan = planning.make(config, tag)
     states = status.stage_states(config, plan, engine_or_none())
-    text = plan_mod.render_json(plan, states) if as_json else plan_mod.render_text(states)
+    text = planning.render_json(plan, states) if as_json else planning.render_text(states)
     return text, any(state.state == "blocked" for state in states)
 
 
-def engine_or_none() -> Client | None:
-    """The engine if one answers: `plan` and `tags` work without one."""
-    try:
-        return connect()
-    except EngineError:
-        return None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,12 +62,12 @@ class Output:
 
 
 def run_until(config: Config, tag: Tag, last: Stage,
-              options: patches.Options | None = None, output: Output = Output()) -> int:
+              options: apply.Options | None = None, output: Output = Output()) -> int:
     """Run the build stages up to last; every stage whose key is cached is skipped. One
     build of a tag runs at a time: another one waits for it, then finds its work cached."""
     with _one_build(config, tag):
         work = build.Build(config, build.fetched_plan(config, tag),
-                           options or patches.Options())
+                           options or apply.Options())
         outcome = build.run_until(work, last)
     for line in display.summary_lines(display.current.runs, display.current):
         display.notice(line)
@@ -110,19 +103,19 @@ def _stage(config: Config, tag: Tag, stage: Stage,
 def verify_tag(config: Config, tag: Tag, against: str | None) -> int:
     """Rebuild the tag from clean (fresh build/ and wheels/ in a scratch folder; the engine's
     base and builder images are reused) and compare it with the baked image or `against`."""
-    plan = plan_mod.make(config, tag)
+    plan = planning.make(config, tag)
     original = verify.original(config, plan, against)
     verify.require_intact(original, tag.name)  # before an hour of rebuild, not after
     with scratch_dir(Layout.of(config).scratch("verify"), f"{tag.name}.") as scratch:
         echo(f"verify: rebuilding {tag.name} from clean in {scratch}")
         rebuilt = rebuild(dataclasses.replace(config, work=scratch), tag)
-        rebuilt_side = verify.Side(ocilayout.Layout(rebuilt.layout), rebuilt.image)
+        rebuilt_side = verify.Side(image_layout.Layout(rebuilt.layout), rebuilt.image)
         verify.require_intact(rebuilt_side, tag.name)
         report = verify.compare(original, rebuilt_side)
     return _done(verify.conclude(config, plan, report))
 
 
-def rebuild(config: Config, tag: Tag) -> imagebake.Image:
+def rebuild(config: Config, tag: Tag) -> runtime_image.Image:
     """fetch .. bake into config's build/ and wheels/, leaving the engine's tag alone."""
     return build.image(build.Build(config, build.fetched_plan(config, tag), load=False))
 
@@ -153,7 +146,7 @@ def lock_tag(config: Config, tag: Tag, for_patch_tests: bool = False) -> int:
             return _done(f"patch-tests lock: {written[0]}")
         if tree and not tag.kernels:  # a kernel seed compiles nothing: no CMake sources
             thirdparty.lock(config, tag, tree, host_settings())
-        written = lockfiles.resolve(config, tag, host_settings(), tree)
+        written = pins.resolve(config, tag, host_settings(), tree)
     return _done("locks: " + (", ".join(map(str, written)) or "none needed"))
 
 
@@ -171,7 +164,7 @@ def patch_tests(config: Config, tag: Tag) -> int:
 def smoke_tag(config: Config, tag: Tag, options: checks.Options,
               client: Client | None = None, output: Output = Output()) -> int:
     """The tag's smoke checks on its image in the engine (client: another engine's)."""
-    plan = plan_mod.make(config, tag)
+    plan = planning.make(config, tag)
     client = client or connect()
     checks.require_image(client, plan)  # before the patch stage's cache is looked at
     emulation.require_engine_runs(client, plan.tag.platform)
@@ -189,15 +182,15 @@ def smoke_facts(config: Config, plan: Plan) -> checks.Facts:
     layout = Layout.of(config)
     pristine = upstream_tree.fetch(plan.tag.upstream, layout.source(plan.fetch_key),
                                    host_settings())
-    patched = patches.apply(plan, pristine, layout.patched(plan.patch_key),
-                            patches.Options(skip_applied=True))
+    patched = apply.apply(plan, pristine, layout.patched(plan.patch_key),
+                            apply.Options(skip_applied=True))
     return checks.Facts(patched, upstream_tree.source_date(plan.tag.upstream, pristine.parent))
 
 
 def publish(config: Config, tag: Tag, registry_host: str | None, force: bool,
             skip_smoke: bool = False, output: Output = Output(),
             sign_key: Path | None = None) -> int:
-    plan = plan_mod.make(config, tag)
+    plan = planning.make(config, tag)
     key = release_checks.signing_key(sign_key)  # a bad key stops publish before any push
     with _stage(config, tag, Stage.PUBLISH, plan.inputs):
         record = push.publish(connect(), config, plan, registry_host, force,
@@ -258,7 +251,7 @@ def deploy_tag(config: Config, tag: Tag, hosts: str, stream: bool, gpu: checks.G
     """The tag's release onto each node, verified there and smoked (the common checks)."""
     nodes = nodes_mod.parse_hosts(hosts)
     release_checks.require_signed(config, tag.name, require_signature)
-    plan = plan_mod.make(config, tag)
+    plan = planning.make(config, tag)
     with _stage(config, tag, Stage.DEPLOY, plan.inputs):
         report = rollout.deploy(config, plan, nodes, lambda: smoke_facts(config, plan),
                                 checks.Options(gpu=gpu), stream=stream)

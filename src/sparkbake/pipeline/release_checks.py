@@ -12,11 +12,11 @@ from sparkbake.attest.signing import PublicKey, SigningKey
 from sparkbake.config import versions as config_mod
 from sparkbake.config.settings import signing_settings
 from sparkbake.console import display
+from sparkbake.core.layout import Layout
 from sparkbake.errors import UsageError, VerificationError
-from sparkbake.oci import ocilayout
+from sparkbake.oci import image_layout
 from sparkbake.oci.distribution import MANIFEST_TYPES, Session
 from sparkbake.pipeline import release_rebuild
-from sparkbake.pipeline.layout import Layout
 from sparkbake.publish import push, releases
 
 __all__ = ["keys_generate", "require_signature", "require_signed", "signing_key",
@@ -65,7 +65,7 @@ def verify_release(reference: str, key_path: Path, against: Path | None,
         raise VerificationError(f"{reference}: not in the registry",
                                 "check the name and the registry")
     with tempfile.TemporaryDirectory(prefix="sparkbake-verify.") as work:
-        checked = [verification.verify(session, d, key, ocilayout.Layout(Path(work) / d[7:19]))
+        checked = [verification.verify(session, d, key, image_layout.Layout(Path(work) / d[7:19]))
                    for d in _digests(session, repository, digest, key, Path(work))]
     built_as = [_shown(one, key, against) for one in checked]
     if rebuild and against is not None:  # once every signature and statement held
@@ -97,10 +97,10 @@ def _digests(session: Session, repository: str, digest: str, key: PublicKey,
     response = session.request("GET", session.url("manifests", digest),
                                headers={"Accept": MANIFEST_TYPES})
     doc = json.loads(response.content) if response.status_code == 200 else {}
-    if doc.get("mediaType") != ocilayout.INDEX_TYPE:
+    if doc.get("mediaType") != image_layout.INDEX_TYPE:
         return [digest]
     verification.check_signature(session, repository, digest, key,
-                                 ocilayout.Layout(work / "index"))
+                                 image_layout.Layout(work / "index"))
     display.result(f"verified {repository}@{digest}: the index is signed by {key.path}")
     return [str(m["digest"]) for m in doc.get("manifests", [])]
 
@@ -113,7 +113,7 @@ def require_signature(pinned: str, key_path: Path) -> None:
     session = push.open_session(repository, VerificationError)
     with tempfile.TemporaryDirectory(prefix="sparkbake-verify.") as work:
         verification.check_signature(session, repository, digest, key,
-                                     ocilayout.Layout(Path(work)))
+                                     image_layout.Layout(Path(work)))
     display.notice(f"deploy: {pinned} is signed by {key.path}")
 
 

@@ -19,12 +19,12 @@ from dataclasses import replace
 from sparkbake.config.model import Config
 from sparkbake.console import display
 from sparkbake.console.invocation import command, remember_config
+from sparkbake.core.layout import Layout
 from sparkbake.errors import VerificationError
 from sparkbake.files import scratch_dir
-from sparkbake.oci import ocilayout
+from sparkbake.oci import image_layout
 from sparkbake.oci.distribution import MANIFEST_TYPES, Session
 from sparkbake.pipeline import build
-from sparkbake.pipeline.layout import Layout
 
 __all__ = ["require_rebuilt"]
 
@@ -43,11 +43,11 @@ def require_rebuilt(session: Session, config: Config, tag_name: str, digest: str
         image = build.image(build.Build(clean, build.fetched_plan(clean, tag), load=False))
         if image.image.digest != digest:
             raise _differs(config, tag_name, digest, published,
-                           ocilayout.Layout(image.layout), image.image.digest)
+                           image_layout.Layout(image.layout), image.image.digest)
     display.result(f"rebuilt {tag_name}: {digest} = the registry's (bit for bit)")
 
 
-def _registry_manifest(session: Session, digest: str) -> ocilayout.Manifest:
+def _registry_manifest(session: Session, digest: str) -> image_layout.Manifest:
     """The image manifest the registry serves for digest, checked against it."""
     response = session.request("GET", session.url("manifests", digest),
                                headers={"Accept": MANIFEST_TYPES})
@@ -57,12 +57,12 @@ def _registry_manifest(session: Session, digest: str) -> ocilayout.Manifest:
                                 f"(HTTP {response.status_code}, or other bytes)",
                                 "check the registry, then verify again")
     doc = json.loads(response.content)
-    return ocilayout.Manifest(ocilayout.Descriptor.of(doc["config"]),
-                              tuple(ocilayout.Descriptor.of(layer) for layer in doc["layers"]))
+    return image_layout.Manifest(image_layout.Descriptor.of(doc["config"]),
+                              tuple(image_layout.Descriptor.of(layer) for layer in doc["layers"]))
 
 
-def _differs(config: Config, tag_name: str, digest: str, published: ocilayout.Manifest,
-             layout: ocilayout.Layout, rebuilt_digest: str) -> VerificationError:
+def _differs(config: Config, tag_name: str, digest: str, published: image_layout.Manifest,
+             layout: image_layout.Layout, rebuilt_digest: str) -> VerificationError:
     """The error that names where the rebuild parts from the registry's image."""
     rebuilt = layout.read_manifest(rebuilt_digest)
     history = layout.read_json(rebuilt.config.digest)
@@ -71,7 +71,7 @@ def _differs(config: Config, tag_name: str, digest: str, published: ocilayout.Ma
         where = (f"the layers are the same, the config is not ({published.config.digest[:19]} "
                  f"there, {rebuilt.config.digest[:19]} rebuilt)")
     else:
-        where = (f"layer {index} ({ocilayout.made_by(history, index) or 'no history'}) is "
+        where = (f"layer {index} ({image_layout.made_by(history, index) or 'no history'}) is "
                  f"{_digest_at(published.layers, index)} there, "
                  f"{_digest_at(rebuilt.layers, index)} rebuilt")
     return VerificationError(
@@ -80,8 +80,8 @@ def _differs(config: Config, tag_name: str, digest: str, published: ocilayout.Ma
         f"deploy it; `{command('verify', tag_name, '--against', digest)}` names the files")
 
 
-def _first_difference(published: tuple[ocilayout.Descriptor, ...],
-                      rebuilt: tuple[ocilayout.Descriptor, ...]) -> int | None:
+def _first_difference(published: tuple[image_layout.Descriptor, ...],
+                      rebuilt: tuple[image_layout.Descriptor, ...]) -> int | None:
     """The index of the first layer whose digest differs (or that one side lacks)."""
     for index in range(max(len(published), len(rebuilt))):
         if _digest_at(published, index) != _digest_at(rebuilt, index):
@@ -89,5 +89,5 @@ def _first_difference(published: tuple[ocilayout.Descriptor, ...],
     return None
 
 
-def _digest_at(layers: tuple[ocilayout.Descriptor, ...], index: int) -> str:
+def _digest_at(layers: tuple[image_layout.Descriptor, ...], index: int) -> str:
     return layers[index].digest if index < len(layers) else "absent"

@@ -7,17 +7,17 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from sparkbake.bake import imagebake
+from sparkbake import planning
+from sparkbake.bake import runtime_image
 from sparkbake.config.model import Config, Tag
+from sparkbake.core.layout import Layout
+from sparkbake.core.stages import PlanState, Stage
 from sparkbake.fetch import remote_patches, upstream_tree
 from sparkbake.oci import emulation
 from sparkbake.oci.docker_engine import Client
-from sparkbake.patch import patches
-from sparkbake.pipeline import plan as plan_mod
-from sparkbake.pipeline.layout import Layout
-from sparkbake.pipeline.plan import Plan, StagePlan
-from sparkbake.pipeline.stages import PlanState, Stage
-from sparkbake.wheels import wheelbuild
+from sparkbake.patch import apply
+from sparkbake.planning import Plan, StagePlan
+from sparkbake.wheels import container_build
 
 __all__ = ["COVERS", "stage_states"]
 
@@ -33,13 +33,13 @@ def stage_states(config: Config, plan: Plan, client: Client | None) -> list[Stag
     fetched = (upstream_tree.is_fetched(plan.tag.upstream, layout.source(plan.fetch_key))
                and not remote_patches.missing(plan.remote))
     patch_state: PlanState = ("blocked" if plan.problems else
-                              _cached(patches.is_patched(layout.patched(plan.patch_key))))
-    kernels_state = _cached(wheelbuild.reusable_kernels(layout.kernels(plan.kernel_key))
+                              _cached(apply.is_patched(layout.patched(plan.patch_key))))
+    kernels_state = _cached(container_build.reusable_kernels(layout.kernels(plan.kernel_key))
                             is not None)
-    wheels_state = _cached(wheelbuild.is_built(layout.wheel_set(plan.wheels_key)))
+    wheels_state = _cached(container_build.is_built(layout.wheel_set(plan.wheels_key)))
     bake_state: PlanState = "unknown"
     if client is not None:
-        bake_state = _cached(imagebake.is_current(client, plan, layout,
+        bake_state = _cached(runtime_image.is_current(client, plan, layout,
                                                   _wheels_content(layout, plan)))
     smoke_record = layout.smoke_record(plan.tag.name)
     why = _why(layout, plan)
@@ -78,9 +78,9 @@ def _wheels_content(layout: Layout, plan: Plan) -> str | None:
     """What the bake compares with its image's wheels label: the wheels entry's content,
     None before the wheels stage (the bake then decides on the wheels it gets)."""
     folder = layout.wheel_set(plan.wheels_key)
-    if not wheelbuild.is_built(folder):
+    if not container_build.is_built(folder):
         return None
-    return imagebake.wheels_content(json.loads((folder / wheelbuild.REPORT).read_text()))
+    return runtime_image.wheels_content(json.loads((folder / container_build.REPORT).read_text()))
 
 
 def _cached(done: bool) -> PlanState:
@@ -100,7 +100,7 @@ def _why(layout: Layout, plan: Plan) -> Callable[[Stage, PlanState], str]:
         if state != "missing" or not before:
             return ""
         changes = dict.fromkeys(change for covered in COVERS[stage] for change in
-                                plan_mod.changed_inputs(before.get(covered, {}), now[covered]))
+                                planning.changed_inputs(before.get(covered, {}), now[covered]))
         return "reruns: " + ("; ".join(changes) if changes else "not built with these inputs")
 
     return explain
@@ -148,7 +148,7 @@ def _kernels_text(tag: Tag) -> str:
 
 
 def _upstream_text(plan: Plan) -> str:
-    pin = plan_mod.upstream_pin(plan.tag.upstream)
+    pin = planning.upstream_pin(plan.tag.upstream)
     third = plan.stage_inputs[Stage.WHEELS].get("third-party sources", [])
     extra = f" + {len(third)} third-party sources (locked)" if third else ""
     found = plan.remote

@@ -8,10 +8,11 @@ import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from sparkbake import planning
 from sparkbake.config.versions import Config
-from sparkbake.pipeline import commands, status
-from sparkbake.pipeline import plan as plan_mod
-from sparkbake.pipeline.stages import Stage
+from sparkbake.core.stages import Stage
+from sparkbake.oci.docker_engine import engine_or_none
+from sparkbake.pipeline import status
 
 __all__ = ["TagRow", "report", "rows"]
 
@@ -37,10 +38,10 @@ class TagRow:
 
 def rows(config: Config) -> list[TagRow]:
     """One row per tag, in versions.yaml's order."""
-    client = commands.engine_or_none()
+    client = engine_or_none()
     found = []
     for tag in config.tags.values():
-        plan = plan_mod.make(config, tag)
+        plan = planning.make(config, tag)
         said = {s.name: _said(s.state) for s in status.stage_states(config, plan, client)}
         found.append(TagRow(tag.name, tag.platform, tag.series, tag.release,
                             built=said[Stage.BAKE],

@@ -14,15 +14,15 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from sparkbake.bake import imagebake
+from sparkbake.bake import runtime_image
 from sparkbake.config.versions import Config
 from sparkbake.console.invocation import command
 from sparkbake.console.tools import echo
+from sparkbake.core.layout import Layout
 from sparkbake.errors import ReproducibilityError, UsageError
 from sparkbake.files import atomic_write
-from sparkbake.oci import layers, ocilayout
-from sparkbake.pipeline.layout import Layout
-from sparkbake.pipeline.plan import Plan
+from sparkbake.oci import image_layout, layers
+from sparkbake.planning import Plan
 from sparkbake.publish import push
 
 __all__ = ["SHOWN", "FileChange", "KeyChange", "LayerChange", "Report", "Side", "compare",
@@ -36,8 +36,8 @@ DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 class Side:
     """One image to compare: its manifest in a layout."""
 
-    layout: ocilayout.Layout
-    image: ocilayout.Descriptor
+    layout: image_layout.Layout
+    image: image_layout.Descriptor
 
 
 @dataclass(frozen=True)
@@ -65,8 +65,8 @@ class LayerChange:
 
     index: int
     made_by: str
-    original: ocilayout.Descriptor | None
-    rebuilt: ocilayout.Descriptor | None
+    original: image_layout.Descriptor | None
+    rebuilt: image_layout.Descriptor | None
     files: tuple[FileChange, ...] = ()
     note: str = ""
 
@@ -102,14 +102,14 @@ class Report:
 def original(config: Config, plan: Plan, against: str | None) -> Side:
     """The image a rebuild is compared with: the tag's in build/oci (of the plan's inputs), or
     the manifest `against`, pulled from the registry if the layout lacks it."""
-    layout, tag = ocilayout.Layout(Layout.of(config).oci), plan.tag.name
+    layout, tag = image_layout.Layout(Layout.of(config).oci), plan.tag.name
     if against is None:
-        baked = imagebake.find(Layout.of(config), plan)
+        baked = runtime_image.find(Layout.of(config), plan)
         if baked is None:
             raise UsageError(f"{tag} has no baked image in {layout.root}",
                              f"build it (`{command('build-image', tag)}`) or pass --against DIGEST")
         labels = layout.read_json(baked.config)["config"].get("Labels") or {}
-        if labels.get(imagebake.INPUTS_LABEL) != plan.inputs:
+        if labels.get(runtime_image.INPUTS_LABEL) != plan.inputs:
             raise UsageError(f"the image of {tag} in {layout.root} was baked from other inputs "
                              f"than the plan's ({plan.inputs[:12]})",
                              "build it again first, or pass --against DIGEST")
@@ -119,7 +119,7 @@ def original(config: Config, plan: Plan, against: str | None) -> Side:
                          "write sha256:<64 hex>, e.g. the digest in build/releases/TAG.json")
     if not layout.intact(against):
         push.open_session(_repository(config, plan, against), UsageError).pull(against, layout)
-    return Side(layout, ocilayout.Descriptor(ocilayout.MANIFEST_TYPE, against,
+    return Side(layout, image_layout.Descriptor(image_layout.MANIFEST_TYPE, against,
                                              layout.blob(against).stat().st_size))
 
 
@@ -195,12 +195,12 @@ def _config_changes(old: dict[str, Any], new: dict[str, Any]) -> tuple[KeyChange
 
 
 def _layer_change(index: int, original: Side, rebuilt: Side,
-                  manifests: list[ocilayout.Manifest],
+                  manifests: list[image_layout.Manifest],
                   configs: list[dict[str, Any]]) -> LayerChange | None:
     old, new = (m.layers[index] if index < len(m.layers) else None for m in manifests)
     if old and new and old.digest == new.digest:
         return None
-    made_by = ocilayout.made_by(configs[1] if new else configs[0], index)
+    made_by = image_layout.made_by(configs[1] if new else configs[0], index)
     if not (old and new):
         return LayerChange(index, made_by, old, new)
     files = _file_changes(layers.entries(original.layout.blob(old.digest)),

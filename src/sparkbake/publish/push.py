@@ -19,18 +19,19 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sparkbake.attest import attach
 from sparkbake.attest.signing import SigningKey
-from sparkbake.bake import imagebake
-from sparkbake.bake.imagebake import INPUTS_LABEL
+from sparkbake.bake import runtime_image
+from sparkbake.bake.runtime_image import INPUTS_LABEL
 from sparkbake.config.settings import host_settings
 from sparkbake.config.versions import Config
 from sparkbake.console import display
 from sparkbake.console.invocation import command
 from sparkbake.console.tools import echo
+from sparkbake.core.layout import Layout
+from sparkbake.core.smoke_record import SmokeReport, counts
 from sparkbake.errors import FatalError, PublishError, UsageError
 from sparkbake.files import atomic_write, read_json
-from sparkbake.oci import ocilayout, registry_access, transfer
+from sparkbake.oci import image_layout, registry_access, transfer
 from sparkbake.oci.distribution import Remote, Session
 from sparkbake.oci.docker_engine import (
     Client,
@@ -41,12 +42,10 @@ from sparkbake.oci.docker_engine import (
     registry_login,
 )
 from sparkbake.oci.registry_access import DOCKER_DEFAULT, InsecureRegistries
-from sparkbake.pipeline.layout import Layout
-from sparkbake.pipeline.plan import Plan, upstream_pin
-from sparkbake.publish import releases
+from sparkbake.planning import Plan, upstream_pin
+from sparkbake.publish import attach, releases
 from sparkbake.publish.record import Release, ReleaseSeries, ReleaseSmoke, SmokeFound
-from sparkbake.smoke.record import SmokeReport, counts
-from sparkbake.wheels import wheelbuild
+from sparkbake.wheels import container_build
 
 __all__ = [
     "Remote", "Target", "baked_image", "check_overwrite", "check_pushed", "check_smoke",
@@ -85,14 +84,14 @@ def publish(client: Client, config: Config, plan: Plan, registry: str | None,
 
 def platform_release(config: Config, plan: Plan, repository: str, names: tuple[str, ...],
                      pushed: str, sent: transfer.Sent, smoked: ReleaseSmoke,
-                     baked: imagebake.Image, attrs: dict[str, Any],
+                     baked: runtime_image.Image, attrs: dict[str, Any],
                      attached: attach.Attached | None = None) -> Release:
     """The record of one image pushed under names: what it is and what it was made of."""
     return Release(
         tag=plan.tag.name, repository=repository,
         images=tuple(f"{repository}:{n}" for n in names), digest=pushed,
         pinned=f"{repository}@{pushed}", smoke=smoked,
-        manifest=releases.image_manifest(ocilayout.Layout(baked.layout), baked.image),
+        manifest=releases.image_manifest(image_layout.Layout(baked.layout), baked.image),
         transfer=sent.record(), image_id=baked.config, build=_build_record(config, plan),
         inputs=plan.inputs, upstream={"key": plan.tag.upstream.key,
                                       **upstream_pin(plan.tag.upstream)},
@@ -121,12 +120,12 @@ class Target:
             check_overwrite(f"{repository}:{name}", current[name], digests, force)
         return cls(repository, session, current)
 
-    def push(self, baked: imagebake.Image, name: str) -> tuple[str, transfer.Sent]:
+    def push(self, baked: runtime_image.Image, name: str) -> tuple[str, transfer.Sent]:
         """The blobs the registry lacks and the manifest under name; the digest it stored,
         verified, and the blobs sent."""
         echo(f"+ push oci:{baked.layout}:{baked.image.digest[:19]} -> {self.repository}:{name}")
         tags = [name] if self.current[name] != baked.image.digest else []
-        pushed, sent = self.session.push(ocilayout.Layout(baked.layout), baked.image, tags)
+        pushed, sent = self.session.push(image_layout.Layout(baked.layout), baked.image, tags)
         display.notice(sent.line(baked.image.digest))
         if pushed != baked.image.digest:
             raise PublishError(f"{self.repository} stored the image as {pushed}, not as the "
@@ -135,11 +134,11 @@ class Target:
         check_pushed(self.session, name, pushed)
         return pushed, sent
 
-    def move(self, baked: imagebake.Image, name: str) -> None:
+    def move(self, baked: runtime_image.Image, name: str) -> None:
         """name onto the pushed image (its manifest is in the registry), verified."""
         if self.current[name] != baked.image.digest:
             echo(f"+ tag {self.repository}:{name} -> {baked.image.digest}")
-            self.session.set_tag(ocilayout.Layout(baked.layout), baked.image, name)
+            self.session.set_tag(image_layout.Layout(baked.layout), baked.image, name)
         check_pushed(self.session, name, baked.image.digest)
 
 
@@ -266,9 +265,9 @@ def local_image(client: Client, plan: Plan) -> dict[str, Any]:
     return attrs
 
 
-def baked_image(config: Config, plan: Plan, attrs: dict[str, Any]) -> imagebake.Image:
+def baked_image(config: Config, plan: Plan, attrs: dict[str, Any]) -> runtime_image.Image:
     """The image build/oci names for the tag; it must be the engine's (the smoke-tested)."""
-    baked = imagebake.find(Layout.of(config), plan)
+    baked = runtime_image.find(Layout.of(config), plan)
     if baked is None or baked.config != attrs.get("Id"):
         where = "has none" if baked is None else f"has {baked.config[:19]}"
         raise PublishError(f"the engine's {plan.tag.image_ref} ({str(attrs.get('Id'))[:19]}) "
@@ -277,9 +276,9 @@ def baked_image(config: Config, plan: Plan, attrs: dict[str, Any]) -> imagebake.
     return baked
 
 
-def require_intact(baked: imagebake.Image, tag: str) -> None:
+def require_intact(baked: runtime_image.Image, tag: str) -> None:
     """Every blob that is to leave the machine hashed: a damaged one is removed, never sent."""
-    bad = ocilayout.Layout(baked.layout).damaged(baked.image, full=True)
+    bad = image_layout.Layout(baked.layout).damaged(baked.image, full=True)
     if bad:
         raise PublishError(f"{baked.layout}: {len(bad)} blob(s) of {tag} are not the bytes of "
                            f"their digest ({bad[0][:19]}...); removed, nothing was pushed",
@@ -306,7 +305,7 @@ def write_record(folder: Path, release: Release) -> None:
 
 def _build_record(config: Config, plan: Plan) -> dict[str, Any]:
     """How the wheels were built (job count, kernel reuse): host state, kept out of the image."""
-    report = Layout.of(config).wheel_set(plan.wheels_key) / wheelbuild.REPORT
+    report = Layout.of(config).wheel_set(plan.wheels_key) / container_build.REPORT
     if not report.is_file():
         return {}
     built = read_json(report)

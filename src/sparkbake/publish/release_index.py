@@ -18,19 +18,18 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sparkbake.attest import attach
+from sparkbake import planning
 from sparkbake.attest.signing import SigningKey
-from sparkbake.bake import imagebake
+from sparkbake.bake import runtime_image
 from sparkbake.config.versions import Config, Tag
 from sparkbake.console import display
 from sparkbake.console.tools import echo
+from sparkbake.core.layout import Layout
 from sparkbake.errors import ConfigError, PublishError
 from sparkbake.hashing import data_hash
-from sparkbake.oci import ocilayout
+from sparkbake.oci import image_layout
 from sparkbake.oci.docker_engine import Client
-from sparkbake.pipeline import plan as plan_mod
-from sparkbake.pipeline.layout import Layout
-from sparkbake.publish import push
+from sparkbake.publish import attach, push
 from sparkbake.publish.record import Release, ReleaseSmoke
 
 __all__ = ["index_document", "publish_release"]
@@ -40,9 +39,9 @@ __all__ = ["index_document", "publish_release"]
 class _Platform:
     """One platform's image, checked and ready to go."""
 
-    plan: plan_mod.Plan
+    plan: planning.Plan
     attrs: dict[str, Any]
-    baked: imagebake.Image
+    baked: runtime_image.Image
     smoked: ReleaseSmoke
 
     @property
@@ -56,8 +55,8 @@ def publish_release(client: Client, config: Config, name: str, tags: tuple[Tag, 
     """Publish the platforms' images and the index of them as release `name` (above)."""
     ready = [_ready(client, config, tag, skip_smoke) for tag in tags]  # all, before any push
     repository = _repository(tags, registry)
-    data = ocilayout.canonical(index_document(ready))
-    index = ocilayout.Descriptor(ocilayout.INDEX_TYPE,
+    data = image_layout.canonical(index_document(ready))
+    index = image_layout.Descriptor(image_layout.INDEX_TYPE,
                                   "sha256:" + hashlib.sha256(data).hexdigest(), len(data))
     inputs = data_hash([p.plan.inputs for p in ready])
     per_build = f"{name}-{inputs[:12]}"
@@ -69,7 +68,7 @@ def publish_release(client: Client, config: Config, name: str, tags: tuple[Tag, 
         echo(f"+ push index {index.digest} ({len(ready)} platforms) -> {repository}:{per_build}")
         _put_first_index(target, data, index, per_build)
     push.check_pushed(target.session, per_build, index.digest)
-    attach.sign(target.session, ocilayout.Layout(ready[0].baked.layout), repository,
+    attach.sign(target.session, image_layout.Layout(ready[0].baked.layout), repository,
                 index.digest, key)
     release = _record(repository, name, per_build, index.digest, inputs, records)
     push.write_record(Layout.of(config).releases, release)
@@ -80,7 +79,7 @@ def publish_release(client: Client, config: Config, name: str, tags: tuple[Tag, 
     return release
 
 
-def _put_first_index(target: push.Target, data: bytes, index: ocilayout.Descriptor,
+def _put_first_index(target: push.Target, data: bytes, index: image_layout.Descriptor,
                      per_build: str) -> None:
     """The index under its per-build tag; a registry that refuses it (4xx) is said to, with
     the release tag untouched."""
@@ -104,11 +103,11 @@ def index_document(ready: list[_Platform]) -> dict[str, Any]:
         manifests.append({"mediaType": one.baked.image.media_type,
                           "digest": one.baked.image.digest, "size": one.baked.image.size,
                           "platform": {"architecture": architecture, "os": os_name}})
-    return {"schemaVersion": 2, "mediaType": ocilayout.INDEX_TYPE, "manifests": manifests}
+    return {"schemaVersion": 2, "mediaType": image_layout.INDEX_TYPE, "manifests": manifests}
 
 
 def _ready(client: Client, config: Config, tag: Tag, skip_smoke: bool) -> _Platform:
-    plan = plan_mod.make(config, tag)
+    plan = planning.make(config, tag)
     attrs = push.local_image(client, plan)
     baked = push.baked_image(config, plan, attrs)
     push.require_intact(baked, tag.name)

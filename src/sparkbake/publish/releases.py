@@ -17,7 +17,7 @@ from typing import Any
 from sparkbake.console.invocation import command
 from sparkbake.errors import UsageError
 from sparkbake.files import atomic_write
-from sparkbake.oci import ocilayout
+from sparkbake.oci import image_layout
 from sparkbake.publish.record import Change, IndexEntry, Release, ReleaseDiff, ReleaseSeries
 
 __all__ = ["INDEX", "add", "describe_upstream", "diff", "entries", "entry", "image_manifest",
@@ -30,7 +30,8 @@ ENTRY_KEYS = {field.name for field in fields(IndexEntry)}
 
 
 
-def image_manifest(layout: ocilayout.Layout, image: ocilayout.Descriptor) -> dict[str, Any] | None:
+def image_manifest(layout: image_layout.Layout,
+                   image: image_layout.Descriptor) -> dict[str, Any] | None:
     """/opt/sparkbake/manifest.json of an image in a layout: the bake writes it into the
     image's last layer. None when that layer has none (an image not baked by sparkbake)."""
     layers = layout.read_json(image.digest).get("layers") or []

@@ -24,12 +24,12 @@ from sparkbake.config.versions import Config, Tag
 from sparkbake.console import display
 from sparkbake.console.invocation import command
 from sparkbake.console.tools import echo, run, step
+from sparkbake.core.layout import Layout
 from sparkbake.errors import ConfigError, EngineError, PatchTestError
 from sparkbake.files import atomic_write
 from sparkbake.hashing import data_hash, file_sha256
-from sparkbake.lock.lockfiles import ARCHES, compile_requirements
-from sparkbake.pipeline.layout import Layout
-from sparkbake.pipeline.plan import Plan, touched_paths
+from sparkbake.lock.pins import ARCHES, compile_requirements
+from sparkbake.planning import Plan, touched_paths
 
 __all__ = ["Result", "lock_path", "resolve", "run_tests", "series_tests"]
 

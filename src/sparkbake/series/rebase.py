@@ -9,16 +9,15 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from sparkbake import planning
 from sparkbake.config.settings import HostSettings
 from sparkbake.config.versions import Config, Tag
+from sparkbake.core.layout import Layout
 from sparkbake.errors import ConfigError, PatchError
 from sparkbake.fetch import remote_patches, upstream_tree
 from sparkbake.files import scratch_dir
-from sparkbake.patch import gitapply, gitwork, patches
+from sparkbake.patch import apply, gitapply, gitwork, parsed
 from sparkbake.patch.gitapply import Outcome
-from sparkbake.pipeline import plan as plan_mod
-from sparkbake.pipeline.layout import Layout
-from sparkbake.series import lint
 
 __all__ = ["check", "render"]
 
@@ -33,12 +32,12 @@ def check(config: Config, tag: Tag, target_key: str, settings: HostSettings) -> 
         raise ConfigError(f"{config.path}: no upstream {target_key!r}",
                           f"known upstreams: {', '.join(sorted(config.upstreams))}")
     target = config.upstreams[target_key]
-    plan = plan_mod.make(config, dataclasses.replace(tag, upstream=target))
+    plan = planning.make(config, dataclasses.replace(tag, upstream=target))
     plan.require_series()
     pristine = upstream_tree.fetch(target, Layout.of(config).source(plan.fetch_key), settings)
     remote_patches.fetch(plan.remote, settings)
-    patches.check_safety(plan.series, pristine)
-    upstream = gitwork.upstream_repo(pristine, patches.upstream_message(target))
+    apply.check_safety(plan.series, pristine)
+    upstream = gitwork.upstream_repo(pristine, apply.upstream_message(target))
     rows = _rows(plan, pristine, upstream, config.build_dir)
     print(render(tag, plan, rows))
     bad = [r for r in rows if not r[2].applied]
@@ -50,10 +49,10 @@ def check(config: Config, tag: Tag, target_key: str, settings: HostSettings) -> 
     return 0
 
 
-def _rows(plan: plan_mod.Plan, pristine: Path, upstream: Path,
+def _rows(plan: planning.Plan, pristine: Path, upstream: Path,
           build: Path) -> list[tuple[str, str, Outcome]]:
     paths = sorted({p for s in plan.series for name, _ in s.patches
-                    for _, p in lint.read_patch(s.path(name)).paths})
+                    for _, p in parsed.read_patch(s.path(name)).paths})
     rows = []
     with scratch_dir(build / "rebase-check", f"{plan.tag.name}-") as scratch:
         repo = gitwork.work_tree(upstream, pristine, scratch / "tree", sparse=paths)
@@ -61,7 +60,7 @@ def _rows(plan: plan_mod.Plan, pristine: Path, upstream: Path,
             for name, _sha in series.patches:
                 patch = series.path(name)
                 header = gitapply.read_header(repo, patch)
-                outcome = gitapply.attempt(repo, patch, patches.message(header, series.name,
+                outcome = gitapply.attempt(repo, patch, apply.message(header, series.name,
                                                                         name), header.author)
                 if outcome.status == "conflict":
                     repo.git("reset", "-q", "--hard")  # go on with the next patch
@@ -69,11 +68,11 @@ def _rows(plan: plan_mod.Plan, pristine: Path, upstream: Path,
     return rows
 
 
-def render(tag: Tag, plan: plan_mod.Plan, rows: list[tuple[str, str, Outcome]]) -> str:
+def render(tag: Tag, plan: planning.Plan, rows: list[tuple[str, str, Outcome]]) -> str:
     """The table: one row per patch, its result and, for offsets and conflicts, where."""
     target = plan.tag.upstream
     head = (f"rebase-check {tag.name}: {tag.upstream.key} -> {target.key} "
-            f"({patches.describe_pin(target)})")
+            f"({apply.describe_pin(target)})")
     width = max([len("SERIES"), *(len(s) for s, _, _ in rows)])
     pwidth = max([len("PATCH"), *(len(p) for _, p, _ in rows)])
     lines = [head, f"{'SERIES':<{width}}  {'PATCH':<{pwidth}}  RESULT"]

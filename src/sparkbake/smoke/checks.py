@@ -20,19 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from sparkbake import resources
-from sparkbake.bake.imagebake import INPUTS_LABEL
+from sparkbake.bake.runtime_image import INPUTS_LABEL
 from sparkbake.config.versions import Config
 from sparkbake.console import display
 from sparkbake.console.invocation import command
 from sparkbake.console.tools import step
-from sparkbake.errors import SmokeError, UsageError
-from sparkbake.files import atomic_write
-from sparkbake.oci import docker_engine, emulation
-from sparkbake.pipeline.layout import Layout
-from sparkbake.pipeline.plan import Plan, upstream_pin
-from sparkbake.smoke import host, sample_envs, serving
-from sparkbake.smoke.host import Facts
-from sparkbake.smoke.record import (
+from sparkbake.core.layout import Layout
+from sparkbake.core.smoke_record import (
     GPU_MODES,
     STATUSES,
     CheckResult,
@@ -44,7 +38,13 @@ from sparkbake.smoke.record import (
     parse_checks,
     timed,
 )
-from sparkbake.wheels import wheelbuild
+from sparkbake.errors import SmokeError, UsageError
+from sparkbake.files import atomic_write
+from sparkbake.oci import docker_engine, emulation
+from sparkbake.planning import Plan, upstream_pin
+from sparkbake.smoke import host, sample_envs, serving
+from sparkbake.smoke.host import Facts
+from sparkbake.wheels import container_build
 
 __all__ = ["CHECKER_FILES", "GPU_MODES", "NO_GPU_RUNTIME", "STATUSES", "Facts", "GpuMode",
            "Options", "check_options", "common_checks", "counts", "drop_stale_record",
@@ -175,7 +175,7 @@ def expected_values(plan: Plan, gpu: GpuMode, unavailable: str | None) -> dict[s
         "series": [{"name": s.name, "sha256": s.sha256} for s in plan.series],
         "cuda_arch": tag.cuda_arch,
         "sm_arch": tag.sm_arch,
-        "sass_loadable": wheelbuild.loadable_by(tag.sm_arch),
+        "sass_loadable": container_build.loadable_by(tag.sm_arch),
         "other_arch": list(tag.kernels.other_arch) if tag.kernels else [],
         "env": dict(tag.env),
         # an upstream with runtime requirements (vLLM) compiles kernels on first use

@@ -8,13 +8,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sparkbake.bake import bases, imagebake
+from sparkbake import bases
+from sparkbake.bake import runtime_image
 from sparkbake.config.versions import Base, ImageBase
+from sparkbake.core.smoke_record import CheckFailed
 from sparkbake.hashing import file_sha256
 from sparkbake.oci.docker_engine import Client, image_exists, image_labels
-from sparkbake.patch.patches import PatchedTree
-from sparkbake.pipeline.plan import Plan, touched_paths
-from sparkbake.smoke.record import CheckFailed
+from sparkbake.patch.apply import PatchedTree
+from sparkbake.planning import Plan, touched_paths
 
 __all__ = ["Facts", "check_labels", "patched_files", "site_path", "wheel_members"]
 
@@ -52,7 +53,7 @@ def check_labels(client: Client, attrs: dict[str, Any], plan: Plan, facts: Facts
     """The image's labels, as the engine reports them, against those the plan gives it."""
     actual = image_labels(attrs)
     base, note = expected_base(client, plan.tag.runtime, plan.tag.platform)
-    wanted = imagebake.labels(plan, base, facts.patched, facts.source_date)
+    wanted = runtime_image.labels(plan, base, facts.patched, facts.source_date)
     if note:
         del wanted[BASE_DIGEST]
     wrong = [f"{key}: image has {_shown(actual.get(key))}, the plan says {_shown(value)}"

@@ -22,7 +22,7 @@ from sparkbake import resources
 from sparkbake.config import envfile
 from sparkbake.config.versions import Config, Tag
 from sparkbake.errors import ConfigError
-from sparkbake.lock import lockfiles
+from sparkbake.lock import pins
 from sparkbake.smoke import preflight
 
 __all__ = ["Sample", "Suite", "expected", "find", "known", "load"]
@@ -79,7 +79,7 @@ def load(config: Config, tag: Tag) -> Suite:
     folder = find(config, tag)
     return Suite(
         name=tag.smoke, folder=folder,
-        accept=tuple(_accept(tag, path, lockfiles.runtime_lock_path(config, tag))
+        accept=tuple(_accept(tag, path, pins.runtime_lock_path(config, tag))
                      for path in sorted((folder / "accept").glob("*.env"))),
         reject=tuple(_reject(path) for path in sorted((folder / "reject").glob("*.env"))),
         serve_env=folder / "serve.env" if (folder / "serve.env").is_file() else None,

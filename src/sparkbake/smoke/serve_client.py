@@ -18,7 +18,7 @@ from typing import Any
 
 import requests
 
-from sparkbake.smoke.record import CheckFailed
+from sparkbake.core.smoke_record import CheckFailed
 
 __all__ = ["COUNTERS", "PREFIX_HITS", "Server", "chat", "check_completion", "check_health",
            "check_image", "check_metrics", "check_models", "check_prefix_cache",

@@ -15,10 +15,10 @@ from typing import Any
 from sparkbake.config import envfile
 from sparkbake.config.versions import Tag
 from sparkbake.console.tools import step
+from sparkbake.core.smoke_record import CheckResult, CheckStatus, GpuMode, timed
 from sparkbake.oci.docker_engine import Client, started_container
 from sparkbake.smoke import dummy_model, preflight, serve_client
 from sparkbake.smoke.dummy_model import Cut
-from sparkbake.smoke.record import CheckResult, CheckStatus, GpuMode, timed
 from sparkbake.smoke.sample_envs import Suite
 
 __all__ = ["ALL_GPUS", "Request", "Served", "names", "prepare", "run", "serve_env"]

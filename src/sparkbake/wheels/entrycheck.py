@@ -16,7 +16,7 @@ from sparkbake.console import display
 __all__ = ["STAMPS", "damage", "drop_damaged", "kernels_damage"]
 
 STAMPS = ".verified"
-REPORT = "wheels.json"  # wheelbuild.REPORT
+REPORT = "wheels.json"  # container_build.REPORT
 KERNELS = "kernels.json"  # kernelseed.KERNELS_FILE
 
 

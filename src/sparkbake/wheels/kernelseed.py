@@ -24,9 +24,9 @@ from sparkbake.errors import BuildError, ConfigError
 from sparkbake.fetch.upstream_tree import download, index_url_of
 from sparkbake.files import atomic_dir, read_json
 from sparkbake.hashing import file_sha256
-from sparkbake.wheels import entrycheck, wheelbuild
-from sparkbake.wheels.wheelbuild import REPORT, WheelSet, check_sass
-from sparkbake.wheels.wheeloverlay import overlay
+from sparkbake.wheels import container_build, entrycheck
+from sparkbake.wheels.container_build import REPORT, WheelSet, check_sass
+from sparkbake.wheels.overlay import overlay
 
 __all__ = ["KERNELS_FILE", "assembles", "build_wheels", "list_kernels", "overlay",
            "require_python_only", "seed"]
@@ -107,10 +107,10 @@ def build_wheels(tag: Tag, entry: Path, pristine: Path, patched: Path, folder: P
                  source_date: int, local: str = "") -> WheelSet:
     """The wheels stage on this host with no builder and no compiler: the kernel cache's
     wheel (a seed, or the pristine copy of an earlier build) with the series' Python changes
-    and the local version (wheelversion); its kernels checked for the tag's arch from the
+    and the local version (stamping); its kernels checked for the tag's arch from the
     cache's listing (their bytes are the cached ones)."""
-    if wheelbuild.is_built(folder):
-        return wheelbuild.cached(tag, folder)
+    if container_build.is_built(folder):
+        return container_build.cached(tag, folder)
     listing = read_json(entry / KERNELS_FILE)
     source = "seed" if listing.get("seeded") else "assembled from"
     with step(f"wheels for {tag.name}: {listing['wheel']} + the series (no compiler)"), \

@@ -18,7 +18,7 @@ import pytest
 
 from sparkbake.__main__ import main
 from sparkbake.config import versions
-from sparkbake.pipeline.plan import make
+from sparkbake.planning import make
 from tests.conftest import Project, versions_yaml
 
 SHA_0_32 = "d2c957d5eee3d0985012151315ddc62cbe0cd368fc96a5fc3510438d9dddf2ad"

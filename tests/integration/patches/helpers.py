@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from sparkbake.pipeline.plan import make
+from sparkbake.planning import make
 from tests.integration.patches.conftest import GIT_ENV, VllmProject
 
 

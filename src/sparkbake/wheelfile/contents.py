@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from sparkbake.hashing import record_hash
-from sparkbake.wheels.rawzip import Member, Writer
+from sparkbake.wheelfile.rawzip import Member, Writer
 
 __all__ = ["FORMAT", "ZIP_EPOCH", "Entries", "Entry", "dist_info", "read", "write"]
 

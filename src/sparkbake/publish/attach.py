@@ -16,24 +16,20 @@ from typing import Any
 
 from sparkbake.attest import signing, statements, stored
 from sparkbake.attest.signing import SigningKey
-from sparkbake.bake import imagebake
+from sparkbake.bake import runtime_image
 from sparkbake.config.versions import Config
 from sparkbake.console import display
 from sparkbake.console.tools import echo
+from sparkbake.core.layout import Layout
+from sparkbake.core.smoke_record import SmokeReport
 from sparkbake.files import read_json
-from sparkbake.oci import artifacts, ocilayout, referrers
+from sparkbake.oci import artifacts, image_layout, referrers
 from sparkbake.oci.distribution import Session
-from sparkbake.pipeline.layout import Layout
-from sparkbake.pipeline.plan import Plan
+from sparkbake.planning import Plan
 from sparkbake.publish import releases
-from sparkbake.smoke.record import SmokeReport
 
-__all__ = ["COSIGN_SIGNATURE", "PREDICATE_ANNOTATION", "SIMPLE_SIGNING", "Attached", "attach",
-           "attach_baked", "sign", "signature_tag"]
+__all__ = ["Attached", "attach", "attach_baked", "sign"]
 
-PREDICATE_ANNOTATION = "in-toto.io/predicate-type"
-SIMPLE_SIGNING = "application/vnd.dev.cosign.simplesigning.v1+json"
-COSIGN_SIGNATURE = "dev.cosignproject.cosign/signature"
 
 
 @dataclass(frozen=True)
@@ -51,10 +47,10 @@ class Attached:
                 "listed_by": self.listing, "signature": self.signature}
 
 
-def attach_baked(session: Session, config: Config, plan: Plan, baked: imagebake.Image,
+def attach_baked(session: Session, config: Config, plan: Plan, baked: runtime_image.Image,
                  key: SigningKey | None) -> Attached:
     """attach for the tag's baked image, with the smoke record of exactly that image."""
-    layout = ocilayout.Layout(baked.layout)
+    layout = image_layout.Layout(baked.layout)
     recorded = releases.image_manifest(layout, baked.image) or {}
     return attach(session, config, plan, layout, baked.image,
                   _smoke_of(Layout.of(config).smoke_record(plan.tag.name), baked.config),
@@ -69,13 +65,13 @@ def _smoke_of(path: Path, image_id: str) -> SmokeReport | None:
     return record if record.image_id == image_id else None
 
 
-def attach(session: Session, config: Config, plan: Plan, layout: ocilayout.Layout,
-           image: ocilayout.Descriptor, smoke: SmokeReport | None, recorded: dict[str, Any],
+def attach(session: Session, config: Config, plan: Plan, layout: image_layout.Layout,
+           image: image_layout.Descriptor, smoke: SmokeReport | None, recorded: dict[str, Any],
            key: SigningKey | None) -> Attached:
     """Push the image's artifacts with image as their subject, then sign the digest."""
     repository = f"{session.remote.host}/{session.remote.path}"
     sbom = stored.ensure_sbom(layout, plan.tag.name, image)
-    sbom_blob = ocilayout.Descriptor.of(layout.read_json(sbom.digest)["layers"][0])
+    sbom_blob = image_layout.Descriptor.of(layout.read_json(sbom.digest)["layers"][0])
     made = {"provenance": statements.provenance(config, plan, repository, image.digest,
                                                 recorded, sbom_blob)}
     if smoke is not None:
@@ -87,11 +83,11 @@ def attach(session: Session, config: Config, plan: Plan, layout: ocilayout.Layou
                     sign(session, layout, repository, image.digest, key))
 
 
-def _statement(session: Session, layout: ocilayout.Layout, image: ocilayout.Descriptor,
+def _statement(session: Session, layout: image_layout.Layout, image: image_layout.Descriptor,
                data: bytes, key: SigningKey | None) -> str:
     predicate = _predicate_type(data)
     artifact = artifacts.add(layout, signing.DSSE_TYPE, signing.envelope(data, key), image,
-                             {PREDICATE_ANNOTATION: predicate})
+                             {signing.PREDICATE_ANNOTATION: predicate})
     referrers.attach(session, layout, artifact, image.digest)
     return artifact.digest
 
@@ -100,11 +96,7 @@ def _predicate_type(data: bytes) -> str:
     return str(json.loads(data)["predicateType"])
 
 
-def signature_tag(digest: str) -> str:
-    return referrers.fallback_tag(digest) + ".sig"
-
-
-def sign(session: Session, layout: ocilayout.Layout, repository: str, digest: str,
+def sign(session: Session, layout: image_layout.Layout, repository: str, digest: str,
          key: SigningKey | None) -> str | None:
     """cosign's signature of digest under `sha256-<hex>.sig`; None (and said) without a key."""
     if key is None:
@@ -112,19 +104,20 @@ def sign(session: Session, layout: ocilayout.Layout, repository: str, digest: st
                        "SPARKBAKE_SIGNING_KEY)")
         return None
     payload = signing.simple_signing(repository, digest)
-    blob = layout.add_bytes(payload, SIMPLE_SIGNING)
-    config = layout.add_bytes(ocilayout.canonical(_signature_config(blob)), ocilayout.CONFIG_TYPE)
+    blob = layout.add_bytes(payload, signing.SIMPLE_SIGNING)
+    config = layout.add_bytes(image_layout.canonical(_signature_config(blob)),
+                              image_layout.CONFIG_TYPE)
     layer = {**blob.json(), "annotations": {
-        COSIGN_SIGNATURE: base64.b64encode(key.sign(payload)).decode()}}
-    doc = {"schemaVersion": 2, "mediaType": ocilayout.MANIFEST_TYPE, "config": config.json(),
+        signing.COSIGN_SIGNATURE: base64.b64encode(key.sign(payload)).decode()}}
+    doc = {"schemaVersion": 2, "mediaType": image_layout.MANIFEST_TYPE, "config": config.json(),
            "layers": [layer]}
-    manifest = layout.add_bytes(ocilayout.canonical(doc), ocilayout.MANIFEST_TYPE)
-    session.push(layout, manifest, [signature_tag(digest)])
-    echo(f"signed {repository}@{digest[:19]} with {key.path} ({signature_tag(digest)})")
+    manifest = layout.add_bytes(image_layout.canonical(doc), image_layout.MANIFEST_TYPE)
+    session.push(layout, manifest, [signing.signature_tag(digest)])
+    echo(f"signed {repository}@{digest[:19]} with {key.path} ({signing.signature_tag(digest)})")
     return manifest.digest
 
 
-def _signature_config(blob: ocilayout.Descriptor) -> dict[str, Any]:
+def _signature_config(blob: image_layout.Descriptor) -> dict[str, Any]:
     """The image config cosign writes for a signature manifest: its layer's diff ID only."""
     zero = "0001-01-01T00:00:00Z"
     return {"architecture": "", "config": {}, "created": zero, "history": [{"created": zero}],

@@ -1,6 +1,6 @@
 """A wheel with a tree's changes to its packages: the seeded and assembled wheels (a cached
 wheel's compiled libraries with the series' Python files), and a built wheel taken back to
-the pristine tree for the kernel cache. Same entries and date, same bytes (wheelfile)."""
+the pristine tree for the kernel cache. Same entries and date, same bytes (wheelfile.contents)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from sparkbake.wheels import wheelfile, wheelversion
+from sparkbake.wheelfile import contents, stamping
 
 __all__ = ["Overlaid", "overlay"]
 
@@ -27,18 +27,18 @@ def overlay(seed_wheel: Path, pristine: Path, patched: Path, folder: Path, sourc
             local: str = "") -> Overlaid:
     """The seed wheel with the series' changes to its packages (files the patched tree has
     other than the pristine one: changed, added, removed), entries dated source_date and the
-    local version in its name and metadata (wheelversion), written into folder. Its compiled
+    local version in its name and metadata (stamping), written into folder. Its compiled
     libraries stay the seed's, byte for byte, copied without being inflated."""
     with zipfile.ZipFile(seed_wheel) as seed:
-        files = wheelfile.read(seed)
-        changed = _series_changes(pristine, patched, _packages(files, wheelfile.dist_info(files)))
+        files = contents.read(seed)
+        changed = _series_changes(pristine, patched, _packages(files, contents.dist_info(files)))
         for name in changed:
             if (patched / name).is_file():
-                files[name] = wheelfile.Entry(0o644, (patched / name).read_bytes)
+                files[name] = contents.Entry(0o644, (patched / name).read_bytes)
             else:
                 files.pop(name, None)
-        dest = folder / wheelversion.stamped_file_name(seed_wheel.name, local)
-        sha256 = wheelfile.write(dest, wheelversion.stamp_entries(files, local), source_date)
+        dest = folder / stamping.stamped_file_name(seed_wheel.name, local)
+        sha256 = contents.write(dest, stamping.stamp_entries(files, local), source_date)
     return Overlaid(dest, sha256, changed)
 
 

@@ -21,7 +21,7 @@ from sparkbake.files import scratch_dir
 from sparkbake.hashing import data_hash
 from sparkbake.oci.docker_engine import Client, image_attrs, image_exists, load_image
 from sparkbake.oci.emulation import require_binfmt, require_engine_runs
-from sparkbake.pipeline.plan import base_identity
+from sparkbake.planning import base_identity
 
 __all__ = ["BaseImage", "ensure", "local_ref"]
 

@@ -22,14 +22,14 @@ from sparkbake.config.versions import (
     Tag,
     Upstream,
 )
+from sparkbake.core.stages import PlanState, Stage
 from sparkbake.errors import ConfigError
 from sparkbake.fetch import remote_patches, sourcelock, upstream_tree
 from sparkbake.fetch.remote_patches import RemotePatch
 from sparkbake.hashing import data_hash, file_sha256, tree_hash
-from sparkbake.lock import lockfiles
-from sparkbake.oci import ocilayout
-from sparkbake.pipeline.stages import PlanState, Stage
-from sparkbake.wheels import wheelfile, wheelversion
+from sparkbake.lock import pins
+from sparkbake.oci import image_layout
+from sparkbake.wheelfile import contents, stamping
 
 __all__ = [
     "Plan",
@@ -100,7 +100,7 @@ class Plan:
     # what each stage's key covers, by name, to say what changed since the last build
     stage_inputs: dict[Stage, dict[str, Any]] = field(default_factory=dict, compare=False,
                                                     hash=False)
-    # the local version part the wheels carry (wheelversion): "" for a tag without patches
+    # the local version part the wheels carry (stamping): "" for a tag without patches
     local_version: str = ""
     remedies: tuple[str, ...] = ()  # what to do about each of problems, in its order
 
@@ -191,12 +191,12 @@ def make(config: Config, tag: Tag) -> Plan:
     fetch_key = data_hash({"upstream": upstream_pin(tag.upstream)})
     patch_key = data_hash({Stage.FETCH: fetch_key, "series": [(s.name, s.patches) for s in series],
                            "missing": problems})
-    local = wheelversion.local_part(patch_key, any(s.patches for s in series))
+    local = stamping.local_part(patch_key, any(s.patches for s in series))
     toolchain = {
         "builder": base_identity(tag.builder), "cuda_arch": tag.cuda_arch,
         "platform": tag.platform, "template": resources.digest("builder.Dockerfile.j2"),
         "build_scripts": {name: resources.digest(name) for name in resources.BUILDER_FILES},
-        "lock": _digest_or_none(lockfiles.lock_path(config, tag)),
+        "lock": _digest_or_none(pins.lock_path(config, tag)),
     }
     if tag.kernels:  # the seed's kernels go into the wheels
         toolchain["kernel seed"] = asdict(tag.kernels)
@@ -210,13 +210,13 @@ def make(config: Config, tag: Tag) -> Plan:
                               for name, sha in s.patches], "missing": problems},
         Stage.KERNELS: {"kernel patches": kernel_patches, **toolchain},
         # the version scheme, not its value: the patch key is in the wheels key already
-        Stage.WHEELS: {**toolchain, "local version": wheelversion.SCHEME if local else "none",
+        Stage.WHEELS: {**toolchain, "local version": stamping.SCHEME if local else "none",
                    "kernel reuse": tag.upstream.kernel_reuse,
-                   "wheel format": wheelfile.FORMAT},  # how this host writes a wheel
+                   "wheel format": contents.FORMAT},  # how this host writes a wheel
         Stage.BAKE: {"runtime": base_identity(tag.runtime), "platform": tag.platform,
                  "env": tag.env, "tag": tag.name,
-                 "runtime lock": _digest_or_none(lockfiles.runtime_lock_path(config, tag)),
-                 Stage.BAKE: [ocilayout.FORMAT, *map(resources.digest, _bake_resources())],
+                 "runtime lock": _digest_or_none(pins.runtime_lock_path(config, tag)),
+                 Stage.BAKE: [image_layout.FORMAT, *map(resources.digest, _bake_resources())],
                  "entrypoint": resources.digest("entrypoint.py"),
                  # what the image's preflight enforces (versions.yaml capabilities)
                  **({"capabilities": tag.capabilities.as_dict()} if tag.capabilities else {})},

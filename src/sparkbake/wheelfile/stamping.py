@@ -16,7 +16,7 @@ import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
-from sparkbake.wheels.wheelfile import Entries, Entry, dist_info, read, write
+from sparkbake.wheelfile.contents import Entries, Entry, dist_info, read, write
 
 __all__ = ["PREFIX", "SCHEME", "local_part", "stamp", "stamp_entries", "stamped_file_name",
            "with_local"]

@@ -10,20 +10,21 @@ from pathlib import Path
 from typing import Any
 
 from sparkbake import resources, trust
-from sparkbake.bake.bases import BaseImage
+from sparkbake.bases import BaseImage
 from sparkbake.config.settings import HostSettings, compile_cache_settings
 from sparkbake.config.versions import Tag
 from sparkbake.console import display
 from sparkbake.console.tools import echo, step
+from sparkbake.core.stages import Stage
 from sparkbake.errors import BuildError
 from sparkbake.fetch import download_attempts, thirdparty
 from sparkbake.files import atomic_dir, link_or_copy, read_json, scratch_dir
 from sparkbake.hashing import data_hash, file_sha256
 from sparkbake.oci import emulation
 from sparkbake.oci.docker_engine import Client, build_image, image_exists, run_container
-from sparkbake.patch.patches import PatchedTree
-from sparkbake.pipeline.stages import Stage
-from sparkbake.wheels import compile_cache, entrycheck, wheeloverlay, wheelversion
+from sparkbake.patch.apply import PatchedTree
+from sparkbake.wheelfile import stamping
+from sparkbake.wheels import compile_cache, entrycheck, overlay
 from sparkbake.wheels.compile_errors import failure_summary
 
 __all__ = ["BuildRequest", "Jobs", "WheelSet", "build", "builder_image", "builder_ref",
@@ -153,7 +154,7 @@ class BuildRequest:
     memory: str | None
     source_date: int  # SOURCE_DATE_EPOCH of the tag
     third_party: tuple[thirdparty.Fetched, ...] = ()  # CMake's downloads, fetched and verified
-    local_version: str = ""  # the local version part the wheels get (wheelversion)
+    local_version: str = ""  # the local version part the wheels get (stamping)
     pristine: Path | None = None  # the unpatched tree: the kernel cache's wheel is made of it
 
 
@@ -233,7 +234,7 @@ def _stamp(built: list[dict[str, Any]], out: Path,
            request: BuildRequest) -> list[dict[str, Any]]:
     """The upstream's wheels given the local version, on this host: one way for any build
     backend (README: Versions)."""
-    return [{**wheel, "file": wheelversion.stamp(out / wheel["file"], request.local_version,
+    return [{**wheel, "file": stamping.stamp(out / wheel["file"], request.local_version,
                                                  request.source_date).name}
             for wheel in built]
 
@@ -253,7 +254,7 @@ def _cache_report(backend: compile_cache.Backend, built: dict[str, Any]) -> dict
 
 
 def _pristine_copy(built: list[dict[str, Any]], out: Path,
-                   request: BuildRequest) -> wheeloverlay.Overlaid | None:
+                   request: BuildRequest) -> overlay.Overlaid | None:
     """The first wheel with kernels as the pristine tree would give it (the series' changes
     to its packages taken back, no local version): what the kernel cache keeps, so that a
     later build of the same kernels is that wheel with its own series (kernelseed)."""
@@ -261,12 +262,12 @@ def _pristine_copy(built: list[dict[str, Any]], out: Path,
     if not with_kernels or request.pristine is None:
         return None
     (out / FOR_KERNELS).mkdir()
-    return wheeloverlay.overlay(out / with_kernels[0]["file"], request.patched.path,
+    return overlay.overlay(out / with_kernels[0]["file"], request.patched.path,
                                 request.pristine, out / FOR_KERNELS, request.source_date)
 
 
 def _store_kernels(entry: Path, folder: Path, report: dict[str, Any],
-                   pristine: wheeloverlay.Overlaid | None) -> None:
+                   pristine: overlay.Overlaid | None) -> None:
     """Keep the first wheel that carries kernels, for builds whose kernel inputs are the same:
     its pristine copy where there is one (`pristine`: a build may assemble its wheel from it
     on this host), else the wheel (only the builder can reuse it, VLLM_USE_PRECOMPILED).

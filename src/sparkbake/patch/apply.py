@@ -16,15 +16,14 @@ from typing import Any
 from sparkbake.config.versions import Upstream
 from sparkbake.console import display
 from sparkbake.console.tools import echo
+from sparkbake.core.stages import Stage
 from sparkbake.errors import ConfigError, PatchError, UsageError
 from sparkbake.fetch import remote_patches
 from sparkbake.files import atomic_dir
 from sparkbake.hashing import tree_hash
-from sparkbake.patch import gitapply, gitwork, patchsyntax
+from sparkbake.patch import gitapply, gitwork, parsed, syntax
 from sparkbake.patch.gitapply import Outcome
-from sparkbake.pipeline.plan import Plan, SeriesInfo, upstream_pin
-from sparkbake.pipeline.stages import Stage
-from sparkbake.series import lint
+from sparkbake.planning import Plan, SeriesInfo, upstream_pin
 
 __all__ = ["Options", "PatchedTree", "apply", "check_safety", "describe_pin", "message"]
 
@@ -144,7 +143,7 @@ def _judge(plan: Plan, series: SeriesInfo, name: str, header: gitapply.Header,
                        "from the series")
     elif outcome.status == "malformed":
         raise malformed_error(_shown(series, name),
-                              patchsyntax.Malformed(outcome.line, outcome.notes[0]))
+                              syntax.Malformed(outcome.line, outcome.notes[0]))
     elif outcome.status == "conflict":
         where_in = f"{outcome.target}, hunk {outcome.hunk!r}" if outcome.hunk else outcome.target
         raise Conflict(
@@ -229,16 +228,16 @@ def check_safety(series: tuple[SeriesInfo, ...], tree: Path | None) -> None:
     before any copy."""
     for info in series:
         for name, _sha in info.patches:
-            if found := patchsyntax.check(info.path(name).read_text(errors="replace")):
+            if found := syntax.check(info.path(name).read_text(errors="replace")):
                 raise malformed_error(_shown(info, name), found)
-            problems = lint.unsafe(lint.read_patch(info.path(name)), tree)
+            problems = parsed.unsafe(parsed.read_patch(info.path(name)), tree)
             if problems:
                 line = problems[0].where.rsplit(":", 1)[-1]
                 raise ConfigError(f"{_shown(info, name)}:{line}: {problems[0].what}",
                                   "fix the patch (sparkbake patch-lint lists every problem)")
 
 
-def malformed_error(shown: str, found: patchsyntax.Malformed) -> PatchError:
+def malformed_error(shown: str, found: syntax.Malformed) -> PatchError:
     """A patch file git cannot read as its author meant: broken, not in conflict."""
     if found.line == 0:
         return PatchError(f"{shown}: {found.what}",

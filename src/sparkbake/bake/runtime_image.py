@@ -24,15 +24,17 @@ from typing import Any
 from sparkbake import resources
 from sparkbake.attest import stored
 from sparkbake.bake import baselayers, venvlayers
-from sparkbake.bake.bases import BaseImage
 from sparkbake.bake.layercache import LayerCache
+from sparkbake.bases import BaseImage
 from sparkbake.console import display
 from sparkbake.console.tools import echo, step
+from sparkbake.core.layout import Layout
+from sparkbake.core.stages import Stage
 from sparkbake.errors import BakeError
 from sparkbake.files import scratch_dir
 from sparkbake.hashing import data_hash
 from sparkbake.lock import requirements
-from sparkbake.oci import layers, ocilayout
+from sparkbake.oci import image_layout, layers
 from sparkbake.oci.docker_engine import (
     Client,
     build_image,
@@ -42,11 +44,9 @@ from sparkbake.oci.docker_engine import (
     load_stream,
     run_container,
 )
-from sparkbake.patch.patches import PatchedTree
-from sparkbake.pipeline.layout import Layout
-from sparkbake.pipeline.plan import Plan, upstream_pin
-from sparkbake.pipeline.stages import Stage
-from sparkbake.wheels.wheelbuild import WheelSet
+from sparkbake.patch.apply import PatchedTree
+from sparkbake.planning import Plan, upstream_pin
+from sparkbake.wheels.container_build import WheelSet
 
 __all__ = ["WHEELS_LABEL", "Image", "bake", "find", "is_current", "labels", "manifest",
            "wheels_content"]
@@ -63,7 +63,7 @@ class Image:
     """A baked image in an OCI layout: its manifest and config digest (the engine's id)."""
 
     ref: str
-    image: ocilayout.Descriptor
+    image: image_layout.Descriptor
     config: str
     layout: Path
 
@@ -109,7 +109,7 @@ def labels(plan: Plan, base: BaseImage, patched: PatchedTree, source_date: int) 
         "org.opencontainers.image.version": tag.name,
         "org.opencontainers.image.revision": patched.tree_hash,
         "org.opencontainers.image.source": _source(pin),
-        "org.opencontainers.image.created": ocilayout.rfc3339(source_date),
+        "org.opencontainers.image.created": image_layout.rfc3339(source_date),
         "org.opencontainers.image.base.name": base.ref,
         "org.opencontainers.image.base.digest": base.digest,
         TAG_LABEL: tag.name,
@@ -131,7 +131,7 @@ def _source(pin: dict[str, str]) -> str:
 def find(layout: Layout, plan: Plan) -> Image | None:
     """The tag's image as build/oci names it, if it is there with every blob intact (a
     damaged blob is removed: the bake makes it again)."""
-    oci = ocilayout.Layout(layout.oci)
+    oci = image_layout.Layout(layout.oci)
     image = oci.find(plan.tag.name)
     if image is None or oci.damaged(image):
         return None
@@ -174,11 +174,12 @@ def bake(client: Client, plan: Plan, base: BaseImage, wheels: WheelSet, patched:
         display.cached(Stage.BAKE, f"bake: {current.ref} is current (inputs {plan.inputs[:12]}), "
                        "nothing to do")
         return current
-    oci = ocilayout.Layout(layout.oci)
+    oci = image_layout.Layout(layout.oci)
     with step(f"bake {plan.tag.image_ref}"), \
             scratch_dir(layout.scratch("contexts"), "bake.") as work:
         runtime = _with_python(client, base, layout)
-        below = baselayers.ensure(client, runtime, ocilayout.Layout(cache / "layers"), oci, work)
+        below = baselayers.ensure(client, runtime, image_layout.Layout(cache / "layers"), oci,
+                                  work)
         upstream = _upstream(plan, wheels, runtime_wheels, runtime_lock, patched)
         venv = venvlayers.bake(client, runtime, upstream, LayerCache(layout.layers, oci), work,
                                source_date, log)
@@ -242,22 +243,22 @@ def _files_layer(recorded: dict[str, Any], work: Path, source_date: int) -> laye
     return layers.from_files(files, work / "files.tar.gz", source_date)
 
 
-def _write(layout: ocilayout.Layout, plan: Plan, below: baselayers.Below,
+def _write(layout: image_layout.Layout, plan: Plan, below: baselayers.Below,
            added: list[tuple[layers.Layer, str]], label_map: dict[str, str],
            source_date: int, jit: dict[str, Any] | None) -> Image:
     runtime = _runtime()
     path = runtime["path"] + (f":{jit['path']}" if jit else "")
     env = plan.tag.env + tuple(sorted((jit or {}).get("env", {}).items()))
     new = [layout.add_file(layer.path, layer.digest, layers.MEDIA_TYPE) for layer, _ in added]
-    change = ocilayout.ConfigChange(
+    change = image_layout.ConfigChange(
         created=source_date, platform=plan.tag.platform,
         layers=tuple((layer.diff_id, what) for layer, what in added), env=env,
         path=path, labels=tuple(sorted(label_map.items())),
         entrypoint=tuple(runtime["entrypoint"]))
-    config = layout.add_bytes(ocilayout.canonical(ocilayout.image_config(below.config, change)),
-                              ocilayout.CONFIG_TYPE)
-    image = layout.add_bytes(ocilayout.canonical(ocilayout.manifest(config, [*below.layers, *new])),
-                             ocilayout.MANIFEST_TYPE)
+    config_json = image_layout.image_config(below.config, change)
+    config = layout.add_bytes(image_layout.canonical(config_json), image_layout.CONFIG_TYPE)
+    manifest_json = image_layout.manifest(config, [*below.layers, *new])
+    image = layout.add_bytes(image_layout.canonical(manifest_json), image_layout.MANIFEST_TYPE)
     layout.tag(plan.tag.name, image)
     return Image(plan.tag.image_ref, image, config.digest, layout.root)
 
@@ -266,11 +267,11 @@ def _load(client: Client, baked: Image, below: baselayers.Below) -> None:
     """docker load the image, streamed from build/oci (no copy of its blobs on disk); the
     layers the engine has stay out of the archive: the base's, and those the tag's image
     loaded before starts with (the cached runtime packages' layers are not loaded again)."""
-    layout = ocilayout.Layout(baked.layout)
+    layout = image_layout.Layout(baked.layout)
     omit = frozenset(layer.digest for layer in below.layers) | _loaded_before(client, baked)
     # closed at once when the load fails, not when the generator is freed: its open blob
     with step("load into the engine"), contextlib.closing(
-            ocilayout.docker_archive(layout, baked.image, baked.ref, omit)) as archive:
+            image_layout.docker_archive(layout, baked.image, baked.ref, omit)) as archive:
         load_stream(client, archive, baked.ref, error=BakeError)
     loaded = str(client.images.get(baked.ref).id)
     if loaded != baked.config:
@@ -284,7 +285,7 @@ def _loaded_before(client: Client, baked: Image) -> frozenset[str]:
     if not image_exists(client, baked.ref):
         return frozenset()
     engine = image_attrs(client, baked.ref)["RootFS"].get("Layers") or []
-    layout = ocilayout.Layout(baked.layout)
+    layout = image_layout.Layout(baked.layout)
     diff_ids = layout.read_json(baked.config)["rootfs"]["diff_ids"]
     blobs = [layer["digest"] for layer in layout.read_json(baked.image.digest)["layers"]]
     shared = 0

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from sparkbake.pipeline.stages import Stage
-from sparkbake.wheels import wheelversion
+from sparkbake.core.stages import Stage
+from sparkbake.wheelfile import stamping
 from tests.conftest import Project
 
 SOURCE_DATE = 1735689600
@@ -29,11 +29,11 @@ __commit_id__ = commit_id = 'g4ba787ec9'
 
 
 def test_the_local_part_follows_pep_440() -> None:
-    assert wheelversion.with_local("0.33.0", "sb.1a2b3c4d") == "0.33.0+sb.1a2b3c4d"
-    assert wheelversion.with_local("0.33.0+cu130", "sb.1a2b3c4d") == "0.33.0+cu130.sb.1a2b3c4d"
-    assert wheelversion.with_local("0.33.0", "") == "0.33.0"
+    assert stamping.with_local("0.33.0", "sb.1a2b3c4d") == "0.33.0+sb.1a2b3c4d"
+    assert stamping.with_local("0.33.0+cu130", "sb.1a2b3c4d") == "0.33.0+cu130.sb.1a2b3c4d"
+    assert stamping.with_local("0.33.0", "") == "0.33.0"
     with pytest.raises(ValueError):
-        wheelversion.with_local("0.33.0", "sb_X")
+        stamping.with_local("0.33.0", "sb_X")
 
 
 def test_the_local_part_is_the_patch_key_and_none_without_patches(project: Project) -> None:
@@ -67,7 +67,7 @@ def make_wheel(path: Path, version: str, items: str) -> None:
 
 def test_a_wheel_is_stamped_in_name_metadata_record_and_version_module(tmp_path: Path) -> None:
     make_wheel(tmp_path / "pkg-1.0-cp311-cp311-linux_x86_64.whl", "1.0", "(1, 0)")
-    stamped = wheelversion.stamp(tmp_path / "pkg-1.0-cp311-cp311-linux_x86_64.whl",
+    stamped = stamping.stamp(tmp_path / "pkg-1.0-cp311-cp311-linux_x86_64.whl",
                                  "sb.1a2b3c4d", SOURCE_DATE)
     assert stamped.name == "pkg-1.0+sb.1a2b3c4d-cp311-cp311-linux_x86_64.whl"
     assert [p.name for p in tmp_path.iterdir()] == [stamped.name]  # the unstamped one gone
@@ -94,7 +94,7 @@ def test_a_wheel_is_stamped_in_name_metadata_record_and_version_module(tmp_path:
 def test_a_version_with_a_local_part_gets_it_after_a_dot(tmp_path: Path) -> None:
     name = "pkg-1.0+cu130-cp311-cp311-linux_x86_64.whl"
     make_wheel(tmp_path / name, "1.0+cu130", "(1, 0, 'cu130')")
-    stamped = wheelversion.stamp(tmp_path / name, "sb.1a2b3c4d", SOURCE_DATE)
+    stamped = stamping.stamp(tmp_path / name, "sb.1a2b3c4d", SOURCE_DATE)
     assert stamped.name == "pkg-1.0+cu130.sb.1a2b3c4d-cp311-cp311-linux_x86_64.whl"
     with zipfile.ZipFile(stamped) as wheel:
         module = wheel.read("pkg/_version.py").decode()
@@ -108,20 +108,20 @@ def test_the_same_wheel_gives_the_same_bytes_and_no_local_part_leaves_it(tmp_pat
     for folder in ("a", "b"):
         (tmp_path / folder).mkdir()
         make_wheel(tmp_path / folder / "pkg-1.0-py3-none-any.whl", "1.0", "(1, 0)")
-        stamped = wheelversion.stamp(tmp_path / folder / "pkg-1.0-py3-none-any.whl",
+        stamped = stamping.stamp(tmp_path / folder / "pkg-1.0-py3-none-any.whl",
                                      "sb.1a2b3c4d", SOURCE_DATE)
         digests.append(hashlib.sha256(stamped.read_bytes()).hexdigest())
     assert digests[0] == digests[1]
     plain = tmp_path / "a" / "plain-1.0-py3-none-any.whl"
     make_wheel(plain, "1.0", "(1, 0)")
     before = plain.read_bytes()
-    assert wheelversion.stamp(plain, "", SOURCE_DATE) == plain
+    assert stamping.stamp(plain, "", SOURCE_DATE) == plain
     assert plain.read_bytes() == before
 
 
 def test_pip_installs_the_stamped_wheel_and_reports_the_local_version(tmp_path: Path) -> None:
     make_wheel(tmp_path / "pkg-1.0-py3-none-any.whl", "1.0", "(1, 0)")
-    stamped = wheelversion.stamp(tmp_path / "pkg-1.0-py3-none-any.whl", "sb.1a2b3c4d",
+    stamped = stamping.stamp(tmp_path / "pkg-1.0-py3-none-any.whl", "sb.1a2b3c4d",
                                  SOURCE_DATE)
     site = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index",

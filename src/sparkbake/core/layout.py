@@ -1,6 +1,6 @@
 """Where every stage's output lives: the one map of a project's build/ and wheels/ folders.
 
-Cache entries are named by their stage's key (pipeline/plan.py); records by their tag.
+Cache entries are named by their stage's key (planning.py); records by their tag.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sparkbake.config.model import Config
-from sparkbake.pipeline.stages import Stage
+from sparkbake.core.stages import Stage
 
 __all__ = ["Layout"]
 
