@@ -32,6 +32,7 @@ from sparkbake.fetch import upstream_tree
 from sparkbake.lock import pins
 from sparkbake.oci.docker_engine import bridge_gateway, connect, run_container
 from sparkbake.wheels import container_build
+from sparkbake.wheels.report import REPORT, WheelsReport, read_report
 
 __all__ = ["main"]
 
@@ -109,7 +110,8 @@ def _fixture(work: Path, redis: str, runs: int) -> dict[str, Any]:
                                             "SPARKBAKE_CACHE": str(work / "unused")})):
             seconds, report = _wheels(work / f"{name}-{run}", env)
             samples[name].append(seconds)
-            hits[name].append(report["compile_cache"]["stats"]["hits"])
+            assert report.compile_cache is not None  # a build in the builder records it
+            hits[name].append(report.compile_cache.stats["hits"])
     medians = {name: statistics.median(values) for name, values in samples.items()}
     return {"what": "the fixture tag's wheels stage (one nvcc compile of csrc/scale.cu for "
                     "sm_121a, the link, the wheel), a fresh builder container each",
@@ -121,7 +123,7 @@ def _fixture(work: Path, redis: str, runs: int) -> dict[str, Any]:
             "cold_to_warm_redis_ratio": round(medians["cold_s"] / medians["warm_redis_s"], 2)}
 
 
-def _wheels(project: Path, env: dict[str, str]) -> tuple[float, dict[str, Any]]:
+def _wheels(project: Path, env: dict[str, str]) -> tuple[float, WheelsReport]:
     shutil.copytree(FIXTURE, project, ignore=shutil.ignore_patterns("build", "wheels"))
     saved = {name: os.environ.get(name) for name in env}
     os.environ.update(env)
@@ -135,8 +137,7 @@ def _wheels(project: Path, env: dict[str, str]) -> tuple[float, dict[str, Any]]:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
-    report = json.loads(next((project / "wheels").glob("*/wheels.json")).read_text())
-    return seconds, report
+    return seconds, read_report(next((project / "wheels").glob(f"*/{REPORT}")).parent)
 
 
 def _vllm_kernel(work: Path, config_path: Path, upstream_key: str) -> dict[str, Any]:

@@ -103,6 +103,8 @@ class Plan:
     # the local version part the wheels carry (stamping): "" for a tag without patches
     local_version: str = ""
     remedies: tuple[str, ...] = ()  # what to do about each of problems, in its order
+    # the patches that may change compiled inputs (`series/name@sha256[:12]`), in order
+    kernel_patches: tuple[str, ...] = ()
 
     def key(self, stage: Stage) -> str:
         return {Stage.FETCH: self.fetch_key, Stage.PATCH: self.patch_key,
@@ -234,7 +236,7 @@ def make(config: Config, tag: Tag) -> Plan:
     return Plan(tag=tag, series=tuple(series), problems=tuple(problems), fetch_key=fetch_key,
                 patch_key=patch_key, kernel_key=kernel_key, wheels_key=wheels_key,
                 inputs=inputs, stage_inputs=stage_inputs, local_version=local,
-                remedies=tuple(remedies))
+                remedies=tuple(remedies), kernel_patches=tuple(kernel_patches))
 
 
 def locked_sources(config: Config, tag: Tag) -> list[str]:

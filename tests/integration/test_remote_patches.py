@@ -20,6 +20,7 @@ from sparkbake.bases import BaseImage
 from sparkbake.fetch import remote_patches
 from sparkbake.patch.apply import PatchedTree
 from sparkbake.wheels.container_build import WheelSet
+from sparkbake.wheels.report import WheelsReport
 from tests.conftest import Project, free_port
 
 SERIES = "tinykern"
@@ -136,7 +137,7 @@ def test_the_image_manifest_lists_a_remote_patch_by_url_and_sha256(
     assert project.sparkbake("fetch", "fixture") == 0
     plan = project.plan()
     manifest = runtime_image.manifest(plan, BaseImage("debian", "debian", "sha256:" + "0" * 64),
-                                  WheelSet(project.root, "k", {"wheels": []}),
+                                  WheelSet(project.root, "k", WheelsReport("", "", "", ())),
                                   PatchedTree(project.root, plan.patch_key, "0" * 64), 0)
     assert manifest["series"][0]["patches"][2] == {"url": url, "sha256": pin}
 

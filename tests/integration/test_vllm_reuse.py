@@ -17,7 +17,6 @@ import shutil
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -28,6 +27,7 @@ from sparkbake.hashing import file_sha256
 from sparkbake.oci import docker_engine, image_layout
 from sparkbake.pipeline import commands, verify
 from sparkbake.wheels import container_build
+from sparkbake.wheels.report import WheelsReport, read_report
 
 pytestmark = [pytest.mark.docker, pytest.mark.repeated]
 
@@ -39,7 +39,7 @@ KERNEL = "vllm/_C_stable_libtorch.abi3.so"
 @dataclasses.dataclass(frozen=True)
 class Build:
     folder: Path  # wheels/<wheels key>
-    report: dict[str, Any]  # its wheels.json
+    report: WheelsReport  # its wheels.json
     image: image_layout.Descriptor  # the image's manifest
     layout: Path
 
@@ -64,8 +64,7 @@ def builds(docker_client: docker_engine.Client, tag_name: str,
         plan = planning.make(scratch, scratch.tag(tag_name))
         folder = work / "wheels" / plan.wheels_key
         shutil.rmtree(work / "wheels" / "runtime")  # 4 GB each: checked by hash, not needed
-        done.append(Build(folder, json.loads((folder / container_build.REPORT).read_text()),
-                          baked.image, baked.layout))
+        done.append(Build(folder, read_report(folder), baked.image, baked.layout))
     yield done
     for work in works:
         shutil.rmtree(work, ignore_errors=True)
@@ -80,9 +79,9 @@ def test_two_clean_builds_give_the_same_image(builds: list[Build]) -> None:
     assert first.image.digest == second.image.digest
 
 
-def the_wheel(folder: Path, report: dict[str, Any]) -> Path:
-    (wheel,) = report["wheels"]
-    return folder / str(wheel["file"])
+def the_wheel(folder: Path, report: WheelsReport) -> Path:
+    (wheel,) = report.wheels
+    return folder / wheel.file
 
 
 def test_two_clean_builds_give_the_same_wheel(builds: list[Build]) -> None:
@@ -94,10 +93,10 @@ def test_two_clean_builds_give_the_same_wheel(builds: list[Build]) -> None:
 def test_no_compiler_ran_and_the_kernels_are_the_release_wheels(builds: list[Build],
                                                                  tag_name: str) -> None:
     folder, report = builds[0].folder, builds[0].report
-    assert report["kernels"]["reused"] is True
+    assert report.kernels is not None and report.kernels.reused is True
     seed = versions.load(REPO / "versions.yaml").tag(tag_name).kernels
     assert seed is not None
-    assert report["nvcc"] == f"none: kernels from {seed.wheel}"  # no builder, no compiler
+    assert report.nvcc == f"none: kernels from {seed.wheel}"  # no builder, no compiler
     (release,) = (folder.parent / "kernels").glob(f"*/{seed.wheel}")
     assert file_sha256(release) == seed.sha256
     with zipfile.ZipFile(release) as published, \
@@ -118,7 +117,7 @@ def test_the_wheel_carries_the_patched_python(builds: list[Build], tag_name: str
 def test_the_arch_check_names_a_release_library_without_code_for_the_arch(
         builds: list[Build], tag_name: str) -> None:
     report = builds[0].report
-    sass = {k["path"]: k["sass"] for k in report["wheels"][0]["kernels"]}
+    sass = {k.path: k.sass for k in report.wheels[0].kernels}
     assert "sm_90a" in sass["vllm/vllm_flash_attn/_vllm_fa3_C.abi3.so"]
     tag = versions.load(REPO / "versions.yaml").tag(tag_name)
     assert tag.kernels is not None

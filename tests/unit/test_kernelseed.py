@@ -17,6 +17,7 @@ from sparkbake.config.versions import KernelSeed
 from sparkbake.errors import BuildError
 from sparkbake.wheelfile import contents
 from sparkbake.wheels import container_build, kernelseed
+from sparkbake.wheels.report import KernelsUsed
 from tests.conftest import Project
 
 LIBRARY = b"\x7fELF compiled code, never rebuilt"
@@ -135,7 +136,28 @@ def test_only_a_pristine_wheel_is_assembled_on_this_host(
     pristine, patched = make_trees(tmp_path)
     built = kernelseed.build_wheels(project.config().tag("fixture"), entry, pristine, patched,
                                     tmp_path / "out", 1735689600)
-    assert built.report["kernels"] == {"key": "k", "reused": True, "assembled from": SEED}
+    assert built.report.kernels == KernelsUsed("k", reused=True, assembled_from=SEED)
+    assert built.report.to_json()["kernels"] == {"key": "k", "reused": True,
+                                                 "assembled from": SEED}
+
+
+def test_the_report_of_a_seeded_wheel_keeps_its_keys_in_their_order(
+        tmp_path: Path, project: Project) -> None:
+    tag = dataclasses.replace(project.config().tag("fixture"),
+                              kernels=KernelSeed(wheel=SEED, sha256="0" * 64))
+    pristine, patched = make_trees(tmp_path)
+    folder = tmp_path / "wheels" / "w"
+    kernelseed.build_wheels(tag, seeded_entry(tmp_path, ["sm_121a"]), pristine, patched,
+                            folder, 1735689600, LOCAL)
+    kernels = [{"path": "pkg/_C.abi3.so", "sha256": "0" * 64, "sass": ["sm_121a"]}]
+    assert (folder / "wheels.json").read_text() == json.dumps({
+        "cuda_arch": "12.1a", "sm_arch": "sm_121a", "nvcc": f"none: kernels from {SEED}",
+        "wheels": [{"file": STAMPED,
+                    "sha256": hashlib.sha256((folder / STAMPED).read_bytes()).hexdigest(),
+                    "name": "pkg", "kernels": kernels}],
+        "kernels": {"key": "k", "reused": True, "seed": SEED},
+        "series files": ["pkg/__init__.py", "pkg/new.py", "pkg/old.py"],
+        "local_version": LOCAL}, indent=2)
 
 
 def test_a_seed_with_family_code_for_the_arch_is_taken_and_said_so(
@@ -145,9 +167,9 @@ def test_a_seed_with_family_code_for_the_arch_is_taken_and_said_so(
     pristine, patched = make_trees(tmp_path)
     built = kernelseed.build_wheels(tag, seeded_entry(tmp_path, ["sm_120", "sm_90"]), pristine,
                                     patched, tmp_path / "wheels" / "w", 1735689600, LOCAL)
-    assert built.report["kernels"]["seed"] == SEED
-    assert [w["file"] for w in built.wheels] == [STAMPED]
-    assert built.report["local_version"] == LOCAL
+    assert built.report.kernels is not None and built.report.kernels.seed == SEED
+    assert built.files == [STAMPED]
+    assert built.report.local_version == LOCAL
     assert (tmp_path / "wheels" / "w" / STAMPED).is_file()
     assert "pkg/_C.abi3.so: no sm_121a SASS; taking sm_120" in capsys.readouterr().err
 
@@ -189,7 +211,8 @@ def test_the_seeded_wheel_is_recorded_by_the_hash_taken_as_it_was_written(
     folder = tmp_path / "wheels" / "w"
     built = kernelseed.build_wheels(tag, seeded_entry(tmp_path, ["sm_121a"]), pristine, patched,
                                     folder, 1735689600, LOCAL)
-    assert built.wheels[0]["sha256"] == hashlib.sha256((folder / STAMPED).read_bytes()).hexdigest()
+    assert built.report.wheels[0].sha256 == \
+        hashlib.sha256((folder / STAMPED).read_bytes()).hexdigest()
 
     def unread(path: Path) -> str:
         raise AssertionError(f"{path} read again")

@@ -15,6 +15,7 @@ from sparkbake.errors import BuildError, ConfigError, PatchTestError
 from sparkbake.lock import pins
 from sparkbake.series import patchtests
 from sparkbake.wheels import container_build, kernelseed
+from sparkbake.wheels.report import Kernel, Wheel, WheelsReport
 from tests.conftest import TREE_UPSTREAM, versions_yaml
 
 WHEEL = "tree-1.0-cp38-abi3-linux_x86_64.whl"
@@ -95,8 +96,9 @@ def test_the_patch_tests_environment_drops_the_callers_vllm_variables(
 def test_a_seeded_tag_refuses_patches_that_change_compiled_inputs(project: Path) -> None:
     loaded = versions.load(project / "versions.yaml")
     plan = planning.make(loaded, loaded.tag("seeded"))
-    touched = plan.stage_inputs[Stage.KERNELS]["kernel patches"]
+    touched = plan.kernel_patches
     assert [p.split("@")[0] for p in touched] == ["s/0002-b.patch"]
+    assert plan.stage_inputs[Stage.KERNELS]["kernel patches"] == list(touched)  # as recorded
     with pytest.raises(ConfigError) as caught:
         kernelseed.require_python_only(plan.tag, touched)
     assert f"takes its kernels from {WHEEL}" in caught.value.message
@@ -162,8 +164,8 @@ def test_other_arch_naming_a_library_no_wheel_has_is_refused(project: Path) -> N
     assert seeded.kernels is not None
     tag = dataclasses.replace(seeded, kernels=dataclasses.replace(
         seeded.kernels, other_arch=("pkg/_gone.so",)))
-    report = {"wheels": [{"file": WHEEL, "kernels": [
-        {"path": "pkg/_k.so", "sha256": "0" * 64, "sass": ["sm_121a"]}]}]}
+    report = WheelsReport("12.1a", "sm_121a", "none", (
+        Wheel(WHEEL, "0" * 64, "pkg", (Kernel("pkg/_k.so", "0" * 64, ("sm_121a",)),)),))
     with pytest.raises(BuildError) as caught:
         container_build.check_sass(tag, report)
     assert caught.value.message == \

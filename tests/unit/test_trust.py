@@ -3,6 +3,7 @@ records, wheels entries, the bake's wheels label and `gc --check`. No Docker."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -19,6 +20,7 @@ from sparkbake.config import versions
 from sparkbake.lock import wheelhouse
 from sparkbake.oci import image_layout, layers
 from sparkbake.wheels import container_build, entrycheck
+from sparkbake.wheels.report import Wheel, WheelsReport
 from tests.conftest import versions_yaml
 
 
@@ -183,11 +185,11 @@ def test_a_truncated_wheels_record_damages_its_entry(tmp_path: Path) -> None:
 
 
 def test_the_wheels_label_follows_their_content() -> None:
-    one = {"wheels": [{"file": "a.whl", "sha256": "1" * 64}]}
-    other = {"wheels": [{"file": "a.whl", "sha256": "2" * 64}]}
+    one = WheelsReport("12.1a", "sm_121a", "none", (Wheel("a.whl", "1" * 64, "a", ()),))
+    other = dataclasses.replace(one, wheels=(Wheel("a.whl", "2" * 64, "a", ()),))
     assert runtime_image.wheels_content(one) != runtime_image.wheels_content(other)
-    assert runtime_image.wheels_content(one) == runtime_image.wheels_content(json.loads(
-        json.dumps(one)))
+    assert runtime_image.wheels_content(one) == runtime_image.wheels_content(
+        WheelsReport.from_json(json.loads(json.dumps(one.to_json()))))
 
 
 def test_gc_check_removes_the_damaged_entries_and_keeps_the_rest(

@@ -47,6 +47,7 @@ from sparkbake.oci.docker_engine import (
 from sparkbake.patch.apply import PatchedTree
 from sparkbake.planning import Plan, upstream_pin
 from sparkbake.wheels.container_build import WheelSet
+from sparkbake.wheels.report import WheelsReport
 
 __all__ = ["WHEELS_LABEL", "Image", "bake", "find", "is_current", "labels", "manifest",
            "wheels_content"]
@@ -72,7 +73,7 @@ def manifest(plan: Plan, base: BaseImage, wheels: WheelSet, patched: PatchedTree
              source_date: int, cuda_home: str | None = None) -> dict[str, Any]:
     """What went into the image, recorded inside it (how it was built, such as the job
     count, is host state: the wheels report and the release record keep that)."""
-    tag = plan.tag
+    tag, built = plan.tag, wheels.report
     return {
         "schema": 1, "tag": tag.name, "image": tag.image_ref, "inputs": plan.inputs,
         "upstream": {"key": tag.upstream.key, **upstream_pin(tag.upstream)},
@@ -86,9 +87,10 @@ def manifest(plan: Plan, base: BaseImage, wheels: WheelSet, patched: PatchedTree
         # what the entrypoint's preflight enforces; absent: nothing declared
         **({"capabilities": tag.capabilities.as_dict()} if tag.capabilities else {}),
         "base": {"name": base.name, "image": base.ref, "digest": base.digest},
-        "wheels": wheels.wheels, "nvcc": wheels.nvcc,
+        "wheels": [wheel.to_json() for wheel in built.wheels], "nvcc": built.nvcc,
         # CMake's downloads as locked, for a tree that has them
-        **({"thirdparty": wheels.thirdparty} if wheels.thirdparty else {}),
+        **({"thirdparty": [source.to_json() for source in built.thirdparty]}
+           if built.thirdparty else {}),
         # the distributions the tag asks for by name (extras, pins), and the JIT toolchain
         **({"asked": [dataclasses.asdict(a) for a in requirements.asked(tag, patched.path)]}
            if tag.extras.items or tag.pins.items else {}),
@@ -139,10 +141,10 @@ def find(layout: Layout, plan: Plan) -> Image | None:
     return Image(plan.tag.image_ref, image, config, oci.root)
 
 
-def wheels_content(report: dict[str, Any]) -> str:
+def wheels_content(report: WheelsReport) -> str:
     """The wheels' content as wheels.json records it (file and sha256 of each): the image's
     WHEELS_LABEL, so that other wheels of the same inputs make another image."""
-    return data_hash(sorted([str(w["file"]), str(w["sha256"])] for w in report["wheels"]))
+    return data_hash(sorted([wheel.file, wheel.sha256] for wheel in report.wheels))
 
 
 def is_current(client: Client, plan: Plan, layout: Layout, wheels: str | None) -> bool:
@@ -196,7 +198,7 @@ def bake(client: Client, plan: Plan, base: BaseImage, wheels: WheelSet, patched:
 
 
 def _names(wheels: WheelSet) -> list[str]:
-    return sorted({str(w["name"]) for w in wheels.wheels})
+    return sorted({wheel.name for wheel in wheels.report.wheels})
 
 
 def _runtime() -> dict[str, Any]:

@@ -217,8 +217,7 @@ def _wheels(build: Build, client: Client, source: Source, patched: PatchedTree) 
     fetched: tuple[thirdparty.Fetched, ...] = ()
     if not container_build.is_built(folder):  # cached wheels need no builder image
         if plan.tag.kernels:
-            kernelseed.require_python_only(plan.tag,
-                                           plan.stage_inputs[Stage.KERNELS]["kernel patches"])
+            kernelseed.require_python_only(plan.tag, plan.kernel_patches)
             kernelseed.seed(plan.tag.kernels, kernels, settings)
             return kernelseed.build_wheels(plan.tag, kernels, source.tree, patched.path, folder,
                                            source.source_date, plan.local_version)

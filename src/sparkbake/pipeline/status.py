@@ -18,6 +18,7 @@ from sparkbake.oci.docker_engine import Client
 from sparkbake.patch import apply
 from sparkbake.planning import Plan, StagePlan
 from sparkbake.wheels import container_build
+from sparkbake.wheels.report import read_report
 
 __all__ = ["COVERS", "stage_states"]
 
@@ -80,7 +81,7 @@ def _wheels_content(layout: Layout, plan: Plan) -> str | None:
     folder = layout.wheel_set(plan.wheels_key)
     if not container_build.is_built(folder):
         return None
-    return runtime_image.wheels_content(json.loads((folder / container_build.REPORT).read_text()))
+    return runtime_image.wheels_content(read_report(folder))
 
 
 def _cached(done: bool) -> PlanState:

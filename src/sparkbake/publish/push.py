@@ -30,7 +30,7 @@ from sparkbake.console.tools import echo
 from sparkbake.core.layout import Layout
 from sparkbake.core.smoke_record import SmokeReport, counts
 from sparkbake.errors import FatalError, PublishError, UsageError
-from sparkbake.files import atomic_write, read_json
+from sparkbake.files import atomic_write
 from sparkbake.oci import image_layout, registry_access, transfer
 from sparkbake.oci.distribution import Remote, Session
 from sparkbake.oci.docker_engine import (
@@ -45,7 +45,7 @@ from sparkbake.oci.registry_access import DOCKER_DEFAULT, InsecureRegistries
 from sparkbake.planning import Plan, upstream_pin
 from sparkbake.publish import attach, releases
 from sparkbake.publish.record import Release, ReleaseSeries, ReleaseSmoke, SmokeFound
-from sparkbake.wheels import container_build
+from sparkbake.wheels.report import REPORT, read_report
 
 __all__ = [
     "Remote", "Target", "baked_image", "check_overwrite", "check_pushed", "check_smoke",
@@ -305,8 +305,10 @@ def write_record(folder: Path, release: Release) -> None:
 
 def _build_record(config: Config, plan: Plan) -> dict[str, Any]:
     """How the wheels were built (job count, kernel reuse): host state, kept out of the image."""
-    report = Layout.of(config).wheel_set(plan.wheels_key) / container_build.REPORT
-    if not report.is_file():
+    folder = Layout.of(config).wheel_set(plan.wheels_key)
+    if not (folder / REPORT).is_file():
         return {}
-    built = read_json(report)
-    return {key: built[key] for key in ("jobs", "kernels", "nvcc") if key in built}
+    built = read_report(folder)
+    return {**({"jobs": built.jobs.to_json()} if built.jobs else {}),
+            **({"kernels": built.kernels.to_json()} if built.kernels else {}),
+            **({"nvcc": built.nvcc} if built.nvcc else {})}

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from packaging.utils import parse_wheel_filename
+
 from sparkbake import resources, trust
 from sparkbake.bases import BaseImage
 from sparkbake.config.settings import HostSettings, compile_cache_settings
@@ -26,11 +28,23 @@ from sparkbake.patch.apply import PatchedTree
 from sparkbake.wheelfile import stamping
 from sparkbake.wheels import compile_cache, entrycheck, overlay
 from sparkbake.wheels.compile_errors import failure_summary
+from sparkbake.wheels.report import (
+    REPORT,
+    CompileCacheUse,
+    Jobs,
+    Kernel,
+    KernelsUsed,
+    ThirdPartySource,
+    Wheel,
+    WheelsReport,
+    read_report,
+    write_report,
+)
 
-__all__ = ["BuildRequest", "Jobs", "WheelSet", "build", "builder_image", "builder_ref",
-           "check_sass", "compile_jobs", "loadable", "loadable_by"]
+__all__ = ["REPORT", "BuildRequest", "Jobs", "WheelSet", "build", "builder_image",
+           "builder_ref", "check_sass", "compile_jobs", "loadable", "loadable_by"]
 
-REPORT = "wheels.json"
+BUILD_REPORT = "build-report.json"  # what the builder writes (images/build_wheels.py)
 OOM_EXIT = 137
 FOR_KERNELS = ".for-kernel-cache"  # in a fresh wheels folder until the kernel cache takes it
 
@@ -41,26 +55,11 @@ class WheelSet:
 
     folder: Path
     key: str
-    report: dict[str, Any]  # wheels.json as written: a JSON document, copied into the manifest
-
-    @property
-    def wheels(self) -> list[dict[str, Any]]:
-        wheels: list[dict[str, Any]] = self.report["wheels"]
-        return wheels
+    report: WheelsReport  # wheels.json
 
     @property
     def files(self) -> list[str]:
-        return [wheel["file"] for wheel in self.wheels]
-
-    @property
-    def nvcc(self) -> str:
-        """The compiler's version line, or why none ran (a kernel seed's wheel)."""
-        return str(self.report.get("nvcc", ""))
-
-    @property
-    def thirdparty(self) -> list[dict[str, str]]:
-        """CMake's third-party sources as locked (name, url, ref, pin, tree), if any."""
-        return list(self.report.get("thirdparty") or [])
+        return [wheel.file for wheel in self.report.wheels]
 
 
 def is_built(folder: Path) -> bool:
@@ -106,15 +105,6 @@ def builder_image(client: Client, base: BaseImage, lock: Path, settings: HostSet
             shutil.copy(settings.ca_bundle, context / "ca-bundle.crt")
         build_image(client, context, ref, error=BuildError)
     return ref
-
-
-@dataclass(frozen=True)
-class Jobs:
-    """How many compile jobs the builder runs, and why."""
-
-    max_jobs: int
-    nvcc_threads: int
-    reason: str
 
 
 def compile_jobs(info: dict[str, Any], settings: HostSettings) -> Jobs:
@@ -180,21 +170,21 @@ def build(client: Client, request: BuildRequest) -> WheelSet:
         if result.exit_code != 0:
             oom = result.oom_killed or result.exit_code == OOM_EXIT
             raise _build_failure(request, OOM_EXIT if oom else result.exit_code, result.output)
-        built = json.loads((out / "build-report.json").read_text())
-        (out / "build-report.json").unlink()
-        pristine = _pristine_copy(built["wheels"], out, request) if reuse is None else None
-        built["wheels"] = _stamp(built["wheels"], out, request)
-        report = _report(tag, out, built)
-        report["local_version"] = request.local_version
-        report["kernels"] = {"key": request.kernels.name, "reused": reuse is not None}
-        report["jobs"] = {"MAX_JOBS": request.jobs.max_jobs,
-                          "NVCC_THREADS": request.jobs.nvcc_threads, "why": request.jobs.reason}
-        report["compile_cache"] = _cache_report(backend, built)
-        report["thirdparty"] = [{"name": f.locked.name, "url": f.locked.url, "ref": f.locked.ref,
-                                 "pin": f.locked.pin, "tree": f.locked.tree}
-                                for f in request.third_party]
+        built = json.loads((out / BUILD_REPORT).read_text())
+        (out / BUILD_REPORT).unlink()
+        kernels = _built_kernels(built)
+        pristine = _pristine_copy(kernels, out, request) if reuse is None else None
+        wheels = _wheels(tag, out, _stamp(kernels, out, request))
+        report = WheelsReport(
+            cuda_arch=tag.cuda_arch, sm_arch=tag.sm_arch, nvcc=str(built["nvcc"]),
+            wheels=wheels, local_version=request.local_version,
+            kernels=KernelsUsed(request.kernels.name, reused=reuse is not None),
+            jobs=request.jobs, compile_cache=_cache_report(backend, built),
+            thirdparty=tuple(ThirdPartySource(f.locked.name, f.locked.url, f.locked.ref,
+                                              f.locked.pin, f.locked.tree)
+                             for f in request.third_party))
         check_sass(tag, report)
-        (out / REPORT).write_text(json.dumps(report, indent=2))
+        write_report(out, report)
     if reuse is None:
         _store_kernels(request.kernels, folder, report, pristine)
     return WheelSet(folder, folder.name, report)
@@ -203,7 +193,7 @@ def build(client: Client, request: BuildRequest) -> WheelSet:
 def cached(tag: Tag, folder: Path) -> WheelSet:
     """The wheels stage's cache entry, said to be cached."""
     display.cached(Stage.WHEELS, f"wheels: {tag.name} cached at wheels/{folder.name[:12]}")
-    return WheelSet(folder, folder.name, read_json(folder / REPORT))
+    return WheelSet(folder, folder.name, read_report(folder))
 
 
 def _container_args(request: BuildRequest, out: Path, reuse: str | None) -> dict[str, Any]:
@@ -230,16 +220,21 @@ def _container_args(request: BuildRequest, out: Path, reuse: str | None) -> dict
     return {"volumes": volumes, "environment": environment, **limits}
 
 
-def _stamp(built: list[dict[str, Any]], out: Path,
-           request: BuildRequest) -> list[dict[str, Any]]:
+def _built_kernels(built: dict[str, Any]) -> dict[str, tuple[Kernel, ...]]:
+    """The builder's wheels (their file names, in its order) and the kernels of each."""
+    return {str(wheel["file"]): tuple(Kernel.from_json(k) for k in wheel["kernels"])
+            for wheel in built["wheels"]}
+
+
+def _stamp(built: dict[str, tuple[Kernel, ...]], out: Path,
+           request: BuildRequest) -> dict[str, tuple[Kernel, ...]]:
     """The upstream's wheels given the local version, on this host: one way for any build
     backend (README: Versions)."""
-    return [{**wheel, "file": stamping.stamp(out / wheel["file"], request.local_version,
-                                                 request.source_date).name}
-            for wheel in built]
+    return {stamping.stamp(out / file, request.local_version, request.source_date).name: kernels
+            for file, kernels in built.items()}
 
 
-def _cache_report(backend: compile_cache.Backend, built: dict[str, Any]) -> dict[str, Any]:
+def _cache_report(backend: compile_cache.Backend, built: dict[str, Any]) -> CompileCacheUse:
     """The compile cache used and sccache's counts, printed and kept in wheels.json."""
     used = built.get("sccache") or {}
     stats = compile_cache.summary(used.get("stats"))
@@ -250,39 +245,39 @@ def _cache_report(backend: compile_cache.Backend, built: dict[str, Any]) -> dict
              f"({rate}), {stats['compile_requests']} compile requests, {stats['errors']} errors")
     else:
         echo(f"compile cache ({backend_text}): no statistics")
-    return {"backend": backend.kind, "used": backend_text, "stats": stats}
+    return CompileCacheUse(backend.kind, backend_text, stats)
 
 
-def _pristine_copy(built: list[dict[str, Any]], out: Path,
+def _pristine_copy(built: dict[str, tuple[Kernel, ...]], out: Path,
                    request: BuildRequest) -> overlay.Overlaid | None:
     """The first wheel with kernels as the pristine tree would give it (the series' changes
     to its packages taken back, no local version): what the kernel cache keeps, so that a
     later build of the same kernels is that wheel with its own series (kernelseed)."""
-    with_kernels = [w for w in built if w.get("kernels")]
+    with_kernels = [file for file, kernels in built.items() if kernels]
     if not with_kernels or request.pristine is None:
         return None
     (out / FOR_KERNELS).mkdir()
-    return overlay.overlay(out / with_kernels[0]["file"], request.patched.path,
-                                request.pristine, out / FOR_KERNELS, request.source_date)
+    return overlay.overlay(out / with_kernels[0], request.patched.path, request.pristine,
+                           out / FOR_KERNELS, request.source_date)
 
 
-def _store_kernels(entry: Path, folder: Path, report: dict[str, Any],
+def _store_kernels(entry: Path, folder: Path, report: WheelsReport,
                    pristine: overlay.Overlaid | None) -> None:
     """Keep the first wheel that carries kernels, for builds whose kernel inputs are the same:
     its pristine copy where there is one (`pristine`: a build may assemble its wheel from it
     on this host), else the wheel (only the builder can reuse it, VLLM_USE_PRECOMPILED).
     Linked where it can be, recorded by the sha256 already taken."""
-    with_kernels = [w for w in report["wheels"] if w["kernels"]]
+    with_kernels = [w for w in report.wheels if w.kernels]
     if with_kernels and reusable_kernels(entry) is None:
+        first = with_kernels[0]
         wheel, sha256 = ((folder / FOR_KERNELS / pristine.wheel.name, pristine.sha256)
-                         if pristine else
-                         (folder / with_kernels[0]["file"], with_kernels[0]["sha256"]))
+                         if pristine else (folder / first.file, first.sha256))
         with atomic_dir(entry) as tmp:
             link_or_copy(wheel, tmp / wheel.name)
             trust.remember(tmp / wheel.name, tmp / entrycheck.STAMPS / wheel.name)
             (tmp / "kernels.json").write_text(json.dumps(
                 {"wheel": wheel.name, "sha256": sha256, "pristine": pristine is not None,
-                 "kernels": with_kernels[0]["kernels"]}, indent=2))
+                 "kernels": [kernel.to_json() for kernel in first.kernels]}, indent=2))
     shutil.rmtree(folder / FOR_KERNELS, ignore_errors=True)
 
 
@@ -307,17 +302,17 @@ def _build_failure(request: BuildRequest, exit_code: int, output: str) -> BuildE
                       "fix the error above (see the log)")
 
 
-def _report(tag: Tag, out: Path, built: dict[str, Any]) -> dict[str, Any]:
+def _wheels(tag: Tag, out: Path, built: dict[str, tuple[Kernel, ...]]) -> tuple[Wheel, ...]:
+    """The built wheels with their sha256 and distribution names; at least one."""
     wheels = []
-    for wheel in built["wheels"]:
-        path = out / wheel["file"]
-        wheels.append({**wheel, "sha256": file_sha256(path),
-                       "name": wheel["file"].split("-", 1)[0]})
+    for file, kernels in built.items():
+        path = out / file
+        wheels.append(Wheel(file, file_sha256(path), str(parse_wheel_filename(file)[0]),
+                            kernels))
         trust.remember(path, out / entrycheck.STAMPS / path.name)  # hashed once, here
     if not wheels:
         raise BuildError(f"the build of {tag.name} produced no wheel", "check the build log")
-    return {"cuda_arch": tag.cuda_arch, "sm_arch": tag.sm_arch, "nvcc": built["nvcc"],
-            "wheels": wheels}
+    return tuple(wheels)
 
 
 SASS = re.compile(r"sm_(\d+)(\d)([af]?)")
@@ -343,27 +338,27 @@ def loadable_by(target: str) -> list[str]:
     return sorted(n for n in names if loadable(n, target))
 
 
-def check_sass(tag: Tag, report: dict[str, Any]) -> None:
+def check_sass(tag: Tag, report: WheelsReport) -> None:
     """Every CUDA shared library must carry SASS that a device of the tag's arch loads,
     but those a kernel seed declares as built for other devices."""
     exempt = set(tag.kernels.other_arch if tag.kernels else ())
-    found = {k["path"] for w in report["wheels"] for k in w["kernels"]}
+    found = {kernel.path for wheel in report.wheels for kernel in wheel.kernels}
     if exempt - found:
         raise BuildError(f"kernels.other_arch of {tag.name} names libraries no wheel has: "
                          f"{', '.join(sorted(exempt - found))}", "remove them from versions.yaml")
-    for wheel in report["wheels"]:
-        for kernel in wheel["kernels"]:
-            if kernel["path"] in exempt:
+    for wheel in report.wheels:
+        for kernel in wheel.kernels:
+            if kernel.path in exempt:
                 continue
-            usable = [sass for sass in kernel["sass"] if loadable(sass, tag.sm_arch)]
+            usable = [sass for sass in kernel.sass if loadable(sass, tag.sm_arch)]
             if not usable:
-                has = ", ".join(kernel["sass"]) or "none"
+                has = ", ".join(kernel.sass) or "none"
                 raise BuildError(
-                    f"{wheel['file']}: {kernel['path']} has no SASS a {tag.sm_arch} device "
+                    f"{wheel.file}: {kernel.path} has no SASS a {tag.sm_arch} device "
                     f"loads (has: {has})",
                     f"build it for cuda_arch {tag.cuda_arch} (TORCH_CUDA_ARCH_LIST)",
                 )
             if tag.sm_arch not in usable:
-                echo(f"kernels: {kernel['path']}: no {tag.sm_arch} SASS; taking "
+                echo(f"kernels: {kernel.path}: no {tag.sm_arch} SASS; taking "
                      f"{', '.join(usable)}, which a {tag.sm_arch} device loads (same major "
                      "version, a lower or equal minor, not arch-specific)")

@@ -12,11 +12,11 @@ from typing import Any
 
 from sparkbake import trust
 from sparkbake.console import display
+from sparkbake.wheels.report import REPORT, WheelsReport
 
 __all__ = ["STAMPS", "damage", "drop_damaged", "kernels_damage"]
 
 STAMPS = ".verified"
-REPORT = "wheels.json"  # container_build.REPORT
 KERNELS = "kernels.json"  # kernelseed.KERNELS_FILE
 
 
@@ -24,7 +24,7 @@ def damage(folder: Path, *, full: bool = False) -> str | None:
     """What is wrong with a wheels entry: None when it is not there (no report), "" when
     nothing is, else why it cannot be used."""
     return _check(folder, REPORT, full, lambda record: [
-        (str(w["file"]), str(w["sha256"])) for w in record["wheels"]])
+        (wheel.file, wheel.sha256) for wheel in WheelsReport.from_json(record).wheels])
 
 
 def kernels_damage(entry: Path, *, full: bool = False) -> str | None:
@@ -49,7 +49,7 @@ def _check(folder: Path, name: str, full: bool,
         files = listed(record)
     except trust.Damaged as exc:
         return f"{name} is {exc.why}"
-    except (KeyError, TypeError):
+    except (KeyError, TypeError, ValueError, AttributeError):  # a part missing or misshapen
         return f"{name} is not a complete record"
     bad = [file for file, sha256 in files
            if not trust.verified(folder / file, sha256, folder / STAMPS / file, full=full)]

@@ -14,7 +14,10 @@ import json
 import re
 import tempfile
 import zipfile
+from collections.abc import Sequence
 from pathlib import Path
+
+from packaging.utils import parse_wheel_filename
 
 from sparkbake import trust
 from sparkbake.config.settings import HostSettings
@@ -25,8 +28,9 @@ from sparkbake.fetch.upstream_tree import download, index_url_of
 from sparkbake.files import atomic_dir, read_json
 from sparkbake.hashing import file_sha256
 from sparkbake.wheels import container_build, entrycheck
-from sparkbake.wheels.container_build import REPORT, WheelSet, check_sass
+from sparkbake.wheels.container_build import WheelSet, check_sass
 from sparkbake.wheels.overlay import overlay
+from sparkbake.wheels.report import Kernel, KernelsUsed, Wheel, WheelsReport, write_report
 
 __all__ = ["KERNELS_FILE", "assembles", "build_wheels", "list_kernels", "overlay",
            "require_python_only", "seed"]
@@ -36,7 +40,7 @@ LIBRARY = re.compile(r"\.so(\.\d+)*$")
 CUBIN = re.compile(r"\.(sm_\d+[af]?)\.cubin")
 
 
-def require_python_only(tag: Tag, kernel_patches: list[str]) -> None:
+def require_python_only(tag: Tag, kernel_patches: Sequence[str]) -> None:
     """A seed holds the upstream's kernels: refuse patches that change compiled inputs."""
     if tag.kernels and kernel_patches:
         raise ConfigError(
@@ -112,21 +116,25 @@ def build_wheels(tag: Tag, entry: Path, pristine: Path, patched: Path, folder: P
     if container_build.is_built(folder):
         return container_build.cached(tag, folder)
     listing = read_json(entry / KERNELS_FILE)
-    source = "seed" if listing.get("seeded") else "assembled from"
-    with step(f"wheels for {tag.name}: {listing['wheel']} + the series (no compiler)"), \
+    cached_wheel = str(listing["wheel"])
+    seeded = bool(listing.get("seeded"))
+    with step(f"wheels for {tag.name}: {cached_wheel} + the series (no compiler)"), \
             atomic_dir(folder) as out:
-        made = overlay(entry / listing["wheel"], pristine, patched, out, source_date, local)
+        made = overlay(entry / cached_wheel, pristine, patched, out, source_date, local)
         wheel = made.wheel
         echo(f"wheels: {len(made.changed)} file(s) of the series in {wheel.name}")
-        report = {"cuda_arch": tag.cuda_arch, "sm_arch": tag.sm_arch,
-                  "nvcc": f"none: kernels from {listing['wheel']}",
-                  "wheels": [{"file": wheel.name, "sha256": made.sha256,
-                              "name": wheel.name.split("-", 1)[0],
-                              "kernels": listing["kernels"]}],
-                  "kernels": {"key": entry.name, "reused": True, source: listing["wheel"]},
-                  "series files": made.changed, "local_version": local}
+        kernels = tuple(Kernel.from_json(kernel) for kernel in listing["kernels"])
+        report = WheelsReport(
+            cuda_arch=tag.cuda_arch, sm_arch=tag.sm_arch,
+            nvcc=f"none: kernels from {cached_wheel}",
+            wheels=(Wheel(wheel.name, made.sha256, str(parse_wheel_filename(wheel.name)[0]),
+                          kernels),),
+            local_version=local,
+            kernels=KernelsUsed(entry.name, reused=True, seed=cached_wheel if seeded else "",
+                                assembled_from="" if seeded else cached_wheel),
+            series_files=tuple(made.changed))
         check_sass(tag, report)
         # its sha256 was taken as it was written: the entry's check need not read it again
         trust.remember(wheel, out / entrycheck.STAMPS / wheel.name)
-        (out / REPORT).write_text(json.dumps(report, indent=2))
+        write_report(out, report)
     return WheelSet(folder, folder.name, report)
