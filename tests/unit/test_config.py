@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from packaging.utils import parse_wheel_filename
 
 from sparkbake.config import versions as config_mod
 from sparkbake.config.versions import (
@@ -756,8 +757,8 @@ def test_a_kernel_seed_is_the_upstream_release_s_wheel_for_the_tag_s_platform(
     assert seeds
     for tag, seed in seeds:
         assert isinstance(tag.upstream, PypiUpstream), tag.name
-        project, version = seed.wheel.split("-")[:2]
-        assert (project, version) == (tag.upstream.name, tag.upstream.version), tag.name
+        project, version, _, _ = parse_wheel_filename(seed.wheel)
+        assert (project, str(version)) == (tag.upstream.name, tag.upstream.version), tag.name
         assert seed.wheel.endswith(f"_{machine[tag.platform]}.whl"), tag.name
 
 

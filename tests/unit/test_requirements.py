@@ -55,6 +55,25 @@ def test_the_extras_come_from_pkg_info_without_their_extra_clause(tmp_path: Path
         "b12x": ["b12x==1.5.1"], "video": []}
 
 
+def test_an_extra_clause_joined_by_or_is_decided_not_cut_out(tmp_path: Path) -> None:
+    """A requirement of two extras is each one's; one that an extra or another condition
+    asks for is always the extra's; a nested clause keeps its parentheses."""
+    (tmp_path / "PKG-INFO").write_text(
+        "Metadata-Version: 2.4\nName: pkg\nVersion: 1.0\n"
+        "Provides-Extra: audio\nProvides-Extra: video\n"
+        'Requires-Dist: av; extra == "audio" or extra == "video"\n'
+        'Requires-Dist: soxr; python_version < "3.12" or extra == "audio"\n'
+        'Requires-Dist: pyav; (extra == "video" or extra == "audio") and '
+        'sys_platform == "linux"\n'
+        'Requires-Dist: numba; extra == "video" and (python_version < "3.12" or '
+        'platform_machine != "arm64")\n'
+        'Requires-Dist: regex; extra != "audio"\n')
+    assert requirements.extras_of(tmp_path) == {
+        "audio": ["av", "soxr", 'pyav; sys_platform == "linux"'],
+        "video": ["av", 'pyav; sys_platform == "linux"',
+                  'numba; (python_version < "3.12" or platform_machine != "arm64")']}
+
+
 def test_the_lock_input_lists_the_extras_requirements_and_the_pins(tmp_path: Path) -> None:
     tag = tag_with(tmp_path, "    extras: [b12x]\n    pins: [nvidia-cuda-nvcc==13.0.88, "
                              "torch==2.14.0]")

@@ -29,6 +29,7 @@ from cyclonedx.model.bom import Bom
 from cyclonedx.model.component import Component, ComponentType
 from cyclonedx.output.json import JsonV1Dot6
 from packageurl import PackageURL
+from packaging.utils import canonicalize_name
 
 from sparkbake.attest.imagefiles import ImageFiles
 from sparkbake.oci import image_layout
@@ -168,4 +169,4 @@ def _sha256(digest: str) -> HashType:
 
 def _normal(name: str) -> str:
     """A distribution's name as PEP 503 compares it."""
-    return "-".join(name.lower().replace("_", "-").replace(".", "-").split("-"))
+    return str(canonicalize_name(name))

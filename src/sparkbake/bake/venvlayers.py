@@ -219,6 +219,6 @@ def _requires(folder: Path) -> list[str]:
             if meta is None:
                 continue
             parsed = Parser().parsestr(archive.read(meta).decode("utf-8"))
-            found += [f"{wheel.name.split('-')[0]}: {line}"
+            found += [f"{parse_wheel_filename(wheel.name)[0]}: {line}"
                       for line in parsed.get_all("Requires-Dist") or []]
     return sorted(found)

@@ -6,6 +6,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from packaging.utils import parse_wheel_filename
+
 from sparkbake.config.yamlsource import did_you_mean
 from sparkbake.errors import ConfigError
 
@@ -108,7 +110,8 @@ class KernelSeed:
 
     @property
     def project(self) -> str:
-        return self.wheel.split("-", 1)[0]
+        """The wheel's distribution, as the package index names its page."""
+        return str(parse_wheel_filename(self.wheel)[0])
 
 
 @dataclass(frozen=True)

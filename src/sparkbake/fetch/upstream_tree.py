@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import fnmatch
-import re
 import shutil
 import subprocess
 import tarfile
@@ -14,6 +13,7 @@ from pathlib import Path
 from urllib.parse import urljoin, urlsplit
 
 import requests
+from packaging.utils import canonicalize_name
 
 from sparkbake.config.settings import HostSettings
 from sparkbake.config.versions import DirUpstream, GitUpstream, PypiUpstream, Upstream
@@ -144,8 +144,7 @@ class _Links(HTMLParser):
 
 def index_url_of(project: str, filenames: set[str], settings: HostSettings) -> str | None:
     """The URL of one of filenames on the project's page of the configured index (PEP 503)."""
-    project = re.sub(r"[-_.]+", "-", project).lower()
-    page = f"{settings.index_url}/{project}/"
+    page = f"{settings.index_url}/{canonicalize_name(project)}/"
     parser = _Links()
     parser.feed(_get(page, settings, error=ConfigError).text)
     for href in parser.hrefs:
@@ -156,7 +155,7 @@ def index_url_of(project: str, filenames: set[str], settings: HostSettings) -> s
 
 def sdist_url(upstream: PypiUpstream, settings: HostSettings) -> str:
     """The sdist's URL on the configured index."""
-    project = re.sub(r"[-_.]+", "-", upstream.name).lower()
+    project = canonicalize_name(upstream.name)
     wanted = {f"{stem}-{upstream.version}.tar.gz"
               for stem in (upstream.name, upstream.name.replace("-", "_"), project)}
     url = index_url_of(upstream.name, wanted, settings)

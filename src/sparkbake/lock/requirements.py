@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from email.parser import HeaderParser
 from pathlib import Path
 
-from packaging.markers import default_environment
+from packaging._parser import MarkerAtom, MarkerList
+from packaging.markers import Marker, default_environment
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
@@ -22,8 +23,6 @@ from sparkbake.hashing import data_hash
 
 __all__ = ["Asked", "asked", "extras_of", "input_text", "stamp"]
 
-# `extra == "b12x"` in a Requires-Dist marker, with the `and` that joins it to the rest
-EXTRA_CLAUSE = re.compile(r"""\s*(?:and\s+)?extra\s*==\s*["']([^"']+)["']\s*(?:and\s+)?""")
 INCLUDE = re.compile(r"-r\s+(\S+)|--requirement[=\s]+(\S+)")
 
 
@@ -45,13 +44,64 @@ def extras_of(tree: Path) -> dict[str, list[str]]:
     headers = HeaderParser().parsestr(info.read_text(encoding="utf-8"))
     extras: dict[str, list[str]] = {name: [] for name in headers.get_all("Provides-Extra") or []}
     for line in headers.get_all("Requires-Dist") or []:
-        wanted, _, marker = line.partition(";")
-        found = EXTRA_CLAUSE.search(marker)
-        if found is None or found.group(1) not in extras:
+        try:
+            marker = Requirement(line).marker
+        except InvalidRequirement as exc:
+            raise ConfigError(f"{info}: Requires-Dist {line!r} is not a requirement ({exc})",
+                              "check the upstream's metadata") from exc
+        if marker is None:
             continue
-        rest = EXTRA_CLAUSE.sub(" ", marker).strip()
-        extras[found.group(1)].append(f"{wanted.strip()}; {rest}" if rest else wanted.strip())
+        wanted = line.partition(";")[0].strip()  # as the upstream writes it, for the lock
+        for extra, listed in extras.items():
+            rest = _with_extra(marker, extra)
+            if rest is not None:
+                listed.append(f"{wanted}; {rest}" if rest else wanted)
     return extras
+
+
+def _with_extra(marker: Marker, extra: str) -> str | None:
+    """The marker of a requirement when the extra is asked for: "" when the extra's clauses
+    leave nothing else, None when the requirement is not the extra's (asking for it rules
+    the requirement out, or changes nothing: a requirement of no extra, or of every other)."""
+    # packaging parses a marker into clauses, nested lists and "and"/"or" (the same form
+    # since packaging 22), but gives no public access to them
+    asked, unasked = _decided(marker._markers, extra), _decided(marker._markers, "")
+    if asked is False or asked == unasked:
+        return None
+    return "" if asked is True else asked
+
+
+def _decided(markers: MarkerList, extra: str) -> bool | str:
+    """A parsed marker with each clause on `extra` evaluated for this extra ("": none):
+    True or False where that decides it, else the marker text of what is left."""
+    groups: list[list[MarkerAtom]] = [[]]  # `or` of `and`s, as the marker grammar binds them
+    for item in markers:
+        if item == "or":
+            groups.append([])
+        elif item != "and":
+            groups[-1].append(item)
+    alternatives = []
+    for group in groups:
+        clauses = [_decided_atom(atom, extra) for atom in group]
+        if any(clause is False for clause in clauses):
+            continue
+        kept = [clause for clause in clauses if isinstance(clause, str)]
+        if not kept:
+            return True
+        alternatives.append(" and ".join(kept))
+    return " or ".join(alternatives) if alternatives else False
+
+
+def _decided_atom(atom: MarkerAtom, extra: str) -> bool | str:
+    """One clause, or a parenthesized marker, decided as `_decided` says."""
+    if isinstance(atom, list):
+        inner = _decided(atom, extra)
+        return inner if isinstance(inner, bool) else f"({inner})"
+    lhs, op, rhs = (node.serialize() for node in atom)
+    text = f"{lhs} {op} {rhs}"
+    if "extra" in (lhs, rhs):  # the variable: a value is written with its quotes
+        return Marker(text).evaluate({"extra": extra})
+    return text
 
 
 def asked(tag: Tag, tree: Path) -> list[Asked]:
