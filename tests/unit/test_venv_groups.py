@@ -60,11 +60,11 @@ def runtime_tree(root: Path) -> None:
     """The skeleton (pip: the rest), torch with a CUDA library in the shared `nvidia/`,
     nvcc there too, a script and bytecode, the toolkit link; and the upstream."""
     skeleton(root)
-    dist(root, "torch-2.14.0.dist-info", {"torch/__init__.py": b"", "torch/_C.so": ELF,
-                                          "../../../bin/torchrun": b"#!"})
+    dist(root, "torch", "2.14.0", {"torch/__init__.py": b"", "torch/_C.so": ELF,
+                                   "../../../bin/torchrun": b"#!"})
     write(root, f"{SITE}/torch/__pycache__/__init__.cpython-311.pyc", b"pyc")
-    dist(root, "nvidia_cublas-13.1.dist-info", {"nvidia/cu13/lib/libcublas.so.13": ELF})
-    dist(root, "nvidia_cuda_nvcc-13.0.88.dist-info", {"nvidia/cu13/bin/nvcc": ELF})
+    dist(root, "nvidia_cublas", "13.1", {"nvidia/cu13/lib/libcublas.so.13": ELF})
+    dist(root, "nvidia_cuda_nvcc", "13.0.88", {"nvidia/cu13/bin/nvcc": ELF})
     (root / "opt/venv/cuda").symlink_to(f"lib/python{PY}/site-packages/nvidia/cu13")
     write(root, f"{SITE}/stray.txt")  # in no RECORD
     upstream(root)

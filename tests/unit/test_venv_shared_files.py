@@ -18,6 +18,7 @@ REAL = b"# the b12x package\n"
 def installed(site: Path, dist: str, version: str, files: dict[str, bytes]) -> None:
     info = site / f"{dist}-{version}.dist-info"
     info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
     for path, data in files.items():
         (site / path).parent.mkdir(parents=True, exist_ok=True)
         (site / path).write_bytes(data)

@@ -27,13 +27,14 @@ def write(root: Path, name: str, data: bytes = b"x", mode: int = 0o644) -> None:
     path.chmod(mode)
 
 
-def dist(root: Path, info: str, files: dict[str, bytes]) -> None:
+def dist(root: Path, name: str, version: str, files: dict[str, bytes]) -> None:
     """An installed distribution: its files (relative to site-packages, `../../../bin/x` for
     a script) and a RECORD listing them and its own dist-info."""
-    for name, data in files.items():
-        write(root, _image_path(name), data)
-    name = info.split("-")[0]
-    write(root, f"{SITE}/{info}/METADATA", f"Metadata-Version: 2.1\nName: {name}\n".encode())
+    for path, data in files.items():
+        write(root, _image_path(path), data)
+    info = f"{name}-{version}.dist-info"
+    write(root, f"{SITE}/{info}/METADATA",
+          f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode())
     rows = [*files, f"{info}/METADATA", f"{info}/RECORD"]
     write(root, f"{SITE}/{info}/RECORD", "".join(f"{r},,\n" for r in rows).encode())
 
@@ -51,13 +52,13 @@ def skeleton(root: Path) -> None:
     (root / "opt/venv/include").mkdir()
     (root / "opt/venv/lib64").symlink_to("lib")
     write(root, "opt/venv/pyvenv.cfg", b"home = /usr/bin\n")
-    dist(root, "pip-23.0.1.dist-info", {"pip/__init__.py": b"", "../../../bin/pip": b"#!"})
+    dist(root, "pip", "23.0.1", {"pip/__init__.py": b"", "../../../bin/pip": b"#!"})
 
 
 def upstream(root: Path, marker: bytes = b"one") -> None:
     """tinykern: a kernel library, Python with bytecode, a script; in a namespace folder
     (`nvidia/`) that a runtime package shares."""
-    dist(root, "tinykern-0.1.0+sb.1.dist-info", {
+    dist(root, "tinykern", "0.1.0+sb.1", {
         "tinykern/__init__.py": marker, "tinykern/_kernels.cpython-311-aarch64-linux-gnu.so": ELF,
         "tinykern/sub/data.json": b"{}", "nvidia/tinykern_ext.so": ELF,
         "../../../bin/tinykern": b"#!/opt/venv/bin/python3\n"})
@@ -65,8 +66,8 @@ def upstream(root: Path, marker: bytes = b"one") -> None:
 
 
 def runtime(root: Path) -> None:
-    dist(root, "nvidia_cublas-13.0.dist-info", {"nvidia/cublas/lib/libcublas.so.13": ELF,
-                                                "nvidia/__init__.py": b""})
+    dist(root, "nvidia_cublas", "13.0", {"nvidia/cublas/lib/libcublas.so.13": ELF,
+                                         "nvidia/__init__.py": b""})
     write(root, f"{SITE}/nvidia/__pycache__/__init__.cpython-311.pyc", b"pyc")
     (root / "opt/venv/cuda").symlink_to(f"lib/python{PY}/site-packages/nvidia/cu13")
 
@@ -102,6 +103,14 @@ def test_every_path_is_in_exactly_one_part_and_the_union_is_the_venv(root: Path)
     assert set(files) | folders_above == every_path(root)
 
 
+def test_a_blank_line_in_a_record_is_passed_over(root: Path) -> None:
+    record = root / SITE / "tinykern-0.1.0+sb.1.dist-info" / "RECORD"
+    record.write_text(record.read_text().replace("\n", "\n\n", 1) + ",,\n")  # and no path
+    parts = venvsplit.split(root, PY, ["tinykern"])
+    assert f"{SITE}/tinykern/_kernels.cpython-311-aarch64-linux-gnu.so" in parts.kernels
+    assert f"{SITE}/tinykern/sub/data.json" in parts.python
+
+
 def test_the_runtime_part_holds_the_skeleton_links_and_shared_folders_not_the_upstreams(
         root: Path) -> None:
     runtime_part = set(venvsplit.split(root, PY, ["tinykern"]).runtime)
@@ -119,7 +128,7 @@ def test_the_runtime_part_is_the_same_whatever_the_upstream_holds(tmp_path: Path
         runtime(root)
         upstream(root, marker)
         if name == "b":  # another Python file in a new folder
-            dist(root, "tinykern_extra-1.dist-info", {"tinykern_extra/x.py": b""})
+            dist(root, "tinykern_extra", "1", {"tinykern_extra/x.py": b""})
         parts = venvsplit.split(root, PY, ["tinykern", "tinykern-extra"])
         layers_made.append(layers.from_paths(root, parts.runtime, tmp_path / f"{name}.tar.gz",
                                              DATE).digest)

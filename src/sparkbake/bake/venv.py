@@ -10,7 +10,6 @@ platform and Python, so an arm64 bake costs about what an amd64 one does.
 from __future__ import annotations
 
 import compileall
-import csv
 import os
 import py_compile
 import shutil
@@ -21,10 +20,11 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from packaging.utils import canonicalize_name
+from packaging.utils import canonicalize_name, parse_wheel_filename
+from packaging.version import Version
 
 from sparkbake import resources
-from sparkbake.bake import elfcheck
+from sparkbake.bake import distributions, elfcheck
 from sparkbake.console import display
 from sparkbake.console.tools import echo, run, step
 from sparkbake.errors import BakeError
@@ -106,21 +106,20 @@ def _settle_shared_files(site: Path, wheel_dirs: list[Path], asked: set[str]) ->
     """A file two distributions' RECORDs list with different hashes (flashinfer-python ships
     a `b12x` shim over the b12x package) holds whichever pip wrote last; make it the asked
     distribution's. One line per pair of distributions says what happened."""
-    owners: dict[str, list[tuple[Path, str]]] = {}
-    for record in sorted(site.glob("*.dist-info/RECORD")):
-        for row in csv.reader(record.read_text(encoding="utf-8").splitlines()):
-            if row and not row[0].startswith("..") and ".dist-info/" not in row[0]:
-                digest = row[1] if len(row) > 1 else ""
-                owners.setdefault(row[0], []).append((record.parent, digest))
+    owners: dict[str, list[tuple[distributions.Distribution, str]]] = {}
+    for dist in distributions.installed(site):
+        for recorded in dist.files:
+            if not recorded.path.startswith("..") and ".dist-info/" not in recorded.path:
+                owners.setdefault(recorded.path, []).append((dist, recorded.hash))
     shared: dict[tuple[str, ...], list[str]] = {}
     for path, claims in sorted(owners.items()):
         if len({digest for _, digest in claims}) < 2:
             continue  # one distribution, or the same bytes in each
-        infos = [info for info, _ in claims]
-        keep = next((info for info in infos if _dist_name(info) in asked), None)
+        dists = [dist for dist, _ in claims]
+        keep = next((dist for dist in dists if dist.name in asked), None)
         if keep is not None:
             (site / path).write_bytes(_wheel_member(keep, wheel_dirs, path))
-        key = (*sorted(_dist_name(info) for info in infos), _dist_name(keep) if keep else "")
+        key = (*sorted(dist.name for dist in dists), keep.name if keep else "")
         shared.setdefault(key, []).append(path)
     for (*names, kept), paths in shared.items():
         outcome = (f"{kept}'s copies are kept (the tag asks for it)" if kept
@@ -129,18 +128,17 @@ def _settle_shared_files(site: Path, wheel_dirs: list[Path], asked: set[str]) ->
              f"bytes ({', '.join(paths[:2])}{', ...' if len(paths) > 2 else ''}); {outcome}")
 
 
-def _dist_name(info: Path) -> str:
-    return str(canonicalize_name(info.name.split("-")[0]))
-
-
-def _wheel_member(info: Path, wheel_dirs: list[Path], member: str) -> bytes:
-    """The bytes of member in the wheel that installed info (`b12x-1.5.1.dist-info`)."""
-    stem = info.name.removesuffix(".dist-info")
+def _wheel_member(dist: distributions.Distribution, wheel_dirs: list[Path],
+                  member: str) -> bytes:
+    """The bytes of member in the wheel that installed dist."""
+    installed = (dist.name, Version(dist.version))
     for folder in wheel_dirs:
-        for wheel in sorted(folder.glob(f"{stem}-*.whl")):
-            with zipfile.ZipFile(wheel) as archive:
-                return archive.read(member)
-    raise BakeError(f"the wheel of {stem} is not in {', '.join(map(str, wheel_dirs))}",
+        for wheel in sorted(folder.glob("*.whl")):
+            if parse_wheel_filename(wheel.name)[:2] == installed:
+                with zipfile.ZipFile(wheel) as archive:
+                    return archive.read(member)
+    raise BakeError(f"the wheel of {dist.name}-{dist.version} is not in "
+                    f"{', '.join(map(str, wheel_dirs))}",
                     "rerun the bake; a wheelhouse is made anew when it is incomplete")
 
 

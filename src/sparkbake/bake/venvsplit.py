@@ -13,11 +13,11 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path, PurePosixPath
 
 from packaging.utils import canonicalize_name
 
+from sparkbake.bake import distributions
 from sparkbake.bake.elfcheck import machine_of
 from sparkbake.bake.venv import DATA_DIRS, VENV, site_packages
 
@@ -54,10 +54,9 @@ def recorded_files(root: Path, python: str) -> dict[str, frozenset[str]]:
     venv = root / VENV.lstrip("/")
     packages = site_packages(venv, python)
     owners: dict[str, set[str]] = {}
-    for dist in metadata.distributions(path=[str(packages)]):
-        name = str(canonicalize_name(dist.metadata["Name"]))
-        for listed in _record_paths(dist.files or [], packages, venv, root):
-            owners.setdefault(listed, set()).add(name)
+    for dist in distributions.installed(packages):
+        for listed in _record_paths((f.path for f in dist.files), packages, venv, root):
+            owners.setdefault(listed, set()).add(dist.name)
     found = {path: frozenset(names) for path, names in owners.items()
              if (root / path).is_file() or (root / path).is_symlink()}
     for pyc in _bytecode(packages, root):
@@ -67,13 +66,12 @@ def recorded_files(root: Path, python: str) -> dict[str, frozenset[str]]:
     return found
 
 
-def _record_paths(listed: Iterable[PurePosixPath], packages: Path, venv: Path,
-                  root: Path) -> list[str]:
+def _record_paths(listed: Iterable[str], packages: Path, venv: Path, root: Path) -> list[str]:
     """A RECORD's paths, relative to root: site-packages' files, and the scripts and data
     pip --target wrote beside them that the bake moved into the venv (`bin/`, `share/`)."""
     found = []
     for path in listed:
-        where = venv / path if path.parts[0] in DATA_DIRS else packages / path
+        where = venv / path if PurePosixPath(path).parts[0] in DATA_DIRS else packages / path
         relative = os.path.relpath(where, root)
         if not relative.startswith(".."):  # a path out of the image's root is none of ours
             found.append(Path(relative).as_posix())
