@@ -140,8 +140,9 @@ class ThirdPartySource:
 
 @dataclass(frozen=True)
 class WheelsReport:
-    """wheels.json. jobs, compile_cache and thirdparty are a builder's build's; series_files
-    (not None) marks wheels made on this host, with the series' files they carry."""
+    """wheels.json: the wheels and what made them. jobs, compile_cache and thirdparty are
+    recorded by a build in the builder; series_files (not None) marks wheels made on this
+    host. None: not in the report (one of an earlier version)."""
 
     cuda_arch: str
     sm_arch: str
@@ -151,10 +152,11 @@ class WheelsReport:
     kernels: KernelsUsed | None = None
     jobs: Jobs | None = None
     compile_cache: CompileCacheUse | None = None
-    thirdparty: tuple[ThirdPartySource, ...] | None = None
-    series_files: tuple[str, ...] | None = None
+    thirdparty: tuple[ThirdPartySource, ...] | None = None  # CMake's sources, as locked
+    series_files: tuple[str, ...] | None = None  # the series' files in the wheel
 
     def to_json(self) -> dict[str, Any]:
+        """The keys in the order each kind of build has always written them."""
         head = {"cuda_arch": self.cuda_arch, "sm_arch": self.sm_arch, "nvcc": self.nvcc}
         kernels = {"kernels": self.kernels.to_json()} if self.kernels else {}
         if self.series_files is not None:
