@@ -16,13 +16,14 @@ import pytest
 from sparkbake.bake import venvlayers
 from sparkbake.bake.layercache import LayerCache
 from sparkbake.bases import BaseImage
+from sparkbake.config.platforms import AMD64
 from sparkbake.hashing import file_sha256
 from sparkbake.lock.wheelhouse import platform_tags
 from sparkbake.oci import docker_engine, image_layout
 
 pytestmark = pytest.mark.docker
 
-PLATFORM = "linux/amd64"
+PLATFORM = AMD64
 SOURCE_DATE = 1735689600
 TAG_WHEEL = "six==1.17.0"  # stands for the tag's built wheel: the upstream's part
 LOCKED = ("nvidia-nvtx==13.0.85", "idna==3.10")

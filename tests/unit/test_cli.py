@@ -272,7 +272,7 @@ def test_production_plan_lists_its_series_in_order(capsys: pytest.CaptureFixture
         assert lines["bake"][2:] == [tag.image_ref, "(venv", "made", "emulated,", "files",
                                      "native)"]
         assert lines["wheels"][2:] == [tag.sm_arch, "on", f"{tag.builder.name};", "emulated:",
-                                       tag.platform, "on", host]
+                                       str(tag.platform), "on", str(host)]
     assert err == ""
 
 

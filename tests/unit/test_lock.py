@@ -37,6 +37,18 @@ def test_a_base_without_its_python_version_cannot_be_locked(tmp_path: Path) -> N
         pins.resolve(loaded, loaded.tag("t"), SETTINGS)
 
 
+def test_a_platform_the_table_lacks_loads_but_is_not_locked(tmp_path: Path) -> None:
+    (tmp_path / "versions.yaml").write_text(versions_yaml(
+        platform="linux/riscv64", bases=DEBIAN_BASE_WITH_PYTHON,
+        tags="  t: {upstream: tree, series: []}\n"))
+    loaded = versions.load(tmp_path / "versions.yaml")
+    assert pins.lock_path(loaded, loaded.tag("t")).name == "debian.riscv64.txt"
+    with pytest.raises(ConfigError) as caught:
+        pins.resolve(loaded, loaded.tag("t"), SETTINGS)
+    assert (caught.value.message, caught.value.remedy) == (
+        "tag t: no lock platform for linux/riscv64", "use one of linux/amd64, linux/arm64")
+
+
 def test_without_uv_the_lock_is_an_environment_error(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     loaded = load(tmp_path)

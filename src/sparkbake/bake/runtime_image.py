@@ -81,7 +81,7 @@ def manifest(plan: Plan, base: BaseImage, wheels: WheelSet, patched: PatchedTree
                     "patches": [s.record(f, h) for f, h in s.patches]}
                    for s in plan.series],
         "patched_tree": patched.tree_hash,
-        "cuda_arch": tag.cuda_arch, "sm_arch": tag.sm_arch, "platform": tag.platform,
+        "cuda_arch": tag.cuda_arch, "sm_arch": tag.sm_arch, "platform": str(tag.platform),
         "env": dict(tag.env),
         # what the entrypoint's preflight enforces; absent: nothing declared
         **({"capabilities": tag.capabilities.as_dict()} if tag.capabilities else {}),

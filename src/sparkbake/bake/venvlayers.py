@@ -40,6 +40,7 @@ from sparkbake.attest import imagefiles
 from sparkbake.bake import venv, venvgroups, venvsplit
 from sparkbake.bake.layercache import FORMAT, LayerCache, content_key
 from sparkbake.bases import BaseImage
+from sparkbake.config.platforms import Platform
 from sparkbake.console.tools import echo, step
 from sparkbake.hashing import data_hash
 from sparkbake.lock import pins
@@ -56,7 +57,7 @@ class Upstream:
     """What the bake installs into /opt/venv."""
 
     image: str  # the image's ref, for messages
-    platform: str
+    platform: Platform
     wheels: Path  # the tag's built wheels
     names: tuple[str, ...]  # their distributions
     house: Path | None  # the runtime lock's wheelhouse
@@ -81,7 +82,7 @@ def runtime_key(client: Client, runtime: BaseImage, upstream: Upstream, source_d
     return data_hash({
         "format": [FORMAT_VENV, FORMAT, image_layout.FORMAT, layers.COMPRESSION],
         "base": str(client.images.get(runtime.ref).id),
-        "skeleton": resources.digest(venv.SKELETON), "platform": upstream.platform,
+        "skeleton": resources.digest(venv.SKELETON), "platform": str(upstream.platform),
         "source_date": source_date, "asked": sorted(upstream.asked),
         "requires": _requires(upstream.wheels), "lock": pinned,
         "table": [[group.name, *group.patterns] for group in venvgroups.GROUPS],

@@ -6,6 +6,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sparkbake.config.platforms import Platform
 from sparkbake.config.yamlsource import did_you_mean
 from sparkbake.errors import ConfigError
 
@@ -167,7 +168,7 @@ class Tag:
     series: tuple[str, ...]
     env: tuple[tuple[str, str], ...]
     repository: str
-    platform: str
+    platform: Platform
     cuda_arch: str
     builder: Base
     runtime: Base

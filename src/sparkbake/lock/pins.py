@@ -20,6 +20,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from sparkbake import resources
+from sparkbake.config.platforms import PLATFORMS
 from sparkbake.config.settings import HostSettings
 from sparkbake.config.versions import Config, Tag
 from sparkbake.console import display
@@ -30,10 +31,9 @@ from sparkbake.files import atomic_write
 from sparkbake.hashing import file_sha256
 from sparkbake.lock import requirements
 
-__all__ = ["ARCHES", "compile_requirements", "lock_path", "locked", "make_missing",
+__all__ = ["compile_requirements", "lock_path", "locked", "make_missing",
            "packages", "require_lock", "require_runtime_lock", "resolve", "runtime_lock_path"]
 
-ARCHES = {"linux/amd64": "x86_64", "linux/arm64": "aarch64"}  # platform -> machine
 TOOLCHAIN = "builder-requirements.txt"
 TORCH_TOOLCHAIN = "builder-requirements-torch.txt"
 HASH_OPTION = re.compile(r"--hash=(\S+)")
@@ -43,12 +43,7 @@ def lock_path(config: Config, tag: Tag) -> Path:
     """locks/<builder base>.<arch>.txt; locks/<builder base>.<upstream>.<arch>.txt when the
     upstream brings its own build requirements. One base serves tags of several platforms."""
     suffix = f".{tag.upstream.key}" if tag.upstream.build_requirements else ""
-    return config.root / "locks" / f"{tag.builder.name}{suffix}.{_arch(tag)}.txt"
-
-
-def _arch(tag: Tag) -> str:
-    """linux/arm64 -> arm64: the platform's part in a lock's file name."""
-    return tag.platform.rsplit("/", 1)[-1]
+    return config.root / "locks" / f"{tag.builder.name}{suffix}.{tag.platform.architecture}.txt"
 
 
 def inputs(tag: Tag, tree: Path | None) -> list[Path]:
@@ -87,7 +82,7 @@ def runtime_lock_path(config: Config, tag: Tag) -> Path | None:
     requirements."""
     if tag.upstream.runtime_requirements is None:
         return None
-    name = f"{tag.runtime.name}.{tag.upstream.key}.{_arch(tag)}.txt"
+    name = f"{tag.runtime.name}.{tag.upstream.key}.{tag.platform.architecture}.txt"
     return config.root / "locks" / "runtime" / name
 
 
@@ -130,7 +125,7 @@ def _runtime_origin(tag: Tag, tree: Path, wanted: str) -> tuple[str, str]:
     """The runtime lock's `# from:` line (the upstream's requirement file, and the tag's
     extras and pins where it has them), and the extras' and pins' requirement text."""
     digest = _sha(tree / wanted)  # first: a missing file is named as such
-    added = requirements.input_text(tag, tree, wanted, ARCHES.get(tag.platform, ""))
+    added = requirements.input_text(tag, tree, wanted, tag.platform.machine)
     return f"# from: {wanted}={digest}{requirements.stamp(tag, added)}", added
 
 
@@ -203,10 +198,10 @@ def _compile(tag: Tag, base: str, python: str | None, sources: list[Path], targe
     if python is None:
         raise ConfigError(f"base {base!r} does not say its Python version",
                           'add python: "3.12" (its python3 version) to the base in versions.yaml')
-    if tag.platform not in ARCHES:
+    if tag.platform not in PLATFORMS:
         raise ConfigError(f"tag {tag.name}: no lock platform for {tag.platform}",
-                          f"use one of {', '.join(ARCHES)}")
-    compile_requirements(sources, python, ARCHES[tag.platform], target, header, settings)
+                          f"use one of {', '.join(map(str, PLATFORMS))}")
+    compile_requirements(sources, python, tag.platform.machine, target, header, settings)
 
 
 def _uv() -> str:

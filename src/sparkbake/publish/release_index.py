@@ -99,10 +99,11 @@ def index_document(ready: list[_Platform]) -> dict[str, Any]:
     """The OCI image index of the platforms' manifests, in the order the tag names them."""
     manifests = []
     for one in ready:
-        os_name, architecture = one.plan.tag.platform.split("/", 1)
+        platform = one.plan.tag.platform
         manifests.append({"mediaType": one.baked.image.media_type,
                           "digest": one.baked.image.digest, "size": one.baked.image.size,
-                          "platform": {"architecture": architecture, "os": os_name}})
+                          "platform": {"architecture": platform.architecture,
+                                       "os": platform.os}})
     return {"schemaVersion": 2, "mediaType": image_layout.INDEX_TYPE, "manifests": manifests}
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from sparkbake import resources
+from sparkbake.config.platforms import PLATFORMS
 from sparkbake.config.settings import HostSettings, patch_tests_environment
 from sparkbake.config.versions import Config, Tag
 from sparkbake.console import display
@@ -28,7 +29,7 @@ from sparkbake.core.layout import Layout
 from sparkbake.errors import ConfigError, EngineError, PatchTestError
 from sparkbake.files import atomic_write
 from sparkbake.hashing import data_hash, file_sha256
-from sparkbake.lock.pins import ARCHES, compile_requirements
+from sparkbake.lock.pins import compile_requirements
 from sparkbake.planning import Plan, touched_paths
 
 __all__ = ["Result", "lock_path", "resolve", "run_tests", "series_tests"]
@@ -77,9 +78,10 @@ def _stamp(tree: Path) -> str:
 
 def resolve(config: Config, tag: Tag, tree: Path, settings: HostSettings) -> Path:
     """Resolve the patch-tests requirements for this host's Python and machine; write the lock."""
-    if platform.machine() not in ARCHES.values():
+    machines = [known.machine for known in PLATFORMS]
+    if platform.machine() not in machines:
         raise EngineError(f"no lock platform for this machine ({platform.machine()})",
-                          f"run patch-tests on one of {', '.join(ARCHES.values())}")
+                          f"run patch-tests on one of {', '.join(machines)}")
     # Like pip: every configured index and find-links location, best version across them.
     indexes = ["--index-strategy", "unsafe-best-match"]
     for url in settings.extra_index_urls:
