@@ -70,7 +70,7 @@ def runtime_base(debian_base: str, docker_client: docker_engine.Client) -> BaseI
 
 
 class Baker:
-    """venvlayers.bake of the tag wheel over a runtime lock, in a work folder of its own
+    """venvlayers.make_layers of the tag wheel over a runtime lock, in a work folder of its own
     each time, into one layer cache (or a fresh one: a clean bake)."""
 
     def __init__(self, client: docker_engine.Client, base: BaseImage, downloads: Path,
@@ -88,13 +88,13 @@ class Baker:
         work.mkdir()
         lock, house = wheelhouse(self.downloads, work, locked)
         asked = tuple(r.split("==")[0] for r in locked)
-        upstream = venvlayers.Upstream("sparkbake-groups:test", PLATFORM, self.tag_wheels,
-                                       ("six",), house, lock, asked, "k" * 64, "t" * 64)
+        packages = venvlayers.VenvPackages("sparkbake-groups:test", PLATFORM, self.tag_wheels,
+                                           ("six",), house, lock, asked, "k" * 64, "t" * 64)
         layer_cache = LayerCache(self.folder / cache / "layers",
                                  image_layout.Layout(self.folder / cache / "oci"))
         (work / "scratch").mkdir()
-        return venvlayers.bake(self.client, self.base, upstream, layer_cache, work / "scratch",
-                               SOURCE_DATE, work / "bake.log")
+        return venvlayers.make_layers(self.client, self.base, packages, layer_cache,
+                                      work / "scratch", SOURCE_DATE, work / "bake.log")
 
 
 def digests(baked: venvlayers.VenvLayers) -> list[str]:

@@ -48,7 +48,7 @@ from sparkbake.patch.apply import PatchedTree
 from sparkbake.planning import Plan, upstream_pin
 from sparkbake.wheels.container_build import WheelSet
 
-__all__ = ["WHEELS_LABEL", "Image", "bake", "find", "is_current", "labels", "manifest",
+__all__ = ["WHEELS_LABEL", "Image", "find", "is_current", "labels", "make_image", "manifest",
            "wheels_content"]
 
 INPUTS_LABEL = "dev.sparkbake.inputs"  # the bake key: an image is current when it matches
@@ -161,10 +161,10 @@ def is_current(client: Client, plan: Plan, layout: Layout, wheels: str | None) -
     return baked is not None and baked.config == attrs["Id"]
 
 
-def bake(client: Client, plan: Plan, base: BaseImage, wheels: WheelSet, patched: PatchedTree,
-         layout: Layout, *, source_date: int, cache: Path, load: bool = True,
-         runtime_wheels: Path | None = None, runtime_lock: Path | None = None,
-         log: Path) -> Image:
+def make_image(client: Client, plan: Plan, base: BaseImage, wheels: WheelSet,
+               patched: PatchedTree, layout: Layout, *, source_date: int, cache: Path,
+               load: bool = True, runtime_wheels: Path | None = None,
+               runtime_lock: Path | None = None, log: Path) -> Image:
     """Write the tag's image into build/oci and (load) into the engine as `<repository>:<tag>`,
     unless the engine has it from these inputs. cache holds the base layers, per host;
     runtime_wheels the wheelhouse of the tag's runtime lock runtime_lock, if it has one."""
@@ -180,9 +180,9 @@ def bake(client: Client, plan: Plan, base: BaseImage, wheels: WheelSet, patched:
         runtime = _with_python(client, base, layout)
         below = baselayers.ensure(client, runtime, image_layout.Layout(cache / "layers"), oci,
                                   work)
-        upstream = _upstream(plan, wheels, runtime_wheels, runtime_lock, patched)
-        venv = venvlayers.bake(client, runtime, upstream, LayerCache(layout.layers, oci), work,
-                               source_date, log)
+        packages = _venv_packages(plan, wheels, runtime_wheels, runtime_lock, patched)
+        venv = venvlayers.make_layers(client, runtime, packages, LayerCache(layout.layers, oci),
+                                      work, source_date, log)
         recorded = manifest(plan, base, wheels, patched, source_date, venv.cuda_home)
         files = _files_layer(recorded, work, source_date)
         added = [*venv.added, (files, "sparkbake: /opt/sparkbake")]
@@ -222,14 +222,14 @@ def _with_python(client: Client, base: BaseImage, layout: Layout) -> BaseImage:
     return BaseImage(base.name, ref, str(client.images.get(ref).id))
 
 
-def _upstream(plan: Plan, built: WheelSet, house: Path | None, lock: Path | None,
-              patched: PatchedTree) -> venvlayers.Upstream:
+def _venv_packages(plan: Plan, built: WheelSet, house: Path | None, lock: Path | None,
+                   patched: PatchedTree) -> venvlayers.VenvPackages:
     """What goes into /opt/venv: the tag's wheels (and the runtime wheelhouse's, with what
     the tag asks for by name)."""
     asked = tuple(a.name for a in requirements.asked(plan.tag, patched.path)) if house else ()
-    return venvlayers.Upstream(plan.tag.image_ref, plan.tag.platform, built.folder,
-                               tuple(_names(built)), house, lock, asked, plan.kernel_key,
-                               patched.tree_hash)
+    return venvlayers.VenvPackages(plan.tag.image_ref, plan.tag.platform, built.folder,
+                                   tuple(_names(built)), house, lock, asked, plan.kernel_key,
+                                   patched.tree_hash)
 
 
 def _files_layer(recorded: dict[str, Any], work: Path, source_date: int) -> layers.Layer:

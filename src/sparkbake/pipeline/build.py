@@ -30,7 +30,7 @@ from sparkbake.wheels import container_build, entrycheck, kernelseed
 from sparkbake.wheels.container_build import WheelSet
 
 __all__ = ["Build", "Outcome", "Source", "bake", "fetch", "fetched_plan", "patch",
-           "run_until", "wheels", "with_sources_lock"]
+           "run_stages", "wheels", "with_sources_lock"]
 
 
 @dataclass(frozen=True)
@@ -111,10 +111,11 @@ def bake(build: Build, client: Client, source: Source, patched: PatchedTree,
         pins.make_missing(config, tag, build.settings, patched.path)
         runtime_lock = pins.require_runtime_lock(config, tag, patched.path)
         house = wheelhouse.ensure(runtime_lock, tag, build.layout) if runtime_lock else None
-        return runtime_image.bake(client, build.plan, runtime_base, built, patched, build.layout,
-                              source_date=source.source_date, cache=build.settings.cache_dir,
-                              load=build.load, runtime_wheels=house, runtime_lock=runtime_lock,
-                              log=build.log(Stage.BAKE))
+        return runtime_image.make_image(client, build.plan, runtime_base, built, patched,
+                                        build.layout, source_date=source.source_date,
+                                        cache=build.settings.cache_dir, load=build.load,
+                                        runtime_wheels=house, runtime_lock=runtime_lock,
+                                        log=build.log(Stage.BAKE))
 
 
 def with_sources_lock(build: Build, tree: PatchedTree) -> Build:
@@ -157,7 +158,7 @@ def fetched_plan(config: Config, tag: Tag) -> Plan:
     return plan
 
 
-def run_until(build: Build, last: Stage) -> Outcome:
+def run_stages(build: Build, last: Stage) -> Outcome:
     """The build stages up to last, each skipped when cached; the last one's outcome."""
     return UNTIL[last](build)
 

@@ -68,7 +68,7 @@ def run_until(config: Config, tag: Tag, last: Stage,
     with _one_build(config, tag):
         work = build.Build(config, build.fetched_plan(config, tag),
                            options or apply.Options())
-        outcome = build.run_until(work, last)
+        outcome = build.run_stages(work, last)
     for line in display.summary_lines(display.current.runs, display.current):
         display.notice(line)
     display.result(outcome.text)
