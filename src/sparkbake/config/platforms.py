@@ -38,7 +38,7 @@ class Platform:
 
 AMD64 = Platform("amd64", machine="x86_64", debian="amd64", elf_machine=62)
 ARM64 = Platform("arm64", machine="aarch64", debian="arm64", elf_machine=183)
-PLATFORMS = (AMD64, ARM64)
+PLATFORMS = (AMD64, ARM64)  # the table, in the order remedies list it
 
 
 def parse(text: str) -> Platform:
@@ -46,15 +46,15 @@ def parse(text: str) -> Platform:
     if not PLATFORM.fullmatch(text):
         raise ValueError(f"not a platform such as linux/arm64: {text!r}")
     architecture = text.split("/", 1)[1]
-    known = [p for p in PLATFORMS if p.architecture == architecture]
-    return known[0] if known else Platform(architecture, machine=architecture)
+    return next((p for p in PLATFORMS if p.architecture == architecture),
+                Platform(architecture, machine=architecture))
 
 
 def of_machine(name: str) -> Platform:
     """The Linux platform of a machine as the kernel (x86_64) or an engine (x86_64 or amd64)
     names it; another as it is named."""
-    known = [p for p in PLATFORMS if name in (p.machine, p.architecture)]
-    return known[0] if known else Platform(name, machine=name)
+    return next((p for p in PLATFORMS if name in (p.machine, p.architecture)),
+                Platform(name, machine=name))
 
 
 def of_elf_machine(number: int) -> Platform | None:
