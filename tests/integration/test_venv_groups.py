@@ -93,7 +93,7 @@ class Baker:
                                  image_layout.Layout(self.folder / cache / "oci"))
         (work / "scratch").mkdir()
         return venvlayers.bake(self.client, self.base, upstream, layer_cache, work / "scratch",
-                               SOURCE_DATE, work / "bake.log")
+                               SOURCE_DATE, work / "bake.log", workers=2)
 
 
 def digests(baked: venvlayers.VenvLayers) -> list[str]:

@@ -14,7 +14,7 @@ from typing import Any
 from sparkbake import bases, planning
 from sparkbake.bake import runtime_image
 from sparkbake.config.model import Config, Tag
-from sparkbake.config.settings import HostSettings, host_settings
+from sparkbake.config.settings import Settings
 from sparkbake.console import display
 from sparkbake.console.tools import echo
 from sparkbake.core.layout import Layout
@@ -43,13 +43,14 @@ class Source:
 
 @dataclass(frozen=True)
 class Build:
-    """What every stage of one build reads: the tag's plan, where its outputs go, and how."""
+    """What every stage of one build reads: the tag's plan, the run's settings, where its
+    outputs go, and how."""
 
     config: Config
     plan: Plan
+    settings: Settings
     options: apply.Options = field(default_factory=apply.Options)
     load: bool = True  # False: the engine's tag is left alone (verify's rebuild)
-    settings: HostSettings = field(default_factory=host_settings)
 
     @property
     def layout(self) -> Layout:
@@ -112,7 +113,7 @@ def bake(build: Build, client: Client, source: Source, patched: PatchedTree,
         runtime_lock = pins.require_runtime_lock(config, tag, patched.path)
         house = wheelhouse.ensure(runtime_lock, tag, build.layout) if runtime_lock else None
         return runtime_image.bake(client, build.plan, runtime_base, built, patched, build.layout,
-                              source_date=source.source_date, cache=build.settings.cache_dir,
+                              source_date=source.source_date, settings=build.settings,
                               load=build.load, runtime_wheels=house, runtime_lock=runtime_lock,
                               log=build.log(Stage.BAKE))
 
@@ -121,7 +122,7 @@ def with_sources_lock(build: Build, tree: PatchedTree) -> Build:
     """The build once the patched tree's sources lock is there: a missing one is made here,
     before the wheels stage pulls its builder base (refused under CI: missing_lock), and the
     plan remade with it, since the locked sources are in the kernel and wheels keys."""
-    if not thirdparty.missing_lock(build.config, build.tag, tree.path):
+    if not thirdparty.missing_lock(build.config, build.tag, tree.path, build.settings):
         return build
     # `lock`'s stage, as `sparkbake lock` shows it: the git commands go to its log
     with display.stage(Stage.LOCK, build.tag.name, build.log(Stage.LOCK)):
@@ -148,11 +149,11 @@ def _baked(build: Build) -> tuple[Build, runtime_image.Image]:
     return build, bake(build, client, source, tree, wheels(build, client, source, tree))
 
 
-def fetched_plan(config: Config, tag: Tag) -> Plan:
+def fetched_plan(config: Config, tag: Tag, settings: Settings) -> Plan:
     """The plan once the tag's remote patches are fetched: until then their content, and so
     whether they touch kernels, is unknown (the fetch stage's network, done first)."""
     plan = planning.make(config, tag)
-    if remote_patches.fetch(plan.remote, host_settings()):
+    if remote_patches.fetch(plan.remote, settings):
         return planning.make(config, tag)
     return plan
 
@@ -213,29 +214,27 @@ def _wheels(build: Build, client: Client, source: Source, patched: PatchedTree) 
     # a damaged entry goes (with a warning) before anything reuses it
     entrycheck.drop_damaged(folder, entrycheck.damage(folder))
     entrycheck.drop_damaged(kernels, entrycheck.kernels_damage(kernels))
-    builder = ""
-    fetched: tuple[thirdparty.Fetched, ...] = ()
-    if not container_build.is_built(folder):  # cached wheels need no builder image
-        if plan.tag.kernels:
-            kernelseed.require_python_only(plan.tag,
-                                           plan.stage_inputs[Stage.KERNELS]["kernel patches"])
-            kernelseed.seed(plan.tag.kernels, kernels, settings)
-            return kernelseed.build_wheels(plan.tag, kernels, source.tree, patched.path, folder,
-                                           source.source_date, plan.local_version)
-        if plan.tag.upstream.kernel_reuse == "assemble" and kernelseed.assembles(kernels):
-            return kernelseed.build_wheels(plan.tag, kernels, source.tree, patched.path, folder,
-                                           source.source_date, plan.local_version)
-        # the sources first: a lock that lacks a declaration stops before a base is pulled
-        fetched = thirdparty.prepare(config, plan.tag, patched.path, settings)
-        base = bases.ensure(client, plan.tag.builder, plan.tag.platform, config.build_dir,
-                            settings)
-        pins.make_missing(config, plan.tag, settings, patched.path)
-        lock_file = pins.require_lock(config, plan.tag, patched.path)
-        builder = container_build.builder_image(client, base, lock_file, settings, config.build_dir)
+    if container_build.is_built(folder):  # cached wheels need no builder image, nor jobs
+        return container_build.cached(plan.tag, folder)
+    if plan.tag.kernels:
+        kernelseed.require_python_only(plan.tag, plan.stage_inputs[Stage.KERNELS]["kernel patches"])
+        kernelseed.seed(plan.tag.kernels, kernels, settings)
+        return kernelseed.build_wheels(plan.tag, kernels, source.tree, patched.path, folder,
+                                       source.source_date, plan.local_version)
+    if plan.tag.upstream.kernel_reuse == "assemble" and kernelseed.assembles(kernels):
+        return kernelseed.build_wheels(plan.tag, kernels, source.tree, patched.path, folder,
+                                       source.source_date, plan.local_version)
+    # the sources first: a lock that lacks a declaration stops before a base is pulled
+    fetched = thirdparty.prepare(config, plan.tag, patched.path, settings)
+    base = bases.ensure(client, plan.tag.builder, plan.tag.platform, config.build_dir, settings)
+    pins.make_missing(config, plan.tag, settings, patched.path)
+    lock_file = pins.require_lock(config, plan.tag, patched.path)
+    builder = container_build.builder_image(client, base, lock_file, settings, config.build_dir)
     request = container_build.BuildRequest(
         tag=plan.tag, builder=builder, patched=patched, folder=folder, kernels=kernels,
         third_party=fetched, log=build.log(Stage.WHEELS),
         jobs=container_build.compile_jobs(client.info(), settings), memory=settings.builder_memory,
-        source_date=source.source_date, local_version=plan.local_version, pristine=source.tree,
+        compile_cache=settings.compile_cache, source_date=source.source_date,
+        local_version=plan.local_version, pristine=source.tree,
     )
     return container_build.build(client, request)
