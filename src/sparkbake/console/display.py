@@ -15,7 +15,7 @@ import shutil
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
@@ -246,7 +246,7 @@ class Console:
         return f"\x1b[{code}m{text}\x1b[0m" if self.colour and code else text
 
 
-def summary_lines(runs: list[StageRun], console: Console) -> list[str]:
+def summary_lines(runs: Sequence[StageRun], console: Console) -> list[str]:
     """The run's table: stage, state, time, key."""
     lines = [f"{'stage':<11} {'state':<11} {'time':>8}  key"]
     for run in runs:

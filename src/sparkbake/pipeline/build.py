@@ -1,12 +1,13 @@
 """The build stages as typed functions: fetch -> Source, patch -> PatchedTree,
 wheels -> WheelSet, bake -> Image. Each is skipped when its cache entry is there (the test
-is the one `plan` uses: pipeline/status.py); each later stage takes the earlier products."""
+is the one `plan` uses: pipeline/status.py); each later stage takes the earlier products.
+`run_until` returns the last stage's outcome with every stage run of the build."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -44,13 +45,15 @@ class Source:
 @dataclass(frozen=True)
 class Build:
     """What every stage of one build reads: the tag's plan, the run's settings, where its
-    outputs go, and how."""
+    outputs go, and how; and the stage runs so far, in order."""
 
     config: Config
     plan: Plan
     settings: Settings
     options: apply.Options = field(default_factory=apply.Options)
     load: bool = True  # False: the engine's tag is left alone (verify's rebuild)
+    # shared by the copies `replace` makes (with_sources_lock): one build, one list
+    runs: list[display.StageRun] = field(default_factory=list)
 
     @property
     def layout(self) -> Layout:
@@ -63,17 +66,25 @@ class Build:
     def log(self, stage: Stage) -> Path:
         return self.layout.stage_log(self.tag.name, stage)
 
-    def stage(self, stage: Stage) -> AbstractContextManager[display.StageRun]:
-        """The stage's line and its log, under its key in the plan."""
-        return display.stage(stage, self.plan.key(stage), self.log(stage))
+    @contextmanager
+    def stage(self, stage: Stage, key: str | None = None) -> Iterator[display.StageRun]:
+        """The stage's line and its log, under key (default: the stage's key in the plan);
+        its run kept in runs."""
+        with display.stage(stage, self.plan.key(stage) if key is None else key,
+                           self.log(stage)) as run:
+            if not any(kept is run for kept in self.runs):  # stages do not nest: once
+                self.runs.append(run)
+            yield run
 
 
 @dataclass(frozen=True)
 class Outcome:
-    """A stage command's result: its line for the user, and its facts for --json."""
+    """A stage command's result: its line for the user, its facts for --json, and the stage
+    runs that led to it, in order (the summary's rows)."""
 
     text: str
     facts: dict[str, Any]  # JSON: printed by --json, written by --metadata-file
+    runs: tuple[display.StageRun, ...] = ()
 
 
 def fetch(build: Build, *, third_party: bool = False) -> Source:
@@ -125,7 +136,7 @@ def with_sources_lock(build: Build, tree: PatchedTree) -> Build:
     if not thirdparty.missing_lock(build.config, build.tag, tree.path, build.settings):
         return build
     # `lock`'s stage, as `sparkbake lock` shows it: the git commands go to its log
-    with display.stage(Stage.LOCK, build.tag.name, build.log(Stage.LOCK)):
+    with build.stage(Stage.LOCK, build.tag.name):
         thirdparty.lock_on_first_use(build.config, build.tag, tree.path, build.settings)
     return replace(build, plan=planning.make(build.config, build.tag))
 
@@ -159,8 +170,10 @@ def fetched_plan(config: Config, tag: Tag, settings: Settings) -> Plan:
 
 
 def run_until(build: Build, last: Stage) -> Outcome:
-    """The build stages up to last, each skipped when cached; the last one's outcome."""
-    return UNTIL[last](build)
+    """The build stages up to last, each skipped when cached; the last one's outcome, with
+    the build's stage runs."""
+    outcome = UNTIL[last](build)
+    return replace(outcome, runs=tuple(build.runs))
 
 
 def _fetch_outcome(build: Build) -> Outcome:

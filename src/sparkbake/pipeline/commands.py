@@ -69,10 +69,10 @@ def run_until(config: Config, settings: Settings, tag: Tag, last: Stage,
         work = build.Build(config, build.fetched_plan(config, tag, settings), settings,
                            options or apply.Options())
         outcome = build.run_until(work, last)
-    for line in display.summary_lines(display.current.runs, display.current):
+    for line in display.summary_lines(outcome.runs, display.current):
         display.notice(line)
     display.result(outcome.text)
-    found = {**outcome.facts, "stages": [run.to_json() for run in display.current.runs]}
+    found = {**outcome.facts, "stages": [run.to_json() for run in outcome.runs]}
     if output.metadata_file:
         atomic_write(output.metadata_file, json.dumps(found, indent=2) + "\n")
     _print_json(output, found)
