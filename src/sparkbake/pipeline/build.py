@@ -44,8 +44,9 @@ class Source:
 
 @dataclass(frozen=True)
 class Build:
-    """What every stage of one build reads: the tag's plan, the run's settings, where its
-    outputs go, and how; and the stage runs so far, in order."""
+    """What every stage of one build reads: the tag's plan (its remote patches fetched:
+    fetched_plan), the run's settings, where its outputs go, and how; and the stage runs so
+    far, in order."""
 
     config: Config
     plan: Plan
@@ -88,13 +89,12 @@ class Outcome:
 
 
 def fetch(build: Build, *, third_party: bool = False) -> Source:
-    """The pristine tree and the tag's remote patches (third_party: and its locked CMake
-    sources, verified: what `sparkbake fetch` does besides)."""
+    """The pristine tree (third_party: and the tag's locked CMake sources, verified: what
+    `sparkbake fetch` does besides). The remote patches were fetched with the plan."""
     plan, layout = build.plan, build.layout
     with build.stage(Stage.FETCH):
         tree = upstream_tree.fetch(build.tag.upstream, layout.source(plan.fetch_key),
                                    build.settings)
-        remote_patches.fetch(plan.remote, build.settings)
         if third_party:
             found = thirdparty.fetch_locked(build.config, build.tag, build.settings)
             echo(f"third-party sources: {len(found)} verified" if found else
@@ -162,7 +162,8 @@ def _baked(build: Build) -> tuple[Build, runtime_image.Image]:
 
 def fetched_plan(config: Config, tag: Tag, settings: Settings) -> Plan:
     """The plan once the tag's remote patches are fetched: until then their content, and so
-    whether they touch kernels, is unknown (the fetch stage's network, done first)."""
+    whether they touch kernels, is unknown (the fetch stage's network, done first, and only
+    here: a build's stages take them from this plan)."""
     plan = planning.make(config, tag)
     if remote_patches.fetch(plan.remote, settings):
         return planning.make(config, tag)
