@@ -14,7 +14,7 @@ from pathlib import Path
 import docker.errors
 
 from sparkbake.config.platforms import PLATFORMS, Platform
-from sparkbake.config.settings import HostSettings
+from sparkbake.config.settings import Settings
 from sparkbake.config.versions import Base, DebootstrapBase, ImageBase
 from sparkbake.console.tools import echo, require_tool, run, step
 from sparkbake.errors import ConfigError, EngineError
@@ -43,7 +43,7 @@ def local_ref(base: DebootstrapBase, platform: Platform) -> str:
 
 
 def ensure(client: Client, base: Base, platform: Platform, build_dir: Path,
-           settings: HostSettings) -> BaseImage:
+           settings: Settings) -> BaseImage:
     """Make sure the base is in the engine for the platform; build (debootstrap) or pull it
     if not. Containers of it run emulated where the engine's host is another platform."""
     require_engine_runs(client, platform)
@@ -84,7 +84,7 @@ def _pull(client: Client, base: ImageBase, platform: Platform) -> None:
 
 
 def _debootstrap(client: Client, base: DebootstrapBase, ref: str, platform: Platform,
-                 build_dir: Path, settings: HostSettings) -> None:
+                 build_dir: Path, settings: Settings) -> None:
     if platform.debian is None:
         raise ConfigError(f"base {base.name!r}: debootstrap has no architecture for "
                           f"{platform}", f"use one of {', '.join(map(str, PLATFORMS))}")

@@ -94,7 +94,7 @@ class Baker:
                                  image_layout.Layout(self.folder / cache / "oci"))
         (work / "scratch").mkdir()
         return venvlayers.make_layers(self.client, self.base, packages, layer_cache,
-                                      work / "scratch", SOURCE_DATE, work / "bake.log")
+                                      work / "scratch", SOURCE_DATE, work / "bake.log", workers=2)
 
 
 def digests(baked: venvlayers.VenvLayers) -> list[str]:

@@ -13,13 +13,12 @@ from sparkbake import bases, planning
 from sparkbake.bake import elfcheck
 from sparkbake.config import platforms
 from sparkbake.config.platforms import AMD64, ARM64, Platform
-from sparkbake.config.settings import HostSettings
 from sparkbake.config.versions import DebootstrapBase
 from sparkbake.core.stages import Stage
 from sparkbake.errors import BakeError, ConfigError, EngineError
 from sparkbake.oci import emulation
 from sparkbake.pipeline import status
-from tests.conftest import Project
+from tests.conftest import Project, settings_of
 
 # the first 20 bytes of an ELF header: class, byte order, then e_machine at offset 18
 X86_64 = b"\x7fELF\x02\x01\x01" + bytes(11) + (62).to_bytes(2, "little")
@@ -113,8 +112,7 @@ def test_the_hosts_own_platform_needs_no_handler(tmp_path: Path) -> None:
 def test_debootstrap_refuses_a_platform_the_table_lacks(tmp_path: Path) -> None:
     base = DebootstrapBase(name="d", suite="bookworm", mirror=None, variant="minbase",
                            packages=())
-    settings = HostSettings(index_url="http://127.0.0.1:9/simple", ca_bundle=None,
-                            debian_mirror=None)
+    settings = settings_of()
     with pytest.raises(ConfigError) as caught:
         bases._debootstrap(FakeEngine("x86_64"), base, "ref", platforms.parse("linux/riscv64"),
                            tmp_path, settings)

@@ -93,8 +93,9 @@ def runtime_key(client: Client, runtime: BaseImage, packages: VenvPackages, sour
 
 
 def make_layers(client: Client, runtime: BaseImage, packages: VenvPackages, cache: LayerCache,
-                work: Path, source_date: int, log: Path) -> VenvLayers:
-    """The layers of /opt/venv, from the cache where their keys are there."""
+                work: Path, source_date: int, log: Path, workers: int) -> VenvLayers:
+    """The layers of /opt/venv, from the cache where their keys are there (workers: the
+    threads that compress a layer written)."""
     pinned = _pinned(packages)
     key = runtime_key(client, runtime, packages, source_date, pinned)
     groups = venvgroups.present(pinned)
@@ -112,13 +113,13 @@ def make_layers(client: Client, runtime: BaseImage, packages: VenvPackages, cach
     else:
         about = {"python": installed.python, "cuda_home": installed.cuda_home}
         made = _runtime_layers(installed, parts.runtime, packages, cache, key, groups, about,
-                               work, source_date)
+                               work, source_date, workers)
     for part, paths in (("kernels", parts.kernels), ("python", parts.python)):
         content = content_key(installed.root, paths, source_date)
         what = _upstream_what(packages, part)
         layer, was_cached = cache.layer(part, content, functools.partial(
             _written, cache.layout, what, installed.root, paths, work / f"{part}.tar.gz",
-            source_date))
+            source_date, workers))
         made.append(_Made(part, layer, was_cached, what))
     for one in made:
         echo(f"bake: {venv.VENV} layer {one.part}: {'cached' if one.cached else 'written'} "
@@ -137,7 +138,8 @@ class _Made:
 
 def _runtime_layers(installed: venv.Installed, runtime: tuple[str, ...], packages: VenvPackages,
                     cache: LayerCache, key: str, groups: tuple[venvgroups.Group, ...],
-                    about: dict[str, Any], work: Path, source_date: int) -> list[_Made]:
+                    about: dict[str, Any], work: Path, source_date: int,
+                    workers: int) -> list[_Made]:
     """A layer per runtime group, bottom first, from the venv just installed: each kept by
     its content (a group whose files are as before keeps its blob, neither compressed nor
     pushed again), and recorded under the runtime key for the next bake of this lock."""
@@ -149,18 +151,18 @@ def _runtime_layers(installed: venv.Installed, runtime: tuple[str, ...], package
         content = content_key(installed.root, paths[group.name], source_date)
         layer, was_cached = cache.layer(part, content, functools.partial(
             _written, cache.layout, what, installed.root, paths[group.name],
-            work / f"{part}.tar.gz", source_date))
+            work / f"{part}.tar.gz", source_date, workers))
         cache.put(part, key, layer, about)
         made.append(_Made(part, layer, was_cached, what))
     return made
 
 
 def _written(layout: image_layout.Layout, what: str, root: Path, paths: tuple[str, ...],
-             dest: Path, source_date: int) -> layers.Layer:
+             dest: Path, source_date: int, workers: int) -> layers.Layer:
     """A layer written and compressed, as a timed step (the bake's longest); what the SBOM
     reads of it is taken from the files it was written from, not read back from its blob."""
     with step(f"layer {what}"):
-        layer = layers.from_paths(root, paths, dest, source_date)
+        layer = layers.from_paths(root, paths, dest, source_date, workers=workers)
     imagefiles.remember(layout, layer.digest, root, paths)
     return layer
 

@@ -18,7 +18,7 @@ import docker.errors
 from sparkbake import bases
 from sparkbake.bake.runtime_image import INPUTS_LABEL, TAG_LABEL
 from sparkbake.config.platforms import Platform
-from sparkbake.config.settings import HostSettings
+from sparkbake.config.settings import Settings
 from sparkbake.config.versions import Base, Config, DebootstrapBase
 from sparkbake.housekeeping.sweep import Item, Kept
 from sparkbake.lock import pins
@@ -44,7 +44,7 @@ class Current:
 
 
 def current(client: Client, config: Config, plans: Iterable[Plan],
-            settings: HostSettings) -> Current:
+            settings: Settings) -> Current:
     base_refs: set[str] = set()
     builder_refs: set[str] = set()
     inputs: set[str] = set()

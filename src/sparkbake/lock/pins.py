@@ -9,7 +9,6 @@ images/builder-requirements-torch.txt: a toolchain of the CUDA release torch is 
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import tempfile
@@ -21,7 +20,7 @@ from packaging.utils import canonicalize_name
 
 from sparkbake import resources
 from sparkbake.config.platforms import PLATFORMS
-from sparkbake.config.settings import HostSettings
+from sparkbake.config.settings import Settings
 from sparkbake.config.versions import Config, Tag
 from sparkbake.console import display
 from sparkbake.console.invocation import command
@@ -31,7 +30,7 @@ from sparkbake.files import atomic_write
 from sparkbake.hashing import file_sha256
 from sparkbake.lock import requirements
 
-__all__ = ["compile_requirements", "lock_path", "locked", "make_missing",
+__all__ = ["compile_requirements", "lock_path", "make_missing",
            "packages", "require_lock", "require_runtime_lock", "resolve", "runtime_lock_path"]
 
 TOOLCHAIN = "builder-requirements.txt"
@@ -136,20 +135,13 @@ def _sha(path: Path) -> str:
     return file_sha256(path)[:16]
 
 
-def locked() -> bool:
-    """Must every lock exist already? Under CI (`CI=true`) and with --locked
-    (SPARKBAKE_LOCKED=1): a lock is an input to review, never made on the fly there."""
-    return (os.environ.get("CI", "").lower() in ("1", "true", "yes")
-            or os.environ.get("SPARKBAKE_LOCKED") == "1")
-
-
-def make_missing(config: Config, tag: Tag, settings: HostSettings, tree: Path) -> list[Path]:
+def make_missing(config: Config, tag: Tag, settings: Settings, tree: Path) -> list[Path]:
     """On a developer's machine, the tag's locks that do not exist yet, made with a notice
     (an existing lock is left as it is: a stale one stays an error of require_*)."""
     wanted = [path for path in (None if tag.kernels else lock_path(config, tag),
                                 runtime_lock_path(config, tag))
               if path is not None and not path.is_file()]
-    if not wanted or locked():
+    if not wanted or settings.locked:  # CI and --locked never make a lock
         return []
     names = ", ".join(str(p.relative_to(config.root)) for p in wanted)
     display.notice(f"lock: {names} missing: making it now; commit it (CI and --locked refuse a "
@@ -157,7 +149,7 @@ def make_missing(config: Config, tag: Tag, settings: HostSettings, tree: Path) -
     return resolve(config, tag, settings, tree, missing_only=True)
 
 
-def resolve(config: Config, tag: Tag, settings: HostSettings,
+def resolve(config: Config, tag: Tag, settings: Settings,
             tree: Path | None = None, missing_only: bool = False) -> list[Path]:
     """Resolve the builder requirements for the tag's builder base (but for a kernel seed),
     and the upstream's runtime requirements for its runtime base where it declares them;
@@ -193,7 +185,7 @@ def resolve(config: Config, tag: Tag, settings: HostSettings,
 
 
 def _compile(tag: Tag, base: str, python: str | None, sources: list[Path], target: Path,
-             settings: HostSettings, header: str) -> None:
+             settings: Settings, header: str) -> None:
     """uv pip compile sources for python on the tag's platform, with hashes, into target."""
     if python is None:
         raise ConfigError(f"base {base!r} does not say its Python version",
@@ -219,7 +211,7 @@ def _uv() -> str:
 
 
 def compile_requirements(sources: list[Path], python: str, machine: str, target: Path,
-                         header: str, settings: HostSettings,
+                         header: str, settings: Settings,
                          indexes: Sequence[str] = ()) -> None:
     """uv pip compile sources for python on Linux/machine, with hashes, into target (header
     first); indexes: more uv index options than the configured index."""

@@ -17,7 +17,7 @@ import zipfile
 from pathlib import Path
 
 from sparkbake import trust
-from sparkbake.config.settings import HostSettings
+from sparkbake.config.settings import Settings
 from sparkbake.config.versions import KernelSeed, Tag
 from sparkbake.console.tools import echo, require_tool, run, step
 from sparkbake.errors import BuildError, ConfigError
@@ -45,7 +45,7 @@ def require_python_only(tag: Tag, kernel_patches: list[str]) -> None:
             "drop `kernels:` from the tag to compile them, or keep those patches out of it")
 
 
-def seed(kernels: KernelSeed, entry: Path, settings: HostSettings) -> None:
+def seed(kernels: KernelSeed, entry: Path, settings: Settings) -> None:
     """Make the kernel cache entry from the seed wheel unless it is there."""
     if (entry / KERNELS_FILE).is_file():
         return
