@@ -70,6 +70,14 @@ def bench_cold(session: nox.Session) -> None:
     session.run("python", "bin/bench_cold.py", *session.posargs)
 
 
+@nox.session(name="bench-noop")
+def bench_noop(session: nox.Session) -> None:
+    """A no-op build-image of demo, as a process and in-process, and the CLI's import time;
+    writes benchmarks/noop-build-image-demo.json."""
+    session.install(".")
+    session.run("python", "bin/bench_noop.py", *session.posargs)
+
+
 @nox.session(name="bench-cache")
 def bench_cache(session: nox.Session) -> None:
     """The compile cache and the kernel arch list; writes benchmarks/compile-cache.json."""

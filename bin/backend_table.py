@@ -18,6 +18,7 @@ from pathlib import Path
 
 from sparkbake import resources
 from sparkbake.config import versions
+from sparkbake.config.platforms import Platform
 from sparkbake.oci import docker_engine, emulation
 from sparkbake.smoke import checks
 
@@ -41,7 +42,8 @@ def merge(runs: dict[str, dict[str, dict[str, Table]]], version: str, cuda_arch:
     return dict(merged)
 
 
-def ask(client: docker_engine.Client, image: str, platform: str, command: list[str]) -> str:
+def ask(client: docker_engine.Client, image: str, platform: Platform,
+        command: list[str]) -> str:
     files = {f"{checks.CHECKER_DIR}/{name}": resources.path(name).read_bytes()
              for name in checks.CHECKER_FILES}
     with emulation.cpu_sysfs(client, platform) as volumes:

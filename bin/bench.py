@@ -24,7 +24,7 @@ from typing import Any
 from sparkbake import planning
 from sparkbake.__main__ import main as cli
 from sparkbake.config import versions as config_mod
-from sparkbake.config.settings import host_settings
+from sparkbake.config.settings import Settings
 from sparkbake.config.versions import PypiUpstream
 from sparkbake.fetch import upstream_tree
 from sparkbake.hashing import tree_hash
@@ -58,7 +58,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     tag = config.tag("bench")
     fetch_key = planning.make(config, tag).fetch_key
     pristine = upstream_tree.fetch(tag.upstream, config.build_dir / "sources" / fetch_key,
-                                   host_settings())
+                                   Settings.of_process())
     with (args.work / "bench.log").open("w") as log, contextlib.redirect_stderr(log):
         result = _measure(config, pristine, args.patches, args.runs)
     result["upstream"] = f"{upstream.name} {upstream.version} (sdist sha256 {upstream.sha256})"

@@ -27,7 +27,7 @@ from bench import _machine
 from sparkbake import bases, planning
 from sparkbake.__main__ import main as cli
 from sparkbake.config import versions as config_mod
-from sparkbake.config.settings import host_settings
+from sparkbake.config.settings import Settings
 from sparkbake.fetch import upstream_tree
 from sparkbake.lock import pins
 from sparkbake.oci.docker_engine import bridge_gateway, connect, run_container
@@ -74,7 +74,7 @@ def _parser() -> argparse.ArgumentParser:
 def _fixture_base(work: Path) -> str:
     """The fixture's base image: a container of it tells the bridge's gateway address."""
     tag = config_mod.load(FIXTURE / "versions.yaml").tag("fixture")
-    return bases.ensure(connect(), tag.builder, tag.platform, work, host_settings()).ref
+    return bases.ensure(connect(), tag.builder, tag.platform, work, Settings.of_process()).ref
 
 
 @contextmanager
@@ -145,7 +145,7 @@ def _vllm_kernel(work: Path, config_path: Path, upstream_key: str) -> dict[str, 
     config = config_mod.load(config_path)
     upstream = config.upstreams[upstream_key]
     tag = next(t for t in config.tags.values() if t.upstream == upstream)
-    settings = host_settings()
+    settings = Settings.of_process()
     fetch_key = planning.make(config, tag).fetch_key
     tree = upstream_tree.fetch(upstream, config.build_dir / "sources" / fetch_key, settings)
     fixture = config_mod.load(FIXTURE / "versions.yaml")

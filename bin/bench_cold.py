@@ -28,6 +28,7 @@ from bench_incremental import _copy_project as copy_project
 from bench_incremental import _layers
 
 from sparkbake.config import versions as config_mod
+from sparkbake.config.settings import Settings
 from sparkbake.core.stages import Stage
 from sparkbake.oci import docker_engine, image_layout
 from sparkbake.pipeline import commands
@@ -56,11 +57,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     project = _copy_project(root, work / "project")
     loaded = dataclasses.replace(config_mod.load(project / "versions.yaml"), work=work)
     tag = loaded.tag(args.tag)
-    os.environ["SPARKBAKE_CACHE"] = str(work / "cache")  # the base layers' cache: cold too
+    # the base layers' cache: cold too
+    settings = Settings.of_process().with_environ(SPARKBAKE_CACHE=str(work / "cache"))
     start = time.perf_counter()
-    _ok(commands.run_until(loaded, tag, Stage.WHEELS))
+    _ok(commands.run_until(loaded, settings, tag, Stage.WHEELS))
     until_wheels = round(time.perf_counter() - start, 1)
-    runs = {workers: _cold_bake(loaded, tag, workers)
+    runs = {workers: _cold_bake(loaded, settings, tag, workers)
             for workers in (int(n) for n in args.workers.split(","))}
     result = {
         "benchmark": "the bake from cold (layers written, compressed and loaded), per worker "
@@ -88,17 +90,18 @@ def _copy_project(root: Path, dest: Path) -> Path:
     return dest
 
 
-def _cold_bake(loaded: config_mod.Config, tag: config_mod.Tag, workers: int) -> dict[str, Any]:
+def _cold_bake(loaded: config_mod.Config, settings: Settings, tag: config_mod.Tag,
+               workers: int) -> dict[str, Any]:
     """One bake with nothing of it cached: no layer, no base export, no image in the engine."""
     for folder in ("oci", "layers", "contexts"):
         shutil.rmtree(loaded.build_dir / folder, ignore_errors=True)
-    shutil.rmtree(os.environ["SPARKBAKE_CACHE"], ignore_errors=True)
+    shutil.rmtree(settings.cache_dir, ignore_errors=True)
     client = docker_engine.connect()
     if docker_engine.image_exists(client, tag.image_ref):
         client.images.remove(tag.image_ref, noprune=False)
-    os.environ["SPARKBAKE_COMPRESS_WORKERS"] = str(workers)
+    with_workers = settings.with_environ(SPARKBAKE_COMPRESS_WORKERS=str(workers))
     start = time.perf_counter()
-    _ok(commands.run_until(loaded, tag, Stage.BAKE))
+    _ok(commands.run_until(loaded, with_workers, tag, Stage.BAKE))
     bake_s = round(time.perf_counter() - start, 1)
     steps = _steps(loaded.build_dir / "logs" / tag.name / "bake.log")
     layers = _layers(loaded, tag)

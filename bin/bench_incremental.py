@@ -26,6 +26,7 @@ from bench import _machine
 
 from sparkbake import planning
 from sparkbake.config import versions as config_mod
+from sparkbake.config.settings import Settings
 from sparkbake.core.stages import Stage
 from sparkbake.oci import image_layout, local_registry
 from sparkbake.pipeline import commands
@@ -98,12 +99,14 @@ def _copy_project(root: Path, dest: Path) -> Path:
 def _build_and_publish(loaded: config_mod.Config, tag: config_mod.Tag,
                        port: int) -> dict[str, Any]:
     tag = loaded.tag(tag.name)
+    settings = Settings.of_process()
     timed: dict[str, Any] = {}
     steps = ((Stage.PATCH, "patch_s"), (Stage.WHEELS, "wheels_s"), (Stage.BAKE, "bake_s"))
     for stage, what in steps:
-        timed[what] = _seconds(functools.partial(commands.run_until, loaded, tag, stage))
+        timed[what] = _seconds(functools.partial(commands.run_until, loaded, settings, tag,
+                                                 stage))
     timed["publish_s"] = _seconds(
-        lambda: commands.publish(loaded, tag, f"127.0.0.1:{port}", force=True,
+        lambda: commands.publish(loaded, settings, tag, f"127.0.0.1:{port}", force=True,
                                  skip_smoke=True))  # smoke is not what is measured
     timed["build_image_s"] = round(timed["patch_s"] + timed["wheels_s"] + timed["bake_s"], 1)
     record = json.loads((loaded.build_dir / "releases" / f"{tag.name}.json").read_text())

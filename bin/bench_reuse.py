@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import shutil
 import statistics
 import sys
@@ -24,6 +23,7 @@ from bench import _machine
 
 from sparkbake import planning
 from sparkbake.config import versions as config_mod
+from sparkbake.config.settings import Settings
 from sparkbake.core.stages import Stage
 from sparkbake.pipeline import commands
 
@@ -42,15 +42,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     work = args.work.resolve()
     shutil.rmtree(work, ignore_errors=True)
-    os.environ["SPARKBAKE_COMPILE_CACHE"] = "off"  # no compile cache on either side
+    # no compile cache on either side
+    settings = Settings.of_process().with_environ(SPARKBAKE_COMPILE_CACHE="off")
     loaded = config_mod.load(args.config.resolve())
-    kernels = _prime(loaded, args.tag, work / "prime")
+    kernels = _prime(loaded, settings, args.tag, work / "prime")
     fixture = config_mod.load(FIXTURE / "versions.yaml")
-    _timed(fixture, "fixture", work / "prime-fixture")  # builder image made
+    _timed(fixture, settings, "fixture", work / "prime-fixture")  # builder image made
     reuse, compile_ = [], []
     for run in range(args.runs):  # interleaved: the machine's load hits both alike
-        reuse.append(_timed(loaded, args.tag, work / f"reuse-{run}", kernels))
-        compile_.append(_timed(fixture, "fixture", work / f"fixture-{run}"))
+        reuse.append(_timed(loaded, settings, args.tag, work / f"reuse-{run}", kernels))
+        compile_.append(_timed(fixture, settings, "fixture", work / f"fixture-{run}"))
     medians = statistics.median(reuse), statistics.median(compile_)
     result = {
         "benchmark": "wheels stage: Python-only change on real vLLM vs a full kernel compile",
@@ -71,22 +72,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _prime(loaded: config_mod.Config, tag: str, work: Path) -> Path:
+def _prime(loaded: config_mod.Config, settings: Settings, tag: str, work: Path) -> Path:
     """Build the tag once (builder image, seed): its kernel cache entry, to copy into runs."""
-    _timed(loaded, tag, work)
+    _timed(loaded, settings, tag, work)
     plan = planning.make(loaded, loaded.tag(tag))
     return work / "wheels" / "kernels" / plan.kernel_key
 
 
-def _timed(loaded: config_mod.Config, tag: str, work: Path, kernels: Path | None = None) -> float:
+def _timed(loaded: config_mod.Config, settings: Settings, tag: str, work: Path,
+           kernels: Path | None = None) -> float:
     """The wheels stage of tag in a fresh work folder (kernels: a kernel entry put there)."""
     scratch = dataclasses.replace(loaded, work=work)
     plan = planning.make(scratch, scratch.tag(tag))
     if kernels is not None:
         shutil.copytree(kernels, scratch.wheels_dir / "kernels" / plan.kernel_key)
-    commands.run_until(scratch, scratch.tag(tag), Stage.PATCH)  # not timed: fetch, patch
+    commands.run_until(scratch, settings, scratch.tag(tag), Stage.PATCH)  # not timed
     start = time.perf_counter()
-    assert commands.run_until(scratch, scratch.tag(tag), Stage.WHEELS) == 0
+    assert commands.run_until(scratch, settings, scratch.tag(tag), Stage.WHEELS) == 0
     return time.perf_counter() - start
 
 

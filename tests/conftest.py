@@ -17,12 +17,23 @@ import pytest
 
 from sparkbake import bases, planning
 from sparkbake.__main__ import main
-from sparkbake.config import settings, versions
+from sparkbake.config import versions
+from sparkbake.config.settings import Settings
 from sparkbake.console import invocation
 from sparkbake.errors import EngineError
 from sparkbake.oci import docker_engine
 
 DATA = Path(__file__).parent / "data"
+
+
+def no_pip_config(name: str) -> str | None:
+    """pip's configuration where pip has none: nothing is asked of the host's pip."""
+    return None
+
+
+def settings_of(**environ: str) -> Settings:
+    """Settings of these environment variables alone; pip's configuration never asked."""
+    return Settings(environ, ask_pip=no_pip_config)
 
 
 @dataclass(frozen=True)
@@ -128,7 +139,7 @@ def debian_base(docker_client: docker_engine.Client,
     loaded = versions.load(DATA / "versions.yaml")
     tag = loaded.tag("fixture")
     base = bases.ensure(docker_client, tag.runtime, tag.platform,
-                        tmp_path_factory.mktemp("bases"), settings.host_settings())
+                        tmp_path_factory.mktemp("bases"), Settings.of_process())
     return base.ref
 
 
@@ -151,5 +162,5 @@ def project(tmp_path: Path) -> Project:
 def plain_invocation(monkeypatch: pytest.MonkeyPatch) -> None:
     """Remedies name `sparkbake COMMAND` (not nox's form, as under `nox -s tests`), and no
     --config of an earlier test's command line."""
-    monkeypatch.delenv("NOX_CURRENT_SESSION", raising=False)
-    invocation.remember_config(invocation.DEFAULT_CONFIG)
+    monkeypatch.delenv("NOX_CURRENT_SESSION", raising=False)  # what main reads
+    invocation.remember_config(invocation.DEFAULT_CONFIG, settings_of())

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from sparkbake.config import versions as config_mod
 from sparkbake.config.model import Tag
+from sparkbake.config.settings import Settings
 from sparkbake.console import display, invocation
 from sparkbake.core.stages import BUILD, Stage
 from sparkbake.errors import ConfigError, FatalError, UsageError, machine_error
@@ -280,8 +281,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = None
     try:
         args = parser().parse_args(argv)
-        display.configure(_verbosity(args))
-        code = dispatch(args)
+        settings = Settings.of_process(locked=getattr(args, "locked", False))
+        display.configure(_verbosity(args), settings.environ)
+        code = dispatch(args, settings)
         sys.stdout.flush()  # a closed pipe shows here, not at exit where it can't be caught
         return code
     except BrokenPipeError:
@@ -332,27 +334,14 @@ def _pipe_closed() -> int:
     return PIPE_CLOSED
 
 
-def dispatch(args: argparse.Namespace) -> int:
-    if not getattr(args, "locked", False):
-        return _dispatch(args)
-    before = os.environ.get("SPARKBAKE_LOCKED")
-    os.environ["SPARKBAKE_LOCKED"] = "1"  # lock.locked() reads it wherever a lock is needed
-    try:
-        return _dispatch(args)
-    finally:
-        if before is None:
-            del os.environ["SPARKBAKE_LOCKED"]
-        else:
-            os.environ["SPARKBAKE_LOCKED"] = before
-
-
-def _dispatch(args: argparse.Namespace) -> int:
+def dispatch(args: argparse.Namespace, settings: Settings) -> int:
+    """The command args name, with the run's settings (made once, in main)."""
     if args.command == "keys":  # these two need no versions.yaml: anyone can check
-        return release_checks.keys_generate(args.path)
+        return release_checks.keys_generate(args.path, settings)
     if args.command == "verify-release":
-        return release_checks.verify_release(args.reference, args.key, args.against,
+        return release_checks.verify_release(args.reference, args.key, args.against, settings,
                                               args.json, args.rebuild)
-    invocation.remember_config(args.config)  # remedies repeat the user's --config
+    invocation.remember_config(args.config, settings)  # remedies repeat the user's --config
     config = config_mod.load(args.config)
     if args.command == "registry":
         return commands.registry_command(config, args.action, args.port)
@@ -362,7 +351,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         print(tags.report(config, as_json=args.json))
         return 0
     if args.command == "gc":
-        return tidy.gc(config, args.dry_run, args.max_cache_size, args.check)
+        return tidy.gc(config, settings, args.dry_run, args.max_cache_size, args.check)
     if args.command == "clean":
         return tidy.clean(config, args.tag, args.everything, args.dry_run)
     if args.command == "releases":
@@ -372,27 +361,27 @@ def _dispatch(args: argparse.Namespace) -> int:
         print(commands.diff_releases(config, (args.tags[0], args.tags[1]), as_json=args.json))
         return 0
     if args.tag is None:
-        return _without_tag(config, args)
+        return _without_tag(config, settings, args)
     release = config.release_name(args.tag)
     if release is None:
-        return _tag_command(config, config.tag(args.tag), args)
+        return _tag_command(config, settings, config.tag(args.tag), args)
     if args.command == "publish":
-        return commands.publish_release(config, release, registry_host=args.registry,
+        return commands.publish_release(config, settings, release, registry_host=args.registry,
                                         force=args.force, skip_smoke=args.skip_smoke,
                                         output=commands.Output(json=args.json),
                                         sign_key=args.sign_key)
     if args.command == "deploy":
-        return commands.deploy_release(config, release, args.hosts, stream=args.stream,
+        return commands.deploy_release(config, settings, release, args.hosts, stream=args.stream,
                                        gpu=args.gpu, output=commands.Output(json=args.json),
                                        require_signature=args.require_signature)
     for tag in config.targets(release):  # each platform in turn; the first failure stops
         display.notice(f"{release}: {tag.platform} ({tag.name})")
-        if code := _tag_command(config, tag, args):
+        if code := _tag_command(config, settings, tag, args):
             return code
     return 0
 
 
-def _without_tag(config: config_mod.Config, args: argparse.Namespace) -> int:
+def _without_tag(config: config_mod.Config, settings: Settings, args: argparse.Namespace) -> int:
     """build-image: the tags to pick from (exit 2); smoke: every tag whose image is current
     in the engine, said first."""
     listed = tags.rows(config)
@@ -406,15 +395,16 @@ def _without_tag(config: config_mod.Config, args: argparse.Namespace) -> int:
                          "build one first: `sparkbake build-image TAG`")
     display.notice(f"smoke: the tags whose image is current: {', '.join(current)}")
     for name in current:
-        if code := _tag_command(config, config.tag(name), args):
+        if code := _tag_command(config, settings, config.tag(name), args):
             return code
     return 0
 
 
-def _tag_command(config: config_mod.Config, tag: Tag, args: argparse.Namespace) -> int:
+def _tag_command(config: config_mod.Config, settings: Settings, tag: Tag,
+                 args: argparse.Namespace) -> int:
     """A command on one tag (of one platform)."""
     if args.command == "rebase-check":
-        return commands.rebase_check(config, tag, args.to)
+        return commands.rebase_check(config, settings, tag, args.to)
     if args.command == "check-env":
         return commands.check_env(tag, args.env_file, args.proc_sys, show=args.show,
                                   runtime_lock=lock_mod.runtime_lock_path(config, tag))
@@ -423,29 +413,29 @@ def _tag_command(config: config_mod.Config, tag: Tag, args: argparse.Namespace) 
         print(text)
         return ConfigError.exit_code if blocked else 0
     if args.command == "lock":
-        return commands.lock_tag(config, tag, for_patch_tests=args.patch_tests)
+        return commands.lock_tag(config, settings, tag, for_patch_tests=args.patch_tests)
     if args.command == "patch-tests":
-        return commands.patch_tests(config, tag)
+        return commands.patch_tests(config, settings, tag)
     if args.command == "verify":
-        return commands.verify_tag(config, tag, against=args.against)
+        return commands.verify_tag(config, settings, tag, against=args.against)
     if args.command == "smoke":
-        return commands.smoke_tag(config, tag, SmokeOptions(
+        return commands.smoke_tag(config, settings, tag, SmokeOptions(
             gpu=args.gpu, model=args.model, serve_env=args.serve_env,
             serve_timeout=args.serve_timeout), output=commands.Output(json=args.json))
     if args.command == "publish":
-        return commands.publish(config, tag, registry_host=args.registry, force=args.force,
-                                skip_smoke=args.skip_smoke, output=commands.Output(json=args.json),
-                                sign_key=args.sign_key)
+        return commands.publish(config, settings, tag, registry_host=args.registry,
+                                force=args.force, skip_smoke=args.skip_smoke,
+                                output=commands.Output(json=args.json), sign_key=args.sign_key)
     if args.command == "deploy":
-        return commands.deploy_tag(config, tag, args.hosts, stream=args.stream, gpu=args.gpu,
-                                   output=commands.Output(json=args.json),
+        return commands.deploy_tag(config, settings, tag, args.hosts, stream=args.stream,
+                                   gpu=args.gpu, output=commands.Output(json=args.json),
                                    require_signature=args.require_signature)
     options = PatchOptions(skip_applied=getattr(args, "skip_applied", False),
                            keep=getattr(args, "keep", False),
                            checkout=getattr(args, "checkout", None))
     output = commands.Output(json=args.json, metadata_file=getattr(args, "metadata_file", None))
-    return commands.run_until(config, tag, STAGE_COMMANDS[args.command], options=options,
-                              output=output)
+    return commands.run_until(config, settings, tag, STAGE_COMMANDS[args.command],
+                              options=options, output=output)
 
 
 def _series_command(config: config_mod.Config, args: argparse.Namespace) -> int:

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import docker.errors
 
-from sparkbake.config.settings import HostSettings
+from sparkbake.config.platforms import PLATFORMS, Platform
+from sparkbake.config.settings import Settings
 from sparkbake.config.versions import Base, DebootstrapBase, ImageBase
 from sparkbake.console.tools import echo, require_tool, run, step
 from sparkbake.errors import ConfigError, EngineError
@@ -25,7 +26,6 @@ from sparkbake.planning import base_identity
 
 __all__ = ["BaseImage", "ensure", "local_ref"]
 
-PLATFORM_TO_DEBIAN = {"linux/amd64": "amd64", "linux/arm64": "arm64"}
 IMPORT_FORMAT = 2  # raise when _import writes another image for the same rootfs
 
 
@@ -36,45 +36,45 @@ class BaseImage:
     digest: str  # registry digest, or the image id of a local import
 
 
-def local_ref(base: DebootstrapBase, platform_name: str) -> str:
+def local_ref(base: DebootstrapBase, platform: Platform) -> str:
     """The engine's name of a debootstrap base made for a platform."""
-    key = data_hash({**base_identity(base), "platform": platform_name, "import": IMPORT_FORMAT})
+    key = data_hash({**base_identity(base), "platform": str(platform), "import": IMPORT_FORMAT})
     return f"sparkbake-base/{base.name}:{key[:12]}"
 
 
-def ensure(client: Client, base: Base, platform_name: str, build_dir: Path,
-           settings: HostSettings) -> BaseImage:
+def ensure(client: Client, base: Base, platform: Platform, build_dir: Path,
+           settings: Settings) -> BaseImage:
     """Make sure the base is in the engine for the platform; build (debootstrap) or pull it
     if not. Containers of it run emulated where the engine's host is another platform."""
-    require_engine_runs(client, platform_name)
+    require_engine_runs(client, platform)
     if isinstance(base, ImageBase):
         if not image_exists(client, base.image):
-            _pull(client, base, platform_name)
-        _require_platform(client, base.image, platform_name)
+            _pull(client, base, platform)
+        _require_platform(client, base.image, platform)
         return BaseImage(base.name, base.image, base.digest)
-    ref = local_ref(base, platform_name)
+    ref = local_ref(base, platform)
     if not image_exists(client, ref):
-        _debootstrap(client, base, ref, platform_name, build_dir, settings)
+        _debootstrap(client, base, ref, platform, build_dir, settings)
     return BaseImage(base.name, ref, str(client.images.get(ref).id))
 
 
-def _require_platform(client: Client, ref: str, platform_name: str) -> None:
+def _require_platform(client: Client, ref: str, platform: Platform) -> None:
     """The engine's image is the platform's (a multi-arch digest pulled for another one is
     not)."""
     attrs = image_attrs(client, ref)
     found = f"{attrs.get('Os', 'linux')}/{attrs.get('Architecture', '?')}"
-    if found != platform_name:
-        raise EngineError(f"base {ref} in the engine is {found}, the tag wants {platform_name}",
+    if found != str(platform):
+        raise EngineError(f"base {ref} in the engine is {found}, the tag wants {platform}",
                           f"remove it (docker rmi {ref}) and build again to pull "
-                          f"{platform_name}")
+                          f"{platform}")
 
 
-def _pull(client: Client, base: ImageBase, platform_name: str) -> None:
+def _pull(client: Client, base: ImageBase, platform: Platform) -> None:
     name, digest = base.image.split("@", 1)
     repository = name.rsplit(":", 1)[0] if ":" in name.rsplit("/", 1)[-1] else name
-    with step(f"pull {base.image} ({platform_name})"):
+    with step(f"pull {base.image} ({platform})"):
         try:
-            client.images.pull(repository, tag=digest, platform=platform_name)
+            client.images.pull(repository, tag=digest, platform=str(platform))
         except docker.errors.APIError as exc:
             raise EngineError(
                 f"base {base.name!r}: cannot pull {base.image}: {exc.explanation or exc}",
@@ -83,12 +83,12 @@ def _pull(client: Client, base: ImageBase, platform_name: str) -> None:
         client.images.get(f"{repository}@{digest}").tag(name)
 
 
-def _debootstrap(client: Client, base: DebootstrapBase, ref: str, platform_name: str,
-                 build_dir: Path, settings: HostSettings) -> None:
-    if platform_name not in PLATFORM_TO_DEBIAN:
+def _debootstrap(client: Client, base: DebootstrapBase, ref: str, platform: Platform,
+                 build_dir: Path, settings: Settings) -> None:
+    if platform.debian is None:
         raise ConfigError(f"base {base.name!r}: debootstrap has no architecture for "
-                          f"{platform_name}", f"use one of {', '.join(PLATFORM_TO_DEBIAN)}")
-    require_binfmt(platform_name)  # the second stage runs the platform's programs
+                          f"{platform}", f"use one of {', '.join(map(str, PLATFORMS))}")
+    require_binfmt(platform)  # the second stage runs the platform's programs
     mirror = base.mirror or settings.debian_mirror
     if mirror is None:
         raise ConfigError(f"base {base.name!r}: no Debian mirror configured on this host",
@@ -96,11 +96,10 @@ def _debootstrap(client: Client, base: DebootstrapBase, ref: str, platform_name:
     debootstrap = require_tool("debootstrap", "debootstrap")
     if os.geteuid() != 0:
         raise EngineError("debootstrap needs root", "run as root, or use an image base")
-    with step(f"debootstrap {base.suite} ({platform_name}) for base {base.name}"), \
+    with step(f"debootstrap {base.suite} ({platform}) for base {base.name}"), \
             scratch_dir(build_dir / "bases", f"{base.name}.") as work:
         rootfs = work / "rootfs"
-        cmd = [debootstrap, f"--variant={base.variant}",
-               f"--arch={PLATFORM_TO_DEBIAN[platform_name]}"]
+        cmd = [debootstrap, f"--variant={base.variant}", f"--arch={platform.debian}"]
         if base.packages:
             cmd.append("--include=" + ",".join(base.packages))
         run([*cmd, base.suite, rootfs, mirror], error=EngineError,
@@ -110,20 +109,20 @@ def _debootstrap(client: Client, base: DebootstrapBase, ref: str, platform_name:
              "--numeric-owner", "-cf", work / "rootfs.tar", "."], error=EngineError,
             what="packing the rootfs")
         echo(f"import {ref}")
-        _import(client, work / "rootfs.tar", ref, platform_name, work / "image.tar")
+        _import(client, work / "rootfs.tar", ref, platform, work / "image.tar")
 
 
-def _import(client: Client, rootfs: Path, ref: str, platform_name: str, archive: Path) -> None:
+def _import(client: Client, rootfs: Path, ref: str, platform: Platform, archive: Path) -> None:
     """docker load a one-layer image of rootfs whose config names its platform (`docker
     import --platform` of Docker 20.10 records the engine's architecture instead)."""
     digest = hashlib.sha256()
     with rootfs.open("rb") as stream:
         while chunk := stream.read(1 << 20):
             digest.update(chunk)
-    os_name, arch = platform_name.split("/", 1)
     created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     config = json.dumps({
-        "architecture": arch, "os": os_name, "config": {}, "created": created,
+        "architecture": platform.architecture, "os": platform.os, "config": {},
+        "created": created,
         "history": [{"created": created, "created_by": f"sparkbake: debootstrap {ref}"}],
         "rootfs": {"type": "layers", "diff_ids": [f"sha256:{digest.hexdigest()}"]},
     }, sort_keys=True).encode()

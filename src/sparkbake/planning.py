@@ -196,7 +196,7 @@ def make(config: Config, tag: Tag) -> Plan:
     local = stamping.local_part(patch_key, any(s.patches for s in series))
     toolchain = {
         "builder": base_identity(tag.builder), "cuda_arch": tag.cuda_arch,
-        "platform": tag.platform, "template": resources.digest("builder.Dockerfile.j2"),
+        "platform": str(tag.platform), "template": resources.digest("builder.Dockerfile.j2"),
         "build_scripts": {name: resources.digest(name) for name in resources.BUILDER_FILES},
         "lock": _digest_or_none(pins.lock_path(config, tag)),
     }
@@ -215,7 +215,7 @@ def make(config: Config, tag: Tag) -> Plan:
         Stage.WHEELS: {**toolchain, "local version": stamping.SCHEME if local else "none",
                    "kernel reuse": tag.upstream.kernel_reuse,
                    "wheel format": contents.FORMAT},  # how this host writes a wheel
-        Stage.BAKE: {"runtime": base_identity(tag.runtime), "platform": tag.platform,
+        Stage.BAKE: {"runtime": base_identity(tag.runtime), "platform": str(tag.platform),
                  "env": tag.env, "tag": tag.name,
                  "runtime lock": _digest_or_none(pins.runtime_lock_path(config, tag)),
                  Stage.BAKE: [image_layout.FORMAT, *map(resources.digest, _bake_resources())],
@@ -226,9 +226,9 @@ def make(config: Config, tag: Tag) -> Plan:
     if tag.kernels:  # a published wheel's kernels stand for the upstream's: nothing compiles
         stage_inputs[Stage.KERNELS] = {"kernel patches": kernel_patches,
                                    "seed": f"{tag.kernels.wheel}@{tag.kernels.sha256[:12]}",
-                                   "platform": tag.platform}
+                                   "platform": str(tag.platform)}
     kernel_key = data_hash({Stage.FETCH: fetch_key, "seed": stage_inputs[Stage.KERNELS]["seed"],
-                            "platform": tag.platform}
+                            "platform": str(tag.platform)}
                            if tag.kernels else
                            {Stage.FETCH: fetch_key, "patches": kernel_patches, **toolchain})
     wheels_key = data_hash({Stage.PATCH: patch_key, **stage_inputs[Stage.WHEELS]})

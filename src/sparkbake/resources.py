@@ -5,8 +5,6 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-import jinja2
-
 from sparkbake.hashing import file_sha256
 
 __all__ = ["BUILDER_FILES", "digest", "images_dir", "path", "render"]
@@ -32,6 +30,8 @@ def digest(name: str) -> str:
 
 
 def render(name: str, **values: object) -> str:
+    import jinja2  # only where a template is rendered: most runs render none
+
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(images_dir()),
         undefined=jinja2.StrictUndefined,

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from sparkbake.bake import baselayers, runtime_image
-from sparkbake.config import settings
+from sparkbake.config.settings import Settings
 from sparkbake.core.layout import Layout
 from sparkbake.errors import PublishError, ReproducibilityError
 from sparkbake.hashing import file_sha256
@@ -57,7 +57,7 @@ class Baked:
 def seed_host_cache(cache: Path, client: docker_engine.Client, base: str) -> None:
     """Copies (never links: the damage stays here) of the base's blobs from this host's
     layer cache, where it has them: an export of the base takes a minute."""
-    shared = image_layout.Layout(settings.host_settings().cache_dir / "layers")
+    shared = image_layout.Layout(Settings.of_process().cache_dir / "layers")
     record = baselayers.record_path(shared, str(client.images.get(base).id))
     if not record.is_file():
         return

@@ -29,6 +29,7 @@ import docker.errors
 import pytest
 
 from sparkbake import planning
+from sparkbake.config.settings import Settings
 from sparkbake.errors import PublishError
 from sparkbake.oci import docker_engine, image_layout, local_registry
 from sparkbake.oci.distribution import Session
@@ -240,7 +241,7 @@ def test_a_publish_cut_before_the_moving_tag_leaves_the_per_build_tag_and_the_re
         with pytest.raises(PublishError):
             publishing.publish(registry_host=host)
         assert faults.done == [f"503 PUT /v2/{path}/manifests/{moving}"]
-        session = Session(push.remote_for(f"{host}/{path}"))
+        session = Session(push.remote_for(f"{host}/{path}", Settings.of_process()))
         record = json.loads(publishing.release.read_text())
         assert session.manifest_digest(per_build) == record["digest"]
         assert session.manifest_digest(moving) is None

@@ -19,6 +19,7 @@ import pytest
 from sparkbake import bases, planning
 from sparkbake.__main__ import main
 from sparkbake.config import versions
+from sparkbake.config.platforms import AMD64
 from sparkbake.config.versions import DebootstrapBase
 from sparkbake.errors import EngineError
 from sparkbake.oci import docker_engine
@@ -85,7 +86,7 @@ def test_gc_removes_stale_sparkbake_images_and_keeps_current_and_foreign(
     ours = {"dev.sparkbake.tag": tag}
     runtime = loaded.tag(tag).runtime
     assert isinstance(runtime, DebootstrapBase)
-    base_ref = bases.local_ref(runtime, "linux/amd64")
+    base_ref = bases.local_ref(runtime, AMD64)
 
     def image(refs: list[str], labels: dict[str, str]) -> str:
         made.append(load(docker_client, tmp_path, refs, {**labels, "test": unique}))

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from sparkbake.config.settings import Settings
 from sparkbake.oci import docker_engine, image_layout
 from sparkbake.pipeline import commands
 from tests.conftest import Project, copy_project
@@ -146,5 +147,5 @@ def test_a_bake_from_the_cache_is_the_image_a_clean_bake_makes(
     _, warm = bakes
     shutil.rmtree(layered.root / "build" / "layers")  # the layer cache, not the stages'
     config = layered.config()
-    clean = commands.rebuild(config, config.tag("fixture"))
+    clean = commands.rebuild(config, Settings.of_process(), config.tag("fixture"))
     assert clean.image.digest == warm.digest

@@ -14,6 +14,7 @@ import pytest
 from sparkbake import planning
 from sparkbake.__main__ import main
 from sparkbake.config import versions
+from sparkbake.config.settings import Settings
 from sparkbake.core.layout import Layout
 from sparkbake.errors import PatchTestError
 from sparkbake.series import patchtests
@@ -68,7 +69,7 @@ def test_a_failing_series_test_stops_with_exit_6_and_names_the_report(
     layout = Layout(REPO / "build", REPO / "wheels")  # where the lock's venv is kept
     lock = REPO / "locks" / "patch-tests" / "vllm-0.33.0.txt"
     with pytest.raises(PatchTestError) as caught:
-        patchtests.run_tests(plan, tree, lock, layout)
+        patchtests.run_tests(plan, tree, lock, layout, Settings.of_process())
     assert caught.value.exit_code == 6
     assert "patch-tests t: 1 failed, 0 errors of 2 (pytest exit 1)" in caught.value.message
     assert str(layout.patch_tests("t") / "junit.xml") in caught.value.remedy

@@ -22,6 +22,7 @@ import pytest
 
 from sparkbake import planning
 from sparkbake.config import versions
+from sparkbake.config.settings import Settings
 from sparkbake.core.stages import Stage
 from sparkbake.hashing import file_sha256
 from sparkbake.oci import docker_engine, local_registry
@@ -67,12 +68,13 @@ def built(docker_client: docker_engine.Client,
     work = tmp_path_factory.mktemp("arm64")
     loaded = dataclasses.replace(versions.load(REPO / "versions.yaml"), work=work)
     tag = loaded.tag(TAG)
-    assert commands.run_until(loaded, tag, Stage.BAKE) == 0
-    assert commands.smoke_tag(loaded, tag, checks.Options()) == 0
+    settings = Settings.of_process()
+    assert commands.run_until(loaded, settings, tag, Stage.BAKE) == 0
+    assert commands.smoke_tag(loaded, settings, tag, checks.Options()) == 0
     port = free_port()
     local_registry.start(loaded, port)
     try:
-        assert commands.publish(loaded, tag, f"127.0.0.1:{port}", force=False) == 0
+        assert commands.publish(loaded, settings, tag, f"127.0.0.1:{port}", force=False) == 0
         yield Built(loaded, planning.make(loaded, tag))
     finally:
         local_registry.stop(loaded)

@@ -24,6 +24,7 @@ import pytest
 from sparkbake import planning
 from sparkbake.__main__ import main
 from sparkbake.config import versions as config_mod
+from sparkbake.config.settings import Settings
 from sparkbake.config.versions import Config
 from sparkbake.errors import BakeError, EngineError, PublishError
 from sparkbake.oci import docker_engine, image_layout, layers, local_registry
@@ -149,7 +150,8 @@ class Project:
     def publish(self, registry_host: str | None = None, force: bool = False,
                 tag: str = TAG, skip_smoke: bool = False) -> dict[str, Any]:
         """The release record, as --json prints it."""
-        return push.publish(self.client, self.config, self.plan_of(tag), registry_host,
+        return push.publish(self.client, self.config, Settings.of_process(), self.plan_of(tag),
+                            registry_host,
                             force, skip_smoke=skip_smoke).to_json()
 
 

@@ -14,6 +14,7 @@ import pytest
 
 from sparkbake import planning
 from sparkbake.config import versions as config_mod
+from sparkbake.config.settings import Settings
 from sparkbake.errors import PublishError
 from sparkbake.oci import image_layout
 from tests.conftest import versions_yaml
@@ -57,7 +58,8 @@ def publish(project: Project, registry_host: str | None = None, force: bool = Fa
     from sparkbake.publish import release_index
 
     tags = project.config.targets(RELEASE)
-    return release_index.publish_release(project.client, project.config, RELEASE, tags,
+    return release_index.publish_release(project.client, project.config, Settings.of_process(),
+                                         RELEASE, tags,
                                          registry_host, force).to_json()
 
 

@@ -15,6 +15,7 @@ import pytest
 
 from sparkbake.__main__ import main
 from sparkbake.attest import signing
+from sparkbake.config.settings import Settings
 from sparkbake.oci import artifacts, image_layout, referrers
 from sparkbake.publish import push, release_index
 from tests.integration.test_publish import TAG, Project, client, local, project
@@ -36,7 +37,8 @@ def published(project: Project, payload: str, key: Path | None, force: bool = Fa
     project.build(payload)
     project.smoke()
     signer = signing.signing_key(key, None) if key else None
-    return push.publish(project.client, project.config, project.plan, None, force,
+    return push.publish(project.client, project.config, Settings.of_process(), project.plan, None,
+                        force,
                         key=signer).to_json()
 
 
@@ -91,7 +93,7 @@ def test_a_statement_of_another_digest_and_an_unsigned_image_fail(
     envelope = artifacts.read(layout, first["attestations"]["provenance"])[1]
     subject = image_layout.Descriptor(image_layout.MANIFEST_TYPE, second["digest"], 1)
     moved = artifacts.add(layout, signing.DSSE_TYPE, envelope, subject)
-    session = push.open_session(repository)
+    session = push.open_session(repository, Settings.of_process())
     referrers.attach(session, layout, moved, second["digest"])
     assert verify(f"{repository}:{TAG}", Path(f"{key}.pub")) == 7
     assert f"about sha256:{first['digest'][7:]}, not {second['digest']}" in \
@@ -109,7 +111,7 @@ def test_deploy_require_signature_refuses_an_unsigned_release_before_any_node(
 
 def test_the_fallback_index_lists_the_artifacts_by_type(project: Project, key: Path) -> None:
     record = published(project, "listed", key)
-    session = push.open_session(record["repository"])
+    session = push.open_session(record["repository"], Settings.of_process())
     found, listing = referrers.listed(session, record["digest"])
     assert listing == "fallback tag"
     kinds = sorted((m["artifactType"], (m.get("annotations") or {}).get(
@@ -117,7 +119,8 @@ def test_the_fallback_index_lists_the_artifacts_by_type(project: Project, key: P
     assert kinds == [("application/vnd.cyclonedx+json", ""),
                      (signing.DSSE_TYPE, "https://in-toto.io/attestation/test-result/v0.1"),
                      (signing.DSSE_TYPE, "https://slsa.dev/provenance/v1")]
-    again = push.publish(project.client, project.config, project.plan, None, False,
+    again = push.publish(project.client, project.config, Settings.of_process(), project.plan, None,
+                         False,
                          key=signing.signing_key(key, None)).to_json()
     assert again["attestations"] == record["attestations"]  # deterministic: nothing new
     assert len(referrers.listed(session, record["digest"])[0]) == 3
@@ -132,7 +135,8 @@ def test_a_signed_multi_platform_release_verifies_by_its_index(
         multi: Project, key: Path, capsys: pytest.CaptureFixture[str]) -> None:
     build_both(multi)
     tags = multi.config.targets(RELEASE)
-    record = release_index.publish_release(multi.client, multi.config, RELEASE, tags, None,
+    record = release_index.publish_release(multi.client, multi.config, Settings.of_process(),
+                                           RELEASE, tags, None,
                                            False, key=signing.signing_key(key, None)).to_json()
     assert verify(f"{record['repository']}:{RELEASE}", Path(f"{key}.pub")) == 0
     shown = capsys.readouterr().err

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from sparkbake import planning
-from sparkbake.config import settings
+from sparkbake.config.settings import Settings
 from sparkbake.core.stages import Stage
 from sparkbake.fetch import sourcelock, thirdparty
 from sparkbake.hashing import file_sha256, tree_hash
@@ -66,7 +66,7 @@ def lock_sources(project: Project) -> Path | None:
     loaded = project.config()
     tag = loaded.tag(TAG)
     return thirdparty.lock(loaded, tag, project.root / "cmake-upstream",
-                           settings.host_settings())
+                           Settings.of_process())
 
 
 @pytest.fixture(scope="module")
@@ -255,7 +255,7 @@ def test_a_build_that_made_the_sources_lock_goes_on_with_a_plan_that_has_it(
     host(monkeypatch)
     project = cmake_project(tmp_path / "planned", daemon[0])
     loaded = project.config()
-    work = build.Build(loaded, planning.make(loaded, loaded.tag(TAG)))
+    work = build.Build(loaded, planning.make(loaded, loaded.tag(TAG)), Settings.of_process())
     tree = build.patched(work)
     made = build.with_sources_lock(work, tree)
     assert made.plan.stage_inputs[Stage.KERNELS]["third-party sources"] == [

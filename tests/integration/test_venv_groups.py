@@ -16,13 +16,14 @@ import pytest
 from sparkbake.bake import venvlayers
 from sparkbake.bake.layercache import LayerCache
 from sparkbake.bases import BaseImage
+from sparkbake.config.platforms import AMD64
 from sparkbake.hashing import file_sha256
 from sparkbake.lock.wheelhouse import platform_tags
 from sparkbake.oci import docker_engine, image_layout
 
 pytestmark = pytest.mark.docker
 
-PLATFORM = "linux/amd64"
+PLATFORM = AMD64
 SOURCE_DATE = 1735689600
 TAG_WHEEL = "six==1.17.0"  # stands for the tag's built wheel: the upstream's part
 LOCKED = ("nvidia-nvtx==13.0.85", "idna==3.10")
@@ -69,7 +70,7 @@ def runtime_base(debian_base: str, docker_client: docker_engine.Client) -> BaseI
 
 
 class Baker:
-    """venvlayers.bake of the tag wheel over a runtime lock, in a work folder of its own
+    """venvlayers.make_layers of the tag wheel over a runtime lock, in a work folder of its own
     each time, into one layer cache (or a fresh one: a clean bake)."""
 
     def __init__(self, client: docker_engine.Client, base: BaseImage, downloads: Path,
@@ -87,13 +88,13 @@ class Baker:
         work.mkdir()
         lock, house = wheelhouse(self.downloads, work, locked)
         asked = tuple(r.split("==")[0] for r in locked)
-        upstream = venvlayers.Upstream("sparkbake-groups:test", PLATFORM, self.tag_wheels,
-                                       ("six",), house, lock, asked, "k" * 64, "t" * 64)
+        packages = venvlayers.VenvPackages("sparkbake-groups:test", PLATFORM, self.tag_wheels,
+                                           ("six",), house, lock, asked, "k" * 64, "t" * 64)
         layer_cache = LayerCache(self.folder / cache / "layers",
                                  image_layout.Layout(self.folder / cache / "oci"))
         (work / "scratch").mkdir()
-        return venvlayers.bake(self.client, self.base, upstream, layer_cache, work / "scratch",
-                               SOURCE_DATE, work / "bake.log")
+        return venvlayers.make_layers(self.client, self.base, packages, layer_cache,
+                                      work / "scratch", SOURCE_DATE, work / "bake.log", workers=2)
 
 
 def digests(baked: venvlayers.VenvLayers) -> list[str]:

@@ -22,6 +22,7 @@ import pytest
 
 from sparkbake import planning
 from sparkbake.config import versions
+from sparkbake.config.settings import Settings
 from sparkbake.errors import BuildError
 from sparkbake.hashing import file_sha256
 from sparkbake.oci import docker_engine, image_layout
@@ -60,7 +61,7 @@ def builds(docker_client: docker_engine.Client, tag_name: str,
         work = tmp_path_factory.mktemp(name)
         works.append(work)
         scratch = dataclasses.replace(loaded, work=work)
-        baked = commands.rebuild(scratch, scratch.tag(tag_name))
+        baked = commands.rebuild(scratch, Settings.of_process(), scratch.tag(tag_name))
         plan = planning.make(scratch, scratch.tag(tag_name))
         folder = work / "wheels" / plan.wheels_key
         shutil.rmtree(work / "wheels" / "runtime")  # 4 GB each: checked by hash, not needed

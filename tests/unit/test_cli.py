@@ -20,7 +20,7 @@ from sparkbake.__main__ import main, parser
 from sparkbake.config import versions
 from sparkbake.console import invocation
 from sparkbake.oci import emulation
-from tests.conftest import one_patch_project, versions_yaml
+from tests.conftest import one_patch_project, settings_of, versions_yaml
 
 REPO = Path(__file__).resolve().parents[2]
 STAGES = ["fetch", "patch", "kernels", "wheels", "bake", "smoke", "publish"]
@@ -170,7 +170,7 @@ def test_unknown_command_names_the_command(capsys: pytest.CaptureFixture[str]) -
 def test_a_full_or_read_only_disk_is_the_machines_error_exit_8(
         number: int, said: str, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
-    def refuse(args: object) -> int:
+    def refuse(args: object, settings: object) -> int:
         raise OSError(number, os.strerror(number), "build/x.json")
     monkeypatch.setattr(cli, "dispatch", refuse)
     assert main(["plan", "demo"]) == 8
@@ -181,7 +181,7 @@ def test_a_full_or_read_only_disk_is_the_machines_error_exit_8(
 
 def test_another_os_error_is_still_an_internal_error(monkeypatch: pytest.MonkeyPatch,
                                                      capsys: pytest.CaptureFixture[str]) -> None:
-    def fail(args: object) -> int:
+    def fail(args: object, settings: object) -> int:
         raise OSError(errno.EBADF, "Bad file descriptor")
     monkeypatch.setattr(cli, "dispatch", fail)
     assert main(["plan", "demo"]) == 1
@@ -272,7 +272,7 @@ def test_production_plan_lists_its_series_in_order(capsys: pytest.CaptureFixture
         assert lines["bake"][2:] == [tag.image_ref, "(venv", "made", "emulated,", "files",
                                      "native)"]
         assert lines["wheels"][2:] == [tag.sm_arch, "on", f"{tag.builder.name};", "emulated:",
-                                       tag.platform, "on", host]
+                                       str(tag.platform), "on", str(host)]
     assert err == ""
 
 
@@ -344,16 +344,16 @@ def test_plan_is_exit_2_when_a_stage_is_blocked(
 
 
 def test_a_remedy_repeats_the_users_invocation(
-        config_file: Path, capsys: pytest.CaptureFixture[str],
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        config_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Without a smoke record, publish names the smoke command as the user would type it:
     with their --config; under nox, as a nox session."""
     assert main(["--config", str(config_file), "releases"]) == 0
     assert invocation.command("smoke", "demo") == f"sparkbake --config {config_file} smoke demo"
-    monkeypatch.setenv("NOX_CURRENT_SESSION", "publish")
+    under_nox = settings_of(NOX_CURRENT_SESSION="publish")
+    invocation.remember_config(config_file, under_nox)
     assert invocation.command("smoke", "demo") == \
         f"nox -s smoke -- demo --config {config_file}"
-    invocation.remember_config(Path("versions.yaml"))
+    invocation.remember_config(Path("versions.yaml"), under_nox)
     assert invocation.command("registry", "start", "--port", "5001") == \
         "nox -s registry -- start --port 5001"
 

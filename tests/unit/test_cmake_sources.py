@@ -12,13 +12,13 @@ import pytest
 
 from sparkbake import planning
 from sparkbake.config import versions
-from sparkbake.config.settings import HostSettings
+from sparkbake.config.settings import Settings
 from sparkbake.config.versions import KernelSeed
 from sparkbake.core.stages import Stage
 from sparkbake.errors import ConfigError, EngineError
 from sparkbake.fetch import sourcelock, thirdparty
 from sparkbake.fetch.cmake_sources import commands, discover
-from tests.conftest import TREE_UPSTREAM, versions_yaml
+from tests.conftest import TREE_UPSTREAM, settings_of, versions_yaml
 
 CUTLASS = """\
 # a comment with FetchContent_Declare(fake GIT_REPOSITORY x GIT_TAG y)
@@ -229,27 +229,24 @@ def test_the_sources_lock_enters_the_kernel_and_wheels_keys(tmp_path: Path) -> N
 
 # a branch on a port where nothing listens: making its lock asks the server and fails at once
 CLOSED = "FetchContent_Declare(tinydep GIT_REPOSITORY git://127.0.0.1:9/tinydep.git GIT_TAG main)\n"
-SETTINGS = HostSettings(index_url="http://127.0.0.1:9/simple", ca_bundle=None, debian_mirror=None)
+DEVELOPER = settings_of(PIP_INDEX_URL="http://127.0.0.1:9/simple")  # neither CI nor --locked
+CI = DEVELOPER.with_environ(CI="true")
+LOCKED = dataclasses.replace(DEVELOPER, locked_option=True)
 
 
-def first_use(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-              env: dict[str, str]) -> tuple[versions.Config, versions.Tag, Path]:
-    """A tag whose tree declares one download, no sources lock, and env as the host's."""
-    for name in ("CI", "SPARKBAKE_LOCKED"):
-        monkeypatch.delenv(name, raising=False)
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
+def first_use(tmp_path: Path) -> tuple[versions.Config, versions.Tag, Path]:
+    """A tag whose tree declares one download, and no sources lock."""
     tag = coverage_tag(tmp_path)
     return versions.load(tmp_path / "versions.yaml"), tag, tree(tmp_path / "src",
                                                                  {"CMakeLists.txt": CLOSED})
 
 
-@pytest.mark.parametrize("env", [{"CI": "true"}, {"SPARKBAKE_LOCKED": "1"}])
+@pytest.mark.parametrize("settings", [CI, LOCKED], ids=["ci", "locked"])
 def test_under_ci_or_locked_a_missing_sources_lock_is_exit_2_naming_the_command(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> None:
-    loaded, tag, src = first_use(tmp_path, monkeypatch, env)
+        tmp_path: Path, settings: Settings) -> None:
+    loaded, tag, src = first_use(tmp_path)
     with pytest.raises(ConfigError) as raised:
-        thirdparty.missing_lock(loaded, tag, src)
+        thirdparty.missing_lock(loaded, tag, src, settings)
     assert raised.value.exit_code == 2
     path = tmp_path / "locks" / "sources" / "tree.json"
     assert str(raised.value) == (
@@ -258,29 +255,28 @@ def test_under_ci_or_locked_a_missing_sources_lock_is_exit_2_naming_the_command(
 
 
 def test_a_missing_sources_lock_is_made_with_a_notice_on_a_developers_host(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:
-    loaded, tag, src = first_use(tmp_path, monkeypatch, {})
-    assert thirdparty.missing_lock(loaded, tag, src)
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    loaded, tag, src = first_use(tmp_path)
+    assert thirdparty.missing_lock(loaded, tag, src, DEVELOPER)
     # it is made: the dependency's (here closed) server is asked
     with pytest.raises(EngineError) as raised:
-        thirdparty.lock_on_first_use(loaded, tag, src, SETTINGS)
+        thirdparty.lock_on_first_use(loaded, tag, src, DEVELOPER)
     assert raised.value.message == ("cannot reach the servers of 1 CMake dependencies: "
                                     "git://127.0.0.1:9/tinydep.git")
     assert "sources lock: locks/sources/tree.json missing: making it now; commit it (CI and " \
            "--locked refuse a missing lock)" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("env", [{}, {"CI": "true"}])
+@pytest.mark.parametrize("settings", [DEVELOPER, CI], ids=["developer", "ci"])
 def test_an_existing_sources_lock_a_tree_without_downloads_or_a_kernel_seed_need_none_made(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> None:
-    loaded, tag, src = first_use(tmp_path, monkeypatch, env)
+        tmp_path: Path, settings: Settings) -> None:
+    loaded, tag, src = first_use(tmp_path)
     seeded = dataclasses.replace(tag, kernels=KernelSeed(wheel="v-1-cp38-abi3-linux_x86_64.whl",
                                                          sha256="0" * 64))
-    assert not thirdparty.missing_lock(loaded, seeded, src)
+    assert not thirdparty.missing_lock(loaded, seeded, src, settings)
     empty = tree(tmp_path / "plain", {"CMakeLists.txt": "project(plain)\n"})
-    assert not thirdparty.missing_lock(loaded, tag, empty)
+    assert not thirdparty.missing_lock(loaded, tag, empty, settings)
     # one that lacks the tree's declaration: left for prepare to refuse, never remade
     sourcelock.write(tmp_path / "locks" / "sources" / "tree.json",
                      sourcelock.SourcesLock("tree", (locked(),)))
-    assert not thirdparty.missing_lock(loaded, tag, src)
+    assert not thirdparty.missing_lock(loaded, tag, src, settings)

@@ -11,6 +11,7 @@ from sparkbake.config import settings
 from sparkbake.config.versions import CompileCache
 from sparkbake.errors import ConfigError
 from sparkbake.wheels import compile_cache
+from tests.conftest import settings_of
 
 FOLDER = Path("/cache/sparkbake/sccache")
 URL = "redis://cache.lan:6379/0"
@@ -34,14 +35,12 @@ def test_the_environment_overrides_versions_yaml(configured: str | None, overrid
     assert (backend.kind, backend.redis, backend.folder) == (kind, redis, FOLDER)
 
 
-def test_the_override_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("SPARKBAKE_COMPILE_CACHE", "redis//cache.lan")
+def test_the_override_is_checked() -> None:
     with pytest.raises(ConfigError, match="SPARKBAKE_COMPILE_CACHE=") as info:
-        settings.compile_cache_settings()
+        _ = settings_of(SPARKBAKE_COMPILE_CACHE="redis//cache.lan").compile_cache
     assert info.value.exit_code == 2
-    monkeypatch.setenv("SPARKBAKE_COMPILE_CACHE", "off")
-    monkeypatch.setenv("SPARKBAKE_CACHE", "/tmp/somewhere")
-    assert settings.compile_cache_settings() == settings.CompileCacheSettings(
+    found = settings_of(SPARKBAKE_COMPILE_CACHE="off", SPARKBAKE_CACHE="/tmp/somewhere")
+    assert found.compile_cache == settings.CompileCacheSettings(
         "off", Path("/tmp/somewhere/sccache"))
 
 

@@ -11,6 +11,7 @@ import yaml
 from packaging.utils import parse_wheel_filename
 
 from sparkbake.config import versions as config_mod
+from sparkbake.config.platforms import AMD64, ARM64
 from sparkbake.config.versions import (
     Config,
     DebootstrapBase,
@@ -147,7 +148,7 @@ def test_valid_file_loads_into_tags_with_defaults_applied(loaded: Config, tmp_pa
         series=("dcp-dspark", "ckv-gather", "vision"),
         env=(("VISION_MHC", "1"), ("VLLM_DSV4_CKV_GATHER", "1")),
         repository="localhost:5000/sparkbake-test",
-        platform="linux/arm64",
+        platform=ARM64,
         cuda_arch="12.1a",
         builder=ImageBase(name="devel",
                           image=f"nvidia/cuda:13.0.2-devel-ubuntu24.04@sha256:{DIGEST}"),
@@ -218,7 +219,7 @@ def test_a_child_may_override_what_its_parent_sets(tmp_path: Path) -> None:
 def test_a_tag_overrides_every_default(loaded: Config) -> None:
     tag = loaded.tags["custom"]
     assert tag.repository == "registry.example.invalid/custom"
-    assert tag.platform == "linux/amd64"
+    assert tag.platform == AMD64
     assert tag.cuda_arch == "12.0f"
     assert tag.sm_arch == "sm_120f"
     assert isinstance(tag.builder, DebootstrapBase)
@@ -668,7 +669,7 @@ def test_capabilities_load_with_cautious_defaults_and_are_inherited(tmp_path: Pa
 # The repository's versions.yaml is checked for what must hold whatever its values: a new
 # release, pin or tag changes values, a mistake breaks one of these.
 SERIES_ORDER = ("dcp-dspark", "prefix-cache", "ckv-gather", "vision")  # production-series.md
-SPARK_ARCH, SPARK_PLATFORM = "sm_121a", "linux/arm64"  # the GB10 production images are for
+SPARK_ARCH, SPARK_PLATFORM = "sm_121a", ARM64  # the GB10 production images are for
 PIN = re.compile(r"[\w.-]+==\d[\w.+!-]*")  # name==version
 CUDA_IMAGE = re.compile(r"nvidia/cuda:(\d+\.\d+)\.")  # its CUDA release: 13.0
 CUDA_TOOLCHAIN = re.compile(r"nvidia-(cuda-.+|nvvm)")  # wheels versioned as their CUDA release
@@ -759,7 +760,7 @@ def test_a_kernel_seed_is_the_upstream_release_s_wheel_for_the_tag_s_platform(
         assert isinstance(tag.upstream, PypiUpstream), tag.name
         project, version, _, _ = parse_wheel_filename(seed.wheel)
         assert (project, str(version)) == (tag.upstream.name, tag.upstream.version), tag.name
-        assert seed.wheel.endswith(f"_{machine[tag.platform]}.whl"), tag.name
+        assert seed.wheel.endswith(f"_{machine[str(tag.platform)]}.whl"), tag.name
 
 
 def test_production_images_declare_what_they_can_run_and_bake_nothing_beyond_it(

@@ -89,13 +89,6 @@ def test_an_image_id_that_is_not_the_released_one_is_exit_7() -> None:
         rollout.check_image_id(node, "repo:tag", release, None)
 
 
-@pytest.mark.parametrize(("platform", "arch"), [("linux/arm64", "arm64"),
-                                                ("linux/arm64/v8", "arm64"),
-                                                ("linux/amd64", "amd64")])
-def test_platform_arch(platform: str, arch: str) -> None:
-    assert rollout.platform_arch(platform) == arch
-
-
 @pytest.mark.parametrize("scheme", ["tcp", "unix"])
 def test_a_node_whose_engine_does_not_answer_is_exit_8_naming_it(scheme: str) -> None:
     url = f"tcp://127.0.0.1:{free_port()}" if scheme == "tcp" else "unix:///nonexistent/d.sock"

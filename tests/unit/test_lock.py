@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
 import pytest
 
 from sparkbake.config import versions
-from sparkbake.config.settings import HostSettings
+from sparkbake.config.settings import Settings
 from sparkbake.errors import ConfigError, EngineError
 from sparkbake.lock import pins
-from tests.conftest import DEBIAN_BASE, DEBIAN_BASE_WITH_PYTHON, versions_yaml
+from tests.conftest import DEBIAN_BASE, DEBIAN_BASE_WITH_PYTHON, settings_of, versions_yaml
 
-SETTINGS = HostSettings(index_url="http://127.0.0.1:9/simple", ca_bundle=None, debian_mirror=None)
+SETTINGS = settings_of(PIP_INDEX_URL="http://127.0.0.1:9/simple")  # neither CI nor --locked
 
 
 def load(tmp_path: Path, bases: str = DEBIAN_BASE_WITH_PYTHON) -> versions.Config:
@@ -35,6 +36,18 @@ def test_a_base_without_its_python_version_cannot_be_locked(tmp_path: Path) -> N
     loaded = load(tmp_path, bases=DEBIAN_BASE)
     with pytest.raises(ConfigError, match="base 'debian' does not say its Python version"):
         pins.resolve(loaded, loaded.tag("t"), SETTINGS)
+
+
+def test_a_platform_the_table_lacks_loads_but_is_not_locked(tmp_path: Path) -> None:
+    (tmp_path / "versions.yaml").write_text(versions_yaml(
+        platform="linux/riscv64", bases=DEBIAN_BASE_WITH_PYTHON,
+        tags="  t: {upstream: tree, series: []}\n"))
+    loaded = versions.load(tmp_path / "versions.yaml")
+    assert pins.lock_path(loaded, loaded.tag("t")).name == "debian.riscv64.txt"
+    with pytest.raises(ConfigError) as caught:
+        pins.resolve(loaded, loaded.tag("t"), SETTINGS)
+    assert (caught.value.message, caught.value.remedy) == (
+        "tag t: no lock platform for linux/riscv64", "use one of linux/amd64, linux/arm64")
 
 
 def test_without_uv_the_lock_is_an_environment_error(
@@ -65,10 +78,7 @@ def test_a_bad_python_version_is_refused_with_its_line(tmp_path: Path) -> None:
 
 
 def test_a_missing_lock_is_made_with_a_notice_on_a_developers_machine(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.delenv("CI", raising=False)
-    monkeypatch.delenv("SPARKBAKE_LOCKED", raising=False)
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     loaded = load(tmp_path)
     # it is made: uv runs against the (here unreachable) index
     with pytest.raises(EngineError, match=r"resolving the lock debian\.amd64\.txt failed"):
@@ -77,21 +87,18 @@ def test_a_missing_lock_is_made_with_a_notice_on_a_developers_machine(
            "refuse a missing lock)" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("env", [{"CI": "true"}, {"SPARKBAKE_LOCKED": "1"}])
+@pytest.mark.parametrize("settings", [SETTINGS.with_environ(CI="true"),
+                                      dataclasses.replace(SETTINGS, locked_option=True)],
+                         ids=["ci", "locked"])
 def test_under_ci_or_locked_a_missing_lock_stays_an_error(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> None:
-    monkeypatch.delenv("CI", raising=False)
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
+        tmp_path: Path, settings: Settings) -> None:
     loaded = load(tmp_path)
-    assert pins.make_missing(loaded, loaded.tag("t"), SETTINGS, tmp_path) == []
+    assert pins.make_missing(loaded, loaded.tag("t"), settings, tmp_path) == []
     with pytest.raises(ConfigError, match="no builder lock for base 'debian'"):
         pins.require_lock(loaded, loaded.tag("t"))
 
 
-def test_an_existing_lock_is_never_remade(tmp_path: Path,
-                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("CI", raising=False)
+def test_an_existing_lock_is_never_remade(tmp_path: Path) -> None:
     loaded = load(tmp_path)
     (tmp_path / "locks").mkdir()
     (tmp_path / "locks" / "debian.amd64.txt").write_text("# committed\n")

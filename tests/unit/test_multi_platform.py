@@ -49,7 +49,7 @@ def test_a_tag_with_platforms_is_one_tag_per_platform_under_its_release(
     assert config.releases == {"spark": ("spark-arm64", "spark-amd64"),
                                "spark-next": ("spark-next-arm64", "spark-next-amd64")}
     arm = config.tags["spark-arm64"]
-    assert (arm.platform, arm.cuda_arch, arm.sm_arch, arm.release) == (
+    assert (str(arm.platform), arm.cuda_arch, arm.sm_arch, arm.release) == (
         "linux/arm64", "12.1a", "sm_121a", "spark")
     assert config.tags["spark-amd64"].cuda_arch == "12.0a"
     inherited = config.tags["spark-next-amd64"]

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from sparkbake.config.platforms import AMD64, ARM64
 from sparkbake.errors import BakeError
 from sparkbake.oci import image_layout, layers
 from sparkbake.pipeline import verify
@@ -29,7 +30,7 @@ BASE: dict[str, Any] = {
 
 def change(**values: Any) -> image_layout.ConfigChange:
     fields: dict[str, Any] = {
-        "created": EPOCH, "platform": "linux/amd64",
+        "created": EPOCH, "platform": AMD64,
         "layers": (("sha256:" + "2" * 64, "sparkbake: /opt/venv"),),
         "env": (("MODE", "tag"), ("NEW", "1")), "path": "/opt/venv/bin",
         "labels": (("keep", "tag"), ("dev.sparkbake.inputs", "x")),
@@ -151,10 +152,12 @@ def test_the_config_puts_the_change_over_the_base() -> None:
     assert "variant" not in config
 
 
-def test_the_config_without_a_base_path_gets_the_default_path_and_a_variant() -> None:
-    config = image_layout.image_config({}, change(platform="linux/arm64/v8", env=()))
+def test_the_config_without_a_base_path_gets_the_default_path_and_the_bases_variant() -> None:
+    arm64_base = {"architecture": "arm64", "variant": "v8"}
+    config = image_layout.image_config(arm64_base, change(platform=ARM64, env=()))
     assert config["config"]["Env"] == [f"PATH=/opt/venv/bin:{image_layout.DEFAULT_PATH}"]
-    assert (config["architecture"], config["variant"]) == ("arm64", "v8")
+    assert (config["os"], config["architecture"], config["variant"]) == ("linux", "arm64", "v8")
+    assert "variant" not in image_layout.image_config(arm64_base, change(platform=AMD64))
 
 
 def test_canonical_json_is_the_same_for_the_same_content() -> None:

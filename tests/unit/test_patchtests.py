@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 
 from sparkbake import planning
-from sparkbake.config import settings, versions
+from sparkbake.config import versions
 from sparkbake.core.stages import Stage
 from sparkbake.errors import BuildError, ConfigError, PatchTestError
 from sparkbake.lock import pins
 from sparkbake.series import patchtests
 from sparkbake.wheels import container_build, kernelseed
 from sparkbake.wheels.report import Kernel, Wheel, WheelsReport
-from tests.conftest import TREE_UPSTREAM, versions_yaml
+from tests.conftest import TREE_UPSTREAM, settings_of, versions_yaml
 
 WHEEL = "tree-1.0-cp38-abi3-linux_x86_64.whl"
 TAGS = f"""\
@@ -83,11 +83,9 @@ def test_junit_counts_are_read_and_a_missing_report_is_an_error(tmp_path: Path) 
         patchtests._read_junit(tmp_path / "none.xml", 4)
 
 
-def test_the_patch_tests_environment_drops_the_callers_vllm_variables(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("VLLM_DSV4_CKV_GATHER", "1")
-    monkeypatch.setenv("KEEP_ME", "yes")
-    env = settings.patch_tests_environment(PYTHONPATH="/tree")
+def test_the_patch_tests_environment_drops_the_callers_vllm_variables() -> None:
+    caller = settings_of(VLLM_DSV4_CKV_GATHER="1", KEEP_ME="yes")
+    env = caller.patch_tests_environment(PYTHONPATH="/tree")
     assert "VLLM_DSV4_CKV_GATHER" not in env
     assert env["KEEP_ME"] == "yes"
     assert env["PYTHONPATH"] == "/tree"

@@ -11,9 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from sparkbake.config.settings import Settings
 from sparkbake.deploy import rollout
 from sparkbake.errors import EngineError, PublishError
 from sparkbake.oci import docker_engine, registry_access
+from tests.conftest import settings_of
 from tests.tlscerts import Certs, make_certs, v2_server
 
 NOWHERE = ()  # no insecure CIDRs: every registry is secure
@@ -26,15 +28,20 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
 
 @pytest.fixture
 def docker_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """This test's own Docker client config and certs.d (a rootless engine's place)."""
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    """This test's own Docker client config and credential helpers, read by the Docker SDK
+    from the process's environment; its certs.d: `settings`."""
     monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "docker"))
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
-    for name in ("REQUESTS_CA_BUNDLE", "SSL_CERT_FILE"):
-        monkeypatch.delenv(name, raising=False)
     (tmp_path / "docker").mkdir()
     (tmp_path / "bin").mkdir()
     yield tmp_path
+
+
+def settings(docker_dirs: Path) -> Settings:
+    """certs.d where a rootless engine keeps it, under docker_dirs; the system's CAs (no
+    REQUESTS_CA_BUNDLE); the host's cache in docker_dirs too."""
+    return settings_of(XDG_CONFIG_HOME=str(docker_dirs / "xdg"),
+                       SPARKBAKE_CACHE=str(docker_dirs / "cache"))
 
 
 def certs_d(docker_dirs: Path, host: str) -> Path:
@@ -107,7 +114,7 @@ def test_the_hosts_ca_from_certs_d_verifies_its_https(docker_dirs: Path, certs: 
     with v2_server(certs) as port:
         host = f"127.0.0.1:{port}"
         (certs_d(docker_dirs, host) / "ca.crt").write_bytes(certs.ca.read_bytes())
-        found = registry_access.endpoint(host, host, docker_dirs / "cache", is_insecure=False)
+        found = registry_access.endpoint(host, host, settings(docker_dirs), is_insecure=False)
     assert (found.base_url, found.note) == (f"https://{host}", None)
     assert isinstance(found.trust.verify, str)
     bundle = Path(found.trust.verify).read_text()
@@ -119,8 +126,8 @@ def test_an_unknown_ca_is_refused_unless_the_registry_is_insecure(
     with v2_server(certs) as port:
         host = f"127.0.0.1:{port}"
         with pytest.raises(PublishError) as raised:
-            registry_access.endpoint(host, host, docker_dirs / "cache", is_insecure=False)
-        found = registry_access.endpoint(host, host, docker_dirs / "cache", is_insecure=True)
+            registry_access.endpoint(host, host, settings(docker_dirs), is_insecure=False)
+        found = registry_access.endpoint(host, host, settings(docker_dirs), is_insecure=True)
     assert raised.value.exit_code == 7
     assert raised.value.message.startswith(f"registry {host}: TLS verification failed with "
                                            "the trust of ")
@@ -132,9 +139,9 @@ def test_an_unknown_ca_is_refused_unless_the_registry_is_insecure(
 def test_plain_http_only_for_an_insecure_registry_and_then_said(docker_dirs: Path) -> None:
     with v2_server(None) as port:
         host = f"127.0.0.1:{port}"
-        found = registry_access.endpoint(host, host, docker_dirs / "cache", is_insecure=True)
+        found = registry_access.endpoint(host, host, settings(docker_dirs), is_insecure=True)
         with pytest.raises(PublishError) as raised:
-            registry_access.endpoint(host, host, docker_dirs / "cache", is_insecure=False)
+            registry_access.endpoint(host, host, settings(docker_dirs), is_insecure=False)
     assert (found.base_url, found.note) == (
         f"http://{host}", f"{host}: plain HTTP (no HTTPS there; an insecure registry to Docker)")
     assert raised.value.message == (
@@ -146,9 +153,9 @@ def test_a_client_certificate_needs_its_key(docker_dirs: Path, certs: Certs) -> 
     folder = certs_d(docker_dirs, "reg.example")
     (folder / "client.cert").write_bytes(certs.cert.read_bytes())
     with pytest.raises(PublishError, match=r"a client certificate without its key client\.key"):
-        registry_access.trust("reg.example", docker_dirs / "cache")
+        registry_access.trust("reg.example", settings(docker_dirs))
     (folder / "client.key").write_bytes(certs.key.read_bytes())
-    found = registry_access.trust("reg.example", docker_dirs / "cache")
+    found = registry_access.trust("reg.example", settings(docker_dirs))
     assert found.cert == (str(folder / "client.cert"), str(folder / "client.key"))
     assert found.source == str(folder)
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from sparkbake.config.platforms import ARM64
 from sparkbake.config.versions import DebootstrapBase, DirUpstream, Tag
 from sparkbake.core.smoke_record import CheckFailed, CheckResult, GpuMode
 from sparkbake.smoke import serve_client, serving
@@ -289,7 +290,7 @@ BASE = DebootstrapBase(name="d", suite="bookworm", mirror=None, variant="minbase
 
 def tag_named(name: str, series: tuple[str, ...]) -> Tag:
     return Tag(name=name, upstream=DirUpstream(key="u", path=Path("u")), series=series, env=(),
-               repository="r", platform="linux/arm64", cuda_arch="12.1a", builder=BASE,
+               repository="r", platform=ARM64, cuda_arch="12.1a", builder=BASE,
                runtime=BASE)
 
 

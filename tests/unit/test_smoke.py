@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from sparkbake.config.platforms import ARM64
 from sparkbake.config.versions import Config, DebootstrapBase, GitUpstream, Tag
 from sparkbake.console import display
 from sparkbake.core import smoke_record
@@ -27,7 +28,7 @@ TAG = Tag(name="production-3.73-vision",
                          source="https://example.invalid/vllm.git",
                                commit="a" * 40),
           series=("dcp-dspark",), env=(("VLLM_DSV4_CKV_GATHER", "1"),),
-          repository="localhost:5000/sparkrun", platform="linux/arm64", cuda_arch="12.1a",
+          repository="localhost:5000/sparkrun", platform=ARM64, cuda_arch="12.1a",
           builder=BASE, runtime=BASE)
 SERIES = SeriesInfo(name="dcp-dspark", folder=Path("patches/dcp-dspark"),
                     patches=(("0001-x.patch", "b" * 64),))

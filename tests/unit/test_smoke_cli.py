@@ -26,7 +26,8 @@ def config_file(tmp_path: Path) -> Path:
 def calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, checks.Options]]:
     seen: list[tuple[str, checks.Options]] = []
 
-    def smoke_tag(config: Any, tag: Any, options: checks.Options, **_: Any) -> int:
+    def smoke_tag(config: Any, settings: Any, tag: Any, options: checks.Options,
+                  **_: Any) -> int:
         seen.append((tag.name, options))
         return 0
 

@@ -13,6 +13,7 @@ import pytest
 
 from sparkbake.bake import runtime_image
 from sparkbake.bases import BaseImage, local_ref
+from sparkbake.config.platforms import ARM64
 from sparkbake.config.versions import DebootstrapBase, DirUpstream, ImageBase, Tag
 from sparkbake.core.smoke_record import CheckFailed
 from sparkbake.hashing import file_sha256
@@ -60,7 +61,7 @@ def make_plan(tmp_path: Path, series: tuple[SeriesInfo, ...] = (),
     upstream = tmp_path / "upstream"
     upstream.mkdir(exist_ok=True)
     tag = Tag(name="demo", upstream=DirUpstream(key="up", path=upstream), series=("s",),
-              env=(), repository="localhost:5000/demo", platform="linux/arm64",
+              env=(), repository="localhost:5000/demo", platform=ARM64,
               cuda_arch="12.1a", builder=runtime, runtime=runtime)
     return Plan(tag=tag, series=series, problems=(), fetch_key="1" * 64, patch_key="2" * 64,
                 kernel_key="3" * 64, wheels_key="4" * 64, inputs="5" * 64)

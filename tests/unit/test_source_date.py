@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 
 from sparkbake import planning
-from sparkbake.config.settings import HostSettings
+from sparkbake.config.settings import Settings
 from sparkbake.config.versions import DirUpstream, GitUpstream, PypiUpstream
 from sparkbake.fetch import upstream_tree
 from sparkbake.patch.apply import PatchedTree
 from sparkbake.wheels import container_build
-from tests.conftest import DATA, copy_project
+from tests.conftest import DATA, copy_project, settings_of
 
 COMMIT_TIME = 1_600_000_000
 
@@ -32,8 +32,8 @@ def git_repo(folder: Path) -> str:
                           capture_output=True, text=True).stdout.strip()
 
 
-def settings() -> HostSettings:
-    return HostSettings(index_url="x", ca_bundle=None, debian_mirror=None)
+def settings() -> Settings:
+    return settings_of(PIP_INDEX_URL="x")
 
 
 def test_a_git_pin_dates_its_tree_by_the_commit_and_a_declared_date_wins(tmp_path: Path) -> None:
@@ -132,7 +132,8 @@ def test_the_builder_gets_the_source_date_and_reproducible_build_switches(
     request = container_build.BuildRequest(
         tag=tag, builder="b", patched=PatchedTree(path=DATA / "upstream", key="k", tree_hash="h"),
         folder=tmp_path / "w", kernels=tmp_path / "k", log=tmp_path / "log",
-        jobs=container_build.Jobs(2, 1, "test"), memory=None, source_date=1735689600)
+        jobs=container_build.Jobs(2, 1, "test"), memory=None,
+        compile_cache=settings().compile_cache, source_date=1735689600)
     environment = container_build._container_args(request, tmp_path / "out", None)["environment"]
     assert environment["SOURCE_DATE_EPOCH"] == "1735689600"
     assert "NVCC_APPEND_FLAGS" not in environment  # -objtemp only where sccache is off

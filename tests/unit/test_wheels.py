@@ -7,9 +7,10 @@ from pathlib import Path
 import pytest
 
 from sparkbake import planning
-from sparkbake.config.settings import HostSettings
+from sparkbake.config.settings import Settings
 from sparkbake.errors import BuildError
 from sparkbake.wheels import container_build
+from tests.conftest import settings_of
 
 GIB = 2**30
 
@@ -30,10 +31,8 @@ def test_loadable_sass_for_a_target(sass: str, target: str, loads: bool) -> None
     assert container_build.loadable(sass, target) is loads
 
 
-def settings(**changes: object) -> HostSettings:
-    values: dict[str, object] = {"index_url": "x", "ca_bundle": None, "debian_mirror": None}
-    values.update(changes)
-    return HostSettings(**values)  # type: ignore[arg-type]
+def settings(**environ: str) -> Settings:
+    return settings_of(PIP_INDEX_URL="x", **environ)
 
 
 def test_jobs_follow_memory_not_cores() -> None:
@@ -47,20 +46,22 @@ def test_jobs_follow_memory_not_cores() -> None:
 def test_jobs_never_drop_below_one_and_honour_overrides() -> None:
     assert container_build.compile_jobs({"MemTotal": 2 * GIB, "NCPU": 8}, settings()).max_jobs == 1
     assert container_build.compile_jobs({"MemTotal": 24 * GIB, "NCPU": 8},
-                                   settings(gib_per_job=2.0)).max_jobs == 8
-    fixed = container_build.compile_jobs({"MemTotal": 24 * GIB, "NCPU": 8}, settings(max_jobs=3))
+                                   settings(SPARKBAKE_GIB_PER_JOB="2")).max_jobs == 8
+    fixed = container_build.compile_jobs({"MemTotal": 24 * GIB, "NCPU": 8},
+                                         settings(SPARKBAKE_MAX_JOBS="3"))
     assert (fixed.max_jobs, fixed.reason) == (3, "SPARKBAKE_MAX_JOBS")
 
 
 def test_a_builder_memory_limit_bounds_the_jobs() -> None:
     jobs = container_build.compile_jobs({"MemTotal": 120 * GIB, "NCPU": 20},
-                                   settings(builder_memory="12g"))
+                                   settings(SPARKBAKE_BUILDER_MEMORY="12g"))
     assert jobs.max_jobs == 2
 
 
 def test_a_bad_builder_memory_is_refused() -> None:
     with pytest.raises(BuildError, match="is not a size like 96g"):
-        container_build.compile_jobs({"MemTotal": GIB, "NCPU": 1}, settings(builder_memory="lots"))
+        container_build.compile_jobs({"MemTotal": GIB, "NCPU": 1},
+                                     settings(SPARKBAKE_BUILDER_MEMORY="lots"))
 
 
 def write_patch(path: Path, *files: str) -> Path:

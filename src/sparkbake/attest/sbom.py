@@ -32,11 +32,11 @@ from packageurl import PackageURL
 from packaging.utils import canonicalize_name
 
 from sparkbake.attest.imagefiles import ImageFiles
+from sparkbake.attest.stored import MEDIA_TYPE
 from sparkbake.oci import image_layout
 
 __all__ = ["MEDIA_TYPE", "document", "python_distributions"]
 
-MEDIA_TYPE = "application/vnd.cyclonedx+json"
 SERIAL_NAMESPACE = uuid.UUID("5d6f1d5e-6a39-4d0e-9a1b-7f3d2c1e0b57")  # sparkbake's SBOMs
 
 

@@ -52,7 +52,7 @@ def provenance(config: Config, plan: Plan, repository: str, digest: str,
                                     "versions.yaml": {"sha256": file_sha256(config.path)}},
              "internalParameters": {"sparkbake": _version(), "inputs": plan.inputs,
                                     "keys": {str(stage): plan.key(stage) for stage in _KEYED},
-                                    "platform": plan.tag.platform,
+                                    "platform": str(plan.tag.platform),
                                     "cuda_arch": plan.tag.cuda_arch},
              "resolvedDependencies": [*resolved(config, plan), *_built(recorded)]}
     run = {"builder": {"id": BUILDER, "version": {"sparkbake": _version()},

@@ -6,13 +6,14 @@ baked before sparkbake made SBOMs.
 
 from __future__ import annotations
 
-from sparkbake.attest import imagefiles, sbom
+from sparkbake.attest import imagefiles
 from sparkbake.console.tools import echo
 from sparkbake.oci import artifacts, image_layout
 
-__all__ = ["SUFFIX", "ensure_sbom", "find_sbom"]
+__all__ = ["MEDIA_TYPE", "SUFFIX", "ensure_sbom", "find_sbom"]
 
 SUFFIX = ".sbom"
+MEDIA_TYPE = "application/vnd.cyclonedx+json"  # the artifact's type: a CycloneDX JSON SBOM
 
 
 def find_sbom(layout: image_layout.Layout, tag: str,
@@ -30,8 +31,11 @@ def ensure_sbom(layout: image_layout.Layout, tag: str,
     found = find_sbom(layout, tag, image)
     if found is not None:
         return found
+    # the CycloneDX library takes a noticeable part of a second to import: only to make one
+    from sparkbake.attest import sbom
+
     document = sbom.document(imagefiles.read(layout, image), image)
-    made = artifacts.add(layout, sbom.MEDIA_TYPE, document, image)
+    made = artifacts.add(layout, MEDIA_TYPE, document, image)
     layout.tag(tag + SUFFIX, made)
     echo(f"sbom: {tag}{SUFFIX} = {made.digest} ({len(document)} bytes)")
     return made

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sparkbake import planning
-from sparkbake.attest import sbom, signing, statements
+from sparkbake.attest import signing, statements, stored
 from sparkbake.attest.signing import PublicKey
 from sparkbake.config.versions import Config
 from sparkbake.errors import VerificationError
@@ -130,7 +130,7 @@ def _sbom(session: Session, found: list[dict[str, Any]], provenance: dict[str, A
     named = {b["digest"]["sha256"] for b in provenance["predicate"]["runDetails"]["byproducts"]
              if b.get("name") == "sbom"}
     for entry in found:
-        if entry.get("artifactType") == sbom.MEDIA_TYPE:
+        if entry.get("artifactType") == stored.MEDIA_TYPE:
             _, data = referrers.pull(session, work, entry["digest"])
             if hashlib.sha256(data).hexdigest() in named:
                 document: dict[str, Any] = json.loads(data)

@@ -32,16 +32,17 @@ class Below:
 
 
 def ensure(client: Client, base: BaseImage, cache: image_layout.Layout, layout: image_layout.Layout,
-           work: Path) -> Below:
+           work: Path, workers: int) -> Below:
     """The base's layers, compressed once per host into cache (keyed by the engine's image
-    id: the same base image gives the same blobs), then put into the layout."""
+    id: the same base image gives the same blobs; workers: the threads that compress them),
+    then put into the layout."""
     image_id = str(client.images.get(base.ref).id)
     record = record_path(cache, image_id)
     listing = _listing(record)
     # every blob checked (intact removes a damaged one), not only up to the first bad one
     if listing is None or not all([cache.intact(d) for d in [listing["config"],
                                                                *listing["layers"]]]):
-        listing = _export_base(client, base, image_id, cache, work)
+        listing = _export_base(client, base, image_id, cache, work, workers)
         atomic_write(record, json.dumps(listing, indent=2) + "\n")
     return Below(cache.read_json(listing["config"]),
                   [layout.add_file(cache.blob(d), d, layers.MEDIA_TYPE)
@@ -62,7 +63,7 @@ def _listing(record: Path) -> dict[str, Any] | None:
 
 
 def _export_base(client: Client, base: BaseImage, image_id: str, cache: image_layout.Layout,
-                 work: Path) -> dict[str, Any]:
+                 work: Path, workers: int) -> dict[str, Any]:
     archive = work / "base.tar"
     with step(f"base layers of {base.ref} ({image_id[:19]})"), archive.open("wb") as out:
         for chunk in client.images.get(base.ref).save(named=False):
@@ -75,7 +76,7 @@ def _export_base(client: Client, base: BaseImage, image_id: str, cache: image_la
                                  strict=True):
             source = tar.extractfile(name)
             assert source is not None
-            layer = layers.compress(source, work / "base-layer.tar.gz")
+            layer = layers.compress(source, work / "base-layer.tar.gz", workers=workers)
             if layer.diff_id != diff_id:
                 raise BakeError(f"base {base.ref}: its layer {name} is {layer.diff_id}, its "
                                 f"config says {diff_id}", "remove the image and rebuild it")

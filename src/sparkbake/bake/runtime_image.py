@@ -26,6 +26,7 @@ from sparkbake.attest import stored
 from sparkbake.bake import baselayers, venvlayers
 from sparkbake.bake.layercache import LayerCache
 from sparkbake.bases import BaseImage
+from sparkbake.config.settings import Settings
 from sparkbake.console import display
 from sparkbake.console.tools import echo, step
 from sparkbake.core.layout import Layout
@@ -49,7 +50,7 @@ from sparkbake.planning import Plan, upstream_pin
 from sparkbake.wheels.container_build import WheelSet
 from sparkbake.wheels.report import WheelsReport
 
-__all__ = ["WHEELS_LABEL", "Image", "bake", "find", "is_current", "labels", "manifest",
+__all__ = ["WHEELS_LABEL", "Image", "find", "is_current", "labels", "make_image", "manifest",
            "wheels_content"]
 
 INPUTS_LABEL = "dev.sparkbake.inputs"  # the bake key: an image is current when it matches
@@ -82,7 +83,7 @@ def manifest(plan: Plan, base: BaseImage, wheels: WheelSet, patched: PatchedTree
                     "patches": [s.record(f, h) for f, h in s.patches]}
                    for s in plan.series],
         "patched_tree": patched.tree_hash,
-        "cuda_arch": tag.cuda_arch, "sm_arch": tag.sm_arch, "platform": tag.platform,
+        "cuda_arch": tag.cuda_arch, "sm_arch": tag.sm_arch, "platform": str(tag.platform),
         "env": dict(tag.env),
         # what the entrypoint's preflight enforces; absent: nothing declared
         **({"capabilities": tag.capabilities.as_dict()} if tag.capabilities else {}),
@@ -163,13 +164,14 @@ def is_current(client: Client, plan: Plan, layout: Layout, wheels: str | None) -
     return baked is not None and baked.config == attrs["Id"]
 
 
-def bake(client: Client, plan: Plan, base: BaseImage, wheels: WheelSet, patched: PatchedTree,
-         layout: Layout, *, source_date: int, cache: Path, load: bool = True,
-         runtime_wheels: Path | None = None, runtime_lock: Path | None = None,
-         log: Path) -> Image:
+def make_image(client: Client, plan: Plan, base: BaseImage, wheels: WheelSet,
+               patched: PatchedTree, layout: Layout, *, source_date: int, settings: Settings,
+               load: bool = True, runtime_wheels: Path | None = None,
+               runtime_lock: Path | None = None, log: Path) -> Image:
     """Write the tag's image into build/oci and (load) into the engine as `<repository>:<tag>`,
-    unless the engine has it from these inputs. cache holds the base layers, per host;
-    runtime_wheels the wheelhouse of the tag's runtime lock runtime_lock, if it has one."""
+    unless the engine has it from these inputs. The host's cache (settings) holds the base
+    layers; runtime_wheels is the wheelhouse of the tag's runtime lock runtime_lock, if it
+    has one."""
     content = wheels_content(wheels.report)
     current = find(layout, plan) if load and is_current(client, plan, layout, content) else None
     if current is not None:
@@ -180,13 +182,15 @@ def bake(client: Client, plan: Plan, base: BaseImage, wheels: WheelSet, patched:
     with step(f"bake {plan.tag.image_ref}"), \
             scratch_dir(layout.scratch("contexts"), "bake.") as work:
         runtime = _with_python(client, base, layout)
-        below = baselayers.ensure(client, runtime, image_layout.Layout(cache / "layers"), oci,
-                                  work)
-        upstream = _upstream(plan, wheels, runtime_wheels, runtime_lock, patched)
-        venv = venvlayers.bake(client, runtime, upstream, LayerCache(layout.layers, oci), work,
-                               source_date, log)
+        workers = settings.compress_workers
+        below = baselayers.ensure(client, runtime,
+                                  image_layout.Layout(settings.cache_dir / "layers"), oci, work,
+                                  workers)
+        packages = _venv_packages(plan, wheels, runtime_wheels, runtime_lock, patched)
+        venv = venvlayers.make_layers(client, runtime, packages, LayerCache(layout.layers, oci),
+                                      work, source_date, log, workers)
         recorded = manifest(plan, base, wheels, patched, source_date, venv.cuda_home)
-        files = _files_layer(recorded, work, source_date)
+        files = _files_layer(recorded, work, source_date, workers)
         added = [*venv.added, (files, "sparkbake: /opt/sparkbake")]
         baked = _write(oci, plan, below, added, labels(plan, base, patched, source_date)
                        | {WHEELS_LABEL: content}, source_date, recorded.get("jit"))
@@ -224,17 +228,18 @@ def _with_python(client: Client, base: BaseImage, layout: Layout) -> BaseImage:
     return BaseImage(base.name, ref, str(client.images.get(ref).id))
 
 
-def _upstream(plan: Plan, built: WheelSet, house: Path | None, lock: Path | None,
-              patched: PatchedTree) -> venvlayers.Upstream:
+def _venv_packages(plan: Plan, built: WheelSet, house: Path | None, lock: Path | None,
+                   patched: PatchedTree) -> venvlayers.VenvPackages:
     """What goes into /opt/venv: the tag's wheels (and the runtime wheelhouse's, with what
     the tag asks for by name)."""
     asked = tuple(a.name for a in requirements.asked(plan.tag, patched.path)) if house else ()
-    return venvlayers.Upstream(plan.tag.image_ref, plan.tag.platform, built.folder,
-                               tuple(_names(built)), house, lock, asked, plan.kernel_key,
-                               patched.tree_hash)
+    return venvlayers.VenvPackages(plan.tag.image_ref, plan.tag.platform, built.folder,
+                                   tuple(_names(built)), house, lock, asked, plan.kernel_key,
+                                   patched.tree_hash)
 
 
-def _files_layer(recorded: dict[str, Any], work: Path, source_date: int) -> layers.Layer:
+def _files_layer(recorded: dict[str, Any], work: Path, source_date: int,
+                 workers: int) -> layers.Layer:
     text = json.dumps(recorded, indent=2, sort_keys=True) + "\n"
     files: dict[str, tuple[bytes | None, int]] = {
         "opt/sparkbake/manifest.json": (text.encode(), 0o644)}
@@ -242,7 +247,7 @@ def _files_layer(recorded: dict[str, Any], work: Path, source_date: int) -> laye
         files[recorded["jit"]["cache"].lstrip("/")] = (None, 0o1777)
     for name in _runtime()["files"]:
         files[f"opt/sparkbake/{name}"] = (resources.path(name).read_bytes(), 0o644)
-    return layers.from_files(files, work / "files.tar.gz", source_date)
+    return layers.from_files(files, work / "files.tar.gz", source_date, workers=workers)
 
 
 def _write(layout: image_layout.Layout, plan: Plan, below: baselayers.Below,

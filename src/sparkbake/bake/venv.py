@@ -25,6 +25,7 @@ from packaging.version import Version
 
 from sparkbake import resources
 from sparkbake.bake import distributions, elfcheck
+from sparkbake.config.platforms import Platform
 from sparkbake.console import display
 from sparkbake.console.tools import echo, run, step
 from sparkbake.errors import BakeError
@@ -59,7 +60,7 @@ def site_packages(venv: Path, python: str) -> Path:
     return venv / "lib" / f"python{python}" / "site-packages"
 
 
-def install(client: Client, runtime_ref: str, image: str, platform: str,
+def install(client: Client, runtime_ref: str, image: str, platform: Platform,
             wheel_dirs: list[Path], names: list[str], work: Path, source_date: int,
             log: Path, asked: tuple[str, ...] = ()) -> Installed:
     """/opt/venv of image with names (and what they need, from wheel_dirs), under work/root.
@@ -78,7 +79,7 @@ def install(client: Client, runtime_ref: str, image: str, platform: str,
     return Installed(root, python, _link_toolkit(venv, python))
 
 
-def install_only(image: str, platform: str, python: str, wheel_dirs: list[Path],
+def install_only(image: str, platform: Platform, python: str, wheel_dirs: list[Path],
                  names: list[str], work: Path, source_date: int, log: Path) -> Installed:
     """names alone (no dependencies) into an empty /opt/venv tree under work/root: their
     files as `install` would put them, when the rest of the venv is a cached layer."""
@@ -95,7 +96,7 @@ def install_only(image: str, platform: str, python: str, wheel_dirs: list[Path],
 
 
 def _compiled_and_checked(installed: list[Path], root: Path, python: str,
-                          platform: str) -> None:
+                          platform: Platform) -> None:
     with step(f"{VENV}: bytecode"):
         _compile(installed, root, python)
     with step(f"{VENV}: the platform of its ELF files"):
@@ -174,7 +175,7 @@ def _skeleton(client: Client, runtime_ref: str, work: Path, source_date: int,
     return root, versions[0]
 
 
-def _pip_target(site: Path, image: str, platform: str, python: str, wheel_dirs: list[Path],
+def _pip_target(site: Path, image: str, platform: Platform, python: str, wheel_dirs: list[Path],
                 names: list[str], source_date: int, log: Path) -> None:
     """This host's pip resolves and installs for the image's platform and Python, offline;
     no bytecode: pip would record this host's paths in it (see _compile)."""

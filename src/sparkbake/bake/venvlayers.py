@@ -40,23 +40,25 @@ from sparkbake.attest import imagefiles
 from sparkbake.bake import venv, venvgroups, venvsplit
 from sparkbake.bake.layercache import FORMAT, LayerCache, content_key
 from sparkbake.bases import BaseImage
+from sparkbake.config.platforms import Platform
 from sparkbake.console.tools import echo, step
 from sparkbake.hashing import data_hash
 from sparkbake.lock import pins
 from sparkbake.oci import image_layout, layers
 from sparkbake.oci.docker_engine import Client
 
-__all__ = ["FORMAT_VENV", "Upstream", "VenvLayers", "bake", "runtime_key"]
+__all__ = ["FORMAT_VENV", "VenvLayers", "VenvPackages", "make_layers", "runtime_key"]
 
 FORMAT_VENV = 3  # raise when venv.py, venvsplit.py or venvgroups.py put other files into a part
 
 
 @dataclass(frozen=True)
-class Upstream:
-    """What the bake installs into /opt/venv."""
+class VenvPackages:
+    """What the bake installs into /opt/venv: the tag's wheels, and the runtime lock's with
+    what the tag asks for by name."""
 
     image: str  # the image's ref, for messages
-    platform: str
+    platform: Platform
     wheels: Path  # the tag's built wheels
     names: tuple[str, ...]  # their distributions
     house: Path | None  # the runtime lock's wheelhouse
@@ -73,7 +75,7 @@ class VenvLayers:
     cached: tuple[str, ...]  # the parts taken from the cache
 
 
-def runtime_key(client: Client, runtime: BaseImage, upstream: Upstream, source_date: int,
+def runtime_key(client: Client, runtime: BaseImage, packages: VenvPackages, source_date: int,
                 pinned: dict[str, list[str]]) -> str:
     """What the runtime packages' layers are made of together, without installing anything
     (pinned: the lock's packages, _pinned): every group's layer is taken from the cache
@@ -81,42 +83,43 @@ def runtime_key(client: Client, runtime: BaseImage, upstream: Upstream, source_d
     return data_hash({
         "format": [FORMAT_VENV, FORMAT, image_layout.FORMAT, layers.COMPRESSION],
         "base": str(client.images.get(runtime.ref).id),
-        "skeleton": resources.digest(venv.SKELETON), "platform": upstream.platform,
-        "source_date": source_date, "asked": sorted(upstream.asked),
-        "requires": _requires(upstream.wheels), "lock": pinned,
+        "skeleton": resources.digest(venv.SKELETON), "platform": str(packages.platform),
+        "source_date": source_date, "asked": sorted(packages.asked),
+        "requires": _requires(packages.wheels), "lock": pinned,
         "table": [[group.name, *group.patterns] for group in venvgroups.GROUPS],
         # pip lays out the files; this host's Python compiles the bytecode
         "host": [version("pip"), list(sys.version_info[:2])],
     })
 
 
-def bake(client: Client, runtime: BaseImage, upstream: Upstream, cache: LayerCache,
-         work: Path, source_date: int, log: Path) -> VenvLayers:
-    """The layers of /opt/venv, from the cache where their keys are there."""
-    pinned = _pinned(upstream)
-    key = runtime_key(client, runtime, upstream, source_date, pinned)
+def make_layers(client: Client, runtime: BaseImage, packages: VenvPackages, cache: LayerCache,
+                work: Path, source_date: int, log: Path, workers: int) -> VenvLayers:
+    """The layers of /opt/venv, from the cache where their keys are there (workers: the
+    threads that compress a layer written)."""
+    pinned = _pinned(packages)
+    key = runtime_key(client, runtime, packages, source_date, pinned)
     groups = venvgroups.present(pinned)
     found = [cache.get(_part(group.name), key) for group in groups]
     recorded = None if None in found else [hit for hit in found if hit]
     # every group under this key: the rest's record (the last) says Python and CUDA_HOME
-    installed = _install(client, runtime, upstream,
+    installed = _install(client, runtime, packages,
                          recorded[-1][1]["python"] if recorded else None, work, source_date, log)
     with step(f"{venv.VENV}: split into layers"):
-        parts = venvsplit.split(installed.root, installed.python, upstream.names)
+        parts = venvsplit.split(installed.root, installed.python, packages.names)
     if recorded:
         about = recorded[-1][1]
-        made = [_Made(_part(group.name), hit[0], True, _runtime_what(upstream, group))
+        made = [_Made(_part(group.name), hit[0], True, _runtime_what(packages, group))
                 for group, hit in zip(groups, recorded, strict=True)]
     else:
         about = {"python": installed.python, "cuda_home": installed.cuda_home}
-        made = _runtime_layers(installed, parts.runtime, upstream, cache, key, groups, about,
-                               work, source_date)
+        made = _runtime_layers(installed, parts.runtime, packages, cache, key, groups, about,
+                               work, source_date, workers)
     for part, paths in (("kernels", parts.kernels), ("python", parts.python)):
         content = content_key(installed.root, paths, source_date)
-        what = _upstream_what(upstream, part)
+        what = _upstream_what(packages, part)
         layer, was_cached = cache.layer(part, content, functools.partial(
             _written, cache.layout, what, installed.root, paths, work / f"{part}.tar.gz",
-            source_date))
+            source_date, workers))
         made.append(_Made(part, layer, was_cached, what))
     for one in made:
         echo(f"bake: {venv.VENV} layer {one.part}: {'cached' if one.cached else 'written'} "
@@ -133,9 +136,10 @@ class _Made:
     what: str  # the history line
 
 
-def _runtime_layers(installed: venv.Installed, runtime: tuple[str, ...], upstream: Upstream,
+def _runtime_layers(installed: venv.Installed, runtime: tuple[str, ...], packages: VenvPackages,
                     cache: LayerCache, key: str, groups: tuple[venvgroups.Group, ...],
-                    about: dict[str, Any], work: Path, source_date: int) -> list[_Made]:
+                    about: dict[str, Any], work: Path, source_date: int,
+                    workers: int) -> list[_Made]:
     """A layer per runtime group, bottom first, from the venv just installed: each kept by
     its content (a group whose files are as before keeps its blob, neither compressed nor
     pushed again), and recorded under the runtime key for the next bake of this lock."""
@@ -143,22 +147,22 @@ def _runtime_layers(installed: venv.Installed, runtime: tuple[str, ...], upstrea
         paths = venvgroups.split(installed.root, installed.python, runtime, groups)
     made = []
     for group in groups:
-        part, what = _part(group.name), _runtime_what(upstream, group)
+        part, what = _part(group.name), _runtime_what(packages, group)
         content = content_key(installed.root, paths[group.name], source_date)
         layer, was_cached = cache.layer(part, content, functools.partial(
             _written, cache.layout, what, installed.root, paths[group.name],
-            work / f"{part}.tar.gz", source_date))
+            work / f"{part}.tar.gz", source_date, workers))
         cache.put(part, key, layer, about)
         made.append(_Made(part, layer, was_cached, what))
     return made
 
 
 def _written(layout: image_layout.Layout, what: str, root: Path, paths: tuple[str, ...],
-             dest: Path, source_date: int) -> layers.Layer:
+             dest: Path, source_date: int, workers: int) -> layers.Layer:
     """A layer written and compressed, as a timed step (the bake's longest); what the SBOM
     reads of it is taken from the files it was written from, not read back from its blob."""
     with step(f"layer {what}"):
-        layer = layers.from_paths(root, paths, dest, source_date)
+        layer = layers.from_paths(root, paths, dest, source_date, workers=workers)
     imagefiles.remember(layout, layer.digest, root, paths)
     return layer
 
@@ -168,42 +172,42 @@ def _part(group: str) -> str:
     return f"runtime-{group}"
 
 
-def _install(client: Client, runtime: BaseImage, upstream: Upstream,
+def _install(client: Client, runtime: BaseImage, packages: VenvPackages,
              cached_python: str | None, work: Path, source_date: int,
              log: Path) -> venv.Installed:
     """Everything into the venv; or, when every runtime group's layer is cached (the rest's record
     says the image's Python), the tag's wheels alone."""
-    names = list(upstream.names)
+    names = list(packages.names)
     if cached_python is not None:
         echo(f"bake: runtime packages cached (every group): installing {' '.join(names)} "
              "alone")
-        return venv.install_only(upstream.image, upstream.platform, cached_python,
-                                 [upstream.wheels], names, work, source_date, log)
-    dirs = [upstream.wheels] if upstream.house is None else [upstream.wheels, upstream.house]
-    return venv.install(client, runtime.ref, upstream.image, upstream.platform, dirs, names,
-                        work, source_date, log, upstream.asked)
+        return venv.install_only(packages.image, packages.platform, cached_python,
+                                 [packages.wheels], names, work, source_date, log)
+    dirs = [packages.wheels] if packages.house is None else [packages.wheels, packages.house]
+    return venv.install(client, runtime.ref, packages.image, packages.platform, dirs, names,
+                        work, source_date, log, packages.asked)
 
 
-def _runtime_what(upstream: Upstream, group: venvgroups.Group) -> str:
-    lock = f"runtime lock {upstream.house.name}" if upstream.house else "no runtime lock"
+def _runtime_what(packages: VenvPackages, group: venvgroups.Group) -> str:
+    lock = f"runtime lock {packages.house.name}" if packages.house else "no runtime lock"
     return f"sparkbake: {venv.VENV}: runtime packages: {group.title} ({lock})"
 
 
-def _upstream_what(upstream: Upstream, part: str) -> str:
-    names = " ".join(upstream.names)
+def _upstream_what(packages: VenvPackages, part: str) -> str:
+    names = " ".join(packages.names)
     if part == "kernels":
         return (f"sparkbake: {venv.VENV}: {names} compiled libraries "
-                f"(kernel key {upstream.kernel_key[:12]})")
-    return f"sparkbake: {venv.VENV}: {names} Python (patched tree {upstream.tree_hash[:12]})"
+                f"(kernel key {packages.kernel_key[:12]})")
+    return f"sparkbake: {venv.VENV}: {names} Python (patched tree {packages.tree_hash[:12]})"
 
 
-def _pinned(upstream: Upstream) -> dict[str, list[str]]:
+def _pinned(packages: VenvPackages) -> dict[str, list[str]]:
     """The runtime lock's packages by canonical name: each one's lock line and the names of
     its wheels in the wheelhouse (their hashes were checked against the lock at download)."""
-    if upstream.lock is None or upstream.house is None:
+    if packages.lock is None or packages.house is None:
         return {}
-    pinned = {name: [line] for name, line in pins.packages(upstream.lock).items()}
-    for wheel in sorted(upstream.house.glob("*.whl")):
+    pinned = {name: [line] for name, line in pins.packages(packages.lock).items()}
+    for wheel in sorted(packages.house.glob("*.whl")):
         name = str(parse_wheel_filename(wheel.name)[0])
         pinned.setdefault(name, []).append(wheel.name)
     return pinned

@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 
 from packaging.utils import parse_wheel_filename
 
+from sparkbake.config.platforms import Platform
 from sparkbake.config.yamlsource import did_you_mean
 from sparkbake.errors import ConfigError
 
 __all__ = ["CAPABILITY_KEYS", "CUDA_ARCH", "DEFAULT_SMOKE_SUITE", "Base", "Capabilities",
            "CompileCache", "Config",
            "DebootstrapBase", "DirUpstream", "GitUpstream", "ImageBase", "KernelSeed", "Listed",
-           "PypiUpstream", "Tag", "Upstream"]
+           "PypiUpstream", "Tag", "Upstream", "UpstreamCommon"]
 
 CUDA_ARCH = re.compile(r"(\d+)\.(\d)([af]?)")
 DEFAULT_SMOKE_SUITE = "common"  # smoke/<suite>/ or images/smoke/<suite>/: sample .env files
@@ -49,49 +50,40 @@ Base = ImageBase | DebootstrapBase
 
 
 @dataclass(frozen=True)
-class PypiUpstream:
+class UpstreamCommon:
+    """What every kind of upstream declares besides where its tree comes from: its key
+    first, then keywords only, so a kind's own fields follow the key positionally."""
+
     key: str
+    _: KW_ONLY
+    # declared; else a git pin's commit time, a folder's time, an sdist's DEFAULT_SOURCE_DATE
+    source_date_epoch: int | None = None
+    build_requirements: str | None = None  # in the tree: what its build imports (torch, ...)
+    runtime_requirements: str | None = None  # in the tree: what its wheels need installed
+    # CMake files of the tree whose downloads this build never reaches -> why (cmake_sources)
+    cmake_skip: tuple[tuple[str, str], ...] = ()
+    # cached kernels: `assemble` the wheel on this host from the cached one and the series'
+    # Python files (any upstream), or run the `builder` with VLLM_USE_PRECOMPILED (vLLM's)
+    kernel_reuse: str = "assemble"
+
+
+@dataclass(frozen=True)
+class PypiUpstream(UpstreamCommon):
     name: str
     version: str
     sha256: str
-    source_date_epoch: int | None = None  # declared; else sources.DEFAULT_SOURCE_DATE
-    build_requirements: str | None = None  # in the tree: what its build imports (torch, ...)
-    runtime_requirements: str | None = None  # in the tree: what its wheels need installed
-    # CMake files of the tree whose downloads this build never reaches -> why (cmake_sources)
-    cmake_skip: tuple[tuple[str, str], ...] = ()
-    # cached kernels: `assemble` the wheel on this host from the cached one and the series'
-    # Python files (any upstream), or run the `builder` with VLLM_USE_PRECOMPILED (vLLM's)
-    kernel_reuse: str = "assemble"
 
 
 @dataclass(frozen=True)
-class GitUpstream:
-    key: str
+class GitUpstream(UpstreamCommon):
     url: str  # as written: part of the pin, so a checkout's location does not change keys
     commit: str
     source: str  # what git fetches from: the url, or a local path resolved to the config
-    source_date_epoch: int | None = None  # declared; else the commit time
-    build_requirements: str | None = None  # in the tree: what its build imports (torch, ...)
-    runtime_requirements: str | None = None  # in the tree: what its wheels need installed
-    # CMake files of the tree whose downloads this build never reaches -> why (cmake_sources)
-    cmake_skip: tuple[tuple[str, str], ...] = ()
-    # cached kernels: `assemble` the wheel on this host from the cached one and the series'
-    # Python files (any upstream), or run the `builder` with VLLM_USE_PRECOMPILED (vLLM's)
-    kernel_reuse: str = "assemble"
 
 
 @dataclass(frozen=True)
-class DirUpstream:
-    key: str
+class DirUpstream(UpstreamCommon):
     path: Path
-    source_date_epoch: int | None = None  # declared; else sources.DEFAULT_SOURCE_DATE
-    build_requirements: str | None = None  # in the tree: what its build imports (torch, ...)
-    runtime_requirements: str | None = None  # in the tree: what its wheels need installed
-    # CMake files of the tree whose downloads this build never reaches -> why (cmake_sources)
-    cmake_skip: tuple[tuple[str, str], ...] = ()
-    # cached kernels: `assemble` the wheel on this host from the cached one and the series'
-    # Python files (any upstream), or run the `builder` with VLLM_USE_PRECOMPILED (vLLM's)
-    kernel_reuse: str = "assemble"
 
 
 Upstream = PypiUpstream | GitUpstream | DirUpstream
@@ -170,7 +162,7 @@ class Tag:
     series: tuple[str, ...]
     env: tuple[tuple[str, str], ...]
     repository: str
-    platform: str
+    platform: Platform
     cuda_arch: str
     builder: Base
     runtime: Base

@@ -1,6 +1,10 @@
-"""What the host says, read once: package index, TLS trust, Debian mirror, build limits.
+"""What the host and the command line say: package index, TLS trust, Debian mirror, build
+limits, caches, signing, --locked. One `Settings` is made per run (`Settings.of_process` in
+__main__; the benchmark scripts and tests make their own) and passed down to what needs it.
 
-Besides `config` (versions.yaml), this is the one module that reads the environment.
+Besides `config` (versions.yaml), this is the one module that reads the environment: it is
+taken once, when the Settings is made. pip's configuration costs a `pip config` process per
+value, so it is asked only when a value of it is first needed, and then kept.
 """
 
 from __future__ import annotations
@@ -9,50 +13,34 @@ import os
 import re
 import subprocess
 import sys
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 
 from sparkbake.config.versions import REDIS_URL
 from sparkbake.errors import ConfigError
 
-__all__ = ["CompileCacheSettings", "HostSettings", "SigningSettings", "compile_cache_settings",
-           "compress_workers", "docker_certs_dirs", "host_settings", "patch_tests_environment",
-           "registry_ca_roots", "signing_settings"]
+__all__ = ["CompileCacheSettings", "PipConfig", "Settings", "SigningSettings",
+           "apt_mirror", "child_environment", "pip_config"]
 
 DEFAULT_GIB_PER_JOB = 6.0  # peak resident memory of one nvcc job on vLLM's largest sources
+SYSTEM_CA = Path("/etc/ssl/certs/ca-certificates.crt")
+CI_TRUE = ("1", "true", "yes")
+
+# one value of pip's configuration (`pip config get KEY`), None when pip has none
+PipConfig = Callable[[str], str | None]
 
 
-@dataclass(frozen=True)
-class HostSettings:
-    """What the host's configuration says about reaching package indexes."""
-
-    index_url: str
-    ca_bundle: str | None
-    debian_mirror: str | None
-    max_jobs: int | None = None  # SPARKBAKE_MAX_JOBS: fixed compile job count
-    gib_per_job: float = DEFAULT_GIB_PER_JOB  # SPARKBAKE_GIB_PER_JOB
-    builder_memory: str | None = None  # SPARKBAKE_BUILDER_MEMORY: builder limit, e.g. "96g"
-    cache_dir: Path = Path("/var/cache/sparkbake")  # SPARKBAKE_CACHE: base layers, per host
-    extra_index_urls: tuple[str, ...] = ()  # pip's extra-index-url, for host-side locks
-    find_links: tuple[str, ...] = ()  # pip's find-links, for host-side locks
-
-
-def host_settings() -> HostSettings:
-    """The package index and CA bundle, as pip on this host is configured."""
-    index = os.environ.get("PIP_INDEX_URL") or _pip_config("global.index-url") or _pip_default()
-    ca = (os.environ.get("PIP_CERT") or _pip_config("global.cert")
-          or os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("SSL_CERT_FILE"))
-    if ca is None and Path("/etc/ssl/certs/ca-certificates.crt").is_file():
-        ca = "/etc/ssl/certs/ca-certificates.crt"
-    return HostSettings(
-        index_url=index.rstrip("/"), ca_bundle=ca, debian_mirror=_apt_mirror(),
-        max_jobs=int(jobs) if (jobs := _positive("SPARKBAKE_MAX_JOBS")) else None,
-        gib_per_job=_positive("SPARKBAKE_GIB_PER_JOB") or DEFAULT_GIB_PER_JOB,
-        builder_memory=os.environ.get("SPARKBAKE_BUILDER_MEMORY") or None,
-        cache_dir=_cache_dir(),
-        extra_index_urls=_pip_list("PIP_EXTRA_INDEX_URL", "global.extra-index-url"),
-        find_links=_pip_list("PIP_FIND_LINKS", "global.find-links"),
-    )
+def pip_config(name: str) -> str | None:
+    """`pip config get name`: pip's own answer, from every file it reads."""
+    try:
+        out = subprocess.run([sys.executable, "-m", "pip", "config", "get", name],
+                             capture_output=True, text=True, check=False, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    value = out.stdout.strip()
+    return value if out.returncode == 0 and value else None
 
 
 @dataclass(frozen=True)
@@ -63,19 +51,6 @@ class SigningSettings:
     passphrase: str | None  # SPARKBAKE_SIGNING_PASSPHRASE: of that key, and of a new one
 
 
-def signing_settings() -> SigningSettings:
-    key = os.environ.get("SPARKBAKE_SIGNING_KEY") or None
-    return SigningSettings(Path(key) if key else None,
-                           os.environ.get("SPARKBAKE_SIGNING_PASSPHRASE") or None)
-
-
-def patch_tests_environment(**overrides: str) -> dict[str, str]:
-    """The host's environment without VLLM_* variables (they would change what vLLM's own
-    tests see), plus overrides: what the patch-tests run with."""
-    kept = {k: v for k, v in os.environ.items() if not k.startswith("VLLM_")}
-    return {**kept, **overrides}
-
-
 @dataclass(frozen=True)
 class CompileCacheSettings:
     """The host's word on the builder's compile cache (README: Caches)."""
@@ -84,62 +59,176 @@ class CompileCacheSettings:
     folder: Path  # the local cache, kept across builds: <cache dir>/sccache
 
 
-def compile_cache_settings() -> CompileCacheSettings:
-    """SPARKBAKE_COMPILE_CACHE overrides versions.yaml's `cache:`: `off` (no sccache),
-    `local` (this host's folder), or a Redis URL."""
-    raw = os.environ.get("SPARKBAKE_COMPILE_CACHE") or None
-    if raw is not None and raw not in ("off", "local") and not REDIS_URL.fullmatch(raw):
-        raise ConfigError(f"SPARKBAKE_COMPILE_CACHE={raw!r} is not off, local or a Redis URL",
-                          "write e.g. SPARKBAKE_COMPILE_CACHE=redis://cache.lan:6379/0")
-    return CompileCacheSettings(override=raw, folder=_cache_dir() / "sccache")
+@dataclass(frozen=True, eq=False)
+class Settings:
+    """The run's settings: the environment as it was when the run started, the command
+    line's options, and pip's configuration when asked. Each value is read from them when
+    used, so a setting a command never uses is never checked (nor pip ever started)."""
+
+    environ: Mapping[str, str]
+    locked_option: bool = False  # --locked: refuse a missing lock, as CI does
+    ask_pip: PipConfig = field(default=pip_config, repr=False)
+    apt_dir: Path = Path("/etc/apt")  # where the Debian mirror is read from
+
+    @classmethod
+    def of_process(cls, *, locked: bool = False) -> Settings:
+        """This process's environment, read now, with the command line's --locked."""
+        return cls(dict(os.environ), locked_option=locked)
+
+    def with_environ(self, **changes: str) -> Settings:
+        """These settings with environment variables changed (pip is asked anew if needed)."""
+        return replace(self, environ={**self.environ, **changes})
+
+    # -- package indexes (pip's configuration) --------------------------------------------
+
+    @cached_property
+    def index_url(self) -> str:
+        """PIP_INDEX_URL, else pip's global.index-url, else pip's default index."""
+        index = (self.environ.get("PIP_INDEX_URL") or self.ask_pip("global.index-url")
+                 or _pip_default())
+        return index.rstrip("/")
+
+    @cached_property
+    def ca_bundle(self) -> str | None:
+        """The CA file for package indexes: PIP_CERT, pip's global.cert, REQUESTS_CA_BUNDLE,
+        SSL_CERT_FILE, else the system's bundle where there is one."""
+        ca = (self.environ.get("PIP_CERT") or self.ask_pip("global.cert")
+              or self.environ.get("REQUESTS_CA_BUNDLE") or self.environ.get("SSL_CERT_FILE"))
+        if ca is None and SYSTEM_CA.is_file():
+            ca = str(SYSTEM_CA)
+        return ca
+
+    @cached_property
+    def extra_index_urls(self) -> tuple[str, ...]:
+        """pip's extra-index-url, for host-side locks."""
+        return self._pip_list("PIP_EXTRA_INDEX_URL", "global.extra-index-url")
+
+    @cached_property
+    def find_links(self) -> tuple[str, ...]:
+        """pip's find-links, for host-side locks."""
+        return self._pip_list("PIP_FIND_LINKS", "global.find-links")
+
+    def _pip_list(self, variable: str, key: str) -> tuple[str, ...]:
+        """A whitespace-separated pip option, from its environment variable, else pip's
+        config."""
+        return tuple((self.environ.get(variable) or self.ask_pip(key) or "").split())
+
+    @cached_property
+    def debian_mirror(self) -> str | None:
+        """The first Debian archive of the host's apt sources: a debootstrap base's mirror."""
+        return apt_mirror(self.apt_dir)
+
+    # -- build limits and caches ----------------------------------------------------------
+
+    @property
+    def max_jobs(self) -> int | None:
+        """SPARKBAKE_MAX_JOBS: a fixed compile job count."""
+        jobs = self._positive("SPARKBAKE_MAX_JOBS")
+        return int(jobs) if jobs else None
+
+    @property
+    def gib_per_job(self) -> float:
+        """SPARKBAKE_GIB_PER_JOB: the memory one compile job is given."""
+        return self._positive("SPARKBAKE_GIB_PER_JOB") or DEFAULT_GIB_PER_JOB
+
+    @property
+    def builder_memory(self) -> str | None:
+        """SPARKBAKE_BUILDER_MEMORY: the builder container's limit, e.g. "96g"."""
+        return self.environ.get("SPARKBAKE_BUILDER_MEMORY") or None
+
+    @property
+    def cache_dir(self) -> Path:
+        """The host's cache (base layers, the compile cache): SPARKBAKE_CACHE, else
+        $XDG_CACHE_HOME/sparkbake, else ~/.cache/sparkbake."""
+        if self.environ.get("SPARKBAKE_CACHE"):
+            return Path(self.environ["SPARKBAKE_CACHE"])
+        xdg = self.environ.get("XDG_CACHE_HOME")
+        return (Path(xdg) if xdg else Path.home() / ".cache") / "sparkbake"
+
+    @property
+    def compile_cache(self) -> CompileCacheSettings:
+        """SPARKBAKE_COMPILE_CACHE overrides versions.yaml's `cache:`: `off` (no sccache),
+        `local` (this host's folder), or a Redis URL."""
+        raw = self.environ.get("SPARKBAKE_COMPILE_CACHE") or None
+        if raw is not None and raw not in ("off", "local") and not REDIS_URL.fullmatch(raw):
+            raise ConfigError(f"SPARKBAKE_COMPILE_CACHE={raw!r} is not off, local or a Redis "
+                              "URL", "write e.g. SPARKBAKE_COMPILE_CACHE=redis://cache.lan:6379/0")
+        return CompileCacheSettings(override=raw, folder=self.cache_dir / "sccache")
+
+    @property
+    def compress_workers(self) -> int:
+        """Threads that gzip a layer: SPARKBAKE_COMPRESS_WORKERS, else every core (the bytes
+        are the same either way: oci/blockgzip)."""
+        return int(self._positive("SPARKBAKE_COMPRESS_WORKERS") or os.cpu_count() or 1)
+
+    # -- what the run may do --------------------------------------------------------------
+
+    @property
+    def ci(self) -> bool:
+        """Under CI (`CI=true`)."""
+        return self.environ.get("CI", "").lower() in CI_TRUE
+
+    @property
+    def locked(self) -> bool:
+        """Must every lock exist already? Under CI and with --locked: a lock is an input to
+        review, never made on the fly there."""
+        return self.ci or self.locked_option
+
+    @property
+    def nox_session(self) -> bool:
+        """Run by a nox session (nox sets NOX_CURRENT_SESSION): remedies name `nox -s`."""
+        return bool(self.environ.get("NOX_CURRENT_SESSION"))
+
+    @property
+    def signing(self) -> SigningSettings:
+        key = self.environ.get("SPARKBAKE_SIGNING_KEY") or None
+        return SigningSettings(Path(key) if key else None,
+                               self.environ.get("SPARKBAKE_SIGNING_PASSPHRASE") or None)
+
+    # -- registries (Docker's TLS folders) ------------------------------------------------
+
+    @property
+    def registry_ca_roots(self) -> str | None:
+        """The CA file registries are checked against besides Docker's certs.d:
+        REQUESTS_CA_BUNDLE, SSL_CERT_FILE, else the system's bundle (None: requests' own)."""
+        chosen = self.environ.get("REQUESTS_CA_BUNDLE") or self.environ.get("SSL_CERT_FILE")
+        if chosen:
+            return chosen
+        return str(SYSTEM_CA) if SYSTEM_CA.is_file() else None
+
+    @property
+    def docker_certs_dirs(self) -> tuple[Path, ...]:
+        """Where Docker keeps per-registry TLS files (certs.d/<host[:port]>): a rootless
+        engine's under $XDG_CONFIG_HOME/docker, then /etc/docker's."""
+        xdg = self.environ.get("XDG_CONFIG_HOME")
+        rootless = (Path(xdg) if xdg else Path.home() / ".config") / "docker" / "certs.d"
+        return rootless, Path("/etc/docker/certs.d")
+
+    def patch_tests_environment(self, **overrides: str) -> dict[str, str]:
+        """The environment without VLLM_* variables (they would change what vLLM's own tests
+        see), plus overrides: what the patch-tests run with."""
+        kept = {k: v for k, v in self.environ.items() if not k.startswith("VLLM_")}
+        return {**kept, **overrides}
+
+    def _positive(self, name: str) -> float | None:
+        raw = self.environ.get(name)
+        if not raw:
+            return None
+        try:
+            value = float(raw)
+        except ValueError:
+            value = 0.0
+        if value <= 0:
+            raise ConfigError(f"{name}={raw!r} is not a positive number", "unset it or fix it")
+        return value
 
 
-def compress_workers() -> int:
-    """Threads that gzip a layer: SPARKBAKE_COMPRESS_WORKERS, else every core (the bytes are
-    the same either way: oci/blockgzip)."""
-    return int(_positive("SPARKBAKE_COMPRESS_WORKERS") or os.cpu_count() or 1)
+def child_environment(added: Mapping[str, str]) -> dict[str, str]:
+    """A child process's environment: this process's, with added on top."""
+    return {**os.environ, **added}
 
 
-def registry_ca_roots() -> str | None:
-    """The CA file registries are checked against besides Docker's certs.d: REQUESTS_CA_BUNDLE,
-    SSL_CERT_FILE, else the system's bundle (None: requests' own)."""
-    chosen = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("SSL_CERT_FILE")
-    if chosen:
-        return chosen
-    system = Path("/etc/ssl/certs/ca-certificates.crt")
-    return str(system) if system.is_file() else None
-
-
-def docker_certs_dirs() -> tuple[Path, ...]:
-    """Where Docker keeps per-registry TLS files (certs.d/<host[:port]>): a rootless engine's
-    under $XDG_CONFIG_HOME/docker, then /etc/docker's."""
-    xdg = os.environ.get("XDG_CONFIG_HOME")
-    rootless = (Path(xdg) if xdg else Path.home() / ".config") / "docker" / "certs.d"
-    return rootless, Path("/etc/docker/certs.d")
-
-
-def _cache_dir() -> Path:
-    """SPARKBAKE_CACHE, else $XDG_CACHE_HOME/sparkbake, else ~/.cache/sparkbake."""
-    if os.environ.get("SPARKBAKE_CACHE"):
-        return Path(os.environ["SPARKBAKE_CACHE"])
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "sparkbake"
-
-
-def _positive(name: str) -> float | None:
-    raw = os.environ.get(name)
-    if not raw:
-        return None
-    try:
-        value = float(raw)
-    except ValueError:
-        value = 0.0
-    if value <= 0:
-        raise ConfigError(f"{name}={raw!r} is not a positive number", "unset it or fix it")
-    return value
-
-
-def _apt_mirror(apt_dir: Path = Path("/etc/apt")) -> str | None:
+def apt_mirror(apt_dir: Path) -> str | None:
     """The first Debian archive URI in the host's apt sources (deb822 or one-line style)."""
     for sources in sorted(apt_dir.glob("sources.list.d/*.sources")):
         for stanza in sources.read_text().split("\n\n"):
@@ -154,21 +243,6 @@ def _apt_mirror(apt_dir: Path = Path("/etc/apt")) -> str | None:
             if len(parts) >= 3 and parts[0] == "deb" and "-" not in parts[2]:
                 return parts[1]
     return None
-
-
-def _pip_list(variable: str, key: str) -> tuple[str, ...]:
-    """A whitespace-separated pip option, from its environment variable, else pip's config."""
-    return tuple((os.environ.get(variable) or _pip_config(key) or "").split())
-
-
-def _pip_config(name: str) -> str | None:
-    try:
-        out = subprocess.run([sys.executable, "-m", "pip", "config", "get", name],
-                             capture_output=True, text=True, check=False, timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    value = out.stdout.strip()
-    return value if out.returncode == 0 and value else None
 
 
 def _pip_default() -> str:

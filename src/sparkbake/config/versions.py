@@ -29,6 +29,7 @@ from sparkbake.config.model import (
     Tag,
     Upstream,
 )
+from sparkbake.config.platforms import Platform
 from sparkbake.config.yamlsource import LocatedDict, Where, did_you_mean
 from sparkbake.errors import ConfigError
 
@@ -102,7 +103,7 @@ def load(path: Path) -> Config:
     releases: dict[str, tuple[str, ...]] = {}
     for name in raw_tags:
         tag, pairs = _tag(where, name, raw_tags, defaults, bases, upstreams)
-        made = platforms.expand(replace(tag, cache=cache), pairs) if pairs else \
+        made = _expand(replace(tag, cache=cache), pairs) if pairs else \
             (replace(tag, cache=cache),)
         for one in made:
             if one.name in raw_tags and one.release is not None:
@@ -249,10 +250,10 @@ Named = TypeVar("Named", Base, Upstream)  # what a tag names by key: a base, an 
 
 def _tag(where: Where, name: str, raw_tags: LocatedDict, defaults: LocatedDict,
          bases: dict[str, Base], upstreams: dict[str, Upstream],
-         ) -> tuple[Tag, tuple[tuple[str, str], ...]]:
+         ) -> tuple[Tag, tuple[tuple[Platform, str], ...]]:
     """The tag, and its (platform, CUDA arch) pairs if it is a multi-platform tag."""
     merged, origin = _resolve_extends(where, name, raw_tags)
-    pairs = platforms.read(where, origin, merged, name)
+    pairs = _platforms(where, origin, merged, name)
     for key in DEFAULT_KEYS:
         if key not in merged:
             merged[key], origin[key] = defaults[key], defaults
@@ -280,8 +281,8 @@ def _tag(where: Where, name: str, raw_tags: LocatedDict, defaults: LocatedDict,
         series=series,
         env=_env(where, merged["env"]),
         repository=where.string(origin["repository"], "repository"),
-        platform=where.string(origin["platform"], "platform", re.compile(r"linux/[a-z0-9]+"),
-                              "a platform such as linux/arm64"),
+        platform=platforms.parse(where.string(origin["platform"], "platform", platforms.PLATFORM,
+                                              "a platform such as linux/arm64")),
         cuda_arch=where.string(origin["cuda_arch"], "cuda_arch", CUDA_ARCH,
                                "a CUDA arch such as \"12.1a\""),
         builder=ref("builder", bases, "base"),
@@ -295,6 +296,42 @@ def _tag(where: Where, name: str, raw_tags: LocatedDict, defaults: LocatedDict,
         pins=_listed(where, origin, merged, "pins", PIN),
     )
     return tag, pairs
+
+
+def _platforms(where: Where, origin: dict[str, LocatedDict], merged: dict[str, Any],
+               name: str) -> tuple[tuple[Platform, str], ...]:
+    """`platforms: {linux/arm64: "12.1a", ...}`: the tag's (platform, CUDA arch) pairs, in the
+    order written; () without it. Inherited through `extends` like any key, it takes the
+    place of `platform` and `cuda_arch`."""
+    if "platforms" not in merged:
+        return ()
+    written = origin["platforms"]
+    for key in ("platform", "cuda_arch"):
+        if key in merged:
+            raise ConfigError(f"{where(origin[key], key)}: tag {name!r} has `platforms` "
+                              f"({where(written, 'platforms')}) and `{key}`",
+                              "give each platform its CUDA arch under `platforms:` only")
+    spec = where.mapping(written["platforms"], "platforms", parent=written, key="platforms")
+    if not spec:
+        raise ConfigError(f"{where(written, 'platforms')}: tag {name!r} names no platform",
+                          'write e.g. platforms: {linux/arm64: "12.1a"}')
+    pairs = []
+    for platform in spec:
+        arch = spec[platform]
+        if not platforms.PLATFORM.fullmatch(platform) or not isinstance(arch, str) \
+                or not CUDA_ARCH.fullmatch(arch):
+            raise ConfigError(f"{where(spec, platform)}: platforms wants <linux/ARCH>: "
+                              f"<CUDA arch>, not {platform}: {arch!r}",
+                              'write e.g. linux/arm64: "12.1a"')
+        pairs.append((platforms.parse(platform), arch))
+    return tuple(pairs)
+
+
+def _expand(tag: Tag, pairs: tuple[tuple[Platform, str], ...]) -> tuple[Tag, ...]:
+    """One tag per platform of a multi-platform tag, each naming the release it belongs to."""
+    return tuple(replace(tag, name=platforms.platform_name(tag.name, platform),
+                         platform=platform, cuda_arch=arch, release=tag.name)
+                 for platform, arch in pairs)
 
 
 def _listed(where: Where, origin: dict[str, LocatedDict], merged: dict[str, Any], key: str,

@@ -3,19 +3,19 @@
 Human progress goes to stderr; machine-readable results are the CLI's, on stdout. Default:
 each stage is one line ending in its time and `ran` or `cached` (a live line on a terminal,
 plain lines when not one or under CI); `-v` streams every subprocess as it runs; `-q` shows
-only errors and the result. Colour only on a terminal, and never with NO_COLOR set.
+only errors and the result. Colour only on a terminal, and never with NO_COLOR set (the
+environment is the run's settings', given to `configure`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import enum
-import os
 import shutil
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
@@ -54,13 +54,14 @@ class StageRun:
 
 
 class Console:
-    """The run's one console. Its stream is looked up on each write (tests swap sys.stderr)."""
+    """The run's one console. Its stream is looked up on each write (tests swap sys.stderr);
+    env: the environment that says CI, TERM and NO_COLOR."""
 
     def __init__(self, verbosity: Verbosity = Verbosity.NORMAL,
                  stream: TextIO | None = None, env: Mapping[str, str] | None = None) -> None:
         self.verbosity = verbosity
         self._stream = stream
-        self._env = os.environ if env is None else env
+        self._env: Mapping[str, str] = {} if env is None else env
         self.runs: list[StageRun] = []
         self._open: StageRun | None = None
         self._log: TextIO | None = None
@@ -245,7 +246,7 @@ class Console:
         return f"\x1b[{code}m{text}\x1b[0m" if self.colour and code else text
 
 
-def summary_lines(runs: list[StageRun], console: Console) -> list[str]:
+def summary_lines(runs: Sequence[StageRun], console: Console) -> list[str]:
     """The run's table: stage, state, time, key."""
     lines = [f"{'stage':<11} {'state':<11} {'time':>8}  key"]
     for run in runs:
@@ -264,10 +265,11 @@ def shown(path: Path) -> str:
 current = Console()
 
 
-def configure(verbosity: Verbosity) -> Console:
-    """A fresh console for one command (main calls it once per invocation)."""
+def configure(verbosity: Verbosity, env: Mapping[str, str]) -> Console:
+    """A fresh console for one command (main calls it once per invocation, with the
+    environment of its settings)."""
     global current
-    current = Console(verbosity)
+    current = Console(verbosity, env=env)
     return current
 
 

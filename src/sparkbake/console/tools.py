@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shlex
 import shutil
 import subprocess
@@ -10,6 +9,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from sparkbake.config.settings import child_environment
 from sparkbake.console import display
 from sparkbake.errors import EngineError, FatalError
 
@@ -50,7 +50,7 @@ def run(
     try:
         process = subprocess.Popen(args, cwd=cwd, stdout=subprocess.PIPE,
                                    encoding="utf-8", errors="replace",
-                                   env={**os.environ, **env} if env else None,
+                                   env=child_environment(env) if env else None,
                                    stderr=subprocess.PIPE if capture else subprocess.STDOUT)
     except FileNotFoundError as exc:
         raise EngineError(f"{args[0]} is not installed", "install it and retry") from exc

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from sparkbake import planning
-from sparkbake.config.platforms import platform_name
+from sparkbake.config.platforms import Platform, of_machine, platform_name
 from sparkbake.config.versions import Config, Tag
 from sparkbake.console.invocation import command
 from sparkbake.core.layout import Layout
@@ -43,23 +43,23 @@ def deploy_release(config: Config, name: str, nodes: list[Node],
     return reports
 
 
-def _by_platform(nodes: list[Node]) -> dict[str, list[Node]]:
+def _by_platform(nodes: list[Node]) -> dict[Platform, list[Node]]:
     """Nodes by their engines' platform (linux/arm64), in the order given."""
-    groups: dict[str, list[Node]] = {}
+    groups: dict[Platform, list[Node]] = {}
     for node in nodes:
         client = connect(node)
         try:
             machine = str(client.info().get("Architecture"))
         finally:
             client.close()
-        groups.setdefault(f"linux/{rollout.ARCHES.get(machine, machine)}", []).append(node)
+        groups.setdefault(of_machine(machine), []).append(node)
     return groups
 
 
-def _platform_tag(config: Config, name: str, platform: str) -> Tag:
+def _platform_tag(config: Config, name: str, platform: Platform) -> Tag:
     tag = config.tags.get(platform_name(name, platform))
     if tag is None or tag.release != name:
-        have = ", ".join(config.tags[t].platform for t in config.releases.get(name, ()))
+        have = ", ".join(str(config.tags[t].platform) for t in config.releases.get(name, ()))
         raise PublishError(f"the release {name} has no {platform} image (it has {have})",
                            "deploy to nodes of its platforms, or add the platform to the tag")
     return tag

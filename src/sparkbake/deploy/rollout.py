@@ -23,6 +23,7 @@ from typing import Any
 import docker.errors
 import requests
 
+from sparkbake.config.platforms import of_machine
 from sparkbake.config.versions import Config
 from sparkbake.console import display
 from sparkbake.console.invocation import command
@@ -48,14 +49,7 @@ from sparkbake.publish.push import split_repository
 from sparkbake.publish.record import Release
 from sparkbake.smoke import checks
 
-__all__ = ["ARCHES", "Job", "check_image_id", "deploy", "platform_arch"]
-
-ARCHES = {"x86_64": "amd64", "aarch64": "arm64"}  # the engine's words for the platforms'
-
-
-def platform_arch(platform: str) -> str:
-    """linux/arm64/v8 -> arm64."""
-    return platform.split("/")[1]
+__all__ = ["Job", "check_image_id", "deploy"]
 
 
 def check_image_id(node: Node, ref: str, release: Release, found: str | None) -> None:
@@ -159,8 +153,8 @@ def _deploy_node(job: Job, node: Node, client: Client, hosts: dict[Node, HostRep
 
 def _engine(client: Client, node: Node, plan: Plan) -> NodeEngine:
     info: dict[str, Any] = client.info()
-    arch = ARCHES.get(str(info.get("Architecture")), str(info.get("Architecture")))
-    if arch != platform_arch(plan.tag.platform):
+    arch = of_machine(str(info.get("Architecture"))).architecture
+    if arch != plan.tag.platform.architecture:
         raise EngineError(f"node {node.url} is {info.get('OSType')}/{arch}, the image of "
                           f"{plan.tag.name} is {plan.tag.platform}",
                           "deploy to nodes of the tag's platform")

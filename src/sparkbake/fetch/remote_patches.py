@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from sparkbake.config.settings import HostSettings
+from sparkbake.config.settings import Settings
 from sparkbake.errors import ConfigError, EngineError
 from sparkbake.fetch.upstream_tree import download
 from sparkbake.files import scratch_dir
@@ -70,7 +70,7 @@ def missing(remote: Iterable[RemotePatch]) -> list[RemotePatch]:
             if not patch.fetched or file_sha256(patch.path) != patch.sha256]
 
 
-def fetch(remote: Iterable[RemotePatch], settings: HostSettings) -> int:
+def fetch(remote: Iterable[RemotePatch], settings: Settings) -> int:
     """Download each remote patch not cached yet; return how many were downloaded."""
     wanted = missing(remote)
     for patch in wanted:
@@ -78,7 +78,7 @@ def fetch(remote: Iterable[RemotePatch], settings: HostSettings) -> int:
     return len(wanted)
 
 
-def _download(patch: RemotePatch, settings: HostSettings) -> None:
+def _download(patch: RemotePatch, settings: Settings) -> None:
     """The URL into a scratch folder, refused unless its sha256 is the pinned one, then
     renamed into the cache: a cache entry is always a verified file."""
     with scratch_dir(patch.path.parent, ".download-") as scratch:

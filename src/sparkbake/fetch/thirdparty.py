@@ -14,7 +14,7 @@ from pathlib import Path
 
 import requests
 
-from sparkbake.config.settings import HostSettings
+from sparkbake.config.settings import Settings
 from sparkbake.config.versions import Config, Tag
 from sparkbake.console import display
 from sparkbake.console.invocation import command
@@ -35,7 +35,6 @@ from sparkbake.fetch.sourcelock import (
 )
 from sparkbake.files import atomic_dir, read_json
 from sparkbake.hashing import file_sha256, tree_hash
-from sparkbake.lock import pins
 
 __all__ = ["MOUNT", "Fetched", "builder_args", "discover", "fetch_locked", "lock",
            "lock_on_first_use", "missing_lock", "prepare"]
@@ -59,7 +58,7 @@ def discover(tag: Tag, tree: Path) -> Discovery:
     return found
 
 
-def lock(config: Config, tag: Tag, tree: Path, settings: HostSettings) -> Path | None:
+def lock(config: Config, tag: Tag, tree: Path, settings: Settings) -> Path | None:
     """Resolve and fetch every declaration of the tree; write the tag's sources lock. None
     when the tree declares no downloads."""
     found = discover(tag, tree)
@@ -85,7 +84,7 @@ def lock(config: Config, tag: Tag, tree: Path, settings: HostSettings) -> Path |
     return path
 
 
-def missing_lock(config: Config, tag: Tag, tree: Path) -> bool:
+def missing_lock(config: Config, tag: Tag, tree: Path, settings: Settings) -> bool:
     """Must a build make the tag's sources lock: is there none, where the tree declares
     downloads? Under CI and --locked that is exit 2 instead, as a lock is never made there.
     A build asks before any base is pulled, so that a first one on a Spark does not pull
@@ -97,14 +96,14 @@ def missing_lock(config: Config, tag: Tag, tree: Path) -> bool:
     # quiet: what is left out is said when the lock is made
     if not cmake_sources.discover(tree, dict(tag.upstream.cmake_skip)).declarations:
         return False
-    if pins.locked():
+    if settings.locked:
         raise ConfigError(f"no sources lock for upstream {tag.upstream.key!r} ({path}); CI and "
                           "--locked never make a lock",
                           f"make it: {command('lock', tag.name)}, and commit it")
     return True
 
 
-def lock_on_first_use(config: Config, tag: Tag, tree: Path, settings: HostSettings) -> None:
+def lock_on_first_use(config: Config, tag: Tag, tree: Path, settings: Settings) -> None:
     """The sources lock a build found missing (missing_lock), made as `lock` makes it, with a
     notice to commit it."""
     display.notice(f"sources lock: {lock_path(config, tag).relative_to(config.root)} missing: "
@@ -112,7 +111,7 @@ def lock_on_first_use(config: Config, tag: Tag, tree: Path, settings: HostSettin
     lock(config, tag, tree, settings)
 
 
-def _lock_one(declared: Declaration, cache: Path, settings: HostSettings) -> Locked:
+def _lock_one(declared: Declaration, cache: Path, settings: Settings) -> Locked:
     if declared.kind == "url":
         if not declared.ref:
             raise ConfigError(f"{declared.where}: FetchContent {declared.name}: URL without "
@@ -125,7 +124,7 @@ def _lock_one(declared: Declaration, cache: Path, settings: HostSettings) -> Loc
     return replace(draft, tree=_ensure(draft, cache, settings, expected=None))
 
 
-def fetch_locked(config: Config, tag: Tag, settings: HostSettings,
+def fetch_locked(config: Config, tag: Tag, settings: Settings,
                  names: set[str] | None = None) -> tuple[Fetched, ...]:
     """Every source of the tag's sources lock (or those named) in the host cache, verified;
     the servers that could not be reached are named together (exit 8)."""
@@ -150,7 +149,7 @@ def fetch_locked(config: Config, tag: Tag, settings: HostSettings,
     return tuple(fetched)
 
 
-def prepare(config: Config, tag: Tag, tree: Path, settings: HostSettings) -> tuple[Fetched, ...]:
+def prepare(config: Config, tag: Tag, tree: Path, settings: Settings) -> tuple[Fetched, ...]:
     """The patched tree's declarations, each in the sources lock (else exit 2 naming it),
     fetched and verified: what the builder mounts."""
     if tag.kernels:
@@ -179,7 +178,7 @@ def builder_args(fetched: tuple[Fetched, ...]) -> tuple[dict[str, dict[str, str]
     return volumes, environment
 
 
-def _ensure(locked: Locked, cache: Path, settings: HostSettings, expected: str | None) -> str:
+def _ensure(locked: Locked, cache: Path, settings: Settings, expected: str | None) -> str:
     """The source in cache/<key>/tree (fetched unless there and verified); its tree hash.
     A fetched tree whose hash is not `expected` is refused and not kept."""
     entry = cache / locked.key
@@ -235,7 +234,7 @@ def _network(cmd: list[str | Path], locked: Locked) -> None:
     raise unreachable(locked.url, done.stderr)
 
 
-def _archive(locked: Locked, dest: Path, settings: HostSettings) -> None:
+def _archive(locked: Locked, dest: Path, settings: Settings) -> None:
     """A URL download, checked against its sha256 and unpacked (one top folder stripped)."""
     with tempfile.TemporaryDirectory() as scratch:
         archive = Path(scratch) / (locked.url.rsplit("/", 1)[-1].split("?")[0] or "archive")

@@ -15,7 +15,7 @@ from urllib.parse import urljoin, urlsplit
 import requests
 from packaging.utils import canonicalize_name
 
-from sparkbake.config.settings import HostSettings
+from sparkbake.config.settings import Settings
 from sparkbake.config.versions import DirUpstream, GitUpstream, PypiUpstream, Upstream
 from sparkbake.console import display
 from sparkbake.console.tools import echo, run
@@ -33,7 +33,7 @@ SKIPPED = (".git", "__pycache__", "build", "*.egg-info")  # of a dir upstream: n
 DATE_FILE = "source-date-epoch"  # beside a git or dir tree: the time its source gives
 
 
-def fetch(upstream: Upstream, entry: Path, settings: HostSettings) -> Path:
+def fetch(upstream: Upstream, entry: Path, settings: Settings) -> Path:
     """Make entry/tree the pristine upstream tree unless it is already cached; return it."""
     tree = entry / "tree"
     if is_fetched(upstream, entry):
@@ -142,7 +142,7 @@ class _Links(HTMLParser):
             self.hrefs.append(href)
 
 
-def index_url_of(project: str, filenames: set[str], settings: HostSettings) -> str | None:
+def index_url_of(project: str, filenames: set[str], settings: Settings) -> str | None:
     """The URL of one of filenames on the project's page of the configured index (PEP 503)."""
     page = f"{settings.index_url}/{canonicalize_name(project)}/"
     parser = _Links()
@@ -153,7 +153,7 @@ def index_url_of(project: str, filenames: set[str], settings: HostSettings) -> s
     return None
 
 
-def sdist_url(upstream: PypiUpstream, settings: HostSettings) -> str:
+def sdist_url(upstream: PypiUpstream, settings: Settings) -> str:
     """The sdist's URL on the configured index."""
     project = canonicalize_name(upstream.name)
     wanted = {f"{stem}-{upstream.version}.tar.gz"
@@ -166,7 +166,7 @@ def sdist_url(upstream: PypiUpstream, settings: HostSettings) -> str:
     return url
 
 
-def download(url: str, dest: Path, sha256: str, settings: HostSettings, pinned_in: str, *,
+def download(url: str, dest: Path, sha256: str, settings: Settings, pinned_in: str, *,
              name: str = "", pinned_by: str = "versions.yaml") -> None:
     """url -> dest, refused (and deleted) unless its sha256 is the pinned one; the error
     names the file (or name) and what pins it."""
@@ -182,7 +182,7 @@ def download(url: str, dest: Path, sha256: str, settings: HostSettings, pinned_i
             "download deleted", f"if the new file is trusted, update sha256 in {pinned_by}")
 
 
-def _fetch_sdist(upstream: PypiUpstream, tmp: Path, settings: HostSettings) -> None:
+def _fetch_sdist(upstream: PypiUpstream, tmp: Path, settings: Settings) -> None:
     url = sdist_url(upstream, settings)
     archive = tmp / Path(urlsplit(url).path).name
     download(url, archive, upstream.sha256, settings, f"upstream {upstream.key!r}")
@@ -206,7 +206,7 @@ def _unpack(archive: Path, dest: Path) -> None:
     staging.rmdir()
 
 
-def _get(url: str, settings: HostSettings, *, error: type[FatalError],
+def _get(url: str, settings: Settings, *, error: type[FatalError],
          stream: bool = False) -> requests.Response:
     verify: str | bool = settings.ca_bundle or True
     try:

@@ -17,7 +17,8 @@ import docker.errors
 
 from sparkbake import bases
 from sparkbake.bake.runtime_image import INPUTS_LABEL, TAG_LABEL
-from sparkbake.config.settings import HostSettings
+from sparkbake.config.platforms import Platform
+from sparkbake.config.settings import Settings
 from sparkbake.config.versions import Base, Config, DebootstrapBase
 from sparkbake.housekeeping.sweep import Item, Kept
 from sparkbake.lock import pins
@@ -43,7 +44,7 @@ class Current:
 
 
 def current(client: Client, config: Config, plans: Iterable[Plan],
-            settings: HostSettings) -> Current:
+            settings: Settings) -> Current:
     base_refs: set[str] = set()
     builder_refs: set[str] = set()
     inputs: set[str] = set()
@@ -62,7 +63,7 @@ def current(client: Client, config: Config, plans: Iterable[Plan],
                    frozenset(t.repository for t in tags), frozenset(t.name for t in tags))
 
 
-def _base_image(client: Client, base: Base, platform: str) -> bases.BaseImage | None:
+def _base_image(client: Client, base: Base, platform: Platform) -> bases.BaseImage | None:
     """The base as the builder's key names it; None for a debootstrap base not made yet (no
     builder of it can be current then)."""
     if not isinstance(base, DebootstrapBase):

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from sparkbake import planning
-from sparkbake.config.settings import compile_cache_settings, host_settings
+from sparkbake.config.settings import Settings
 from sparkbake.config.versions import Config
 from sparkbake.console.tools import echo
 from sparkbake.core.layout import Layout
@@ -36,7 +36,8 @@ SCRATCH = ("contexts", "bases", "rebase-check", "import", "verify")  # build/<x>
 RECORDS = ("releases", "deploys")  # history, not cache: clean --all keeps them
 
 
-def gc(config: Config, dry_run: bool, max_cache_size: str, check: bool = False) -> int:
+def gc(config: Config, settings: Settings, dry_run: bool, max_cache_size: str,
+       check: bool = False) -> int:
     """Remove what no tag uses now: cache entries, leftovers, the containers of runs that
     ended without removing them, the engine's stale images of this versions.yaml, and the
     compile cache's oldest files beyond max_cache_size; with check, also every cache entry
@@ -46,7 +47,7 @@ def gc(config: Config, dry_run: bool, max_cache_size: str, check: bool = False) 
     items = gc_items(config, plans)
     if check:
         stale = {item.label for item in items}
-        items += [item for item in cachecheck.check_items(config, host_settings().cache_dir)
+        items += [item for item in cachecheck.check_items(config, settings.cache_dir)
                   if item.label not in stale]
     client = engine_or_none()
     if client is None:
@@ -54,9 +55,8 @@ def gc(config: Config, dry_run: bool, max_cache_size: str, check: bool = False) 
     else:
         # containers first: a leftover container keeps its image from being removed
         items += containergc.leftover_items(client)
-        items += imagegc.stale_items(client, imagegc.current(client, config, plans,
-                                                             host_settings()))
-    trimmed = cachetrim.trim_item(compile_cache_settings().folder, limit)
+        items += imagegc.stale_items(client, imagegc.current(client, config, plans, settings))
+    trimmed = cachetrim.trim_item(settings.compile_cache.folder, limit)
     report("gc", [*items, *([trimmed] if trimmed else [])], dry_run)
     return 0
 

@@ -9,7 +9,6 @@ images/builder-requirements-torch.txt: a toolchain of the CUDA release torch is 
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import tempfile
@@ -20,7 +19,8 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from sparkbake import resources
-from sparkbake.config.settings import HostSettings
+from sparkbake.config.platforms import PLATFORMS
+from sparkbake.config.settings import Settings
 from sparkbake.config.versions import Config, Tag
 from sparkbake.console import display
 from sparkbake.console.invocation import command
@@ -30,10 +30,9 @@ from sparkbake.files import atomic_write
 from sparkbake.hashing import file_sha256
 from sparkbake.lock import requirements
 
-__all__ = ["ARCHES", "compile_requirements", "lock_path", "locked", "make_missing",
+__all__ = ["compile_requirements", "lock_path", "make_missing",
            "packages", "require_lock", "require_runtime_lock", "resolve", "runtime_lock_path"]
 
-ARCHES = {"linux/amd64": "x86_64", "linux/arm64": "aarch64"}  # platform -> machine
 TOOLCHAIN = "builder-requirements.txt"
 TORCH_TOOLCHAIN = "builder-requirements-torch.txt"
 HASH_OPTION = re.compile(r"--hash=(\S+)")
@@ -43,12 +42,7 @@ def lock_path(config: Config, tag: Tag) -> Path:
     """locks/<builder base>.<arch>.txt; locks/<builder base>.<upstream>.<arch>.txt when the
     upstream brings its own build requirements. One base serves tags of several platforms."""
     suffix = f".{tag.upstream.key}" if tag.upstream.build_requirements else ""
-    return config.root / "locks" / f"{tag.builder.name}{suffix}.{_arch(tag)}.txt"
-
-
-def _arch(tag: Tag) -> str:
-    """linux/arm64 -> arm64: the platform's part in a lock's file name."""
-    return tag.platform.rsplit("/", 1)[-1]
+    return config.root / "locks" / f"{tag.builder.name}{suffix}.{tag.platform.architecture}.txt"
 
 
 def inputs(tag: Tag, tree: Path | None) -> list[Path]:
@@ -87,7 +81,7 @@ def runtime_lock_path(config: Config, tag: Tag) -> Path | None:
     requirements."""
     if tag.upstream.runtime_requirements is None:
         return None
-    name = f"{tag.runtime.name}.{tag.upstream.key}.{_arch(tag)}.txt"
+    name = f"{tag.runtime.name}.{tag.upstream.key}.{tag.platform.architecture}.txt"
     return config.root / "locks" / "runtime" / name
 
 
@@ -130,7 +124,7 @@ def _runtime_origin(tag: Tag, tree: Path, wanted: str) -> tuple[str, str]:
     """The runtime lock's `# from:` line (the upstream's requirement file, and the tag's
     extras and pins where it has them), and the extras' and pins' requirement text."""
     digest = _sha(tree / wanted)  # first: a missing file is named as such
-    added = requirements.input_text(tag, tree, wanted, ARCHES.get(tag.platform, ""))
+    added = requirements.input_text(tag, tree, wanted, tag.platform.machine)
     return f"# from: {wanted}={digest}{requirements.stamp(tag, added)}", added
 
 
@@ -141,20 +135,13 @@ def _sha(path: Path) -> str:
     return file_sha256(path)[:16]
 
 
-def locked() -> bool:
-    """Must every lock exist already? Under CI (`CI=true`) and with --locked
-    (SPARKBAKE_LOCKED=1): a lock is an input to review, never made on the fly there."""
-    return (os.environ.get("CI", "").lower() in ("1", "true", "yes")
-            or os.environ.get("SPARKBAKE_LOCKED") == "1")
-
-
-def make_missing(config: Config, tag: Tag, settings: HostSettings, tree: Path) -> list[Path]:
+def make_missing(config: Config, tag: Tag, settings: Settings, tree: Path) -> list[Path]:
     """On a developer's machine, the tag's locks that do not exist yet, made with a notice
     (an existing lock is left as it is: a stale one stays an error of require_*)."""
     wanted = [path for path in (None if tag.kernels else lock_path(config, tag),
                                 runtime_lock_path(config, tag))
               if path is not None and not path.is_file()]
-    if not wanted or locked():
+    if not wanted or settings.locked:  # CI and --locked never make a lock
         return []
     names = ", ".join(str(p.relative_to(config.root)) for p in wanted)
     display.notice(f"lock: {names} missing: making it now; commit it (CI and --locked refuse a "
@@ -162,7 +149,7 @@ def make_missing(config: Config, tag: Tag, settings: HostSettings, tree: Path) -
     return resolve(config, tag, settings, tree, missing_only=True)
 
 
-def resolve(config: Config, tag: Tag, settings: HostSettings,
+def resolve(config: Config, tag: Tag, settings: Settings,
             tree: Path | None = None, missing_only: bool = False) -> list[Path]:
     """Resolve the builder requirements for the tag's builder base (but for a kernel seed),
     and the upstream's runtime requirements for its runtime base where it declares them;
@@ -198,15 +185,15 @@ def resolve(config: Config, tag: Tag, settings: HostSettings,
 
 
 def _compile(tag: Tag, base: str, python: str | None, sources: list[Path], target: Path,
-             settings: HostSettings, header: str) -> None:
+             settings: Settings, header: str) -> None:
     """uv pip compile sources for python on the tag's platform, with hashes, into target."""
     if python is None:
         raise ConfigError(f"base {base!r} does not say its Python version",
                           'add python: "3.12" (its python3 version) to the base in versions.yaml')
-    if tag.platform not in ARCHES:
+    if tag.platform not in PLATFORMS:
         raise ConfigError(f"tag {tag.name}: no lock platform for {tag.platform}",
-                          f"use one of {', '.join(ARCHES)}")
-    compile_requirements(sources, python, ARCHES[tag.platform], target, header, settings)
+                          f"use one of {', '.join(map(str, PLATFORMS))}")
+    compile_requirements(sources, python, tag.platform.machine, target, header, settings)
 
 
 def _uv() -> str:
@@ -224,7 +211,7 @@ def _uv() -> str:
 
 
 def compile_requirements(sources: list[Path], python: str, machine: str, target: Path,
-                         header: str, settings: HostSettings,
+                         header: str, settings: Settings,
                          indexes: Sequence[str] = ()) -> None:
     """uv pip compile sources for python on Linux/machine, with hashes, into target (header
     first); indexes: more uv index options than the configured index."""

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from sparkbake import trust
+from sparkbake.config.platforms import Platform
 from sparkbake.config.versions import Tag
 from sparkbake.console import display
 from sparkbake.console.tools import echo, run, step
@@ -19,7 +20,6 @@ from sparkbake.core.layout import Layout
 from sparkbake.errors import BakeError
 from sparkbake.files import atomic_dir
 from sparkbake.hashing import file_sha256
-from sparkbake.lock.pins import ARCHES
 
 __all__ = ["ensure", "platform_tags"]
 
@@ -29,9 +29,9 @@ HASH = re.compile(r"--hash=sha256:([0-9a-f]{64})")
 MANYLINUX_MAX = 39  # glibc 2.39 (Ubuntu 24.04); the lock's hashes decide the file anyway
 
 
-def platform_tags(platform: str) -> list[str]:
+def platform_tags(platform: Platform) -> list[str]:
     """The wheel platform tags pip may take for a Linux platform, newest first."""
-    arch = ARCHES[platform]
+    arch = platform.machine
     return [*(f"manylinux_2_{minor}_{arch}" for minor in range(MANYLINUX_MAX, 16, -1)),
             f"manylinux2014_{arch}", f"linux_{arch}"]
 

@@ -10,39 +10,33 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from sparkbake.config.platforms import ARM64, Platform, of_machine
 from sparkbake.errors import EngineError
 from sparkbake.oci.docker_engine import Client
 
-__all__ = ["BINFMT", "MACHINES", "cpu_sysfs", "engine_platform", "host_platform",
-           "require_binfmt", "require_engine_runs"]
+__all__ = ["BINFMT", "cpu_sysfs", "engine_platform", "host_platform", "require_binfmt",
+           "require_engine_runs"]
 
-MACHINES = {"linux/amd64": "x86_64", "linux/arm64": "aarch64"}  # platform -> machine
 BINFMT = Path("/proc/sys/fs/binfmt_misc")
-_PLATFORMS = {machine: name for name, machine in MACHINES.items()}
-_ENGINE_ARCHES = {"arm64": "aarch64", "amd64": "x86_64"}  # engine spellings -> machine
 
 
-def host_platform() -> str:
-    machine = host_machine.machine()
-    return _PLATFORMS.get(machine, f"linux/{machine}")
+def host_platform() -> Platform:
+    return of_machine(host_machine.machine())
 
 
-def engine_platform(client: Client) -> str:
+def engine_platform(client: Client) -> Platform:
     """The platform of the engine's own host (the one its containers run natively on)."""
-    arch = str(client.info().get("Architecture", ""))
-    machine = _ENGINE_ARCHES.get(arch, arch)
-    return _PLATFORMS.get(machine, f"linux/{machine}")
+    return of_machine(str(client.info().get("Architecture", "")))
 
 
-def require_binfmt(platform: str, binfmt: Path | None = None) -> None:
+def require_binfmt(platform: Platform, binfmt: Path | None = None) -> None:
     """Programs of platform run on this host: natively, or through an enabled qemu binfmt
     handler (what debootstrap's second stage and the engine's containers rely on)."""
     binfmt = binfmt or BINFMT
     host = host_platform()
     if platform == host:
         return
-    machine = MACHINES.get(platform, platform.rsplit("/", 1)[-1])
-    handler = binfmt / f"qemu-{machine}"
+    handler = binfmt / f"qemu-{platform.machine}"
     try:
         enabled = handler.read_text().splitlines()[:1] == ["enabled"]
     except OSError:
@@ -55,7 +49,7 @@ def require_binfmt(platform: str, binfmt: Path | None = None) -> None:
             f"{binfmt} (bash scripts/host-setup does both)")
 
 
-def require_engine_runs(client: Client, platform: str) -> None:
+def require_engine_runs(client: Client, platform: Platform) -> None:
     """The engine can run containers of platform; checked where the engine is this host."""
     engine = engine_platform(client)
     if platform != engine and str(client.api.base_url).startswith("http+docker://localhost"):
@@ -70,11 +64,11 @@ CPU_SYSFS = "/sys/devices/system/cpu"
 
 
 @contextlib.contextmanager
-def cpu_sysfs(client: Client, platform: str) -> Iterator[dict[str, dict[str, str]]]:
+def cpu_sysfs(client: Client, platform: Platform) -> Iterator[dict[str, dict[str, str]]]:
     """Volumes for a container of platform: where it runs emulated on this host's engine, a
     read-only CPU sysfs tree of that platform over the host's; else none."""
     local = str(client.api.base_url).startswith("http+docker://localhost")
-    if platform != "linux/arm64" or engine_platform(client) == platform or not local:
+    if platform != ARM64 or engine_platform(client) == platform or not local:
         yield {}
         return
     with tempfile.TemporaryDirectory(prefix="sparkbake-cpu-") as folder:

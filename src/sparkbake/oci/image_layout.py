@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from sparkbake import trust
+from sparkbake.config.platforms import Platform
 from sparkbake.console import display
 from sparkbake.files import atomic_write
 from sparkbake.oci.layers import MEDIA_TYPE as LAYER_TYPE
@@ -214,7 +215,7 @@ class ConfigChange:
     """What an image adds to its base's config."""
 
     created: int  # the source date
-    platform: str  # os/arch[/variant]
+    platform: Platform
     layers: tuple[tuple[str, str], ...]  # (diff_id, what made it) per added layer
     env: tuple[tuple[str, str], ...]
     path: str  # put in front of the base's PATH
@@ -225,7 +226,7 @@ class ConfigChange:
 def image_config(base: dict[str, Any], change: ConfigChange) -> dict[str, Any]:
     """The config of base + change: the base's runtime settings, PATH, env and labels over
     them, the new entrypoint (which clears the base's Cmd, as in a Dockerfile)."""
-    os_name, arch, *variant = change.platform.split("/")
+    arch = change.platform.architecture
     runtime = {k: v for k, v in (base.get("config") or {}).items() if k in RUNTIME_KEYS and v}
     env = _with_env(list(runtime.get("Env") or []), "PATH",
                     f"{change.path}:{_env_value(runtime.get('Env') or [], 'PATH')}")
@@ -236,14 +237,14 @@ def image_config(base: dict[str, Any], change: ConfigChange) -> dict[str, Any]:
                 "Labels": {**(runtime.get("Labels") or {}), **dict(change.labels)}}
     created = rfc3339(change.created)
     config: dict[str, Any] = {
-        "architecture": arch, "os": os_name, "created": created, "config": runtime,
+        "architecture": arch, "os": change.platform.os, "created": created, "config": runtime,
         "rootfs": {"type": "layers", "diff_ids": [*(base.get("rootfs") or {}).get(
             "diff_ids", []), *(diff_id for diff_id, _ in change.layers)]},
         "history": [*(base.get("history") or []),
                     *({"created": created, "created_by": what} for _, what in change.layers)],
     }
-    if variant or (base.get("variant") and base.get("architecture") == arch):
-        config["variant"] = variant[0] if variant else base["variant"]
+    if base.get("variant") and base.get("architecture") == arch:  # the base's CPU variant
+        config["variant"] = base["variant"]
     return config
 
 

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from sparkbake.config.settings import compress_workers
 from sparkbake.errors import BakeError
 from sparkbake.oci import blockgzip
 from sparkbake.oci.blockgzip import BlockGzip
@@ -66,14 +65,15 @@ class _Hashing(io.RawIOBase):
 
 
 class _Writer:
-    """Writes a tar through gzip into path, hashing both."""
+    """Writes a tar through gzip into path, hashing both; workers: threads that gzip (the
+    bytes are the same for any count: blockgzip)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, workers: int) -> None:
         self.path = path
         path.unlink(missing_ok=True)  # a new file: never write through a link into a layout
         self.file = path.open("wb")
         self.blob = _Hashing(self.file)
-        self.gzip = BlockGzip(self.blob, workers=compress_workers())
+        self.gzip = BlockGzip(self.blob, workers=workers)
         self.tar_stream = _Hashing(self.gzip)
 
     def tar(self) -> tarfile.TarFile:
@@ -105,10 +105,11 @@ def _parents(paths: list[str]) -> list[str]:
     return sorted(found, key=_parts)
 
 
-def from_files(files: Mapping[str, tuple[bytes | None, int]], dest: Path, mtime: int) -> Layer:
+def from_files(files: Mapping[str, tuple[bytes | None, int]], dest: Path, mtime: int, *,
+               workers: int = 1) -> Layer:
     """A layer holding files (path -> (content, mode); content None: a folder of that mode)
-    and their folders (0755)."""
-    writer = _Writer(dest)
+    and their folders (0755); workers: the threads that compress it."""
+    writer = _Writer(dest, workers)
     entries = {path: (None, 0o755) for path in _parents(list(files))} | dict(files)
     with writer.tar() as tar:
         for path, (content, mode) in sorted(entries.items(), key=lambda item: _parts(item[0])):
@@ -120,9 +121,10 @@ def from_files(files: Mapping[str, tuple[bytes | None, int]], dest: Path, mtime:
     return writer.close()
 
 
-def from_archive(source: Path, dest: Path, prefix: str, mtime: int) -> Layer:
+def from_archive(source: Path, dest: Path, prefix: str, mtime: int, *,
+                 workers: int = 1) -> Layer:
     """The tar `docker cp` made of a container path, as a layer below prefix (e.g. `opt`)."""
-    writer = _Writer(dest)
+    writer = _Writer(dest, workers)
     with tarfile.open(source) as archive, writer.tar() as tar:
         members = sorted(archive.getmembers(), key=lambda m: _parts(m.name))
         for folder in [*_parents([prefix]), "/".join(_parts(prefix))]:
@@ -133,17 +135,18 @@ def from_archive(source: Path, dest: Path, prefix: str, mtime: int) -> Layer:
     return writer.close()
 
 
-def from_folder(root: Path, dest: Path, mtime: int) -> Layer:
+def from_folder(root: Path, dest: Path, mtime: int, *, workers: int = 1) -> Layer:
     """Everything under root as a layer (root is the image's `/`)."""
     return from_paths(root, [p.relative_to(root).as_posix() for p in root.rglob("*")], dest,
-                      mtime)
+                      mtime, workers=workers)
 
 
-def from_paths(root: Path, names: Iterable[str], dest: Path, mtime: int) -> Layer:
+def from_paths(root: Path, names: Iterable[str], dest: Path, mtime: int, *,
+               workers: int = 1) -> Layer:
     """The given paths under root (files, links, folders; relative, `/`-separated) and the
     folders above them, as a layer (root is the image's `/`): modes as git records them
     (0755 for folders and executables, else 0644), whatever the host's umask was."""
-    writer = _Writer(dest)
+    writer = _Writer(dest, workers)
     chosen = set(names)
     with writer.tar() as tar:
         for name in sorted(chosen | set(_parents(list(chosen))), key=_parts):
@@ -183,9 +186,9 @@ def _normalized(archive: tarfile.TarFile, member: tarfile.TarInfo, name: str,
                     "install nothing that creates devices or pipes")
 
 
-def compress(source: IO[bytes], dest: Path) -> Layer:
+def compress(source: IO[bytes], dest: Path, *, workers: int = 1) -> Layer:
     """Gzip a tar as it is (a base layer): its diff_id is the digest of source's bytes."""
-    writer = _Writer(dest)
+    writer = _Writer(dest, workers)
     while chunk := source.read(CHUNK):
         writer.tar_stream.write(chunk)
     return writer.close()

@@ -2,7 +2,7 @@
 
 Trust: Docker's `certs.d/<host[:port]>` folder (every `*.crt` a CA, added to the system's;
 `*.cert` with its `*.key` the client's certificate for mutual TLS), the system CAs, or
-REQUESTS_CA_BUNDLE / SSL_CERT_FILE (settings.registry_ca_roots). pip's settings are for
+REQUESTS_CA_BUNDLE / SSL_CERT_FILE (Settings.registry_ca_roots). pip's settings are for
 package indexes, not registries.
 
 Scheme: HTTPS first for every registry. A registry Docker calls insecure (loopback, or the
@@ -21,7 +21,7 @@ from pathlib import Path
 import requests
 import urllib3
 
-from sparkbake.config import settings
+from sparkbake.config.settings import Settings
 from sparkbake.errors import FatalError, PublishError
 from sparkbake.files import atomic_write
 from sparkbake.hashing import data_hash
@@ -56,25 +56,25 @@ class Endpoint:
     note: str | None
 
 
-def certs_folder(host: str) -> Path | None:
+def certs_folder(host: str, settings: Settings) -> Path | None:
     """Docker's certs.d folder for the host (`host:port` as written), if there is one."""
-    for root in settings.docker_certs_dirs():
+    for root in settings.docker_certs_dirs:
         if (root / host).is_dir():
             return root / host
     return None
 
 
-def trust(host: str, cache_dir: Path) -> Trust:
-    """The host's CAs from certs.d on top of the system's (a bundle kept in cache_dir), its
-    client certificate, else the roots the environment or the system gives."""
-    roots = settings.registry_ca_roots()
-    folder = certs_folder(host)
+def trust(host: str, settings: Settings) -> Trust:
+    """The host's CAs from certs.d on top of the system's (a bundle kept in the host's
+    cache), its client certificate, else the roots the environment or the system gives."""
+    roots = settings.registry_ca_roots
+    folder = certs_folder(host, settings)
     if folder is None:
         return Trust(roots or True, None, roots or "the system's CAs")
     cas = sorted(folder.glob("*.crt"))
     verify: bool | str = roots or True
     if cas:
-        verify = str(_bundle(cas, roots, cache_dir))
+        verify = str(_bundle(cas, roots, settings.cache_dir))
     return Trust(verify, _client_pair(folder), str(folder))
 
 
@@ -136,11 +136,11 @@ def _hostname(host: str) -> str:
     return name if name and port.isdigit() and ":" not in name else host
 
 
-def endpoint(host: str, api_host: str, cache_dir: Path, is_insecure: bool,
+def endpoint(host: str, api_host: str, settings: Settings, is_insecure: bool,
              error: type[FatalError] = PublishError) -> Endpoint:
     """HTTPS with the host's trust; for an insecure registry, as Docker falls back: HTTPS
     unverified, then plain HTTP. Anything else that fails is the error, naming the cause."""
-    host_trust = trust(host, cache_dir)
+    host_trust = trust(host, settings)
     https = f"https://{api_host}"
     try:
         return _registry(Endpoint(https, host_trust, None), host, _probe(https, host_trust),

@@ -1,12 +1,13 @@
 """The build stages as typed functions: fetch -> Source, patch -> PatchedTree,
 wheels -> WheelSet, bake -> Image. Each is skipped when its cache entry is there (the test
-is the one `plan` uses: pipeline/status.py); each later stage takes the earlier products."""
+is the one `plan` uses: pipeline/status.py); each later stage takes the earlier products.
+`run_stages` returns the last stage's outcome with every stage run of the build."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ from typing import Any
 from sparkbake import bases, planning
 from sparkbake.bake import runtime_image
 from sparkbake.config.model import Config, Tag
-from sparkbake.config.settings import HostSettings, host_settings
+from sparkbake.config.settings import Settings
 from sparkbake.console import display
 from sparkbake.console.tools import echo
 from sparkbake.core.layout import Layout
@@ -30,7 +31,7 @@ from sparkbake.wheels import container_build, entrycheck, kernelseed
 from sparkbake.wheels.container_build import WheelSet
 
 __all__ = ["Build", "Outcome", "Source", "bake", "fetch", "fetched_plan", "patch",
-           "run_until", "wheels", "with_sources_lock"]
+           "run_stages", "wheels", "with_sources_lock"]
 
 
 @dataclass(frozen=True)
@@ -43,13 +44,17 @@ class Source:
 
 @dataclass(frozen=True)
 class Build:
-    """What every stage of one build reads: the tag's plan, where its outputs go, and how."""
+    """What every stage of one build reads: the tag's plan (its remote patches fetched:
+    fetched_plan), the run's settings, where its outputs go, and how; and the stage runs so
+    far, in order."""
 
     config: Config
     plan: Plan
+    settings: Settings
     options: apply.Options = field(default_factory=apply.Options)
     load: bool = True  # False: the engine's tag is left alone (verify's rebuild)
-    settings: HostSettings = field(default_factory=host_settings)
+    # shared by the copies `replace` makes (with_sources_lock): one build, one list
+    runs: list[display.StageRun] = field(default_factory=list)
 
     @property
     def layout(self) -> Layout:
@@ -62,27 +67,34 @@ class Build:
     def log(self, stage: Stage) -> Path:
         return self.layout.stage_log(self.tag.name, stage)
 
-    def stage(self, stage: Stage) -> AbstractContextManager[display.StageRun]:
-        """The stage's line and its log, under its key in the plan."""
-        return display.stage(stage, self.plan.key(stage), self.log(stage))
+    @contextmanager
+    def stage(self, stage: Stage, key: str | None = None) -> Iterator[display.StageRun]:
+        """The stage's line and its log, under key (default: the stage's key in the plan);
+        its run kept in runs."""
+        with display.stage(stage, self.plan.key(stage) if key is None else key,
+                           self.log(stage)) as run:
+            if not any(kept is run for kept in self.runs):  # stages do not nest: once
+                self.runs.append(run)
+            yield run
 
 
 @dataclass(frozen=True)
 class Outcome:
-    """A stage command's result: its line for the user, and its facts for --json."""
+    """A stage command's result: its line for the user, its facts for --json, and the stage
+    runs that led to it, in order (the summary's rows)."""
 
     text: str
     facts: dict[str, Any]  # JSON: printed by --json, written by --metadata-file
+    runs: tuple[display.StageRun, ...] = ()
 
 
 def fetch(build: Build, *, third_party: bool = False) -> Source:
-    """The pristine tree and the tag's remote patches (third_party: and its locked CMake
-    sources, verified: what `sparkbake fetch` does besides)."""
+    """The pristine tree (third_party: and the tag's locked CMake sources, verified: what
+    `sparkbake fetch` does besides). The remote patches were fetched with the plan."""
     plan, layout = build.plan, build.layout
     with build.stage(Stage.FETCH):
         tree = upstream_tree.fetch(build.tag.upstream, layout.source(plan.fetch_key),
                                    build.settings)
-        remote_patches.fetch(plan.remote, build.settings)
         if third_party:
             found = thirdparty.fetch_locked(build.config, build.tag, build.settings)
             echo(f"third-party sources: {len(found)} verified" if found else
@@ -111,20 +123,21 @@ def bake(build: Build, client: Client, source: Source, patched: PatchedTree,
         pins.make_missing(config, tag, build.settings, patched.path)
         runtime_lock = pins.require_runtime_lock(config, tag, patched.path)
         house = wheelhouse.ensure(runtime_lock, tag, build.layout) if runtime_lock else None
-        return runtime_image.bake(client, build.plan, runtime_base, built, patched, build.layout,
-                              source_date=source.source_date, cache=build.settings.cache_dir,
-                              load=build.load, runtime_wheels=house, runtime_lock=runtime_lock,
-                              log=build.log(Stage.BAKE))
+        return runtime_image.make_image(client, build.plan, runtime_base, built, patched,
+                                        build.layout, source_date=source.source_date,
+                                        settings=build.settings, load=build.load,
+                                        runtime_wheels=house, runtime_lock=runtime_lock,
+                                        log=build.log(Stage.BAKE))
 
 
 def with_sources_lock(build: Build, tree: PatchedTree) -> Build:
     """The build once the patched tree's sources lock is there: a missing one is made here,
     before the wheels stage pulls its builder base (refused under CI: missing_lock), and the
     plan remade with it, since the locked sources are in the kernel and wheels keys."""
-    if not thirdparty.missing_lock(build.config, build.tag, tree.path):
+    if not thirdparty.missing_lock(build.config, build.tag, tree.path, build.settings):
         return build
     # `lock`'s stage, as `sparkbake lock` shows it: the git commands go to its log
-    with display.stage(Stage.LOCK, build.tag.name, build.log(Stage.LOCK)):
+    with build.stage(Stage.LOCK, build.tag.name):
         thirdparty.lock_on_first_use(build.config, build.tag, tree.path, build.settings)
     return replace(build, plan=planning.make(build.config, build.tag))
 
@@ -148,18 +161,21 @@ def _baked(build: Build) -> tuple[Build, runtime_image.Image]:
     return build, bake(build, client, source, tree, wheels(build, client, source, tree))
 
 
-def fetched_plan(config: Config, tag: Tag) -> Plan:
+def fetched_plan(config: Config, tag: Tag, settings: Settings) -> Plan:
     """The plan once the tag's remote patches are fetched: until then their content, and so
-    whether they touch kernels, is unknown (the fetch stage's network, done first)."""
+    whether they touch kernels, is unknown (the fetch stage's network, done first, and only
+    here: a build's stages take them from this plan)."""
     plan = planning.make(config, tag)
-    if remote_patches.fetch(plan.remote, host_settings()):
+    if remote_patches.fetch(plan.remote, settings):
         return planning.make(config, tag)
     return plan
 
 
-def run_until(build: Build, last: Stage) -> Outcome:
-    """The build stages up to last, each skipped when cached; the last one's outcome."""
-    return UNTIL[last](build)
+def run_stages(build: Build, last: Stage) -> Outcome:
+    """The build stages up to last, each skipped when cached; the last one's outcome, with
+    the build's stage runs."""
+    outcome = UNTIL[last](build)
+    return replace(outcome, runs=tuple(build.runs))
 
 
 def _fetch_outcome(build: Build) -> Outcome:
@@ -213,28 +229,27 @@ def _wheels(build: Build, client: Client, source: Source, patched: PatchedTree) 
     # a damaged entry goes (with a warning) before anything reuses it
     entrycheck.drop_damaged(folder, entrycheck.damage(folder))
     entrycheck.drop_damaged(kernels, entrycheck.kernels_damage(kernels))
-    builder = ""
-    fetched: tuple[thirdparty.Fetched, ...] = ()
-    if not container_build.is_built(folder):  # cached wheels need no builder image
-        if plan.tag.kernels:
-            kernelseed.require_python_only(plan.tag, plan.kernel_patches)
-            kernelseed.seed(plan.tag.kernels, kernels, settings)
-            return kernelseed.build_wheels(plan.tag, kernels, source.tree, patched.path, folder,
-                                           source.source_date, plan.local_version)
-        if plan.tag.upstream.kernel_reuse == "assemble" and kernelseed.assembles(kernels):
-            return kernelseed.build_wheels(plan.tag, kernels, source.tree, patched.path, folder,
-                                           source.source_date, plan.local_version)
-        # the sources first: a lock that lacks a declaration stops before a base is pulled
-        fetched = thirdparty.prepare(config, plan.tag, patched.path, settings)
-        base = bases.ensure(client, plan.tag.builder, plan.tag.platform, config.build_dir,
-                            settings)
-        pins.make_missing(config, plan.tag, settings, patched.path)
-        lock_file = pins.require_lock(config, plan.tag, patched.path)
-        builder = container_build.builder_image(client, base, lock_file, settings, config.build_dir)
+    if container_build.is_built(folder):  # cached wheels need no builder image, nor jobs
+        return container_build.cached(plan.tag, folder)
+    if plan.tag.kernels:
+        kernelseed.require_python_only(plan.tag, plan.kernel_patches)
+        kernelseed.seed(plan.tag.kernels, kernels, settings)
+        return kernelseed.build_wheels(plan.tag, kernels, source.tree, patched.path, folder,
+                                       source.source_date, plan.local_version)
+    if plan.tag.upstream.kernel_reuse == "assemble" and kernelseed.assembles(kernels):
+        return kernelseed.build_wheels(plan.tag, kernels, source.tree, patched.path, folder,
+                                       source.source_date, plan.local_version)
+    # the sources first: a lock that lacks a declaration stops before a base is pulled
+    fetched = thirdparty.prepare(config, plan.tag, patched.path, settings)
+    base = bases.ensure(client, plan.tag.builder, plan.tag.platform, config.build_dir, settings)
+    pins.make_missing(config, plan.tag, settings, patched.path)
+    lock_file = pins.require_lock(config, plan.tag, patched.path)
+    builder = container_build.builder_image(client, base, lock_file, settings, config.build_dir)
     request = container_build.BuildRequest(
         tag=plan.tag, builder=builder, patched=patched, folder=folder, kernels=kernels,
         third_party=fetched, log=build.log(Stage.WHEELS),
         jobs=container_build.compile_jobs(client.info(), settings), memory=settings.builder_memory,
-        source_date=source.source_date, local_version=plan.local_version, pristine=source.tree,
+        compile_cache=settings.compile_cache, source_date=source.source_date,
+        local_version=plan.local_version, pristine=source.tree,
     )
     return container_build.build(client, request)

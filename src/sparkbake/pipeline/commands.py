@@ -12,7 +12,7 @@ from typing import Any
 
 from sparkbake import filelock, planning
 from sparkbake.bake import runtime_image
-from sparkbake.config.settings import host_settings
+from sparkbake.config.settings import Settings
 from sparkbake.config.versions import Config, Tag
 from sparkbake.console import display
 from sparkbake.console.tools import echo
@@ -61,18 +61,18 @@ class Output:
     metadata_file: Path | None = None
 
 
-def run_until(config: Config, tag: Tag, last: Stage,
+def run_until(config: Config, settings: Settings, tag: Tag, last: Stage,
               options: apply.Options | None = None, output: Output = Output()) -> int:
     """Run the build stages up to last; every stage whose key is cached is skipped. One
     build of a tag runs at a time: another one waits for it, then finds its work cached."""
     with _one_build(config, tag):
-        work = build.Build(config, build.fetched_plan(config, tag),
+        work = build.Build(config, build.fetched_plan(config, tag, settings), settings,
                            options or apply.Options())
-        outcome = build.run_until(work, last)
-    for line in display.summary_lines(display.current.runs, display.current):
+        outcome = build.run_stages(work, last)
+    for line in display.summary_lines(outcome.runs, display.current):
         display.notice(line)
     display.result(outcome.text)
-    found = {**outcome.facts, "stages": [run.to_json() for run in display.current.runs]}
+    found = {**outcome.facts, "stages": [run.to_json() for run in outcome.runs]}
     if output.metadata_file:
         atomic_write(output.metadata_file, json.dumps(found, indent=2) + "\n")
     _print_json(output, found)
@@ -100,24 +100,25 @@ def _stage(config: Config, tag: Tag, stage: Stage,
     return display.stage(stage, key, Layout.of(config).stage_log(tag.name, stage))
 
 
-def verify_tag(config: Config, tag: Tag, against: str | None) -> int:
+def verify_tag(config: Config, settings: Settings, tag: Tag, against: str | None) -> int:
     """Rebuild the tag from clean (fresh build/ and wheels/ in a scratch folder; the engine's
     base and builder images are reused) and compare it with the baked image or `against`."""
     plan = planning.make(config, tag)
-    original = verify.original(config, plan, against)
+    original = verify.original(config, settings, plan, against)
     verify.require_intact(original, tag.name)  # before an hour of rebuild, not after
     with scratch_dir(Layout.of(config).scratch("verify"), f"{tag.name}.") as scratch:
         echo(f"verify: rebuilding {tag.name} from clean in {scratch}")
-        rebuilt = rebuild(dataclasses.replace(config, work=scratch), tag)
+        rebuilt = rebuild(dataclasses.replace(config, work=scratch), settings, tag)
         rebuilt_side = verify.Side(image_layout.Layout(rebuilt.layout), rebuilt.image)
         verify.require_intact(rebuilt_side, tag.name)
         report = verify.compare(original, rebuilt_side)
     return _done(verify.conclude(config, plan, report))
 
 
-def rebuild(config: Config, tag: Tag) -> runtime_image.Image:
+def rebuild(config: Config, settings: Settings, tag: Tag) -> runtime_image.Image:
     """fetch .. bake into config's build/ and wheels/, leaving the engine's tag alone."""
-    return build.image(build.Build(config, build.fetched_plan(config, tag), load=False))
+    plan = build.fetched_plan(config, tag, settings)
+    return build.image(build.Build(config, plan, settings, load=False))
 
 
 def patch_lint(config: Config) -> int:
@@ -132,36 +133,37 @@ def import_series(config: Config, source: str, commits: str, series_name: str) -
     return exchange.import_range(config, source, commits, series_name)
 
 
-def rebase_check(config: Config, tag: Tag, target: str) -> int:
-    return rebase.check(config, tag, target, host_settings())
+def rebase_check(config: Config, settings: Settings, tag: Tag, target: str) -> int:
+    return rebase.check(config, tag, target, settings)
 
 
-def lock_tag(config: Config, tag: Tag, for_patch_tests: bool = False) -> int:
+def lock_tag(config: Config, settings: Settings, tag: Tag, for_patch_tests: bool = False) -> int:
     tree = None
     if for_patch_tests or tag.upstream.build_requirements or not tag.kernels:
-        tree = build.patched(build.Build(config, build.fetched_plan(config, tag))).path
+        plan = build.fetched_plan(config, tag, settings)
+        tree = build.patched(build.Build(config, plan, settings)).path
     with _stage(config, tag, Stage.LOCK, tag.name):
         if for_patch_tests and tree:
-            written = [patchtests.resolve(config, tag, tree, host_settings())]
+            written = [patchtests.resolve(config, tag, tree, settings)]
             return _done(f"patch-tests lock: {written[0]}")
         if tree and not tag.kernels:  # a kernel seed compiles nothing: no CMake sources
-            thirdparty.lock(config, tag, tree, host_settings())
-        written = pins.resolve(config, tag, host_settings(), tree)
+            thirdparty.lock(config, tag, tree, settings)
+        written = pins.resolve(config, tag, settings, tree)
     return _done("locks: " + (", ".join(map(str, written)) or "none needed"))
 
 
-def patch_tests(config: Config, tag: Tag) -> int:
+def patch_tests(config: Config, settings: Settings, tag: Tag) -> int:
     """The series' own tests against the tag's patched tree, on the CPU."""
-    plan = build.fetched_plan(config, tag)
-    patched = build.patched(build.Build(config, plan))
+    plan = build.fetched_plan(config, tag, settings)
+    patched = build.patched(build.Build(config, plan, settings))
     lock_file = patchtests.require_lock(config, tag, patched.path)
     with _stage(config, tag, Stage.PATCH_TESTS, plan.patch_key):
-        result = patchtests.run_tests(plan, patched.path, lock_file, Layout.of(config))
+        result = patchtests.run_tests(plan, patched.path, lock_file, Layout.of(config), settings)
     return _done(f"patch-tests: {tag.name} passed ({result.tests} tests, {result.skipped} "
                  f"skipped; {result.junit})")
 
 
-def smoke_tag(config: Config, tag: Tag, options: checks.Options,
+def smoke_tag(config: Config, settings: Settings, tag: Tag, options: checks.Options,
               client: Client | None = None, output: Output = Output()) -> int:
     """The tag's smoke checks on its image in the engine (client: another engine's)."""
     plan = planning.make(config, tag)
@@ -169,46 +171,46 @@ def smoke_tag(config: Config, tag: Tag, options: checks.Options,
     checks.require_image(client, plan)  # before the patch stage's cache is looked at
     emulation.require_engine_runs(client, plan.tag.platform)
     with _stage(config, tag, Stage.SMOKE, plan.inputs):
-        result = checks.run(client, config, plan, smoke_facts(config, plan), options)
+        result = checks.run(client, config, plan, smoke_facts(config, settings, plan), options)
     counts = checks.counts(result.checks)
     _print_json(output, result.to_json())
     return _done(f"smoke: {tag.name} passed ({counts['passed']} checks passed, "
                  f"{counts['skipped']} skipped; image {result.image_id[:19]})")
 
 
-def smoke_facts(config: Config, plan: Plan) -> checks.Facts:
+def smoke_facts(config: Config, settings: Settings, plan: Plan) -> checks.Facts:
     """The patched tree and source date the smoke compares with: the fetch and patch
     stages' cache entries (made again if missing; the smoke only reads them)."""
     layout = Layout.of(config)
-    pristine = upstream_tree.fetch(plan.tag.upstream, layout.source(plan.fetch_key),
-                                   host_settings())
+    pristine = upstream_tree.fetch(plan.tag.upstream, layout.source(plan.fetch_key), settings)
     patched = apply.apply(plan, pristine, layout.patched(plan.patch_key),
                             apply.Options(skip_applied=True))
     return checks.Facts(patched, upstream_tree.source_date(plan.tag.upstream, pristine.parent))
 
 
-def publish(config: Config, tag: Tag, registry_host: str | None, force: bool,
-            skip_smoke: bool = False, output: Output = Output(),
+def publish(config: Config, settings: Settings, tag: Tag, registry_host: str | None,
+            force: bool, skip_smoke: bool = False, output: Output = Output(),
             sign_key: Path | None = None) -> int:
     plan = planning.make(config, tag)
-    key = release_checks.signing_key(sign_key)  # a bad key stops publish before any push
+    key = release_checks.signing_key(sign_key, settings)  # a bad key stops before any push
     with _stage(config, tag, Stage.PUBLISH, plan.inputs):
-        record = push.publish(connect(), config, plan, registry_host, force,
+        record = push.publish(connect(), config, settings, plan, registry_host, force,
                               skip_smoke=skip_smoke, key=key)
     _print_json(output, record.to_json())
     return _done(f"published {tag.name}: {record.digest} (smoke: {record.smoke_result})")
 
 
-def publish_release(config: Config, name: str, registry_host: str | None, force: bool,
-                    skip_smoke: bool = False, output: Output = Output(),
+def publish_release(config: Config, settings: Settings, name: str, registry_host: str | None,
+                    force: bool, skip_smoke: bool = False, output: Output = Output(),
                     sign_key: Path | None = None) -> int:
     """A multi-platform tag's release: every platform's image and the index of them."""
     tags = config.targets(name)
-    key = release_checks.signing_key(sign_key)
+    key = release_checks.signing_key(sign_key, settings)
     log = Layout.of(config).stage_log(name, Stage.PUBLISH)
     with display.stage(Stage.PUBLISH, name, log):
-        record = release_index.publish_release(connect(), config, name, tags, registry_host,
-                                               force, skip_smoke=skip_smoke, key=key)
+        record = release_index.publish_release(connect(), config, settings, name, tags,
+                                               registry_host, force, skip_smoke=skip_smoke,
+                                               key=key)
     _print_json(output, record.to_json())
     platforms = ", ".join(f"{p.tag} {p.digest[:19]}" for p in record.platforms)
     return _done(f"published {name}: {record.digest} ({platforms}; smoke: "
@@ -246,14 +248,15 @@ def _release_name(config: Config, folder: Path, name: str) -> str:
         return name  # read_record names the releases there are
 
 
-def deploy_tag(config: Config, tag: Tag, hosts: str, stream: bool, gpu: checks.GpuMode,
-               output: Output = Output(), require_signature: Path | None = None) -> int:
+def deploy_tag(config: Config, settings: Settings, tag: Tag, hosts: str, stream: bool,
+               gpu: checks.GpuMode, output: Output = Output(),
+               require_signature: Path | None = None) -> int:
     """The tag's release onto each node, verified there and smoked (the common checks)."""
     nodes = nodes_mod.parse_hosts(hosts)
-    release_checks.require_signed(config, tag.name, require_signature)
+    release_checks.require_signed(config, settings, tag.name, require_signature)
     plan = planning.make(config, tag)
     with _stage(config, tag, Stage.DEPLOY, plan.inputs):
-        report = rollout.deploy(config, plan, nodes, lambda: smoke_facts(config, plan),
+        report = rollout.deploy(config, plan, nodes, lambda: smoke_facts(config, settings, plan),
                                 checks.Options(gpu=gpu), stream=stream)
     methods = ", ".join(f"{h.host} ({h.transfer.method})" for h in report.hosts if h.transfer)
     _print_json(output, report.to_json())
@@ -261,14 +264,15 @@ def deploy_tag(config: Config, tag: Tag, hosts: str, stream: bool, gpu: checks.G
                  f"on each (report: {report.report})")
 
 
-def deploy_release(config: Config, name: str, hosts: str, stream: bool, gpu: checks.GpuMode,
-                   output: Output = Output(), require_signature: Path | None = None) -> int:
+def deploy_release(config: Config, settings: Settings, name: str, hosts: str, stream: bool,
+                   gpu: checks.GpuMode, output: Output = Output(),
+                   require_signature: Path | None = None) -> int:
     """A multi-platform release onto each node by its index digest (release_nodes)."""
     nodes = nodes_mod.parse_hosts(hosts)
-    release_checks.require_signed(config, name, require_signature)
+    release_checks.require_signed(config, settings, name, require_signature)
     with display.stage(Stage.DEPLOY, name, Layout.of(config).stage_log(name, Stage.DEPLOY)):
         reports = release_nodes.deploy_release(
-            config, name, nodes, lambda plan: smoke_facts(config, plan),
+            config, name, nodes, lambda plan: smoke_facts(config, settings, plan),
             checks.Options(gpu=gpu), stream=stream)
     for report in reports:
         _print_json(output, report.to_json())

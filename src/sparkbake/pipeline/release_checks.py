@@ -10,7 +10,7 @@ from pathlib import Path
 from sparkbake.attest import signing, verification
 from sparkbake.attest.signing import PublicKey, SigningKey
 from sparkbake.config import versions as config_mod
-from sparkbake.config.settings import signing_settings
+from sparkbake.config.settings import Settings
 from sparkbake.console import display
 from sparkbake.core.layout import Layout
 from sparkbake.errors import UsageError, VerificationError
@@ -23,8 +23,8 @@ __all__ = ["keys_generate", "require_signature", "require_signed", "signing_key"
            "split_reference", "verify_release"]
 
 
-def keys_generate(path: Path) -> int:
-    passphrase = signing_settings().passphrase
+def keys_generate(path: Path, settings: Settings) -> int:
+    passphrase = settings.signing.passphrase
     private, public = signing.generate(path, passphrase)
     protected = "protected by SPARKBAKE_SIGNING_PASSPHRASE" if passphrase else \
         "NOT protected: set SPARKBAKE_SIGNING_PASSPHRASE to encrypt it"
@@ -33,11 +33,11 @@ def keys_generate(path: Path) -> int:
     return 0
 
 
-def signing_key(given: Path | None) -> SigningKey | None:
+def signing_key(given: Path | None, settings: Settings) -> SigningKey | None:
     """The key of --sign-key, else of SPARKBAKE_SIGNING_KEY; None: publish unsigned."""
-    settings = signing_settings()
-    path = given or settings.key
-    return signing.signing_key(path, settings.passphrase) if path else None
+    signing_settings = settings.signing
+    path = given or signing_settings.key
+    return signing.signing_key(path, signing_settings.passphrase) if path else None
 
 
 def split_reference(reference: str) -> tuple[str, str]:
@@ -52,14 +52,14 @@ def split_reference(reference: str) -> tuple[str, str]:
     return head, tag
 
 
-def verify_release(reference: str, key_path: Path, against: Path | None,
+def verify_release(reference: str, key_path: Path, against: Path | None, settings: Settings,
                    as_json: bool = False, rebuild: bool = False) -> int:
     if rebuild and against is None:
         raise UsageError("--rebuild builds the tag the provenance names in a versions.yaml: "
                          "add --against VERSIONS_YAML")
     key = signing.public_key(key_path)
     repository, name = split_reference(reference)
-    session = push.open_session(repository, VerificationError)
+    session = push.open_session(repository, settings, VerificationError)
     digest = session.manifest_digest(name)
     if digest is None:
         raise VerificationError(f"{reference}: not in the registry",
@@ -71,7 +71,7 @@ def verify_release(reference: str, key_path: Path, against: Path | None,
     if rebuild and against is not None:  # once every signature and statement held
         config = config_mod.load(against)
         for one, tag in zip(checked, built_as, strict=True):
-            release_rebuild.require_rebuilt(session, config, tag, one.digest)
+            release_rebuild.require_rebuilt(session, config, settings, tag, one.digest)
     if as_json:
         print(json.dumps([{"reference": c.reference, "provenance": c.provenance,
                            "smoke": c.smoke} for c in checked], indent=2))
@@ -105,20 +105,21 @@ def _digests(session: Session, repository: str, digest: str, key: PublicKey,
     return [str(m["digest"]) for m in doc.get("manifests", [])]
 
 
-def require_signature(pinned: str, key_path: Path) -> None:
+def require_signature(pinned: str, key_path: Path, settings: Settings) -> None:
     """deploy --require-signature: the release's digest is signed by the key (else exit 7,
     before any node is touched)."""
     key = signing.public_key(key_path)
     repository, digest = split_reference(pinned)
-    session = push.open_session(repository, VerificationError)
+    session = push.open_session(repository, settings, VerificationError)
     with tempfile.TemporaryDirectory(prefix="sparkbake-verify.") as work:
         verification.check_signature(session, repository, digest, key,
                                      image_layout.Layout(Path(work)))
     display.notice(f"deploy: {pinned} is signed by {key.path}")
 
 
-def require_signed(config: config_mod.Config, name: str, key_path: Path | None) -> None:
+def require_signed(config: config_mod.Config, settings: Settings, name: str,
+                   key_path: Path | None) -> None:
     """deploy --require-signature of the tag's or release's recorded digest (None: not asked)."""
     if key_path is not None:
         record = releases.read_record(Layout.of(config).releases, name)
-        require_signature(record.pinned, key_path)
+        require_signature(record.pinned, key_path, settings)

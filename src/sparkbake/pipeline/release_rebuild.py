@@ -17,6 +17,7 @@ import json
 from dataclasses import replace
 
 from sparkbake.config.model import Config
+from sparkbake.config.settings import Settings
 from sparkbake.console import display
 from sparkbake.console.invocation import command, remember_config
 from sparkbake.core.layout import Layout
@@ -29,10 +30,11 @@ from sparkbake.pipeline import build
 __all__ = ["require_rebuilt"]
 
 
-def require_rebuilt(session: Session, config: Config, tag_name: str, digest: str) -> None:
+def require_rebuilt(session: Session, config: Config, settings: Settings, tag_name: str,
+                    digest: str) -> None:
     """Rebuild tag_name from clean and say that it gives digest, bit for bit; else a
     VerificationError naming the first layer that differs."""
-    remember_config(config.path)  # the remedy's `verify` runs against this versions.yaml
+    remember_config(config.path, settings)  # the remedy's `verify` runs against this versions.yaml
     published = _registry_manifest(session, digest)
     scratch = Layout.of(config).scratch("verify")  # beside the builds: a rebuild is large
     with scratch_dir(scratch, f"release.{tag_name}.") as work:
@@ -40,7 +42,8 @@ def require_rebuilt(session: Session, config: Config, tag_name: str, digest: str
         tag = clean.tag(tag_name)
         display.notice(f"verify-release: rebuilding {tag_name} from clean in {work} "
                        "(a full build, without the caches)")
-        image = build.image(build.Build(clean, build.fetched_plan(clean, tag), load=False))
+        plan = build.fetched_plan(clean, tag, settings)
+        image = build.image(build.Build(clean, plan, settings, load=False))
         if image.image.digest != digest:
             raise _differs(config, tag_name, digest, published,
                            image_layout.Layout(image.layout), image.image.digest)

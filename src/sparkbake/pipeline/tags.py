@@ -43,7 +43,7 @@ def rows(config: Config) -> list[TagRow]:
     for tag in config.tags.values():
         plan = planning.make(config, tag)
         said = {s.name: _said(s.state) for s in status.stage_states(config, plan, client)}
-        found.append(TagRow(tag.name, tag.platform, tag.series, tag.release,
+        found.append(TagRow(tag.name, str(tag.platform), tag.series, tag.release,
                             built=said[Stage.BAKE],
                             smoked=said[Stage.SMOKE], published=said[Stage.PUBLISH]))
     return found

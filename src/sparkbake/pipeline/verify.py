@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sparkbake.bake import runtime_image
+from sparkbake.config.settings import Settings
 from sparkbake.config.versions import Config
 from sparkbake.console.invocation import command
 from sparkbake.console.tools import echo
@@ -99,7 +100,7 @@ class Report:
                 "layers": [change.to_json() for change in self.layers]}
 
 
-def original(config: Config, plan: Plan, against: str | None) -> Side:
+def original(config: Config, settings: Settings, plan: Plan, against: str | None) -> Side:
     """The image a rebuild is compared with: the tag's in build/oci (of the plan's inputs), or
     the manifest `against`, pulled from the registry if the layout lacks it."""
     layout, tag = image_layout.Layout(Layout.of(config).oci), plan.tag.name
@@ -118,7 +119,8 @@ def original(config: Config, plan: Plan, against: str | None) -> Side:
         raise UsageError(f"--against {against!r} is not a digest",
                          "write sha256:<64 hex>, e.g. the digest in build/releases/TAG.json")
     if not layout.intact(against):
-        push.open_session(_repository(config, plan, against), UsageError).pull(against, layout)
+        session = push.open_session(_repository(config, plan, against), settings, UsageError)
+        session.pull(against, layout)
     return Side(layout, image_layout.Descriptor(image_layout.MANIFEST_TYPE, against,
                                              layout.blob(against).stat().st_size))
 

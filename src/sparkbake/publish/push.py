@@ -22,7 +22,7 @@ from typing import Any
 from sparkbake.attest.signing import SigningKey
 from sparkbake.bake import runtime_image
 from sparkbake.bake.runtime_image import INPUTS_LABEL
-from sparkbake.config.settings import host_settings
+from sparkbake.config.settings import Settings
 from sparkbake.config.versions import Config
 from sparkbake.console import display
 from sparkbake.console.invocation import command
@@ -57,8 +57,9 @@ __all__ = [
 REGISTRY_ARG = re.compile(r"(?:[A-Za-z0-9.-]+|\[[0-9A-Fa-f:]+\])(?::[0-9]+)?")
 
 
-def publish(client: Client, config: Config, plan: Plan, registry: str | None,
-            force: bool, skip_smoke: bool = False, key: SigningKey | None = None) -> Release:
+def publish(client: Client, config: Config, settings: Settings, plan: Plan,
+            registry: str | None, force: bool, skip_smoke: bool = False,
+            key: SigningKey | None = None) -> Release:
     """Push the tag's smoke-tested image under `<tag>-<inputs[:12]>`, write
     build/releases/<tag>.json and its line in the releases index, then move `<tag>` to it;
     each name verified in the registry; return the record.
@@ -72,7 +73,8 @@ def publish(client: Client, config: Config, plan: Plan, registry: str | None,
     smoked = smoke_gate(Layout.of(config).smoke_record(plan.tag.name), plan.tag.name,
                         baked.config, skip_smoke)
     moving, per_build = plan.tag.name, f"{plan.tag.name}-{plan.inputs[:12]}"
-    target = Target.of(client, repository, [per_build, moving], {baked.image.digest}, force)
+    target = Target.of(client, settings, repository, [per_build, moving],
+                       {baked.image.digest}, force)
     pushed, sent = target.push(baked, per_build)
     attached = attach.attach_baked(target.session, config, plan, baked, key)
     release = platform_release(config, plan, repository, (moving, per_build), pushed, sent,
@@ -110,11 +112,11 @@ class Target:
     current: dict[str, str | None]
 
     @classmethod
-    def of(cls, client: Client, repository: str, names: list[str], digests: set[str],
-           force: bool) -> Target:
+    def of(cls, client: Client, settings: Settings, repository: str, names: list[str],
+           digests: set[str], force: bool) -> Target:
         """Refuse, before anything goes, to move a name that points at another digest than
         those given (unless forced)."""
-        session = open_session(repository, insecure=engine_insecure(client))
+        session = open_session(repository, settings, insecure=engine_insecure(client))
         current = {name: session.manifest_digest(name) for name in names}
         for name in names:
             check_overwrite(f"{repository}:{name}", current[name], digests, force)
@@ -169,23 +171,22 @@ def locate(repository: str) -> tuple[str, str, str]:
     return host, host, path
 
 
-def remote_for(repository: str, error: type[FatalError] = PublishError,
+def remote_for(repository: str, settings: Settings, error: type[FatalError] = PublishError,
                insecure: InsecureRegistries = DOCKER_DEFAULT) -> Remote:
     """The repository's registry, reached as Docker reaches it (registry_access): HTTPS with
     Docker's certs.d trust first; its fallback for insecure registries, said."""
     host, api_host, path = locate(repository)
-    found = registry_access.endpoint(host, api_host, host_settings().cache_dir,
-                                     insecure.covers(host), error)
+    found = registry_access.endpoint(host, api_host, settings, insecure.covers(host), error)
     if found.note:
         display.notice(f"registry {found.note}")
     return Remote(host=host, path=path, base_url=found.base_url, verify=found.trust.verify,
                   cert=found.trust.cert)
 
 
-def open_session(repository: str, error: type[FatalError] = PublishError,
+def open_session(repository: str, settings: Settings, error: type[FatalError] = PublishError,
                  insecure: InsecureRegistries = DOCKER_DEFAULT) -> Session:
     """A session with the repository's registry and the login Docker's client keeps for it."""
-    remote = remote_for(repository, error, insecure)
+    remote = remote_for(repository, settings, error, insecure)
     return Session(remote, error, login=registry_login(remote.host))
 
 

@@ -21,6 +21,7 @@ from typing import Any
 from sparkbake import planning
 from sparkbake.attest.signing import SigningKey
 from sparkbake.bake import runtime_image
+from sparkbake.config.settings import Settings
 from sparkbake.config.versions import Config, Tag
 from sparkbake.console import display
 from sparkbake.console.tools import echo
@@ -49,9 +50,9 @@ class _Platform:
         return f"{self.plan.tag.name}-{self.plan.inputs[:12]}"
 
 
-def publish_release(client: Client, config: Config, name: str, tags: tuple[Tag, ...],
-                    registry: str | None, force: bool, skip_smoke: bool = False,
-                    key: SigningKey | None = None) -> Release:
+def publish_release(client: Client, config: Config, settings: Settings, name: str,
+                    tags: tuple[Tag, ...], registry: str | None, force: bool,
+                    skip_smoke: bool = False, key: SigningKey | None = None) -> Release:
     """Publish the platforms' images and the index of them as release `name` (above)."""
     ready = [_ready(client, config, tag, skip_smoke) for tag in tags]  # all, before any push
     repository = _repository(tags, registry)
@@ -60,7 +61,8 @@ def publish_release(client: Client, config: Config, name: str, tags: tuple[Tag, 
                                   "sha256:" + hashlib.sha256(data).hexdigest(), len(data))
     inputs = data_hash([p.plan.inputs for p in ready])
     per_build = f"{name}-{inputs[:12]}"
-    target = push.Target.of(client, repository, [per_build, name], {index.digest}, force)
+    target = push.Target.of(client, settings, repository, [per_build, name], {index.digest},
+                            force)
     if target.current[name] == index.digest:
         display.notice(f"publish: {repository}:{name} is already this release ({index.digest})")
     records = tuple(_push_platform(config, target, p, force, key) for p in ready)
@@ -99,10 +101,11 @@ def index_document(ready: list[_Platform]) -> dict[str, Any]:
     """The OCI image index of the platforms' manifests, in the order the tag names them."""
     manifests = []
     for one in ready:
-        os_name, architecture = one.plan.tag.platform.split("/", 1)
+        platform = one.plan.tag.platform
         manifests.append({"mediaType": one.baked.image.media_type,
                           "digest": one.baked.image.digest, "size": one.baked.image.size,
-                          "platform": {"architecture": architecture, "os": os_name}})
+                          "platform": {"architecture": platform.architecture,
+                                       "os": platform.os}})
     return {"schemaVersion": 2, "mediaType": image_layout.INDEX_TYPE, "manifests": manifests}
 
 

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from sparkbake import resources
-from sparkbake.config.settings import HostSettings, patch_tests_environment
+from sparkbake.config.platforms import PLATFORMS
+from sparkbake.config.settings import Settings
 from sparkbake.config.versions import Config, Tag
 from sparkbake.console import display
 from sparkbake.console.invocation import command
@@ -28,7 +29,7 @@ from sparkbake.core.layout import Layout
 from sparkbake.errors import ConfigError, EngineError, PatchTestError
 from sparkbake.files import atomic_write
 from sparkbake.hashing import data_hash, file_sha256
-from sparkbake.lock.pins import ARCHES, compile_requirements
+from sparkbake.lock.pins import compile_requirements
 from sparkbake.planning import Plan, touched_paths
 
 __all__ = ["Result", "lock_path", "resolve", "run_tests", "series_tests"]
@@ -75,11 +76,12 @@ def _stamp(tree: Path) -> str:
                      + [host_python(), platform.machine()])
 
 
-def resolve(config: Config, tag: Tag, tree: Path, settings: HostSettings) -> Path:
+def resolve(config: Config, tag: Tag, tree: Path, settings: Settings) -> Path:
     """Resolve the patch-tests requirements for this host's Python and machine; write the lock."""
-    if platform.machine() not in ARCHES.values():
+    machines = [known.machine for known in PLATFORMS]
+    if platform.machine() not in machines:
         raise EngineError(f"no lock platform for this machine ({platform.machine()})",
-                          f"run patch-tests on one of {', '.join(ARCHES.values())}")
+                          f"run patch-tests on one of {', '.join(machines)}")
     # Like pip: every configured index and find-links location, best version across them.
     indexes = ["--index-strategy", "unsafe-best-match"]
     for url in settings.extra_index_urls:
@@ -128,7 +130,7 @@ def environment(lock: Path, venvs: Path) -> Path:
     return venv
 
 
-def run_tests(plan: Plan, tree: Path, lock: Path, layout: Layout) -> Result:
+def run_tests(plan: Plan, tree: Path, lock: Path, layout: Layout, settings: Settings) -> Result:
     """Run the series' tests against tree; raise PatchTestError when one fails."""
     files = series_tests(plan, tree)
     if not files:
@@ -139,8 +141,8 @@ def run_tests(plan: Plan, tree: Path, lock: Path, layout: Layout) -> Result:
     out.mkdir(parents=True, exist_ok=True)
     junit = out / "junit.xml"
     junit.unlink(missing_ok=True)
-    env = patch_tests_environment(PYTHONPATH=str(tree), PYTHONDONTWRITEBYTECODE="1",
-                                  HF_HUB_OFFLINE="1")
+    env = settings.patch_tests_environment(PYTHONPATH=str(tree), PYTHONDONTWRITEBYTECODE="1",
+                                           HF_HUB_OFFLINE="1")
     # --noconftest: the series' tests are self-contained; the tree's conftest files need the
     # whole upstream test stack. No cache provider and no bytecode: the tree stays as it is.
     with step(f"patch-tests {plan.tag.name}: {len(files)} test modules"):

@@ -10,7 +10,7 @@ import dataclasses
 from pathlib import Path
 
 from sparkbake import planning
-from sparkbake.config.settings import HostSettings
+from sparkbake.config.settings import Settings
 from sparkbake.config.versions import Config, Tag
 from sparkbake.core.layout import Layout
 from sparkbake.errors import ConfigError, PatchError
@@ -26,7 +26,7 @@ RESULTS = {"applied": "applies", "offset": "applies with offset", "three-way":
            "malformed": "is malformed"}
 
 
-def check(config: Config, tag: Tag, target_key: str, settings: HostSettings) -> int:
+def check(config: Config, tag: Tag, target_key: str, settings: Settings) -> int:
     """Apply tag's series to upstream target_key; print a table; exit 3 unless all apply."""
     if target_key not in config.upstreams:
         raise ConfigError(f"{config.path}: no upstream {target_key!r}",

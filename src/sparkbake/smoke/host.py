@@ -10,6 +10,7 @@ from typing import Any
 
 from sparkbake import bases
 from sparkbake.bake import runtime_image
+from sparkbake.config.platforms import Platform
 from sparkbake.config.versions import Base, ImageBase
 from sparkbake.core.smoke_record import CheckFailed
 from sparkbake.hashing import file_sha256
@@ -32,7 +33,7 @@ class Facts:
     source_date: int
 
 
-def expected_base(client: Client, base: Base, platform: str) -> tuple[bases.BaseImage, str]:
+def expected_base(client: Client, base: Base, platform: Platform) -> tuple[bases.BaseImage, str]:
     """The runtime base as the bake saw it, and a note when its digest cannot be known here
     (a debootstrap base is an image of the engine that made it)."""
     if isinstance(base, ImageBase):

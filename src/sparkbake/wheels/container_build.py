@@ -13,7 +13,7 @@ from packaging.utils import parse_wheel_filename
 
 from sparkbake import resources, trust
 from sparkbake.bases import BaseImage
-from sparkbake.config.settings import HostSettings, compile_cache_settings
+from sparkbake.config.settings import CompileCacheSettings, Settings
 from sparkbake.config.versions import Tag
 from sparkbake.console import display
 from sparkbake.console.tools import echo, step
@@ -79,7 +79,7 @@ def reusable_kernels(entry: Path) -> str | None:
     return wheel
 
 
-def builder_ref(base: BaseImage, lock: Path, settings: HostSettings) -> str:
+def builder_ref(base: BaseImage, lock: Path, settings: Settings) -> str:
     """The engine's name of the builder image for a base and its lock (gc keeps these)."""
     names = ("builder.Dockerfile.j2", *resources.BUILDER_FILES)
     key = data_hash({"base": base.digest, "files": [resources.digest(n) for n in names],
@@ -88,7 +88,7 @@ def builder_ref(base: BaseImage, lock: Path, settings: HostSettings) -> str:
     return f"sparkbake-builder/{base.name}:{key[:12]}"
 
 
-def builder_image(client: Client, base: BaseImage, lock: Path, settings: HostSettings,
+def builder_image(client: Client, base: BaseImage, lock: Path, settings: Settings,
                   build_dir: Path) -> str:
     """The builder image for a base and its lock, rendered from images/builder.Dockerfile.j2."""
     ref = builder_ref(base, lock, settings)
@@ -107,7 +107,7 @@ def builder_image(client: Client, base: BaseImage, lock: Path, settings: HostSet
     return ref
 
 
-def compile_jobs(info: dict[str, Any], settings: HostSettings) -> Jobs:
+def compile_jobs(info: dict[str, Any], settings: Settings) -> Jobs:
     """Jobs from the memory the engine reports (a Spark's memory is shared with the GPU, and
     too many nvcc jobs exhaust it), not from the core count alone."""
     if settings.max_jobs:
@@ -142,6 +142,7 @@ class BuildRequest:
     log: Path
     jobs: Jobs
     memory: str | None
+    compile_cache: CompileCacheSettings  # the host's word on it (SPARKBAKE_COMPILE_CACHE)
     source_date: int  # SOURCE_DATE_EPOCH of the tag
     third_party: tuple[thirdparty.Fetched, ...] = ()  # CMake's downloads, fetched and verified
     local_version: str = ""  # the local version part the wheels get (stamping)
@@ -156,7 +157,7 @@ def build(client: Client, request: BuildRequest) -> WheelSet:
         return cached(tag, folder)
     reuse = reusable_kernels(request.kernels)
     how = f"reusing kernels {request.kernels.name[:12]}" if reuse else "compiling kernels"
-    backend = compile_cache.reachable(compile_cache.choose(tag.cache, compile_cache_settings()))
+    backend = compile_cache.reachable(compile_cache.choose(tag.cache, request.compile_cache))
     echo(f"wheels: MAX_JOBS={request.jobs.max_jobs} ({request.jobs.reason}); {how}; "
          f"compile cache: {backend.describe()}")
     with step(f"wheels for {tag.name} ({tag.sm_arch})"), atomic_dir(folder) as out, \

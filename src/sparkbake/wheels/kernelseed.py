@@ -20,7 +20,7 @@ from pathlib import Path
 from packaging.utils import parse_wheel_filename
 
 from sparkbake import trust
-from sparkbake.config.settings import HostSettings
+from sparkbake.config.settings import Settings
 from sparkbake.config.versions import KernelSeed, Tag
 from sparkbake.console.tools import echo, require_tool, run, step
 from sparkbake.errors import BuildError, ConfigError
@@ -49,7 +49,7 @@ def require_python_only(tag: Tag, kernel_patches: Sequence[str]) -> None:
             "drop `kernels:` from the tag to compile them, or keep those patches out of it")
 
 
-def seed(kernels: KernelSeed, entry: Path, settings: HostSettings) -> None:
+def seed(kernels: KernelSeed, entry: Path, settings: Settings) -> None:
     """Make the kernel cache entry from the seed wheel unless it is there."""
     if (entry / KERNELS_FILE).is_file():
         return
