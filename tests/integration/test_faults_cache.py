@@ -23,7 +23,7 @@ import pytest
 
 from sparkbake.bake import baselayers, runtime_image
 from sparkbake.config.settings import Settings
-from sparkbake.core.layout import Layout
+from sparkbake.core.folders import Folders
 from sparkbake.errors import PublishError, ReproducibilityError
 from sparkbake.hashing import file_sha256
 from sparkbake.oci import docker_engine, image_layout
@@ -51,7 +51,7 @@ class Baked:
         return self.oci.read_manifest(self.clean)
 
     def wheels(self) -> Path:
-        return Layout.of(self.project.config()).wheel_set(self.project.plan().wheels_key)
+        return Folders.of(self.project.config()).wheel_set(self.project.plan().wheels_key)
 
 
 def seed_host_cache(cache: Path, client: docker_engine.Client, base: str) -> None:
@@ -91,7 +91,7 @@ def baked(built_fixture: Project, docker_client: docker_engine.Client, debian_ba
     with pytest.MonkeyPatch.context() as env:
         env.setenv("SPARKBAKE_CACHE", str(cache))
         assert project.sparkbake("build-image", "fixture") == 0
-        found = runtime_image.find(Layout.of(project.config()), project.plan())
+        found = runtime_image.find(Folders.of(project.config()), project.plan())
         assert found is not None
         yield Baked(project, found.image.digest, cache)
     docker_client.images.remove(project.plan().tag.image_ref, force=True)

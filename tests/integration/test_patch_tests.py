@@ -15,7 +15,7 @@ from sparkbake import planning
 from sparkbake.__main__ import main
 from sparkbake.config import versions
 from sparkbake.config.settings import Settings
-from sparkbake.core.layout import Layout
+from sparkbake.core.folders import Folders
 from sparkbake.errors import PatchTestError
 from sparkbake.series import patchtests
 from tests.conftest import versions_yaml
@@ -66,7 +66,7 @@ def test_a_failing_series_test_stops_with_exit_6_and_names_the_report(
     (series / "series").write_text("0001-t.patch\n")
     loaded = versions.load(tmp_path / "versions.yaml")
     plan = planning.make(loaded, loaded.tag("t"))
-    layout = Layout(REPO / "build", REPO / "wheels")  # where the lock's venv is kept
+    layout = Folders(REPO / "build", REPO / "wheels")  # where the lock's venv is kept
     lock = REPO / "locks" / "patch-tests" / "vllm-0.33.0.txt"
     with pytest.raises(PatchTestError) as caught:
         patchtests.run_tests(plan, tree, lock, layout, Settings.of_process())

@@ -29,7 +29,7 @@ from sparkbake.bases import BaseImage
 from sparkbake.config.settings import Settings
 from sparkbake.console import display
 from sparkbake.console.tools import echo, step
-from sparkbake.core.layout import Layout
+from sparkbake.core.folders import Folders
 from sparkbake.core.stages import Stage
 from sparkbake.errors import BakeError
 from sparkbake.files import scratch_dir
@@ -131,7 +131,7 @@ def _source(pin: dict[str, str]) -> str:
     return f"dir:{pin['path']}"
 
 
-def find(layout: Layout, plan: Plan) -> Image | None:
+def find(layout: Folders, plan: Plan) -> Image | None:
     """The tag's image as build/oci names it, if it is there with every blob intact (a
     damaged blob is removed: the bake makes it again)."""
     oci = image_layout.Layout(layout.oci)
@@ -148,7 +148,7 @@ def wheels_content(report: WheelsReport) -> str:
     return data_hash(sorted([wheel.file, wheel.sha256] for wheel in report.wheels))
 
 
-def is_current(client: Client, plan: Plan, layout: Layout, wheels: str | None) -> bool:
+def is_current(client: Client, plan: Plan, layout: Folders, wheels: str | None) -> bool:
     """The engine has the tag's image, baked from exactly these inputs and these wheels
     (wheels_content; None: not known yet, as for `plan` before the wheels stage), and it is
     the image build/oci names (the one publish pushes)."""
@@ -165,7 +165,7 @@ def is_current(client: Client, plan: Plan, layout: Layout, wheels: str | None) -
 
 
 def make_image(client: Client, plan: Plan, base: BaseImage, wheels: WheelSet,
-               patched: PatchedTree, layout: Layout, *, source_date: int, settings: Settings,
+               patched: PatchedTree, layout: Folders, *, source_date: int, settings: Settings,
                load: bool = True, runtime_wheels: Path | None = None,
                runtime_lock: Path | None = None, log: Path) -> Image:
     """Write the tag's image into build/oci and (load) into the engine as `<repository>:<tag>`,
@@ -210,7 +210,7 @@ def _runtime() -> dict[str, Any]:
     return described
 
 
-def _with_python(client: Client, base: BaseImage, layout: Layout) -> BaseImage:
+def _with_python(client: Client, base: BaseImage, layout: Folders) -> BaseImage:
     """The base itself if it has python3 -m venv; else the base + Python from its package
     manager, built once per engine (the one layer not made reproducibly: see README)."""
     probe = run_container(client, base.ref, ["python3 -m venv --help >/dev/null 2>&1"],

@@ -13,7 +13,7 @@ from sparkbake import planning
 from sparkbake.config.platforms import Platform, of_machine, platform_name
 from sparkbake.config.versions import Config, Tag
 from sparkbake.console.invocation import command
-from sparkbake.core.layout import Layout
+from sparkbake.core.folders import Folders
 from sparkbake.deploy import rollout
 from sparkbake.deploy.nodes import Node, connect
 from sparkbake.deploy.report import DeployReport
@@ -29,7 +29,7 @@ def deploy_release(config: Config, name: str, nodes: list[Node],
                    facts: Callable[[planning.Plan], checks.Facts], options: checks.Options,
                    stream: bool = False) -> list[DeployReport]:
     """The release on every node, by the index digest; one report per platform's nodes."""
-    record = releases.read_record(Layout.of(config).releases, name)
+    record = releases.read_record(Folders.of(config).releases, name)
     if not record.platforms:
         raise PublishError(f"the release record of {name} lists no platforms",
                            f"publish it again: `{command('publish', name)}`")

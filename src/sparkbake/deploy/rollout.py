@@ -28,7 +28,7 @@ from sparkbake.config.versions import Config
 from sparkbake.console import display
 from sparkbake.console.invocation import command
 from sparkbake.console.tools import step
-from sparkbake.core.layout import Layout
+from sparkbake.core.folders import Folders
 from sparkbake.core.smoke_record import SmokeReport
 from sparkbake.deploy.nodes import Node, connect
 from sparkbake.deploy.report import (
@@ -88,7 +88,7 @@ def deploy(config: Config, plan: Plan, nodes: list[Node], facts: Callable[[], ch
     release = release or _release(config, plan)
     clients = {node: connect(node) for node in nodes}  # every node answers before any work
     started = datetime.now(UTC)
-    folder = Layout.of(config).deploys / f"{plan.tag.name}-{started:%Y%m%dT%H%M%S.%fZ}"
+    folder = Folders.of(config).deploys / f"{plan.tag.name}-{started:%Y%m%dT%H%M%S.%fZ}"
     job = Job(config, plan, functools.cache(facts), options, release, stream,
               functools.cache(docker_engine.connect), folder)
     hosts = {node: HostReport(node.url, "not attempted") for node in nodes}
@@ -114,7 +114,7 @@ def deploy(config: Config, plan: Plan, nodes: list[Node], facts: Callable[[], ch
 def _release(config: Config, plan: Plan) -> Release:
     """The tag's release record; it must be of what versions.yaml describes now (the smoke
     checks on the nodes compare the image with that)."""
-    record = releases.read_record(Layout.of(config).releases, plan.tag.name)
+    record = releases.read_record(Folders.of(config).releases, plan.tag.name)
     if record.inputs != plan.inputs or not record.image_id:
         raise PublishError(f"the release of {plan.tag.name} (inputs "
                            f"{record.inputs[:12]}) is not the image versions.yaml "

@@ -19,7 +19,7 @@ from sparkbake.config.versions import Config, Tag
 from sparkbake.console import display
 from sparkbake.console.invocation import command
 from sparkbake.console.tools import echo, run
-from sparkbake.core.layout import Layout
+from sparkbake.core.folders import Folders
 from sparkbake.errors import ConfigError, EngineError
 from sparkbake.fetch import cmake_sources
 from sparkbake.fetch.cmake_sources import Declaration, Discovery
@@ -68,7 +68,7 @@ def lock(config: Config, tag: Tag, tree: Path, settings: Settings) -> Path | Non
     unreachable_urls: list[str] = []
     for declared in found.declarations:
         try:
-            locked.append(_lock_one(declared, Layout.of(config).thirdparty, settings))
+            locked.append(_lock_one(declared, Folders.of(config).thirdparty, settings))
         except EngineError:
             unreachable_urls.append(declared.url)
     if unreachable_urls:
@@ -137,11 +137,11 @@ def fetch_locked(config: Config, tag: Tag, settings: Settings,
         if names is not None and locked.name not in names:
             continue
         try:
-            _ensure(locked, Layout.of(config).thirdparty, settings, expected=locked.tree)
+            _ensure(locked, Folders.of(config).thirdparty, settings, expected=locked.tree)
         except EngineError:
             unreachable_urls.append(locked.url)
             continue
-        fetched.append(Fetched(locked, Layout.of(config).thirdparty / locked.key / "tree"))
+        fetched.append(Fetched(locked, Folders.of(config).thirdparty / locked.key / "tree"))
     if unreachable_urls:
         raise EngineError(f"cannot fetch {len(unreachable_urls)} third-party sources: "
                           f"{', '.join(unreachable_urls)} unreachable",

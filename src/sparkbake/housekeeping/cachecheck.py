@@ -14,7 +14,7 @@ from pathlib import Path
 from sparkbake import trust
 from sparkbake.config.versions import Config
 from sparkbake.console.tools import echo
-from sparkbake.core.layout import Layout
+from sparkbake.core.folders import Folders
 from sparkbake.housekeeping.cachekeys import HEX64
 from sparkbake.housekeeping.sweep import Item, path_item
 from sparkbake.oci import image_layout
@@ -34,7 +34,7 @@ class Checked:
 def check_items(config: Config, cache_dir: Path) -> list[Item]:
     """An item for each damaged entry of the project's caches and of the host's layer cache
     (cache_dir/layers); prints how many entries were checked."""
-    layout = Layout.of(config)
+    layout = Folders.of(config)
     roots = (config.build_dir, config.wheels_dir)
     shared = image_layout.Layout(cache_dir / "layers")
     found = [_blobs(image_layout.Layout(layout.oci), config.root, roots),

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sparkbake.config.versions import Config
-from sparkbake.core.layout import Layout
+from sparkbake.core.folders import Folders
 from sparkbake.core.stages import Stage
 from sparkbake.fetch import sourcelock
 from sparkbake.hashing import file_sha256
@@ -35,7 +35,7 @@ class CacheFolder:
 
 
 def cache_folders(config: Config) -> tuple[CacheFolder, ...]:
-    layout = Layout.of(config)
+    layout = Folders.of(config)
     return (
         CacheFolder(layout.sources, HEX64, str(Stage.FETCH)),
         CacheFolder(layout.patched_trees, HEX64, str(Stage.PATCH)),
@@ -51,7 +51,7 @@ def cache_folders(config: Config) -> tuple[CacheFolder, ...]:
 
 def current_names(config: Config, plan: Plan) -> dict[Path, set[str]]:
     """For each cache folder, the entries the tag's current keys name."""
-    layout, tag = Layout.of(config), plan.tag
+    layout, tag = Folders.of(config), plan.tag
     names: dict[Path, set[str]] = {folder.path: set() for folder in cache_folders(config)}
     for entry in (layout.source(plan.fetch_key), layout.patched(plan.patch_key),
                   layout.kernels(plan.kernel_key), layout.wheel_set(plan.wheels_key)):
@@ -70,7 +70,7 @@ def current_names(config: Config, plan: Plan) -> dict[Path, set[str]]:
 def tag_files(config: Config, name: str) -> list[Path]:
     """What build/ keeps under the tag's own name: its smoke record, last build's inputs,
     patch-tests results, verify report and logs (the release record is history: it stays)."""
-    layout = Layout.of(config)
+    layout = Folders.of(config)
     logs = [layout.logs(name).with_name(f"{name}-{stage}.log") for stage in STAGE_LOGS]
     smoke = layout.smoke_record(name)
     return [smoke, smoke.with_suffix(".xml"), layout.last_build(name), layout.patch_tests(name),

@@ -19,7 +19,7 @@ from sparkbake import planning
 from sparkbake.config.settings import Settings
 from sparkbake.config.versions import Config
 from sparkbake.console.tools import echo
-from sparkbake.core.layout import Layout
+from sparkbake.core.folders import Folders
 from sparkbake.errors import UsageError
 from sparkbake.housekeeping import cachecheck, cachetrim, containergc, imagegc
 from sparkbake.housekeeping.cachekeys import FAILED, cache_folders, current_names, tag_files
@@ -135,7 +135,7 @@ def clean_tag_items(config: Config, plan: Plan, others: dict[str, Plan]) -> list
             users = shared.get(folder, {}).get(entry, [])
             if path.exists() or path.is_symlink():
                 items.append(_tag_item(config, path, plan.tag.name, users))
-    patched = Layout.of(config).patched(plan.patch_key)
+    patched = Folders.of(config).patched(plan.patch_key)
     failed = patched.with_name(patched.name + FAILED)
     records = [failed, *tag_files(config, plan.tag.name)]
     return items + [_item(config, path, f"{plan.tag.name}'s") for path in records

@@ -16,7 +16,7 @@ from sparkbake.config.platforms import Platform
 from sparkbake.config.versions import Tag
 from sparkbake.console import display
 from sparkbake.console.tools import echo, run, step
-from sparkbake.core.layout import Layout
+from sparkbake.core.folders import Folders
 from sparkbake.errors import BakeError
 from sparkbake.files import atomic_dir
 from sparkbake.hashing import file_sha256
@@ -48,7 +48,7 @@ def _intact(folder: Path, lock: Path) -> bool:
     return not bad
 
 
-def ensure(lock: Path, tag: Tag, layout: Layout) -> Path:
+def ensure(lock: Path, tag: Tag, layout: Folders) -> Path:
     """wheels/runtime/<lock hash>: the lock's wheels for the tag's runtime Python and platform."""
     folder = layout.runtime_wheelhouses / file_sha256(lock)[:16]
     if (folder / DONE).is_file() and _intact(folder, lock):

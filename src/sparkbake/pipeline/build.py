@@ -18,7 +18,7 @@ from sparkbake.config.model import Config, Tag
 from sparkbake.config.settings import Settings
 from sparkbake.console import display
 from sparkbake.console.tools import echo
-from sparkbake.core.layout import Layout
+from sparkbake.core.folders import Folders
 from sparkbake.core.stages import Stage
 from sparkbake.fetch import remote_patches, thirdparty, upstream_tree
 from sparkbake.files import atomic_write
@@ -57,8 +57,8 @@ class Build:
     runs: list[display.StageRun] = field(default_factory=list)
 
     @property
-    def layout(self) -> Layout:
-        return Layout.of(self.config)
+    def layout(self) -> Folders:
+        return Folders.of(self.config)
 
     @property
     def tag(self) -> Tag:

@@ -16,7 +16,7 @@ from sparkbake.config.settings import Settings
 from sparkbake.config.versions import Config, Tag
 from sparkbake.console import display
 from sparkbake.console.tools import echo
-from sparkbake.core.layout import Layout
+from sparkbake.core.folders import Folders
 from sparkbake.core.stages import Stage
 from sparkbake.deploy import nodes as nodes_mod
 from sparkbake.deploy import release_nodes, rollout
@@ -82,7 +82,7 @@ def run_until(config: Config, settings: Settings, tag: Tag, last: Stage,
 @contextlib.contextmanager
 def _one_build(config: Config, tag: Tag, wait: float = BUILD_LOCK_WAIT) -> Iterator[None]:
     """The tag's build lock, held for the block; waited for while another run holds it."""
-    path = Layout.of(config).build_lock(tag.name)
+    path = Folders.of(config).build_lock(tag.name)
     try:
         with filelock.exclusive(path, wait, lambda who: display.notice(
                 f"{tag.name}: another build of it runs ({who}); waiting for it to end")):
@@ -97,7 +97,7 @@ def _one_build(config: Config, tag: Tag, wait: float = BUILD_LOCK_WAIT) -> Itera
 def _stage(config: Config, tag: Tag, stage: Stage,
            key: str) -> AbstractContextManager[display.StageRun]:
     """A command's stage: its line, and its log in build/logs/<tag>/."""
-    return display.stage(stage, key, Layout.of(config).stage_log(tag.name, stage))
+    return display.stage(stage, key, Folders.of(config).stage_log(tag.name, stage))
 
 
 def verify_tag(config: Config, settings: Settings, tag: Tag, against: str | None) -> int:
@@ -106,7 +106,7 @@ def verify_tag(config: Config, settings: Settings, tag: Tag, against: str | None
     plan = planning.make(config, tag)
     original = verify.original(config, settings, plan, against)
     verify.require_intact(original, tag.name)  # before an hour of rebuild, not after
-    with scratch_dir(Layout.of(config).scratch("verify"), f"{tag.name}.") as scratch:
+    with scratch_dir(Folders.of(config).scratch("verify"), f"{tag.name}.") as scratch:
         echo(f"verify: rebuilding {tag.name} from clean in {scratch}")
         rebuilt = rebuild(dataclasses.replace(config, work=scratch), settings, tag)
         rebuilt_side = verify.Side(image_layout.Layout(rebuilt.layout), rebuilt.image)
@@ -158,7 +158,7 @@ def patch_tests(config: Config, settings: Settings, tag: Tag) -> int:
     patched = build.patched(build.Build(config, plan, settings))
     lock_file = patchtests.require_lock(config, tag, patched.path)
     with _stage(config, tag, Stage.PATCH_TESTS, plan.patch_key):
-        result = patchtests.run_tests(plan, patched.path, lock_file, Layout.of(config), settings)
+        result = patchtests.run_tests(plan, patched.path, lock_file, Folders.of(config), settings)
     return _done(f"patch-tests: {tag.name} passed ({result.tests} tests, {result.skipped} "
                  f"skipped; {result.junit})")
 
@@ -181,7 +181,7 @@ def smoke_tag(config: Config, settings: Settings, tag: Tag, options: checks.Opti
 def smoke_facts(config: Config, settings: Settings, plan: Plan) -> checks.Facts:
     """The patched tree and source date the smoke compares with: the fetch and patch
     stages' cache entries (made again if missing; the smoke only reads them)."""
-    layout = Layout.of(config)
+    layout = Folders.of(config)
     pristine = upstream_tree.fetch(plan.tag.upstream, layout.source(plan.fetch_key), settings)
     patched = apply.apply(plan, pristine, layout.patched(plan.patch_key),
                             apply.Options(skip_applied=True))
@@ -206,7 +206,7 @@ def publish_release(config: Config, settings: Settings, name: str, registry_host
     """A multi-platform tag's release: every platform's image and the index of them."""
     tags = config.targets(name)
     key = release_checks.signing_key(sign_key, settings)
-    log = Layout.of(config).stage_log(name, Stage.PUBLISH)
+    log = Folders.of(config).stage_log(name, Stage.PUBLISH)
     with display.stage(Stage.PUBLISH, name, log):
         record = release_index.publish_release(connect(), config, settings, name, tags,
                                                registry_host, force, skip_smoke=skip_smoke,
@@ -219,7 +219,7 @@ def publish_release(config: Config, settings: Settings, name: str, registry_host
 
 def releases_report(config: Config, as_json: bool) -> str:
     """The releases index as a table, or as JSON."""
-    folder = Layout.of(config).releases
+    folder = Folders.of(config).releases
     listed = releases.entries(folder)
     if as_json:
         return json.dumps({"releases": [entry.to_json() for entry in listed]}, indent=2)
@@ -230,7 +230,7 @@ def releases_report(config: Config, as_json: bool) -> str:
 
 def diff_releases(config: Config, names: tuple[str, str], as_json: bool) -> str:
     """What changed between two releases, from their records (a tag may be a suffix)."""
-    folder = Layout.of(config).releases
+    folder = Folders.of(config).releases
     a, b = (releases.read_record(folder, _release_name(config, folder, n)) for n in names)
     report = releases.diff(a, b)
     if as_json:
@@ -270,7 +270,7 @@ def deploy_release(config: Config, settings: Settings, name: str, hosts: str, st
     """A multi-platform release onto each node by its index digest (release_nodes)."""
     nodes = nodes_mod.parse_hosts(hosts)
     release_checks.require_signed(config, settings, name, require_signature)
-    with display.stage(Stage.DEPLOY, name, Layout.of(config).stage_log(name, Stage.DEPLOY)):
+    with display.stage(Stage.DEPLOY, name, Folders.of(config).stage_log(name, Stage.DEPLOY)):
         reports = release_nodes.deploy_release(
             config, name, nodes, lambda plan: smoke_facts(config, settings, plan),
             checks.Options(gpu=gpu), stream=stream)

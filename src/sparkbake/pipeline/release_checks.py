@@ -12,7 +12,7 @@ from sparkbake.attest.signing import PublicKey, SigningKey
 from sparkbake.config import versions as config_mod
 from sparkbake.config.settings import Settings
 from sparkbake.console import display
-from sparkbake.core.layout import Layout
+from sparkbake.core.folders import Folders
 from sparkbake.errors import UsageError, VerificationError
 from sparkbake.oci import image_layout
 from sparkbake.oci.distribution import MANIFEST_TYPES, Session
@@ -121,5 +121,5 @@ def require_signed(config: config_mod.Config, settings: Settings, name: str,
                    key_path: Path | None) -> None:
     """deploy --require-signature of the tag's or release's recorded digest (None: not asked)."""
     if key_path is not None:
-        record = releases.read_record(Layout.of(config).releases, name)
+        record = releases.read_record(Folders.of(config).releases, name)
         require_signature(record.pinned, key_path, settings)

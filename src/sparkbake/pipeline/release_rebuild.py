@@ -20,7 +20,7 @@ from sparkbake.config.model import Config
 from sparkbake.config.settings import Settings
 from sparkbake.console import display
 from sparkbake.console.invocation import command, remember_config
-from sparkbake.core.layout import Layout
+from sparkbake.core.folders import Folders
 from sparkbake.errors import VerificationError
 from sparkbake.files import scratch_dir
 from sparkbake.oci import image_layout
@@ -36,7 +36,7 @@ def require_rebuilt(session: Session, config: Config, settings: Settings, tag_na
     VerificationError naming the first layer that differs."""
     remember_config(config.path, settings)  # the remedy's `verify` runs against this versions.yaml
     published = _registry_manifest(session, digest)
-    scratch = Layout.of(config).scratch("verify")  # beside the builds: a rebuild is large
+    scratch = Folders.of(config).scratch("verify")  # beside the builds: a rebuild is large
     with scratch_dir(scratch, f"release.{tag_name}.") as work:
         clean = replace(config, work=work)
         tag = clean.tag(tag_name)

@@ -10,7 +10,7 @@ from pathlib import Path
 from sparkbake import planning
 from sparkbake.bake import runtime_image
 from sparkbake.config.model import Config, Tag
-from sparkbake.core.layout import Layout
+from sparkbake.core.folders import Folders
 from sparkbake.core.stages import PlanState, Stage
 from sparkbake.fetch import remote_patches, upstream_tree
 from sparkbake.oci import emulation
@@ -30,7 +30,7 @@ COVERS = {Stage.PATCH: (Stage.FETCH, Stage.PATCH), Stage.KERNELS: (Stage.FETCH, 
 
 def stage_states(config: Config, plan: Plan, client: Client | None) -> list[StagePlan]:
     """Each stage's key and state; the image's state is `unknown` without an engine."""
-    layout = Layout.of(config)
+    layout = Folders.of(config)
     fetched = (upstream_tree.is_fetched(plan.tag.upstream, layout.source(plan.fetch_key))
                and not remote_patches.missing(plan.remote))
     patch_state: PlanState = ("blocked" if plan.problems else
@@ -62,7 +62,7 @@ def stage_states(config: Config, plan: Plan, client: Client | None) -> list[Stag
     ]
 
 
-def _publish_plan(layout: Layout, plan: Plan) -> StagePlan:
+def _publish_plan(layout: Folders, plan: Plan) -> StagePlan:
     """A tag's own release, or, for one platform of a multi-platform tag, its image in the
     release's record (under its per-build tag, in the release's index)."""
     release = plan.tag.release
@@ -75,7 +75,7 @@ def _publish_plan(layout: Layout, plan: Plan) -> StagePlan:
                      f"{plan.tag.name}-{plan.inputs[:12]} in the index {release}")
 
 
-def _wheels_content(layout: Layout, plan: Plan) -> str | None:
+def _wheels_content(layout: Folders, plan: Plan) -> str | None:
     """What the bake compares with its image's wheels label: the wheels entry's content,
     None before the wheels stage (the bake then decides on the wheels it gets)."""
     folder = layout.wheel_set(plan.wheels_key)
@@ -88,7 +88,7 @@ def _cached(done: bool) -> PlanState:
     return "cached" if done else "missing"
 
 
-def _why(layout: Layout, plan: Plan) -> Callable[[Stage, PlanState], str]:
+def _why(layout: Folders, plan: Plan) -> Callable[[Stage, PlanState], str]:
     """For a stage that will run: what changed since the last build-image of the tag."""
     try:
         before = json.loads(layout.last_build(plan.tag.name).read_text())

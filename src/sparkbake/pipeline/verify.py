@@ -19,7 +19,7 @@ from sparkbake.config.settings import Settings
 from sparkbake.config.versions import Config
 from sparkbake.console.invocation import command
 from sparkbake.console.tools import echo
-from sparkbake.core.layout import Layout
+from sparkbake.core.folders import Folders
 from sparkbake.errors import ReproducibilityError, UsageError
 from sparkbake.files import atomic_write
 from sparkbake.oci import image_layout, layers
@@ -103,9 +103,9 @@ class Report:
 def original(config: Config, settings: Settings, plan: Plan, against: str | None) -> Side:
     """The image a rebuild is compared with: the tag's in build/oci (of the plan's inputs), or
     the manifest `against`, pulled from the registry if the layout lacks it."""
-    layout, tag = image_layout.Layout(Layout.of(config).oci), plan.tag.name
+    layout, tag = image_layout.Layout(Folders.of(config).oci), plan.tag.name
     if against is None:
-        baked = runtime_image.find(Layout.of(config), plan)
+        baked = runtime_image.find(Folders.of(config), plan)
         if baked is None:
             raise UsageError(f"{tag} has no baked image in {layout.root}",
                              f"build it (`{command('build-image', tag)}`) or pass --against DIGEST")
@@ -127,7 +127,7 @@ def original(config: Config, settings: Settings, plan: Plan, against: str | None
 
 def _repository(config: Config, plan: Plan, digest: str) -> str:
     """Where the digest was published (the release record), else the tag's repository."""
-    record = Layout.of(config).release_record(plan.tag.name)
+    record = Folders.of(config).release_record(plan.tag.name)
     if record.is_file():
         published = json.loads(record.read_text())
         if published.get("digest") == digest:
@@ -137,7 +137,7 @@ def _repository(config: Config, plan: Plan, digest: str) -> str:
 
 def conclude(config: Config, plan: Plan, report: Report) -> str:
     """Write build/verify/<tag>.json, print the differences; raise if there are any."""
-    path = Layout.of(config).verify_report(plan.tag.name)
+    path = Folders.of(config).verify_report(plan.tag.name)
     atomic_write(path, json.dumps(report.to_json(), indent=2) + "\n")
     for line in render(report):
         echo(line)

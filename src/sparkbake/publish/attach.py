@@ -20,7 +20,7 @@ from sparkbake.bake import runtime_image
 from sparkbake.config.versions import Config
 from sparkbake.console import display
 from sparkbake.console.tools import echo
-from sparkbake.core.layout import Layout
+from sparkbake.core.folders import Folders
 from sparkbake.core.smoke_record import SmokeReport
 from sparkbake.files import read_json
 from sparkbake.oci import artifacts, image_layout, referrers
@@ -53,7 +53,7 @@ def attach_baked(session: Session, config: Config, plan: Plan, baked: runtime_im
     layout = image_layout.Layout(baked.layout)
     recorded = releases.image_manifest(layout, baked.image) or {}
     return attach(session, config, plan, layout, baked.image,
-                  _smoke_of(Layout.of(config).smoke_record(plan.tag.name), baked.config),
+                  _smoke_of(Folders.of(config).smoke_record(plan.tag.name), baked.config),
                   recorded, key)
 
 

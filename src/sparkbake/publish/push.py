@@ -27,7 +27,7 @@ from sparkbake.config.versions import Config
 from sparkbake.console import display
 from sparkbake.console.invocation import command
 from sparkbake.console.tools import echo
-from sparkbake.core.layout import Layout
+from sparkbake.core.folders import Folders
 from sparkbake.core.smoke_record import SmokeReport, counts
 from sparkbake.errors import FatalError, PublishError, UsageError
 from sparkbake.files import atomic_write
@@ -70,7 +70,7 @@ def publish(client: Client, config: Config, settings: Settings, plan: Plan,
     attrs = local_image(client, plan)
     baked = baked_image(config, plan, attrs)
     require_intact(baked, plan.tag.name)
-    smoked = smoke_gate(Layout.of(config).smoke_record(plan.tag.name), plan.tag.name,
+    smoked = smoke_gate(Folders.of(config).smoke_record(plan.tag.name), plan.tag.name,
                         baked.config, skip_smoke)
     moving, per_build = plan.tag.name, f"{plan.tag.name}-{plan.inputs[:12]}"
     target = Target.of(client, settings, repository, [per_build, moving],
@@ -79,7 +79,7 @@ def publish(client: Client, config: Config, settings: Settings, plan: Plan,
     attached = attach.attach_baked(target.session, config, plan, baked, key)
     release = platform_release(config, plan, repository, (moving, per_build), pushed, sent,
                                smoked, baked, attrs, attached)
-    write_record(Layout.of(config).releases, release)
+    write_record(Folders.of(config).releases, release)
     target.move(baked, moving)
     return release
 
@@ -268,11 +268,11 @@ def local_image(client: Client, plan: Plan) -> dict[str, Any]:
 
 def baked_image(config: Config, plan: Plan, attrs: dict[str, Any]) -> runtime_image.Image:
     """The image build/oci names for the tag; it must be the engine's (the smoke-tested)."""
-    baked = runtime_image.find(Layout.of(config), plan)
+    baked = runtime_image.find(Folders.of(config), plan)
     if baked is None or baked.config != attrs.get("Id"):
         where = "has none" if baked is None else f"has {baked.config[:19]}"
         raise PublishError(f"the engine's {plan.tag.image_ref} ({str(attrs.get('Id'))[:19]}) "
-                           f"is not the image baked into {Layout.of(config).oci} ({where})",
+                           f"is not the image baked into {Folders.of(config).oci} ({where})",
                            f"rebuild it: `{command('build-image', plan.tag.name)}`, then smoke")
     return baked
 
@@ -306,7 +306,7 @@ def write_record(folder: Path, release: Release) -> None:
 
 def _build_record(config: Config, plan: Plan) -> dict[str, Any]:
     """How the wheels were built (job count, kernel reuse): host state, kept out of the image."""
-    folder = Layout.of(config).wheel_set(plan.wheels_key)
+    folder = Folders.of(config).wheel_set(plan.wheels_key)
     if not (folder / REPORT).is_file():
         return {}
     built = read_report(folder)

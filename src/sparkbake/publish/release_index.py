@@ -25,7 +25,7 @@ from sparkbake.config.settings import Settings
 from sparkbake.config.versions import Config, Tag
 from sparkbake.console import display
 from sparkbake.console.tools import echo
-from sparkbake.core.layout import Layout
+from sparkbake.core.folders import Folders
 from sparkbake.errors import ConfigError, PublishError
 from sparkbake.hashing import data_hash
 from sparkbake.oci import image_layout
@@ -73,7 +73,7 @@ def publish_release(client: Client, config: Config, settings: Settings, name: st
     attach.sign(target.session, image_layout.Layout(ready[0].baked.layout), repository,
                 index.digest, key)
     release = _record(repository, name, per_build, index.digest, inputs, records)
-    push.write_record(Layout.of(config).releases, release)
+    push.write_record(Folders.of(config).releases, release)
     if target.current[name] != index.digest:
         echo(f"+ tag {repository}:{name} -> {index.digest}")
         target.session.put_index(data, index, name)
@@ -114,7 +114,7 @@ def _ready(client: Client, config: Config, tag: Tag, skip_smoke: bool) -> _Platf
     attrs = push.local_image(client, plan)
     baked = push.baked_image(config, plan, attrs)
     push.require_intact(baked, tag.name)
-    smoked = push.smoke_gate(Layout.of(config).smoke_record(tag.name), tag.name, baked.config,
+    smoked = push.smoke_gate(Folders.of(config).smoke_record(tag.name), tag.name, baked.config,
                              skip_smoke)
     return _Platform(plan, attrs, baked, smoked)
 

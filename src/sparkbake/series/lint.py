@@ -11,7 +11,7 @@ from pathlib import Path
 
 from sparkbake.config.versions import Config
 from sparkbake.console.tools import echo
-from sparkbake.core.layout import Layout
+from sparkbake.core.folders import Folders
 from sparkbake.errors import ConfigError
 from sparkbake.fetch import remote_patches
 from sparkbake.fetch.remote_patches import RemotePatch
@@ -135,7 +135,7 @@ def _trees(config: Config, series: str) -> list[Path]:
     trees = []
     for tag in config.tags.values():
         if series in tag.series:
-            tree = Layout.of(config).source(make(config, tag).fetch_key) / "tree"
+            tree = Folders.of(config).source(make(config, tag).fetch_key) / "tree"
             if tree.is_dir() and tree not in trees:
                 trees.append(tree)
     return trees

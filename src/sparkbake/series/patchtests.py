@@ -25,7 +25,7 @@ from sparkbake.config.versions import Config, Tag
 from sparkbake.console import display
 from sparkbake.console.invocation import command
 from sparkbake.console.tools import echo, run, step
-from sparkbake.core.layout import Layout
+from sparkbake.core.folders import Folders
 from sparkbake.errors import ConfigError, EngineError, PatchTestError
 from sparkbake.files import atomic_write
 from sparkbake.hashing import data_hash, file_sha256
@@ -130,7 +130,7 @@ def environment(lock: Path, venvs: Path) -> Path:
     return venv
 
 
-def run_tests(plan: Plan, tree: Path, lock: Path, layout: Layout, settings: Settings) -> Result:
+def run_tests(plan: Plan, tree: Path, lock: Path, layout: Folders, settings: Settings) -> Result:
     """Run the series' tests against tree; raise PatchTestError when one fails."""
     files = series_tests(plan, tree)
     if not files:

@@ -12,7 +12,7 @@ from pathlib import Path
 from sparkbake import planning
 from sparkbake.config.settings import Settings
 from sparkbake.config.versions import Config, Tag
-from sparkbake.core.layout import Layout
+from sparkbake.core.folders import Folders
 from sparkbake.errors import ConfigError, PatchError
 from sparkbake.fetch import remote_patches, upstream_tree
 from sparkbake.files import scratch_dir
@@ -34,7 +34,7 @@ def check(config: Config, tag: Tag, target_key: str, settings: Settings) -> int:
     target = config.upstreams[target_key]
     plan = planning.make(config, dataclasses.replace(tag, upstream=target))
     plan.require_series()
-    pristine = upstream_tree.fetch(target, Layout.of(config).source(plan.fetch_key), settings)
+    pristine = upstream_tree.fetch(target, Folders.of(config).source(plan.fetch_key), settings)
     remote_patches.fetch(plan.remote, settings)
     apply.check_safety(plan.series, pristine)
     upstream = gitwork.upstream_repo(pristine, apply.upstream_message(target))

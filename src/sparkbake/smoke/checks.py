@@ -25,7 +25,7 @@ from sparkbake.config.versions import Config
 from sparkbake.console import display
 from sparkbake.console.invocation import command
 from sparkbake.console.tools import step
-from sparkbake.core.layout import Layout
+from sparkbake.core.folders import Folders
 from sparkbake.core.smoke_record import (
     GPU_MODES,
     STATUSES,
@@ -107,7 +107,7 @@ def common_checks(client: docker_engine.Client, config: Config, plan: Plan, fact
     expected = {
         **expected_values(plan, gpu, unavailable),
         "patched_files": host.patched_files(plan, facts.patched.path,
-                                            Layout.of(config).wheel_set(plan.wheels_key)),
+                                            Folders.of(config).wheel_set(plan.wheels_key)),
         "entrypoint": sample_envs.expected(suite, entrypoint_of(attrs)),
     }
     labels = timed("labels", lambda: host.check_labels(client, attrs, plan, facts))
@@ -185,7 +185,7 @@ def expected_values(plan: Plan, gpu: GpuMode, unavailable: str | None) -> dict[s
 
 
 def results_paths(config: Config, plan: Plan) -> tuple[Path, Path]:
-    record = Layout.of(config).smoke_record(plan.tag.name)
+    record = Folders.of(config).smoke_record(plan.tag.name)
     return record, record.with_suffix(".xml")
 
 

@@ -11,16 +11,16 @@ from pathlib import Path
 from sparkbake.config.model import Config
 from sparkbake.core.stages import Stage
 
-__all__ = ["Layout"]
+__all__ = ["Folders"]
 
 
 @dataclass(frozen=True)
-class Layout:
+class Folders:
     build: Path  # build/: trees, images, records, logs (a verify run's is a scratch folder)
     wheels: Path  # wheels/: built wheels and the compiled kernels they reuse
 
     @classmethod
-    def of(cls, config: Config) -> Layout:
+    def of(cls, config: Config) -> Folders:
         return cls(config.build_dir, config.wheels_dir)
 
     # cache entries, by key, and the folders that hold them
