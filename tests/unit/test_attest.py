@@ -19,7 +19,7 @@ from securesystemslib.signer import SSlibKey  # type: ignore[attr-defined]  # re
 
 from sparkbake import planning
 from sparkbake.__main__ import main
-from sparkbake.attest import imagefiles, sbom, signing, statements, verification
+from sparkbake.attest import imagefiles, sbom, signing, statements, stored, verification
 from sparkbake.config import versions
 from sparkbake.core.smoke_record import CheckResult, SmokeReport
 from sparkbake.errors import UsageError, VerificationError
@@ -182,7 +182,7 @@ def provenance_of(tmp_path: Path) -> tuple[versions.Config, dict[str, Any]]:
                                                    "    series: [demo]\n")
     config = versions.load(path)
     plan = planning.make(config, config.tag("t"))
-    sbom_blob = image_layout.Descriptor(sbom.MEDIA_TYPE, "sha256:" + "9" * 64, 10)
+    sbom_blob = image_layout.Descriptor(stored.MEDIA_TYPE, "sha256:" + "9" * 64, 10)
     data = statements.provenance(config, plan, "h/r", "sha256:" + "a" * 64, MANIFEST, sbom_blob)
     return config, json.loads(data)
 

@@ -32,10 +32,9 @@ from packageurl import PackageURL
 from packaging.utils import canonicalize_name
 
 from sparkbake.attest.imagefiles import ImageFiles
-from sparkbake.attest.stored import MEDIA_TYPE
 from sparkbake.oci import image_layout
 
-__all__ = ["MEDIA_TYPE", "document", "python_distributions"]
+__all__ = ["document", "python_distributions"]
 
 SERIAL_NAMESPACE = uuid.UUID("5d6f1d5e-6a39-4d0e-9a1b-7f3d2c1e0b57")  # sparkbake's SBOMs
 
