@@ -336,12 +336,12 @@ def _pipe_closed() -> int:
 
 def dispatch(args: argparse.Namespace, settings: Settings) -> int:
     """The command args name, with the run's settings (made once, in main)."""
+    invocation.remember_config(args.config, settings)  # remedies repeat the user's --config
     if args.command == "keys":  # these two need no versions.yaml: anyone can check
         return release_checks.keys_generate(args.path, settings)
     if args.command == "verify-release":
         return release_checks.verify_release(args.reference, args.key, args.against, settings,
                                               args.json, args.rebuild)
-    invocation.remember_config(args.config, settings)  # remedies repeat the user's --config
     config = config_mod.load(args.config)
     if args.command == "registry":
         return commands.registry_command(config, args.action, args.port)

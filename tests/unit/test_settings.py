@@ -111,3 +111,12 @@ def test_settings_with_locked_are_settings_that_lock() -> None:
     assert dataclasses.replace(plain, locked_option=True).locked
     assert plain.with_environ(CI="true").locked and plain.with_environ(CI="1").locked
     assert not plain.with_environ(CI="false").locked
+    # documented for hosts that are not CI (docs/reference/locks.md)
+    assert plain.with_environ(SPARKBAKE_LOCKED="1").locked
+    assert not plain.with_environ(SPARKBAKE_LOCKED="0").locked
+
+
+def test_the_home_folder_is_the_settings_own() -> None:
+    settings = Settings({"HOME": "/home/builder"})
+    assert settings.cache_dir == Path("/home/builder/.cache/sparkbake")
+    assert settings.docker_certs_dirs[0] == Path("/home/builder/.config/docker/certs.d")

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from sparkbake.wheels import entrycheck
+from sparkbake.config import versions
+from sparkbake.wheels import container_build, entrycheck
 from sparkbake.wheels.report import (
     REPORT,
     Jobs,
@@ -85,3 +86,18 @@ def test_a_report_with_a_misshapen_part_is_damaged(tmp_path: Path) -> None:
     data["jobs"] = {"MAX_JOBS": "many", "NVCC_THREADS": 1, "why": "?"}
     (tmp_path / REPORT).write_text(json.dumps(data))
     assert entrycheck.damage(tmp_path) == "wheels.json is not a complete record"
+
+
+def test_a_wheel_keeps_its_name_as_its_file_spells_it(tmp_path: Path) -> None:
+    """wheels.json (and the image's manifest) name a wheel as its file does, not normalized
+    (`flash_attn`, not packaging's `flash-attn`), as they did before the report was typed."""
+    config = versions.load(Path(__file__).parents[1] / "data" / "versions.yaml")
+    tag = next(iter(config.tags.values()))
+    for file in ("flash_attn-2.7.4-cp311-cp311-linux_aarch64.whl",
+                 "PyYAML-6.0.2-cp311-cp311-linux_aarch64.whl"):
+        (tmp_path / file).write_bytes(b"not a zip: only hashed")
+    (tmp_path / entrycheck.STAMPS).mkdir()
+    made = container_build._wheels(tag, tmp_path, {
+        "flash_attn-2.7.4-cp311-cp311-linux_aarch64.whl": (),
+        "PyYAML-6.0.2-cp311-cp311-linux_aarch64.whl": ()})
+    assert [wheel.name for wheel in made] == ["flash_attn", "PyYAML"]

@@ -46,6 +46,7 @@ from sparkbake.hashing import data_hash
 from sparkbake.lock import pins
 from sparkbake.oci import image_layout, layers
 from sparkbake.oci.docker_engine import Client
+from sparkbake.wheelfile.contents import spelled_name
 
 __all__ = ["FORMAT_VENV", "VenvLayers", "VenvPackages", "make_layers", "runtime_key"]
 
@@ -223,6 +224,6 @@ def _requires(folder: Path) -> list[str]:
             if meta is None:
                 continue
             parsed = Parser().parsestr(archive.read(meta).decode("utf-8"))
-            found += [f"{parse_wheel_filename(wheel.name)[0]}: {line}"
+            found += [f"{spelled_name(wheel.name)}: {line}"
                       for line in parsed.get_all("Requires-Dist") or []]
     return sorted(found)

@@ -143,7 +143,7 @@ class Settings:
         if self.environ.get("SPARKBAKE_CACHE"):
             return Path(self.environ["SPARKBAKE_CACHE"])
         xdg = self.environ.get("XDG_CACHE_HOME")
-        return (Path(xdg) if xdg else Path.home() / ".cache") / "sparkbake"
+        return (Path(xdg) if xdg else self._home / ".cache") / "sparkbake"
 
     @property
     def compile_cache(self) -> CompileCacheSettings:
@@ -170,9 +170,9 @@ class Settings:
 
     @property
     def locked(self) -> bool:
-        """Must every lock exist already? Under CI and with --locked: a lock is an input to
-        review, never made on the fly there."""
-        return self.ci or self.locked_option
+        """Must every lock exist already? Under CI, with --locked or SPARKBAKE_LOCKED=1: a lock
+        is an input to review, never made on the fly there."""
+        return self.ci or self.locked_option or self.environ.get("SPARKBAKE_LOCKED") == "1"
 
     @property
     def nox_session(self) -> bool:
@@ -201,7 +201,7 @@ class Settings:
         """Where Docker keeps per-registry TLS files (certs.d/<host[:port]>): a rootless
         engine's under $XDG_CONFIG_HOME/docker, then /etc/docker's."""
         xdg = self.environ.get("XDG_CONFIG_HOME")
-        rootless = (Path(xdg) if xdg else Path.home() / ".config") / "docker" / "certs.d"
+        rootless = (Path(xdg) if xdg else self._home / ".config") / "docker" / "certs.d"
         return rootless, Path("/etc/docker/certs.d")
 
     def patch_tests_environment(self, **overrides: str) -> dict[str, str]:
@@ -209,6 +209,10 @@ class Settings:
         see), plus overrides: what the patch-tests run with."""
         kept = {k: v for k, v in self.environ.items() if not k.startswith("VLLM_")}
         return {**kept, **overrides}
+
+    @property
+    def _home(self) -> Path:
+        return Path(self.environ["HOME"]) if self.environ.get("HOME") else Path.home()
 
     def _positive(self, name: str) -> float | None:
         raw = self.environ.get(name)

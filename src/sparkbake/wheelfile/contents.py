@@ -20,7 +20,8 @@ from typing import BinaryIO
 from sparkbake.hashing import record_hash
 from sparkbake.wheelfile.rawzip import Member, Writer
 
-__all__ = ["FORMAT", "ZIP_EPOCH", "Entries", "Entry", "dist_info", "read", "write"]
+__all__ = ["FORMAT", "ZIP_EPOCH", "Entries", "Entry", "dist_info", "read", "spelled_name",
+           "write"]
 
 FORMAT = 3  # raise when write() gives other bytes for the same entries (3: members copied)
 ZIP_EPOCH = 315532800  # 1980-01-01: the earliest time a zip entry stores
@@ -38,6 +39,13 @@ class Entry:
 
 
 Entries = dict[str, Entry]  # by path in the wheel; RECORD is left out, write() makes it
+
+
+def spelled_name(file_name: str) -> str:
+    """A wheel's distribution name as its file name spells it (`flash_attn`, `PyYAML`): the
+    records keep it so, where packaging's parse_wheel_filename gives the normalized name. A
+    wheel name escapes `-` in its distribution, so the name ends at the first `-`."""
+    return file_name.partition("-")[0]
 
 
 def dist_info(names: Iterable[str]) -> str:

@@ -9,8 +9,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from packaging.utils import parse_wheel_filename
-
 from sparkbake import resources, trust
 from sparkbake.bases import BaseImage
 from sparkbake.config.settings import CompileCacheSettings, Settings
@@ -26,6 +24,7 @@ from sparkbake.oci import emulation
 from sparkbake.oci.docker_engine import Client, build_image, image_exists, run_container
 from sparkbake.patch.apply import PatchedTree
 from sparkbake.wheelfile import stamping
+from sparkbake.wheelfile.contents import spelled_name
 from sparkbake.wheels import compile_cache, entrycheck, overlay
 from sparkbake.wheels.compile_errors import failure_summary
 from sparkbake.wheels.report import (
@@ -308,8 +307,7 @@ def _wheels(tag: Tag, out: Path, built: dict[str, tuple[Kernel, ...]]) -> tuple[
     wheels = []
     for file, kernels in built.items():
         path = out / file
-        wheels.append(Wheel(file, file_sha256(path), str(parse_wheel_filename(file)[0]),
-                            kernels))
+        wheels.append(Wheel(file, file_sha256(path), spelled_name(file), kernels))
         trust.remember(path, out / entrycheck.STAMPS / path.name)  # hashed once, here
     if not wheels:
         raise BuildError(f"the build of {tag.name} produced no wheel", "check the build log")

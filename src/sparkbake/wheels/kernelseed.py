@@ -17,8 +17,6 @@ import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from packaging.utils import parse_wheel_filename
-
 from sparkbake import trust
 from sparkbake.config.settings import Settings
 from sparkbake.config.versions import KernelSeed, Tag
@@ -27,6 +25,7 @@ from sparkbake.errors import BuildError, ConfigError
 from sparkbake.fetch.upstream_tree import download, index_url_of
 from sparkbake.files import atomic_dir, read_json
 from sparkbake.hashing import file_sha256
+from sparkbake.wheelfile.contents import spelled_name
 from sparkbake.wheels import container_build, entrycheck
 from sparkbake.wheels.container_build import WheelSet, check_sass
 from sparkbake.wheels.overlay import overlay
@@ -127,8 +126,7 @@ def build_wheels(tag: Tag, entry: Path, pristine: Path, patched: Path, folder: P
         report = WheelsReport(
             cuda_arch=tag.cuda_arch, sm_arch=tag.sm_arch,
             nvcc=f"none: kernels from {cached_wheel}",
-            wheels=(Wheel(wheel.name, made.sha256, str(parse_wheel_filename(wheel.name)[0]),
-                          kernels),),
+            wheels=(Wheel(wheel.name, made.sha256, spelled_name(wheel.name), kernels),),
             local_version=local,
             kernels=KernelsUsed(entry.name, reused=True, seed=cached_wheel if seeded else "",
                                 assembled_from="" if seeded else cached_wheel),
