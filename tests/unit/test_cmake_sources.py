@@ -212,7 +212,6 @@ def test_cmake_skip_in_versions_yaml(tmp_path: Path) -> None:
         versions.load(tmp_path / "versions.yaml")
 
 
-
 def test_the_sources_lock_enters_the_kernel_and_wheels_keys(tmp_path: Path) -> None:
     tag = coverage_tag(tmp_path)
     loaded = versions.load(tmp_path / "versions.yaml")

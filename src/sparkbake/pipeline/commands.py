@@ -51,8 +51,6 @@ def plan_report(config: Config, tag: Tag, as_json: bool) -> tuple[str, bool]:
     return text, any(state.state == "blocked" for state in states)
 
 
-
-
 @dataclasses.dataclass(frozen=True)
 class Output:
     """Where a stage command's result goes besides the console: JSON on stdout, a file."""

@@ -31,7 +31,6 @@ from sparkbake.publish import releases
 __all__ = ["Attached", "attach", "attach_baked", "sign"]
 
 
-
 @dataclass(frozen=True)
 class Attached:
     """What publish attached to one digest: each artifact's manifest digest."""

@@ -29,7 +29,6 @@ SECTIONS = ("digest", "upstream", "series", "patches", "env", "wheels", "base", 
 ENTRY_KEYS = {field.name for field in fields(IndexEntry)}
 
 
-
 def image_manifest(layout: image_layout.Layout,
                    image: image_layout.Descriptor) -> dict[str, Any] | None:
     """/opt/sparkbake/manifest.json of an image in a layout: the bake writes it into the
