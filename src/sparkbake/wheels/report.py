@@ -45,7 +45,7 @@ class Wheel:
 
     file: str
     sha256: str
-    name: str  # the distribution's name, as pip is asked for it
+    name: str  # the distribution's name as the file spells it (contents.spelled_name)
     kernels: tuple[Kernel, ...]
 
     def to_json(self, *, as_built: bool = False) -> dict[str, Any]:
