@@ -20,12 +20,11 @@ import re
 import statistics
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench import _machine
+from bench import _machine, _time
 
 from sparkbake.config import versions as config_mod
 from sparkbake.config.settings import Settings, pip_config
@@ -76,8 +75,8 @@ def _cli_and_import(cli: list[str], src: Path, runs: int) -> dict[str, Any]:
     importing = [sys.executable, "-X", "importtime", "-c", "import sparkbake.__main__"]
     cli_s, import_s = [], []
     for _ in range(runs):
-        cli_s.append(_timed(lambda: subprocess.run(cli, check=True, capture_output=True,
-                                                   env=env)))
+        cli_s.append(_time(lambda: subprocess.run(cli, check=True, capture_output=True,
+                                                  env=env)))
         done = subprocess.run(importing, check=True, capture_output=True, text=True, env=env)
         found = IMPORT_TOTAL.search(done.stderr)
         assert found is not None, "no import time of sparkbake.__main__"
@@ -91,7 +90,7 @@ def _in_process(config: Path, tag: str, runs: int) -> list[float]:
     samples = []
     for _ in range(runs):
         with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
-            samples.append(_timed(functools.partial(_no_op, config, tag)))
+            samples.append(_time(functools.partial(_no_op, config, tag)))
     return samples
 
 
@@ -115,12 +114,6 @@ def _pip_processes(config: Path, tag: str) -> int:
     with contextlib.redirect_stderr(io.StringIO()):
         _ok(commands.run_until(loaded, settings, loaded.tag(tag), Stage.BAKE))
     return len(asked)
-
-
-def _timed(call: Callable[[], object]) -> float:
-    start = time.perf_counter()
-    call()
-    return time.perf_counter() - start
 
 
 def _stats(samples: list[float]) -> dict[str, Any]:
