@@ -139,3 +139,17 @@ def test_the_runtime_lock_is_stale_when_the_extras_or_pins_change(tmp_path: Path
     assert stamp.startswith(" extras=b12x asked=")
     path.write_text(f"# runtime lock\n{origin}{stamp}\n")
     assert pins.require_runtime_lock(loaded, tag, tree) == path
+
+
+def test_a_requires_dist_line_pip_cannot_read_names_the_file_and_the_line(
+        tmp_path: Path) -> None:
+    (tmp_path / "PKG-INFO").write_text(
+        "Metadata-Version: 2.1\nName: up\nVersion: 1.0\nProvides-Extra: b12x\n"
+        "Requires-Dist: b12x-kernels>=1; extra ==\n")
+    with pytest.raises(ConfigError) as caught:
+        requirements.extras_of(tmp_path)
+    assert caught.value.message.startswith(
+        f"{tmp_path / 'PKG-INFO'}: Requires-Dist 'b12x-kernels>=1; extra ==' is not a "
+        "requirement (")
+    assert caught.value.remedy == "check the upstream's metadata"
+    assert caught.value.exit_code == 2
