@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import os
 import sys
 import traceback
@@ -61,6 +60,20 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message, f"run `{self.prog} --help`")
 
 
+class _Version(argparse.Action):
+    """--version, as argparse's own, but the version is looked up only when it is asked for:
+    every command builds the parser, and importlib.metadata is slow to import."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS,
+                         help="show program's version number and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: str | Sequence[object] | None, option_string: str | None = None) -> None:
+        print(f"{parser.prog} {_version()}")
+        parser.exit()
+
+
 def parser() -> argparse.ArgumentParser:
     top = _Parser(prog="sparkbake", description=DESCRIPTION)
     top.add_argument("--config", type=Path, default=Path("versions.yaml"),
@@ -72,7 +85,7 @@ def parser() -> argparse.ArgumentParser:
                                "build/logs/TAG/STAGE.log)")
     loudness.add_argument("-q", "--quiet", action="store_true",
                           help="print only errors and the result")
-    top.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    top.add_argument("--version", action=_Version)
     commands = top.add_subparsers(dest="command", required=True, parser_class=_Parser)
     tags = commands.add_parser("tags", help="every tag: platform, series, built, smoked, "
                                             "published")
@@ -135,6 +148,8 @@ def parser() -> argparse.ArgumentParser:
 
 
 def _version() -> str:
+    import importlib.metadata  # here, for --version alone: it imports the email package, slow
+
     try:
         return importlib.metadata.version("sparkbake")
     except importlib.metadata.PackageNotFoundError:

@@ -11,8 +11,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import docker.errors
-
 from sparkbake.config.platforms import PLATFORMS, Platform
 from sparkbake.config.settings import Settings
 from sparkbake.config.versions import Base, DebootstrapBase, ImageBase
@@ -70,6 +68,8 @@ def _require_platform(client: Client, ref: str, platform: Platform) -> None:
 
 
 def _pull(client: Client, base: ImageBase, platform: Platform) -> None:
+    import docker.errors  # here: the Docker SDK is slow to import and most commands pull nothing
+
     name, digest = base.image.split("@", 1)
     repository = name.rsplit(":", 1)[0] if ":" in name.rsplit("/", 1)[-1] else name
     with step(f"pull {base.image} ({platform})"):

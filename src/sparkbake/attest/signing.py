@@ -14,14 +14,15 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
+from typing import TYPE_CHECKING, Any
 
 from sparkbake.errors import UsageError, VerificationError
 from sparkbake.oci import referrers
+
+if TYPE_CHECKING:
+    # cryptography is imported where used at run time: it is slow to import and only
+    # signing and checking signatures need it
+    from cryptography.hazmat.primitives.asymmetric import ec
 
 __all__ = [
     "COSIGN_SIGNATURE",
@@ -52,6 +53,9 @@ KEYS_PAGE = "docs/how-to/publish-and-deploy.md#signing"
 
 
 def _algorithm() -> ec.ECDSA:
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec
+
     return ec.ECDSA(hashes.SHA256(), deterministic_signing=True)
 
 
@@ -70,6 +74,8 @@ class PublicKey:
     key: ec.EllipticCurvePublicKey
 
     def verifies(self, data: bytes, signature: bytes) -> bool:
+        from cryptography.exceptions import InvalidSignature
+
         try:
             self.key.verify(signature, data, _algorithm())
         except InvalidSignature:
@@ -79,6 +85,9 @@ class PublicKey:
 
 def generate(path: Path, passphrase: str | None) -> tuple[Path, Path]:
     """PATH (the private key, mode 0600) and PATH.pub; an existing PATH is never replaced."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
     public = path.with_name(path.name + ".pub")
     for existing in (path, public):
         if existing.exists():
@@ -101,6 +110,9 @@ def generate(path: Path, passphrase: str | None) -> tuple[Path, Path]:
 def signing_key(path: Path, passphrase: str | None) -> SigningKey:
     """The private key at path, or a one-line UsageError: missing, no or a wrong passphrase,
     not an ECDSA P-256 key."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
     data = _read(path, "signing key")
     try:
         key = serialization.load_pem_private_key(data, passphrase.encode() if passphrase
@@ -122,6 +134,9 @@ def signing_key(path: Path, passphrase: str | None) -> SigningKey:
 
 
 def public_key(path: Path) -> PublicKey:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
     data = _read(path, "public key")
     try:
         key = serialization.load_pem_public_key(data)

@@ -8,7 +8,6 @@ makes them again from a checkout and compares them entry by entry.
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 from typing import Any
 
@@ -132,6 +131,8 @@ def test_result(repository: str, digest: str, record: SmokeReport) -> bytes:
 
 
 def _version() -> str:
+    import importlib.metadata  # here: it imports the email package, slow, for attestations alone
+
     try:
         return importlib.metadata.version("sparkbake")
     except importlib.metadata.PackageNotFoundError:

@@ -5,10 +5,15 @@ from __future__ import annotations
 
 import csv
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from packaging.utils import canonicalize_name
+
+if TYPE_CHECKING:
+    # imported where used at run time: it imports the email package, slow, and only a
+    # build that installs packages reads their metadata
+    from importlib import metadata
 
 __all__ = ["Distribution", "RecordedFile", "installed"]
 
@@ -31,6 +36,8 @@ class Distribution:
 def installed(folder: Path) -> list[Distribution]:
     """Every distribution installed in folder, by name and version; a .dist-info without
     the METADATA that names it and its version is none."""
+    from importlib import metadata
+
     found = []
     for dist in metadata.distributions(path=[str(folder)]):
         meta = dist.metadata  # read anew on each access

@@ -29,7 +29,6 @@ import sys
 import zipfile
 from dataclasses import dataclass
 from email.parser import Parser
-from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +80,8 @@ def runtime_key(client: Client, runtime: BaseImage, packages: VenvPackages, sour
     """What the runtime packages' layers are made of together, without installing anything
     (pinned: the lock's packages, _pinned): every group's layer is taken from the cache
     under it only with all the others."""
+    from importlib.metadata import version  # here: it imports the email package, slow
+
     return data_hash({
         "format": [FORMAT_VENV, FORMAT, image_layout.FORMAT, layers.COMPRESSION],
         "base": str(client.images.get(runtime.ref).id),

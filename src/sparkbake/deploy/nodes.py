@@ -11,10 +11,6 @@ import contextlib
 import re
 from dataclasses import dataclass
 
-import docker
-import docker.errors
-import requests
-
 from sparkbake.errors import EngineError, UsageError
 from sparkbake.oci.docker_engine import Client
 
@@ -71,6 +67,10 @@ def _host_url(item: str) -> str:
 
 def connect(node: Node) -> Client:
     """A client of the node's engine, checked with a ping; EngineError (8) naming the node."""
+    import docker  # here: the Docker SDK is slow to import and only deploy needs a node
+    import docker.errors
+    import requests
+
     def client(timeout: int) -> Client:
         return docker.DockerClient(base_url=node.url, timeout=timeout,
                                    use_ssh_client=node.url.startswith("ssh://"))

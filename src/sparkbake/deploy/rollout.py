@@ -20,9 +20,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import docker.errors
-import requests
-
 from sparkbake.config.platforms import of_machine
 from sparkbake.config.versions import Config
 from sparkbake.console import display
@@ -189,6 +186,8 @@ def _layer_sizes(release: Release) -> dict[str, int]:
 
 def _pull(client: Client, node: Node, ref: str, sizes: dict[str, int]) -> transfer.Pulled:
     """`docker pull ref` on the node; which layers it fetched, from its progress."""
+    import docker.errors  # here, as in each function that needs it: the SDK is slow to import
+
     remedy = "check that the node reaches the registry (and is logged in), or use --stream"
     progress: list[dict[str, Any]] = []
     with step(f"pull {ref} on {node.url}"):
@@ -220,6 +219,9 @@ def _auth(ref: str) -> dict[str, str] | None:
 def _stream(job: Job, node: Node, client: Client) -> dict[str, dict[str, int]]:
     """`docker save IMAGE_ID` here, piped into `docker load` on the node; the bytes sent
     (the whole image: load has no way to skip the layers the node has)."""
+    import docker.errors
+    import requests
+
     image_id, local = job.release.image_id, job.local()
     if not image_exists(local, image_id):
         raise PublishError(f"the local engine has no image {image_id[:19]} (the release "
@@ -284,6 +286,8 @@ def _check_repo_digest(job: Job, node: Node, client: Client) -> str:
 
 
 def _image_id(client: Client, ref: str) -> str | None:
+    import docker.errors
+
     try:
         return str(client.images.get(ref).id)
     except docker.errors.ImageNotFound:

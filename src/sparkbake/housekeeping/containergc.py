@@ -12,8 +12,6 @@ import os
 import socket
 from typing import Any
 
-import docker.errors
-
 from sparkbake.housekeeping.sweep import Item, Kept
 from sparkbake.oci.docker_engine import RUN_LABEL, Client
 
@@ -53,6 +51,8 @@ def _item(box: Any) -> Item:
 
 
 def _remove(box: Any) -> None:
+    import docker.errors  # here: the Docker SDK is slow to import and most commands remove nothing
+
     try:
         box.remove(force=True)
     except docker.errors.NotFound:

@@ -13,8 +13,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-import docker.errors
-
 from sparkbake import bases
 from sparkbake.bake.runtime_image import INPUTS_LABEL, TAG_LABEL
 from sparkbake.config.platforms import Platform
@@ -66,6 +64,8 @@ def current(client: Client, config: Config, plans: Iterable[Plan],
 def _base_image(client: Client, base: Base, platform: Platform) -> bases.BaseImage | None:
     """The base as the builder's key names it; None for a debootstrap base not made yet (no
     builder of it can be current then)."""
+    import docker.errors  # here, as in each function that needs it: the SDK is slow to import
+
     if not isinstance(base, DebootstrapBase):
         return bases.BaseImage(base.name, base.image, base.digest)
     ref = bases.local_ref(base, platform)
@@ -105,6 +105,8 @@ def _stale_ref(ref: str, labels: dict[str, str], now: Current) -> bool:
 def _untagged_ours(image: Any, labels: dict[str, str], now: Current) -> bool:
     """Labelled with one of our tags, or made on one of our bases as sparkbake imported it
     (a builder left untagged by an interrupted build too)."""
+    import docker.errors
+
     if INPUTS_LABEL in labels and labels.get(TAG_LABEL) in now.tags:
         return True
     try:
@@ -137,6 +139,8 @@ def _untag_item(client: Client, image: Any, refs: list[str]) -> Item:
 
 
 def _remove(client: Client, name: str) -> None:
+    import docker.errors
+
     try:
         client.images.remove(name)
     except docker.errors.ImageNotFound:

@@ -20,16 +20,19 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urljoin
-
-import requests
 
 from sparkbake.console import display
 from sparkbake.console.invocation import command
 from sparkbake.errors import FatalError, PublishError
 from sparkbake.oci import image_layout, transfer
 from sparkbake.oci.docker_engine import RegistryLogin
+
+if TYPE_CHECKING:
+    # imported where used at run time: requests takes ~0.1 s to import and most commands
+    # never talk to a registry
+    import requests
 
 __all__ = ["HTTP_TIMEOUT", "MANIFEST_TYPES", "Remote", "Session", "is_stall", "stalled",
            "unreachable"]
@@ -91,6 +94,8 @@ class Session:
     def _send(self, method: str, url: str, body: Callable[[], Any] | None,
               headers: Mapping[str, str], timeout: float | tuple[float, float],
               stream: bool) -> requests.Response:
+        import requests
+
         data = body() if body else None
         try:
             return requests.request(method, url, data=data, verify=self.remote.verify,
@@ -165,6 +170,8 @@ class Session:
     def _push_blob(self, layout: image_layout.Layout, blob: image_layout.Descriptor) -> None:
         """One blob, uploaded anew after a 5xx answer or a dropped connection (a few times,
         waiting longer each time); a registry that stops answering is not waited for."""
+        import requests
+
         for delay in (*RETRY_DELAYS, None):
             try:
                 response, step, expected = self._upload(layout, blob)
@@ -205,6 +212,8 @@ class Session:
         return response.headers.get("Docker-Content-Digest") or image.digest
 
     def _pull_blob(self, blob: image_layout.Descriptor, layout: image_layout.Layout) -> None:
+        import requests
+
         response = self.request("GET", self.url("blobs", blob.digest), stream=True,
                                 timeout=UPLOAD_TIMEOUT)
         self._check(response, "reading", f"the blob {blob.digest[:19]}", 200)
@@ -266,6 +275,8 @@ class Session:
     def _token(self, realm: str, params: dict[str, str]) -> str:
         """A token from the realm: with an identity token by OAuth2 (POST, refresh_token),
         else a GET with the Basic login or none."""
+        import requests
+
         login = self.login
         try:
             if login and login.identity_token:
@@ -291,6 +302,8 @@ def _basic(login: RegistryLogin) -> str:
 def unreachable(remote: Remote, exc: Exception,
                 error: type[FatalError] = PublishError) -> FatalError:
     """The error for a registry that does not answer, with how to start a local one."""
+    import requests
+
     if is_stall(exc):
         return stalled(remote, exc, error)
     if isinstance(exc, requests.exceptions.SSLError):
@@ -310,6 +323,8 @@ def unreachable(remote: Remote, exc: Exception,
 
 def is_stall(exc: Exception) -> bool:
     """The registry took the connection, or was being connected to, and then said nothing."""
+    import requests
+
     return isinstance(exc, requests.exceptions.Timeout) or "timed out" in str(exc)
 
 

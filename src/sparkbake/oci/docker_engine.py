@@ -15,10 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
-import docker
-import docker.errors
-import requests
-
 from sparkbake.console import display
 from sparkbake.console.tools import echo
 from sparkbake.errors import EngineError, FatalError
@@ -42,6 +38,8 @@ __all__ = [
     "started_container",
 ]
 
+# The Docker SDK and requests are imported where used: the SDK takes ~0.2 s to import
+# (paramiko, cryptography) and most commands never talk to an engine.
 Client = Any  # docker.DockerClient: the SDK ships no type information
 TAIL_LINES = 40
 # seconds an engine call may go without a byte back. A container's run (wait, logs) and an
@@ -60,6 +58,10 @@ def run_label() -> str:
 
 def connect() -> Client:
     """A client for the engine named by DOCKER_HOST (or the local socket), checked with a ping."""
+    import docker
+    import docker.errors
+    import requests
+
     try:
         client = docker.from_env(timeout=ENGINE_TIMEOUT)
         client.ping()
@@ -80,6 +82,8 @@ def engine_or_none() -> Client | None:
 
 
 def image_exists(client: Client, ref: str) -> bool:
+    import docker.errors
+
     try:
         client.images.get(ref)
     except docker.errors.ImageNotFound:
@@ -108,6 +112,8 @@ def build_image(
 ) -> str:
     """Build context/Dockerfile with the classic builder; its output goes to the console (the
     stage's log); return the id."""
+    import docker.errors
+
     lines: list[str] = []
     try:
         stream = client.api.build(path=str(context), tag=tag, rm=True, forcerm=True,
@@ -207,6 +213,8 @@ def _copy_out(box: Any, path: str, tar: Path) -> None:
     """path in the container as a tar file. The engine holds the container while it sends
     the archive: the stream is closed on any failure (a full disk), or removing the
     container would wait for the rest of it for ever (the SDK's stream cannot be closed)."""
+    import requests
+
     api = box.client.api
     url = f"{api.base_url}/v{api.api_version}/containers/{box.id}/archive"
     try:
@@ -231,6 +239,9 @@ def load_stream(client: Client, archive: IO[bytes] | Iterable[bytes], what: str,
                 error: type[FatalError]) -> None:
     """`docker load` a docker-archive tar given as a file or as chunks; errors reported in
     its stream are raised."""
+    import docker.errors
+    import requests
+
     try:
         for _, message in stream_errors(client.api.load_image(archive, quiet=True)):
             if message:
@@ -248,6 +259,8 @@ def _container(client: Client, image: str, command: Sequence[str],
                environment: Mapping[str, str] | None, network: bool, keep: bool,
                extra: dict[str, Any],
                copy_in: Mapping[str, bytes] | None = None) -> Iterator[Any]:
+    import docker.errors
+
     options = dict(volumes=dict(volumes or {}), environment=dict(environment or {}),
                    network_disabled=not network, labels={RUN_LABEL: run_label()}, **extra)
     try:
@@ -330,6 +343,7 @@ def registry_login(host: str) -> RegistryLogin | None:
     ~/.docker/config.json): the credential helper of `credHelpers` or `credsStore`, else
     `auths`. None when there is none."""
     import docker.auth  # the SDK's own reading of the client config and its helpers
+    import docker.errors
 
     registry = "docker.io" if host in ("docker.io", "index.docker.io") else host
     try:

@@ -14,8 +14,6 @@ import subprocess
 import time
 from pathlib import Path
 
-import requests
-
 from sparkbake import resources
 from sparkbake.config.versions import Config
 from sparkbake.console.tools import echo, require_tool
@@ -105,6 +103,8 @@ def _home(config: Config) -> Path:
 
 def _answers(base_url: str, verify: bool | str = True) -> bool:
     """Does base_url speak the registry API (/v2/ answers 200, or 401 asking for a login)?"""
+    import requests  # here: it takes ~0.1 s to import and most commands ask no registry
+
     try:
         return requests.get(f"{base_url}/v2/", timeout=2, verify=verify).status_code in (200, 401)
     except requests.RequestException:

@@ -18,9 +18,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-import requests
-import urllib3
-
 from sparkbake.config.settings import Settings
 from sparkbake.errors import FatalError, PublishError
 from sparkbake.files import atomic_write
@@ -32,9 +29,6 @@ __all__ = ["DOCKER_DEFAULT", "PROBE_TIMEOUT", "Endpoint", "InsecureRegistries", 
 
 PROBE_TIMEOUT = 10  # seconds: a registry that does not answer /v2/ by then is down
 LOOPBACK = ("127.0.0.0/8", "::1/128")  # Docker's insecure-registries before any is set
-
-# an unverified HTTPS registry is said once, as Docker's fallback (Endpoint.note), not per call
-urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
 
 
 @dataclass(frozen=True)
@@ -140,6 +134,11 @@ def endpoint(host: str, api_host: str, settings: Settings, is_insecure: bool,
              error: type[FatalError] = PublishError) -> Endpoint:
     """HTTPS with the host's trust; for an insecure registry, as Docker falls back: HTTPS
     unverified, then plain HTTP. Anything else that fails is the error, naming the cause."""
+    # requests and urllib3 are imported where used: they take ~0.1 s to import and most
+    # commands never talk to a registry
+    import requests
+    import urllib3
+
     host_trust = trust(host, settings)
     https = f"https://{api_host}"
     try:
@@ -153,6 +152,9 @@ def endpoint(host: str, api_host: str, settings: Settings, is_insecure: bool,
         if not is_insecure or distribution.is_stall(exc):  # a stalled one answers no scheme
             raise _down(host, https, exc, error) from exc
         first = exc
+    # an unverified HTTPS registry is said once, as Docker's fallback (Endpoint.note), not
+    # per call; every unverified request of a run goes to an endpoint found here
+    urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
     unverified = Trust(False, host_trust.cert, "none (insecure registry)")
     try:
         status = _probe(https, unverified)
@@ -171,6 +173,8 @@ def endpoint(host: str, api_host: str, settings: Settings, is_insecure: bool,
 
 def _probe(base_url: str, host_trust: Trust) -> int:
     """GET /v2/: the status of any HTTP answer (checked by the caller)."""
+    import requests
+
     return requests.get(f"{base_url}/v2/", timeout=PROBE_TIMEOUT, verify=host_trust.verify,
                         cert=host_trust.cert, allow_redirects=False).status_code
 

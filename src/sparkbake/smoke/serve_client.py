@@ -14,11 +14,14 @@ import time
 import uuid
 import zlib
 from collections.abc import Callable
-from typing import Any
-
-import requests
+from typing import TYPE_CHECKING, Any
 
 from sparkbake.core.smoke_record import CheckFailed
+
+if TYPE_CHECKING:
+    # imported where used at run time: requests takes ~0.1 s to import and only a smoke
+    # run talks to a server
+    import requests
 
 __all__ = ["COUNTERS", "PREFIX_HITS", "Server", "chat", "check_completion", "check_health",
            "check_image", "check_metrics", "check_models", "check_prefix_cache",
@@ -36,6 +39,8 @@ class Server:
     """An OpenAI-compatible server at base_url; requests never go through a proxy."""
 
     def __init__(self, base_url: str, timeout: float = 300.0) -> None:
+        import requests
+
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
         self.session = requests.Session()
@@ -77,6 +82,8 @@ def parse_metrics(text: str) -> dict[str, float]:
 def check_health(server: Server, timeout: float, exited: Callable[[], str | None],
                  poll: float = 2.0) -> str:
     """Poll /health until it answers 200; exited() says why the server is gone, if it is."""
+    import requests
+
     start = time.monotonic()
     last = "no answer yet"
     while time.monotonic() - start < timeout:
