@@ -190,7 +190,8 @@ def make(config: Config, tag: Tag) -> Plan:
         except ConfigError as exc:
             problems.append(exc.message)
             remedies.append(exc.remedy)
-    fetch_key = data_hash({"upstream": upstream_pin(tag.upstream)})
+    pin = upstream_pin(tag.upstream)  # a dir's hashes its files and asks git: once
+    fetch_key = data_hash({"upstream": pin})
     patch_key = data_hash({Stage.FETCH: fetch_key, "series": [(s.name, s.patches) for s in series],
                            "missing": problems})
     local = stamping.local_part(patch_key, any(s.patches for s in series))
@@ -207,7 +208,7 @@ def make(config: Config, tag: Tag) -> Plan:
     kernel_patches = [f"{s.name}/{name}@{sha[:12]}" for s in series for name, sha in s.patches
                       if _may_touch_kernels(s.path(name))]
     stage_inputs: dict[Stage, dict[str, Any]] = {
-        Stage.FETCH: {"upstream": upstream_pin(tag.upstream)},
+        Stage.FETCH: {"upstream": pin},
         Stage.PATCH: {"patches": [f"{s.name}/{name}@{sha[:12]}" for s in series
                               for name, sha in s.patches], "missing": problems},
         Stage.KERNELS: {"kernel patches": kernel_patches, **toolchain},

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
 import signal
 import subprocess
@@ -19,7 +20,7 @@ import pytest
 
 from sparkbake.__main__ import main
 from sparkbake.hashing import file_sha256
-from sparkbake.oci import docker_engine, local_registry
+from sparkbake.oci import docker_engine, engine_socket, local_registry
 from sparkbake.wheels import container_build
 from tests.conftest import Project, free_port
 
@@ -158,6 +159,17 @@ def test_a_second_build_does_no_work_and_says_so(
     bake = built_fixture.log("fixture", "bake")
     assert "is current" in bake and "nothing to do" in bake
     assert docker_client.images.get(built_fixture.plan().tag.image_ref).id == before
+
+
+def test_the_engine_socket_answers_what_the_sdk_does(
+        built_fixture: Project, docker_client: docker_engine.Client) -> None:
+    """A no-op build asks the local engine over its socket: the same attributes as the
+    SDK's, and None for an image it has not."""
+    ref = built_fixture.plan().tag.image_ref
+    path = engine_socket.local_socket(os.environ)
+    assert path is not None, "these tests run against a local engine"
+    assert engine_socket.inspect_image(path, ref) == docker_engine.image_attrs(docker_client, ref)
+    assert engine_socket.inspect_image(path, f"{ref}-absent") is None
 
 
 def test_wheels_json_names_the_folder_and_its_wheel_files(

@@ -878,3 +878,17 @@ def test_a_bad_compile_cache_names_its_line(tmp_path: Path, block: str, needle: 
     assert error.message.startswith(f"{path}:{line_of(text, needle)}: "), error.message
     assert fragment in error.message
     assert error.remedy
+
+
+@pytest.mark.parametrize(("added", "detail"), [
+    ("  broken:\n\tplatform: linux/arm64\n", "found character '\\t' that cannot start"),
+    ("  broken: *nowhere\n", "found undefined alias 'nowhere'"),
+])
+def test_invalid_yaml_says_what_it_found(tmp_path: Path, added: str, detail: str) -> None:
+    """libyaml parses the file, but a file it refuses gets PyYAML's own message, which
+    names the character or the alias."""
+    text = VALID + added
+    error, path = load_error(tmp_path, text)
+    assert error.message.startswith(f"{path}:{line_of(text, added.splitlines()[-1])}: "
+                                    "invalid YAML"), error.message
+    assert detail in error.message, error.message

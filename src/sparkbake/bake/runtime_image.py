@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,7 +36,7 @@ from sparkbake.errors import BakeError
 from sparkbake.files import scratch_dir
 from sparkbake.hashing import data_hash
 from sparkbake.lock import requirements
-from sparkbake.oci import image_layout, layers
+from sparkbake.oci import engine_socket, image_layout, layers
 from sparkbake.oci.docker_engine import (
     Client,
     build_image,
@@ -50,8 +51,8 @@ from sparkbake.planning import Plan, upstream_pin
 from sparkbake.wheels.container_build import WheelSet
 from sparkbake.wheels.report import WheelsReport
 
-__all__ = ["WHEELS_LABEL", "Image", "find", "is_current", "labels", "make_image", "manifest",
-           "wheels_content"]
+__all__ = ["WHEELS_LABEL", "Image", "current_in_local_engine", "engine_attrs", "find",
+           "is_current", "labels", "make_image", "manifest", "wheels_content"]
 
 INPUTS_LABEL = "dev.sparkbake.inputs"  # the bake key: an image is current when it matches
 TAG_LABEL = "dev.sparkbake.tag"
@@ -148,20 +149,55 @@ def wheels_content(report: WheelsReport) -> str:
     return data_hash(sorted([wheel.file, wheel.sha256] for wheel in report.wheels))
 
 
-def is_current(client: Client, plan: Plan, layout: Folders, wheels: str | None) -> bool:
-    """The engine has the tag's image, baked from exactly these inputs and these wheels
-    (wheels_content; None: not known yet, as for `plan` before the wheels stage), and it is
-    the image build/oci names (the one publish pushes)."""
-    if not image_exists(client, plan.tag.image_ref):
-        return False
-    attrs = image_attrs(client, plan.tag.image_ref)
+def is_current(attrs: dict[str, Any] | None, plan: Plan, layout: Folders,
+               wheels: str | None) -> bool:
+    """The engine's image of the tag (attrs, its attributes; None: it has none) was baked
+    from exactly these inputs and these wheels (wheels_content; None: not known yet, as for
+    `plan` before the wheels stage), and it is the image build/oci names (the one publish
+    pushes)."""
+    return _current(attrs, plan, layout, wheels) is not None
+
+
+def _current(attrs: dict[str, Any] | None, plan: Plan, layout: Folders,
+             wheels: str | None) -> Image | None:
+    """The tag's image in build/oci if the engine's (attrs) is it: see is_current."""
+    if attrs is None:
+        return None
     found = image_labels(attrs)
     if found.get(INPUTS_LABEL) != plan.inputs:
-        return False
+        return None
     if wheels is not None and found.get(WHEELS_LABEL) != wheels:
-        return False
+        return None
     baked = find(layout, plan)
-    return baked is not None and baked.config == attrs["Id"]
+    return baked if baked is not None and baked.config == attrs["Id"] else None
+
+
+def engine_attrs(client: Client, ref: str) -> dict[str, Any] | None:
+    """The engine's attributes of the image ref; None: it has no such image."""
+    return image_attrs(client, ref) if image_exists(client, ref) else None
+
+
+def current_in_local_engine(plan: Plan, layout: Folders, wheels: WheelSet,
+                            environ: Mapping[str, str]) -> Image | None:
+    """The tag's image, said to be current, when a local engine has it from these inputs
+    and wheels, asked over its socket without the Docker SDK; None when it has not, or the
+    engine is not local or does not answer there: the bake then asks through the SDK, which
+    says what is wrong."""
+    path = engine_socket.local_socket(environ)
+    if path is None:
+        return None
+    try:
+        attrs = engine_socket.inspect_image(path, plan.tag.image_ref)
+    except OSError:
+        return None
+    current = _current(attrs, plan, layout, wheels_content(wheels.report))
+    return None if current is None else _said_current(current, plan)
+
+
+def _said_current(image: Image, plan: Plan) -> Image:
+    display.cached(Stage.BAKE, f"bake: {image.ref} is current (inputs {plan.inputs[:12]}), "
+                   "nothing to do")
+    return image
 
 
 def make_image(client: Client, plan: Plan, base: BaseImage, wheels: WheelSet,
@@ -173,11 +209,9 @@ def make_image(client: Client, plan: Plan, base: BaseImage, wheels: WheelSet,
     layers; runtime_wheels is the wheelhouse of the tag's runtime lock runtime_lock, if it
     has one."""
     content = wheels_content(wheels.report)
-    current = find(layout, plan) if load and is_current(client, plan, layout, content) else None
-    if current is not None:
-        display.cached(Stage.BAKE, f"bake: {current.ref} is current (inputs {plan.inputs[:12]}), "
-                       "nothing to do")
-        return current
+    if load and (current := _current(engine_attrs(client, plan.tag.image_ref), plan, layout,
+                                     content)) is not None:
+        return _said_current(current, plan)
     oci = image_layout.Layout(layout.oci)
     with step(f"bake {plan.tag.image_ref}"), \
             scratch_dir(layout.scratch("contexts"), "bake.") as work:

@@ -109,19 +109,36 @@ def patch(build: Build, source: Source) -> PatchedTree:
                              build.options)
 
 
-def wheels(build: Build, client: Client, source: Source, patched: PatchedTree) -> WheelSet:
+class Engine:
+    """The build's Docker engine, connected on first use: cached wheels and an image the
+    local engine has current need no SDK client (runtime_image.current_in_local_engine)."""
+
+    def __init__(self) -> None:
+        self._client: Client | None = None
+
+    def client(self) -> Client:
+        if self._client is None:
+            self._client = connect()
+        return self._client
+
+
+def wheels(build: Build, engine: Engine, source: Source, patched: PatchedTree) -> WheelSet:
     with build.stage(Stage.WHEELS):
-        return _wheels(build, client, source, patched)
+        return _wheels(build, engine, source, patched)
 
 
-def bake(build: Build, client: Client, source: Source, patched: PatchedTree,
+def bake(build: Build, engine: Engine, source: Source, patched: PatchedTree,
          built: WheelSet) -> runtime_image.Image:
     config, tag = build.config, build.tag
     with build.stage(Stage.BAKE):
-        runtime_base = bases.ensure(client, tag.runtime, tag.platform, config.build_dir,
-                                    build.settings)
         pins.make_missing(config, tag, build.settings, patched.path)
         runtime_lock = pins.require_runtime_lock(config, tag, patched.path)
+        if build.load and (current := runtime_image.current_in_local_engine(
+                build.plan, build.layout, built, build.settings.environ)) is not None:
+            return current
+        client = engine.client()
+        runtime_base = bases.ensure(client, tag.runtime, tag.platform, config.build_dir,
+                                    build.settings)
         house = wheelhouse.ensure(runtime_lock, tag, build.layout) if runtime_lock else None
         return runtime_image.make_image(client, build.plan, runtime_base, built, patched,
                                         build.layout, source_date=source.source_date,
@@ -157,8 +174,8 @@ def _baked(build: Build) -> tuple[Build, runtime_image.Image]:
     source = fetch(build)
     tree = patch(build, source)
     build = with_sources_lock(build, tree)
-    client = connect()
-    return build, bake(build, client, source, tree, wheels(build, client, source, tree))
+    engine = Engine()
+    return build, bake(build, engine, source, tree, wheels(build, engine, source, tree))
 
 
 def fetched_plan(config: Config, tag: Tag, settings: Settings) -> Plan:
@@ -193,7 +210,7 @@ def _wheels_outcome(build: Build) -> Outcome:
     source = fetch(build)
     tree = patch(build, source)
     build = with_sources_lock(build, tree)
-    built = wheels(build, connect(), source, tree)
+    built = wheels(build, Engine(), source, tree)
     return Outcome(f"wheels: {built.folder}",
                    _facts(build, wheels=str(built.folder), files=built.files))
 
@@ -222,7 +239,7 @@ UNTIL: dict[Stage, Callable[[Build], Outcome]] = {
 }
 
 
-def _wheels(build: Build, client: Client, source: Source, patched: PatchedTree) -> WheelSet:
+def _wheels(build: Build, engine: Engine, source: Source, patched: PatchedTree) -> WheelSet:
     config, plan, settings = build.config, build.plan, build.settings
     layout = build.layout
     folder, kernels = layout.wheel_set(plan.wheels_key), layout.kernels(plan.kernel_key)
@@ -241,6 +258,7 @@ def _wheels(build: Build, client: Client, source: Source, patched: PatchedTree) 
                                        source.source_date, plan.local_version)
     # the sources first: a lock that lacks a declaration stops before a base is pulled
     fetched = thirdparty.prepare(config, plan.tag, patched.path, settings)
+    client = engine.client()
     base = bases.ensure(client, plan.tag.builder, plan.tag.platform, config.build_dir, settings)
     pins.make_missing(config, plan.tag, settings, patched.path)
     lock_file = pins.require_lock(config, plan.tag, patched.path)

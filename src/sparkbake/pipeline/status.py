@@ -40,7 +40,8 @@ def stage_states(config: Config, plan: Plan, client: Client | None) -> list[Stag
     wheels_state = _cached(container_build.is_built(layout.wheel_set(plan.wheels_key)))
     bake_state: PlanState = "unknown"
     if client is not None:
-        bake_state = _cached(runtime_image.is_current(client, plan, layout,
+        attrs = runtime_image.engine_attrs(client, plan.tag.image_ref)
+        bake_state = _cached(runtime_image.is_current(attrs, plan, layout,
                                                   _wheels_content(layout, plan)))
     smoke_record = layout.smoke_record(plan.tag.name)
     why = _why(layout, plan)
