@@ -29,7 +29,7 @@ from sparkbake.config import versions as config_mod
 from sparkbake.config.settings import Settings
 from sparkbake.core.stages import Stage
 from sparkbake.oci import image_layout, local_registry
-from sparkbake.pipeline import commands
+from sparkbake.pipeline import commands, stage_commands
 
 __all__ = ["main"]
 
@@ -103,7 +103,7 @@ def _build_and_publish(loaded: config_mod.Config, tag: config_mod.Tag,
     timed: dict[str, Any] = {}
     steps = ((Stage.PATCH, "patch_s"), (Stage.WHEELS, "wheels_s"), (Stage.BAKE, "bake_s"))
     for stage, what in steps:
-        timed[what] = _seconds(functools.partial(commands.run_until, loaded, settings, tag,
+        timed[what] = _seconds(functools.partial(stage_commands.run_until, loaded, settings, tag,
                                                  stage))
     timed["publish_s"] = _seconds(
         lambda: commands.publish(loaded, settings, tag, f"127.0.0.1:{port}", force=True,

@@ -30,7 +30,7 @@ from sparkbake.config import versions as config_mod
 from sparkbake.config.settings import Settings, pip_config
 from sparkbake.console import display
 from sparkbake.core.stages import Stage
-from sparkbake.pipeline import commands
+from sparkbake.pipeline import stage_commands
 
 __all__ = ["main"]
 
@@ -59,8 +59,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "pip_processes": _pip_processes(config, args.tag),
     }
     if args.before_src is not None:
-        result["before"] = {"commit": _commit(args.before_src),
-                            **_cli_and_import(cli, args.before_src.resolve(), args.runs)}
+        before = _cli_and_import(cli, args.before_src.resolve(), args.runs)
+        result["before"] = {"commit": _commit(args.before_src), **before}
+        # the same run's figures, so the ratio holds whatever else the machine was doing
+        result["cli_median_to_before"] = round(
+            result["cli_s"]["median"] / before["cli_s"]["median"], 3)
     result["machine"] = _machine()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
@@ -98,7 +101,7 @@ def _no_op(config: Path, tag: str) -> None:
     settings = Settings.of_process()
     display.configure(display.Verbosity.NORMAL, settings.environ)
     loaded = config_mod.load(config)
-    _ok(commands.run_until(loaded, settings, loaded.tag(tag), Stage.BAKE))
+    _ok(stage_commands.run_until(loaded, settings, loaded.tag(tag), Stage.BAKE))
 
 
 def _pip_processes(config: Path, tag: str) -> int:
@@ -112,7 +115,7 @@ def _pip_processes(config: Path, tag: str) -> int:
     loaded = config_mod.load(config)
     settings = Settings(Settings.of_process().environ, ask_pip=counted)
     with contextlib.redirect_stderr(io.StringIO()):
-        _ok(commands.run_until(loaded, settings, loaded.tag(tag), Stage.BAKE))
+        _ok(stage_commands.run_until(loaded, settings, loaded.tag(tag), Stage.BAKE))
     return len(asked)
 
 

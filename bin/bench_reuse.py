@@ -25,7 +25,7 @@ from sparkbake import planning
 from sparkbake.config import versions as config_mod
 from sparkbake.config.settings import Settings
 from sparkbake.core.stages import Stage
-from sparkbake.pipeline import commands
+from sparkbake.pipeline import stage_commands
 
 __all__ = ["main"]
 
@@ -86,9 +86,9 @@ def _timed(loaded: config_mod.Config, settings: Settings, tag: str, work: Path,
     plan = planning.make(scratch, scratch.tag(tag))
     if kernels is not None:
         shutil.copytree(kernels, scratch.wheels_dir / "kernels" / plan.kernel_key)
-    commands.run_until(scratch, settings, scratch.tag(tag), Stage.PATCH)  # not timed
+    stage_commands.run_until(scratch, settings, scratch.tag(tag), Stage.PATCH)  # not timed
     start = time.perf_counter()
-    assert commands.run_until(scratch, settings, scratch.tag(tag), Stage.WHEELS) == 0
+    assert stage_commands.run_until(scratch, settings, scratch.tag(tag), Stage.WHEELS) == 0
     return time.perf_counter() - start
 
 

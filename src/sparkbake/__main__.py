@@ -13,14 +13,13 @@ from sparkbake.config import versions as config_mod
 from sparkbake.config.model import Tag
 from sparkbake.config.settings import Settings
 from sparkbake.console import display, invocation
+from sparkbake.core.smoke_record import GPU_MODES
 from sparkbake.core.stages import BUILD, Stage
 from sparkbake.errors import ConfigError, FatalError, UsageError, machine_error
-from sparkbake.housekeeping import cachetrim, tidy
+from sparkbake.housekeeping import cachetrim
 from sparkbake.lock import pins as lock_mod
 from sparkbake.patch.apply import Options as PatchOptions
-from sparkbake.pipeline import commands, release_checks, tags
-from sparkbake.smoke.checks import GPU_MODES
-from sparkbake.smoke.checks import Options as SmokeOptions
+from sparkbake.pipeline import stage_commands
 
 __all__ = ["main"]
 
@@ -349,46 +348,29 @@ def _pipe_closed() -> int:
     return PIPE_CLOSED
 
 
+# The build's commands are imported with this module; the others' modules only when their
+# command runs, so that a build (most of all one with nothing to do) starts in less time.
+
+
 def dispatch(args: argparse.Namespace, settings: Settings) -> int:
     """The command args name, with the run's settings (made once, in main)."""
     invocation.remember_config(args.config, settings)  # remedies repeat the user's --config
-    if args.command == "keys":  # these two need no versions.yaml: anyone can check
-        return release_checks.keys_generate(args.path, settings)
-    if args.command == "verify-release":
-        return release_checks.verify_release(args.reference, args.key, args.against, settings,
-                                              args.json, args.rebuild)
+    if args.command in ("keys", "verify-release"):  # no versions.yaml: anyone can check
+        return _release_check(args, settings)
     config = config_mod.load(args.config)
-    if args.command == "registry":
-        return commands.registry_command(config, args.action, args.port)
+    if args.command in ("tags", "gc", "clean"):
+        return _housekeeping_command(config, settings, args)
     if args.command in ("patch-lint", "export-series", "import-series"):
         return _series_command(config, args)
-    if args.command == "tags":
-        print(tags.report(config, as_json=args.json))
-        return 0
-    if args.command == "gc":
-        return tidy.gc(config, settings, args.dry_run, args.max_cache_size, args.check)
-    if args.command == "clean":
-        return tidy.clean(config, args.tag, args.everything, args.dry_run)
-    if args.command == "releases":
-        print(commands.releases_report(config, as_json=args.json))
-        return 0
-    if args.command == "diff":
-        print(commands.diff_releases(config, (args.tags[0], args.tags[1]), as_json=args.json))
-        return 0
+    if args.command in ("registry", "releases", "diff"):
+        return _release_command(config, args)
     if args.tag is None:
         return _without_tag(config, settings, args)
     release = config.release_name(args.tag)
     if release is None:
         return _tag_command(config, settings, config.tag(args.tag), args)
-    if args.command == "publish":
-        return commands.publish_release(config, settings, release, registry_host=args.registry,
-                                        force=args.force, skip_smoke=args.skip_smoke,
-                                        output=commands.Output(json=args.json),
-                                        sign_key=args.sign_key)
-    if args.command == "deploy":
-        return commands.deploy_release(config, settings, release, args.hosts, stream=args.stream,
-                                       gpu=args.gpu, output=commands.Output(json=args.json),
-                                       require_signature=args.require_signature)
+    if args.command in ("publish", "deploy"):
+        return _release_rollout(config, settings, release, args)
     for tag in config.targets(release):  # each platform in turn; the first failure stops
         display.notice(f"{release}: {tag.platform} ({tag.name})")
         if code := _tag_command(config, settings, tag, args):
@@ -396,9 +378,55 @@ def dispatch(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _release_command(config: config_mod.Config, args: argparse.Namespace) -> int:
+    from sparkbake.pipeline import commands
+    if args.command == "registry":
+        return commands.registry_command(config, args.action, args.port)
+    if args.command == "releases":
+        print(commands.releases_report(config, as_json=args.json))
+        return 0
+    print(commands.diff_releases(config, (args.tags[0], args.tags[1]), as_json=args.json))
+    return 0
+
+
+def _release_rollout(config: config_mod.Config, settings: Settings, release: str,
+                     args: argparse.Namespace) -> int:
+    """publish or deploy of a multi-platform release: all its platforms at once."""
+    from sparkbake.pipeline import commands
+    output = stage_commands.Output(json=args.json)
+    if args.command == "publish":
+        return commands.publish_release(config, settings, release, registry_host=args.registry,
+                                        force=args.force, skip_smoke=args.skip_smoke,
+                                        output=output, sign_key=args.sign_key)
+    return commands.deploy_release(config, settings, release, args.hosts, stream=args.stream,
+                                   gpu=args.gpu, output=output,
+                                   require_signature=args.require_signature)
+
+
+def _release_check(args: argparse.Namespace, settings: Settings) -> int:
+    from sparkbake.pipeline import release_checks
+    if args.command == "keys":
+        return release_checks.keys_generate(args.path, settings)
+    return release_checks.verify_release(args.reference, args.key, args.against, settings,
+                                          args.json, args.rebuild)
+
+
+def _housekeeping_command(config: config_mod.Config, settings: Settings,
+                          args: argparse.Namespace) -> int:
+    if args.command == "tags":
+        from sparkbake.pipeline import tags
+        print(tags.report(config, as_json=args.json))
+        return 0
+    from sparkbake.housekeeping import tidy
+    if args.command == "gc":
+        return tidy.gc(config, settings, args.dry_run, args.max_cache_size, args.check)
+    return tidy.clean(config, args.tag, args.everything, args.dry_run)
+
+
 def _without_tag(config: config_mod.Config, settings: Settings, args: argparse.Namespace) -> int:
     """build-image: the tags to pick from (exit 2); smoke: every tag whose image is current
     in the engine, said first."""
+    from sparkbake.pipeline import tags
     listed = tags.rows(config)
     if args.command == "build-image":
         print(tags.report(config, as_json=False))
@@ -418,6 +446,9 @@ def _without_tag(config: config_mod.Config, settings: Settings, args: argparse.N
 def _tag_command(config: config_mod.Config, settings: Settings, tag: Tag,
                  args: argparse.Namespace) -> int:
     """A command on one tag (of one platform)."""
+    if args.command in STAGE_COMMANDS:
+        return _stages(config, settings, tag, args)
+    from sparkbake.pipeline import commands
     if args.command == "rebase-check":
         return commands.rebase_check(config, settings, tag, args.to)
     if args.command == "check-env":
@@ -434,26 +465,36 @@ def _tag_command(config: config_mod.Config, settings: Settings, tag: Tag,
     if args.command == "verify":
         return commands.verify_tag(config, settings, tag, against=args.against)
     if args.command == "smoke":
+        from sparkbake.smoke.checks import Options as SmokeOptions
         return commands.smoke_tag(config, settings, tag, SmokeOptions(
             gpu=args.gpu, model=args.model, serve_env=args.serve_env,
-            serve_timeout=args.serve_timeout), output=commands.Output(json=args.json))
+            serve_timeout=args.serve_timeout), output=stage_commands.Output(json=args.json))
     if args.command == "publish":
         return commands.publish(config, settings, tag, registry_host=args.registry,
                                 force=args.force, skip_smoke=args.skip_smoke,
-                                output=commands.Output(json=args.json), sign_key=args.sign_key)
+                                output=stage_commands.Output(json=args.json),
+                                sign_key=args.sign_key)
     if args.command == "deploy":
         return commands.deploy_tag(config, settings, tag, args.hosts, stream=args.stream,
-                                   gpu=args.gpu, output=commands.Output(json=args.json),
+                                   gpu=args.gpu, output=stage_commands.Output(json=args.json),
                                    require_signature=args.require_signature)
+    raise AssertionError(f"no dispatch for {args.command}")
+
+
+def _stages(config: config_mod.Config, settings: Settings, tag: Tag,
+            args: argparse.Namespace) -> int:
+    """fetch, patch, wheels, build-image: the stages up to the command's."""
     options = PatchOptions(skip_applied=getattr(args, "skip_applied", False),
                            keep=getattr(args, "keep", False),
                            checkout=getattr(args, "checkout", None))
-    output = commands.Output(json=args.json, metadata_file=getattr(args, "metadata_file", None))
-    return commands.run_until(config, settings, tag, STAGE_COMMANDS[args.command],
-                              options=options, output=output)
+    output = stage_commands.Output(json=args.json,
+                                   metadata_file=getattr(args, "metadata_file", None))
+    return stage_commands.run_until(config, settings, tag, STAGE_COMMANDS[args.command],
+                                    options=options, output=output)
 
 
 def _series_command(config: config_mod.Config, args: argparse.Namespace) -> int:
+    from sparkbake.pipeline import commands
     if args.command == "patch-lint":
         return commands.patch_lint(config)
     if args.command == "export-series":

@@ -161,6 +161,20 @@ def test_a_second_build_does_no_work_and_says_so(
     assert docker_client.images.get(built_fixture.plan().tag.image_ref).id == before
 
 
+def test_a_no_op_build_starts_without_the_docker_sdk(built_fixture: Project) -> None:
+    """Every stage cached and the image current in the local engine: the build asks the
+    engine over its socket, and its process imports neither the Docker SDK nor requests."""
+    code = ("import sys\n"
+            "from sparkbake.__main__ import main\n"
+            f"code = main(['--config', {str(built_fixture.config_path)!r}, '-q', "
+            "'build-image', 'fixture'])\n"
+            "print(code, sorted({m.split('.')[0] for m in sys.modules} & "
+            "{'docker', 'requests', 'paramiko'}))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=False)
+    assert done.stdout.split("\n")[-2] == "0 []", done.stdout + done.stderr
+
+
 def test_the_engine_socket_answers_what_the_sdk_does(
         built_fixture: Project, docker_client: docker_engine.Client) -> None:
     """A no-op build asks the local engine over its socket: the same attributes as the

@@ -26,7 +26,7 @@ from sparkbake.config.settings import Settings
 from sparkbake.core.stages import Stage
 from sparkbake.hashing import file_sha256
 from sparkbake.oci import docker_engine, local_registry
-from sparkbake.pipeline import commands
+from sparkbake.pipeline import commands, stage_commands
 from sparkbake.smoke import checks
 from sparkbake.wheels import container_build
 from tests.conftest import free_port
@@ -69,7 +69,7 @@ def built(docker_client: docker_engine.Client,
     loaded = dataclasses.replace(versions.load(REPO / "versions.yaml"), work=work)
     tag = loaded.tag(TAG)
     settings = Settings.of_process()
-    assert commands.run_until(loaded, settings, tag, Stage.BAKE) == 0
+    assert stage_commands.run_until(loaded, settings, tag, Stage.BAKE) == 0
     assert commands.smoke_tag(loaded, settings, tag, checks.Options()) == 0
     port = free_port()
     local_registry.start(loaded, port)

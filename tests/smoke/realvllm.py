@@ -15,7 +15,7 @@ from sparkbake import planning
 from sparkbake.config import versions
 from sparkbake.config.settings import Settings
 from sparkbake.core.stages import Stage
-from sparkbake.pipeline import commands
+from sparkbake.pipeline import stage_commands
 from sparkbake.series import patchtests
 from sparkbake.smoke import sample_envs
 
@@ -28,7 +28,7 @@ def patched_vllm() -> tuple[Path, Path]:
     """The patch-tests venv's python and the patched tree (made here if not cached)."""
     loaded = versions.load(REPO / "versions.yaml")
     tag = loaded.tag("3.73-vision")
-    assert commands.run_until(loaded, Settings.of_process(), tag, Stage.PATCH) == 0
+    assert stage_commands.run_until(loaded, Settings.of_process(), tag, Stage.PATCH) == 0
     tree = loaded.build_dir / "patched" / planning.make(loaded, tag).patch_key / "tree"
     venv = patchtests.environment(patchtests.require_lock(loaded, tag, tree),
                                   loaded.build_dir / "venvs")

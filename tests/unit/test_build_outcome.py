@@ -15,7 +15,7 @@ from sparkbake.console import display
 from sparkbake.core.stages import Stage
 from sparkbake.fetch import remote_patches
 from sparkbake.fetch.remote_patches import RemotePatch
-from sparkbake.pipeline import build, commands
+from sparkbake.pipeline import build, stage_commands
 from tests.conftest import Project, copy_project, settings_of
 
 
@@ -90,11 +90,11 @@ def test_a_build_fetches_each_remote_patch_once(
     monkeypatch.setattr(remote_patches, "fetch", counted)
     loaded, settings = project.config(), settings_of(HOME=str(project.root))
     unfetched = planning.make(loaded, loaded.tag("fixture"))
-    assert commands.run_until(loaded, settings, loaded.tag("fixture"), Stage.PATCH) == 0
+    assert stage_commands.run_until(loaded, settings, loaded.tag("fixture"), Stage.PATCH) == 0
     assert (downloads, fetches) == ([URL], [1])
     # the plan was made again once fetched: the patch touches Python only
     assert project.plan().kernel_key != unfetched.kernel_key
     patched = project.root / "build" / "patched" / project.plan().patch_key / "tree"
     assert (patched / "tinykern" / "upstream_pr.py").is_file()
-    assert commands.run_until(loaded, settings, loaded.tag("fixture"), Stage.PATCH) == 0
+    assert stage_commands.run_until(loaded, settings, loaded.tag("fixture"), Stage.PATCH) == 0
     assert (downloads, fetches) == ([URL], [1, 1])  # cached: checked once, not downloaded

@@ -14,7 +14,7 @@ from sparkbake.config import versions
 from sparkbake.config.settings import Settings
 from sparkbake.core.stages import Stage
 from sparkbake.fetch import thirdparty
-from sparkbake.pipeline import commands
+from sparkbake.pipeline import stage_commands
 from tests.conftest import copy_project, versions_yaml
 
 
@@ -68,8 +68,8 @@ def test_a_build_that_needs_no_package_index_starts_no_pip(tmp_path: Path) -> No
     pip = CountingPip()
     settings = Settings({"HOME": str(tmp_path)}, ask_pip=pip)
     loaded = project.config()
-    assert commands.run_until(loaded, settings, loaded.tag("fixture"), Stage.PATCH) == 0
-    assert commands.run_until(loaded, settings, loaded.tag("fixture"), Stage.PATCH) == 0
+    assert stage_commands.run_until(loaded, settings, loaded.tag("fixture"), Stage.PATCH) == 0
+    assert stage_commands.run_until(loaded, settings, loaded.tag("fixture"), Stage.PATCH) == 0
     assert pip.asked == []
 
 

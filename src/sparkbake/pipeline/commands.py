@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
-from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any
 
-from sparkbake import filelock, planning
+from sparkbake import planning
 from sparkbake.bake import runtime_image
 from sparkbake.config.settings import Settings
 from sparkbake.config.versions import Config, Tag
@@ -22,12 +19,13 @@ from sparkbake.deploy import nodes as nodes_mod
 from sparkbake.deploy import release_nodes, rollout
 from sparkbake.errors import ConfigError, EngineError
 from sparkbake.fetch import thirdparty, upstream_tree
-from sparkbake.files import atomic_write, scratch_dir
+from sparkbake.files import scratch_dir
 from sparkbake.lock import pins
 from sparkbake.oci import emulation, image_layout, local_registry
 from sparkbake.oci.docker_engine import Client, connect, engine_or_none
 from sparkbake.patch import apply
 from sparkbake.pipeline import build, release_checks, status, verify
+from sparkbake.pipeline.stage_commands import Output, print_json
 from sparkbake.planning import Plan
 from sparkbake.publish import push, release_index, releases
 from sparkbake.series import exchange, lint, patchtests, rebase
@@ -37,11 +35,8 @@ from sparkbake.smoke.preflight import check_env
 __all__ = ["check_env", "deploy_tag", "diff_releases", "export_series",
            "import_series",
            "lock_tag", "patch_lint", "patch_tests", "plan_report", "publish", "rebase_check",
-           "rebuild", "registry_command", "releases_report", "run_until", "smoke_tag",
+           "rebuild", "registry_command", "releases_report", "smoke_tag",
            "verify_tag"]
-
-BUILD_LOCK_WAIT = 6 * 3600.0  # seconds a build waits for another build of its tag
-
 
 def plan_report(config: Config, tag: Tag, as_json: bool) -> tuple[str, bool]:
     """The plan as text or JSON, and whether a stage is blocked (its remedy is in it)."""
@@ -49,47 +44,6 @@ def plan_report(config: Config, tag: Tag, as_json: bool) -> tuple[str, bool]:
     states = status.stage_states(config, plan, engine_or_none())
     text = planning.render_json(plan, states) if as_json else planning.render_text(states)
     return text, any(state.state == "blocked" for state in states)
-
-
-@dataclasses.dataclass(frozen=True)
-class Output:
-    """Where a stage command's result goes besides the console: JSON on stdout, a file."""
-
-    json: bool = False
-    metadata_file: Path | None = None
-
-
-def run_until(config: Config, settings: Settings, tag: Tag, last: Stage,
-              options: apply.Options | None = None, output: Output = Output()) -> int:
-    """Run the build stages up to last; every stage whose key is cached is skipped. One
-    build of a tag runs at a time: another one waits for it, then finds its work cached."""
-    with _one_build(config, tag):
-        work = build.Build(config, build.fetched_plan(config, tag, settings), settings,
-                           options or apply.Options())
-        outcome = build.run_stages(work, last)
-    for line in display.summary_lines(outcome.runs, display.current):
-        display.notice(line)
-    display.result(outcome.text)
-    found = {**outcome.facts, "stages": [run.to_json() for run in outcome.runs]}
-    if output.metadata_file:
-        atomic_write(output.metadata_file, json.dumps(found, indent=2) + "\n")
-    _print_json(output, found)
-    return 0
-
-
-@contextlib.contextmanager
-def _one_build(config: Config, tag: Tag, wait: float = BUILD_LOCK_WAIT) -> Iterator[None]:
-    """The tag's build lock, held for the block; waited for while another run holds it."""
-    path = Folders.of(config).build_lock(tag.name)
-    try:
-        with filelock.exclusive(path, wait, lambda who: display.notice(
-                f"{tag.name}: another build of it runs ({who}); waiting for it to end")):
-            yield
-    except filelock.Busy as busy:
-        raise EngineError(f"{tag.name}: another build of it ({busy}) still runs after "
-                          f"{wait / 3600:g} h (lock: {path})",
-                          "wait for it or stop it; a build that was killed holds no lock") \
-            from None
 
 
 def _stage(config: Config, tag: Tag, stage: Stage,
@@ -171,7 +125,7 @@ def smoke_tag(config: Config, settings: Settings, tag: Tag, options: checks.Opti
     with _stage(config, tag, Stage.SMOKE, plan.inputs):
         result = checks.run(client, config, plan, smoke_facts(config, settings, plan), options)
     counts = checks.counts(result.checks)
-    _print_json(output, result.to_json())
+    print_json(output, result.to_json())
     return _done(f"smoke: {tag.name} passed ({counts['passed']} checks passed, "
                  f"{counts['skipped']} skipped; image {result.image_id[:19]})")
 
@@ -194,7 +148,7 @@ def publish(config: Config, settings: Settings, tag: Tag, registry_host: str | N
     with _stage(config, tag, Stage.PUBLISH, plan.inputs):
         record = push.publish(connect(), config, settings, plan, registry_host, force,
                               skip_smoke=skip_smoke, key=key)
-    _print_json(output, record.to_json())
+    print_json(output, record.to_json())
     return _done(f"published {tag.name}: {record.digest} (smoke: {record.smoke_result})")
 
 
@@ -209,7 +163,7 @@ def publish_release(config: Config, settings: Settings, name: str, registry_host
         record = release_index.publish_release(connect(), config, settings, name, tags,
                                                registry_host, force, skip_smoke=skip_smoke,
                                                key=key)
-    _print_json(output, record.to_json())
+    print_json(output, record.to_json())
     platforms = ", ".join(f"{p.tag} {p.digest[:19]}" for p in record.platforms)
     return _done(f"published {name}: {record.digest} ({platforms}; smoke: "
                  f"{record.smoke_result})")
@@ -257,7 +211,7 @@ def deploy_tag(config: Config, settings: Settings, tag: Tag, hosts: str, stream:
         report = rollout.deploy(config, plan, nodes, lambda: smoke_facts(config, settings, plan),
                                 checks.Options(gpu=gpu), stream=stream)
     methods = ", ".join(f"{h.host} ({h.transfer.method})" for h in report.hosts if h.transfer)
-    _print_json(output, report.to_json())
+    print_json(output, report.to_json())
     return _done(f"deployed {tag.name} ({report.image_id[:19]}) to {methods}; smoke passed "
                  f"on each (report: {report.report})")
 
@@ -273,7 +227,7 @@ def deploy_release(config: Config, settings: Settings, name: str, hosts: str, st
             config, name, nodes, lambda plan: smoke_facts(config, settings, plan),
             checks.Options(gpu=gpu), stream=stream)
     for report in reports:
-        _print_json(output, report.to_json())
+        print_json(output, report.to_json())
     done = ", ".join(f"{h.host} ({r.tag}, {h.transfer.method})" for r in reports
                      for h in r.hosts if h.transfer)
     return _done(f"deployed {name} to {done}; smoke passed on each")
@@ -289,12 +243,6 @@ def registry_command(config: Config, action: str, port: int) -> int:
         echo(line)
         return 0 if answers else EngineError.exit_code
     return 0
-
-
-def _print_json(output: Output, record: dict[str, Any]) -> None:
-    """A command's record on stdout (--json), as it is written to build/."""
-    if output.json:
-        print(json.dumps(record, indent=2))
 
 
 def _done(message: str) -> int:
