@@ -26,3 +26,24 @@ def test_importing_the_cli_and_the_pipeline_loads_no_heavy_package() -> None:
     assert done.returncode == 0, done.stderr
     loaded = done.stdout.split()
     assert not loaded, f"imported at startup: {', '.join(loaded)}"
+
+
+# what a build never runs: the other commands' modules
+NOT_THE_BUILD = ("sparkbake.pipeline.commands", "sparkbake.deploy", "sparkbake.publish",
+                 "sparkbake.smoke.checks", "sparkbake.housekeeping.tidy",
+                 "sparkbake.pipeline.release_checks", "sparkbake.series.patchtests")
+
+BUILD_SCRIPT = f"""
+import sys
+import sparkbake.__main__
+sparkbake.__main__.parser()
+print(" ".join(name for name in {NOT_THE_BUILD!r} if name in sys.modules))
+"""
+
+
+def test_the_cli_imports_the_build_s_modules_and_not_the_other_commands() -> None:
+    done = subprocess.run([sys.executable, "-c", BUILD_SCRIPT], capture_output=True, text=True,
+                          env=os.environ.copy(), timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    loaded = done.stdout.split()
+    assert not loaded, f"imported with the CLI: {', '.join(loaded)}"
