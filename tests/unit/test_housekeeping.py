@@ -204,10 +204,12 @@ def test_cli_gc_and_clean(project: versions.Config, tmp_path: Path,
                           capsys: pytest.CaptureFixture[str]) -> None:
     tree = fake_tree(project)
     put(tmp_path / "host-cache" / "sccache" / "a" / "obj", b"o" * 3000, age=HOUR_AGO)
+    put(tmp_path / "host-cache" / "bytecode" / "ab" / "abcd", b"b" * 2000, age=HOUR_AGO)
     path = str(project.path)
     assert main(["--config", path, "gc", "--dry-run", "--max-cache-size", "1K"]) == 0
     out = capsys.readouterr().out
-    assert "(1 files)" in out and "would free 6.5 kB (8 items" in out
+    # each cache is trimmed to the size: the compile cache's file and the bytecode's
+    assert out.count("(1 files)") == 2 and "would free 8.5 kB (9 items" in out
     assert all(p.exists() for p in tree.values())
     assert main(["--config", path, "clean", "two"]) == 0
     assert not tree["smoke-two"].exists() and tree["smoke-one"].exists()

@@ -120,3 +120,9 @@ def test_the_home_folder_is_the_settings_own() -> None:
     settings = Settings({"HOME": "/home/builder"})
     assert settings.cache_dir == Path("/home/builder/.cache/sparkbake")
     assert settings.docker_certs_dirs[0] == Path("/home/builder/.config/docker/certs.d")
+
+
+def test_the_bytecode_cache_is_in_the_host_cache_unless_compiles_are_cold() -> None:
+    assert Settings({"SPARKBAKE_CACHE": "/cache"}).bytecode_cache == Path("/cache/bytecode")
+    cold = Settings({"SPARKBAKE_CACHE": "/cache", "SPARKBAKE_COMPILE_CACHE": "off"})
+    assert cold.bytecode_cache is None

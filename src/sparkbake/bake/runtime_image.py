@@ -222,7 +222,7 @@ def make_image(client: Client, plan: Plan, base: BaseImage, wheels: WheelSet,
                                   workers)
         packages = _venv_packages(plan, wheels, runtime_wheels, runtime_lock, patched)
         venv = venvlayers.make_layers(client, runtime, packages, LayerCache(layout.layers, oci),
-                                      work, source_date, log, workers)
+                                      work, source_date, log, workers, settings.bytecode_cache)
         recorded = manifest(plan, base, wheels, patched, source_date, venv.cuda_home)
         files = _files_layer(recorded, work, source_date, workers)
         added = [*venv.added, (files, "sparkbake: /opt/sparkbake")]

@@ -9,13 +9,10 @@ platform and Python, so an arm64 bake costs about what an amd64 one does.
 
 from __future__ import annotations
 
-import compileall
 import os
-import py_compile
 import shutil
 import sys
 import tarfile
-import warnings
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +21,7 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
 from sparkbake import resources
-from sparkbake.bake import distributions, elfcheck
+from sparkbake.bake import bytecode, distributions, elfcheck
 from sparkbake.config.platforms import Platform
 from sparkbake.console import display
 from sparkbake.console.tools import echo, run, step
@@ -62,9 +59,11 @@ def site_packages(venv: Path, python: str) -> Path:
 
 def install(client: Client, runtime_ref: str, image: str, platform: Platform,
             wheel_dirs: list[Path], names: list[str], work: Path, source_date: int,
-            log: Path, asked: tuple[str, ...] = ()) -> Installed:
+            log: Path, asked: tuple[str, ...] = (),
+            bytecode_cache: Path | None = None) -> Installed:
     """/opt/venv of image with names (and what they need, from wheel_dirs), under work/root.
-    Where two distributions hold the same file, an asked one's copy is kept."""
+    Where two distributions hold the same file, an asked one's copy is kept. Bytecode
+    comes from bytecode_cache where it holds it."""
     with step(f"{VENV}: the venv skeleton"):
         root, python = _skeleton(client, runtime_ref, work, source_date, log)
     venv = root / VENV.lstrip("/")
@@ -75,12 +74,13 @@ def install(client: Client, runtime_ref: str, image: str, platform: Platform,
     with step(f"{VENV}: shared files, merge"):
         _settle_shared_files(site, wheel_dirs, {str(canonicalize_name(a)) for a in asked})
         installed = _merge(site, venv, python)
-    _compiled_and_checked(installed, root, python, platform)
+    _compiled_and_checked(installed, root, python, platform, bytecode_cache)
     return Installed(root, python, _link_toolkit(venv, python))
 
 
 def install_only(image: str, platform: Platform, python: str, wheel_dirs: list[Path],
-                 names: list[str], work: Path, source_date: int, log: Path) -> Installed:
+                 names: list[str], work: Path, source_date: int, log: Path,
+                 bytecode_cache: Path | None = None) -> Installed:
     """names alone (no dependencies) into an empty /opt/venv tree under work/root: their
     files as `install` would put them, when the rest of the venv is a cached layer."""
     root = work / "root"
@@ -91,14 +91,14 @@ def install_only(image: str, platform: Platform, python: str, wheel_dirs: list[P
     _pip_target(site, image, platform, python, wheel_dirs, ["--no-deps", *names], source_date,
                 log)
     installed = _merge(site, venv, python)
-    _compiled_and_checked(installed, root, python, platform)
+    _compiled_and_checked(installed, root, python, platform, bytecode_cache)
     return Installed(root, python, None)
 
 
 def _compiled_and_checked(installed: list[Path], root: Path, python: str,
-                          platform: Platform) -> None:
+                          platform: Platform, bytecode_cache: Path | None) -> None:
     with step(f"{VENV}: bytecode"):
-        _compile(installed, root, python)
+        _compile(installed, root, python, bytecode_cache)
     with step(f"{VENV}: the platform of its ELF files"):
         elfcheck.require_platform(root, platform)
 
@@ -214,27 +214,19 @@ def _merge(site: Path, venv: Path, python: str) -> list[Path]:
     return installed
 
 
-def _compile(installed: list[Path], root: Path, python: str) -> None:
+def _compile(installed: list[Path], root: Path, python: str, cache: Path | None) -> None:
     """Bytecode of the installed packages as the image's Python imports them: its source path
-    in the image, checked-hash based (no mtime). Left out when this host's Python is another
-    version (the image's then compiles on import)."""
+    in the image, checked-hash based (no mtime); from cache where it holds a file's. Left
+    out when this host's Python is another version (the image's then compiles on import)."""
     if python != f"{sys.version_info[0]}.{sys.version_info[1]}":
         display.notice(f"bake: the image's Python is {python}, this host's {sys.version_info[0]}."
                        f"{sys.version_info[1]}: no bytecode in {VENV}")
         return
-    mode = py_compile.PycInvalidationMode.CHECKED_HASH
-    # as pip does: a file that does not compile (a template, Python 2) stays source only,
-    # and the compiler's warnings about the packages' code are not ours to show
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for path in installed:
-            where = "/" + path.relative_to(root).as_posix()
-            if path.is_dir():
-                compileall.compile_dir(path, ddir=where, quiet=2, invalidation_mode=mode,
-                                       workers=os.cpu_count() or 1)
-            elif path.suffix == ".py":
-                compileall.compile_file(path, ddir=str(Path(where).parent), quiet=2,
-                                        invalidation_mode=mode)
+    trees = [(path, "/" + path.relative_to(root).as_posix()) for path in installed]
+    made = bytecode.compile_trees(trees, cache, os.cpu_count() or 1)
+    dropped = f"; {made.dropped} damaged cache entries dropped" if made.dropped else ""
+    echo(f"bake: bytecode: {made.compiled} files compiled, {made.reused} from the cache, "
+         f"{made.failed} left as source{dropped}")
 
 
 def _merge_folder(source: Path, dest: Path) -> None:

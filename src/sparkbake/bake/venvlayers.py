@@ -95,9 +95,11 @@ def runtime_key(client: Client, runtime: BaseImage, packages: VenvPackages, sour
 
 
 def make_layers(client: Client, runtime: BaseImage, packages: VenvPackages, cache: LayerCache,
-                work: Path, source_date: int, log: Path, workers: int) -> VenvLayers:
+                work: Path, source_date: int, log: Path, workers: int,
+                bytecode_cache: Path | None = None) -> VenvLayers:
     """The layers of /opt/venv, from the cache where their keys are there (workers: the
-    threads that compress a layer written)."""
+    threads that compress a layer written; bytecode_cache: the host's .pyc files kept by
+    source, None for none)."""
     pinned = _pinned(packages)
     key = runtime_key(client, runtime, packages, source_date, pinned)
     groups = venvgroups.present(pinned)
@@ -105,7 +107,8 @@ def make_layers(client: Client, runtime: BaseImage, packages: VenvPackages, cach
     recorded = None if None in found else [hit for hit in found if hit]
     # every group under this key: the rest's record (the last) says Python and CUDA_HOME
     installed = _install(client, runtime, packages,
-                         recorded[-1][1]["python"] if recorded else None, work, source_date, log)
+                         recorded[-1][1]["python"] if recorded else None, work, source_date, log,
+                         bytecode_cache)
     with step(f"{venv.VENV}: split into layers"):
         parts = venvsplit.split(installed.root, installed.python, packages.names)
     if recorded:
@@ -176,7 +179,7 @@ def _part(group: str) -> str:
 
 def _install(client: Client, runtime: BaseImage, packages: VenvPackages,
              cached_python: str | None, work: Path, source_date: int,
-             log: Path) -> venv.Installed:
+             log: Path, bytecode_cache: Path | None) -> venv.Installed:
     """Everything into the venv; or, when every runtime group's layer is cached (the rest's record
     says the image's Python), the tag's wheels alone."""
     names = list(packages.names)
@@ -184,10 +187,11 @@ def _install(client: Client, runtime: BaseImage, packages: VenvPackages,
         echo(f"bake: runtime packages cached (every group): installing {' '.join(names)} "
              "alone")
         return venv.install_only(packages.image, packages.platform, cached_python,
-                                 [packages.wheels], names, work, source_date, log)
+                                 [packages.wheels], names, work, source_date, log,
+                                 bytecode_cache)
     dirs = [packages.wheels] if packages.house is None else [packages.wheels, packages.house]
     return venv.install(client, runtime.ref, packages.image, packages.platform, dirs, names,
-                        work, source_date, log, packages.asked)
+                        work, source_date, log, packages.asked, bytecode_cache)
 
 
 def _runtime_what(packages: VenvPackages, group: venvgroups.Group) -> str:

@@ -156,6 +156,14 @@ class Settings:
         return CompileCacheSettings(override=raw, folder=self.cache_dir / "sccache")
 
     @property
+    def bytecode_cache(self) -> Path | None:
+        """The venv's .pyc files kept by what decides their bytes (bake/bytecode.py), in the
+        host's cache; None under SPARKBAKE_COMPILE_CACHE=off, which makes compiles cold."""
+        if self.environ.get("SPARKBAKE_COMPILE_CACHE") == "off":
+            return None
+        return self.cache_dir / "bytecode"
+
+    @property
     def compress_workers(self) -> int:
         """Threads that gzip a layer: SPARKBAKE_COMPRESS_WORKERS, else every core (the bytes
         are the same either way: oci/blockgzip)."""

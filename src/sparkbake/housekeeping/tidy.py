@@ -40,8 +40,8 @@ def gc(config: Config, settings: Settings, dry_run: bool, max_cache_size: str,
        check: bool = False) -> int:
     """Remove what no tag uses now: cache entries, leftovers, the containers of runs that
     ended without removing them, the engine's stale images of this versions.yaml, and the
-    compile cache's oldest files beyond max_cache_size; with check, also every cache entry
-    whose bytes are not its digest's (cachecheck)."""
+    oldest files beyond max_cache_size of the compile cache and of the bytecode cache (each);
+    with check, also every cache entry whose bytes are not its digest's (cachecheck)."""
     limit = cachetrim.parse_size(max_cache_size)  # a bad size stops before anything goes
     plans = [planning.make(config, tag) for tag in config.tags.values()]
     items = gc_items(config, plans)
@@ -56,8 +56,9 @@ def gc(config: Config, settings: Settings, dry_run: bool, max_cache_size: str,
         # containers first: a leftover container keeps its image from being removed
         items += containergc.leftover_items(client)
         items += imagegc.stale_items(client, imagegc.current(client, config, plans, settings))
-    trimmed = cachetrim.trim_item(settings.compile_cache.folder, limit)
-    report("gc", [*items, *([trimmed] if trimmed else [])], dry_run)
+    caches = [settings.compile_cache.folder, settings.bytecode_cache]
+    trimmed = [cachetrim.trim_item(folder, limit) for folder in caches if folder is not None]
+    report("gc", [*items, *[item for item in trimmed if item]], dry_run)
     return 0
 
 
