@@ -230,7 +230,8 @@ def _housekeeping_parsers(commands: argparse._SubParsersAction[_Parser]) -> None
     gc = commands.add_parser("gc", help="remove what no tag uses now: stale cache entries, "
                                         "leftovers, stale sparkbake images, old compile cache")
     gc.add_argument("--max-cache-size", default=cachetrim.DEFAULT_MAX_SIZE, metavar="SIZE",
-                    help="trim the compile cache to SIZE, oldest files first (default: "
+                    help="trim the compile cache and the bytecode cache to SIZE each, oldest "
+                         "files first (default: "
                          f"{cachetrim.DEFAULT_MAX_SIZE}; K, M, G, T: powers of 1000)")
     gc.add_argument("--check", action="store_true",
                     help="also hash every cache entry (layer blobs, base layers, wheels, "

@@ -34,9 +34,14 @@ def atomic_dir(final: Path) -> Iterator[Path]:
 def atomic_write(final: Path, data: str | bytes) -> None:
     final.parent.mkdir(parents=True, exist_ok=True)
     fd, name = tempfile.mkstemp(prefix=f".{final.name}.", dir=final.parent)
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(data.encode() if isinstance(data, str) else data)
-    os.replace(name, final)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data.encode() if isinstance(data, str) else data)
+        os.replace(name, final)
+    except BaseException:  # a full disk, an interrupt: no half-written file stays behind
+        with contextlib.suppress(OSError):
+            os.unlink(name)
+        raise
 
 
 def link_or_copy(source: Path, dest: Path) -> None:

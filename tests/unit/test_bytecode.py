@@ -91,3 +91,24 @@ def test_one_module_file_and_no_cache(tmp_path: Path) -> None:
     made = bytecode.compile_trees([(module, "/opt/venv/six.py")], None, 1)
     assert made == bytecode.Compiled(compiled=1)
     assert (tmp_path / "__pycache__" / f"six.{sys.implementation.cache_tag}.pyc").is_file()
+
+
+def test_a_cache_that_cannot_be_used_leaves_the_bytecode_as_a_compile_makes_it(
+        tmp_path: Path) -> None:
+    """A cache path that is a file (a cache not writable nor readable): every source is
+    compiled, none kept, and the bake goes on."""
+    blocked = tmp_path / "cache"
+    blocked.write_text("not a folder")
+    tree = _tree(tmp_path, "tree")
+    made = bytecode.compile_trees([(tree, WHERE)], blocked, 1)
+    assert (made.reused, made.compiled) == (0, len(bytecode.sources(tree)) - 1)
+    reference = _tree(tmp_path, "reference")
+    _compileall(reference)
+    assert _bytecode(tree) == _bytecode(reference)
+
+
+def test_a_dangling_module_link_is_left_alone_as_compileall_does(tmp_path: Path) -> None:
+    module = tmp_path / "gone.py"
+    module.symlink_to(tmp_path / "absent.py")
+    made = bytecode.compile_trees([(module, "/opt/venv/gone.py")], tmp_path / "cache", 1)
+    assert made == bytecode.Compiled()

@@ -64,6 +64,7 @@ def engine(tmp_path: Path) -> Iterator[tuple[Path, type[_Engine]]]:
     (None, DEFAULT_SOCKET),
     ("", DEFAULT_SOCKET),
     ("unix:///run/user/1000/docker.sock", Path("/run/user/1000/docker.sock")),
+    ("unix://var/run/docker.sock", Path("/var/run/docker.sock")),  # as the SDK reads it
     ("tcp://127.0.0.1:2376", None),
     ("ssh://node1", None),
 ])

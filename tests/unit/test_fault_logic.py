@@ -17,7 +17,7 @@ import requests
 
 from sparkbake import filelock
 from sparkbake.errors import DamagedRecord, PublishError, machine_error
-from sparkbake.files import naming, read_json
+from sparkbake.files import atomic_write, naming, read_json
 from sparkbake.housekeeping.containergc import run_is_over
 from sparkbake.oci.distribution import Remote, unreachable
 
@@ -107,3 +107,14 @@ def test_a_truncated_record_is_damaged_naming_its_file(tmp_path: Path) -> None:
         read_json(record)
     assert caught.value.exit_code == 8 and isinstance(caught.value, ValueError)
     assert caught.value.message.startswith(f"{record}: a damaged record, not valid JSON")
+
+
+def test_a_write_that_fails_leaves_neither_the_file_nor_its_temporary(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def full(source: str, dest: str) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", full)
+    with pytest.raises(OSError):
+        atomic_write(tmp_path / "record.json", "{}")
+    assert list(tmp_path.iterdir()) == []

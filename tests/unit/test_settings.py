@@ -126,3 +126,4 @@ def test_the_bytecode_cache_is_in_the_host_cache_unless_compiles_are_cold() -> N
     assert Settings({"SPARKBAKE_CACHE": "/cache"}).bytecode_cache == Path("/cache/bytecode")
     cold = Settings({"SPARKBAKE_CACHE": "/cache", "SPARKBAKE_COMPILE_CACHE": "off"})
     assert cold.bytecode_cache is None
+    assert cold.bytecode_folder == Path("/cache/bytecode")  # gc still trims what is there

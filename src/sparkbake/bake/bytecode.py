@@ -44,8 +44,12 @@ class Compiled:
 def sources(path: Path) -> list[Path]:
     """What compileall.compile_dir compiles under the folder path, in its order: .py files at
     any depth, none in __pycache__ nor under a linked folder (a linked file is compiled)."""
-    found = []
-    for name in sorted(os.listdir(path)):
+    found: list[Path] = []
+    try:
+        names = sorted(os.listdir(path))
+    except OSError:  # as compileall: a folder it cannot list holds nothing to compile
+        return found
+    for name in names:
         if name == "__pycache__":
             continue
         entry = path / name
@@ -67,7 +71,7 @@ def compile_trees(trees: list[tuple[Path, str]], cache: Path | None,
         if path.is_dir():
             jobs += [(str(source), f"{where}/{source.relative_to(path).as_posix()}")
                      for source in sources(path)]
-        elif path.suffix == ".py":
+        elif path.suffix == ".py" and path.is_file():
             jobs.append((str(path), where))
     folder = None if cache is None else str(cache)
     chunks = [(jobs[start:start + CHUNK], folder) for start in range(0, len(jobs), CHUNK)]
@@ -89,32 +93,52 @@ def _compile_one(source: str, where: str, cache: str | None) -> Compiled:
     pyc = importlib.util.cache_from_source(source)
     if cache is None:
         return Compiled(compiled=1) if _compiled(source, pyc, where) else Compiled(failed=1)
-    with open(source, "rb") as file:
-        key = hashlib.sha256(_identity(where) + file.read()).hexdigest()
+    try:
+        with open(source, "rb") as file:
+            key = hashlib.sha256(_identity(where) + file.read()).hexdigest()
+    except OSError:  # unreadable: compileall leaves it as source too
+        return Compiled(failed=1)
     entry = Path(cache, key[:2], key)
-    dropped = 0
+    held, dropped = _held(entry)
+    if held is not None:
+        try:
+            _write_pyc(pyc, held, source)
+        except OSError:  # as compileall: a .pyc that cannot be written is left out
+            return Compiled(failed=1)
+        return Compiled(reused=1)
+    if not _compiled(source, pyc, where):
+        return Compiled(failed=1, dropped=dropped)
+    _keep(entry, pyc)
+    return Compiled(compiled=1, dropped=dropped)
+
+
+def _held(entry: Path) -> tuple[bytes | None, int]:
+    """The .pyc that entry holds, its digest checked; and 1 when it held a damaged one,
+    now dropped. A cache that cannot be read holds nothing: the source is compiled."""
     try:
         held = entry.read_bytes()
     except OSError:
-        held = None
-    if held is not None:
-        if hashlib.sha256(held[DIGEST:]).digest() == held[:DIGEST]:
-            _write_pyc(pyc, held[DIGEST:], source)
-            return Compiled(reused=1)
-        entry.unlink(missing_ok=True)
-        dropped = 1
-    if not _compiled(source, pyc, where):
-        return Compiled(failed=1, dropped=dropped)
-    made = Path(pyc).read_bytes()
-    entry.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(entry, hashlib.sha256(made).digest() + made)
-    return Compiled(compiled=1, dropped=dropped)
+        return None, 0
+    if hashlib.sha256(held[DIGEST:]).digest() == held[:DIGEST]:
+        return held[DIGEST:], 0
+    with contextlib.suppress(OSError):
+        entry.unlink()
+    return None, 1
+
+
+def _keep(entry: Path, pyc: str) -> None:
+    """pyc into the cache as entry; a cache that cannot be written (full, read-only, not a
+    folder) keeps nothing, and the bake goes on."""
+    with contextlib.suppress(OSError):
+        made = Path(pyc).read_bytes()
+        atomic_write(entry, hashlib.sha256(made).digest() + made)
 
 
 def _identity(where: str) -> bytes:
     """What besides the source decides a .pyc's bytes: the compiling Python, its
     optimisation level, and the source's path as the .pyc names it."""
-    return f"{sys.version}\0{sys.flags.optimize}\0{MODE.name}\0{where}\0".encode()
+    text = f"{sys.version}\0{sys.flags.optimize}\0{MODE.name}\0{where}\0"
+    return text.encode("utf-8", "surrogateescape")  # a file name need not be UTF-8
 
 
 def _write_pyc(pyc: str, data: bytes, source: str) -> None:

@@ -221,8 +221,10 @@ def make_image(client: Client, plan: Plan, base: BaseImage, wheels: WheelSet,
                                   image_layout.Layout(settings.cache_dir / "layers"), oci, work,
                                   workers)
         packages = _venv_packages(plan, wheels, runtime_wheels, runtime_lock, patched)
+        # a rebuild that is not loaded (verify's) compiles every file: it re-proves the bytes
+        bytecode = settings.bytecode_cache if load else None
         venv = venvlayers.make_layers(client, runtime, packages, LayerCache(layout.layers, oci),
-                                      work, source_date, log, workers, settings.bytecode_cache)
+                                      work, source_date, log, workers, bytecode)
         recorded = manifest(plan, base, wheels, patched, source_date, venv.cuda_home)
         files = _files_layer(recorded, work, source_date, workers)
         added = [*venv.added, (files, "sparkbake: /opt/sparkbake")]

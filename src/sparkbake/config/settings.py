@@ -156,12 +156,18 @@ class Settings:
         return CompileCacheSettings(override=raw, folder=self.cache_dir / "sccache")
 
     @property
+    def bytecode_folder(self) -> Path:
+        """Where the venv's .pyc files are kept by what decides their bytes (bake/bytecode.py):
+        in the host's cache."""
+        return self.cache_dir / "bytecode"
+
+    @property
     def bytecode_cache(self) -> Path | None:
-        """The venv's .pyc files kept by what decides their bytes (bake/bytecode.py), in the
-        host's cache; None under SPARKBAKE_COMPILE_CACHE=off, which makes compiles cold."""
+        """The bytecode folder a bake uses; None under SPARKBAKE_COMPILE_CACHE=off, which
+        makes compiles cold."""
         if self.environ.get("SPARKBAKE_COMPILE_CACHE") == "off":
             return None
-        return self.cache_dir / "bytecode"
+        return self.bytecode_folder
 
     @property
     def compress_workers(self) -> int:

@@ -56,8 +56,8 @@ def gc(config: Config, settings: Settings, dry_run: bool, max_cache_size: str,
         # containers first: a leftover container keeps its image from being removed
         items += containergc.leftover_items(client)
         items += imagegc.stale_items(client, imagegc.current(client, config, plans, settings))
-    caches = [settings.compile_cache.folder, settings.bytecode_cache]
-    trimmed = [cachetrim.trim_item(folder, limit) for folder in caches if folder is not None]
+    caches = (settings.compile_cache.folder, settings.bytecode_folder)
+    trimmed = [cachetrim.trim_item(folder, limit) for folder in caches]
     report("gc", [*items, *[item for item in trimmed if item]], dry_run)
     return 0
 

@@ -24,7 +24,9 @@ def local_socket(environ: Mapping[str, str]) -> Path | None:
     host = environ.get("DOCKER_HOST", "")
     if not host:
         return DEFAULT_SOCKET
-    return Path(host.removeprefix("unix://")) if host.startswith("unix://") else None
+    if not host.startswith("unix://"):
+        return None
+    return Path("/", host.removeprefix("unix://"))  # unix://var/run/x.sock is /var/run/x.sock
 
 
 class _UnixConnection(http.client.HTTPConnection):

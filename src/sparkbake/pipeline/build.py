@@ -256,9 +256,9 @@ def _wheels(build: Build, engine: Engine, source: Source, patched: PatchedTree) 
     if plan.tag.upstream.kernel_reuse == "assemble" and kernelseed.assembles(kernels):
         return kernelseed.build_wheels(plan.tag, kernels, source.tree, patched.path, folder,
                                        source.source_date, plan.local_version)
+    client = engine.client()  # no engine: said before the sources are downloaded
     # the sources first: a lock that lacks a declaration stops before a base is pulled
     fetched = thirdparty.prepare(config, plan.tag, patched.path, settings)
-    client = engine.client()
     base = bases.ensure(client, plan.tag.builder, plan.tag.platform, config.build_dir, settings)
     pins.make_missing(config, plan.tag, settings, patched.path)
     lock_file = pins.require_lock(config, plan.tag, patched.path)
