@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 import platform
+import sys
 from pathlib import Path
 
 import pytest
 
 from sparkbake import planning
 from sparkbake.config import versions
+from sparkbake.config.settings import Settings
+from sparkbake.console import tools
 from sparkbake.core.stages import Stage
 from sparkbake.errors import BuildError, ConfigError, PatchTestError
 from sparkbake.lock import pins
@@ -169,3 +172,14 @@ def test_other_arch_naming_a_library_no_wheel_has_is_refused(project: Path) -> N
     assert caught.value.message == \
         "kernels.other_arch of seeded names libraries no wheel has: pkg/_gone.so"
     assert caught.value.exit_code == 4
+
+
+def test_the_tests_process_sees_none_of_the_callers_vllm_variables(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The environment reaches the child whole: run does not add the caller's back."""
+    monkeypatch.setenv("VLLM_DSV4_CKV_GATHER", "1")
+    caller = Settings.of_process()
+    script = "import os; print(os.environ.get('VLLM_DSV4_CKV_GATHER', 'absent'))"
+    done = tools.run([sys.executable, "-c", script], error=BuildError, what="child",
+                     capture=True, environment=caller.patch_tests_environment(KEEP="1"))
+    assert done.stdout.strip() == "absent"

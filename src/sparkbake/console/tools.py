@@ -6,7 +6,7 @@ import shlex
 import shutil
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from sparkbake.config.settings import child_environment
@@ -37,9 +37,11 @@ def run(
     capture: bool = False,
     check: bool = True,
     env: dict[str, str] | None = None,
+    environment: Mapping[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """Run cmd (env: variables added), echoing `+ cmd`; on failure raise `error` naming
-    `what` and the last output.
+    """Run cmd (env: variables added to this process's; environment: the child's whole
+    environment instead), echoing `+ cmd`; on failure raise `error` naming `what` and the
+    last output.
 
     Output is streamed as it comes unless capture is set, so long steps show progress;
     captured output goes whole into the stage's log once the command ends. Bytes that are not
@@ -47,10 +49,12 @@ def run(
     """
     args = [str(c) for c in cmd]
     echo("+ " + shlex.join(args))
+    if environment is None and env:
+        environment = child_environment(env)
     try:
         process = subprocess.Popen(args, cwd=cwd, stdout=subprocess.PIPE,
                                    encoding="utf-8", errors="replace",
-                                   env=child_environment(env) if env else None,
+                                   env=None if environment is None else dict(environment),
                                    stderr=subprocess.PIPE if capture else subprocess.STDOUT)
     except FileNotFoundError as exc:
         raise EngineError(f"{args[0]} is not installed", "install it and retry") from exc

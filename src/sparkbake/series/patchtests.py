@@ -148,7 +148,8 @@ def run_tests(plan: Plan, tree: Path, lock: Path, layout: Folders, settings: Set
     with step(f"patch-tests {plan.tag.name}: {len(files)} test modules"):
         process = run([venv / "bin" / "python", "-m", "pytest", "--noconftest", "-p",
                        "no:cacheprovider", "-q", f"--junitxml={junit}", *files],
-                      error=PatchTestError, what="pytest", cwd=tree, env=env, check=False)
+                      error=PatchTestError, what="pytest", cwd=tree, environment=env,
+                      check=False)
     result = _read_junit(junit, process.returncode)
     atomic_write(out / "result.json", json.dumps({
         "tag": plan.tag.name, "patch_key": plan.patch_key, "lock": str(lock),
