@@ -1,5 +1,6 @@
 """Starting the CLI loads no heavy third-party package a typical command does not use: each
-is imported where it is used (the Docker SDK alone takes ~0.2 s)."""
+is imported where it is used (the Docker SDK alone takes ~0.2 s); and a build loads none of
+the other commands' modules."""
 
 from __future__ import annotations
 
@@ -9,41 +10,29 @@ import sys
 
 HEAVY = ("docker", "requests", "urllib3", "paramiko", "cryptography", "securesystemslib",
          "importlib.metadata")
-
-# the parser too: every command builds it
-SCRIPT = f"""
-import sys
-import sparkbake.__main__
-import sparkbake.pipeline.commands
-sparkbake.__main__.parser()
-print(" ".join(name for name in {HEAVY!r} if name in sys.modules))
-"""
-
-
-def test_importing_the_cli_and_the_pipeline_loads_no_heavy_package() -> None:
-    done = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True,
-                          env=os.environ.copy(), timeout=120, check=False)
-    assert done.returncode == 0, done.stderr
-    loaded = done.stdout.split()
-    assert not loaded, f"imported at startup: {', '.join(loaded)}"
-
-
 # what a build never runs: the other commands' modules
 NOT_THE_BUILD = ("sparkbake.pipeline.commands", "sparkbake.deploy", "sparkbake.publish",
                  "sparkbake.smoke.checks", "sparkbake.housekeeping.tidy",
                  "sparkbake.pipeline.release_checks", "sparkbake.series.patchtests")
 
-BUILD_SCRIPT = f"""
-import sys
-import sparkbake.__main__
-sparkbake.__main__.parser()
-print(" ".join(name for name in {NOT_THE_BUILD!r} if name in sys.modules))
-"""
+
+def _loaded(imports: tuple[str, ...], watched: tuple[str, ...]) -> list[str]:
+    """Which of watched a fresh interpreter holds after importing imports and building the
+    CLI's parser (every command builds it)."""
+    script = "\n".join(["import sys", *(f"import {name}" for name in imports),
+                        "sparkbake.__main__.parser()",
+                        f"print(' '.join(n for n in {watched!r} if n in sys.modules))"])
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env=os.environ.copy(), timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.split()
+
+
+def test_importing_the_cli_and_the_pipeline_loads_no_heavy_package() -> None:
+    loaded = _loaded(("sparkbake.__main__", "sparkbake.pipeline.commands"), HEAVY)
+    assert not loaded, f"imported at startup: {', '.join(loaded)}"
 
 
 def test_the_cli_imports_the_build_s_modules_and_not_the_other_commands() -> None:
-    done = subprocess.run([sys.executable, "-c", BUILD_SCRIPT], capture_output=True, text=True,
-                          env=os.environ.copy(), timeout=120, check=False)
-    assert done.returncode == 0, done.stderr
-    loaded = done.stdout.split()
+    loaded = _loaded(("sparkbake.__main__",), NOT_THE_BUILD)
     assert not loaded, f"imported with the CLI: {', '.join(loaded)}"

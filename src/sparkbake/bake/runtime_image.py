@@ -41,6 +41,7 @@ from sparkbake.oci.docker_engine import (
     Client,
     build_image,
     image_attrs,
+    image_attrs_or_none,
     image_exists,
     image_labels,
     load_stream,
@@ -51,8 +52,8 @@ from sparkbake.planning import Plan, upstream_pin
 from sparkbake.wheels.container_build import WheelSet
 from sparkbake.wheels.report import WheelsReport
 
-__all__ = ["WHEELS_LABEL", "Image", "current_in_local_engine", "engine_attrs", "find",
-           "is_current", "labels", "make_image", "manifest", "wheels_content"]
+__all__ = ["WHEELS_LABEL", "Image", "current_in_local_engine", "find", "is_current", "labels",
+           "make_image", "manifest", "wheels_content"]
 
 INPUTS_LABEL = "dev.sparkbake.inputs"  # the bake key: an image is current when it matches
 TAG_LABEL = "dev.sparkbake.tag"
@@ -172,11 +173,6 @@ def _current(attrs: dict[str, Any] | None, plan: Plan, layout: Folders,
     return baked if baked is not None and baked.config == attrs["Id"] else None
 
 
-def engine_attrs(client: Client, ref: str) -> dict[str, Any] | None:
-    """The engine's attributes of the image ref; None: it has no such image."""
-    return image_attrs(client, ref) if image_exists(client, ref) else None
-
-
 def current_in_local_engine(plan: Plan, layout: Folders, wheels: WheelSet,
                             environ: Mapping[str, str]) -> Image | None:
     """The tag's image, said to be current, when a local engine has it from these inputs
@@ -209,8 +205,8 @@ def make_image(client: Client, plan: Plan, base: BaseImage, wheels: WheelSet,
     layers; runtime_wheels is the wheelhouse of the tag's runtime lock runtime_lock, if it
     has one."""
     content = wheels_content(wheels.report)
-    if load and (current := _current(engine_attrs(client, plan.tag.image_ref), plan, layout,
-                                     content)) is not None:
+    if load and (current := _current(image_attrs_or_none(client, plan.tag.image_ref), plan,
+                                     layout, content)) is not None:
         return _said_current(current, plan)
     oci = image_layout.Layout(layout.oci)
     with step(f"bake {plan.tag.image_ref}"), \

@@ -29,6 +29,7 @@ __all__ = [
     "connect",
     "engine_or_none",
     "image_attrs",
+    "image_attrs_or_none",
     "image_exists",
     "image_labels",
     "load_image",
@@ -82,13 +83,18 @@ def engine_or_none() -> Client | None:
 
 
 def image_exists(client: Client, ref: str) -> bool:
+    return image_attrs_or_none(client, ref) is not None
+
+
+def image_attrs_or_none(client: Client, ref: str) -> dict[str, Any] | None:
+    """The engine's attributes of the image ref, in one request; None: it has no such image."""
     import docker.errors
 
     try:
-        client.images.get(ref)
+        attrs: dict[str, Any] = client.images.get(ref).attrs
     except docker.errors.ImageNotFound:
-        return False
-    return True
+        return None
+    return attrs
 
 
 def image_attrs(client: Client, ref: str) -> dict[str, Any]:

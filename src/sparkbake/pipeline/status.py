@@ -14,7 +14,7 @@ from sparkbake.core.folders import Folders
 from sparkbake.core.stages import PlanState, Stage
 from sparkbake.fetch import remote_patches, upstream_tree
 from sparkbake.oci import emulation
-from sparkbake.oci.docker_engine import Client
+from sparkbake.oci.docker_engine import Client, image_attrs_or_none
 from sparkbake.patch import apply
 from sparkbake.planning import Plan, StagePlan
 from sparkbake.wheels import container_build
@@ -40,7 +40,7 @@ def stage_states(config: Config, plan: Plan, client: Client | None) -> list[Stag
     wheels_state = _cached(container_build.is_built(layout.wheel_set(plan.wheels_key)))
     bake_state: PlanState = "unknown"
     if client is not None:
-        attrs = runtime_image.engine_attrs(client, plan.tag.image_ref)
+        attrs = image_attrs_or_none(client, plan.tag.image_ref)
         bake_state = _cached(runtime_image.is_current(attrs, plan, layout,
                                                   _wheels_content(layout, plan)))
     smoke_record = layout.smoke_record(plan.tag.name)
