@@ -11,22 +11,35 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["data_hash", "file_sha256", "record_hash", "tree_files", "tree_hash"]
+__all__ = ["data_hash", "file_sha256", "record_hash", "record_hash_of_file", "tree_files",
+           "tree_hash"]
 
 CHUNK = 1 << 20
 
 
 def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while chunk := handle.read(CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
+    return _file_digest(path).hexdigest()
 
 
 def record_hash(data: bytes) -> str:
     """A file's hash as a wheel's RECORD writes it: sha256=<urlsafe base64, no padding>."""
-    digest = hashlib.sha256(data).digest()
+    return _record_form(hashlib.sha256(data).digest())
+
+
+def record_hash_of_file(path: Path) -> str:
+    """record_hash of a file's bytes, read in chunks."""
+    return _record_form(_file_digest(path).digest())
+
+
+def _file_digest(path: Path) -> hashlib._Hash:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while chunk := handle.read(CHUNK):
+            digest.update(chunk)
+    return digest
+
+
+def _record_form(digest: bytes) -> str:
     return "sha256=" + base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
 
 

@@ -132,6 +132,9 @@ def test_the_second_bake_takes_runtime_packages_and_kernels_from_its_cache(
     assert "runtime packages cached (every group): installing tinykern alone" in warm.log
     assert "/opt/venv layer runtime-rest: cached" in warm.log
     assert "/opt/venv layer kernels: cached" in warm.log
+    # kept under the wheel's ELF members by the cold bake: pip left the library out
+    left_out = "the compiled libraries' layer is cached for these wheels"
+    assert left_out not in cold.log and left_out in warm.log
     assert "/opt/venv layer python: written" in warm.log
 
 

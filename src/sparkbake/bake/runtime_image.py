@@ -33,7 +33,7 @@ from sparkbake.console.tools import echo, step
 from sparkbake.core.folders import Folders
 from sparkbake.core.stages import Stage
 from sparkbake.errors import BakeError
-from sparkbake.files import scratch_dir
+from sparkbake.files import atomic_write, scratch_dir
 from sparkbake.hashing import data_hash
 from sparkbake.lock import requirements
 from sparkbake.oci import engine_socket, image_layout, layers
@@ -211,7 +211,7 @@ def make_image(client: Client, plan: Plan, base: BaseImage, wheels: WheelSet,
     oci = image_layout.Layout(layout.oci)
     with step(f"bake {plan.tag.image_ref}"), \
             scratch_dir(layout.scratch("contexts"), "bake.") as work:
-        runtime = _with_python(client, base, layout)
+        runtime = _with_python(client, base, layout, settings.cache_dir / "python-venv")
         workers = settings.compress_workers
         below = baselayers.ensure(client, runtime,
                                   image_layout.Layout(settings.cache_dir / "layers"), oci, work,
@@ -242,12 +242,10 @@ def _runtime() -> dict[str, Any]:
     return described
 
 
-def _with_python(client: Client, base: BaseImage, layout: Folders) -> BaseImage:
+def _with_python(client: Client, base: BaseImage, layout: Folders, probes: Path) -> BaseImage:
     """The base itself if it has python3 -m venv; else the base + Python from its package
     manager, built once per engine (the one layer not made reproducibly: see README)."""
-    probe = run_container(client, base.ref, ["python3 -m venv --help >/dev/null 2>&1"],
-                          entrypoint=["/bin/sh", "-c"], network=False, quiet=True)
-    if probe.exit_code == 0:
+    if _has_venv(client, base, probes):
         return base
     key = data_hash({"base": base.digest, "template": resources.digest(PYTHON_TEMPLATE)})
     ref = f"sparkbake-runtime/{base.name}:{key[:12]}"
@@ -258,6 +256,22 @@ def _with_python(client: Client, base: BaseImage, layout: Folders) -> BaseImage:
                                                                  base_image=base.ref))
             build_image(client, context, ref, error=BakeError)
     return BaseImage(base.name, ref, str(client.images.get(ref).id))
+
+
+def _has_venv(client: Client, base: BaseImage, probes: Path) -> bool:
+    """Whether the base runs python3 -m venv: asked of a container once per image id (the
+    answer kept under probes, the host's cache, as `yes` or `no`), since starting one takes
+    seconds of every bake."""
+    image_id = str(client.images.get(base.ref).id)
+    kept = probes / image_id.replace(":", "-")
+    answer = kept.read_text().strip() if kept.is_file() else None
+    if answer in ("yes", "no"):
+        return answer == "yes"
+    probe = run_container(client, base.ref, ["python3 -m venv --help >/dev/null 2>&1"],
+                          entrypoint=["/bin/sh", "-c"], network=False, quiet=True)
+    with contextlib.suppress(OSError):  # a cache that cannot be written keeps nothing
+        atomic_write(kept, "yes\n" if probe.exit_code == 0 else "no\n")
+    return probe.exit_code == 0
 
 
 def _venv_packages(plan: Plan, built: WheelSet, house: Path | None, lock: Path | None,

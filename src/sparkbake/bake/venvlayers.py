@@ -14,7 +14,9 @@
   CUDA link) is written as its content says, never taken by name.
 - the upstream's compiled libraries, and the rest of its files (Python, bytecode,
   dist-info, scripts): each keyed by its content, so a patch that changes only Python
-  leaves the libraries' blob as it was.
+  leaves the libraries' blob as it was. The libraries' layer is also kept under the
+  wheels' ELF members (wheelkernels): when it is cached so and pip installs the tag's
+  wheels alone, pip gets them without those members (two thirds of a vLLM wheel's bytes).
 
 A bake from the cache gives the bytes a clean one gives: the split (venvsplit) makes the
 runtime part independent of the upstream's files, a group's files are those its packages'
@@ -36,11 +38,12 @@ from packaging.utils import parse_wheel_filename
 
 from sparkbake import resources
 from sparkbake.attest import imagefiles
-from sparkbake.bake import venv, venvgroups, venvsplit
+from sparkbake.bake import venv, venvgroups, venvsplit, wheelkernels
 from sparkbake.bake.layercache import FORMAT, LayerCache, content_key
 from sparkbake.bases import BaseImage
 from sparkbake.config.platforms import Platform
 from sparkbake.console.tools import echo, step
+from sparkbake.errors import BakeError
 from sparkbake.hashing import data_hash
 from sparkbake.lock import pins
 from sparkbake.oci import image_layout, layers
@@ -106,8 +109,15 @@ def make_layers(client: Client, runtime: BaseImage, packages: VenvPackages, cach
     found = [cache.get(_part(group.name), key) for group in groups]
     recorded = None if None in found else [hit for hit in found if hit]
     # every group under this key: the rest's record (the last) says Python and CUDA_HOME
-    installed = _install(client, runtime, packages,
-                         recorded[-1][1]["python"] if recorded else None, work, source_date, log,
+    python = recorded[-1][1]["python"] if recorded else None
+    kernels = wheelkernels.find(packages.wheels, packages.names)
+    kept = _kernels_by_members(cache, kernels, python, packages, source_date)
+    wheels = packages.wheels
+    if kept is not None and kernels is not None:
+        echo(f"bake: the compiled libraries' layer is cached for these wheels: pip installs "
+             f"them without their {len(kernels.members)} ELF files")
+        wheels = wheelkernels.trimmed(kernels, wheels, work / "wheels-without-kernels")
+    installed = _install(client, runtime, packages, wheels, python, work, source_date, log,
                          bytecode_cache)
     with step(f"{venv.VENV}: split into layers"):
         parts = venvsplit.split(installed.root, installed.python, packages.names)
@@ -119,13 +129,10 @@ def make_layers(client: Client, runtime: BaseImage, packages: VenvPackages, cach
         about = {"python": installed.python, "cuda_home": installed.cuda_home}
         made = _runtime_layers(installed, parts.runtime, packages, cache, key, groups, about,
                                work, source_date, workers)
-    for part, paths in (("kernels", parts.kernels), ("python", parts.python)):
-        content = content_key(installed.root, paths, source_date)
-        what = _upstream_what(packages, part)
-        layer, was_cached = cache.layer(part, content, functools.partial(
-            _written, cache.layout, what, installed.root, paths, work / f"{part}.tar.gz",
-            source_date, workers))
-        made.append(_Made(part, layer, was_cached, what))
+    made += [_kernels_layer(installed, parts.kernels, packages, cache, kernels, kept, work,
+                            source_date, workers),
+             _upstream_layer("python", installed, parts.python, packages, cache, work,
+                             source_date, workers)]
     for one in made:
         echo(f"bake: {venv.VENV} layer {one.part}: {'cached' if one.cached else 'written'} "
              f"{one.layer.digest[:19]} ({one.layer.size} bytes)")
@@ -139,6 +146,40 @@ class _Made:
     layer: layers.Layer
     cached: bool
     what: str  # the history line
+
+
+def _kernels_layer(installed: venv.Installed, paths: tuple[str, ...], packages: VenvPackages,
+                   cache: LayerCache, kernels: wheelkernels.Kernels | None,
+                   kept: layers.Layer | None, work: Path, source_date: int,
+                   workers: int) -> _Made:
+    """The compiled libraries' layer: kept, the one cached for the wheels' ELF members (pip
+    left them out), else by its content; kept under the members' key too when its files are
+    exactly theirs."""
+    if kept is not None:
+        if paths:  # find() saw every ELF member: pip cannot have installed one
+            raise BakeError(f"/{paths[0]}: pip installed an ELF file the scan of the wheels "
+                            "missed", "remove build/layers (the layer cache) and bake again")
+        return _Made("kernels", kept, True, _upstream_what(packages, "kernels"))
+    made = _upstream_layer("kernels", installed, paths, packages, cache, work, source_date,
+                           workers)
+    site = venv.site_packages(installed.root / venv.VENV.lstrip("/"), installed.python)
+    if kernels is not None and wheelkernels.installed_exactly(kernels, site, paths,
+                                                              installed.root):
+        cache.put(wheelkernels.PART, _members_key(kernels, installed.python, packages,
+                                                  source_date), made.layer)
+    return made
+
+
+def _upstream_layer(part: str, installed: venv.Installed, paths: tuple[str, ...],
+                    packages: VenvPackages, cache: LayerCache, work: Path, source_date: int,
+                    workers: int) -> _Made:
+    """The layer of the upstream's files in part, by their content."""
+    what = _upstream_what(packages, part)
+    content = content_key(installed.root, paths, source_date)
+    layer, was_cached = cache.layer(part, content, functools.partial(
+        _written, cache.layout, what, installed.root, paths, work / f"{part}.tar.gz",
+        source_date, workers))
+    return _Made(part, layer, was_cached, what)
 
 
 def _runtime_layers(installed: venv.Installed, runtime: tuple[str, ...], packages: VenvPackages,
@@ -177,19 +218,36 @@ def _part(group: str) -> str:
     return f"runtime-{group}"
 
 
-def _install(client: Client, runtime: BaseImage, packages: VenvPackages,
+def _kernels_by_members(cache: LayerCache, kernels: wheelkernels.Kernels | None,
+                        python: str | None, packages: VenvPackages,
+                        source_date: int) -> layers.Layer | None:
+    """The kernels layer kept under the wheels' ELF members, for a bake that installs the
+    tag's wheels alone (python: the image's, from the cached runtime record; else None)."""
+    if kernels is None or python is None or not kernels.members:
+        return None
+    found = cache.get(wheelkernels.PART, _members_key(kernels, python, packages, source_date))
+    return None if found is None else found[0]
+
+
+def _members_key(kernels: wheelkernels.Kernels, python: str, packages: VenvPackages,
+                 source_date: int) -> str:
+    return wheelkernels.key(kernels, python, packages.platform, source_date,
+                            [FORMAT_VENV, FORMAT, image_layout.FORMAT, layers.COMPRESSION])
+
+
+def _install(client: Client, runtime: BaseImage, packages: VenvPackages, wheels: Path,
              cached_python: str | None, work: Path, source_date: int,
              log: Path, bytecode_cache: Path | None) -> venv.Installed:
     """Everything into the venv; or, when every runtime group's layer is cached (the rest's record
-    says the image's Python), the tag's wheels alone."""
+    says the image's Python), the tag's wheels alone (from wheels: packages.wheels, or their
+    copies without the compiled libraries)."""
     names = list(packages.names)
     if cached_python is not None:
         echo(f"bake: runtime packages cached (every group): installing {' '.join(names)} "
              "alone")
         return venv.install_only(packages.image, packages.platform, cached_python,
-                                 [packages.wheels], names, work, source_date, log,
-                                 bytecode_cache)
-    dirs = [packages.wheels] if packages.house is None else [packages.wheels, packages.house]
+                                 [wheels], names, work, source_date, log, bytecode_cache)
+    dirs = [wheels] if packages.house is None else [wheels, packages.house]
     return venv.install(client, runtime.ref, packages.image, packages.platform, dirs, names,
                         work, source_date, log, packages.asked, bytecode_cache)
 
