@@ -56,3 +56,11 @@ def test_kept_layers_are_counted_by_digest() -> None:
     after = [before[0], {"digest": "c", "size": 2, "what": "venv"}]
     assert bench_incremental._kept(before, after) == {
         "kept": 1, "of": 2, "changed": [{"what": "venv", "size": 2}]}
+
+
+def test_the_sample_kept_is_the_median_build_image_time() -> None:
+    samples = [{"build_image_s": seconds, "n": n} for n, seconds in enumerate((30.0, 24.5, 41.0))]
+    assert bench_incremental.median_sample(samples)["n"] == 0
+    assert bench_incremental.median_sample(samples[:2])["n"] == 1  # the lower of two
+    with pytest.raises(SystemExit, match="at least 1"):
+        bench_incremental.median_sample([])

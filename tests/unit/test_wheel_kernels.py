@@ -140,3 +140,4 @@ def test_the_key_follows_the_members_python_platform_and_source_date(tmp_path: P
               key(first, platform=platforms.parse("linux/amd64")), key(first, date=0),
               wheelkernels.key(first, "3.11", ARM64, SOURCE_DATE, [1, 3])}
     assert key(first) not in others and len(others) == 5
+

@@ -178,15 +178,19 @@ def _skeleton(client: Client, runtime_ref: str, work: Path, source_date: int,
 def _pip_target(site: Path, image: str, platform: Platform, python: str, wheel_dirs: list[Path],
                 names: list[str], source_date: int, log: Path) -> None:
     """This host's pip resolves and installs for the image's platform and Python, offline;
-    no bytecode: pip would record this host's paths in it (see _compile)."""
+    no bytecode: pip would record this host's paths in it (see _compile). The host's pip
+    configuration (its files and PIP_* variables: find-links, constraints) has no part in
+    it: the venv is the lock's on any host."""
     links = [arg for folder in wheel_dirs for arg in ("--find-links", str(folder))]
-    done = run([sys.executable, "-m", "pip", "install", "--no-index", "--no-cache-dir",
-                "--disable-pip-version-check", "--only-binary=:all:", "--target", site,
+    done = run([sys.executable, "-m", "pip", "--isolated", "install", "--no-index",
+                "--no-cache-dir", "--disable-pip-version-check", "--only-binary=:all:",
+                "--target", site,
                 f"--python-version={python}", "--implementation=cp",
                 *(f"--platform={tag}" for tag in platform_tags(platform)),
                 "--no-compile", *links, *names],
                error=BakeError, what="pip", capture=True, check=False,
-               env={"SOURCE_DATE_EPOCH": str(source_date), "PYTHONHASHSEED": "0"})
+               env={"SOURCE_DATE_EPOCH": str(source_date), "PYTHONHASHSEED": "0",
+                    "PIP_CONFIG_FILE": os.devnull})  # --isolated leaves the global file
     if done.returncode != 0:
         tail = done.stderr.strip().splitlines()[-2:]
         raise BakeError(f"building {image} failed: installing its wheels for {platform} ended "

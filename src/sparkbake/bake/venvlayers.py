@@ -52,7 +52,9 @@ from sparkbake.wheelfile.contents import spelled_name
 
 __all__ = ["FORMAT_VENV", "VenvLayers", "VenvPackages", "make_layers", "runtime_key"]
 
-FORMAT_VENV = 3  # raise when venv.py, venvsplit.py or venvgroups.py put other files into a part
+# raise when venv.py, venvsplit.py or venvgroups.py put other files into a part (4: the
+# host's pip configuration no longer reaches the install)
+FORMAT_VENV = 4
 
 
 @dataclass(frozen=True)
