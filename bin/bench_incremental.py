@@ -51,6 +51,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None,
                         help="default: benchmarks/incremental-<tag>.json")
     args = parser.parse_args(argv)
+    if args.changes < 1:  # before the cold build, not after it
+        parser.error("--changes must be at least 1")
     work = args.work.resolve()
     shutil.rmtree(work, ignore_errors=True)
     project = _copy_project(args.config.resolve().parent, work / "project")

@@ -64,3 +64,12 @@ def test_the_sample_kept_is_the_median_build_image_time() -> None:
     assert bench_incremental.median_sample(samples[:2])["n"] == 1  # the lower of two
     with pytest.raises(SystemExit, match="at least 1"):
         bench_incremental.median_sample([])
+
+
+def test_no_changes_is_refused_before_anything_is_built(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        bench_incremental.main(["--changes", "0", "--work", str(tmp_path / "work")])
+    assert stopped.value.code == 2
+    assert "--changes must be at least 1" in capsys.readouterr().err
+    assert not (tmp_path / "work").exists()

@@ -164,11 +164,14 @@ def _kernels_layer(installed: venv.Installed, paths: tuple[str, ...], packages: 
         return _Made("kernels", kept, True, _upstream_what(packages, "kernels"))
     made = _upstream_layer("kernels", installed, paths, packages, cache, work, source_date,
                            workers)
+    if kernels is None:
+        return made
+    members_key = _members_key(kernels, installed.python, packages, source_date)
     site = venv.site_packages(installed.root / venv.VENV.lstrip("/"), installed.python)
-    if kernels is not None and wheelkernels.installed_exactly(kernels, site, paths,
-                                                              installed.root):
-        cache.put(wheelkernels.PART, _members_key(kernels, installed.python, packages,
-                                                  source_date), made.layer)
+    # checked once per key: the check hashes every library again
+    if cache.get(wheelkernels.PART, members_key) is None and wheelkernels.installed_exactly(
+            kernels, site, paths, installed.root):
+        cache.put(wheelkernels.PART, members_key, made.layer)
     return made
 
 
