@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -13,7 +12,7 @@ from sparkbake.config import versions as config_mod
 from sparkbake.config.model import Tag
 from sparkbake.config.settings import Settings
 from sparkbake.console import display, invocation
-from sparkbake.core.smoke_record import GPU_MODES
+from sparkbake.core.gpu_modes import GPU_MODES
 from sparkbake.core.stages import BUILD, Stage
 from sparkbake.errors import ConfigError, FatalError, UsageError, machine_error
 from sparkbake.housekeeping import cachetrim
@@ -304,8 +303,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         return _pipe_closed()
     except FatalError as exc:
-        if args is not None and args.debug:
-            traceback.print_exc()
+        _traceback_if_debug(args)
         print(f"sparkbake: error: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
@@ -314,12 +312,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:
         if (refused := machine_error(exc)) is None:
             return _internal(args, exc)
-        if args is not None and args.debug:
-            traceback.print_exc()
+        _traceback_if_debug(args)
         print(f"sparkbake: error: {refused}", file=sys.stderr)
         return refused.exit_code
     except Exception as exc:  # a bug rather than a user error: say so in two lines
         return _internal(args, exc)
+
+
+def _traceback_if_debug(args: argparse.Namespace | None) -> None:
+    if args is not None and args.debug:
+        import traceback  # here: only --debug needs it, and every command starts here
+
+        traceback.print_exc()
 
 
 def _internal(args: argparse.Namespace | None, exc: Exception) -> int:

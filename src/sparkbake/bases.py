@@ -19,7 +19,6 @@ from sparkbake.errors import ConfigError, EngineError
 from sparkbake.files import scratch_dir
 from sparkbake.hashing import data_hash
 from sparkbake.oci.docker_engine import Client, image_attrs, image_exists, load_image
-from sparkbake.oci.emulation import require_binfmt, require_engine_runs
 from sparkbake.planning import base_identity
 
 __all__ = ["BaseImage", "ensure", "local_ref"]
@@ -44,6 +43,8 @@ def ensure(client: Client, base: Base, platform: Platform, build_dir: Path,
            settings: Settings) -> BaseImage:
     """Make sure the base is in the engine for the platform; build (debootstrap) or pull it
     if not. Containers of it run emulated where the engine's host is another platform."""
+    from sparkbake.oci.emulation import require_engine_runs  # a no-op build needs none
+
     require_engine_runs(client, platform)
     if isinstance(base, ImageBase):
         if not image_exists(client, base.image):
@@ -88,6 +89,8 @@ def _debootstrap(client: Client, base: DebootstrapBase, ref: str, platform: Plat
     if platform.debian is None:
         raise ConfigError(f"base {base.name!r}: debootstrap has no architecture for "
                           f"{platform}", f"use one of {', '.join(map(str, PLATFORMS))}")
+    from sparkbake.oci.emulation import require_binfmt
+
     require_binfmt(platform)  # the second stage runs the platform's programs
     mirror = base.mirror or settings.debian_mirror
     if mirror is None:

@@ -23,6 +23,7 @@ from sparkbake.hashing import file_sha256
 from sparkbake.oci import docker_engine, engine_socket, local_registry
 from sparkbake.wheels import container_build
 from tests.conftest import Project, free_port
+from tests.startup import ONLY_WHEN_BUILDING
 
 pytestmark = pytest.mark.docker
 
@@ -163,13 +164,14 @@ def test_a_second_build_does_no_work_and_says_so(
 
 def test_a_no_op_build_starts_without_the_docker_sdk(built_fixture: Project) -> None:
     """Every stage cached and the image current in the local engine: the build asks the
-    engine over its socket, and its process imports neither the Docker SDK nor requests."""
+    engine over its socket, and its process imports neither the Docker SDK nor requests,
+    nor anything that only building needs."""
+    watched = {"docker", "requests", "paramiko", *ONLY_WHEN_BUILDING}
     code = ("import sys\n"
             "from sparkbake.__main__ import main\n"
             f"code = main(['--config', {str(built_fixture.config_path)!r}, '-q', "
             "'build-image', 'fixture'])\n"
-            "print(code, sorted({m.split('.')[0] for m in sys.modules} & "
-            "{'docker', 'requests', 'paramiko'}))\n")
+            f"print(code, sorted(set(sys.modules).intersection({sorted(watched)!r})))\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=False)
     assert done.stdout.split("\n")[-2] == "0 []", done.stdout + done.stderr

@@ -11,6 +11,7 @@ import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
+from socketserver import StreamRequestHandler
 
 import pytest
 
@@ -25,7 +26,7 @@ class _Engine(BaseHTTPRequestHandler):
     answer: tuple[int, bytes]
 
     def do_GET(self) -> None:
-        self.asked.append(self.path)
+        self.asked.append(f"{self.request_version} {self.path}")
         status, body = self.answer
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
@@ -77,7 +78,8 @@ def test_an_image_s_attributes_come_back_as_the_engine_sent_them(
         engine: tuple[Path, type[_Engine]]) -> None:
     path, handler = engine
     assert inspect_image(path, IMAGE) == ATTRS
-    assert handler.asked == [f"/images/{IMAGE}/json"]  # the name's / and : as written
+    # the name's / and : as written; HTTP/1.0, so the answer comes whole, never in chunks
+    assert handler.asked == [f"HTTP/1.0 /images/{IMAGE}/json"]
 
 
 def test_an_image_the_engine_does_not_have_is_none(engine: tuple[Path, type[_Engine]]) -> None:
@@ -99,3 +101,28 @@ def test_any_other_answer_is_an_os_error(engine: tuple[Path, type[_Engine]],
 def test_no_engine_on_the_socket_is_an_os_error(tmp_path: Path) -> None:
     with pytest.raises(OSError):
         inspect_image(tmp_path / "absent.sock", IMAGE)
+
+
+@pytest.mark.parametrize("answer", [
+    b"",  # closed at once
+    b"SSH-2.0-OpenSSH_9.2\r\n",  # not HTTP
+    b"HTTP/1.1 200 OK\r\nContent-Type: application/json",  # cut before the body
+    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n",
+])
+def test_an_answer_that_is_not_whole_http_is_an_os_error(tmp_path: Path, answer: bytes) -> None:
+    class Raw(StreamRequestHandler):
+        def handle(self) -> None:
+            while self.rfile.readline() not in (b"\r\n", b""):
+                pass
+            self.wfile.write(answer)
+
+    path = tmp_path / "docker.sock"
+    server = _UnixServer(str(path), Raw)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        with pytest.raises(OSError, match=str(path)):
+            inspect_image(path, IMAGE)
+    finally:
+        server.shutdown()
+        server.server_close()

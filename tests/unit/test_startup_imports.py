@@ -1,12 +1,15 @@
 """Starting the CLI loads no heavy third-party package a typical command does not use: each
-is imported where it is used (the Docker SDK alone takes ~0.2 s); and a build loads none of
-the other commands' modules."""
+is imported where it is used (the Docker SDK alone takes ~0.2 s); a build loads none of
+the other commands' modules, and none of those only building needs (a no-op build's own
+run imports none either: tests/integration/test_pipeline.py)."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+
+from tests.startup import ONLY_WHEN_BUILDING
 
 HEAVY = ("docker", "requests", "urllib3", "paramiko", "cryptography", "securesystemslib",
          "importlib.metadata")
@@ -35,4 +38,9 @@ def test_importing_the_cli_and_the_pipeline_loads_no_heavy_package() -> None:
 
 def test_the_cli_imports_the_build_s_modules_and_not_the_other_commands() -> None:
     loaded = _loaded(("sparkbake.__main__",), NOT_THE_BUILD)
+    assert not loaded, f"imported with the CLI: {', '.join(loaded)}"
+
+
+def test_the_cli_imports_nothing_that_only_building_needs() -> None:
+    loaded = _loaded(("sparkbake.__main__",), ONLY_WHEN_BUILDING)
     assert not loaded, f"imported with the CLI: {', '.join(loaded)}"

@@ -20,12 +20,9 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sparkbake import resources
-from sparkbake.attest import stored
-from sparkbake.bake import baselayers, venvlayers
-from sparkbake.bake.layercache import LayerCache
 from sparkbake.bases import BaseImage
 from sparkbake.config.settings import Settings
 from sparkbake.console import display
@@ -35,8 +32,7 @@ from sparkbake.core.stages import Stage
 from sparkbake.errors import BakeError
 from sparkbake.files import atomic_write, scratch_dir
 from sparkbake.hashing import data_hash
-from sparkbake.lock import requirements
-from sparkbake.oci import engine_socket, image_layout, layers
+from sparkbake.oci import engine_socket, image_layout
 from sparkbake.oci.docker_engine import (
     Client,
     build_image,
@@ -51,6 +47,10 @@ from sparkbake.patch.apply import PatchedTree
 from sparkbake.planning import Plan, upstream_pin
 from sparkbake.wheels.container_build import WheelSet
 from sparkbake.wheels.report import WheelsReport
+
+if TYPE_CHECKING:
+    from sparkbake.bake import baselayers, venvlayers
+    from sparkbake.oci import layers
 
 __all__ = ["WHEELS_LABEL", "Image", "current_in_local_engine", "find", "is_current", "labels",
            "make_image", "manifest", "wheels_content"]
@@ -76,6 +76,8 @@ def manifest(plan: Plan, base: BaseImage, wheels: WheelSet, patched: PatchedTree
              source_date: int, cuda_home: str | None = None) -> dict[str, Any]:
     """What went into the image, recorded inside it (how it was built, such as the job
     count, is host state: the wheels report and the release record keep that)."""
+    from sparkbake.lock import requirements
+
     tag, built = plan.tag, wheels.report
     return {
         "schema": 1, "tag": tag.name, "image": tag.image_ref, "inputs": plan.inputs,
@@ -204,6 +206,11 @@ def make_image(client: Client, plan: Plan, base: BaseImage, wheels: WheelSet,
     unless the engine has it from these inputs. The host's cache (settings) holds the base
     layers; runtime_wheels is the wheelhouse of the tag's runtime lock runtime_lock, if it
     has one."""
+    # the writers are imported here, not above: a no-op build (the image current) needs none
+    from sparkbake.attest import stored
+    from sparkbake.bake import baselayers, venvlayers
+    from sparkbake.bake.layercache import LayerCache
+
     content = wheels_content(wheels.report)
     if load and (current := _current(image_attrs_or_none(client, plan.tag.image_ref), plan,
                                      layout, content)) is not None:
@@ -278,6 +285,9 @@ def _venv_packages(plan: Plan, built: WheelSet, house: Path | None, lock: Path |
                    patched: PatchedTree) -> venvlayers.VenvPackages:
     """What goes into /opt/venv: the tag's wheels (and the runtime wheelhouse's, with what
     the tag asks for by name)."""
+    from sparkbake.bake import venvlayers
+    from sparkbake.lock import requirements
+
     asked = tuple(a.name for a in requirements.asked(plan.tag, patched.path)) if house else ()
     return venvlayers.VenvPackages(plan.tag.image_ref, plan.tag.platform, built.folder,
                                    tuple(_names(built)), house, lock, asked, plan.kernel_key,
@@ -286,6 +296,8 @@ def _venv_packages(plan: Plan, built: WheelSet, house: Path | None, lock: Path |
 
 def _files_layer(recorded: dict[str, Any], work: Path, source_date: int,
                  workers: int) -> layers.Layer:
+    from sparkbake.oci import layers
+
     text = json.dumps(recorded, indent=2, sort_keys=True) + "\n"
     files: dict[str, tuple[bytes | None, int]] = {
         "opt/sparkbake/manifest.json": (text.encode(), 0o644)}
@@ -299,6 +311,8 @@ def _files_layer(recorded: dict[str, Any], work: Path, source_date: int,
 def _write(layout: image_layout.Layout, plan: Plan, below: baselayers.Below,
            added: list[tuple[layers.Layer, str]], label_map: dict[str, str],
            source_date: int, jit: dict[str, Any] | None) -> Image:
+    from sparkbake.oci import layers
+
     runtime = _runtime()
     path = runtime["path"] + (f":{jit['path']}" if jit else "")
     env = plan.tag.env + tuple(sorted((jit or {}).get("env", {}).items()))

@@ -6,8 +6,6 @@ import re
 from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 
-from packaging.utils import parse_wheel_filename
-
 from sparkbake.config.platforms import Platform
 from sparkbake.config.yamlsource import did_you_mean
 from sparkbake.errors import ConfigError
@@ -103,6 +101,7 @@ class KernelSeed:
     @property
     def project(self) -> str:
         """The wheel's distribution, as the package index names its page."""
+        from packaging.utils import parse_wheel_filename
         return str(parse_wheel_filename(self.wheel)[0])
 
 

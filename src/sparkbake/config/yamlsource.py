@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import re
 from pathlib import Path
 from typing import Any
@@ -206,6 +205,7 @@ class Where:
 
 
 def did_you_mean(word: str, choices: Any) -> str:
+    import difflib
     close = difflib.get_close_matches(word, list(choices), n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
 

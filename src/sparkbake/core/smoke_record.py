@@ -5,20 +5,21 @@ from __future__ import annotations
 
 import json
 import time
-import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Literal, Self, get_args
+from typing import TYPE_CHECKING, Any, Literal, Self, get_args
+
+from sparkbake.core.gpu_modes import GPU_MODES, GpuMode
+
+if TYPE_CHECKING:
+    import xml.etree.ElementTree as ET
 
 __all__ = ["GPU_MODES", "STATUSES", "CheckFailed", "CheckResult", "CheckSkipped", "CheckStatus",
            "GpuMode", "SmokeReport", "counts", "failed_names", "junit_xml", "parse_checks",
            "timed"]
 
 CheckStatus = Literal["passed", "failed", "skipped"]
-# --gpu: the GPU checks where the engine has a GPU runtime, always (failing without), or never
-GpuMode = Literal["auto", "require", "skip"]
 STATUSES: tuple[CheckStatus, ...] = get_args(CheckStatus)
-GPU_MODES: tuple[GpuMode, ...] = get_args(GpuMode)
 
 
 class CheckFailed(Exception):
@@ -127,6 +128,7 @@ def counts(checks: Iterable[CheckResult]) -> dict[CheckStatus, int]:
 
 def junit_xml(report: SmokeReport) -> str:
     """JUnit XML of a smoke record: one testcase per check."""
+    import xml.etree.ElementTree as ET
     suite_name = f"sparkbake.smoke.{report.tag}"
     tests, found = str(len(report.checks)), counts(report.checks)
     total_time = f"{sum(c.seconds for c in report.checks):.3f}"
@@ -149,6 +151,7 @@ def junit_xml(report: SmokeReport) -> str:
 
 
 def _testcase(suite: ET.Element, classname: str, check: CheckResult) -> None:
+    import xml.etree.ElementTree as ET
     case = ET.SubElement(suite, "testcase", classname=classname, name=check.name,
                          time=f"{check.seconds:.3f}")
     if check.status == "failed":

@@ -8,12 +8,9 @@ import subprocess
 import tarfile
 import zipfile
 from collections.abc import Iterator
-from html.parser import HTMLParser
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urljoin, urlsplit
-
-from packaging.utils import canonicalize_name
 
 from sparkbake.config.settings import Settings
 from sparkbake.config.versions import DirUpstream, GitUpstream, PypiUpstream, Upstream
@@ -93,17 +90,19 @@ def _copied(folder: Path) -> Iterator[Path]:
 def _commit_time(folder: Path) -> int | None:
     """The commit time of folder's last change, if git tracks it unchanged; else None (also
     without git: the file times date it then)."""
-    def git(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(["git", "-C", str(folder), *args], capture_output=True,
-                              text=True, check=False)
+    def git(*args: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(["git", "-C", str(folder), *args], stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL, text=True)
     try:
-        changes = git("status", "--porcelain", "--", ".")
-        stamp = git("log", "-1", "--format=%ct", "--", ".")
+        # both at once: every build of a dir upstream asks, a no-op build included
+        with git("status", "--porcelain", "--", ".") as changes, \
+                git("log", "-1", "--format=%ct", "--", ".") as stamp:
+            changed, stamped = changes.communicate()[0], stamp.communicate()[0]
     except OSError:
         return None
-    if changes.returncode or stamp.returncode or changes.stdout or not stamp.stdout.strip():
+    if changes.returncode or stamp.returncode or changed or not stamped.strip():
         return None
-    return int(stamp.stdout)
+    return int(stamped)
 
 
 def _fetch_git(upstream: GitUpstream, dest: Path) -> None:
@@ -134,32 +133,38 @@ def source_date(upstream: Upstream, entry: Path) -> int:
     return int((entry / DATE_FILE).read_text())
 
 
-class _Links(HTMLParser):
-    """Collects href targets of a PEP 503 simple index page."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.hrefs: list[str] = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        href = dict(attrs).get("href")
-        if tag == "a" and href:
-            self.hrefs.append(href)
-
-
 def index_url_of(project: str, filenames: set[str], settings: Settings) -> str | None:
     """The URL of one of filenames on the project's page of the configured index (PEP 503)."""
+    from packaging.utils import canonicalize_name
     page = f"{settings.index_url}/{canonicalize_name(project)}/"
-    parser = _Links()
-    parser.feed(_get(page, settings, error=ConfigError).text)
-    for href in parser.hrefs:
+    for href in _hrefs(_get(page, settings, error=ConfigError).text):
         if Path(urlsplit(href).path).name in filenames:
             return urljoin(page, href)
     return None
 
 
+def _hrefs(page: str) -> list[str]:
+    """The href targets of a PEP 503 simple index page's links."""
+    from html.parser import HTMLParser  # here: only a fetch reads an index page
+
+    class Links(HTMLParser):
+        def __init__(self) -> None:
+            super().__init__()
+            self.hrefs: list[str] = []
+
+        def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+            href = dict(attrs).get("href")
+            if tag == "a" and href:
+                self.hrefs.append(href)
+
+    links = Links()
+    links.feed(page)
+    return links.hrefs
+
+
 def sdist_url(upstream: PypiUpstream, settings: Settings) -> str:
     """The sdist's URL on the configured index."""
+    from packaging.utils import canonicalize_name
     project = canonicalize_name(upstream.name)
     wanted = {f"{stem}-{upstream.version}.tar.gz"
               for stem in (upstream.name, upstream.name.replace("-", "_"), project)}

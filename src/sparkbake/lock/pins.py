@@ -15,9 +15,6 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import canonicalize_name
-
 from sparkbake import resources
 from sparkbake.config.platforms import PLATFORMS
 from sparkbake.config.settings import Settings
@@ -28,7 +25,6 @@ from sparkbake.console.tools import echo, run
 from sparkbake.errors import ConfigError, EngineError
 from sparkbake.files import atomic_write
 from sparkbake.hashing import file_sha256
-from sparkbake.lock import requirements
 
 __all__ = ["compile_requirements", "lock_path", "make_missing",
            "packages", "require_lock", "require_runtime_lock", "resolve", "runtime_lock_path"]
@@ -88,6 +84,9 @@ def runtime_lock_path(config: Config, tag: Tag) -> Path | None:
 def packages(lock: Path) -> dict[str, str]:
     """A lock's packages by canonical name, each as one line: its requirement
     (`name==version`) and its hashes, sorted."""
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import canonicalize_name
+
     found: dict[str, str] = {}
     for line in lock.read_text().replace("\\\n", " ").splitlines():
         wanted = line.split("--hash=", 1)[0].split(" #", 1)[0].strip()  # a comment after it
@@ -123,6 +122,8 @@ def require_runtime_lock(config: Config, tag: Tag, tree: Path) -> Path | None:
 def _runtime_origin(tag: Tag, tree: Path, wanted: str) -> tuple[str, str]:
     """The runtime lock's `# from:` line (the upstream's requirement file, and the tag's
     extras and pins where it has them), and the extras' and pins' requirement text."""
+    from sparkbake.lock import requirements
+
     digest = _sha(tree / wanted)  # first: a missing file is named as such
     added = requirements.input_text(tag, tree, wanted, tag.platform.machine)
     return f"# from: {wanted}={digest}{requirements.stamp(tag, added)}", added

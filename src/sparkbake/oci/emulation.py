@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import platform as host_machine
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +20,7 @@ BINFMT = Path("/proc/sys/fs/binfmt_misc")
 
 
 def host_platform() -> Platform:
-    return of_machine(host_machine.machine())
+    return of_machine(os.uname().machine)
 
 
 def engine_platform(client: Client) -> Platform:

@@ -4,7 +4,6 @@ of a second, most of a no-op build's time)."""
 
 from __future__ import annotations
 
-import http.client
 import json
 import socket
 from collections.abc import Mapping
@@ -16,6 +15,8 @@ __all__ = ["inspect_image", "local_socket"]
 
 DEFAULT_SOCKET = Path("/var/run/docker.sock")
 TIMEOUT = 10.0  # seconds: an inspect answers at once, or the engine is not well
+READ_SIZE = 65536
+OK, NOT_FOUND = 200, 404
 
 
 def local_socket(environ: Mapping[str, str]) -> Path | None:
@@ -29,39 +30,15 @@ def local_socket(environ: Mapping[str, str]) -> Path | None:
     return Path("/", host.removeprefix("unix://"))  # unix://var/run/x.sock is /var/run/x.sock
 
 
-class _UnixConnection(http.client.HTTPConnection):
-    def __init__(self, path: Path) -> None:
-        super().__init__("localhost", timeout=TIMEOUT)
-        self.path = path
-
-    def connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(self.timeout)
-        try:
-            sock.connect(str(self.path))
-        except OSError:
-            sock.close()
-            raise
-        self.sock = sock
-
-
 def inspect_image(path: Path, ref: str) -> dict[str, Any] | None:
     """The engine's attributes of the image ref (the API's image inspect, as
     `docker image inspect` prints them); None when it has no such image. OSError when no
     engine answers on path, or it answers something else."""
-    connection = _UnixConnection(path)
-    try:
-        connection.request("GET", f"/images/{quote(ref, safe='/:@')}/json")
-        response = connection.getresponse()
-        body = response.read()
-    except http.client.HTTPException as exc:
-        raise OSError(f"the engine on {path} answered no HTTP ({exc})") from exc
-    finally:
-        connection.close()
-    if response.status == http.client.NOT_FOUND:
+    status, body = _get(path, f"/images/{quote(ref, safe='/:@')}/json")
+    if status == NOT_FOUND:
         return None
-    if response.status != http.client.OK:
-        raise OSError(f"the engine on {path} answered {response.status} for {ref}")
+    if status != OK:
+        raise OSError(f"the engine on {path} answered {status} for {ref}")
     try:
         attrs = json.loads(body)
     except ValueError:
@@ -69,3 +46,23 @@ def inspect_image(path: Path, ref: str) -> dict[str, Any] | None:
     if not isinstance(attrs, dict):
         raise OSError(f"the engine on {path} answered no image for {ref}")
     return attrs
+
+
+def _get(path: Path, target: str) -> tuple[int, bytes]:
+    """One GET as HTTP/1.0, which the engine answers with the whole body and then closes:
+    no chunks and no keep-alive to handle, so no http.client to import."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(TIMEOUT)
+        sock.connect(str(path))
+        sock.sendall(f"GET {target} HTTP/1.0\r\nHost: localhost\r\n\r\n".encode("ascii"))
+        chunks = []
+        while chunk := sock.recv(READ_SIZE):
+            chunks.append(chunk)
+    head, blank, body = b"".join(chunks).partition(b"\r\n\r\n")
+    status_line, *headers = head.decode("latin-1").split("\r\n")
+    version, _, rest = status_line.partition(" ")
+    if not blank or not version.startswith("HTTP/1.") or not rest[:3].isdigit():
+        raise OSError(f"the engine on {path} answered no HTTP ({status_line[:80]!r})")
+    if any(h.lower().replace(" ", "") == "transfer-encoding:chunked" for h in headers):
+        raise OSError(f"the engine on {path} answered HTTP/1.0 in chunks")
+    return int(rest[:3]), body

@@ -27,7 +27,6 @@ from sparkbake import trust
 from sparkbake.config.platforms import Platform
 from sparkbake.console import display
 from sparkbake.files import atomic_write
-from sparkbake.oci.layers import MEDIA_TYPE as LAYER_TYPE
 
 __all__ = ["CONFIG_TYPE", "FORMAT", "INDEX_TYPE", "LAYER_TYPE", "MANIFEST_TYPE", "REF_NAME",
            "ConfigChange", "Descriptor", "Layout", "Manifest", "canonical", "docker_archive",
@@ -37,6 +36,7 @@ FORMAT = 3  # raise when the bake writes other bytes for the same inputs
 MANIFEST_TYPE = "application/vnd.oci.image.manifest.v1+json"
 CONFIG_TYPE = "application/vnd.oci.image.config.v1+json"
 INDEX_TYPE = "application/vnd.oci.image.index.v1+json"
+LAYER_TYPE = "application/vnd.oci.image.layer.v1.tar+gzip"  # what oci.layers writes
 REF_NAME = "org.opencontainers.image.ref.name"
 # the parts of a base's config that describe how its containers run (others are build state)
 RUNTIME_KEYS = ("User", "ExposedPorts", "Env", "Entrypoint", "Cmd", "Volumes", "WorkingDir",

@@ -21,11 +21,12 @@ from typing import IO, Any
 from sparkbake.errors import BakeError
 from sparkbake.oci import blockgzip
 from sparkbake.oci.blockgzip import BlockGzip
+from sparkbake.oci.image_layout import LAYER_TYPE
 
 __all__ = ["COMPRESSION", "MEDIA_TYPE", "Entry", "Layer", "compress", "entries", "from_archive",
            "from_files", "from_folder", "from_paths"]
 
-MEDIA_TYPE = "application/vnd.oci.image.layer.v1.tar+gzip"
+MEDIA_TYPE = LAYER_TYPE
 COMPRESSION = blockgzip.FORMAT  # the compressor, its level and block size: part of layer keys
 CHUNK = 1 << 20
 KINDS = {tarfile.REGTYPE: "file", tarfile.AREGTYPE: "file", tarfile.DIRTYPE: "dir",

@@ -11,7 +11,7 @@ import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sparkbake.config.versions import Upstream
 from sparkbake.console import display
@@ -21,9 +21,12 @@ from sparkbake.errors import ConfigError, PatchError, UsageError
 from sparkbake.fetch import remote_patches
 from sparkbake.files import atomic_dir
 from sparkbake.hashing import tree_hash
-from sparkbake.patch import gitapply, gitwork, parsed, syntax
-from sparkbake.patch.gitapply import Outcome
+from sparkbake.patch import parsed, syntax
 from sparkbake.planning import Plan, SeriesInfo, upstream_pin
+
+if TYPE_CHECKING:
+    from sparkbake.patch import gitapply, gitwork
+    from sparkbake.patch.gitapply import Outcome
 
 __all__ = ["Options", "PatchedTree", "apply", "check_safety", "describe_pin", "message"]
 
@@ -92,6 +95,8 @@ def _cached(plan: Plan, entry: Path, options: Options) -> PatchedTree:
 
 
 def _apply(plan: Plan, pristine: Path, entry: Path, options: Options) -> PatchedTree:
+    from sparkbake.patch import gitwork  # here: a no-op build applies nothing
+
     upstream = gitwork.upstream_repo(pristine, upstream_message(plan.tag.upstream))
     failed = entry.with_name(entry.name + ".failed")
     shutil.rmtree(failed, ignore_errors=True)
@@ -118,6 +123,7 @@ def _apply(plan: Plan, pristine: Path, entry: Path, options: Options) -> Patched
 
 def _apply_series(plan: Plan, series: SeriesInfo, repo: gitwork.Repo,
                   options: Options) -> dict[str, Any]:
+    from sparkbake.patch import gitapply
     records = []
     for name, sha in series.patches:
         patch = series.path(name)
@@ -219,6 +225,7 @@ def _upstream_error(plan: Plan, where: str) -> PatchError:
 
 def message(header: gitapply.Header, series: str, patch: str) -> str:
     """The commit message: the patch's subject and description, then sparkbake's trailers."""
+    from sparkbake.patch import gitapply
     body = f"\n\n{header.body}" if header.body else ""
     return f"{header.subject}{body}\n\n{gitapply.trailers(series, patch)}"
 
@@ -259,6 +266,7 @@ def _require_fetched(series: tuple[SeriesInfo, ...]) -> None:
 
 def checkout(entry: Path, dest: Path) -> None:
     """A git work tree of the patched tree at dest: upstream commit, then one per patch."""
+    from sparkbake.patch import gitwork
     dest.parent.mkdir(parents=True, exist_ok=True)
     repo = gitwork.work_tree(entry / "git", entry / "tree", dest)
     head = repo.out("log", "--oneline", "-1")

@@ -22,12 +22,12 @@ from sparkbake.core.folders import Folders
 from sparkbake.core.stages import Stage
 from sparkbake.fetch import remote_patches, thirdparty, upstream_tree
 from sparkbake.files import atomic_write
-from sparkbake.lock import pins, wheelhouse
+from sparkbake.lock import pins
 from sparkbake.oci.docker_engine import Client, connect
 from sparkbake.patch import apply
 from sparkbake.patch.apply import PatchedTree
 from sparkbake.planning import Plan
-from sparkbake.wheels import container_build, entrycheck, kernelseed
+from sparkbake.wheels import container_build, entrycheck
 from sparkbake.wheels.container_build import WheelSet
 
 __all__ = ["Build", "Outcome", "Source", "bake", "fetch", "fetched_plan", "patch",
@@ -136,6 +136,8 @@ def bake(build: Build, engine: Engine, source: Source, patched: PatchedTree,
         if build.load and (current := runtime_image.current_in_local_engine(
                 build.plan, build.layout, built, build.settings.environ)) is not None:
             return current
+        from sparkbake.lock import wheelhouse  # here, past the cached check: see _wheels
+
         client = engine.client()
         runtime_base = bases.ensure(client, tag.runtime, tag.platform, config.build_dir,
                                     build.settings)
@@ -248,6 +250,10 @@ def _wheels(build: Build, engine: Engine, source: Source, patched: PatchedTree) 
     entrycheck.drop_damaged(kernels, entrycheck.kernels_damage(kernels))
     if container_build.is_built(folder):  # cached wheels need no builder image, nor jobs
         return container_build.cached(plan.tag, folder)
+    # the modules of building are imported past the cached checks: a no-op build, which
+    # every command starts with, needs none of them (nox -s bench-noop)
+    from sparkbake.wheels import kernelseed
+
     if plan.tag.kernels:
         kernelseed.require_python_only(plan.tag, plan.kernel_patches)
         kernelseed.seed(plan.tag.kernels, kernels, settings)

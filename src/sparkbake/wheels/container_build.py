@@ -7,7 +7,7 @@ import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sparkbake import resources, trust
 from sparkbake.bases import BaseImage
@@ -17,16 +17,14 @@ from sparkbake.console import display
 from sparkbake.console.tools import echo, step
 from sparkbake.core.stages import Stage
 from sparkbake.errors import BuildError
-from sparkbake.fetch import download_attempts, thirdparty
+from sparkbake.fetch import thirdparty
 from sparkbake.files import atomic_dir, link_or_copy, read_json, scratch_dir
 from sparkbake.hashing import data_hash, file_sha256
-from sparkbake.oci import emulation
 from sparkbake.oci.docker_engine import Client, build_image, image_exists, run_container
 from sparkbake.patch.apply import PatchedTree
 from sparkbake.wheelfile import stamping
 from sparkbake.wheelfile.contents import spelled_name
-from sparkbake.wheels import compile_cache, entrycheck, overlay
-from sparkbake.wheels.compile_errors import failure_summary
+from sparkbake.wheels import entrycheck
 from sparkbake.wheels.report import (
     REPORT,
     CompileCacheUse,
@@ -39,6 +37,9 @@ from sparkbake.wheels.report import (
     read_report,
     write_report,
 )
+
+if TYPE_CHECKING:
+    from sparkbake.wheels import compile_cache, overlay
 
 __all__ = ["REPORT", "BuildRequest", "Jobs", "WheelSet", "build", "builder_image",
            "builder_ref", "check_sass", "compile_jobs", "loadable", "loadable_by"]
@@ -154,6 +155,9 @@ def build(client: Client, request: BuildRequest) -> WheelSet:
     tag, folder = request.tag, request.folder
     if is_built(folder):
         return cached(tag, folder)
+    from sparkbake.oci import emulation  # here, past the cached check: a no-op needs neither
+    from sparkbake.wheels import compile_cache
+
     reuse = reusable_kernels(request.kernels)
     how = f"reusing kernels {request.kernels.name[:12]}" if reuse else "compiling kernels"
     backend = compile_cache.reachable(compile_cache.choose(tag.cache, request.compile_cache))
@@ -236,6 +240,8 @@ def _stamp(built: dict[str, tuple[Kernel, ...]], out: Path,
 
 def _cache_report(backend: compile_cache.Backend, built: dict[str, Any]) -> CompileCacheUse:
     """The compile cache used and sccache's counts, printed and kept in wheels.json."""
+    from sparkbake.wheels import compile_cache
+
     used = built.get("sccache") or {}
     stats = compile_cache.summary(used.get("stats"))
     backend_text = used.get("backend") or backend.describe()
@@ -256,6 +262,8 @@ def _pristine_copy(built: dict[str, tuple[Kernel, ...]], out: Path,
     with_kernels = [file for file, kernels in built.items() if kernels]
     if not with_kernels or request.pristine is None:
         return None
+    from sparkbake.wheels import overlay
+
     (out / FOR_KERNELS).mkdir()
     return overlay.overlay(out / with_kernels[0], request.patched.path, request.pristine,
                            out / FOR_KERNELS, request.source_date)
@@ -290,6 +298,9 @@ def _build_failure(request: BuildRequest, exit_code: int, output: str) -> BuildE
             f"lower the job count: SPARKBAKE_MAX_JOBS={max(1, request.jobs.max_jobs // 2)} "
             "(or raise SPARKBAKE_GIB_PER_JOB)",
         )
+    from sparkbake.fetch import download_attempts
+    from sparkbake.wheels.compile_errors import failure_summary
+
     download = download_attempts.explain(output, request.third_party)
     if download is not None:
         what, remedy = download
