@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
 
 from sparkbake.config import versions as config_mod
 from sparkbake.config.model import Tag
@@ -507,5 +509,13 @@ def _series_command(config: config_mod.Config, args: argparse.Namespace) -> int:
     return commands.import_series(config, args.source, args.commits, args.series)
 
 
-if __name__ == "__main__":
+def run() -> NoReturn:
+    """The `sparkbake` program: main in a process of its own."""
+    # what the imports made lives as long as the process: no collection needs to look at it
+    # again, the one at exit included (a tenth of a no-op build's time, nox -s bench-noop)
+    gc.freeze()
     sys.exit(main())
+
+
+if __name__ == "__main__":
+    run()

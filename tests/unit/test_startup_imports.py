@@ -44,3 +44,15 @@ def test_the_cli_imports_the_build_s_modules_and_not_the_other_commands() -> Non
 def test_the_cli_imports_nothing_that_only_building_needs() -> None:
     loaded = _loaded(("sparkbake.__main__",), ONLY_WHEN_BUILDING)
     assert not loaded, f"imported with the CLI: {', '.join(loaded)}"
+
+
+def test_the_program_freezes_what_its_imports_made_before_its_command() -> None:
+    """`sparkbake` (run) leaves the objects of its start-up to no collection, the exit's
+    included; main alone, which tests and benchmarks call in their own process, does not."""
+    script = ("import gc, sparkbake.__main__ as cli\n"
+              "before = gc.get_freeze_count()\n"
+              "cli.main = lambda: print(before, gc.get_freeze_count() > 0) or 3\n"
+              "cli.run()\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env=os.environ.copy(), timeout=120, check=False)
+    assert (done.returncode, done.stdout) == (3, "0 True\n"), done.stderr
