@@ -70,6 +70,14 @@ def bench_cold(session: nox.Session) -> None:
     session.run("python", "bin/bench_cold.py", *session.posargs)
 
 
+@nox.session(name="bench-lock-change")
+def bench_lock_change(session: nox.Session) -> None:
+    """Build-image and publish before and after one runtime lock package moves; writes
+    benchmarks/lock-change-*."""
+    session.install(".")
+    session.run("python", "bin/bench_lock_change.py", *session.posargs)
+
+
 @nox.session(name="bench-noop")
 def bench_noop(session: nox.Session) -> None:
     """A no-op build-image of demo, as a process and in-process, and the CLI's import time;

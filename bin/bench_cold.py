@@ -33,7 +33,7 @@ from sparkbake.core.stages import Stage
 from sparkbake.oci import docker_engine, image_layout
 from sparkbake.pipeline import stage_commands
 
-__all__ = ["main"]
+__all__ = ["main", "project_copy"]
 
 STEP_DONE = re.compile(r"^<== (?P<name>.+): done in (?P<seconds>[\d.]+)s$", re.M)
 LAYER_STEP = "layer "  # venvlayers' step per layer written: "layer <its history line>"
@@ -51,11 +51,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None,
                         help="default: benchmarks/cold-<tag>.json")
     args = parser.parse_args(argv)
-    root = args.config.resolve().parent
-    work = args.work.resolve()
-    shutil.rmtree(work, ignore_errors=True)
-    project = _copy_project(root, work / "project")
-    loaded = dataclasses.replace(config_mod.load(project / "versions.yaml"), work=work)
+    root, work = args.config.resolve().parent, args.work.resolve()
+    loaded = project_copy(root, work)
     tag = loaded.tag(args.tag)
     # the base layers' cache: cold too
     settings = Settings.of_process().with_environ(SPARKBAKE_CACHE=str(work / "cache"))
@@ -79,6 +76,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(json.dumps({k: v for k, v in result.items() if k not in ("machine", "runs")},
                      indent=2))
     return 0
+
+
+def project_copy(root: Path, work: Path) -> config_mod.Config:
+    """A fresh copy of the project at root under work/project (its wheels/ beside it as
+    hard links), loaded with work as its work folder."""
+    shutil.rmtree(work, ignore_errors=True)
+    project = _copy_project(root, work / "project")
+    return dataclasses.replace(config_mod.load(project / "versions.yaml"), work=work)
 
 
 def _copy_project(root: Path, dest: Path) -> Path:

@@ -2,10 +2,15 @@
 checked, so that the bake installs offline (wheels/runtime/<lock hash>/). Before it is reused,
 each wheel is checked again against the lock's hashes (`trust`: by its stamp while it is as
 it was checked); a wheelhouse with a damaged wheel is removed, with a warning, and
-downloaded again."""
+downloaded again. A new lock's wheelhouse takes the wheels it shares with the others by
+content (their sha256, a hash the new lock allows) as hard links, and downloads the rest:
+moving one package of a lock downloads that package, not the whole lock again."""
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
 import re
 import shutil
 import sys
@@ -18,13 +23,14 @@ from sparkbake.console import display
 from sparkbake.console.tools import echo, run, step
 from sparkbake.core.folders import Folders
 from sparkbake.errors import BakeError
-from sparkbake.files import atomic_dir
+from sparkbake.files import atomic_dir, atomic_write
 from sparkbake.hashing import file_sha256
 
 __all__ = ["ensure", "platform_tags"]
 
 DONE = ".sparkbake-complete"
 STAMPS = ".verified"
+HASHES = ".sha256.json"  # {wheel: [its sha256, its stamp then]}: what other locks may take
 HASH = re.compile(r"--hash=sha256:([0-9a-f]{64})")
 MANYLINUX_MAX = 39  # glibc 2.39 (Ubuntu 24.04); the lock's hashes decide the file anyway
 
@@ -36,10 +42,14 @@ def platform_tags(platform: Platform) -> list[str]:
             f"manylinux2014_{arch}", f"linux_{arch}"]
 
 
+def _allowed(lock: Path) -> frozenset[str]:
+    return frozenset(HASH.findall(lock.read_text()))
+
+
 def _intact(folder: Path, lock: Path) -> bool:
     """Is every wheel of the wheelhouse one the lock allows? A damaged one takes the whole
     wheelhouse with it (removed, with a warning)."""
-    allowed = frozenset(HASH.findall(lock.read_text()))
+    allowed = _allowed(lock)
     bad = [wheel.name for wheel in sorted(folder.glob("*.whl"))
            if not trust.verified(wheel, allowed, folder / STAMPS / wheel.name)]
     if bad:
@@ -57,7 +67,10 @@ def ensure(lock: Path, tag: Tag, layout: Folders) -> Path:
     python = tag.runtime.python or ""
     flags = [f"--platform={p}" for p in platform_tags(tag.platform)]
     with step(f"wheelhouse for {lock.name}"), atomic_dir(folder) as tmp:
-        # pip download: the host's pip configuration (index, CA, proxies) applies as is
+        if taken := _take_known(layout.runtime_wheelhouses, _allowed(lock), tmp):
+            echo(f"wheelhouse: {taken} wheel(s) of {lock.name} taken from other wheelhouses")
+        # pip download: the host's pip configuration (index, CA, proxies) applies as is; it
+        # checks the hashes of the wheels taken and downloads only the others
         run([sys.executable, "-m", "pip", "download", "--quiet", "--require-hashes",
              "--no-deps", "--only-binary=:all:", f"--python-version={python}",
              "--implementation=cp", *flags, "--dest", tmp, "-r", lock], error=BakeError,
@@ -65,3 +78,38 @@ def ensure(lock: Path, tag: Tag, layout: Folders) -> Path:
                  "from the lock)")
         (tmp / DONE).write_text(f"{lock}\n")
     return folder
+
+
+def _take_known(houses: Path, allowed: frozenset[str], dest: Path) -> int:
+    """Hard-link into dest each wheel of the other complete wheelhouses whose sha256 is one
+    allowed lists, and say it is checked; how many. One that cannot be linked is left to
+    pip to download."""
+    taken: set[str] = set()
+    for other in sorted(folder for folder in houses.iterdir() if (folder / DONE).is_file()):
+        for name, sha256 in _hashes(other).items():
+            if sha256 in allowed and name not in taken:
+                with contextlib.suppress(OSError):
+                    os.link(other / name, dest / name)
+                    trust.remember(dest / name, dest / STAMPS / name)
+                    taken.add(name)
+    return len(taken)
+
+
+def _hashes(folder: Path) -> dict[str, str]:
+    """Each wheel's sha256 in folder: from its record while the wheel has the stamp it had
+    when it was hashed, else hashed now (and the record written again, where it can be)."""
+    kept = trust.record_or_drop(folder / HASHES, what="a wheelhouse's hashes") or {}
+    found: dict[str, str] = {}
+    record: dict[str, list[str]] = {}
+    for wheel in sorted(folder.glob("*.whl")):
+        stamp = trust.Stamp.of(wheel).text().strip()
+        match kept.get(wheel.name):
+            case [str(sha256), str(then)] if then == stamp:
+                found[wheel.name] = sha256
+            case _:
+                found[wheel.name] = file_sha256(wheel)
+        record[wheel.name] = [found[wheel.name], stamp]
+    if record != kept:
+        with contextlib.suppress(OSError):
+            atomic_write(folder / HASHES, json.dumps(record, indent=1, sort_keys=True) + "\n")
+    return found
