@@ -33,6 +33,8 @@ from sparkbake.oci import local_registry
 
 __all__ = ["main", "moved_lock"]
 
+WHEELHOUSE_STEP = "wheelhouse for "  # lock/wheelhouse's step: "wheelhouse for <lock>"
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python bin/bench_lock_change.py",
@@ -74,6 +76,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "layers_kept": _kept(before["layers"], after["layers"]),
         "runtime_bytes": runtime_bytes,
         "sent_share_of_runtime": round(after["publish"]["bytes_sent"] / runtime_bytes, 4),
+        "after_wheelhouse_s": next((seconds for step, seconds in steps.items()
+                                    if step.startswith(WHEELHOUSE_STEP)), None),
         "after_bake_steps_s": {step: seconds for step, seconds in steps.items()
                                if not step.startswith(LAYER_STEP)},
         "machine": _machine(),

@@ -14,7 +14,7 @@ from typing import ClassVar
 
 import pytest
 
-from sparkbake.config import versions
+from sparkbake.config import platforms, versions
 from sparkbake.config.versions import Tag
 from sparkbake.core.folders import Folders
 from sparkbake.lock import wheelhouse
@@ -63,6 +63,7 @@ class _Index(http.server.BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         parts = self.path.strip("/").split("/")
         if parts[:1] == ["simple"] and len(parts) == 2:
+            self.sent.append(f"page {parts[1]}")
             links = "".join(f'<a href="/files/{f}#sha256={sha(WHEELS[f])}">{f}</a>\n'
                             for f in WHEELS if f.split("-")[0] == parts[1])
             self._send(f"<html><body>\n{links}</body></html>\n".encode(), "text/html")
@@ -114,11 +115,13 @@ def test_a_moved_package_is_all_a_new_lock_downloads(
         tmp_path: Path, tag: Tag, index: list[str]) -> None:
     first = wheelhouse_of(tmp_path, tag, "one.txt", {"alpha": "alpha-1.0-py3-none-any.whl",
                                                      "beta": "beta-1.0-py3-none-any.whl"})
-    assert sorted(index) == ["alpha-1.0-py3-none-any.whl", "beta-1.0-py3-none-any.whl"]
+    assert sorted(index) == ["alpha-1.0-py3-none-any.whl", "beta-1.0-py3-none-any.whl",
+                             "page alpha", "page beta"]
     index.clear()
     second = wheelhouse_of(tmp_path, tag, "two.txt", {"alpha": "alpha-1.0-py3-none-any.whl",
                                                       "beta": "beta-2.0-py3-none-any.whl"})
-    assert index == ["beta-2.0-py3-none-any.whl"]  # alpha 1.0 came from the first wheelhouse
+    # alpha 1.0 came from the first wheelhouse: pip did not even ask for its page
+    assert index == ["page beta", "beta-2.0-py3-none-any.whl"]
     assert second != first
     assert sorted(p.name for p in second.glob("*.whl")) == [
         "alpha-1.0-py3-none-any.whl", "beta-2.0-py3-none-any.whl"]
@@ -137,7 +140,8 @@ def test_a_damaged_wheel_of_another_wheelhouse_is_downloaded_instead(
     index.clear()
     second = wheelhouse_of(tmp_path, tag, "two.txt", {"alpha": "alpha-1.0-py3-none-any.whl",
                                                       "beta": "beta-1.0-py3-none-any.whl"})
-    assert sorted(index) == ["alpha-1.0-py3-none-any.whl", "beta-1.0-py3-none-any.whl"]
+    assert sorted(index) == ["alpha-1.0-py3-none-any.whl", "beta-1.0-py3-none-any.whl",
+                             "page alpha", "page beta"]
     assert (second / ALPHA).read_bytes() == WHEELS[ALPHA]
 
 
@@ -155,3 +159,34 @@ def test_each_wheel_is_hashed_once_while_it_keeps_its_stamp(tmp_path: Path) -> N
     assert wheelhouse._hashes(house) == {"alpha-1.0-py3-none-any.whl": sha(b"alpha 1.0 again")}
     (house / wheelhouse.HASHES).write_text("{not json")  # damaged: dropped, hashed again
     assert wheelhouse._hashes(house) == {"alpha-1.0-py3-none-any.whl": sha(b"alpha 1.0 again")}
+
+
+@pytest.mark.parametrize(("wheel", "fits"), [
+    ("x-1.0-py3-none-any.whl", True),
+    ("x-1.0-cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64.whl", True),
+    ("x-1.0-cp38-abi3-manylinux_2_28_x86_64.whl", True),
+    ("x-1.0-cp311-cp311-manylinux_2_17_aarch64.whl", False),  # another platform's
+    ("x-1.0-cp312-cp312-manylinux_2_17_x86_64.whl", False),  # another Python's
+    ("x-1.0-cp311-cp311-macosx_11_0_arm64.whl", False),
+])
+def test_a_wheel_is_taken_only_where_it_installs_on_the_image(wheel: str, fits: bool) -> None:
+    """By its tags against the image's Python and platform (linux/amd64 here), whatever
+    this host is: another lock's wheelhouse may be another platform's."""
+    assert wheelhouse._fits("3.11", platforms.parse("linux/amd64"))(wheel) is fits
+
+
+def test_what_pip_must_still_download_is_the_lock_but_the_projects_taken(
+        tmp_path: Path) -> None:
+    lock = tmp_path / "lock.txt"
+    lock.write_text("# header\n"
+                    f"alpha==1.0 \\\n    --hash=sha256:{'a' * 64}\n"
+                    f"beta==2.0 \\\n    --hash=sha256:{'b' * 64}\n"
+                    f"gamma==1.0 ; python_version < '3.12' \\\n    --hash=sha256:{'c' * 64}\n"
+                    f"gamma==2.0 ; python_version >= '3.12' \\\n    --hash=sha256:{'d' * 64}\n")
+    taken = {"alpha-1.0-py3-none-any.whl", "beta-1.0-py3-none-any.whl",  # not the pinned 2.0
+             "gamma-1.0-py3-none-any.whl"}  # gamma has two lines: pip chooses
+    assert wheelhouse._still_wanted(lock, taken) == (
+        "# header\n"
+        f"beta==2.0      --hash=sha256:{'b' * 64}\n"
+        f"gamma==1.0 ; python_version < '3.12'      --hash=sha256:{'c' * 64}\n"
+        f"gamma==2.0 ; python_version >= '3.12'      --hash=sha256:{'d' * 64}\n")

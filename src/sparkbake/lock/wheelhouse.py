@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from sparkbake import trust
@@ -67,32 +68,76 @@ def ensure(lock: Path, tag: Tag, layout: Folders) -> Path:
     python = tag.runtime.python or ""
     flags = [f"--platform={p}" for p in platform_tags(tag.platform)]
     with step(f"wheelhouse for {lock.name}"), atomic_dir(folder) as tmp:
-        if taken := _take_known(layout.runtime_wheelhouses, _allowed(lock), tmp):
-            echo(f"wheelhouse: {taken} wheel(s) of {lock.name} taken from other wheelhouses")
-        # pip download: the host's pip configuration (index, CA, proxies) applies as is; it
-        # checks the hashes of the wheels taken and downloads only the others
+        fits = _fits(python, tag.platform)
+        taken = _take_known(layout.runtime_wheelhouses, _allowed(lock), tmp, fits)
+        wanted = tmp / ".requirements.txt"  # the lock but the projects taken whole
+        wanted.write_text(_still_wanted(lock, taken))
+        if taken:
+            echo(f"wheelhouse: {len(taken)} wheel(s) of {lock.name} taken from other "
+                 "wheelhouses")
+        # pip download: the host's pip configuration (index, CA, proxies) applies as is
         run([sys.executable, "-m", "pip", "download", "--quiet", "--require-hashes",
              "--no-deps", "--only-binary=:all:", f"--python-version={python}",
-             "--implementation=cp", *flags, "--dest", tmp, "-r", lock], error=BakeError,
+             "--implementation=cp", *flags, "--dest", tmp, "-r", wanted], error=BakeError,
             what=f"downloading the wheels of {lock} (a hash mismatch means a download differs "
                  "from the lock)")
+        wanted.unlink()
         (tmp / DONE).write_text(f"{lock}\n")
     return folder
 
 
-def _take_known(houses: Path, allowed: frozenset[str], dest: Path) -> int:
-    """Hard-link into dest each wheel of the other complete wheelhouses whose sha256 is one
-    allowed lists, and say it is checked; how many. One that cannot be linked is left to
-    pip to download."""
+def _take_known(houses: Path, allowed: frozenset[str], dest: Path,
+                fits: Callable[[str], bool]) -> set[str]:
+    """Hard-link into dest each wheel of the other complete wheelhouses that fits the image
+    and whose sha256 is one allowed lists, and say it is checked; their names. One that
+    cannot be linked is left to pip to download."""
     taken: set[str] = set()
     for other in sorted(folder for folder in houses.iterdir() if (folder / DONE).is_file()):
         for name, sha256 in _hashes(other).items():
-            if sha256 in allowed and name not in taken:
+            if sha256 in allowed and name not in taken and fits(name):
                 with contextlib.suppress(OSError):
                     os.link(other / name, dest / name)
                     trust.remember(dest / name, dest / STAMPS / name)
                     taken.add(name)
-    return len(taken)
+    return taken
+
+
+def _fits(python: str, platform: Platform) -> Callable[[str], bool]:
+    """Whether a wheel, by its file name, installs on the image's Python and platform (its
+    own tags, not this host's)."""
+    from packaging import tags
+    from packaging.utils import parse_wheel_filename
+
+    version = tuple(int(part) for part in python.split(".")[:2])
+    platforms = platform_tags(platform)
+    supported = {*tags.cpython_tags(version, platforms=platforms),
+                 *tags.compatible_tags(version, f"cp{''.join(map(str, version))}", platforms)}
+    return lambda name: not parse_wheel_filename(name)[3].isdisjoint(supported)
+
+
+def _still_wanted(lock: Path, taken: set[str]) -> str:
+    """The lock's requirements, continued lines joined, but those of a project that has one
+    line in it and a wheel taken of the version it pins: what pip must still download."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name, parse_wheel_filename
+    from packaging.version import Version
+
+    have = set()
+    for name in taken:
+        project, version, _, _ = parse_wheel_filename(name)
+        have.add((str(project), str(version)))
+    lines = lock.read_text().replace("\\\n", " ").splitlines()
+    pinned: dict[str, list[tuple[str, str]]] = {}
+    for line in lines:
+        wanted = line.split("--hash=", 1)[0].split(" #", 1)[0].strip()
+        if wanted and not wanted.startswith(("#", "-")):
+            requirement = Requirement(wanted)
+            pin = next((str(Version(s.version)) for s in requirement.specifier
+                        if s.operator == "=="), "")
+            pinned.setdefault(str(canonicalize_name(requirement.name)), []).append((line, pin))
+    covered = {line for project, found in pinned.items() if len(found) == 1
+               for line, pin in found if (project, pin) in have}
+    return "".join(f"{line}\n" for line in lines if line not in covered)
 
 
 def _hashes(folder: Path) -> dict[str, str]:
