@@ -190,3 +190,15 @@ def test_what_pip_must_still_download_is_the_lock_but_the_projects_taken(
         f"beta==2.0      --hash=sha256:{'b' * 64}\n"
         f"gamma==1.0 ; python_version < '3.12'      --hash=sha256:{'c' * 64}\n"
         f"gamma==2.0 ; python_version >= '3.12'      --hash=sha256:{'d' * 64}\n")
+
+
+def test_a_lock_whose_every_wheel_is_taken_downloads_nothing(
+        tmp_path: Path, tag: Tag, index: list[str]) -> None:
+    """A package dropped from the lock: the rest is all in the first wheelhouse."""
+    wheelhouse_of(tmp_path, tag, "one.txt", {"alpha": ALPHA,
+                                             "beta": "beta-1.0-py3-none-any.whl"})
+    index.clear()
+    second = wheelhouse_of(tmp_path, tag, "two.txt", {"alpha": ALPHA})
+    assert index == []
+    assert [p.name for p in second.glob("*.whl")] == [ALPHA]
+    assert (second / wheelhouse.DONE).is_file() and not (second / ".requirements.txt").exists()

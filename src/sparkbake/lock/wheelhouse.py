@@ -70,18 +70,19 @@ def ensure(lock: Path, tag: Tag, layout: Folders) -> Path:
     with step(f"wheelhouse for {lock.name}"), atomic_dir(folder) as tmp:
         fits = _fits(python, tag.platform)
         taken = _take_known(layout.runtime_wheelhouses, _allowed(lock), tmp, fits)
-        wanted = tmp / ".requirements.txt"  # the lock but the projects taken whole
-        wanted.write_text(_still_wanted(lock, taken))
+        wanted = lock
         if taken:
             echo(f"wheelhouse: {len(taken)} wheel(s) of {lock.name} taken from other "
                  "wheelhouses")
+            wanted = tmp / ".requirements.txt"  # the lock but the projects taken whole
+            wanted.write_text(_still_wanted(lock, taken))
         # pip download: the host's pip configuration (index, CA, proxies) applies as is
         run([sys.executable, "-m", "pip", "download", "--quiet", "--require-hashes",
              "--no-deps", "--only-binary=:all:", f"--python-version={python}",
              "--implementation=cp", *flags, "--dest", tmp, "-r", wanted], error=BakeError,
             what=f"downloading the wheels of {lock} (a hash mismatch means a download differs "
                  "from the lock)")
-        wanted.unlink()
+        (tmp / ".requirements.txt").unlink(missing_ok=True)
         (tmp / DONE).write_text(f"{lock}\n")
     return folder
 
