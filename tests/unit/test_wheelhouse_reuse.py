@@ -14,12 +14,12 @@ from typing import ClassVar
 
 import pytest
 
-from sparkbake.config import platforms, versions
+from sparkbake.config import versions
 from sparkbake.config.versions import Tag
 from sparkbake.core.folders import Folders
 from sparkbake.lock import wheelhouse
 from sparkbake.wheelfile import contents
-from tests.conftest import DEBIAN_BASE_WITH_PYTHON, versions_yaml
+from tests.conftest import DEBIAN_BASE, DEBIAN_BASE_WITH_PYTHON, versions_yaml
 from tests.localserver import serving
 
 SOURCE_DATE = 1735689600
@@ -161,18 +161,33 @@ def test_each_wheel_is_hashed_once_while_it_keeps_its_stamp(tmp_path: Path) -> N
     assert wheelhouse._hashes(house) == {"alpha-1.0-py3-none-any.whl": sha(b"alpha 1.0 again")}
 
 
-@pytest.mark.parametrize(("wheel", "fits"), [
-    ("x-1.0-py3-none-any.whl", True),
-    ("x-1.0-cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64.whl", True),
-    ("x-1.0-cp38-abi3-manylinux_2_28_x86_64.whl", True),
-    ("x-1.0-cp311-cp311-manylinux_2_17_aarch64.whl", False),  # another platform's
-    ("x-1.0-cp312-cp312-manylinux_2_17_x86_64.whl", False),  # another Python's
-    ("x-1.0-cp311-cp311-macosx_11_0_arm64.whl", False),
+def tag_for(folder: Path, python: str, platform: str) -> Tag:
+    folder.mkdir(parents=True, exist_ok=True)
+    config = folder / "versions.yaml"
+    config.write_text(versions_yaml(tags="  t:\n    upstream: tree\n    series: []\n",
+                                    bases=DEBIAN_BASE + f'    python: "{python}"\n',
+                                    platform=platform))
+    return versions.load(config).tag("t")
+
+
+@pytest.mark.parametrize(("python", "platform", "older"), [
+    ("3.12", "linux/amd64", False),  # another Python's: pip may have chosen other files
+    ("3.11", "linux/arm64", False),  # another platform's
+    ("3.11", "linux/amd64", True),  # the same, but made before the target was written down
 ])
-def test_a_wheel_is_taken_only_where_it_installs_on_the_image(wheel: str, fits: bool) -> None:
-    """By its tags against the image's Python and platform (linux/amd64 here), whatever
-    this host is: another lock's wheelhouse may be another platform's."""
-    assert wheelhouse._fits("3.11", platforms.parse("linux/amd64"))(wheel) is fits
+def test_a_wheelhouse_made_for_another_target_is_not_taken_from(
+        tmp_path: Path, tag: Tag, index: list[str], python: str, platform: str,
+        older: bool) -> None:
+    """Only a wheelhouse pip filled for the same Python and platform holds the files pip
+    would choose now: anything else could make the image depend on what was cached."""
+    first = wheelhouse_of(tmp_path, tag_for(tmp_path / "other", python, platform), "one.txt",
+                          {"alpha": ALPHA})
+    if older:
+        (first / wheelhouse.DONE).write_text("one.txt\n")
+    index.clear()
+    wheelhouse_of(tmp_path, tag, "two.txt", {"alpha": ALPHA,
+                                             "beta": "beta-1.0-py3-none-any.whl"})
+    assert sorted(index) == [ALPHA, "beta-1.0-py3-none-any.whl", "page alpha", "page beta"]
 
 
 def test_what_pip_must_still_download_is_the_lock_but_the_projects_taken(
@@ -202,3 +217,15 @@ def test_a_lock_whose_every_wheel_is_taken_downloads_nothing(
     assert index == []
     assert [p.name for p in second.glob("*.whl")] == [ALPHA]
     assert (second / wheelhouse.DONE).is_file() and not (second / ".requirements.txt").exists()
+
+
+def test_a_wheelhouse_from_before_targets_gets_its_own_when_its_lock_is_used(
+        tmp_path: Path, tag: Tag, index: list[str]) -> None:
+    first = wheelhouse_of(tmp_path, tag, "one.txt", {"alpha": ALPHA})
+    (first / wheelhouse.DONE).write_text("one.txt\n")  # as one made before
+    assert wheelhouse_of(tmp_path, tag, "one.txt", {"alpha": ALPHA}) == first  # cached
+    assert wheelhouse._made_for(first) == "python 3.11 linux/amd64"
+    index.clear()
+    wheelhouse_of(tmp_path, tag, "two.txt", {"alpha": ALPHA,
+                                             "beta": "beta-1.0-py3-none-any.whl"})
+    assert sorted(index) == ["beta-1.0-py3-none-any.whl", "page beta"]

@@ -14,7 +14,6 @@ import os
 import re
 import shutil
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 from sparkbake import trust
@@ -29,7 +28,7 @@ from sparkbake.hashing import file_sha256
 
 __all__ = ["ensure", "platform_tags"]
 
-DONE = ".sparkbake-complete"
+DONE = ".sparkbake-complete"  # its lock's path, then the image's Python and platform
 STAMPS = ".verified"
 HASHES = ".sha256.json"  # {wheel: [its sha256, its stamp then]}: what other locks may take
 HASH = re.compile(r"--hash=sha256:([0-9a-f]{64})")
@@ -62,14 +61,19 @@ def _intact(folder: Path, lock: Path) -> bool:
 def ensure(lock: Path, tag: Tag, layout: Folders) -> Path:
     """wheels/runtime/<lock hash>: the lock's wheels for the tag's runtime Python and platform."""
     folder = layout.runtime_wheelhouses / file_sha256(lock)[:16]
+    python = tag.runtime.python or ""
+    target = f"python {python} {tag.platform}"
     if (folder / DONE).is_file() and _intact(folder, lock):
         echo(f"wheelhouse: {lock.name} cached at wheels/runtime/{folder.name}")
+        if _made_for(folder) is None:
+            # made before targets were written down; a lock is one base's and one platform's,
+            # so this wheelhouse was made for this target (a file replaced, not a link written)
+            with contextlib.suppress(OSError):
+                atomic_write(folder / DONE, f"{lock}\n{target}\n")
         return folder
-    python = tag.runtime.python or ""
     flags = [f"--platform={p}" for p in platform_tags(tag.platform)]
     with step(f"wheelhouse for {lock.name}"), atomic_dir(folder) as tmp:
-        fits = _fits(python, tag.platform)
-        taken = _take_known(layout.runtime_wheelhouses, _allowed(lock), tmp, fits)
+        taken = _take_known(layout.runtime_wheelhouses, _allowed(lock), tmp, target)
         wanted = lock
         if taken:
             echo(f"wheelhouse: {len(taken)} wheel(s) of {lock.name} taken from other "
@@ -83,19 +87,19 @@ def ensure(lock: Path, tag: Tag, layout: Folders) -> Path:
             what=f"downloading the wheels of {lock} (a hash mismatch means a download differs "
                  "from the lock)")
         (tmp / ".requirements.txt").unlink(missing_ok=True)
-        (tmp / DONE).write_text(f"{lock}\n")
+        (tmp / DONE).write_text(f"{lock}\n{target}\n")
     return folder
 
 
-def _take_known(houses: Path, allowed: frozenset[str], dest: Path,
-                fits: Callable[[str], bool]) -> set[str]:
-    """Hard-link into dest each wheel of the other complete wheelhouses that fits the image
-    and whose sha256 is one allowed lists, and say it is checked; their names. One that
-    cannot be linked is left to pip to download."""
+def _take_known(houses: Path, allowed: frozenset[str], dest: Path, target: str) -> set[str]:
+    """Hard-link into dest each wheel whose sha256 is one allowed lists, of the complete
+    wheelhouses made for the same target (Python and platform: pip chose those wheels as it
+    would choose now, so the wheelhouse is the one a clean download makes), and say it is
+    checked; their names. One that cannot be linked is left to pip to download."""
     taken: set[str] = set()
-    for other in sorted(folder for folder in houses.iterdir() if (folder / DONE).is_file()):
+    for other in sorted(folder for folder in houses.iterdir() if _made_for(folder) == target):
         for name, sha256 in _hashes(other).items():
-            if sha256 in allowed and name not in taken and fits(name):
+            if sha256 in allowed and name not in taken:
                 with contextlib.suppress(OSError):
                     os.link(other / name, dest / name)
                     trust.remember(dest / name, dest / STAMPS / name)
@@ -103,17 +107,14 @@ def _take_known(houses: Path, allowed: frozenset[str], dest: Path,
     return taken
 
 
-def _fits(python: str, platform: Platform) -> Callable[[str], bool]:
-    """Whether a wheel, by its file name, installs on the image's Python and platform (its
-    own tags, not this host's)."""
-    from packaging import tags
-    from packaging.utils import parse_wheel_filename
-
-    version = tuple(int(part) for part in python.split(".")[:2])
-    platforms = platform_tags(platform)
-    supported = {*tags.cpython_tags(version, platforms=platforms),
-                 *tags.compatible_tags(version, f"cp{''.join(map(str, version))}", platforms)}
-    return lambda name: not parse_wheel_filename(name)[3].isdisjoint(supported)
+def _made_for(folder: Path) -> str | None:
+    """The target a complete wheelhouse was made for; None for one without it (made before
+    it was written down: it is not taken from)."""
+    try:
+        lines = (folder / DONE).read_text().splitlines()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return lines[1] if len(lines) > 1 else None
 
 
 def _still_wanted(lock: Path, taken: set[str]) -> str:
