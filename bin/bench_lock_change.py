@@ -60,8 +60,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     local_registry.start(loaded, args.port)
     try:
         before = _build_and_publish(loaded, tag, args.port)
-        wheel = _wheel_of(name, version, tag)
-        old = moved_lock(lock, name, version, file_sha256(wheel))
+        old = moved_lock(lock, name, version, _wheel_sha256(name, version, tag))
         after = _build_and_publish(loaded, tag, args.port)
     finally:
         local_registry.stop(loaded)
@@ -103,18 +102,19 @@ def moved_lock(lock: Path, name: str, version: str, sha256: str) -> str:
     return found.group(1)
 
 
-def _wheel_of(name: str, version: str, tag: config_mod.Tag) -> Path:
-    """name==version's wheel for the tag's runtime, from the configured package index."""
-    scratch = Path(tempfile.mkdtemp(prefix="bench-lock-change."))
+def _wheel_sha256(name: str, version: str, tag: config_mod.Tag) -> str:
+    """The sha256 of name==version's wheel for the tag's runtime, downloaded from the
+    configured package index into a scratch folder."""
     platforms = [f"--platform={p}" for p in wheelhouse.platform_tags(tag.platform)]
-    subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
-                    "--only-binary=:all:", f"--python-version={tag.runtime.python or ''}",
-                    "--implementation=cp", *platforms, "--dest", str(scratch),
-                    f"{name}=={version}"], check=True)
-    wheels = sorted(scratch.glob("*.whl"))
-    if len(wheels) != 1:
-        raise SystemExit(f"bench-lock-change: {name}=={version}: {len(wheels)} wheels")
-    return wheels[0]
+    with tempfile.TemporaryDirectory(prefix="bench-lock-change.") as scratch:
+        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
+                        "--only-binary=:all:", f"--python-version={tag.runtime.python or ''}",
+                        "--implementation=cp", *platforms, "--dest", scratch,
+                        f"{name}=={version}"], check=True)
+        wheels = sorted(Path(scratch).glob("*.whl"))
+        if len(wheels) != 1:
+            raise SystemExit(f"bench-lock-change: {name}=={version}: {len(wheels)} wheels")
+        return file_sha256(wheels[0])
 
 
 if __name__ == "__main__":

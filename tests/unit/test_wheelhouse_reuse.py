@@ -216,7 +216,7 @@ def test_a_lock_whose_every_wheel_is_taken_downloads_nothing(
     second = wheelhouse_of(tmp_path, tag, "two.txt", {"alpha": ALPHA})
     assert index == []
     assert [p.name for p in second.glob("*.whl")] == [ALPHA]
-    assert (second / wheelhouse.DONE).is_file() and not (second / ".requirements.txt").exists()
+    assert (second / wheelhouse.DONE).is_file() and not (second / wheelhouse.STILL_WANTED).exists()
 
 
 def test_a_wheelhouse_from_before_targets_gets_its_own_when_its_lock_is_used(

@@ -26,7 +26,7 @@ from sparkbake.errors import ConfigError, EngineError
 from sparkbake.files import atomic_write
 from sparkbake.hashing import file_sha256
 
-__all__ = ["compile_requirements", "lock_path", "make_missing",
+__all__ = ["compile_requirements", "lines_of", "lock_path", "make_missing",
            "packages", "require_lock", "require_runtime_lock", "resolve", "runtime_lock_path"]
 
 TOOLCHAIN = "builder-requirements.txt"
@@ -81,6 +81,16 @@ def runtime_lock_path(config: Config, tag: Tag) -> Path | None:
     return config.root / "locks" / "runtime" / name
 
 
+def lines_of(lock: Path) -> list[tuple[str, str | None]]:
+    """A lock's lines, each continued line joined, with the requirement each states (None
+    for a comment, a blank or an option line)."""
+    lines: list[tuple[str, str | None]] = []
+    for line in lock.read_text().replace("\\\n", " ").splitlines():
+        wanted = line.split("--hash=", 1)[0].split(" #", 1)[0].strip()  # a comment after it
+        lines.append((line, wanted if wanted and not wanted.startswith(("#", "-")) else None))
+    return lines
+
+
 def packages(lock: Path) -> dict[str, str]:
     """A lock's packages by canonical name, each as one line: its requirement
     (`name==version`) and its hashes, sorted."""
@@ -88,9 +98,8 @@ def packages(lock: Path) -> dict[str, str]:
     from packaging.utils import canonicalize_name
 
     found: dict[str, str] = {}
-    for line in lock.read_text().replace("\\\n", " ").splitlines():
-        wanted = line.split("--hash=", 1)[0].split(" #", 1)[0].strip()  # a comment after it
-        if not wanted or wanted.startswith(("#", "-")):
+    for line, wanted in lines_of(lock):
+        if wanted is None:
             continue
         try:
             name = str(canonicalize_name(Requirement(wanted).name))

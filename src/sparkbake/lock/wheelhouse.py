@@ -25,11 +25,13 @@ from sparkbake.core.folders import Folders
 from sparkbake.errors import BakeError
 from sparkbake.files import atomic_dir, atomic_write
 from sparkbake.hashing import file_sha256
+from sparkbake.lock import pins
 
 __all__ = ["ensure", "platform_tags"]
 
 DONE = ".sparkbake-complete"  # its lock's path, then the image's Python and platform
 STAMPS = ".verified"
+STILL_WANTED = ".requirements.txt"  # while pip runs: the lock but the projects taken whole
 HASHES = ".sha256.json"  # {wheel: [its sha256, its stamp then]}: what other locks may take
 HASH = re.compile(r"--hash=sha256:([0-9a-f]{64})")
 MANYLINUX_MAX = 39  # glibc 2.39 (Ubuntu 24.04); the lock's hashes decide the file anyway
@@ -78,7 +80,7 @@ def ensure(lock: Path, tag: Tag, layout: Folders) -> Path:
         if taken:
             echo(f"wheelhouse: {len(taken)} wheel(s) of {lock.name} taken from other "
                  "wheelhouses")
-            wanted = tmp / ".requirements.txt"  # the lock but the projects taken whole
+            wanted = tmp / STILL_WANTED
             wanted.write_text(_still_wanted(lock, taken))
         # pip download: the host's pip configuration (index, CA, proxies) applies as is
         run([sys.executable, "-m", "pip", "download", "--quiet", "--require-hashes",
@@ -86,7 +88,7 @@ def ensure(lock: Path, tag: Tag, layout: Folders) -> Path:
              "--implementation=cp", *flags, "--dest", tmp, "-r", wanted], error=BakeError,
             what=f"downloading the wheels of {lock} (a hash mismatch means a download differs "
                  "from the lock)")
-        (tmp / ".requirements.txt").unlink(missing_ok=True)
+        (tmp / STILL_WANTED).unlink(missing_ok=True)
         (tmp / DONE).write_text(f"{lock}\n{target}\n")
     return folder
 
@@ -128,18 +130,17 @@ def _still_wanted(lock: Path, taken: set[str]) -> str:
     for name in taken:
         project, version, _, _ = parse_wheel_filename(name)
         have.add((str(project), str(version)))
-    lines = lock.read_text().replace("\\\n", " ").splitlines()
+    lines = pins.lines_of(lock)
     pinned: dict[str, list[tuple[str, str]]] = {}
-    for line in lines:
-        wanted = line.split("--hash=", 1)[0].split(" #", 1)[0].strip()
-        if wanted and not wanted.startswith(("#", "-")):
+    for line, wanted in lines:
+        if wanted is not None:
             requirement = Requirement(wanted)
             pin = next((str(Version(s.version)) for s in requirement.specifier
                         if s.operator == "=="), "")
             pinned.setdefault(str(canonicalize_name(requirement.name)), []).append((line, pin))
     covered = {line for project, found in pinned.items() if len(found) == 1
                for line, pin in found if (project, pin) in have}
-    return "".join(f"{line}\n" for line in lines if line not in covered)
+    return "".join(f"{line}\n" for line, _ in lines if line not in covered)
 
 
 def _hashes(folder: Path) -> dict[str, str]:
