@@ -29,6 +29,15 @@ MOE_INTERMEDIATE = 32  # b12x MXFP4 experts: intermediate size per rank
 EXPERT_PARALLEL = {"--enable-expert-parallel": True, "-ep": True,
                    "--no-enable-expert-parallel": False}
 AUTO_LINEAR = "LINEAR_BACKEND=auto lets vLLM pick another block-FP8 kernel for it"
+B12X_SHAPES = ("vLLM 0.33.0's B12xFp8BlockScaledMMKernel.can_implement "
+               "(vllm/model_executor/kernels/linear/scaled_mm/b12x.py) wants 128 x 128 weight "
+               "blocks and N, K multiples of 128; with --linear-backend b12x it is the only kernel "
+               "left for block-FP8 layers, so the model load stops")
+B12X_BATCHED = ("the model loads, and every node aborts in its first forward (DeepGEMM's "
+                "layout.hpp 't.dim() == N' assert at warmup): B12xFp8BlockScaledMMKernel's "
+                "processing leaves the weight 2-D, and of vLLM 0.33.0's block-FP8 kernels only "
+                "DeepGEMM's reshapes a batched matmul (deepgemm_post_process_fp8_weight_block; "
+                "smoke check layer-weights)")
 
 Problem = dict[str, str]  # fields for the rule's message and reason
 Split = Literal["column", "row", "replicated"]
@@ -218,6 +227,7 @@ class Linear:
     n: int
     k: int
     formula: str
+    groups: int = 0  # a batched matmul's (is_bmm): the groups its forward reads the weight in
 
     def shares(self, tp: int) -> tuple[float, float]:
         """N and K on each rank."""
@@ -253,7 +263,8 @@ def linear_layers(config: Mapping[str, Any], tp: int, dspark: bool) -> list[Line
         Linear("attn.wq_b", "column", heads, c["q_lora_rank"],
                "N = num_attention_heads x head_dim, K = q_lora_rank"),
         Linear("attn.wo_a", "column", out, heads // c["o_groups"],
-               "N = o_groups x o_lora_rank, K = num_attention_heads x head_dim / o_groups"),
+               "N = o_groups x o_lora_rank, K = num_attention_heads x head_dim / o_groups",
+               groups=c["o_groups"]),
         Linear("attn.wo_b", "row", c["hidden_size"], out,
                "N = hidden_size, K = o_groups x o_lora_rank"),
         Linear("attn.indexer.wq_b", "replicated", c["index_n_heads"] * c["index_head_dim"],
@@ -300,7 +311,7 @@ def linear_problems(node: Node) -> list[Problem]:
     if quant["weight_block_size"] != [LINEAR_BLOCK, LINEAR_BLOCK]:
         return [{"layer": "every block-FP8 linear layer", "constraint": "weights in 128 x 128 "
                  "blocks", "numbers": f"quantization_config.weight_block_size is "
-                 f"{quant['weight_block_size']}", "remedy": AUTO_LINEAR}]
+                 f"{quant['weight_block_size']}", "why": B12X_SHAPES, "remedy": AUTO_LINEAR}]
     tp = node.layout.tp_size
     return [problem for layer in linear_layers(config, tp, node.layout.dspark)
             if (problem := _linear_problem(layer, tp))]
@@ -310,7 +321,7 @@ def _linear_problem(layer: Linear, tp: int) -> Problem | None:
     n, k = layer.shares(tp)
     bad = {dim for dim, size in (("N", n), ("K", k)) if size % LINEAR_BLOCK}
     if not bad:
-        return None
+        return _batched_problem(layer, tp) if layer.groups else None
     split = {"column": "N", "row": "K"}.get(layer.split)
     kind = f"{layer.split}-parallel" if split else layer.split
     remedy = AUTO_LINEAR if split not in bad else (
@@ -318,7 +329,21 @@ def _linear_problem(layer: Linear, tp: int) -> Problem | None:
         f"per rank): pick a TP_SIZE that splits {split} into multiples of 128")
     return {"layer": f"{layer.name} ({kind}; {layer.formula})",
             "constraint": "N and K per rank must be multiples of 128",
-            "numbers": layer.shown(tp), "remedy": remedy}
+            "numbers": layer.shown(tp), "why": B12X_SHAPES, "remedy": remedy}
+
+
+def _batched_problem(layer: Linear, tp: int) -> Problem:
+    """b12x keeps a batched-matmul layer's weight 2-D, while DeepSeek-V4's output projection
+    reads it as 3-D groups (B12X_BATCHED)."""
+    n, k = layer.shares(tp)
+    groups = layer.groups // tp if layer.split == "column" else layer.groups
+    return {"layer": f"{layer.name} (a batched matmul, {layer.formula})",
+            "constraint": "the output projection reads its weight with fp8_einsum('bhr,hdr->bhd') "
+                          "as 3-D groups, which b12x's processing does not make",
+            "numbers": f"b12x keeps it 2-D ({int(n)}, {int(k)}) where the forward reads "
+                       f"({groups}, {int(n) // max(groups, 1)}, {int(k)})",
+            "why": B12X_BATCHED, "remedy": "LINEAR_BACKEND=deep_gemm (or auto) takes DeepGEMM, whose processing "
+                      "makes the groups"}
 
 
 def _b12x_experts(node: Node) -> Mapping[str, Any] | None:

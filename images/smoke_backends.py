@@ -166,18 +166,24 @@ def deepseek_v4_moe(capability: Any) -> dict[str, str]:
 
 
 def deepseek_v4_linear(capability: Any) -> dict[str, str]:
+    """Each name's block-FP8 kernel, the first of vLLM's CUDA priority list that it keeps and
+    that runs on the GPU, held to DeepSeek-V4's batched-matmul wo_a too (smoke_layers)."""
+    import smoke_layers
     from vllm.config.kernel import LinearBackend
     from vllm.model_executor.kernels import linear
-    from vllm.platforms.interface import PlatformEnum
 
-    kernels = linear._POSSIBLE_FP8_BLOCK_KERNELS[PlatformEnum.CUDA]
+    kernels = linear._POSSIBLE_FP8_BLOCK_KERNELS[linear.PlatformEnum.CUDA]
     verdicts = {kernel: kernel.is_supported(capability.to_int()) for kernel in kernels}
-    auto = next((k.__name__ for k in kernels if verdicts[k][0]), "none")
+    runs = [k for k in kernels if verdicts[k][0]]
+    layers = {kernel: smoke_layers.bmm_verdict(kernel) for kernel in runs}
+    auto = next((k.__name__ for k in runs), "none")
     table = {}
     for name in typing.get_args(LinearBackend):
-        own = [k for k in kernels if k in linear._LINEAR_BACKEND_KERNEL_MAP.get(name, set())]
-        if name == AUTO or any(verdicts[k][0] for k in own):
-            table[name] = ""
+        own = kernels if name == AUTO else \
+            [k for k in kernels if k in linear._LINEAR_BACKEND_KERNEL_MAP.get(name, set())]
+        chosen = next((k for k in own if verdicts[k][0]), None)
+        if chosen is not None:
+            table[name] = layers[chosen]
         elif not own:
             table[name] = (f"it has no FP8 block-scaled kernel: vLLM ignores it for "
                            f"DeepSeek-V4's linear layers and picks {auto}")
@@ -196,9 +202,9 @@ def table(cuda_arch: str, model: str) -> dict[str, dict[str, str]]:
     if match is None:
         raise ValueError(f"not a CUDA arch: {cuda_arch!r}")
     major, minor = int(match.group(1)), int(match.group(2))
-    use_gpu(major, minor)
-    import_model(model)
-    torch_reports(major, minor)
+    import smoke_layers  # it imports this module: here, not at the top
+
+    smoke_layers.prepare(major, minor)  # the GPU, and the meta device for the layer probes
     from vllm.platforms.interface import DeviceCapability
     capability = DeviceCapability(major=major, minor=minor)
     return {kind: MODELS[model][kind](capability) for kind in KINDS}

@@ -7,14 +7,15 @@ carry, as the host computed it: tag, inputs, upstream, series, cuda_arch, sm_arc
 patched_files = {"files": [{"path", "sha256" (null: deleted), "patch"}], "not_installed",
 "problem"}, entrypoint = {"suite", "argv", "accept": [{"name", "env", "command"}],
 "reject": [{"name", "env", "rules"}]}, jit_required (the image must carry a CUDA
-toolchain) and gpu = {"mode": "auto|require|skip", "unavailable": null or why no GPU can
-be seen}. --root prefixes /opt/sparkbake and
-/opt/venv, so the checks can run against a fake image root on a host. Prints ONE JSON
+toolchain), gpu = {"mode": "auto|require|skip", "unavailable": null or why no GPU can
+be seen} and layer_model = {"config": the model's config.json, "path"} or {"none": why
+none}. --root prefixes /opt/sparkbake and /opt/venv, so the checks can run against a fake
+image root on a host. Prints ONE JSON
 document on stdout, as its last line:
-{"checks": [{"name", "status": "passed|failed|skipped", "detail", "seconds"}]}.
+{"checks": [{"name", "status": "passed|failed|skipped", "detail", "seconds", "record"?}]}.
 Exit status: 0 when no check failed, 1 when one did, 2 when EXPECTED is unreadable.
-smoke_backends.py, smoke_common.py, smoke_entry.py, smoke_gpu.py, smoke_jit.py, smoke_roles.py
-and smoke_vllm.py lie beside this file.
+smoke_backends.py, smoke_common.py, smoke_entry.py, smoke_gpu.py, smoke_jit.py, smoke_layers.py,
+smoke_roles.py and smoke_vllm.py lie beside this file.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from smoke_common import (
 from smoke_entry import check_entrypoint_print, check_preflight_rejects
 from smoke_gpu import check_gpu, check_gpu_capability, check_gpu_op
 from smoke_jit import check_asked, check_jit_toolchain
+from smoke_layers import check_layer_weights
 from smoke_roles import check_node_roles
 from smoke_vllm import check_vllm_serve_args
 
@@ -264,7 +266,8 @@ def unresolved(image: Image, library: Path) -> set[str] | None:
     return {line.split()[0] for line in listing.stdout.splitlines() if "not found" in line}
 
 
-CHECKS: list[tuple[str, Callable[[Image, dict[str, Any]], str]]] = [
+Check = Callable[[Image, dict[str, Any]], str | tuple[str, dict[str, Any]]]
+CHECKS: list[tuple[str, Check]] = [
     ("manifest", check_manifest),
     ("env-defaults", check_env_defaults),
     ("wheels-import", check_wheels_import),  # before kernels: imports load their libraries
@@ -277,6 +280,7 @@ CHECKS: list[tuple[str, Callable[[Image, dict[str, Any]], str]]] = [
     ("vllm-serve-args", check_vllm_serve_args),
     ("node-roles", check_node_roles),
     ("backend-capability", check_backend_capability),
+    ("layer-weights", check_layer_weights),
     ("preflight-rejects", check_preflight_rejects),
     ("gpu", check_gpu),
     ("gpu-capability", check_gpu_capability),
@@ -284,20 +288,24 @@ CHECKS: list[tuple[str, Callable[[Image, dict[str, Any]], str]]] = [
 ]
 
 
-def run_check(name: str, check: Callable[[Image, dict[str, Any]], str], image: Image,
-              expected: dict[str, Any]) -> dict[str, Any]:
-    start = time.monotonic()
+def run_check(name: str, check: Check, image: Image, expected: dict[str, Any]) -> dict[str, Any]:
+    """A check's outcome; a check may return (detail, record) to keep what it found."""
+    start, record = time.monotonic(), None
     try:
         with contextlib.redirect_stdout(sys.stderr):  # keep stdout for the one JSON document
-            status, detail = "passed", check(image, expected)
+            returned = check(image, expected)
+        status, detail = "passed", returned
+        if isinstance(returned, tuple):
+            detail, record = returned
     except CheckSkipped as exc:
         status, detail = "skipped", str(exc)
     except CheckFailed as exc:
-        status, detail = "failed", str(exc)
+        status, detail, record = "failed", str(exc), exc.record
     except Exception as exc:  # a broken check is a failed check, never a crash
         status, detail = "failed", one_line(exc)
     seconds = round(time.monotonic() - start, 3)
-    return {"name": name, "status": status, "detail": detail, "seconds": seconds}
+    result = {"name": name, "status": status, "detail": detail, "seconds": seconds}
+    return {**result, "record": record} if record is not None else result
 
 
 def read_expected(argument: str) -> dict[str, Any]:

@@ -15,7 +15,12 @@ SHORT = 72
 
 
 class CheckFailed(Exception):
-    """A check found the image wrong; the message is the one-line detail."""
+    """A check found the image wrong; the message is the one-line detail, `record` what the
+    check found in full (the smoke JSON keeps it)."""
+
+    def __init__(self, detail: str, record: dict[str, Any] | None = None) -> None:
+        super().__init__(detail)
+        self.record = record
 
 
 class CheckSkipped(Exception):

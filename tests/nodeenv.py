@@ -59,7 +59,7 @@ def write_sysctls(root: Path, **overrides: int) -> Path:
 # What production-3.73-vision's image has (versions.yaml env): the reference file with these
 # backends and DCP 1 is what that image can serve.
 IMAGE_BACKENDS = ("ATTENTION_BACKEND=FLASHINFER_MLA_SPARSE_DSV4  MOE_BACKEND=b12x  "
-                  "LINEAR_BACKEND=b12x")
+                  "LINEAR_BACKEND=deep_gemm")
 
 
 def at_dcp_1(text: str) -> str:

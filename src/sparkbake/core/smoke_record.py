@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Self, get_args
 
 from sparkbake.core.gpu_modes import GPU_MODES, GpuMode
@@ -32,22 +32,27 @@ class CheckSkipped(Exception):
 
 @dataclass(frozen=True)
 class CheckResult:
-    """One check: its outcome, a one-line detail, and how long it took."""
+    """One check: its outcome, a one-line detail, how long it took, and what it found in
+    full where it keeps that (a JSON object: layer-weights' layers)."""
 
     name: str
     status: CheckStatus
     detail: str = ""
     seconds: float = 0.0
+    record: dict[str, Any] | None = field(default=None, hash=False, compare=False)
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "status": self.status, "detail": self.detail,
+        data = {"name": self.name, "status": self.status, "detail": self.detail,
                 "seconds": self.seconds}
+        return data if self.record is None else {**data, "record": self.record}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Self:
-        """detail and seconds may be missing: a check needs only its name and status."""
+        """detail, seconds and record may be missing: a check needs only its name and
+        status."""
+        record = data.get("record")
         return cls(data["name"], data["status"], str(data.get("detail", "")),
-                   float(data.get("seconds", 0)))
+                   float(data.get("seconds", 0)), record if isinstance(record, dict) else None)
 
 
 @dataclass(frozen=True)

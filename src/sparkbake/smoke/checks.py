@@ -54,7 +54,9 @@ __all__ = ["CHECKER_FILES", "GPU_MODES", "NO_GPU_RUNTIME", "STATUSES", "Facts", 
 PYTHON_IN_IMAGE = "/opt/venv/bin/python"
 CHECKER_DIR = "/opt/sparkbake-smoke"
 CHECKER_FILES = ("smoke_check.py", "smoke_backends.py", "smoke_common.py", "smoke_entry.py",
-                 "smoke_gpu.py", "smoke_jit.py", "smoke_roles.py", "smoke_vllm.py")
+                 "smoke_gpu.py", "smoke_jit.py", "smoke_layers.py", "smoke_roles.py",
+                 "smoke_vllm.py")
+SUITE_MODEL = "model/config.json"  # a suite's model, for layer-weights when --model is not given
 NO_GPU_RUNTIME = "no GPU runtime in this engine"
 GPU_CHECKS = {"gpu", "gpu-capability", "gpu-op"}
 
@@ -81,7 +83,7 @@ def run(client: docker_engine.Client, config: Config, plan: Plan, facts: Facts,
                             options.gpu, unavailable)
     with step(f"smoke {plan.tag.image_ref} ({image_id[:19]}, suite {suite.name})"):
         checks = common_checks(client, config, plan, facts, suite, (image_id, attrs),
-                               options.gpu, json_path.with_suffix(".log"))
+                               options, json_path.with_suffix(".log"))
         checks += serving.run(client, image_id, plan.tag, suite, serve,
                               json_path.with_name(f"{plan.tag.name}-serve.log"))
     results = SmokeReport(
@@ -97,11 +99,11 @@ def run(client: docker_engine.Client, config: Config, plan: Plan, facts: Facts,
 
 
 def common_checks(client: docker_engine.Client, config: Config, plan: Plan, facts: Facts,
-                  suite: sample_envs.Suite, image: tuple[str, dict[str, Any]], gpu: GpuMode,
+                  suite: sample_envs.Suite, image: tuple[str, dict[str, Any]], options: Options,
                   log_path: Path) -> list[CheckResult]:
     """Every check but the serve ones, on the image (its id and engine attributes) in the
     engine of client: the labels on the host, the rest in a container of the image."""
-    image_id, attrs = image
+    image_id, attrs, gpu = *image, options.gpu
     gpus = gpu != "skip" and has_gpu_runtime(client)
     unavailable = NO_GPU_RUNTIME if gpu != "skip" and not gpus else None
     expected = {
@@ -109,10 +111,29 @@ def common_checks(client: docker_engine.Client, config: Config, plan: Plan, fact
         "patched_files": host.patched_files(plan, facts.patched.path,
                                             Folders.of(config).wheel_set(plan.wheels_key)),
         "entrypoint": sample_envs.expected(suite, entrypoint_of(attrs)),
+        "layer_model": layer_model(suite, options.model),
     }
     labels = timed("labels", lambda: host.check_labels(client, attrs, plan, facts))
     with emulation.cpu_sysfs(client, plan.tag.platform) as volumes:
         return [labels, *run_checker(client, image_id, expected, gpus, log_path, volumes)]
+
+
+def layer_model(suite: sample_envs.Suite, model: Path | None) -> dict[str, Any]:
+    """The config.json layer-weights builds: --model's, else the suite's model/; or why
+    there is none."""
+    path = model / "config.json" if model is not None and model.is_dir() else model
+    path = path or suite.folder / SUITE_MODEL
+    if not path.is_file():
+        return {"none": f"no {path.name} in {path.parent}: give --model, or add "
+                        f"{SUITE_MODEL} to suite {suite.name}"}
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise SmokeError(f"{path}: not a readable JSON file ({exc})",
+                         "give the model's folder with its config.json") from None
+    if not isinstance(config, dict):
+        raise SmokeError(f"{path}: not a JSON object", "give the model's own config.json")
+    return {"config": config, "path": str(path)}
 
 
 def check_options(options: Options) -> None:
