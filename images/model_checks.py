@@ -446,6 +446,8 @@ PAGE_ALIGN = 576  # fp8_ds_mla pages round up to 576 B (_apply_alignment_padding
 INDEXER_STATE = 132  # FP8 indexer key: 128 B + 4 B scale (DeepseekV4Indexer)
 STATE_BYTES = 4  # the compressors' states are float32 (CompressorStateCache)
 DRAFT_LAYERS = 3  # DSpark's decoder layers when the config has no n_mtp_layers
+# async scheduling, on by default, keeps two batches in flight (VllmConfig.max_in_flight_tokens)
+BATCHES_IN_FLIGHT = 2
 DEFAULT_BATCHED = 2048  # vLLM's max_num_batched_tokens on a GB10 API server (arg_utils.py)
 DEFAULT_CONTEXT = 1048576  # DeepseekV4Config's max_position_embeddings
 # Assumptions, not read from vLLM's code: vLLM measures these at start
@@ -479,12 +481,12 @@ class Cache:
         return (-(-held // self.block) + (self.window is not None)) * self.page
 
     def in_flight(self, batched: int, tokens: int) -> int:
-        """What a sliding cache holds beyond its window for the tokens of one step, counted
+        """What a sliding cache holds beyond its window for the tokens in flight, counted
         once (max_admission_blocks_per_request adds them to each request's window)."""
         if self.window is None:
             return 0
-        held = min(self.window - 1 + batched, tokens)
-        return (-(-held // self.block) + 1) * self.page - self.sequence(tokens)
+        held = min(self.window - 1 + BATCHES_IN_FLIGHT * batched, tokens)
+        return max(0, (-(-held // self.block) + 1) * self.page - self.sequence(tokens))
 
 
 def compress_ratios(config: Mapping[str, Any]) -> list[int] | None:
@@ -596,7 +598,7 @@ def activations(config: Mapping[str, Any], tp: int, context: int, batched: int) 
 def kv_cache(caches: list[Cache], context: int, sequences: int, batched: int) -> int:
     """MAX_NUM_SEQS sequences of MAX_MODEL_LEN tokens each (each cache's
     max_memory_usage_bytes for one request, in vllm/v1/kv_cache_interface.py), the sliding
-    caches' share of one step's tokens counted once."""
+    caches' share of the batches in flight counted once."""
     return sum(sequences * cache.sequence(context) + cache.in_flight(batched, context)
                for cache in caches)
 

@@ -346,7 +346,7 @@ def test_the_model_that_model_names_is_checked_before_vllm_starts(
     env = {**image_env, "MODEL": str(dsv4), "GPU_MEMORY_UTILIZATION": "0.75"}
     result = run("--print", env=env)
     assert result.returncode == 2 and result.stdout == ""
-    assert result.stderr.startswith("sparkbake preflight: error: each rank needs 158.2 GiB, "
+    assert result.stderr.startswith("sparkbake preflight: error: each rank needs 158.8 GiB, "
                                     "above its budget of 89.4 GiB (119.2 GiB, the tag's "
                                     "device_memory_gb: 128, x GPU_MEMORY_UTILIZATION=0.75)")
     assert "[memory-budget]" in result.stderr

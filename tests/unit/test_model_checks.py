@@ -256,9 +256,9 @@ def test_the_reference_pair_fails_kv_allocation_at_0_75(sysctls: Path) -> None:
     finding = only("memory-budget", node(**TWO_NODES, GPU_MEMORY_UTILIZATION="0.75"), sysctls)
     assert finding.at == "GPU_MEMORY_UTILIZATION"
     assert finding.message == (
-        "each rank needs 97.1 GiB, above its budget of 89.4 GiB (119.2 GiB, NVML, x "
+        "each rank needs 99.6 GiB, above its budget of 89.4 GiB (119.2 GiB, NVML, x "
         "GPU_MEMORY_UTILIZATION=0.75): weights 74.0 GiB and activations ~5.9 GiB leave 9.5 "
-        "GiB, and the KV cache for 24 x 163840 tokens needs 17.3 GiB")
+        "GiB, and the KV cache for 24 x 163840 tokens needs 19.7 GiB")
     assert "Weights: the checkpoint, 148.0 GiB, split over TP_SIZE=2, the DSpark draft " \
            "included." in finding.reason
     for source in ("vllm/v1/worker/utils.py request_memory", "gpu_worker.py "
@@ -267,7 +267,7 @@ def test_the_reference_pair_fails_kv_allocation_at_0_75(sysctls: Path) -> None:
         assert source in finding.reason
     assert "the free memory is not known here (no GPU to ask)" in finding.reason
     assert finding.reason.endswith(
-        "set GPU_MEMORY_UTILIZATION=0.82 or more, which leaves the host less than the "
+        "set GPU_MEMORY_UTILIZATION=0.84 or more, which leaves the host less than the "
         "reference's margin (host-memory-margin: 0.79), or lower MAX_MODEL_LEN or "
         "MAX_NUM_SEQS, or spread the weights over more nodes, TP_SIZE=3 or more")
 
@@ -281,9 +281,11 @@ def test_the_reference_pair_fits_at_0_85_and_the_host_margin_agrees(sysctls: Pat
         "GPU_MEMORY_UTILIZATION=0.85 leaves the host 17.9 GiB of 119.2 GiB of device memory "
         "(NVML); the reference deployment needed 24.2 GiB")
     assert found["host-memory-margin"].reason.endswith(
-        "set GPU_MEMORY_UTILIZATION=0.82 or less, what this layout's memory budget needs (the "
+        "set GPU_MEMORY_UTILIZATION=0.84 or less, what this layout's memory budget needs (the "
         "host margin alone would allow 0.79)")
-    assert fired(node(**TWO_NODES, GPU_MEMORY_UTILIZATION="0.82"), sysctls) == {}
+    # the reference's 0.82 left a rank short too
+    assert fired(node(**TWO_NODES, GPU_MEMORY_UTILIZATION="0.82"), sysctls) == {
+        "memory-budget": "error"}
 
 
 def test_the_four_node_reference_fits_its_budget(sysctls: Path) -> None:
@@ -293,7 +295,7 @@ def test_the_four_node_reference_fits_its_budget(sysctls: Path) -> None:
     budget = model_checks.node_budget(ctx.node())
     assert [model_checks.gib(size) for size in (
         budget.weights, budget.kv, budget.activations, budget.needed, budget.budget)] == [
-        "37.0", "14.1", "5.5", "56.6", "89.4"]
+        "37.0", "16.6", "5.5", "59.1", "89.4"]
     assert "memory-budget" not in fired(node("head"), sysctls)
 
 
@@ -313,7 +315,9 @@ def test_deepseek_v4_flash_kv_cache_per_sequence() -> None:
     assert pages["sliding window"] == (64, 37440)
     # the compressed caches: 640 blocks of 21 x 37440 + 20 x 1728 + 21 x 8640 B; the rest:
     # the sliding windows and the compressors' states
-    assert model_checks.kv_cache(caches, 163840, 1, 1) == 640 * 1_002_240 + 18_942_336
+    assert model_checks.kv_cache(caches, 163840, 1, 0) == 640 * 1_002_240 + 18_942_336
+    in_flight = model_checks.kv_cache(caches, 163840, 1, 8192) - 640 * 1_002_240 - 18_942_336
+    assert model_checks.gib(in_flight) == "5.0"  # two batches of 8192 tokens, counted once
 
 
 @pytest.mark.parametrize(("config", "ratios"), [
@@ -329,12 +333,12 @@ def test_compress_ratios_are_read_as_transformers_reads_them(
 
 
 def test_a_fit_within_the_host_margin_names_the_utilization_that_fits(sysctls: Path) -> None:
-    env = node(NNODES="2", TP_SIZE="2", GPU_MEMORY_UTILIZATION="0.5")
+    env = node(NNODES="2", TP_SIZE="2", GPU_MEMORY_UTILIZATION="0.5", MAX_NUM_SEQS="1")
     found = {f.rule: f for f in findings(env, sysctls)}
     assert found["memory-budget"].message.startswith(
-        "each rank needs 93.9 GiB, above its budget of 59.6 GiB")
+        "each rank needs 86.3 GiB, above its budget of 59.6 GiB")
     assert found["memory-budget"].reason.endswith(
-        "set GPU_MEMORY_UTILIZATION=0.79 or more (the host margin allows up to 0.79), or lower "
+        "set GPU_MEMORY_UTILIZATION=0.73 or more (the host margin allows up to 0.79), or lower "
         "MAX_MODEL_LEN or MAX_NUM_SEQS, or spread the weights over more nodes, TP_SIZE=4 or "
         "more")
 
@@ -342,11 +346,11 @@ def test_a_fit_within_the_host_margin_names_the_utilization_that_fits(sysctls: P
 def test_weights_that_exceed_one_spark_are_refused_with_the_figures(sysctls: Path) -> None:
     finding = only("memory-budget", node(**ONE_SPARK), sysctls)
     assert finding.message == (
-        "each rank needs 168.6 GiB, above its budget of 89.4 GiB (119.2 GiB, NVML, x "
+        "each rank needs 171.1 GiB, above its budget of 89.4 GiB (119.2 GiB, NVML, x "
         "GPU_MEMORY_UTILIZATION=0.75): weights 148.0 GiB and activations ~6.5 GiB leave "
-        "nothing (65.1 GiB short), and the KV cache for 8 x 393216 tokens needs 14.1 GiB")
+        "nothing (65.1 GiB short), and the KV cache for 8 x 393216 tokens needs 16.6 GiB")
     assert finding.reason.endswith(
-        "no GPU_MEMORY_UTILIZATION fits it here (it would take 1.42): lower MAX_MODEL_LEN or "
+        "no GPU_MEMORY_UTILIZATION fits it here (it would take 1.44): lower MAX_MODEL_LEN or "
         "MAX_NUM_SEQS, or spread the weights over more nodes, TP_SIZE=3 or more")
 
 
@@ -357,7 +361,7 @@ def test_unset_sizes_are_counted_as_vllm_takes_them(sysctls: Path) -> None:
     assert "above its budget of 109.7 GiB" in message
     assert message.endswith(
         "the KV cache for 1 x 1048576 tokens (MAX_NUM_SEQS unset: one, the least vLLM starts "
-        "with; MAX_MODEL_LEN unset: the model's max_position_embeddings) needs 6.3 GiB")
+        "with; MAX_MODEL_LEN unset: the model's max_position_embeddings) needs 8.8 GiB")
 
 
 def test_the_declared_device_memory_counts_where_nvml_gives_none(sysctls: Path) -> None:
