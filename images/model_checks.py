@@ -497,8 +497,9 @@ def compress_ratios(config: Mapping[str, Any]) -> list[int] | None:
     layers = config.get("num_hidden_layers")
     if type(layers) is not int or layers <= 0:
         return None
+    given = config.get("compress_rates")
     rates = {"compressed_sparse_attention": 4, "heavily_compressed_attention": 128,
-             **(config.get("compress_rates") or {})}
+             **(given if isinstance(given, dict) else {})}
     ratios = config.get("compress_ratios")
     types = config.get("layer_types")
     if isinstance(ratios, list):
@@ -546,7 +547,8 @@ def model_caches(config: Mapping[str, Any], dspark: bool) -> list[Cache] | None:
     c = _ints(config, "head_dim", "index_head_dim", "sliding_window")
     if ratios is None or c is None:
         return None
-    draft = config.get("n_mtp_layers") or DRAFT_LAYERS if dspark else 0
+    draft = (_ints(config, "n_mtp_layers") or {"n_mtp_layers": DRAFT_LAYERS})["n_mtp_layers"] \
+        if dspark else 0
     return [cache for ratio in ratios + [1] * draft
             for cache in layer_caches(ratio, c["head_dim"], c["index_head_dim"],
                                       c["sliding_window"])]
@@ -555,7 +557,7 @@ def model_caches(config: Mapping[str, Any], dspark: bool) -> list[Cache] | None:
 @dataclass(frozen=True)
 class Budget:
     """What vLLM allocates on one rank against what it may (bytes); `kv` None: not known
-    for this model, and the budget counts its weights only."""
+    for this model, whose budget counts its weights and the allowances only."""
 
     weights: float
     kv: float | None

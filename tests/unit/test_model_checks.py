@@ -332,6 +332,24 @@ def test_compress_ratios_are_read_as_transformers_reads_them(
     assert model_checks.compress_ratios({"num_hidden_layers": 4, **config}) == ratios
 
 
+@pytest.mark.parametrize("changes", [
+    {"MAX_MODEL_LEN": "163840.5"}, {"MAX_NUM_SEQS": "0"}, {"MAX_NUM_BATCHED_TOKENS": "8k"},
+    {"GPU_MEMORY_UTILIZATION": "1.5"}])
+def test_an_unreadable_size_is_bad_value_not_a_budget(changes: dict[str, str],
+                                                      sysctls: Path) -> None:
+    assert fired(node(**changes), sysctls) == {"bad-value": "error"}
+
+
+def test_without_dspark_the_drafts_layers_hold_no_cache() -> None:
+    config = json.loads((DSV4 / "config.json").read_text())
+    with_draft = model_checks.model_caches(config, dspark=True)
+    without = model_checks.model_caches(config, dspark=False)
+    assert with_draft is not None and without is not None
+    assert len(with_draft) - len(without) == 3  # three sliding-window-only decoder layers
+    assert model_checks.model_caches({**config, "n_mtp_layers": 1}, dspark=True) == \
+        without + without[:1]
+
+
 def test_a_fit_within_the_host_margin_names_the_utilization_that_fits(sysctls: Path) -> None:
     env = node(NNODES="2", TP_SIZE="2", GPU_MEMORY_UTILIZATION="0.5", MAX_NUM_SEQS="1")
     found = {f.rule: f for f in findings(env, sysctls)}
