@@ -49,7 +49,8 @@ CHECKS = {
     "roles": "the {role} (a worker: NNODES > 1 and NODE_RANK > 0; else the head) is given "
              "{refuses} in `SERVE_EXTRA_ARGS`",
     "model-files": "the model's config.json or model.safetensors.index.json is there but not "
-                   "JSON (or its weight_map is not an object)",
+                   "JSON (or its weight_map is not an object, or a DeepSeek-V4 config's "
+                   "compress_ratios is not 0, 4 or 128 per layer)",
     "model-index": "the model has no model.safetensors.index.json with metadata.total_size",
     "moe-shape": "`MOE_BACKEND` is b12x and the model's MXFP4 experts, at this TP_SIZE, have "
                  "expert parallelism or a per-rank intermediate size not a multiple of 32",
@@ -58,9 +59,14 @@ CHECKS = {
     "linear-shape": "`LINEAR_BACKEND` is b12x and a block-FP8 linear layer of the model, at "
                     "this TP_SIZE, has weight blocks other than 128 x 128 or N or K per rank "
                     "not a multiple of 128",
-    "fit": "the model's weights / TP_SIZE > device memory x GPU_MEMORY_UTILIZATION",
+    "fit": "weights / TP_SIZE + activations (estimate) + the KV cache of MAX_NUM_SEQS x "
+           "MAX_MODEL_LEN tokens > device memory x GPU_MEMORY_UTILIZATION",
+    "free-memory": "the GPU's free memory now (on a GB10 the host's MemAvailable) < device "
+                   "memory x GPU_MEMORY_UTILIZATION; not checked where the free memory is not "
+                   "known (no GPU, check-env)",
     "host-margin": "(1 - GPU_MEMORY_UTILIZATION) x device memory is below what the reference "
-                   "deployment's host needed (preflight.json `memory`)",
+                   "deployment's host needed (preflight.json `memory`), and the utilization "
+                   "is above what the memory budget needs",
 }
 
 

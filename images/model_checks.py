@@ -71,6 +71,7 @@ def read_model(folder: Path | None) -> Model | None:
         return None
     try:
         config = _json_object(folder / CONFIG)
+        _check_compress_ratios(folder / CONFIG, config)
         index = _json_object(folder / INDEX) if (folder / INDEX).is_file() else None
         total, gap = _index_total(folder / INDEX, index)
     except BadFile as bad:
@@ -88,6 +89,18 @@ def _json_object(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise BadFile(path, "it is not a JSON object")
     return data
+
+
+def _check_compress_ratios(path: Path, config: Mapping[str, Any]) -> None:
+    """DeepSeek-V4's `compress_ratios` as transformers' DeepseekV4Config takes it: 0, 4 or
+    128 for each layer (another value has no layer type), at least num_hidden_layers."""
+    ratios, layers = config.get("compress_ratios"), config.get("num_hidden_layers")
+    if config.get("model_type") != "deepseek_v4" or ratios is None or type(layers) is not int:
+        return
+    if not isinstance(ratios, list) or len(ratios) < layers or \
+            not all(type(r) is int and r in (0, 4, 128) for r in ratios):
+        raise BadFile(path, f"its compress_ratios must be 0, 4 or 128 for each of its "
+                            f"{layers} layers, not {json.dumps(ratios)[:60]}")
 
 
 def _index_total(path: Path, index: Mapping[str, Any] | None) -> tuple[int | None, str]:
@@ -116,6 +129,9 @@ class Layout:
     moe_backend: str
     linear_backend: str
     utilization: float
+    max_model_len: int | None = None  # None: unset, vLLM's default
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
 
 
 def expert_parallel(args: list[str]) -> bool:
@@ -135,38 +151,77 @@ class _NvmlMemory(ctypes.Structure):
                 ("used", ctypes.c_ulonglong)]
 
 
-def nvml_total_memory(library: str = "libnvidia-ml.so.1") -> int | None:
-    """The memory of the first GPU NVML sees (in a container, of those it was given), in
-    bytes; None without a driver, a GPU or an answer (a GB10's memory is the host's, and
-    its NVML may report none)."""
+def nvml_memory(library: str = "libnvidia-ml.so.1") -> tuple[int, int] | bool:
+    """(total, free) bytes of the first GPU NVML sees (in a container, of those it was
+    given); True when there is a GPU that gives no memory figures (a GB10's memory is the
+    host's, and its NVML may report none); False without a driver, a GPU or an answer."""
     try:
         nvml = ctypes.CDLL(library)
         if nvml.nvmlInit_v2() != 0:
-            return None
+            return False
     except (OSError, AttributeError):
-        return None
+        return False
     try:
         handle, memory = ctypes.c_void_p(), _NvmlMemory()
-        if nvml.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(handle)) != 0 or \
-                nvml.nvmlDeviceGetMemoryInfo(handle, ctypes.byref(memory)) != 0:
-            return None
-        return int(memory.total) or None
+        if nvml.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(handle)) != 0:
+            return False
+        if nvml.nvmlDeviceGetMemoryInfo(handle, ctypes.byref(memory)) != 0:
+            return True
+        return (int(memory.total), int(memory.free)) if memory.total else True
     finally:
         nvml.nvmlShutdown()
 
 
+def nvml_total_memory(library: str = "libnvidia-ml.so.1") -> int | None:
+    """The memory of the first GPU NVML sees, in bytes; None without an answer."""
+    memory = nvml_memory(library)
+    return memory[0] if isinstance(memory, tuple) else None
+
+
+def available_memory(meminfo: Path = Path("/proc/meminfo")) -> int | None:
+    """The host's MemAvailable in bytes, what vLLM takes as a unified-memory GPU's free
+    memory (psutil's available, vllm/utils/mem_utils.py MemorySnapshot.measure)."""
+    try:
+        for line in meminfo.read_text().splitlines():
+            name, _, value = line.partition(":")
+            if name == "MemAvailable" and value.split()[1:] == ["kB"]:
+                return int(value.split()[0]) * 1024
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def gpu_free_memory() -> Device | None:
+    """The free memory vLLM would read at start on this machine's GPU: NVML's, or on a GPU
+    that shares the host's memory (no NVML figures) the host's available memory; None
+    without a GPU."""
+    memory = nvml_memory()
+    if isinstance(memory, tuple):
+        return Device(memory[1], "NVML")
+    available = available_memory() if memory else None
+    return Device(available, "MemAvailable, the memory is the host's") if available else None
+
+
 class Node:
     """What the model checks know of a node: its layout, its model (read once), its device
-    memory (the GPU's, else the tag's declared device_memory_gb; asked once, when needed)
-    and the reference deployment's memory figures (preflight.json `memory`)."""
+    memory (the GPU's, else the tag's declared device_memory_gb; asked once, when needed),
+    its free memory (when this machine is the node) and the reference deployment's memory
+    figures (preflight.json `memory`)."""
 
     def __init__(self, layout: Layout, folder: Path | None, declared_gb: float | None,
-                 gpu_memory: Callable[[], int | None], memory: Mapping[str, Any]) -> None:
+                 gpu_memory: Callable[[], int | None], memory: Mapping[str, Any],
+                 free_memory: Callable[[], Device | None] = lambda: None) -> None:
         self.layout = layout
         self.model = read_model(folder)
         self.memory = memory
         self._declared_gb = declared_gb
         self._gpu_memory = gpu_memory
+        self._free_memory = free_memory
+
+    @functools.cached_property
+    def free(self) -> Device | None:
+        """The device's free memory now, as vLLM reads it at start; None: not known."""
+        return self._free_memory()
 
     @functools.cached_property
     def device(self) -> Device | None:
@@ -400,10 +455,208 @@ def moe_activation_problems(node: Node) -> list[Problem]:
 
 
 # --- the memory ------------------------------------------------------------------------
+#
+# What vLLM 0.33.0 allocates on each rank, in the order it allocates it (docs/reference/
+# preflight.md, "The model checks"): the weights; the profiling run's activations and the
+# CUDA graphs (vllm/v1/worker/gpu_worker.py determine_available_memory); the KV cache gets
+# the rest of its budget, GPU_MEMORY_UTILIZATION x total memory (vllm/v1/worker/utils.py
+# request_memory). The KV cache is counted from DeepSeek-V4's per-layer cache specs with
+# the entrypoint's `--kv-cache-dtype fp8 --block-size 256`; the activations are an
+# estimate, since vLLM measures them at start.
+
+BLOCK = 256  # the entrypoint's --block-size: the compressed caches' block
+SWA_BLOCK = 64  # DeepseekV4SWACache's block (vllm/v1/attention/backends/mla/sparse_swa.py)
+PACKED_TOKEN = 584  # fp8_ds_mla: 448 B NoPE + 128 B RoPE + 8 B scales per token or state
+PAGE_ALIGN = 576  # fp8_ds_mla pages round up to 576 B (_apply_alignment_padding)
+INDEXER_STATE = 132  # FP8 indexer key: 128 B + 4 B scale (DeepseekV4Indexer)
+STATE_BYTES = 4  # the compressors' states are float32 (CompressorStateCache)
+DRAFT_LAYERS = 3  # DSpark's decoder layers when the config has no n_mtp_layers
+# async scheduling, on by default, keeps two batches in flight (VllmConfig.max_in_flight_tokens)
+BATCHES_IN_FLIGHT = 2
+DEFAULT_BATCHED = 2048  # vLLM's max_num_batched_tokens on a GB10 API server (arg_utils.py)
+DEFAULT_CONTEXT = 1048576  # DeepseekV4Config's max_position_embeddings
+# Assumptions, not read from vLLM's code: vLLM measures these at start
+# (profile_cudagraph_memory; non_torch_increase in vllm/utils/mem_utils.py memory_profiling)
+CUDA_GRAPHS = 2 * GIB  # the target's and the draft's graphs
+NON_TORCH = 1 * GIB  # CUDA context, NCCL and kernel workspaces
 
 
 def gib(size: float) -> str:
     return f"{size / GIB:.1f}"
+
+
+def _round_up(size: int, to: int) -> int:
+    return -(-size // to) * to
+
+
+@dataclass(frozen=True)
+class Cache:
+    """A kind of KV cache a layer holds, as its vLLM spec sizes it: tokens per block, bytes
+    per page (padded as vLLM pads it), and the sliding window (None: the whole sequence)."""
+
+    name: str
+    block: int
+    page: int
+    window: int | None = None
+
+    def sequence(self, tokens: int) -> int:
+        """Bytes one sequence of TOKENS holds: every block (FullAttentionSpec), or its window
+        plus one block a window may straddle (SlidingWindowSpec)."""
+        held = tokens if self.window is None else min(self.window, tokens)
+        return (-(-held // self.block) + (self.window is not None)) * self.page
+
+    def in_flight(self, batched: int, tokens: int) -> int:
+        """What a sliding cache holds beyond its window for the tokens in flight, counted
+        once (max_admission_blocks_per_request adds them to each request's window)."""
+        if self.window is None:
+            return 0
+        held = min(self.window - 1 + BATCHES_IN_FLIGHT * batched, tokens)
+        return max(0, (-(-held // self.block) + 1) * self.page - self.sequence(tokens))
+
+
+def compress_ratios(config: Mapping[str, Any]) -> list[int] | None:
+    """Each target layer's compress ratio (1: sliding window only), as vLLM builds them from
+    transformers' DeepseekV4Config: `compress_ratios` (0/4/128 per layer, the draft's after
+    the target's), else `layer_types` with `compress_rates`, else its default (two heavily
+    compressed layers, then compressed sparse and heavily compressed in turn)."""
+    layers = config.get("num_hidden_layers")
+    if type(layers) is not int or layers <= 0:
+        return None
+    given = config.get("compress_rates")
+    rates = {"compressed_sparse_attention": 4, "heavily_compressed_attention": 128,
+             **(given if isinstance(given, dict) else {})}
+    ratios = config.get("compress_ratios")
+    types = config.get("layer_types")
+    if isinstance(ratios, list):
+        chosen = ratios[:layers]
+    elif isinstance(types, list):
+        chosen = [rates.get(kind, 0) for kind in types[:layers]]
+    else:
+        chosen = [128] * min(layers, 2) + [4 if i % 2 else 128 for i in range(layers - 2)]
+    if len(chosen) != layers or not all(type(r) is int and r in (0, 4, 128) for r in chosen):
+        return None  # unreadable: model-unreadable reports a bad compress_ratios
+    return [max(1, ratio) for ratio in chosen]
+
+
+def _sliding(name: str, block: int, token: int, window: int) -> Cache:
+    return Cache(name, block, _round_up(block * token, PAGE_ALIGN), window)
+
+
+def _compressed(name: str, ratio: int, state: int) -> Cache:
+    return Cache(name, BLOCK, _round_up(BLOCK // ratio * state, PAGE_ALIGN))
+
+
+def layer_caches(ratio: int, head_dim: int, index_dim: int, window: int) -> list[Cache]:
+    """The caches of one attention layer at fp8_ds_mla (what `--kv-cache-dtype fp8` becomes
+    with the SM12x FlashInfer sparse MLA class, _resolve_dsv4_kv_cache_dtype), from the
+    get_kv_cache_spec of vllm/models/deepseek_v4/attention.py and compressor.py."""
+    caches = [_sliding("sliding window", SWA_BLOCK, PACKED_TOKEN, window)]
+    if ratio == 1:
+        return caches
+    overlap = 2 if ratio == 4 else 1  # the ratio-4 compressor overlaps its windows
+    caches += [_compressed(f"compressed 1:{ratio}", ratio, PACKED_TOKEN),
+               _sliding(f"compressor 1:{ratio} state", 4 if ratio == 4 else 8,
+                        2 * overlap * head_dim * STATE_BYTES, overlap * ratio)]
+    if ratio == 4:  # only the compressed sparse layers have the indexer
+        caches += [_compressed("indexer keys", ratio, index_dim + index_dim // 128 * 4),
+                   _sliding("indexer compressor state", 4, 2 * 2 * index_dim * STATE_BYTES,
+                            8)]
+    return caches
+
+
+def model_caches(config: Mapping[str, Any], dspark: bool) -> list[Cache] | None:
+    """Every cache of every layer on one rank: MLA keeps one latent head, so each rank holds
+    the whole KV cache whatever TP (max_tp_shards=1). The DSpark draft's decoder layers are
+    sliding window only (their layer index is past num_hidden_layers)."""
+    ratios = compress_ratios(config)
+    c = _ints(config, "head_dim", "index_head_dim", "sliding_window")
+    if ratios is None or c is None:
+        return None
+    draft = (_ints(config, "n_mtp_layers") or {"n_mtp_layers": DRAFT_LAYERS})["n_mtp_layers"] \
+        if dspark else 0
+    return [cache for ratio in ratios + [1] * draft
+            for cache in layer_caches(ratio, c["head_dim"], c["index_head_dim"],
+                                      c["sliding_window"])]
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What vLLM allocates on one rank against what it may (bytes); `kv` None: not known
+    for this model, whose budget counts its weights and the allowances only."""
+
+    weights: float
+    kv: float | None
+    activations: float
+    budget: float
+    context: int
+    sequences: int
+    batched: int
+
+    @property
+    def needed(self) -> float:
+        return self.weights + self.activations + (self.kv or 0)
+
+    @property
+    def kv_room(self) -> float:
+        """What is left of the budget for the KV cache after weights and activations."""
+        return self.budget - self.weights - self.activations
+
+
+def activations(config: Mapping[str, Any], tp: int, context: int, batched: int) -> float:
+    """An estimate of the profiling run's peak beyond the weights (vLLM measures it:
+    transient_peak_headroom, non_torch_increase, the CUDA graph estimate): one layer's
+    buffers for MAX_NUM_BATCHED_TOKENS tokens (the hyper-connection streams in float32, the
+    MoE's gate-up and down outputs per routed expert, the attention's queries and output in
+    BF16), the indexer's prefill gather (get_max_prefill_buffer_size, vllm/v1/attention/
+    backends/mla/indexer.py), plus the CUDA_GRAPHS and NON_TORCH allowances."""
+    c = _ints(config, "hidden_size", "hc_mult", "num_experts_per_tok", "moe_intermediate_size",
+              "num_attention_heads", "head_dim", "index_head_dim")
+    if c is None:
+        return CUDA_GRAPHS + NON_TORCH
+    per_token = (2 * c["hc_mult"] * c["hidden_size"] * 4
+                 + c["num_experts_per_tok"] * (2 * c["moe_intermediate_size"] // tp
+                                               + c["hidden_size"]) * 2
+                 + 2 * c["num_attention_heads"] // tp * c["head_dim"] * 2)
+    factor = 5 if context <= 256 * 1024 else 2  # sparse_mla_prefill_workspace_factor
+    gather = context * (576 * 2 // INDEXER_STATE) * factor * INDEXER_STATE
+    return batched * per_token + gather + CUDA_GRAPHS + NON_TORCH
+
+
+def kv_cache(caches: list[Cache], context: int, sequences: int, batched: int) -> int:
+    """MAX_NUM_SEQS sequences of MAX_MODEL_LEN tokens each (each cache's
+    max_memory_usage_bytes for one request, in vllm/v1/kv_cache_interface.py), the sliding
+    caches' share of the batches in flight counted once."""
+    return sum(sequences * cache.sequence(context) + cache.in_flight(batched, context)
+               for cache in caches)
+
+
+def node_budget(node: Node) -> Budget | None:
+    """The rank's budget; None without the weights' size or the device memory."""
+    model, device, layout = node.model, node.device, node.layout
+    if model is None or model.total_size is None or device is None:
+        return None
+    config = node.deepseek_v4()
+    context = layout.max_model_len or _max_position(model.config)
+    sequences = layout.max_num_seqs or 1  # unset: vLLM's own minimum, one full request
+    batched = layout.max_num_batched_tokens or DEFAULT_BATCHED
+    caches = model_caches(config, layout.dspark) if config is not None else None
+    return Budget(
+        weights=model.total_size / layout.tp_size,
+        kv=None if caches is None else kv_cache(caches, context, sequences, batched),
+        activations=activations(config or {}, layout.tp_size, context, batched),
+        budget=device.total * layout.utilization, context=context, sequences=sequences,
+        batched=batched)
+
+
+def _max_position(config: Mapping[str, Any]) -> int:
+    """vLLM's max_model_len when MAX_MODEL_LEN is unset: the model's own."""
+    value = config.get("max_position_embeddings")
+    return value if type(value) is int and value > 0 else DEFAULT_CONTEXT
+
+
+def needed_utilization(budget: Budget, device: Device) -> float:
+    """The least GPU_MEMORY_UTILIZATION, in hundredths, whose budget holds it all."""
+    return math.ceil(budget.needed / device.total * 100) / 100
 
 
 @dataclass(frozen=True)
@@ -428,45 +681,108 @@ def host_margin(device: int, memory: Mapping[str, Any]) -> Margin:
 
 
 def fit_problems(node: Node) -> list[Problem]:
-    """The weights per rank against vLLM's budget (total memory x gpu_memory_utilization,
-    vllm/v1/worker/utils.py request_memory). The whole checkpoint counts as split over TP:
-    the DSpark draft's mtp.* tensors ship in it and its layers split as the target's."""
-    model, device, layout = node.model, node.device, node.layout
-    if model is None or model.total_size is None or device is None:
+    """The rank's budget: weights + activations + KV cache within utilization x total memory.
+    vLLM stops at start when the weights and activations leave no room for the KV cache
+    (vllm/v1/core/kv_cache_planning.py _check_enough_kv_cache_memory); the budget asks room
+    for MAX_NUM_SEQS sequences of MAX_MODEL_LEN, not only the one vLLM insists on."""
+    budget, device = node_budget(node), node.device
+    if budget is None or device is None or budget.needed <= budget.budget:
         return []
-    per_rank = model.total_size / layout.tp_size
-    budget = device.total * layout.utilization
-    if per_rank <= budget:
-        return []
-    return [{"weights": gib(per_rank), "total": gib(model.total_size), "budget": gib(budget),
-             "device": gib(device.total), "source": device.source,
-             "remedy": _fit_remedy(model.total_size, per_rank, budget, device, node.memory)}]
+    return [{**budget_fields(node, budget, device),
+             "remedy": _fit_remedy(node, budget, device)}]
 
 
-def _fit_remedy(total: int, per_rank: float, budget: float, device: Device,
-                memory: Mapping[str, Any]) -> str:
-    nodes = f"spread them over more nodes, TP_SIZE={math.ceil(total / budget)} or more"
-    needed = math.ceil(per_rank / device.total * 100) / 100
-    ceiling = host_margin(device.total, memory).ceiling
+def budget_fields(node: Node, budget: Budget, device: Device) -> Problem:
+    assert node.model is not None and node.model.total_size is not None
+    kv = "an unknown size (only DeepSeek-V4's cache specs are known here)" if budget.kv is None \
+        else f"{gib(budget.kv)} GiB"
+    return {"weights": gib(budget.weights), "total": gib(node.model.total_size),
+            "activations": gib(budget.activations), "kv": kv,
+            "room": f"{gib(budget.kv_room)} GiB" if budget.kv_room > 0 else
+                    f"nothing ({gib(-budget.kv_room)} GiB short)",
+            "needed": gib(budget.needed),
+            "budget": gib(budget.budget), "device": gib(device.total), "source": device.source,
+            "sequences": _sequences_text(node.layout, budget), "batched": str(budget.batched),
+            "free": _free_text(node)}
+
+
+def _sequences_text(layout: Layout, budget: Budget) -> str:
+    """What the KV cache is counted for, and where an unset variable chose it."""
+    unset = [text for text, given in (
+        ("MAX_NUM_SEQS unset: one, the least vLLM starts with", layout.max_num_seqs),
+        ("MAX_MODEL_LEN unset: the model's max_position_embeddings", layout.max_model_len))
+        if not given]
+    counted = f"{budget.sequences} x {budget.context} tokens"
+    return f"{counted} ({'; '.join(unset)})" if unset else counted
+
+
+def _free_text(node: Node) -> str:
+    free = node.free
+    if free is None:
+        return ("the free memory is not known here (no GPU to ask): vLLM also refuses to "
+                "start when it is below the budget")
+    return f"the free memory now is {gib(free.total)} GiB ({free.source})"
+
+
+def _fit_remedy(node: Node, budget: Budget, device: Device) -> str:
+    needed = needed_utilization(budget, device)
+    ceiling = host_margin(device.total, node.memory).ceiling
+    shorter = f"lower MAX_MODEL_LEN or MAX_NUM_SEQS, or {_more_nodes(node, budget)}"
     if needed <= ceiling:
-        return (f"{nodes}, or set GPU_MEMORY_UTILIZATION={needed:g} or more (the host margin "
-                f"allows up to {ceiling:g})")
-    return (f"{nodes}; no GPU_MEMORY_UTILIZATION fits them here: they would take "
-            f"{needed:g}, and the host margin allows up to {ceiling:g}")
+        return (f"set GPU_MEMORY_UTILIZATION={needed:g} or more (the host margin allows up to "
+                f"{ceiling:g}), or {shorter}")
+    if needed <= 1:
+        return (f"set GPU_MEMORY_UTILIZATION={needed:g} or more, which leaves the host less "
+                f"than the reference's margin (host-memory-margin: {ceiling:g}), or {shorter}")
+    return f"no GPU_MEMORY_UTILIZATION fits it here (it would take {needed:g}): {shorter}"
+
+
+def _more_nodes(node: Node, budget: Budget) -> str:
+    """The least TP_SIZE whose share of the weights leaves room for the rest."""
+    assert node.model is not None and node.model.total_size is not None
+    room = budget.budget - budget.activations - (budget.kv or 0)
+    if room <= 0:
+        return "spread the weights over more nodes (the rest alone exceeds the budget)"
+    return (f"spread the weights over more nodes, TP_SIZE="
+            f"{max(node.layout.tp_size + 1, math.ceil(node.model.total_size / room))} or more")
+
+
+def free_memory_problems(node: Node) -> list[Problem]:
+    """vLLM's start-up check (request_memory): the free memory, as vLLM reads it (on a
+    unified-memory GPU the host's available memory), must hold the whole budget."""
+    device, free = node.device, node.free
+    if device is None or free is None:
+        return []
+    budget = device.total * node.layout.utilization
+    if free.total >= budget:
+        return []
+    most = math.floor(free.total / device.total * 100) / 100  # the highest that fits now
+    return [{"free": gib(free.total), "source": free.source, "budget": gib(budget),
+             "device": gib(device.total), "most": f"{most:g}"}]
 
 
 def host_margin_problems(node: Node) -> list[Problem]:
+    """The host's share of the same memory: warned of when the utilization leaves less than
+    the reference's margin, and is above what the rank's budget needs (lowering it further
+    would stop vLLM, which fit_problems reports)."""
     device = node.device
     if device is None:
         return []
     margin = host_margin(device.total, node.memory)
     left = (1 - node.layout.utilization) * device.total
-    if left >= margin.needed:
+    budget = node_budget(node)
+    needed = 0.0 if budget is None else needed_utilization(budget, device)
+    highest = max(margin.ceiling, needed)
+    if left >= margin.needed or node.layout.utilization <= highest:
         return []
+    remedy = f"set GPU_MEMORY_UTILIZATION={highest:g} or less" + (
+        "" if needed <= margin.ceiling else
+        f", what this layout's memory budget needs (the host margin alone would allow "
+        f"{margin.ceiling:g})")
     return [{"left": gib(left), "device": gib(device.total), "source": device.source,
              "needed": gib(margin.needed), "reference": gib(margin.reference),
              "host_use": gib(margin.host_use), "floor": gib(margin.floor),
-             "ceiling": f"{margin.ceiling:g}",
+             "ceiling": f"{margin.ceiling:g}", "remedy": remedy,
              **{name: f"{figure:g}" for name, figure in node.memory.items()
                 if isinstance(figure, int | float)}}]
 
@@ -474,5 +790,6 @@ def host_margin_problems(node: Node) -> list[Problem]:
 CHECKS: dict[str, Callable[[Node], list[Problem]]] = {
     "model-files": model_file_problems, "model-index": index_problems,
     "moe-shape": moe_problems, "moe-activations": moe_activation_problems,
-    "linear-shape": linear_problems, "fit": fit_problems, "host-margin": host_margin_problems,
+    "linear-shape": linear_problems, "fit": fit_problems,
+    "free-memory": free_memory_problems, "host-margin": host_margin_problems,
 }

@@ -23,6 +23,9 @@ from types import ModuleType
 from typing import Any
 
 RULES_FILE = Path(__file__).with_name("preflight.json")
+# the sizes the memory budget reads: model_checks.Layout's field -> variable
+SIZES = {"max_model_len": "MAX_MODEL_LEN", "max_num_seqs": "MAX_NUM_SEQS",
+         "max_num_batched_tokens": "MAX_NUM_BATCHED_TOKENS"}
 # vLLM's verdict on each backend per version, GPU arch and model family, as the image's vLLM
 # gives it (written by bin/backend_table.py, held to the image by the smoke)
 VERDICTS_FILE = "backend-verdicts.json"
@@ -144,10 +147,12 @@ class Context:
     def __init__(self, env: Mapping[str, str], rules: Mapping[str, Any],
                  series: Iterable[str] | None, proc_sys: Path | str,
                  image: Image | None = None, *, model_dir: Path | str | None = None,
-                 gpu_memory: Callable[[], int | None] | None = None) -> None:
+                 gpu_memory: Callable[[], int | None] | None = None,
+                 free_memory: Callable[[], Any] | None = None) -> None:
         self.env = dict(env)
         self.model_dir = None if model_dir is None else Path(model_dir)
         self.gpu_memory = gpu_memory
+        self.free_memory = free_memory
         self.memory: Mapping[str, Any] = rules.get("memory", {})
         self._node: Any = None
         self.variables: dict[str, dict[str, Any]] = rules["variables"]
@@ -226,7 +231,8 @@ class Context:
             self._node = model_checks.Node(
                 self._layout(), self.model_dir,
                 declared if type(declared) in (int, float) else None,
-                self.gpu_memory or model_checks.nvml_total_memory, self.memory)
+                self.gpu_memory or model_checks.nvml_total_memory, self.memory,
+                self.free_memory or (lambda: None))
         return self._node
 
     def _layout(self) -> Any:
@@ -241,7 +247,17 @@ class Context:
             tp_size=tp_size, expert_parallel=model_checks.expert_parallel(args),
             dspark=self.value("VLLM_ENABLE_DSPARK"), utilization=utilization,
             moe_backend=normal_backend("moe", self.env.get("MOE_BACKEND") or "auto"),
-            linear_backend=normal_backend("linear", self.env.get("LINEAR_BACKEND") or "auto"))
+            linear_backend=normal_backend("linear", self.env.get("LINEAR_BACKEND") or "auto"),
+            **{field: self._given_int(name) for field, name in SIZES.items()})
+
+    def _given_int(self, name: str) -> int | None:
+        """A size the budget reads; None when unset (vLLM's default applies) or unreadable
+        (the types rule reports it)."""
+        try:
+            value = self.value(name)
+        except Unknown:
+            return None
+        return value if isinstance(value, int) and value > 0 else None
 
     def evaluate(self, expression: str) -> Any:
         return _eval(ast.parse(expression, mode="eval").body, self)
@@ -524,15 +540,21 @@ def check(env: Mapping[str, str], rules: Mapping[str, Any] | None = None,
           series: Iterable[str] | None = None, proc_sys: Path | str = "/proc/sys",
           known: Iterable[str] = (), image: Image | None = None,
           model_dir: Path | str | None = None,
-          gpu_memory: Callable[[], int | None] | None = None) -> list[Finding]:
+          gpu_memory: Callable[[], int | None] | None = None,
+          free_memory: Callable[[], Any] | None = None) -> list[Finding]:
     """Every finding of every rule, in the rules' order. `series` None: the tag is unknown and
     the rules about it do not apply; `known`: more variable names that are not typos;
     `image`: its vLLM, packages and capabilities (unknown ones: their rules do not apply);
     `model_dir`: the model's folder (None or absent: the model checks do not apply);
-    `gpu_memory`: what asks the GPU its memory (default: NVML; None from it: not known)."""
+    `gpu_memory`: what asks the GPU its memory (default: NVML; None from it: not known);
+    `free_memory`: what asks its free memory (a model_checks.Device or None; default: this
+    machine's GPU where gpu_memory is not given, for then this machine is the node, else
+    not known)."""
     rules = load_rules() if rules is None else rules
+    if free_memory is None and gpu_memory is None:
+        free_memory = model_checks.gpu_free_memory
     ctx = Context(env, rules, series, proc_sys, image, model_dir=model_dir,
-                  gpu_memory=gpu_memory)
+                  gpu_memory=gpu_memory, free_memory=free_memory)
     found: list[Finding] = []
     for rule in rules["rules"]:
         kind = rule.get("check", "when")

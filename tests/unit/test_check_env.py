@@ -338,9 +338,11 @@ def test_the_model_on_this_host_is_read_from_model_host_path(
     assert check_env(env, "3.73-vision", "--proc-sys", str(proc_sys)) == 2
     out, err = capsys.readouterr()
     assert out.splitlines()[0] == (
-        f"{env}:3: error: the weights per rank, 148.0 GiB (148.0 GiB / TP_SIZE=1), exceed the "
-        "GPU memory budget of 89.4 GiB: 119.2 GiB of device memory (the tag's "
-        "device_memory_gb: 128) x GPU_MEMORY_UTILIZATION=0.75 [weights-exceed-memory]")
+        f"{env}:4: error: each rank needs 158.8 GiB, above its budget of 89.4 GiB (119.2 GiB, "
+        "the tag's device_memory_gb: 128, x GPU_MEMORY_UTILIZATION=0.75): weights 148.0 GiB "
+        "and activations ~5.8 GiB leave nothing (64.3 GiB short), and the KV cache for 1 x "
+        "1048576 tokens (MAX_NUM_SEQS unset: one, the least vLLM starts with; MAX_MODEL_LEN "
+        "unset: the model's max_position_embeddings) needs 5.1 GiB [memory-budget]")
     assert err.startswith(f"sparkbake: error: {env}: 1 preflight error(s) for "
                           "production-3.73-vision")
     four = write_env(tmp_path, env.read_text().replace("TP_SIZE=1", "TP_SIZE=4"), "4.env")

@@ -346,7 +346,8 @@ def test_the_model_that_model_names_is_checked_before_vllm_starts(
     env = {**image_env, "MODEL": str(dsv4), "GPU_MEMORY_UTILIZATION": "0.75"}
     result = run("--print", env=env)
     assert result.returncode == 2 and result.stdout == ""
-    assert result.stderr.startswith("sparkbake preflight: error: the weights per rank, 148.0 "
-                                    "GiB (148.0 GiB / TP_SIZE=unset (1)), exceed the GPU memory "
-                                    "budget")
+    assert result.stderr.startswith("sparkbake preflight: error: each rank needs 158.8 GiB, "
+                                    "above its budget of 89.4 GiB (119.2 GiB, the tag's "
+                                    "device_memory_gb: 128, x GPU_MEMORY_UTILIZATION=0.75)")
+    assert "[memory-budget]" in result.stderr
     assert run("--print", env={**env, "TP_SIZE": "4"}).returncode == 0

@@ -83,9 +83,6 @@ FIRING: list[tuple[str, str, dict[str, str]]] = [
     ("prefix-cache-inert", "warning", {"VLLM_DSV4_DCP_PREFIX_CACHE": "0"}),
     ("gpu-memory-4-nodes-tp4", "error", {"GPU_MEMORY_UTILIZATION": "0.82"}),
     ("gpu-memory-4-nodes-tp4", "error", {"GPU_MEMORY_UTILIZATION": ""}),
-    ("gpu-memory-2-nodes-tp2", "error", {"NNODES": "2", "TP_SIZE": "2"}),
-    ("gpu-memory-2-nodes-tp2", "error",
-     {"NNODES": "2", "TP_SIZE": "2", "GPU_MEMORY_UTILIZATION": "0.82"}),
     ("compressed-mla-toggle", "error", {"VLLM_DSV4_B12X_COMPRESSED_MLA": "0"}),
     ("execute-timeout-short", "warning", {"VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS": "300"}),
     ("unknown-variable", "warning", {"VLLM_DSV4_CKV_GATHR": "1"}),
@@ -111,7 +108,6 @@ QUIET: list[tuple[str, dict[str, str]]] = [
     ("prefix-cache-inert", {"VLLM_DSV4_DCP_PREFIX_CACHE": "", "ENABLE_PREFIX_CACHING": "0"}),
     ("prefix-cache-inert", {"VLLM_DSV4_DCP_PREFIX_CACHE": "", "DCP_SIZE": "1"}),
     ("gpu-memory-4-nodes-tp4", {"GPU_MEMORY_UTILIZATION": "0.7"}),
-    ("gpu-memory-2-nodes-tp2", {"NNODES": "2", "TP_SIZE": "2", "GPU_MEMORY_UTILIZATION": "0.85"}),
     ("execute-timeout-short", {"VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS": "600"}),
     ("unknown-variable", {"SOMETHING_ELSE": "1", "NCCL_IB_HCA": "mlx5"}),
     ("bad-value", {"API_HOST": "any text at all", "DEFAULT_THINKING": "Yes"}),
@@ -140,7 +136,8 @@ def test_every_rule_is_tested() -> None:
     from .test_model_checks import MODEL_FIRING  # it builds on this module's helpers
 
     tested = {rule for rule, _, _ in FIRING} | {"host-memory-floor", "prefix-cache-without-series",
-                                                "backend-not-installed", "backend-cannot-run"}
+                                                "backend-not-installed", "backend-cannot-run",
+                                                "free-memory-below-budget"}
     assert tested | {rule for rule, _, _, _ in IMAGE_FIRING} | \
         {rule for rule, *_ in MODEL_FIRING} == set(RULE_IDS)
 
