@@ -397,7 +397,8 @@ def _batched_problem(layer: Linear, tp: int) -> Problem:
                           "as 3-D groups, which b12x's processing does not make",
             "numbers": f"b12x keeps it 2-D ({int(n)}, {int(k)}) where the forward reads "
                        f"({groups}, {int(n) // max(groups, 1)}, {int(k)})",
-            "why": B12X_BATCHED, "remedy": "LINEAR_BACKEND=deep_gemm (or auto) takes DeepGEMM, whose processing "
+            "why": B12X_BATCHED,
+            "remedy": "LINEAR_BACKEND=deep_gemm (or auto) takes DeepGEMM, whose processing "
                       "makes the groups"}
 
 

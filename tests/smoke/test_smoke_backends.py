@@ -52,4 +52,8 @@ def test_the_spark_verdicts_are_the_tags_choice(backends: Any) -> None:
     runs = {kind: sorted(name for name, why in table.items() if not why)
             for kind, table in spark().items()}
     assert runs["attention"] == ["FLASHINFER_MLA_SPARSE_DSV4", "auto"]
-    assert "b12x" in runs["moe"] and "b12x" in runs["linear"]
+    assert "b12x" in runs["moe"]
+    # of the linear kernels that run on 12.1, only DeepGEMM's serves the batched wo_a
+    assert runs["linear"] == ["auto", "deep_gemm"]
+    for name in ("b12x", "cutlass", "triton", "marlin", "humming"):
+        assert "attn.wo_a" in spark()["linear"][name], name

@@ -93,7 +93,7 @@ def test_the_reference_files_are_refused_on_3_73_for_dcp_and_backends(
     errors = {line.rsplit("[", 1)[1].rstrip("]"): (line, reason) for line, reason in
               zip(out.splitlines()[::2], out.splitlines()[1::2], strict=True)
               if ": error: " in line}
-    assert set(errors) == {"dcp-size-unsupported", "unknown-backend",
+    assert set(errors) == {"dcp-size-unsupported", "unknown-backend", "backend-cannot-run",
                            "images-under-dcp-unsupported", "prefix-cache-under-dcp-unsupported",
                            "ckv-gather-unsupported"}
     line, reason = errors["dcp-size-unsupported"]
@@ -105,9 +105,18 @@ def test_the_reference_files_are_refused_on_3_73_for_dcp_and_backends(
     assert "ATTENTION_BACKEND=B12X_MLA_SPARSE is not among the attention backends of this " \
            "image's vLLM 0.33.0" in line
     assert "FLASHINFER_MLA_SPARSE_DSV4, " in reason and ", B12X, " in reason
-    # b12x for MoE and linear: the runtime lock's flashinfer-python installs the b12x module
-    assert "MOE_BACKEND=b12x" not in out and "LINEAR_BACKEND=b12x" not in out
-    assert "5 preflight error(s) for production-3.73-vision" in err
+    # b12x for MoE: the runtime lock's flashinfer-python installs the b12x module; b12x for
+    # the linear layers cannot serve the attention's batched output projection
+    assert "MOE_BACKEND=b12x" not in out
+    line, reason = errors["backend-cannot-run"]
+    assert line.endswith(
+        "error: LINEAR_BACKEND=b12x cannot run deepseek_v4 on this image's GPU (12.1a): it "
+        "cannot serve attn.wo_a, a batched matmul: after B12xFp8BlockScaledMMKernel's "
+        "processing its weight is 2-D (2048, 4096), but the output projection's "
+        "fp8_einsum('bhr,hdr->bhd') reads it as 3-D (2, 1024, 4096) (groups, o_lora_rank, K) "
+        "[backend-cannot-run]")
+    assert reason.endswith("the linear backends that can: auto, deep_gemm")
+    assert "6 preflight error(s) for production-3.73-vision" in err
 
 
 def test_a_backend_whose_module_no_locked_distribution_installs_is_refused(
@@ -290,7 +299,7 @@ def test_images_under_dcp_on_a_tag_that_runs_dcp_but_not_images_are_refused(
 def test_an_unknown_backend_is_two_lines_and_exit_2(
         tmp_path: Path, proc_sys: Path, capsys: pytest.CaptureFixture[str]) -> None:
     text = at_dcp_1((ENV_DIR / "head.env").read_text()).replace(
-        "LINEAR_BACKEND=b12x", "LINEAR_BACKEND=cutlas")
+        "LINEAR_BACKEND=deep_gemm", "LINEAR_BACKEND=cutlas")
     env = write_env(tmp_path, text)
     assert check_env(env, "3.73-vision", "--proc-sys", str(proc_sys)) == 2
     out = capsys.readouterr().out.splitlines()

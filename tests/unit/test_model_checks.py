@@ -14,7 +14,14 @@ import pytest
 from sparkbake.smoke import preflight
 from tests.nodeenv import write_sysctls
 
-from .test_preflight import IMAGE_373, SERIES_373, node, servable
+from .test_preflight import IMAGE_373, SERIES_373, servable
+from .test_preflight import node as reference_node
+
+
+def node(name: str = "worker", **changes: str) -> dict[str, str]:
+    """The reference's node with the linear backend the Spark tags bake (its own b12x cannot
+    serve DeepSeek-V4's attn.wo_a: test_the_reference_linear_backend_...)."""
+    return reference_node(name, **{"LINEAR_BACKEND": "deep_gemm", **changes})
 
 checks = preflight.entrypoint().checks
 model_checks = checks.model_checks
@@ -73,9 +80,10 @@ MODEL_FIRING: list[tuple[str, str, dict[str, str], dict[str, Any], dict[str, str
     ("moe-backend-shape", "error", {"SERVE_EXTRA_ARGS": "--enable-expert-parallel"}, {}, {}),
     ("moe-backend-shape", "error", {"SERVE_EXTRA_ARGS": "--seed 1 -ep"}, {}, {}),
     ("moe-backend-bf16-activations", "warning", {}, {"hidden_size": 4224}, {}),
-    ("linear-backend-shape", "error", {}, {"index_head_dim": 65}, {}),
-    ("linear-backend-shape", "error", {}, {"o_lora_rank": 1000}, {}),
-    ("linear-backend-shape", "error", {}, {"quantization_config": {
+    ("linear-backend-shape", "error", {"LINEAR_BACKEND": "b12x"}, {}, {}),  # attn.wo_a
+    ("linear-backend-shape", "error", {"LINEAR_BACKEND": "b12x"}, {"index_head_dim": 65}, {}),
+    ("linear-backend-shape", "error", {"LINEAR_BACKEND": "b12x"}, {"o_lora_rank": 1000}, {}),
+    ("linear-backend-shape", "error", {"LINEAR_BACKEND": "b12x"}, {"quantization_config": {
         "quant_method": "fp8", "weight_block_size": [64, 64]}}, {}),
     ("memory-budget", "error", ONE_SPARK, {}, {}),
     ("memory-budget", "error", {**TWO_NODES, "GPU_MEMORY_UTILIZATION": "0.75"}, {}, {}),
@@ -120,8 +128,25 @@ def test_the_reference_layout_with_its_model_passes_with_no_finding(sysctls: Pat
 def test_the_servable_sample_on_the_tags_declared_memory_passes(sysctls: Path) -> None:
     image = checks.Image(vllm=IMAGE_373.vllm, modules=IMAGE_373.modules,
                          capabilities={**IMAGE_373.capabilities, "device_memory_gb": 128})
-    env = servable(MOE_BACKEND="b12x", LINEAR_BACKEND="b12x")
+    env = servable(MOE_BACKEND="b12x", LINEAR_BACKEND="deep_gemm")
     assert findings(env, sysctls, gpu=None, image=image) == []
+
+
+def test_the_reference_linear_backend_cannot_serve_the_batched_output_projection(
+        sysctls: Path) -> None:
+    """b12x, as the reference deployment runs it, on every node at TP 4: the load succeeds
+    and the first forward aborts; the preflight names wo_a, the shapes and the fix."""
+    for name in ("head", "worker"):
+        finding = only("linear-backend-shape", reference_node(name), sysctls)
+        assert finding.message == (
+            "LINEAR_BACKEND=b12x cannot run attn.wo_a (a batched matmul, N = o_groups x "
+            "o_lora_rank, K = num_attention_heads x head_dim / o_groups) at TP_SIZE=4: the "
+            "output projection reads its weight with fp8_einsum('bhr,hdr->bhd') as 3-D groups, "
+            "which b12x's processing does not make, but b12x keeps it 2-D (2048, 4096) where "
+            "the forward reads (2, 1024, 4096)")
+        assert "layout.hpp 't.dim() == N'" in finding.reason
+        assert finding.reason.endswith("LINEAR_BACKEND=deep_gemm (or auto) takes DeepGEMM, "
+                                       "whose processing makes the groups")
 
 
 @pytest.mark.parametrize(("rule", "level", "changes", "config", "files"), MODEL_FIRING,
@@ -185,8 +210,12 @@ def test_a_hidden_size_off_256_warns_of_the_bf16_variant(sysctls: Path, tmp_path
 
 def test_a_replicated_layer_off_128_names_the_layer_and_auto(sysctls: Path,
                                                              tmp_path: Path) -> None:
-    finding = only("linear-backend-shape", node(), sysctls,
-                   model(tmp_path / "model", index_head_dim=65))
+    found = findings(node(LINEAR_BACKEND="b12x"), sysctls,
+                     model(tmp_path / "model", index_head_dim=65))
+    assert [f.message.split(" (")[0] for f in found] == [
+        "LINEAR_BACKEND=b12x cannot run attn.wo_a", "LINEAR_BACKEND=b12x cannot run "
+        "attn.indexer.wq_b"]
+    finding = found[1]
     assert finding.at == "LINEAR_BACKEND"
     assert finding.message == (
         "LINEAR_BACKEND=b12x cannot run attn.indexer.wq_b (replicated; N = index_n_heads x "
@@ -200,7 +229,7 @@ def test_a_replicated_layer_off_128_names_the_layer_and_auto(sysctls: Path,
 
 def test_a_split_off_128_asks_for_another_tp(sysctls: Path, tmp_path: Path) -> None:
     folder = model(tmp_path / "model", o_lora_rank=1000)
-    found = findings(node(), sysctls, folder)
+    found = findings(node(LINEAR_BACKEND="b12x"), sysctls, folder)
     assert [f.message.split(" at ")[0] for f in found] == [
         "LINEAR_BACKEND=b12x cannot run attn.wo_a (column-parallel; N = o_groups x o_lora_rank, "
         "K = num_attention_heads x head_dim / o_groups)",
@@ -217,7 +246,7 @@ def test_a_split_off_128_asks_for_another_tp(sysctls: Path, tmp_path: Path) -> N
 def test_weight_blocks_other_than_128_are_one_finding(sysctls: Path, tmp_path: Path) -> None:
     folder = model(tmp_path / "model", quantization_config={
         "quant_method": "fp8", "weight_block_size": [64, 64]})
-    finding = only("linear-backend-shape", node(), sysctls, folder)
+    finding = only("linear-backend-shape", node(LINEAR_BACKEND="b12x"), sysctls, folder)
     assert finding.message == (
         "LINEAR_BACKEND=b12x cannot run every block-FP8 linear layer at TP_SIZE=4: weights in "
         "128 x 128 blocks, but quantization_config.weight_block_size is [64, 64]")
