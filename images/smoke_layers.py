@@ -178,7 +178,8 @@ def engine_config(command: str, model: Path, tp: int) -> Any:
     args.model, args.tokenizer, args.skip_tokenizer_init = str(model), None, True
     args.load_format, args.tensor_parallel_size = "dummy", tp
     args.nnodes, args.node_rank, args.master_addr, args.headless = tp, 0, "127.0.0.1", False
-    args.served_model_name = None
+    # the reasoning parser reads the tokenizer's vocabulary, which a weights-only build lacks
+    args.served_model_name, args.reasoning_parser, args.reasoning_config = None, None, None
     from vllm.engine.arg_utils import EngineArgs
 
     return EngineArgs.from_cli_args(args).create_engine_config()

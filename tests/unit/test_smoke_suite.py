@@ -13,9 +13,9 @@ from sparkbake import resources
 from sparkbake.config import envfile
 from sparkbake.config import versions as config_mod
 from sparkbake.config.versions import Config, Tag
-from sparkbake.errors import ConfigError
+from sparkbake.errors import ConfigError, SmokeError
 from sparkbake.lock import pins
-from sparkbake.smoke import preflight, sample_envs
+from sparkbake.smoke import checks, preflight, sample_envs
 from tests.conftest import versions_yaml
 from tests.nodeenv import ENV_DIR, image_command, write_sysctls
 
@@ -177,3 +177,27 @@ def test_shipped_samples_do_what_they_say_under_the_hosts_preflight(
         assert set(sample.rules) <= set(errors_of(tag, sample, proc_sys)), sample.name
     serve = envfile.read(suite.serve_env)
     assert "MODEL" not in serve.values  # the serve check mounts the model and sets it
+
+
+def test_layer_weights_builds_the_suites_model_or_the_given_one(
+        project: Config, tmp_path: Path) -> None:
+    suite = sample_envs.load(project, project.tag("dsv4"))
+    shipped = checks.layer_model(suite, None)
+    assert shipped["path"] == str(suite.folder / checks.SUITE_MODEL)
+    assert shipped["config"]["model_type"] == "deepseek_v4"
+    write(tmp_path / "mine" / "config.json", '{"model_type": "mine"}')
+    assert checks.layer_model(suite, tmp_path / "mine")["config"] == {"model_type": "mine"}
+    plain = sample_envs.load(project, project.tag("plain"))
+    assert checks.layer_model(plain, None) == {
+        "none": f"no config.json in {plain.folder / 'model'}: give --model, or add "
+                f"model/config.json to suite common"}
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("{", "not a readable JSON file"), ("[1]", "not a JSON object")])
+def test_a_model_config_that_is_not_one_is_refused(
+        project: Config, tmp_path: Path, text: str, message: str) -> None:
+    suite = sample_envs.load(project, project.tag("dsv4"))
+    write(tmp_path / "config.json", text)
+    with pytest.raises(SmokeError, match=message):
+        checks.layer_model(suite, tmp_path)
