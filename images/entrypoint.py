@@ -179,8 +179,11 @@ VARIABLES = tuple(dict.fromkeys(("MODEL", *(name for names, _ in STEPS for name 
 
 
 def effective_env(env: Env) -> dict[str, str]:
-    """The environment with the family's defaults under it."""
-    return {**DEFAULTS, **env}
+    """The environment with the family's defaults under it. RANK, the reference deployment's
+    name for the node's rank, stands for NODE_RANK where that is unset (the preflight's
+    rank-names-disagree refuses the two at different values)."""
+    alias = {"NODE_RANK": env["RANK"]} if env.get("RANK") and not env.get("NODE_RANK") else {}
+    return {**DEFAULTS, **env, **alias}
 
 
 def serve_command(env: Env) -> list[str]:

@@ -32,7 +32,8 @@ CONFIG = versions_yaml(repository="localhost:5000/check-env", platform="linux/ar
   textonly:
     upstream: tree
     series: [dcp-dspark]
-    env: {VLLM_ENABLE_DSPARK: "1", VLLM_DSV4_CKV_GATHER: "1", VLLM_DSV4_CKV_ALLOW_IMAGES: "1"}
+    env: {VLLM_ENABLE_DSPARK: "1", NUM_SPECULATIVE_TOKENS: "6", VLLM_DSV4_CKV_GATHER: "1",
+          VLLM_DSV4_CKV_ALLOW_IMAGES: "1"}
   dcp2:
     upstream: tree
     series: [dcp-dspark]
@@ -175,8 +176,11 @@ def test_a_worker_with_the_heads_address_is_an_error_with_file_and_line(
         "[worker-has-head-address]",
         "  -> this is the head's .env copied to a worker, which then tries to bind the head's "
         "fabric address; give each node its own .env with its own VLLM_HOST_IP"]
-    assert err.startswith(f"sparkbake: error: {bad}: 1 preflight error(s) for "
-                          "production-3.73-vision\n  -> fix them")
+    # the reference's MODEL_HOST_PATH is not on this host: said first, then the error
+    skipped, error = err.split("\n", 1)
+    assert skipped.startswith("check-env: the model checks were skipped: MODEL_HOST_PATH=")
+    assert error.startswith(f"sparkbake: error: {bad}: 1 preflight error(s) for "
+                            "production-3.73-vision\n  -> fix them")
 
 
 def test_warnings_are_printed_and_the_exit_is_0(
@@ -219,9 +223,12 @@ def test_the_tags_series_decide_the_prefix_cache_rules(
     env = write_env(tmp_path, "MODEL=/m DCP_SIZE=2 ENABLE_PREFIX_CACHING=1\n")
     assert check_env(env, "gathered", "--proc-sys", str(proc_sys), config=own_config) == 0
     assert "[prefix-cache-inert]" in capsys.readouterr().out
-    assert check_env(env, "textonly", "--proc-sys", str(proc_sys), config=own_config) == 0
+    # DSpark with no count of drafted tokens: vLLM's speculative config refuses it
+    env.write_text(env.read_text() + "NUM_SPECULATIVE_TOKENS=\n")
+    assert check_env(env, "textonly", "--proc-sys", str(proc_sys), config=own_config) == 2
     out = capsys.readouterr().out
-    assert "[prefix-cache-inert]" not in out and "[dspark-without-tokens]" in out
+    assert "[prefix-cache-inert]" not in out
+    assert "error: VLLM_ENABLE_DSPARK=1 but NUM_SPECULATIVE_TOKENS is unset" in out
 
 
 def test_host_sysctls_are_read_from_proc_sys(
@@ -287,7 +294,8 @@ def test_images_under_dcp_on_a_tag_that_runs_dcp_but_not_images_are_refused(
         f"{env}: error: images are allowed (LIMIT_MM_IMAGES=4) under DCP_SIZE=2, which this "
         "image cannot serve [images-under-dcp-unsupported]",
         "  -> no gather on this path; set LIMIT_MM_IMAGES=0 or DCP_SIZE=1"]
-    assert err.startswith(f"sparkbake: error: {env}: 1 preflight error(s) for dcp2\n")
+    assert err.split("\n", 1)[1].startswith(
+        f"sparkbake: error: {env}: 1 preflight error(s) for dcp2\n")
     text_only = write_env(tmp_path, "MODEL=/m TP_SIZE=2 DCP_SIZE=2 LIMIT_MM_IMAGES=0\n", "t.env")
     assert check_env(text_only, "dcp2", "--proc-sys", str(proc_sys), config=own_config) == 0
     four = write_env(tmp_path, "MODEL=/m TP_SIZE=4 DCP_SIZE=4 LIMIT_MM_IMAGES=0\n", "4.env")
@@ -380,3 +388,41 @@ def test_a_model_host_path_that_is_not_a_folder_here_is_not_read(
                                   "GPU_MEMORY_UTILIZATION=0.75\nNUM_SPECULATIVE_TOKENS=6\n")
         assert check_env(env, "3.73-vision", "--proc-sys", str(proc_sys)) == 0
         assert capsys.readouterr().out == ""
+
+
+def test_a_hugging_face_cache_folder_is_read_at_the_snapshot_refs_main_names(
+        tmp_path: Path, proc_sys: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cache = tmp_path / "models--deepseek-ai--DeepSeek-V4-Flash"
+    snapshot = cache / "snapshots" / "0123abcd"
+    snapshot.mkdir(parents=True)
+    (cache / "snapshots" / "old").mkdir()
+    shutil.copy(DSV4 / "config.json", snapshot)
+    (cache / "refs").mkdir()
+    (cache / "refs" / "main").write_text("0123abcd\n")
+    env = write_env(tmp_path, f"MODEL=/m\nNUM_SPECULATIVE_TOKENS=6\nMODEL_HOST_PATH={cache}\n")
+    assert check_env(env, "3.73-vision", "--proc-sys", str(proc_sys)) == 0
+    out, err = capsys.readouterr()
+    assert out.splitlines()[0] == (
+        f"{env}:3: warning: the model in {snapshot} has no model.safetensors.index.json: "
+        "whether its weights fit in GPU memory is not checked [model-index-missing]")
+    assert "skipped" not in err
+    (cache / "refs" / "main").write_text("fedcba98\n")  # a revision not downloaded here
+    assert check_env(env, "3.73-vision", "--proc-sys", str(proc_sys)) == 0
+    out, err = capsys.readouterr()
+    assert "[model-index-missing]" not in out
+    assert err.splitlines()[0] == (
+        f"check-env: the model checks were skipped: no config.json in {cache} (a Hugging "
+        "Face cache folder whose refs/main names no snapshot here); set MODEL_HOST_PATH to "
+        "the model's folder on this host (or its Hugging Face cache folder)")
+
+
+def test_check_env_says_why_the_model_checks_were_skipped(
+        tmp_path: Path, proc_sys: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    env = write_env(tmp_path, "MODEL=/m\nNUM_SPECULATIVE_TOKENS=6\n")
+    assert check_env(env, "3.73-vision", "--proc-sys", str(proc_sys)) == 0
+    assert "the model checks were skipped: MODEL_HOST_PATH is not set" in \
+        capsys.readouterr().err
+    env.write_text(env.read_text() + f"MODEL_HOST_PATH={tmp_path / 'nowhere'}\n")
+    assert check_env(env, "3.73-vision", "--proc-sys", str(proc_sys)) == 0
+    assert f"skipped: MODEL_HOST_PATH={tmp_path / 'nowhere'} is not a folder on this host" \
+        in capsys.readouterr().err

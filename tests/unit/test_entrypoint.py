@@ -351,3 +351,12 @@ def test_the_model_that_model_names_is_checked_before_vllm_starts(
                                     "device_memory_gb: 128, x GPU_MEMORY_UTILIZATION=0.75)")
     assert "[memory-budget]" in result.stderr
     assert run("--print", env={**env, "TP_SIZE": "4"}).returncode == 0
+
+
+def test_rank_stands_for_an_unset_node_rank() -> None:
+    env = envfile.read(ENV_DIR / "worker.env").values
+    copied = {name: value for name, value in env.items() if name != "NODE_RANK"}
+    assert entrypoint().serve_command({**copied, "RANK": "1"}) == node_command(1)
+    assert "--headless" not in entrypoint().serve_command(copied)  # no rank: the head's
+    # NODE_RANK, where given, is the node's rank
+    assert entrypoint().serve_command({**env, "RANK": "0"}) == node_command(1)

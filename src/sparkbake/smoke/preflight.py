@@ -24,8 +24,8 @@ from sparkbake.config.versions import PypiUpstream, Tag
 from sparkbake.console.tools import echo
 from sparkbake.errors import ConfigError
 
-__all__ = ["check_env", "entrypoint", "evaluate", "host_model_dir", "image_facts",
-           "locked_distributions", "node_env", "report"]
+__all__ = ["check_env", "entrypoint", "evaluate", "hf_snapshot", "host_model_dir",
+           "image_facts", "locked_distributions", "model_checks_skipped", "node_env", "report"]
 
 MODULE = "sparkbake_image_entrypoint"
 LOCKED = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==", re.MULTILINE)
@@ -73,9 +73,41 @@ def locked_distributions(runtime_lock: Path | None) -> frozenset[str] | None:
 
 def host_model_dir(env: dict[str, str]) -> Path | None:
     """The model's folder as this host sees it: MODEL_HOST_PATH, when it is a folder here
-    (MODEL is the container's path to it); else None, and the model checks do not apply."""
+    (MODEL is the container's path to it); else None, and the model checks do not apply.
+    A Hugging Face cache folder (models--ORG--NAME) stands for the snapshot its refs/main
+    names, or its only snapshot."""
     folder = Path(env.get("MODEL_HOST_PATH") or "")
-    return folder if env.get("MODEL_HOST_PATH") and folder.is_dir() else None
+    if not env.get("MODEL_HOST_PATH") or not folder.is_dir():
+        return None
+    return hf_snapshot(folder) or folder
+
+
+def hf_snapshot(folder: Path) -> Path | None:
+    """The snapshot folder of a Hugging Face cache entry; None when folder is not one."""
+    if (folder / "config.json").exists() or not (folder / "snapshots").is_dir():
+        return None
+    ref = folder / "refs" / "main"
+    if ref.is_file():
+        named = folder / "snapshots" / ref.read_text(encoding="utf-8").strip()
+        return named if named.is_dir() else None
+    snapshots = [p for p in (folder / "snapshots").iterdir() if p.is_dir()]
+    return snapshots[0] if len(snapshots) == 1 else None
+
+
+def model_checks_skipped(env: dict[str, str]) -> str | None:
+    """Why the model checks do not run for this file; None when they do."""
+    given = env.get("MODEL_HOST_PATH")
+    if not given:
+        return "MODEL_HOST_PATH is not set"
+    folder = Path(given)
+    if not folder.is_dir():
+        return f"MODEL_HOST_PATH={given} is not a folder on this host"
+    model = host_model_dir(env) or folder
+    if not (model / "config.json").is_file():
+        return (f"no config.json in {model}" + (
+            " (a Hugging Face cache folder whose refs/main names no snapshot here)"
+            if (folder / "snapshots").is_dir() else ""))
+    return None
 
 
 def tag_memory_only() -> None:
@@ -110,6 +142,10 @@ def check_env(tag: Tag, path: Path, proc_sys: Path, show: bool,
     findings = evaluate(tag, env_file, proc_sys, runtime_lock)
     for line in report(env_file, findings):
         print(line)
+    skipped = model_checks_skipped(entrypoint().effective_env(node_env(tag, env_file)))
+    if skipped:
+        echo(f"check-env: the model checks were skipped: {skipped}; set MODEL_HOST_PATH "
+             "to the model's folder on this host (or its Hugging Face cache folder)")
     errors = [f for f in findings if f.level == "error"]
     if errors:
         raise ConfigError(f"{path}: {len(errors)} preflight error(s) for {tag.name}",
