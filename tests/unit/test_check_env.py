@@ -151,8 +151,10 @@ def test_the_reference_at_dcp_1_with_the_images_backends_passes(
         assert check_env(env, "3.73-vision", "--proc-sys", str(proc_sys)) == 0
         out, err = capsys.readouterr()
         found = [line.rsplit("[", 1)[1] for line in out.splitlines() if line.endswith("]")]
-        assert found == ["ckv-gather-inert]", "vision-mhc-unread]"]  # warnings: both inert
-        assert "passes for production-3.73-vision (2 warning(s))" in err
+        # warnings: what nothing reads at DCP 1 or in this image, each named
+        assert found == ["ckv-gather-inert]", "vision-mhc-unread]",
+                         "setting-unread-dcp-comm-backend]", "setting-unread-dcp-prefix-cache]"]
+        assert "passes for production-3.73-vision (4 warning(s))" in err
 
 
 def test_print_shows_the_command_the_image_would_run(
