@@ -5,6 +5,8 @@ built for linux/arm64, smoked under qemu and published to the embedded registry.
 Built once (about 15 minutes here and 30 GB of disk at the peak: a 4 GB arm64 wheelhouse
 and a 10 GB image in build/oci, the engine and the registry); everything after asserts on
 that one build. The second clean build that proves it bit for bit is `nox -s repro-vllm`.
+Smoke's layer-weights builds DeepSeek-V4 under emulation (about 12 minutes here), and the
+b12x counter-case builds it once more.
 """
 
 from __future__ import annotations
@@ -20,14 +22,14 @@ from typing import Any
 
 import pytest
 
-from sparkbake import planning
+from sparkbake import planning, resources
 from sparkbake.config import versions
 from sparkbake.config.settings import Settings
 from sparkbake.core.stages import Stage
 from sparkbake.hashing import file_sha256
-from sparkbake.oci import docker_engine, local_registry
+from sparkbake.oci import docker_engine, emulation, local_registry
 from sparkbake.pipeline import commands, stage_commands
-from sparkbake.smoke import checks
+from sparkbake.smoke import checks, sample_envs
 from sparkbake.wheels import container_build
 from tests.conftest import free_port
 
@@ -122,7 +124,7 @@ def test_smoke_checked_the_image_under_emulation(built: Built) -> None:
     status = {check["name"]: check["status"] for check in record["checks"]}
     for name in ("labels", "manifest", "vllm-import", "patched-files", "kernels", "asked",
                  "jit-toolchain", "entrypoint-print", "vllm-serve-args", "node-roles",
-                 "backend-capability", "preflight-rejects"):
+                 "backend-capability", "preflight-rejects", "layer-weights"):
         assert status[name] == "passed", (name, record)
     detail = {check["name"]: check["detail"] for check in record["checks"]}
     assert "0.33.0" in detail["vllm-import"]
@@ -142,6 +144,64 @@ def test_smoke_checked_the_image_under_emulation(built: Built) -> None:
     assert detail["backend-capability"].startswith(
         "vLLM 0.33.0 on 12.1a for deepseek_v4: attention FLASHINFER_MLA_SPARSE_DSV4, auto; ")
     assert "reject/v3-attention.env [backend-cannot-run]" in detail["preflight-rejects"]
+
+
+def test_layer_weights_built_the_model_on_the_baked_deep_gemm(built: Built) -> None:
+    check = next(c for c in built.result("smoke")["checks"] if c["name"] == "layer-weights")
+    assert check["detail"].startswith(
+        "DeepseekV4ForConditionalGeneration, first 4 layers and the draft, at TP 1, 4: ")
+    builds = {b["tp"]: {k["kind"]: k for k in b["kinds"]} for b in check["record"]["builds"]}
+    assert sorted(builds) == [1, 4]
+    for kinds in builds.values():
+        wo_a = [k for name, k in kinds.items() if name.endswith("attn.wo_a")]
+        assert wo_a and all(k["kernel"] == "DeepGemmFp8BlockScaledMMKernel" and k["checked"]
+                            and not k["problems"] for k in wo_a), wo_a
+        # the routed experts' b12x processing reads a weight's value: a GPU's, named
+        assert any(k["stopped"].startswith("b12x.") for k in kinds.values()), kinds
+
+
+LAYERS_B12X = """\
+import json, shlex, sys
+sys.path.insert(0, sys.argv[1])
+import smoke_layers
+expected = json.loads(sys.argv[2])
+argv = shlex.split(smoke_layers.head_command(expected))
+argv[argv.index("--linear-backend") + 1] = "b12x"
+record = smoke_layers.asked(expected["cuda_arch"], expected["layer_model"]["config"],
+                            shlex.join(argv), [1, smoke_layers.tp_of(shlex.join(argv))])
+print("PROBLEMS " + json.dumps(smoke_layers.summary(record)[0]))
+"""
+
+
+def test_layer_weights_fails_naming_wo_a_with_b12x_linear(
+        built: Built, docker_client: docker_engine.Client) -> None:
+    """The same check, the head's command asking --linear-backend b12x: at TP 1 and at the
+    command's TP 4 every attn.wo_a (target and draft) is kept 2-D where the output projection
+    reads 3-D."""
+    tag = built.plan.tag
+    suite = sample_envs.load(built.config, tag)
+    attrs = docker_engine.image_attrs(docker_client, tag.image_ref)
+    expected = {"cuda_arch": tag.cuda_arch,
+                "entrypoint": sample_envs.expected(suite, checks.entrypoint_of(attrs)),
+                "layer_model": checks.layer_model(suite, None)}
+    files = {f"{checks.CHECKER_DIR}/{name}": resources.path(name).read_bytes()
+             for name in checks.CHECKER_FILES}
+    with emulation.cpu_sysfs(docker_client, tag.platform) as volumes:
+        ran = docker_engine.run_container(
+            docker_client, tag.image_ref,
+            ["-B", "-c", LAYERS_B12X, checks.CHECKER_DIR, json.dumps(expected)],
+            entrypoint=[checks.PYTHON_IN_IMAGE], copy_in=files, volumes=volumes,
+            network=False, quiet=True)
+    assert ran.exit_code == 0, ran.tail(5)
+    line = next(x for x in ran.output.splitlines() if x.startswith("PROBLEMS "))
+    problems: list[str] = json.loads(line.removeprefix("PROBLEMS "))
+    wo_a = [p for p in problems if ".attn.wo_a " in p]
+    assert len(wo_a) == 2 * (4 + 3), problems  # per TP: the 4 target layers', the 3 draft's
+    shapes = {"TP 1: ": ("2-D (8192, 4096)", "3-D (8, 1024, 4096)"),
+              "TP 4: ": ("2-D (2048, 4096)", "3-D (2, 1024, 4096)")}
+    for tp, (kept, read) in shapes.items():
+        assert sum(p.startswith(tp) and "B12x" in p and kept in p and read in p
+                   for p in wo_a) == 4 + 3, wo_a
 
 
 def test_the_registry_holds_the_baked_digest_for_arm64(built: Built) -> None:
