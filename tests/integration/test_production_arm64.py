@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from sparkbake import planning, resources
+from sparkbake import planning
 from sparkbake.config import versions
 from sparkbake.config.settings import Settings
 from sparkbake.core.stages import Stage
@@ -184,13 +184,11 @@ def test_layer_weights_fails_naming_wo_a_with_b12x_linear(
     expected = {"cuda_arch": tag.cuda_arch,
                 "entrypoint": sample_envs.expected(suite, checks.entrypoint_of(attrs)),
                 "layer_model": checks.layer_model(suite, None)}
-    files = {f"{checks.CHECKER_DIR}/{name}": resources.path(name).read_bytes()
-             for name in checks.CHECKER_FILES}
     with emulation.cpu_sysfs(docker_client, tag.platform) as volumes:
         ran = docker_engine.run_container(
             docker_client, tag.image_ref,
             ["-B", "-c", LAYERS_B12X, checks.CHECKER_DIR, json.dumps(expected)],
-            entrypoint=[checks.PYTHON_IN_IMAGE], copy_in=files, volumes=volumes,
+            entrypoint=[checks.PYTHON_IN_IMAGE], copy_in=checks.checker_files(), volumes=volumes,
             network=False, quiet=True)
     assert ran.exit_code == 0, ran.tail(5)
     line = next(x for x in ran.output.splitlines() if x.startswith("PROBLEMS "))

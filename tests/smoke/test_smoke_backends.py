@@ -3,25 +3,19 @@ the image's vLLM says for 12.1a against what a preflight data file states."""
 
 from __future__ import annotations
 
-import importlib
 import json
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-IMAGES = Path(__file__).parents[2] / "images"
+from tests.smoke.image_modules import IMAGES, image_module
+
 VERDICTS = json.loads((IMAGES / "backend-verdicts.json").read_text())
 
 
 @pytest.fixture(scope="module")
 def backends() -> Any:
-    sys.path.insert(0, str(IMAGES))
-    try:
-        return importlib.import_module("smoke_backends")
-    finally:
-        sys.path.remove(str(IMAGES))
+    return image_module("smoke_backends")
 
 
 def spark() -> dict[str, dict[str, str]]:

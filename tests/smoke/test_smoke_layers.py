@@ -4,28 +4,21 @@ The build itself runs in the image (tests/integration/test_production_arm64.py).
 
 from __future__ import annotations
 
-import importlib
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.smoke.image_modules import IMAGES, image_module
 from tests.smoke.realvllm import suite_expected
 
-REPO = Path(__file__).parents[2]
-IMAGES = REPO / "images"
-CONFIG = json.loads((REPO / "images/smoke/dsv4-4node/model/config.json").read_text())
+CONFIG = json.loads((IMAGES / "smoke/dsv4-4node/model/config.json").read_text())
 
 
 @pytest.fixture(scope="module")
 def layers() -> Any:
-    sys.path.insert(0, str(IMAGES))
-    try:
-        return importlib.import_module("smoke_layers")
-    finally:
-        sys.path.remove(str(IMAGES))
+    return image_module("smoke_layers")
 
 
 @pytest.mark.parametrize(("name", "draft", "kind"), [
@@ -77,7 +70,7 @@ def test_a_suite_of_workers_only_is_skipped(layers: Any) -> None:
     expected["entrypoint"]["accept"] = [
         sample for sample in expected["entrypoint"]["accept"]
         if "--headless" in str(sample.get("command"))]
-    common = importlib.import_module("smoke_common")
+    common = image_module("smoke_common")
     with pytest.raises(common.CheckSkipped, match="no accept sample of a head node"):
         layers.head_command(expected)
 
@@ -122,7 +115,7 @@ def test_each_problem_is_reported_with_its_tp(layers: Any) -> None:
 
 def test_tags_of_other_models_and_suites_without_a_config_are_skipped(
         layers: Any, tmp_path: Path) -> None:
-    common = importlib.import_module("smoke_common")
+    common = image_module("smoke_common")
     manifest = tmp_path / common.MANIFEST
     manifest.parent.mkdir(parents=True)
     manifest.write_text(json.dumps({"capabilities": {"model": "llama"}}))

@@ -47,9 +47,10 @@ from sparkbake.smoke.host import Facts
 from sparkbake.wheels import container_build
 
 __all__ = ["CHECKER_FILES", "GPU_MODES", "NO_GPU_RUNTIME", "STATUSES", "Facts", "GpuMode",
-           "Options", "check_options", "common_checks", "counts", "drop_stale_record",
-           "expected_values", "failed_names", "has_gpu_runtime", "junit_xml", "parse_checks",
-           "raise_if_failed", "report", "require_image", "results_paths", "run", "run_checker"]
+           "Options", "check_options", "checker_files", "common_checks", "counts",
+           "drop_stale_record", "expected_values", "failed_names", "has_gpu_runtime",
+           "junit_xml", "parse_checks", "raise_if_failed", "report", "require_image",
+           "results_paths", "run", "run_checker"]
 
 PYTHON_IN_IMAGE = "/opt/venv/bin/python"
 CHECKER_DIR = "/opt/sparkbake-smoke"
@@ -210,17 +211,21 @@ def results_paths(config: Config, plan: Plan) -> tuple[Path, Path]:
     return record, record.with_suffix(".xml")
 
 
+def checker_files() -> dict[str, bytes]:
+    """The checker's scripts at their container paths, copied in (the engine may be another
+    machine's, where a bind mount of a host path would not reach)."""
+    return {f"{CHECKER_DIR}/{name}": resources.path(name).read_bytes() for name in CHECKER_FILES}
+
+
 def run_checker(client: docker_engine.Client, image_id: str, expected: dict[str, Any], gpus: bool,
                 log_path: Path,
                 volumes: dict[str, dict[str, str]] | None = None) -> list[CheckResult]:
     """Run smoke_check.py in a network-less container of the image; return its checks.
     volumes: what an emulated container needs (emulation.cpu_sysfs)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    files = {f"{CHECKER_DIR}/{name}": resources.path(name).read_bytes()
-             for name in CHECKER_FILES}  # copied in: the engine may be another machine's
     result = docker_engine.run_container(
         client, image_id, ["-B", f"{CHECKER_DIR}/{CHECKER_FILES[0]}", json.dumps(expected)],
-        entrypoint=[PYTHON_IN_IMAGE], copy_in=files, volumes=volumes,
+        entrypoint=[PYTHON_IN_IMAGE], copy_in=checker_files(), volumes=volumes,
         network=False, log_path=log_path,  # its output: also the stage's log
         device_requests=[dict(serving.ALL_GPUS)] if gpus else None,
     )

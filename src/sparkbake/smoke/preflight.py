@@ -97,16 +97,14 @@ def hf_snapshot(folder: Path) -> Path | None:
 def model_checks_skipped(env: dict[str, str]) -> str | None:
     """Why the model checks do not run for this file; None when they do."""
     given = env.get("MODEL_HOST_PATH")
-    if not given:
-        return "MODEL_HOST_PATH is not set"
-    folder = Path(given)
-    if not folder.is_dir():
-        return f"MODEL_HOST_PATH={given} is not a folder on this host"
-    model = host_model_dir(env) or folder
+    model = host_model_dir(env)
+    if model is None:
+        return f"MODEL_HOST_PATH={given} is not a folder on this host" if given else \
+            "MODEL_HOST_PATH is not set"
     if not (model / "config.json").is_file():
-        return (f"no config.json in {model}" + (
+        return f"no config.json in {model}" + (
             " (a Hugging Face cache folder whose refs/main names no snapshot here)"
-            if (folder / "snapshots").is_dir() else ""))
+            if (model / "snapshots").is_dir() else "")
     return None
 
 
