@@ -52,6 +52,8 @@ CHECKS = {
                    "JSON (or its weight_map is not an object, or a DeepSeek-V4 config's "
                    "compress_ratios is not 0, 4 or 128 per layer)",
     "model-index": "the model has no model.safetensors.index.json with metadata.total_size",
+    "text-checkpoint": "`LIMIT_MM_IMAGES` is above 0 (or unset) and the DeepSeek-V4 "
+                       "checkpoint has no vision tower (`vision_n_layers`)",
     "moe-shape": "`MOE_BACKEND` is b12x and the model's MXFP4 experts, at this TP_SIZE, have "
                  "expert parallelism or a per-rank intermediate size not a multiple of 32",
     "moe-activations": "`MOE_BACKEND` is b12x and the model's hidden size is not a multiple "

@@ -64,6 +64,9 @@ class Model:
     problem: tuple[str, str] | None = None  # (file, what is wrong with it)
 
 
+VISION_ARCHITECTURE = "DeepseekV4ForConditionalGeneration"  # vLLM 0.33.0's multimodal class
+
+
 def read_model(folder: Path | None) -> Model | None:
     """The model in FOLDER; None when there is nothing to read (no folder, no config.json,
     or files this user may not open): the model checks then do not apply."""
@@ -132,6 +135,7 @@ class Layout:
     max_model_len: int | None = None  # None: unset, vLLM's default
     max_num_seqs: int | None = None
     max_num_batched_tokens: int | None = None
+    images_per_prompt: int = 1  # LIMIT_MM_IMAGES; unset: vLLM's own limit, above 0
 
 
 def expert_parallel(args: list[str]) -> bool:
@@ -255,6 +259,25 @@ def index_problems(node: Node) -> list[Problem]:
     if node.model is None or node.model.problem or not node.model.index_gap:
         return []
     return [{"folder": str(node.model.folder), "gap": node.model.index_gap}]
+
+
+def text_checkpoint_problems(node: Node) -> list[Problem]:
+    """Images allowed on a DeepSeek-V4 text checkpoint. vLLM 0.33.0 builds its multimodal
+    settings only for a model class that takes images (ModelConfig.__post_init__,
+    vllm/config/model.py), and DeepSeek-V4's text and vision checkpoints can name the same
+    architecture: vLLM takes the vision class when config.json has a vision tower
+    (vision_n_layers, DeepseekV4ModelArchConfigConvertor in
+    vllm/transformers_utils/model_arch_config_convertor.py)."""
+    config = node.deepseek_v4()
+    if config is None or node.model is None or node.layout.images_per_prompt <= 0:
+        return []
+    architectures = [str(name) for name in config.get("architectures") or []]
+    vision_layers = config.get("vision_n_layers")
+    if (isinstance(vision_layers, int) and vision_layers > 0) or \
+            VISION_ARCHITECTURE in architectures:
+        return []
+    return [{"folder": str(node.model.folder),
+             "architecture": ", ".join(architectures) or "no architectures"}]
 
 
 # --- the shapes ------------------------------------------------------------------------
@@ -790,6 +813,7 @@ def host_margin_problems(node: Node) -> list[Problem]:
 
 CHECKS: dict[str, Callable[[Node], list[Problem]]] = {
     "model-files": model_file_problems, "model-index": index_problems,
+    "text-checkpoint": text_checkpoint_problems,
     "moe-shape": moe_problems, "moe-activations": moe_activation_problems,
     "linear-shape": linear_problems, "fit": fit_problems,
     "free-memory": free_memory_problems, "host-margin": host_margin_problems,

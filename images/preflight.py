@@ -248,7 +248,15 @@ class Context:
             dspark=self.value("VLLM_ENABLE_DSPARK"), utilization=utilization,
             moe_backend=normal_backend("moe", self.env.get("MOE_BACKEND") or "auto"),
             linear_backend=normal_backend("linear", self.env.get("LINEAR_BACKEND") or "auto"),
+            images_per_prompt=self._images_per_prompt(),
             **{field: self._given_int(name) for field, name in SIZES.items()})
+
+    def _images_per_prompt(self) -> int:
+        try:
+            value = self.value("LIMIT_MM_IMAGES")
+        except Unknown:
+            return 1  # unreadable: the types rule reports it
+        return value if isinstance(value, int) else 1
 
     def _given_int(self, name: str) -> int | None:
         """A size the budget reads; None when unset (vLLM's default applies) or unreadable

@@ -186,8 +186,11 @@ def engine_config(command: str, model: Path, tp: int) -> Any:
 
 
 def one_rank_groups() -> None:
-    """vLLM's process groups, each of this process alone, unless they are made already."""
+    """vLLM's process groups, each of this process alone, unless they are made already.
+    Made under a config of one node: init_distributed_environment reads the current config,
+    and under a layout of several nodes it would wait at master_addr for the others."""
     import torch.distributed
+    from vllm.config import VllmConfig, set_current_vllm_config
     from vllm.distributed import ensure_model_parallel_initialized, init_distributed_environment
 
     if torch.distributed.is_initialized():
@@ -195,9 +198,10 @@ def one_rank_groups() -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
-                                 distributed_init_method=f"tcp://127.0.0.1:{port}")
-    ensure_model_parallel_initialized(1, 1)
+    with set_current_vllm_config(VllmConfig()):
+        init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
+                                     distributed_init_method=f"tcp://127.0.0.1:{port}")
+        ensure_model_parallel_initialized(1, 1)
 
 
 # --- each layer's processing ---------------------------------------------------------------
@@ -364,9 +368,8 @@ def bmm_verdict(kernel: type) -> str:
     k, n, groups = BMM_SHAPE
     quant = DeepseekV4FP8Config(is_checkpoint_fp8_serialized=True,
                                 activation_scheme="dynamic", weight_block_size=[128, 128])
+    one_rank_groups()
     config = VllmConfig()
-    with set_current_vllm_config(config):
-        one_rank_groups()
     # what a block-FP8 layer asks of the model: its dtype and type; FP4 experts, so the
     # checkpoint's FP8 scales are e8m0, as DeepSeek-V4-Flash's
     model = SimpleNamespace(model_type="deepseek_v4", expert_dtype="fp4")
@@ -427,8 +430,8 @@ def build(command: str, model: Path, tp: int, hash_layers: int) -> dict[str, Any
 
     config = engine_config(command, model, tp)
     target = Layers(hash_layers, draft=False)
+    one_rank_groups()
     with set_current_vllm_config(config):
-        one_rank_groups()
         parallel_state._TP.world_size = tp  # this rank's shard of a group of tp
         base_loader.process_weights_after_loading = process_layer_by_layer(target)
         model_built = get_model(vllm_config=config)

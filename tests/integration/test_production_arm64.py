@@ -168,16 +168,17 @@ expected = json.loads(sys.argv[2])
 argv = shlex.split(smoke_layers.head_command(expected))
 argv[argv.index("--linear-backend") + 1] = "b12x"
 record = smoke_layers.asked(expected["cuda_arch"], expected["layer_model"]["config"],
-                            shlex.join(argv), [1, smoke_layers.tp_of(shlex.join(argv))])
+                            shlex.join(argv), [smoke_layers.tp_of(shlex.join(argv)), 1])
 print("PROBLEMS " + json.dumps(smoke_layers.summary(record)[0]))
 """
 
 
 def test_layer_weights_fails_naming_wo_a_with_b12x_linear(
         built: Built, docker_client: docker_engine.Client) -> None:
-    """The same check, the head's command asking --linear-backend b12x: at TP 1 and at the
-    command's TP 4 every attn.wo_a (target and draft) is kept 2-D where the output projection
-    reads 3-D."""
+    """The same check, the head's command asking --linear-backend b12x: at the command's
+    TP 4 and at TP 1 every attn.wo_a (target and draft) is kept 2-D where the output
+    projection reads 3-D. TP 4 first: the one-rank groups are made the same under a
+    layout of several nodes (vLLM's init would wait for the other nodes)."""
     tag = built.plan.tag
     suite = sample_envs.load(built.config, tag)
     attrs = docker_engine.image_attrs(docker_client, tag.image_ref)

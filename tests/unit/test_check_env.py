@@ -353,7 +353,8 @@ def test_the_model_on_this_host_is_read_from_model_host_path(
         tmp_path: Path, proc_sys: Path, declared_memory: None,
         capsys: pytest.CaptureFixture[str]) -> None:
     env = write_env(tmp_path, f"MODEL=/model\nMODEL_HOST_PATH={DSV4}\nTP_SIZE=1\n"
-                              "GPU_MEMORY_UTILIZATION=0.75\nNUM_SPECULATIVE_TOKENS=6\n")
+                              "GPU_MEMORY_UTILIZATION=0.75\nNUM_SPECULATIVE_TOKENS=6\n"
+                              "LIMIT_MM_IMAGES=0\n")  # the text checkpoint
     assert check_env(env, "3.73-vision", "--proc-sys", str(proc_sys)) == 2
     out, err = capsys.readouterr()
     assert out.splitlines()[0] == (

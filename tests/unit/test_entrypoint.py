@@ -343,7 +343,8 @@ def test_the_model_that_model_names_is_checked_before_vllm_starts(
     manifest.write_text(json.dumps({**data, "capabilities": {**data["capabilities"],
                                                              "device_memory_gb": 128}}))
     dsv4 = Path(__file__).parents[1] / "data" / "models" / "dsv4-flash"
-    env = {**image_env, "MODEL": str(dsv4), "GPU_MEMORY_UTILIZATION": "0.75"}
+    env = {**image_env, "MODEL": str(dsv4), "GPU_MEMORY_UTILIZATION": "0.75",
+           "LIMIT_MM_IMAGES": "0"}  # the text checkpoint
     result = run("--print", env=env)
     assert result.returncode == 2 and result.stdout == ""
     assert result.stderr.startswith("sparkbake preflight: error: each rank needs 158.8 GiB, "

@@ -20,14 +20,16 @@ from .test_preflight import node as reference_node
 
 def node(name: str = "worker", **changes: str) -> dict[str, str]:
     """The reference's node with the linear backend the Spark tags bake (its own b12x cannot
-    serve DeepSeek-V4's attn.wo_a: test_the_reference_linear_backend_...)."""
-    return reference_node(name, **{"LINEAR_BACKEND": "deep_gemm", **changes})
+    serve DeepSeek-V4's attn.wo_a: test_the_reference_linear_backend_...), taking text only:
+    DSV4 is the text checkpoint (images-on-text-checkpoint has tests of its own)."""
+    return reference_node(name, **{"LINEAR_BACKEND": "deep_gemm", **TEXT_ONLY, **changes})
 
 checks = preflight.entrypoint().checks
 model_checks = checks.model_checks
 DSV4 = Path(__file__).parents[1] / "data" / "models" / "dsv4-flash"
 INDEX = "model.safetensors.index.json"
 SPARK = 128 * 10**9  # a GB10's memory, as NVML would give it if it answered there
+TEXT_ONLY = {"LIMIT_MM_IMAGES": "0"}
 ONE_SPARK = {"NNODES": "1", "NODE_RANK": "0", "TP_SIZE": "1"}
 EIGHT_NODES = {"NNODES": "8", "TP_SIZE": "8"}
 # the reference pair: two Sparks at TP 2, 163840 tokens, 24 sequences, DSpark on (the
@@ -98,6 +100,8 @@ MODEL_FIRING: list[tuple[str, str, dict[str, str], dict[str, Any], dict[str, str
     ("model-unreadable", "error", {}, {"compress_ratios": [0, 4, 128]}, {}),  # too few
     ("model-unreadable", "error", {}, {"compress_ratios": [8] * 44}, {}),
     ("model-unreadable", "error", {}, {"compress_ratios": "0, 4, 128"}, {}),
+    ("images-on-text-checkpoint", "warning", {"LIMIT_MM_IMAGES": "4"}, {}, {}),
+    ("images-on-text-checkpoint", "warning", {"LIMIT_MM_IMAGES": ""}, {}, {}),  # vLLM's limit
 ]
 
 # (rule, changes to the worker's .env and to the model's config that come close to firing it)
@@ -116,6 +120,10 @@ MODEL_QUIET: list[tuple[str, dict[str, str], dict[str, Any]]] = [
     ("memory-budget", {"MAX_NUM_SEQS": "24"}, {}),
     ("memory-budget", {"MAX_NUM_SEQS": "40"}, {"compress_ratios": [0] * 44}),  # windows only
     ("host-memory-margin", {**EIGHT_NODES, "GPU_MEMORY_UTILIZATION": "0.79"}, {}),
+    ("images-on-text-checkpoint", {"LIMIT_MM_IMAGES": "4"}, {"vision_n_layers": 24}),
+    ("images-on-text-checkpoint", {"LIMIT_MM_IMAGES": "4"},
+     {"architectures": ["DeepseekV4ForConditionalGeneration"]}),
+    ("images-on-text-checkpoint", {"LIMIT_MM_IMAGES": "4"}, {"model_type": "deepseek_v41"}),
 ]
 
 
@@ -128,7 +136,7 @@ def test_the_reference_layout_with_its_model_passes_with_no_finding(sysctls: Pat
 def test_the_servable_sample_on_the_tags_declared_memory_passes(sysctls: Path) -> None:
     image = checks.Image(vllm=IMAGE_373.vllm, modules=IMAGE_373.modules,
                          capabilities={**IMAGE_373.capabilities, "device_memory_gb": 128})
-    env = servable(MOE_BACKEND="b12x", LINEAR_BACKEND="deep_gemm")
+    env = servable(MOE_BACKEND="b12x", LINEAR_BACKEND="deep_gemm", **TEXT_ONLY)
     assert findings(env, sysctls, gpu=None, image=image) == []
 
 
@@ -137,7 +145,7 @@ def test_the_reference_linear_backend_cannot_serve_the_batched_output_projection
     """b12x, as the reference deployment runs it, on every node at TP 4: the load succeeds
     and the first forward aborts; the preflight names wo_a, the shapes and the fix."""
     for name in ("head", "worker"):
-        finding = only("linear-backend-shape", reference_node(name), sysctls)
+        finding = only("linear-backend-shape", reference_node(name, **TEXT_ONLY), sysctls)
         assert finding.message == (
             "LINEAR_BACKEND=b12x cannot run attn.wo_a (a batched matmul, N = o_groups x "
             "o_lora_rank, K = num_attention_heads x head_dim / o_groups) at TP_SIZE=4: the "
@@ -414,7 +422,7 @@ def test_unset_sizes_are_counted_as_vllm_takes_them(sysctls: Path) -> None:
 def test_the_declared_device_memory_counts_where_nvml_gives_none(sysctls: Path) -> None:
     declared = checks.Image(vllm=IMAGE_373.vllm, modules=IMAGE_373.modules,
                             capabilities={**IMAGE_373.capabilities, "device_memory_gb": 128})
-    env = servable(**ONE_SPARK)
+    env = servable(**ONE_SPARK, **TEXT_ONLY)
     finding = only("memory-budget", env, sysctls, gpu=None, image=declared)
     assert "(119.2 GiB, the tag's device_memory_gb: 128, x" in finding.message
     measured = only("memory-budget", env, sysctls, gpu=100 * 2**30, image=declared)
@@ -567,3 +575,18 @@ def test_nvml_without_an_answer_gives_none(nvml: FakeNvml,
 
 def test_without_nvmls_library_there_is_no_gpu_memory() -> None:
     assert model_checks.nvml_total_memory("libnvidia-ml-not-here.so.1") is None
+
+
+def test_images_on_the_text_checkpoint_name_both_flags_and_the_two_ways_out(
+        sysctls: Path) -> None:
+    finding = only("images-on-text-checkpoint", node(LIMIT_MM_IMAGES="4"), sysctls)
+    assert (finding.level, finding.at) == ("warning", "LIMIT_MM_IMAGES")
+    assert finding.message == (
+        f"LIMIT_MM_IMAGES=4 allows images, but the model in {DSV4} is a text checkpoint "
+        "(DeepseekV4ForCausalLM, no vision_n_layers in its config.json)")
+    assert "--limit-mm-per-prompt and the entrypoint's --disable-chunked-mm-input are then " \
+           "read by nothing" in finding.reason
+    assert finding.reason.endswith("serve the vision checkpoint with this tag, or set "
+                                   "LIMIT_MM_IMAGES=0 for a node that takes text only")
+    vision = Path(__file__).parents[1] / "data" / "models" / "dsv4-flash-vision"
+    assert "images-on-text-checkpoint" not in fired(node(LIMIT_MM_IMAGES="4"), sysctls, vision)
