@@ -24,6 +24,28 @@ from sparkbake.errors import EngineError
 from sparkbake.oci import docker_engine
 
 DATA = Path(__file__).parent / "data"
+# The nox sessions that run the proofs a landing does not (docs/how-to/develop.md says
+# which area requires which): a test marked required(SESSION) runs only under its session.
+REQUIRED_SESSIONS = ("prove-arm64", "prove-release", "prove-faults", "prove-compile-cache",
+                     "repro-builds", "repro-one-step", "repro-vllm")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--required-by", choices=REQUIRED_SESSIONS, metavar="SESSION",
+                     help="run only the tests nox session SESSION requires")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Without --required-by, the tests of a landing; with it, those of one session."""
+    session = config.getoption("--required-by")
+    kept: list[pytest.Item] = []
+    left: list[pytest.Item] = []
+    for item in items:
+        marker = item.get_closest_marker("required")
+        (kept if (marker.args[0] if marker else None) == session else left).append(item)
+    if left:
+        config.hook.pytest_deselected(items=left)
+        items[:] = kept
 
 
 def no_pip_config(name: str) -> str | None:

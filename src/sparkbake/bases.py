@@ -18,7 +18,7 @@ from sparkbake.console.tools import echo, require_tool, run, step
 from sparkbake.errors import ConfigError, EngineError
 from sparkbake.files import scratch_dir
 from sparkbake.hashing import data_hash
-from sparkbake.oci.docker_engine import Client, image_attrs, image_exists, load_image
+from sparkbake.oci.docker_engine import Client, image_attrs, image_exists, load_image, tag_same_key
 from sparkbake.planning import base_identity
 
 __all__ = ["BaseImage", "ensure", "local_ref"]
@@ -34,7 +34,8 @@ class BaseImage:
 
 
 def local_ref(base: DebootstrapBase, platform: Platform) -> str:
-    """The engine's name of a debootstrap base made for a platform."""
+    """The engine's name of a debootstrap base made for a platform: versions.yaml's name,
+    and a key of what makes it (the same spec under another name has the same key)."""
     key = data_hash({**base_identity(base), "platform": str(platform), "import": IMPORT_FORMAT})
     return f"sparkbake-base/{base.name}:{key[:12]}"
 
@@ -53,7 +54,11 @@ def ensure(client: Client, base: Base, platform: Platform, build_dir: Path,
         return BaseImage(base.name, base.image, base.digest)
     ref = local_ref(base, platform)
     if not image_exists(client, ref):
-        _debootstrap(client, base, ref, platform, build_dir, settings)
+        same = tag_same_key(client, ref)
+        if same is None:
+            _debootstrap(client, base, ref, platform, build_dir, settings)
+        else:
+            echo(f"base {ref}: the image of {same}, the same spec")
     return BaseImage(base.name, ref, str(client.images.get(ref).id))
 
 

@@ -143,9 +143,10 @@ def upstream_pin(upstream: Upstream) -> dict[str, str]:
 
 
 def base_identity(base: Base) -> dict[str, Any]:
-    """What makes a base image; its declared `python` only describes it."""
+    """What makes a base image; its name and declared `python` only describe it."""
     if isinstance(base, DebootstrapBase):
-        return {"debootstrap": {k: v for k, v in asdict(base).items() if k != "python"}}
+        return {"debootstrap": {k: v for k, v in asdict(base).items()
+                                if k not in ("name", "python")}}
     return {"image": base.image}
 
 

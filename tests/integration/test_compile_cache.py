@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ from typing import Any
 import pytest
 
 from sparkbake.oci import docker_engine
+from tests import polling
 from tests.conftest import Project, copy_project, free_port
 
 
@@ -29,7 +29,8 @@ def redis_url(docker_client: docker_engine.Client, debian_base: str) -> Iterator
                                "--save", "", "--appendonly", "no", "--protected-mode", "no"],
                               stdout=subprocess.DEVNULL)
     try:
-        time.sleep(1)
+        polling.until(lambda: server.poll() is not None or polling.listening(gateway, port),
+                      "redis-server listening")
         assert server.poll() is None, "redis-server did not start"
         yield f"redis://{gateway}:{port}/0"
     finally:

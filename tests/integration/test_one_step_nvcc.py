@@ -33,7 +33,7 @@ TAG = """\
     series: []
 """
 PAIRS = [pytest.param(cache, pair, id=f"{cache}-{pair}",
-                      marks=[pytest.mark.repeated] if pair else [])
+                      marks=[pytest.mark.required("repro-one-step")] if pair else [])
          for cache in ("local", "off") for pair in range(5)]
 
 

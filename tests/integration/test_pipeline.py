@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import tarfile
-import time
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +21,7 @@ from sparkbake.__main__ import main
 from sparkbake.hashing import file_sha256
 from sparkbake.oci import docker_engine, engine_socket, local_registry
 from sparkbake.wheels import container_build
+from tests import polling
 from tests.conftest import Project, free_port
 from tests.startup import ONLY_WHEN_BUILDING
 
@@ -383,10 +383,11 @@ def test_ctrl_c_during_wheels_leaves_no_cache_entry_and_the_rerun_builds_only_wh
     wheel_root = project.root / "wheels"
     assert not (wheel_root / plan.wheels_key).exists()
     assert [p.name for p in wheel_root.iterdir()] == []  # no half-written temporary entry
-    time.sleep(1)
-    left = [box.name for box in docker_client.containers.list(all=True)
-            if any(str(project.root) in m["Source"] for m in box.attrs["Mounts"])]
-    assert left == []  # the builder container was removed
+    def builders_left() -> list[str]:
+        return [box.name for box in docker_client.containers.list(all=True)
+                if any(str(project.root) in m["Source"] for m in box.attrs["Mounts"])]
+
+    polling.until(lambda: builders_left() == [], "the builder container removed", 30)
     rerun = subprocess.run(cmd, capture_output=True, text=True, check=False)
     assert rerun.returncode == 0, rerun.stderr
     shown = [line.split()[:2] for line in rerun.stderr.splitlines()[:3]]

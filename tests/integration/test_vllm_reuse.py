@@ -30,7 +30,7 @@ from sparkbake.pipeline import commands, verify
 from sparkbake.wheels import container_build
 from sparkbake.wheels.report import WheelsReport, read_report
 
-pytestmark = [pytest.mark.docker, pytest.mark.repeated]
+pytestmark = [pytest.mark.docker, pytest.mark.required("repro-vllm")]
 
 REPO = Path(__file__).resolve().parents[2]
 NEW_MODULE = "vllm/models/deepseek_v4/common/dcp_gather.py"  # added by the ckv-gather series

@@ -413,21 +413,6 @@ def test_a_refusal_names_the_backends_the_image_has_and_the_reason_declared(
         "DCP_SIZE=2, but this image runs DeepSeek-V4 at DCP sizes 1 only"
 
 
-def test_the_backend_lists_are_those_of_the_pinned_vllm_tree() -> None:
-    """preflight.json's lists are what vLLM 0.33.0's registries define (read from its
-    source, when the fetched tree is there; the smoke check compares them in the image)."""
-    trees = sorted((Path(__file__).parents[2] / "build" / "sources").glob("*/tree"))
-    registry = [t for t in trees if (t / "vllm/v1/attention/backends/registry.py").is_file()]
-    if not registry:
-        pytest.skip("no fetched vLLM tree in build/sources (sparkbake fetch 3.73-vision)")
-    source = ast.parse((registry[0] / "vllm/v1/attention/backends/registry.py").read_text())
-    [enum] = [n for n in source.body if isinstance(n, ast.ClassDef)
-              and n.name == "AttentionBackendEnum"]
-    members = [t.id for a in enum.body if isinstance(a, ast.Assign)
-               for t in a.targets if isinstance(t, ast.Name)]
-    assert RULES["backends"]["vllm"]["0.33.0"]["attention"] == members
-
-
 def test_a_backend_whose_module_the_image_lacks_is_refused(sysctls: Path) -> None:
     assert IMAGE_373.modules == {"b12x"}  # the lock's flashinfer-python installs it
     lacking = dataclasses.replace(IMAGE_373, modules=frozenset())

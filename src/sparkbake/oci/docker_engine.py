@@ -86,6 +86,20 @@ def image_exists(client: Client, ref: str) -> bool:
     return image_attrs_or_none(client, ref) is not None
 
 
+def tag_same_key(client: Client, ref: str) -> str | None:
+    """Give `ref` (REPOSITORY/NAME:KEY) to an image already made for the same KEY under
+    another NAME: the same spec under two names in versions.yaml is made once. The other
+    image's name, or None when there is none."""
+    repository, key = ref.rsplit(":", 1)
+    kind = repository.rsplit("/", 1)[0]
+    for image in client.images.list(filters={"reference": f"{kind}/*:{key}"}):
+        others = [name for name in image.attrs.get("RepoTags") or [] if name != ref]
+        if others:
+            image.tag(repository, key)
+            return str(others[0])
+    return None
+
+
 def image_attrs_or_none(client: Client, ref: str) -> dict[str, Any] | None:
     """The engine's attributes of the image ref, in one request; None: it has no such image."""
     import docker.errors

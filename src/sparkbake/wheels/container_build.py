@@ -20,7 +20,13 @@ from sparkbake.errors import BuildError
 from sparkbake.fetch import thirdparty
 from sparkbake.files import atomic_dir, link_or_copy, read_json, scratch_dir
 from sparkbake.hashing import data_hash, file_sha256
-from sparkbake.oci.docker_engine import Client, build_image, image_exists, run_container
+from sparkbake.oci.docker_engine import (
+    Client,
+    build_image,
+    image_exists,
+    run_container,
+    tag_same_key,
+)
 from sparkbake.patch.apply import PatchedTree
 from sparkbake.wheelfile import stamping
 from sparkbake.wheelfile.contents import spelled_name
@@ -80,10 +86,14 @@ def reusable_kernels(entry: Path) -> str | None:
 
 
 def builder_ref(base: BaseImage, lock: Path, settings: Settings) -> str:
-    """The engine's name of the builder image for a base and its lock (gc keeps these)."""
+    """The engine's name of the builder image for a base and its lock (gc keeps these). The
+    key takes the lock's requirements, not its comments (which name the base): pip installs
+    the same either way."""
     names = ("builder.Dockerfile.j2", *resources.BUILDER_FILES)
+    requirements = [line for line in lock.read_text().splitlines()
+                    if line.strip() and not line.lstrip().startswith("#")]
     key = data_hash({"base": base.digest, "files": [resources.digest(n) for n in names],
-                     "lock": file_sha256(lock), "index": settings.index_url,
+                     "lock": requirements, "index": settings.index_url,
                      "ca": bool(settings.ca_bundle)})
     return f"sparkbake-builder/{base.name}:{key[:12]}"
 
@@ -93,6 +103,10 @@ def builder_image(client: Client, base: BaseImage, lock: Path, settings: Setting
     """The builder image for a base and its lock, rendered from images/builder.Dockerfile.j2."""
     ref = builder_ref(base, lock, settings)
     if image_exists(client, ref):
+        return ref
+    same = tag_same_key(client, ref)
+    if same is not None:
+        echo(f"builder image {ref}: the image of {same}, the same base and lock")
         return ref
     with step(f"builder image {ref}"), scratch_dir(build_dir / "contexts", "builder.") as context:
         (context / "Dockerfile").write_text(resources.render(
