@@ -93,6 +93,14 @@ def bench_cache(session: nox.Session) -> None:
     session.run("python", "bin/bench_cache.py", *session.posargs)
 
 
+@nox.session(name="bench-ci")
+def bench_ci(session: nox.Session) -> None:
+    """A clean clone's CI=true .ci/run, step by step, and the sessions a landing leaves out;
+    writes benchmarks/ci.json."""
+    session.install(".")
+    session.run("python", "bin/bench_ci.py", *session.posargs)
+
+
 @nox.session(name="backend-table")
 def backend_table(session: nox.Session) -> None:
     """vLLM's verdict on every backend, asked in a built tag's image; writes
@@ -111,8 +119,8 @@ REQUIRED = {
     "prove-faults": "The later fault cases of the bake, the cache and publish.",
     "prove-compile-cache": "The compile cache's pairs of builds after the first (local cache, "
                            "Redis down, cache off).",
-    "repro-builds": "Second clean builds that re-prove a digest: the release rebuilt from "
-                    "its registry's record, verify against a planted difference.",
+    "repro-builds": "Second clean builds that re-prove a digest: verify naming a planted "
+                    "difference, a signed image not built from its pins.",
     "repro-one-step": "Four more pairs of clean builds of a one-step nvcc library, cache on "
                       "and off.",
     "repro-vllm": "The real vLLM images (x86_64 and the arm64 fast path) built twice from "

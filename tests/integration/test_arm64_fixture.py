@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkbake.oci import docker_engine, emulation, image_layout, local_registry
+from sparkbake.oci import docker_engine, image_layout, local_registry
 from tests.conftest import Project, copy_project, free_port
 from tests.faultproxy import Faults, fault_proxy
 from tests.integration.test_deploy import Engine, engine, node
@@ -30,7 +30,7 @@ from tests.integration.test_publish_tls import (
     trust_ca,
 )
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.required("prove-release")]
 
 __all__ = ["docker_client_config", "engine", "node", "tls_registry"]  # fixtures shared here
 
@@ -129,17 +129,6 @@ def test_the_release_is_published_whole_after_a_cut_and_each_child_runs_on_its_p
     again = json.loads((built_arm64.root / "build" / "releases" / f"{RELEASE}.json").read_text())
     assert again["digest"] == record["digest"]
     assert [p["transfer"]["sent"]["blobs"] for p in again["platforms"]] == [0, 0]
-
-
-def test_no_binfmt_handler_is_exit_8_saying_how_to_install_one(
-        project: Project, docker_client: docker_engine.Client, tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setattr(emulation, "BINFMT", tmp_path)  # a host where none is registered
-    assert project.sparkbake("wheels", TAG) == 8
-    err = capsys.readouterr().err
-    assert f"linux/arm64 needs emulation on this linux/amd64 host, and {tmp_path}/" \
-           "qemu-aarch64 is not an enabled qemu handler" in err
-    assert "apt-get install qemu-user-static" in err
 
 
 def test_deploy_pulls_the_index_and_the_node_holds_its_platforms_image(

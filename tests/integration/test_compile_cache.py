@@ -77,6 +77,7 @@ def test_a_second_builder_reuses_the_first_ones_objects_through_redis(
     assert "compile cache (redis): 4 hits, 0 misses (100%)" in second.log("fixture", "wheels")
 
 
+@pytest.mark.required("prove-compile-cache")
 def test_the_local_cache_outlives_the_builder_container(
         tmp_path: Path, debian_base: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SPARKBAKE_COMPILE_CACHE", raising=False)
@@ -92,6 +93,7 @@ def test_the_local_cache_outlives_the_builder_container(
     assert any((tmp_path / "host-cache" / "sccache").iterdir())
 
 
+@pytest.mark.required("prove-compile-cache")
 def test_an_unreachable_redis_warns_and_builds_with_the_local_cache(
         tmp_path: Path, debian_base: str, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
@@ -105,6 +107,7 @@ def test_an_unreachable_redis_warns_and_builds_with_the_local_cache(
     assert "does not answer" in err
 
 
+@pytest.mark.required("prove-compile-cache")
 def test_compile_cache_off_compiles_with_objtemp_and_no_sccache(
         tmp_path: Path, debian_base: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SPARKBAKE_COMPILE_CACHE", "off")

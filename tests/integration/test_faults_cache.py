@@ -154,6 +154,7 @@ def test_a_flipped_byte_in_a_layer_blob_is_refused_by_verify_and_publish_then_re
     assert_clean(baked, facts)
 
 
+@pytest.mark.required("prove-faults")
 def test_a_truncated_base_blob_in_the_host_cache_is_exported_again(
         baked: Baked, capsys: pytest.CaptureFixture[str]) -> None:
     shared = image_layout.Layout(baked.cache / "layers")
@@ -168,6 +169,7 @@ def test_a_truncated_base_blob_in_the_host_cache_is_exported_again(
     assert file_sha256(shared.blob(base.digest)) == base.digest.split(":")[1]
 
 
+@pytest.mark.required("prove-faults")
 def test_a_corrupted_wheel_is_built_again_before_the_bake_takes_it(
         baked: Baked, capsys: pytest.CaptureFixture[str]) -> None:
     report = json.loads((baked.wheels() / container_build.REPORT).read_text())
@@ -180,6 +182,7 @@ def test_a_corrupted_wheel_is_built_again_before_the_bake_takes_it(
     assert_clean(baked, facts)
 
 
+@pytest.mark.required("prove-faults")
 def test_a_rebuilt_wheel_with_other_bytes_is_not_left_behind_a_cached_image(
         baked: Baked, capsys: pytest.CaptureFixture[str]) -> None:
     """Keys follow content: the same inputs with other wheel bytes are another image."""
@@ -200,6 +203,7 @@ def test_a_rebuilt_wheel_with_other_bytes_is_not_left_behind_a_cached_image(
     assert_clean(baked, facts)
 
 
+@pytest.mark.required("prove-faults")
 def test_truncated_records_are_made_again(baked: Baked,
                                           capsys: pytest.CaptureFixture[str]) -> None:
     build_dir = baked.project.root / "build"

@@ -134,6 +134,7 @@ def test_a_full_disk_during_the_bake_is_exit_8_naming_the_file_then_a_clean_rebu
     assert built.baked_digest() == built.digest
 
 
+@pytest.mark.required("prove-faults")
 def test_two_builds_of_one_tag_run_one_after_the_other(
         built: Built, docker_client: docker_engine.Client) -> None:
     built.unbake(docker_client)
@@ -153,6 +154,7 @@ def test_two_builds_of_one_tag_run_one_after_the_other(
     assert built.baked_digest() == built.digest
 
 
+@pytest.mark.required("prove-faults")
 def test_gc_removes_the_container_of_a_killed_run_and_keeps_a_live_ones(
         built: Built, docker_client: docker_engine.Client, debian_base: str) -> None:
     script = ("import sys; from sparkbake.oci import docker_engine as d; "
@@ -231,6 +233,7 @@ def test_a_stalled_registry_is_one_line_within_seconds(publishing: pub.Project,
     assert not publishing.release.exists()
 
 
+@pytest.mark.required("prove-faults")
 def test_a_publish_cut_before_the_moving_tag_leaves_the_per_build_tag_and_the_record_and_a_rerun_finishes(  # noqa: E501
         publishing: pub.Project) -> None:
     moving, per_build = pub.TAG, f"{pub.TAG}-{publishing.plan.inputs[:12]}"

@@ -19,7 +19,7 @@ import pytest
 
 from sparkbake.__main__ import main
 from sparkbake.hashing import file_sha256
-from sparkbake.oci import docker_engine, engine_socket, local_registry
+from sparkbake.oci import docker_engine, emulation, engine_socket, local_registry
 from sparkbake.wheels import container_build
 from tests import polling
 from tests.conftest import Project, free_port
@@ -363,6 +363,17 @@ def test_no_engine_is_exit_8_with_how_to_start_one(
     assert "start one" in err[-1]
 
 
+def test_no_binfmt_handler_is_exit_8_saying_how_to_install_one(
+        project: Project, docker_client: docker_engine.Client, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(emulation, "BINFMT", tmp_path)  # a host where none is registered
+    assert project.sparkbake("wheels", "fixture-multi-arm64") == 8
+    err = capsys.readouterr().err
+    assert f"linux/arm64 needs emulation on this linux/amd64 host, and {tmp_path}/" \
+           "qemu-aarch64 is not an enabled qemu handler" in err
+    assert "apt-get install qemu-user-static" in err
+
+
 def test_ctrl_c_during_wheels_leaves_no_cache_entry_and_the_rerun_builds_only_wheels(
         project: Project, debian_base: str, docker_client: docker_engine.Client) -> None:
     add_patch(project, "slow", "0001-slow-build.patch", SLOW_BUILD)
@@ -535,7 +546,8 @@ From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001
 From: sparkbake <sparkbake@localhost>
 Subject: [PATCH] a slow build
 
-Sleeps before compiling, so a test can interrupt the build.
+Sleeps before compiling, so a test can interrupt the build (long enough for the line to
+reach the test through the builder's log on a loaded host).
 ---
 diff --git a/setup.py b/setup.py
 --- a/setup.py
@@ -543,6 +555,6 @@ diff --git a/setup.py b/setup.py
 @@ -42,2 +42,4 @@ class NvccBuild(build_ext):
              return
 +        print("slow fixture build", flush=True)
-+        __import__("time").sleep(6)
++        __import__("time").sleep(15)
          arch_list = os.environ.get("TORCH_CUDA_ARCH_LIST", "12.1a")
 """

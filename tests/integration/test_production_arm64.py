@@ -33,7 +33,7 @@ from sparkbake.smoke import checks, sample_envs
 from sparkbake.wheels import container_build
 from tests.conftest import free_port
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.required("prove-arm64")]
 
 REPO = Path(__file__).resolve().parents[2]
 TAG = "production-3.73-vision-seeded"

@@ -2,7 +2,8 @@
 TLS by a private CA and an htpasswd login, on this host's own (not loopback) address,
 trusted the way Docker is told (certs.d/HOST:PORT/ca.crt) and logged in through a credential
 helper on PATH; skopeo, given the same CA and login, is the judge of what it serves. And one
-behind a proxy that answers a blob upload with 503 and drops the next: publish sends again."""
+behind a proxy that drops a blob upload's connection and answers the next with 503: publish
+sends again."""
 
 from __future__ import annotations
 
@@ -172,9 +173,11 @@ def test_the_engine_lists_loopback_among_its_insecure_registries(
     assert "127.0.0.0/8" in cidrs
 
 
-def test_a_blob_upload_is_sent_again_after_a_5xx_and_a_dropped_connection(
+def test_a_blob_upload_is_sent_again_after_a_dropped_connection_and_a_5xx(
         project: Project, local: Local, capsys: pytest.CaptureFixture[str]) -> None:
-    faults = Faults([("PUT", "/blobs/uploads/", "503"), ("PUT", "/blobs/uploads/", "drop")])
+    """The first upload's connection dropped (no answer to name the step by), the next
+    answered 503: both sent again."""
+    faults = Faults([("PUT", "/blobs/uploads/", "drop"), ("PUT", "/blobs/uploads/", "503")])
     with fault_proxy(f"http://127.0.0.1:{local.port}", faults) as port:
         project.build("flaky")
         project.smoke()
@@ -182,8 +185,8 @@ def test_a_blob_upload_is_sent_again_after_a_5xx_and_a_dropped_connection(
         record = project.publish(registry_host=f"127.0.0.1:{port}")
     assert faults.pending == [] and len(faults.done) == 2
     err = capsys.readouterr().err
-    assert "failed (HTTP 503); again in 1 s" in err
-    assert "failed (the connection dropped); again in 2 s" in err
+    assert "failed (the connection dropped); again in 1 s" in err
+    assert "failed (HTTP 503); again in 2 s" in err
     repository = record["repository"].replace(f":{port}/", f":{local.port}/")
     served = subprocess.run(["skopeo", "inspect", "--tls-verify=false", "--format",
                              "{{.Digest}}", f"docker://{repository}:{record['tag']}"],

@@ -68,6 +68,7 @@ def test_a_signed_release_rebuilds_to_the_registrys_digest_leaving_the_caches(
     assert list((project.root / "build" / "verify").iterdir()) == []
 
 
+@pytest.mark.required("repro-builds")
 def test_a_signed_image_not_built_from_its_pins_fails_naming_the_first_layer(
         client: docker_engine.Client, local: Local, key: Path, tmp_path: Path,
         capsys: pytest.CaptureFixture[str]) -> None:

@@ -236,6 +236,7 @@ def planted(project: Project, docker_client: docker_engine.Client) -> Iterator[P
             docker_client.images.remove(ref)
 
 
+@pytest.mark.required("repro-builds")
 def test_verify_finds_and_names_a_planted_non_determinism(
         planted: Project, capsys: pytest.CaptureFixture[str]) -> None:
     assert planted.sparkbake("build-image", "fixture") == 0

@@ -181,7 +181,7 @@ class Session:
                     not isinstance(cause, requests.Timeout)
                 if delay is None or not transient:
                     raise
-                reason = "the connection dropped"
+                step, reason = f"the upload of {blob.digest[:19]}", "the connection dropped"
             else:
                 if response.status_code < 500 or delay is None:
                     self._check(response, "pushing", step, expected)
