@@ -19,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +44,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="sparkbake-ci.") as scratch:
         clone = Path(scratch) / "clone"
         subprocess.run(["git", "clone", "--quiet", str(ROOT), str(clone)], check=True)
-        env = {**os.environ, "CI": "true"}
+        env = {**_outside_venv(os.environ), "CI": "true"}
         if args.cold:
             subprocess.run(["docker", "image", "prune", "--all", "--force"], check=True,
                            stdout=subprocess.DEVNULL)
@@ -91,10 +91,21 @@ def step_times(trace: str, end: float) -> list[dict[str, Any]]:
             for i, (clock, command) in enumerate(marks)]
 
 
+def _outside_venv(environ: Mapping[str, str]) -> dict[str, str]:
+    """The environment without the virtual environment this runs in (nox's session), so
+    that .ci/run's `python3 -m nox` is the host's, as in CI."""
+    venv = environ.get("VIRTUAL_ENV")
+    env = {k: v for k, v in environ.items() if k != "VIRTUAL_ENV"}
+    if venv:
+        env["PATH"] = os.pathsep.join(p for p in environ.get("PATH", "").split(os.pathsep)
+                                      if p != str(Path(venv) / "bin"))
+    return env
+
+
 def _session(clone: Path, env: dict[str, str], name: str) -> float:
     """One nox session in the clone: its minutes."""
     start = time.monotonic()
-    subprocess.run([sys.executable, "-m", "nox", "-s", name], cwd=clone, env=env, check=True,
+    subprocess.run(["python3", "-m", "nox", "-s", name], cwd=clone, env=env, check=True,
                    stdout=subprocess.DEVNULL)
     return round((time.monotonic() - start) / 60, 1)
 

@@ -27,3 +27,9 @@ def test_the_sessions_timed_are_those_the_tests_know() -> None:
     from tests.conftest import REQUIRED_SESSIONS
 
     assert set(bench_ci.SESSIONS) == set(REQUIRED_SESSIONS) - {"repro-vllm"}
+
+
+def test_the_runs_leave_the_sessions_venv_out_of_path() -> None:
+    env = bench_ci._outside_venv({"VIRTUAL_ENV": "/w/.nox/bench-ci", "CI": "x",
+                                  "PATH": "/w/.nox/bench-ci/bin:/usr/bin:/bin"})
+    assert env == {"CI": "x", "PATH": "/usr/bin:/bin"}
