@@ -28,6 +28,7 @@ from bench import _machine
 __all__ = ["main", "step_times"]
 
 ROOT = Path(__file__).resolve().parents[1]
+LOGS = ROOT / "build" / "bench-ci"  # each run's output
 SESSIONS = ("prove-arm64", "prove-release", "prove-faults", "prove-compile-cache",
             "repro-builds", "repro-one-step")  # repro-vllm: hours here, run on its own
 TRACE = re.compile(r"^\+\+\+\+ (?P<clock>\d+\.\d+) (?P<command>.*)$")
@@ -49,7 +50,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             subprocess.run(["docker", "image", "prune", "--all", "--force"], check=True,
                            stdout=subprocess.DEVNULL)
             env["SPARKBAKE_CACHE"] = str(Path(scratch) / "host-cache")
-        total, steps = _ci_run(clone, env, Path(scratch) / "ci.log")
+        LOGS.mkdir(parents=True, exist_ok=True)
+        total, steps = _ci_run(clone, env, LOGS / "ci.log")
         sessions = {name.replace("-", "_"): _session(clone, env, name)
                     for name in (SESSIONS if args.sessions == [] else args.sessions or ())}
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True,
@@ -102,12 +104,17 @@ def _outside_venv(environ: Mapping[str, str]) -> dict[str, str]:
     return env
 
 
-def _session(clone: Path, env: dict[str, str], name: str) -> float:
-    """One nox session in the clone: its minutes."""
+def _session(clone: Path, env: dict[str, str], name: str) -> dict[str, Any]:
+    """One nox session in the clone: its minutes and whether it passed (its output in
+    build/bench-ci/NAME.log)."""
+    log = LOGS / f"{name}.log"
     start = time.monotonic()
-    subprocess.run(["python3", "-m", "nox", "-s", name], cwd=clone, env=env, check=True,
-                   stdout=subprocess.DEVNULL)
-    return round((time.monotonic() - start) / 60, 1)
+    with log.open("w") as out:
+        ran = subprocess.run(["python3", "-m", "nox", "-s", name], cwd=clone, env=env,
+                             stdout=out, stderr=subprocess.STDOUT, check=False)
+    minutes = round((time.monotonic() - start) / 60, 1)
+    print(f"{name}: {'passed' if ran.returncode == 0 else 'FAILED'} in {minutes} min ({log})")
+    return {"minutes": minutes, "passed": ran.returncode == 0}
 
 
 if __name__ == "__main__":
