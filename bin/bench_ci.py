@@ -31,7 +31,8 @@ ROOT = Path(__file__).resolve().parents[1]
 LOGS = ROOT / "build" / "bench-ci"  # each run's output
 SESSIONS = ("prove-arm64", "prove-release", "prove-faults", "prove-compile-cache",
             "repro-builds", "repro-one-step")  # repro-vllm: hours here, run on its own
-TRACE = re.compile(r"^\+\+\+\+ (?P<clock>\d+\.\d+) (?P<command>.*)$")
+# a command of .ci/run, sourced by the traced shell: PS4's "++++" one level in
+TRACE = re.compile(r"^\+{5} (?P<clock>\d+\.\d+) (?P<command>.*)$")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -70,12 +71,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _ci_run(clone: Path, env: dict[str, str], log: Path) -> tuple[float, list[dict[str, Any]]]:
-    """.ci/run traced: its time, and each step's (a command of the script itself)."""
-    traced = {**env, "PS4": "++++ $(date +%s.%N) "}
+    """.ci/run traced: its time, and each step's (a command of the script itself). PS4 is
+    set inside the shell: bash run as root takes none from the environment."""
+    traced = 'PS4="++++ \\$(date +%s.%N) "; set -x; source .ci/run'
     start = time.monotonic()
     with log.open("w") as out:
-        ran = subprocess.run(["bash", "-x", ".ci/run"], cwd=clone, env=traced, stdout=out,
-                             stderr=subprocess.STDOUT, check=False)
+        ran = subprocess.run(["bash", "-c", traced, ".ci/run"], cwd=clone, env=env,
+                             stdout=out, stderr=subprocess.STDOUT, check=False)
     total = time.monotonic() - start
     text = log.read_text(errors="replace")
     if ran.returncode != 0:
@@ -84,8 +86,8 @@ def _ci_run(clone: Path, env: dict[str, str], log: Path) -> tuple[float, list[di
 
 
 def step_times(trace: str, end: float) -> list[dict[str, Any]]:
-    """Each traced command of .ci/run itself (PS4's one level, not a sub-shell's) and the
-    seconds until the next one, or until `end`."""
+    """Each traced command of .ci/run itself (not a sub-shell's) and the seconds until the
+    next one, or until `end`."""
     marks = [(float(m["clock"]), m["command"]) for m in map(TRACE.match, trace.splitlines())
              if m and not m["command"].startswith(("set ", "cd "))]
     return [{"command": command, "seconds": round((marks[i + 1][0] if i + 1 < len(marks)

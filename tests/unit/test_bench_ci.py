@@ -5,16 +5,16 @@ from __future__ import annotations
 import bench_ci
 
 TRACE = """\
-++++ 100.0 set -euo pipefail
-+++++ 100.1 dirname .ci/run
-++++ 100.2 cd .ci/..
-++++ 100.5 bash scripts/host-setup
+++++ 99.9 source .ci/run
++++++ 100.0 set -euo pipefail
+++++++ 100.1 dirname .ci/run
++++++ 100.2 cd .ci/..
++++++ 100.5 bash scripts/host-setup
 Docker engine: 20.10.24+dfsg1 (overlay2)
-++++ 130.5 python3 -m nox -s lint
++++++ 130.5 python3 -m nox -s lint
 nox > Session lint was successful in 2 minutes.
-++++ 250.0 python3 -m nox -s tests -- tests/unit tests/smoke
++++++ 250.0 python3 -m nox -s tests -- tests/unit tests/smoke
 """
-
 
 def test_each_step_of_the_script_is_timed_until_the_next_and_the_last_until_the_end() -> None:
     assert bench_ci.step_times(TRACE, 400.0) == [
