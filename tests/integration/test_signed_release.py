@@ -17,7 +17,7 @@ from sparkbake.__main__ import main
 from sparkbake.attest import signing
 from sparkbake.config.settings import Settings
 from sparkbake.oci import artifacts, image_layout, referrers
-from sparkbake.publish import push, release_index
+from sparkbake.publish import attach, push, release_index
 from tests.integration.test_publish import TAG, Project, client, local, project
 from tests.integration.test_publish_release import RELEASE, build_both
 from tests.integration.test_publish_release import project as multi
@@ -146,14 +146,46 @@ def test_a_signed_multi_platform_release_verifies_by_its_index(
         assert f"verified {record['repository']}@{platform['digest']}: signed by" in shown
 
 
-def test_a_copy_without_its_referrers_fails_as_such(
+def test_a_signed_image_verifies_only_under_the_names_it_was_published_under(
         project: Project, key: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """A mirror that copies the image and its `.sig` tag but drops the referrers."""
-    record = published(project, "mirrored", key)
-    mirror = f"{record['repository']}-mirror"
-    sig = signing.signature_tag(record["digest"])
-    skopeo_copy(f"{record['repository']}:{TAG}", f"{mirror}:{TAG}")
-    skopeo_copy(f"{record['repository']}:{sig}", f"{mirror}:{sig}")
-    assert verify(f"{mirror}:{TAG}", Path(f"{key}.pub")) == 7
-    assert f"{mirror}@{record['digest']}: no SBOM or statements are attached" in \
+    """The signed manifest copied under another tag of its repository (a manifest PUT) or
+    into another repository, signature and referrers with it, is not the release."""
+    record = published(project, "named", key)
+    repository, digest, pub = record["repository"], record["digest"], Path(f"{key}.pub")
+    per_build = record["images"][1].rsplit(":", 1)[1]
+    for name in (TAG, per_build, digest):
+        assert verify(f"{repository}{'@' if name == digest else ':'}{name}", pub) == 0
+    capsys.readouterr()
+    skopeo_copy(f"{repository}@{digest}", f"{repository}:production-3.73-vision")
+    assert verify(f"{repository}:production-3.73-vision", pub) == 7
+    assert f"sparkbake: error: {repository}:production-3.73-vision is {digest}, which was " \
+        f"signed as {TAG}, {per_build}, not as production-3.73-vision\n" in \
+        capsys.readouterr().err
+    copy = f"{repository}-copy"
+    for name in (TAG, signing.signature_tag(digest)):
+        skopeo_copy(f"{repository}:{name}", f"{copy}:{name}")
+    subprocess.run(["skopeo", "copy", "--all", "--preserve-digests", "--src-tls-verify=false",
+                    "--dest-tls-verify=false",
+                    f"docker://{repository}:{referrers.fallback_tag(digest)}",
+                    f"docker://{copy}:{referrers.fallback_tag(digest)}"],
+                   check=True, capture_output=True, timeout=120)
+    for reference in (f"{copy}:{TAG}", f"{copy}@{digest}"):
+        assert verify(reference, pub) == 7
+        assert f"sparkbake: error: {copy}@{digest} was signed as published in {repository}, " \
+            f"not in {copy}: a copy, not the release\n" in capsys.readouterr().err
+
+
+def test_a_signed_image_without_its_referrers_fails_as_such(
+        project: Project, key: Path, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """An image copied into a repository of its own and signed there, with no SBOM or
+    statements attached to it."""
+    record = published(project, "bare", key)
+    bare = f"{record['repository']}-bare"
+    skopeo_copy(f"{record['repository']}:{TAG}", f"{bare}:{TAG}")
+    attach.sign(push.open_session(bare, Settings.of_process()),
+                image_layout.Layout(tmp_path / "signature"), bare, record["digest"],
+                signing.signing_key(key, None), [TAG])
+    assert verify(f"{bare}:{TAG}", Path(f"{key}.pub")) == 7
+    assert f"{bare}@{record['digest']}: no SBOM or statements are attached" in \
         capsys.readouterr().err

@@ -234,6 +234,9 @@ def test_the_signature_is_cosigns_simple_signing_format(tmp_path: Path) -> None:
                                     "image": {"docker-manifest-digest": "sha256:" + "a" * 64},
                                     "type": "cosign container image signature"},
                        "optional": None}
+    tagged = json.loads(signing.simple_signing("h/r", "sha256:" + "a" * 64, ["t", "t-0a1b"]))
+    assert tagged["optional"] == {"dev.sparkbake.tags": "t,t-0a1b"}  # cosign's annotations
+    assert tagged["critical"] == payload["critical"]
     assert signing.SIMPLE_SIGNING == "application/vnd.dev.cosign.simplesigning.v1+json"
     assert signing.COSIGN_SIGNATURE == "dev.cosignproject.cosign/signature"
     assert signing.signature_tag("sha256:" + "a" * 64) == f"sha256-{'a' * 64}.sig"

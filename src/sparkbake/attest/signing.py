@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,6 +30,7 @@ __all__ = [
     "DSSE_TYPE",
     "IN_TOTO_PAYLOAD",
     "PREDICATE_ANNOTATION",
+    "SIGNED_TAGS",
     "SIMPLE_SIGNING",
     "PublicKey",
     "SigningKey",
@@ -47,6 +49,7 @@ DSSE_TYPE = "application/vnd.dsse.envelope.v1+json"
 PREDICATE_ANNOTATION = "in-toto.io/predicate-type"
 SIMPLE_SIGNING = "application/vnd.dev.cosign.simplesigning.v1+json"
 COSIGN_SIGNATURE = "dev.cosignproject.cosign/signature"
+SIGNED_TAGS = "dev.sparkbake.tags"  # the payload's optional annotation: tags, comma-separated
 IN_TOTO_PAYLOAD = "application/vnd.in-toto+json"
 SIMPLE_SIGNING_TYPE = "cosign container image signature"
 KEYS_PAGE = "docs/how-to/publish-and-deploy.md#signing"
@@ -161,12 +164,15 @@ def _read(path: Path, what: str) -> bytes:
                          "check its permissions") from exc
 
 
-def simple_signing(reference: str, digest: str) -> bytes:
-    """cosign's payload for the image digest: what the `.sig` tag's layer holds and signs."""
+def simple_signing(reference: str, digest: str, tags: Sequence[str] = ()) -> bytes:
+    """cosign's payload for the image digest: what the `.sig` tag's layer holds and signs.
+    `reference` is the repository it is published in; `tags`, the names it is published
+    under, go in cosign's optional annotations (SIGNED_TAGS), so that a copy of the digest
+    under another name does not verify as the release."""
     payload = {"critical": {"identity": {"docker-reference": reference},
                             "image": {"docker-manifest-digest": digest},
                             "type": SIMPLE_SIGNING_TYPE},
-               "optional": None}
+               "optional": {SIGNED_TAGS: ",".join(tags)} if tags else None}
     return json.dumps(payload, separators=(",", ":")).encode()
 
 

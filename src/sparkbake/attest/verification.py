@@ -62,9 +62,12 @@ class Verified:
         ]
 
 
-def verify(session: Session, digest: str, key: PublicKey, work: image_layout.Layout) -> Verified:
+def verify(session: Session, digest: str, key: PublicKey, work: image_layout.Layout,
+           tag: str | None = None) -> Verified:
+    """The image digest as published in the session's repository (under tag, when asked
+    by one), its statements and SBOM."""
     repository = f"{session.remote.host}/{session.remote.path}"
-    check_signature(session, repository, digest, key, work)
+    check_signature(session, repository, digest, key, work, tag)
     found, listing = referrers.listed(session, digest)
     if listing is None:
         raise VerificationError(f"{repository}@{digest}: no SBOM or statements are attached "
@@ -81,8 +84,9 @@ def verify(session: Session, digest: str, key: PublicKey, work: image_layout.Lay
 
 
 def check_signature(session: Session, repository: str, digest: str, key: PublicKey,
-                    work: image_layout.Layout) -> None:
-    """The `.sig` tag of digest holds a payload for exactly digest, signed by key."""
+                    work: image_layout.Layout, tag: str | None = None) -> None:
+    """The `.sig` tag of digest holds a payload signed by key for exactly digest, published
+    in this repository and, when a tag is asked for, under that tag."""
     tag = signing.signature_tag(digest)
     found = session.manifest_digest(tag)
     if found is None:
@@ -94,15 +98,38 @@ def check_signature(session: Session, repository: str, digest: str, key: PublicK
             signing.COSIGN_SIGNATURE, ""))
         if not key.verifies(payload, signature):
             continue
-        signed = json.loads(payload)["critical"]["image"]["docker-manifest-digest"]
+        document = json.loads(payload)
+        signed = document["critical"]["image"]["docker-manifest-digest"]
         if signed != digest:
             raise VerificationError(
                 f"{repository}@{digest}: its signature is of {signed}, not of this digest "
                 "(the image under this name is not the one signed)",
                 "do not run it; find who pushed it")
+        _check_name(document, repository, digest, tag)
         return
     raise VerificationError(f"{repository}@{digest}: {tag} is not signed by {key.path}",
                             "check that this is the publisher's public key")
+
+
+def _check_name(payload: dict[str, Any], repository: str, digest: str, tag: str | None) -> None:
+    """The signed repository is this one, and the tag asked for is one it was signed under:
+    a signed digest copied to another name is not the release of that name."""
+    signed_in = payload["critical"]["identity"].get("docker-reference")
+    if signed_in != repository:
+        raise VerificationError(
+            f"{repository}@{digest} was signed as published in {signed_in}, not in "
+            f"{repository}: a copy, not the release",
+            f"verify it where it was published ({signed_in}), or publish it to "
+            f"{repository} with the key")
+    if tag is None:
+        return
+    tags = str((payload.get("optional") or {}).get(signing.SIGNED_TAGS, "")).split(",")
+    if tag not in tags:
+        signed_as = ", ".join(t for t in tags if t) or "no tag (signed by digest alone)"
+        raise VerificationError(
+            f"{repository}:{tag} is {digest}, which was signed as {signed_as}, not as {tag}",
+            f"do not run it under this name: it is another release; verify "
+            f"{repository}@{digest} to see which")
 
 
 def check_statements(session: Session, found: list[dict[str, Any]], digest: str,

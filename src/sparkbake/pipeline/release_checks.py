@@ -64,9 +64,12 @@ def verify_release(reference: str, key_path: Path, against: Path | None, setting
     if digest is None:
         raise VerificationError(f"{reference}: not in the registry",
                                 "check the name and the registry")
+    tag = None if name.startswith("sha256:") else name
     with tempfile.TemporaryDirectory(prefix="sparkbake-verify.") as work:
-        checked = [verification.verify(session, d, key, image_layout.Layout(Path(work) / d[7:19]))
-                   for d in _digests(session, repository, digest, key, Path(work))]
+        images = _digests(session, repository, digest, key, Path(work), tag)
+        checked = [verification.verify(session, d, key, image_layout.Layout(Path(work) / d[7:19]),
+                                       tag if d == digest else None)  # not an index's child
+                   for d in images]
     built_as = [_shown(one, key, against) for one in checked]
     if rebuild and against is not None:  # once every signature and statement held
         config = config_mod.load(against)
@@ -91,29 +94,29 @@ def _shown(one: verification.Verified, key: PublicKey, against: Path | None) -> 
 
 
 def _digests(session: Session, repository: str, digest: str, key: PublicKey,
-             work: Path) -> list[str]:
+             work: Path, tag: str | None) -> list[str]:
     """The image digests to verify: digest itself, or, for an index (a multi-platform
-    release), each platform's, once the index's own signature holds."""
+    release), each platform's, once the index's own signature holds (under tag)."""
     response = session.request("GET", session.url("manifests", digest),
                                headers={"Accept": MANIFEST_TYPES})
     doc = json.loads(response.content) if response.status_code == 200 else {}
     if doc.get("mediaType") != image_layout.INDEX_TYPE:
         return [digest]
     verification.check_signature(session, repository, digest, key,
-                                 image_layout.Layout(work / "index"))
+                                 image_layout.Layout(work / "index"), tag)
     display.result(f"verified {repository}@{digest}: the index is signed by {key.path}")
     return [str(m["digest"]) for m in doc.get("manifests", [])]
 
 
-def require_signature(pinned: str, key_path: Path, settings: Settings) -> None:
-    """deploy --require-signature: the release's digest is signed by the key (else exit 7,
-    before any node is touched)."""
+def require_signature(pinned: str, tag: str, key_path: Path, settings: Settings) -> None:
+    """deploy --require-signature: the release's digest is signed by the key, as published
+    in its repository under its tag (else exit 7, before any node is touched)."""
     key = signing.public_key(key_path)
     repository, digest = split_reference(pinned)
     session = push.open_session(repository, settings, VerificationError)
     with tempfile.TemporaryDirectory(prefix="sparkbake-verify.") as work:
         verification.check_signature(session, repository, digest, key,
-                                     image_layout.Layout(Path(work)))
+                                     image_layout.Layout(Path(work)), tag)
     display.notice(f"deploy: {pinned} is signed by {key.path}")
 
 
@@ -122,4 +125,4 @@ def require_signed(config: config_mod.Config, settings: Settings, name: str,
     """deploy --require-signature of the tag's or release's recorded digest (None: not asked)."""
     if key_path is not None:
         record = releases.read_record(Folders.of(config).releases, name)
-        require_signature(record.pinned, key_path, settings)
+        require_signature(record.pinned, record.tag, key_path, settings)

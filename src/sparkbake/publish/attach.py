@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,13 +48,13 @@ class Attached:
 
 
 def attach_baked(session: Session, config: Config, plan: Plan, baked: runtime_image.Image,
-                 key: SigningKey | None) -> Attached:
+                 key: SigningKey | None, tags: Sequence[str]) -> Attached:
     """attach for the tag's baked image, with the smoke record of exactly that image."""
     layout = image_layout.Layout(baked.layout)
     recorded = releases.image_manifest(layout, baked.image) or {}
     return attach(session, config, plan, layout, baked.image,
                   _smoke_of(Folders.of(config).smoke_record(plan.tag.name), baked.config),
-                  recorded, key)
+                  recorded, key, tags)
 
 
 def _smoke_of(path: Path, image_id: str) -> SmokeReport | None:
@@ -66,8 +67,9 @@ def _smoke_of(path: Path, image_id: str) -> SmokeReport | None:
 
 def attach(session: Session, config: Config, plan: Plan, layout: image_layout.Layout,
            image: image_layout.Descriptor, smoke: SmokeReport | None, recorded: dict[str, Any],
-           key: SigningKey | None) -> Attached:
-    """Push the image's artifacts with image as their subject, then sign the digest."""
+           key: SigningKey | None, tags: Sequence[str]) -> Attached:
+    """Push the image's artifacts with image as their subject, then sign the digest as
+    published in this repository under `tags`."""
     repository = f"{session.remote.host}/{session.remote.path}"
     sbom = stored.ensure_sbom(layout, plan.tag.name, image)
     sbom_blob = image_layout.Descriptor.of(layout.read_json(sbom.digest)["layers"][0])
@@ -79,7 +81,7 @@ def attach(session: Session, config: Config, plan: Plan, layout: image_layout.La
     pushed = {what: _statement(session, layout, image, data, key) for what, data in made.items()}
     echo(f"attached to {image.digest[:19]}: sbom, {', '.join(pushed)} ({listing})")
     return Attached(sbom.digest, pushed["provenance"], pushed.get("smoke"), listing,
-                    sign(session, layout, repository, image.digest, key))
+                    sign(session, layout, repository, image.digest, key, tags))
 
 
 def _statement(session: Session, layout: image_layout.Layout, image: image_layout.Descriptor,
@@ -96,13 +98,14 @@ def _predicate_type(data: bytes) -> str:
 
 
 def sign(session: Session, layout: image_layout.Layout, repository: str, digest: str,
-         key: SigningKey | None) -> str | None:
-    """cosign's signature of digest under `sha256-<hex>.sig`; None (and said) without a key."""
+         key: SigningKey | None, tags: Sequence[str]) -> str | None:
+    """cosign's signature of digest, as published in repository under tags, under
+    `sha256-<hex>.sig`; None (and said) without a key."""
     if key is None:
         display.notice(f"publish: {repository}@{digest[:19]} is unsigned (no --sign-key, no "
                        "SPARKBAKE_SIGNING_KEY)")
         return None
-    payload = signing.simple_signing(repository, digest)
+    payload = signing.simple_signing(repository, digest, tags)
     blob = layout.add_bytes(payload, signing.SIMPLE_SIGNING)
     config = layout.add_bytes(image_layout.canonical(_signature_config(blob)),
                               image_layout.CONFIG_TYPE)
