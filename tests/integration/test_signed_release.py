@@ -6,6 +6,7 @@ image; deploy --require-signature refuses before it reaches a node."""
 
 from __future__ import annotations
 
+import base64
 import json
 import subprocess
 from pathlib import Path
@@ -16,6 +17,7 @@ import pytest
 from sparkbake.__main__ import main
 from sparkbake.attest import signing
 from sparkbake.config.settings import Settings
+from sparkbake.errors import PublishError
 from sparkbake.oci import artifacts, image_layout, referrers
 from sparkbake.publish import attach, push, release_index
 from tests.integration.test_publish import TAG, Project, client, local, project
@@ -98,6 +100,46 @@ def test_a_statement_of_another_digest_and_an_unsigned_image_fail(
     assert verify(f"{repository}:{TAG}", Path(f"{key}.pub")) == 7
     assert f"about sha256:{first['digest'][7:]}, not {second['digest']}" in \
         capsys.readouterr().err
+
+
+def test_unsigned_statements_and_a_second_key_do_not_lock_the_release_out(
+        project: Project, key: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    record = published(project, "relocked", key)
+    repository, digest, pub = record["repository"], record["digest"], Path(f"{key}.pub")
+    with pytest.raises(PublishError) as unsigned:
+        published(project, "relocked", None)
+    assert unsigned.value.message == (
+        f"{repository}@{digest[:19]} is signed already (1 signature(s)); publishing it again "
+        "unsigned would attach unsigned statements to it")
+    # anyone who can push can attach an unsigned statement beside the signed ones
+    layout = image_layout.Layout(project.config.build_dir / "oci")
+    statement = json.loads(base64.b64decode(json.loads(artifacts.read(
+        layout, record["attestations"]["provenance"])[1])["payload"]))
+    statement["predicate"]["buildDefinition"]["externalParameters"]["tag"] = "forged"
+    forged = artifacts.add(layout, signing.DSSE_TYPE, signing.envelope(
+        json.dumps(statement).encode(), None), image_layout.Descriptor(
+        image_layout.MANIFEST_TYPE, digest, 1))
+    referrers.attach(push.open_session(repository, Settings.of_process()), layout, forged, digest)
+    capsys.readouterr()
+    assert verify(f"{repository}:{TAG}", pub) == 0
+    err = capsys.readouterr().err
+    assert f"1 attached statement(s) of {digest[:19]} not signed by {pub}, skipped" in err
+    assert f"tag {TAG}, inputs" in err  # the signed provenance, not the forged one
+
+    other = signing.generate(tmp_path / "other.key", None)[0]
+    with pytest.raises(PublishError) as second:
+        published(project, "relocked", other)
+    assert second.value.message == \
+        f"{repository}@{digest[:19]} is signed already, by other keys than {other}"
+    published(project, "relocked", other, force=True)  # a second signature, beside the first
+    published(project, "relocked", key)  # the first key again: both stay
+    for public in (pub, Path(f"{other}.pub")):
+        assert verify(f"{repository}:{TAG}", public) == 0
+    sig = json.loads(subprocess.run(
+        ["skopeo", "inspect", "--raw", "--tls-verify=false",
+         f"docker://{repository}:{signing.signature_tag(digest)}"],
+        check=True, capture_output=True, text=True, timeout=60).stdout)
+    assert len(sig["layers"]) == 2
 
 
 def test_deploy_require_signature_refuses_an_unsigned_release_before_any_node(

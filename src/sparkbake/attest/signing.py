@@ -40,6 +40,7 @@ __all__ = [
     "pae",
     "public_key",
     "signature_tag",
+    "signed_statement",
     "signing_key",
     "simple_signing",
 ]
@@ -69,6 +70,9 @@ class SigningKey:
 
     def sign(self, data: bytes) -> bytes:
         return self.key.sign(data, _algorithm())
+
+    def public(self) -> PublicKey:
+        return PublicKey(self.path, self.key.public_key())
 
 
 @dataclass(frozen=True)
@@ -188,6 +192,15 @@ def envelope(statement: bytes, key: SigningKey | None) -> bytes:
         if key else []
     return json.dumps({"payload": _b64(statement), "payloadType": IN_TOTO_PAYLOAD,
                        "signatures": signatures}, sort_keys=True).encode()
+
+
+def signed_statement(data: bytes, key: PublicKey) -> dict[str, Any] | None:
+    """The statement inside a DSSE envelope that key signed; None for any other envelope
+    (unsigned, another key's, not an envelope)."""
+    try:
+        return open_envelope(data, key, "statement")
+    except VerificationError:
+        return None
 
 
 def open_envelope(data: bytes, key: PublicKey, what: str) -> dict[str, Any]:

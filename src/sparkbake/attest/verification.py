@@ -17,6 +17,7 @@ from sparkbake import planning
 from sparkbake.attest import signing, statements, stored
 from sparkbake.attest.signing import PublicKey
 from sparkbake.config.versions import Config
+from sparkbake.console import display
 from sparkbake.errors import VerificationError
 from sparkbake.oci import image_layout, referrers
 from sparkbake.oci.distribution import Session
@@ -76,8 +77,8 @@ def verify(session: Session, digest: str, key: PublicKey, work: image_layout.Lay
                                 "referrers cannot carry them")
     by_type = check_statements(session, found, digest, key, work)
     if statements.PROVENANCE not in by_type:
-        raise VerificationError(f"{repository}@{digest}: no signed provenance is attached",
-                                REPUBLISH)
+        raise VerificationError(f"{repository}@{digest}: no provenance signed by {key.path} "
+                                "is attached", REPUBLISH)
     document = _sbom(session, found, by_type[statements.PROVENANCE], repository, work)
     return Verified(f"{repository}@{digest}", digest, by_type[statements.PROVENANCE],
                     by_type.get(statements.TEST_RESULT), document, listing)
@@ -134,13 +135,19 @@ def _check_name(payload: dict[str, Any], repository: str, digest: str, tag: str 
 
 def check_statements(session: Session, found: list[dict[str, Any]], digest: str,
                      key: PublicKey, work: image_layout.Layout) -> dict[str, dict[str, Any]]:
-    """Each attached in-toto statement, signed by key and about digest, by predicate type."""
+    """Each attached in-toto statement signed by key, which must be about digest, by
+    predicate type. Statements key did not sign (unsigned, another publisher's) are skipped,
+    and said: anyone who can push can attach one, and it must not hide the signed ones."""
     by_type: dict[str, dict[str, Any]] = {}
+    skipped = 0
     for entry in found:
         if entry.get("artifactType") != signing.DSSE_TYPE:
             continue
         _, data = referrers.pull(session, work, entry["digest"])
-        statement = signing.open_envelope(data, key, f"statement {entry['digest'][:19]}")
+        statement = signing.signed_statement(data, key)
+        if statement is None:
+            skipped += 1
+            continue
         subjects = [s["digest"].get("sha256") for s in statement.get("subject", [])]
         if digest.removeprefix("sha256:") not in subjects:
             raise VerificationError(
@@ -148,6 +155,9 @@ def check_statements(session: Session, found: list[dict[str, Any]], digest: str,
                 f"about sha256:{', '.join(map(str, subjects))}, not {digest}",
                 "a statement of another image is attached to this one: do not trust it")
         by_type[str(statement["predicateType"])] = statement
+    if skipped:
+        display.notice(f"verify-release: {skipped} attached statement(s) of {digest[:19]} not "
+                       f"signed by {key.path}, skipped")
     return by_type
 
 

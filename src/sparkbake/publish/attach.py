@@ -3,7 +3,9 @@ in the registry, and the digest signed (or the release said to be unsigned).
 
 The statements go as DSSE envelopes (signed with the key, if any); the provenance names the
 SBOM's digest among its byproducts, so a signed provenance vouches for the SBOM too. The
-signature is cosign's: a simple-signing payload under the tag `sha256-<hex>.sig`.
+signature is cosign's: a simple-signing payload under the tag `sha256-<hex>.sig`, one layer
+per key, as cosign adds them. A digest signed already is published again only with one of
+its keys, unless --force (which adds another key's signature beside the first).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from sparkbake.console import display
 from sparkbake.console.tools import echo
 from sparkbake.core.folders import Folders
 from sparkbake.core.smoke_record import SmokeReport
+from sparkbake.errors import PublishError
 from sparkbake.files import read_json
 from sparkbake.oci import artifacts, image_layout, referrers
 from sparkbake.oci.distribution import Session
@@ -48,13 +51,13 @@ class Attached:
 
 
 def attach_baked(session: Session, config: Config, plan: Plan, baked: runtime_image.Image,
-                 key: SigningKey | None, tags: Sequence[str]) -> Attached:
+                 key: SigningKey | None, tags: Sequence[str], force: bool) -> Attached:
     """attach for the tag's baked image, with the smoke record of exactly that image."""
     layout = image_layout.Layout(baked.layout)
     recorded = releases.image_manifest(layout, baked.image) or {}
     return attach(session, config, plan, layout, baked.image,
                   _smoke_of(Folders.of(config).smoke_record(plan.tag.name), baked.config),
-                  recorded, key, tags)
+                  recorded, key, tags, force)
 
 
 def _smoke_of(path: Path, image_id: str) -> SmokeReport | None:
@@ -67,10 +70,11 @@ def _smoke_of(path: Path, image_id: str) -> SmokeReport | None:
 
 def attach(session: Session, config: Config, plan: Plan, layout: image_layout.Layout,
            image: image_layout.Descriptor, smoke: SmokeReport | None, recorded: dict[str, Any],
-           key: SigningKey | None, tags: Sequence[str]) -> Attached:
+           key: SigningKey | None, tags: Sequence[str], force: bool) -> Attached:
     """Push the image's artifacts with image as their subject, then sign the digest as
     published in this repository under `tags`."""
     repository = f"{session.remote.host}/{session.remote.path}"
+    check_signers(session, layout, repository, image.digest, key, force)
     sbom = stored.ensure_sbom(layout, plan.tag.name, image)
     sbom_blob = image_layout.Descriptor.of(layout.read_json(sbom.digest)["layers"][0])
     made = {"provenance": statements.provenance(config, plan, repository, image.digest,
@@ -97,30 +101,73 @@ def _predicate_type(data: bytes) -> str:
     return str(json.loads(data)["predicateType"])
 
 
+def check_signers(session: Session, layout: image_layout.Layout, repository: str, digest: str,
+                  key: SigningKey | None, force: bool) -> None:
+    """A digest signed already is published again with one of its keys, or with --force:
+    unsigned statements beside the signed ones, or a second signer, are asked for."""
+    layers = signature_layers(session, layout, digest)
+    if not layers or force:
+        return
+    if key is None:
+        raise PublishError(
+            f"{repository}@{digest[:19]} is signed already ({len(layers)} signature(s)); "
+            "publishing it again unsigned would attach unsigned statements to it",
+            "give --sign-key with the key it was signed with, or --force")
+    mine = key.public()
+    if not any(mine.verifies(layout.read(layer["digest"]), _signature_of(layer))
+               for layer in layers):
+        raise PublishError(
+            f"{repository}@{digest[:19]} is signed already, by other keys than {key.path}",
+            "give the key it was signed with, or --force to add this key's signature beside "
+            "the others (both then verify)")
+
+
+def signature_layers(session: Session, layout: image_layout.Layout,
+                     digest: str) -> list[dict[str, Any]]:
+    """The layers of digest's `.sig` manifest in the registry (pulled into layout): one per
+    signature; none when it is not signed."""
+    found = session.manifest_digest(signing.signature_tag(digest))
+    if found is None:
+        return []
+    session.pull(found, layout)
+    layers: list[dict[str, Any]] = layout.read_json(found)["layers"]
+    return layers
+
+
+def _signature_of(layer: dict[str, Any]) -> bytes:
+    return base64.b64decode((layer.get("annotations") or {}).get(signing.COSIGN_SIGNATURE, ""))
+
+
 def sign(session: Session, layout: image_layout.Layout, repository: str, digest: str,
          key: SigningKey | None, tags: Sequence[str]) -> str | None:
     """cosign's signature of digest, as published in repository under tags, under
-    `sha256-<hex>.sig`; None (and said) without a key."""
+    `sha256-<hex>.sig`, beside other keys' signatures (this key's own earlier one replaced);
+    None (and said) without a key."""
     if key is None:
         display.notice(f"publish: {repository}@{digest[:19]} is unsigned (no --sign-key, no "
                        "SPARKBAKE_SIGNING_KEY)")
         return None
     payload = signing.simple_signing(repository, digest, tags)
     blob = layout.add_bytes(payload, signing.SIMPLE_SIGNING)
-    config = layout.add_bytes(image_layout.canonical(_signature_config(blob)),
-                              image_layout.CONFIG_TYPE)
+    mine = key.public()
+    others = [layer for layer in signature_layers(session, layout, digest)
+              if not mine.verifies(layout.read(layer["digest"]), _signature_of(layer))]
     layer = {**blob.json(), "annotations": {
         signing.COSIGN_SIGNATURE: base64.b64encode(key.sign(payload)).decode()}}
+    layers = [*others, layer]
+    config = layout.add_bytes(image_layout.canonical(_signature_config(layers)),
+                              image_layout.CONFIG_TYPE)
     doc = {"schemaVersion": 2, "mediaType": image_layout.MANIFEST_TYPE, "config": config.json(),
-           "layers": [layer]}
+           "layers": layers}
     manifest = layout.add_bytes(image_layout.canonical(doc), image_layout.MANIFEST_TYPE)
     session.push(layout, manifest, [signing.signature_tag(digest)])
     echo(f"signed {repository}@{digest[:19]} with {key.path} ({signing.signature_tag(digest)})")
     return manifest.digest
 
 
-def _signature_config(blob: image_layout.Descriptor) -> dict[str, Any]:
-    """The image config cosign writes for a signature manifest: its layer's diff ID only."""
+def _signature_config(layers: list[dict[str, Any]]) -> dict[str, Any]:
+    """The image config cosign writes for a signature manifest: its layers' diff IDs."""
     zero = "0001-01-01T00:00:00Z"
-    return {"architecture": "", "config": {}, "created": zero, "history": [{"created": zero}],
-            "os": "", "rootfs": {"type": "layers", "diff_ids": [blob.digest]}}
+    return {"architecture": "", "config": {}, "created": zero,
+            "history": [{"created": zero} for _ in layers], "os": "",
+            "rootfs": {"type": "layers", "diff_ids": [layer["digest"] for layer in layers]}}

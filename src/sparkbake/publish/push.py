@@ -76,7 +76,8 @@ def publish(client: Client, config: Config, settings: Settings, plan: Plan,
     target = Target.of(client, settings, repository, [per_build, moving],
                        {baked.image.digest}, force)
     pushed, sent = target.push(baked, per_build)
-    attached = attach.attach_baked(target.session, config, plan, baked, key, (moving, per_build))
+    attached = attach.attach_baked(target.session, config, plan, baked, key, (moving, per_build),
+                                   force)
     release = platform_release(config, plan, repository, (moving, per_build), pushed, sent,
                                smoked, baked, attrs, attached)
     write_record(Folders.of(config).releases, release)

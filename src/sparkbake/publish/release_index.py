@@ -70,8 +70,9 @@ def publish_release(client: Client, config: Config, settings: Settings, name: st
         echo(f"+ push index {index.digest} ({len(ready)} platforms) -> {repository}:{per_build}")
         _put_first_index(target, data, index, per_build)
     push.check_pushed(target.session, per_build, index.digest)
-    attach.sign(target.session, image_layout.Layout(ready[0].baked.layout), repository,
-                index.digest, key, (name, per_build))
+    layout = image_layout.Layout(ready[0].baked.layout)
+    attach.check_signers(target.session, layout, repository, index.digest, key, force)
+    attach.sign(target.session, layout, repository, index.digest, key, (name, per_build))
     release = _record(repository, name, per_build, index.digest, inputs, records)
     push.write_record(Folders.of(config).releases, release)
     if target.current[name] != index.digest:
@@ -135,7 +136,7 @@ def _push_platform(config: Config, target: push.Target, one: _Platform,
                          target.current[one.per_build], {one.baked.image.digest}, force)
     pushed, sent = target.push(one.baked, one.per_build)
     attached = attach.attach_baked(target.session, config, one.plan, one.baked, key,
-                                   (one.per_build,))
+                                   (one.per_build,), force)
     return push.platform_release(config, one.plan, target.repository, (one.per_build,),
                                  pushed, sent, one.smoked, one.baked, one.attrs, attached)
 
