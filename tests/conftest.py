@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
@@ -144,6 +145,19 @@ def missing(what: str) -> NoReturn:
 def copy_project(dest: Path) -> Project:
     shutil.copytree(DATA, dest, ignore=shutil.ignore_patterns("build", "wheels"))
     return Project(dest)
+
+
+def cp_project(dest: Path, later: int | None = None) -> Path:
+    """tests/data copied as `cp -r` copies (file times: the copy's; `later`: set to that
+    time), outside git, with its upstream's declared date taken out."""
+    subprocess.run(["cp", "-r", str(DATA), str(dest)], check=True)
+    if later is not None:
+        for path in (dest, *dest.rglob("*")):
+            os.utime(path, (later, later), follow_symlinks=False)
+    config = dest / "versions.yaml"
+    config.write_text("".join(line for line in config.read_text().splitlines(keepends=True)
+                              if "source_date_epoch" not in line))
+    return config
 
 
 @pytest.fixture(scope="session")

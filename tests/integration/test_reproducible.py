@@ -21,7 +21,7 @@ import pytest
 from sparkbake.hashing import file_sha256
 from sparkbake.oci import docker_engine, image_layout, local_registry
 from sparkbake.wheels import container_build
-from tests.conftest import Project, copy_project, free_port, missing
+from tests.conftest import Project, copy_project, cp_project, free_port, missing
 from tests.integration.test_pipeline import PYTHON_PATCH
 
 pytestmark = pytest.mark.docker
@@ -260,3 +260,16 @@ def test_verify_finds_and_names_a_planted_non_determinism(
     assert stamp["original"]["sha256"] != stamp["rebuilt"]["sha256"]
     files = next(layer for layer in report["layers"] if layer["made_by"].endswith("sparkbake"))
     assert [f["path"] for f in files["files"]] == ["opt/sparkbake/manifest.json"]
+
+
+@pytest.mark.required("repro-builds")
+def test_two_cp_copies_of_a_project_made_apart_build_one_digest(
+        debian_base: str, tmp_path: Path) -> None:
+    """A project outside git, its upstream with no declared date, copied twice by `cp -r`
+    (the second copy's files dated later) and built in each copy."""
+    digests = []
+    for name, later in (("first", None), ("second", 1_790_000_000)):
+        project = Project(cp_project(tmp_path / name, later).parent)
+        assert project.sparkbake("build-image", "fixture") == 0
+        digests.append(skopeo("inspect", f"oci:{layout(project)}:fixture")["Digest"])
+    assert digests[0] == digests[1]

@@ -79,7 +79,8 @@ def test_plan_prints_every_stage_with_its_state(
         assert len(key) == 16 and int(key, 16) >= 0, stage
         assert state in STATES, stage
     assert lines["bake"][1] == "unknown"
-    assert lines["fetch"][1:] == ["missing", "tree", "(dir)"]
+    assert " ".join(lines["fetch"][1:]) == \
+        "missing tree (dir), dated 1980-01-01 (a fixed date: not in git, no source_date_epoch)"
     assert lines["patch"][1:] == ["missing", "demo"]
     assert lines["wheels"][1:] == ["missing", "sm_121a", "on", "debian"]
     assert lines["bake"][2] == "localhost:5000/sparkbake-cli:production-1.0-demo"

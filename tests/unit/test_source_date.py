@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from sparkbake import planning
+from sparkbake.config import versions
 from sparkbake.config.settings import Settings
 from sparkbake.config.versions import DirUpstream, GitUpstream, PypiUpstream
 from sparkbake.fetch import upstream_tree
 from sparkbake.patch.apply import PatchedTree
 from sparkbake.wheels import container_build
-from tests.conftest import DATA, copy_project, settings_of
+from tests.conftest import DATA, copy_project, cp_project, settings_of
 
 COMMIT_TIME = 1_600_000_000
 
@@ -76,42 +78,59 @@ def test_a_folder_in_git_is_dated_by_its_last_commit_not_its_file_times(tmp_path
     assert upstream_tree.source_date(folder, tmp_path / "entry") == COMMIT_TIME
 
 
-def test_a_folder_outside_git_or_changed_is_dated_by_its_newest_file(tmp_path: Path) -> None:
-    (tmp_path / "plain" / "pkg").mkdir(parents=True)
-    for name, when in (("setup.py", 1_650_000_000), ("pkg/mod.py", 1_690_000_000)):
-        (tmp_path / "plain" / name).write_text("#\n")
-        os.utime(tmp_path / "plain" / name, (when, when))
-    os.utime(tmp_path / "plain" / "pkg", (1_600_000_000, 1_600_000_000))
-    plain = DirUpstream(key="d", path=tmp_path / "plain")
-    upstream_tree.fetch(plain, tmp_path / "plain-entry", settings())
-    assert upstream_tree.source_date(plain, tmp_path / "plain-entry") == 1_690_000_000
+def test_a_folder_outside_git_gets_the_fixed_date_whatever_its_file_times(
+        tmp_path: Path) -> None:
+    """Two copies of a project made at different times (cp -r stamps the copy's time) date
+    their upstream folder alike, and pin it alike."""
+    first, second = tmp_path / "one" / "upstream", tmp_path / "two" / "upstream"
+    (first / "pkg").mkdir(parents=True)
+    for name in ("setup.py", "pkg/mod.py"):
+        (first / name).write_text("#\n")
+    shutil.copytree(first, second)
+    for path in (second, *second.rglob("*")):
+        os.utime(path, (1_790_000_000, 1_790_000_000))  # copied later
+    for folder in (first, second):
+        upstream = DirUpstream(key="d", path=folder)
+        upstream_tree.fetch(upstream, folder.parent / "entry", settings())
+        assert upstream_tree.source_date(upstream, folder.parent / "entry") == 315532800
+        assert upstream_tree.dir_dating(folder) == (
+            315532800, "a fixed date: not in git, no source_date_epoch")
+    assert planning.upstream_pin(DirUpstream(key="d", path=first)) == \
+        planning.upstream_pin(DirUpstream(key="d", path=second))
+
+
+def test_a_folder_in_git_with_changes_keeps_its_commit_date(tmp_path: Path) -> None:
     git_repo(tmp_path / "repo")
     (tmp_path / "repo" / "setup.py").write_text("# changed, not committed\n")
     os.utime(tmp_path / "repo" / "setup.py", (1_700_000_000, 1_700_000_000))
     changed = DirUpstream(key="d", path=tmp_path / "repo")
     upstream_tree.fetch(changed, tmp_path / "repo-entry", settings())
-    assert upstream_tree.source_date(changed, tmp_path / "repo-entry") == 1_700_000_000
+    assert upstream_tree.source_date(changed, tmp_path / "repo-entry") == COMMIT_TIME
+    assert upstream_tree.dir_dating(tmp_path / "repo") == (COMMIT_TIME, "its last commit")
 
 
-def test_a_folder_of_old_files_is_dated_no_earlier_than_1980(tmp_path: Path) -> None:
+def test_a_folder_whose_commit_is_older_than_1980_is_dated_1980(tmp_path: Path) -> None:
+    env = {**os.environ, "GIT_COMMITTER_DATE": "@100000000 +0000",
+           "GIT_AUTHOR_DATE": "@100000000 +0000", "GIT_AUTHOR_NAME": "t",
+           "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
     (tmp_path / "old").mkdir()
     (tmp_path / "old" / "setup.py").write_text("#\n")
-    for path in (tmp_path / "old" / "setup.py", tmp_path / "old"):
-        os.utime(path, (0, 0))
+    for cmd in (["init", "-q"], ["add", "."], ["commit", "-q", "-m", "old"]):
+        subprocess.run(["git", "-C", str(tmp_path / "old"), *cmd], check=True, env=env)
     folder = DirUpstream(key="d", path=tmp_path / "old")
     upstream_tree.fetch(folder, tmp_path / "entry", settings())
     assert upstream_tree.source_date(folder, tmp_path / "entry") == 315532800
 
 
-def test_without_git_a_folder_is_dated_by_its_files_and_its_date_is_part_of_its_pin(
+def test_without_git_a_folder_gets_the_fixed_date_and_its_date_is_part_of_its_pin(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     git_repo(tmp_path / "repo")
     os.utime(tmp_path / "repo" / "setup.py", (1_700_000_000, 1_700_000_000))
     folder = DirUpstream(key="d", path=tmp_path / "repo")
     assert planning.upstream_pin(folder)["date"] == str(COMMIT_TIME)
     monkeypatch.setenv("PATH", str(tmp_path / "no-tools"))  # no git: no traceback either
-    assert upstream_tree.dir_date(tmp_path / "repo") >= 1_700_000_000
-    assert planning.upstream_pin(folder)["date"] != str(COMMIT_TIME)
+    assert upstream_tree.dir_date(tmp_path / "repo") == 315532800
+    assert planning.upstream_pin(folder)["date"] == "315532800"
     declared = DirUpstream(key="d", path=tmp_path / "repo", source_date_epoch=1735689600)
     assert "date" not in planning.upstream_pin(declared)
 
@@ -138,3 +157,11 @@ def test_the_builder_gets_the_source_date_and_reproducible_build_switches(
     assert environment["SOURCE_DATE_EPOCH"] == "1735689600"
     assert "NVCC_APPEND_FLAGS" not in environment  # -objtemp only where sccache is off
     assert environment["PYTHONHASHSEED"] == "0"
+
+
+def test_two_cp_copies_of_a_project_made_apart_plan_the_same_inputs(tmp_path: Path) -> None:
+    first = versions.load(cp_project(tmp_path / "first"))
+    second = versions.load(cp_project(tmp_path / "second", later=1_790_000_000))
+    assert first.tag("fixture").upstream.source_date_epoch is None
+    plans = [planning.make(config, config.tag("fixture")) for config in (first, second)]
+    assert plans[0].inputs == plans[1].inputs

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import fnmatch
 import shutil
 import subprocess
 import tarfile
 import zipfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urljoin, urlsplit
@@ -67,42 +65,33 @@ def _copy_dir(upstream: DirUpstream, dest: Path) -> None:
 
 
 def dir_date(folder: Path) -> int:
-    """A folder's time: the last commit that touched it when git tracks it and it has no
-    change beside (a clone's file times are the checkout's, not the source's; a shallow
-    clone knows only its own commit), else the newest time of the files fetch copies. Never
-    before DEFAULT_SOURCE_DATE (zip's floor). Part of the folder's pin (pipeline.plan), so
-    two checkouts that date it otherwise are two sets of inputs, not one."""
+    """A folder's time, from its source and never from its copy: the last commit that
+    touched it where git tracks it (a clone's or a copy's file times are when it was made,
+    not the source's), else DEFAULT_SOURCE_DATE. Never before DEFAULT_SOURCE_DATE (zip's
+    floor). Part of the folder's pin (planning.upstream_pin) when versions.yaml declares no
+    source_date_epoch for it; its content is pinned by hash beside it."""
+    return dir_dating(folder)[0]
+
+
+def dir_dating(folder: Path) -> tuple[int, str]:
+    """dir_date and where it comes from, in words (plan shows them)."""
     committed = _commit_time(folder)
-    newest = committed if committed is not None else max(
-        (int(p.lstat().st_mtime) for p in _copied(folder)), default=0)
-    return max(newest, DEFAULT_SOURCE_DATE)
-
-
-def _copied(folder: Path) -> Iterator[Path]:
-    """What _copy_dir copies of folder: all but SKIPPED, at any depth."""
-    for path in folder.iterdir():
-        if not any(fnmatch.fnmatch(path.name, pattern) for pattern in SKIPPED):
-            yield path
-            if path.is_dir() and not path.is_symlink():
-                yield from _copied(path)
+    if committed is None:
+        return DEFAULT_SOURCE_DATE, "a fixed date: not in git, no source_date_epoch"
+    return max(committed, DEFAULT_SOURCE_DATE), "its last commit"
 
 
 def _commit_time(folder: Path) -> int | None:
-    """The commit time of folder's last change, if git tracks it unchanged; else None (also
-    without git: the file times date it then)."""
-    def git(*args: str) -> subprocess.Popen[str]:
-        return subprocess.Popen(["git", "-C", str(folder), *args], stdout=subprocess.PIPE,
-                                stderr=subprocess.DEVNULL, text=True)
+    """The commit time of folder's last change in git; None where git does not track it
+    (or there is no git)."""
     try:
-        # both at once: every build of a dir upstream asks, a no-op build included
-        with git("status", "--porcelain", "--", ".") as changes, \
-                git("log", "-1", "--format=%ct", "--", ".") as stamp:
-            changed, stamped = changes.communicate()[0], stamp.communicate()[0]
+        stamp = subprocess.run(["git", "-C", str(folder), "log", "-1", "--format=%ct", "--",
+                                "."], capture_output=True, text=True, check=False)
     except OSError:
         return None
-    if changes.returncode or stamp.returncode or changed or not stamped.strip():
+    if stamp.returncode or not stamp.stdout.strip():
         return None
-    return int(stamped)
+    return int(stamp.stdout)
 
 
 def _fetch_git(upstream: GitUpstream, dest: Path) -> None:

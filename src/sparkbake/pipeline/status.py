@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
 from sparkbake import planning
 from sparkbake.bake import runtime_image
-from sparkbake.config.model import Config, Tag
+from sparkbake.config.model import Config, DirUpstream, Tag, Upstream
 from sparkbake.core.folders import Folders
 from sparkbake.core.stages import PlanState, Stage
 from sparkbake.fetch import remote_patches, upstream_tree
@@ -155,4 +156,13 @@ def _upstream_text(plan: Plan) -> str:
     extra = f" + {len(third)} third-party sources (locked)" if third else ""
     found = plan.remote
     extra += f" + {len(found)} remote patch(es)" if found else ""
-    return f"{plan.tag.upstream.key} ({pin['kind']}){extra}"
+    return f"{plan.tag.upstream.key} ({pin['kind']}){_dated(plan.tag.upstream)}{extra}"
+
+
+def _dated(upstream: Upstream) -> str:
+    """A folder's source date, and where it comes from: what its image's dates will be."""
+    if not isinstance(upstream, DirUpstream) or upstream.source_date_epoch is not None:
+        return ""
+    date, source = upstream_tree.dir_dating(upstream.path)
+    day = datetime.fromtimestamp(date, UTC).strftime("%Y-%m-%d")
+    return f", dated {day} ({source})"
