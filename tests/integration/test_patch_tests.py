@@ -48,6 +48,37 @@ def test_each_production_tag_passes_its_series_tests(tag: str) -> None:
     assert isinstance(tests, int) and tests >= 40
 
 
+def test_series_tests_run_without_the_signing_secrets_or_the_docker_logins(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """patch-tests run upstream and patch code: the passphrase, the key and the Docker client
+    config (registry logins) of this process are not in their environment."""
+    secrets = {"SPARKBAKE_SIGNING_PASSPHRASE": "hunter2", "SPARKBAKE_SIGNING_KEY": "/k",
+               "DOCKER_CONFIG": str(tmp_path / "docker")}
+    for name, value in secrets.items():
+        monkeypatch.setenv(name, value)
+    (tmp_path / "versions.yaml").write_text(
+        versions_yaml(tags="  t: {upstream: tree, series: [s]}\n"))
+    tree = tmp_path / "upstream"
+    (tree / "tests").mkdir(parents=True)
+    (tree / "tests" / "test_series.py").write_text(
+        "import os\n\n\ndef test_no_secrets() -> None:\n"
+        f"    assert not {sorted(secrets)!r} & os.environ.keys()\n"
+        "    assert os.environ['PYTHONDONTWRITEBYTECODE'] == '1'  # what it is given\n")
+    series = tmp_path / "patches" / "s"
+    series.mkdir(parents=True)
+    (series / "0001-t.patch").write_text(
+        "Subject: [PATCH] t\n\nd\n\ndiff --git a/tests/test_series.py b/tests/test_series.py\n"
+        "--- a/tests/test_series.py\n+++ b/tests/test_series.py\n")
+    (series / "series").write_text("0001-t.patch\n")
+    loaded = versions.load(tmp_path / "versions.yaml")
+    plan = planning.make(loaded, loaded.tag("t"))
+    layout = Folders(REPO / "build", REPO / "wheels")
+    lock = REPO / "locks" / "patch-tests" / "vllm-0.33.0.txt"
+    settings = Settings.of_process()
+    assert settings.signing.passphrase == "hunter2"  # this process has them
+    patchtests.run_tests(plan, tree, lock, layout, settings)  # exit 6 if the test failed
+
+
 def test_a_failing_series_test_stops_with_exit_6_and_names_the_report(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A series whose test fails, run in the venv of the committed vLLM lock."""

@@ -127,3 +127,19 @@ def test_the_bytecode_cache_is_in_the_host_cache_unless_compiles_are_cold() -> N
     cold = Settings({"SPARKBAKE_CACHE": "/cache", "SPARKBAKE_COMPILE_CACHE": "off"})
     assert cold.bytecode_cache is None
     assert cold.bytecode_folder == Path("/cache/bytecode")  # gc still trims what is there
+
+
+def test_children_get_the_environment_without_sparkbakes_secrets(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from sparkbake.config.settings import child_environment
+    from sparkbake.console.tools import run
+    from sparkbake.errors import EngineError
+
+    monkeypatch.setenv("SPARKBAKE_SIGNING_PASSPHRASE", "hunter2")
+    monkeypatch.setenv("DOCKER_CONFIG", "/logins")
+    monkeypatch.setenv("SPARKBAKE_KEPT", "yes")
+    env = child_environment({"ADDED": "1"})
+    assert "SPARKBAKE_SIGNING_PASSPHRASE" not in env and "DOCKER_CONFIG" not in env
+    assert (env["SPARKBAKE_KEPT"], env["ADDED"]) == ("yes", "1")
+    shown = run(["env"], error=EngineError, what="env", capture=True).stdout
+    assert "SPARKBAKE_KEPT=yes" in shown and "hunter2" not in shown and "/logins" not in shown

@@ -36,7 +36,8 @@ def pip_config(name: str) -> str | None:
     """`pip config get name`: pip's own answer, from every file it reads."""
     try:
         out = subprocess.run([sys.executable, "-m", "pip", "config", "get", name],
-                             capture_output=True, text=True, check=False, timeout=60)
+                             capture_output=True, text=True, check=False, timeout=60,
+                             env=child_environment({}))
     except (OSError, subprocess.TimeoutExpired):
         return None
     value = out.stdout.strip()
@@ -221,7 +222,8 @@ class Settings:
     def patch_tests_environment(self, **overrides: str) -> dict[str, str]:
         """The environment without VLLM_* variables (they would change what vLLM's own tests
         see), plus overrides: what the patch-tests run with."""
-        kept = {k: v for k, v in self.environ.items() if not k.startswith("VLLM_")}
+        kept = {k: v for k, v in _without_secrets(self.environ).items()
+                if not k.startswith("VLLM_")}
         return {**kept, **overrides}
 
     @property
@@ -241,9 +243,20 @@ class Settings:
         return value
 
 
+# What only sparkbake itself reads, and no child needs: the signing key and its passphrase,
+# and the Docker client config that holds registry logins (pip, a builder, patch code and
+# vLLM's own tests run as children, and must not see them).
+SECRET_VARIABLES = frozenset({"SPARKBAKE_SIGNING_KEY", "SPARKBAKE_SIGNING_PASSPHRASE",
+                              "DOCKER_CONFIG"})
+
+
 def child_environment(added: Mapping[str, str]) -> dict[str, str]:
-    """A child process's environment: this process's, with added on top."""
-    return {**os.environ, **added}
+    """A child process's environment: this process's but its secrets, with added on top."""
+    return {**_without_secrets(os.environ), **added}
+
+
+def _without_secrets(environ: Mapping[str, str]) -> dict[str, str]:
+    return {k: v for k, v in environ.items() if k not in SECRET_VARIABLES}
 
 
 def apt_mirror(apt_dir: Path) -> str | None:

@@ -39,9 +39,9 @@ def run(
     env: dict[str, str] | None = None,
     environment: Mapping[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """Run cmd (env: variables added to this process's; environment: the child's whole
-    environment instead), echoing `+ cmd`; on failure raise `error` naming `what` and the
-    last output.
+    """Run cmd (env: variables added to this process's, its secrets left out; environment:
+    the child's whole environment instead), echoing `+ cmd`; on failure raise `error`
+    naming `what` and the last output.
 
     Output is streamed as it comes unless capture is set, so long steps show progress;
     captured output goes whole into the stage's log once the command ends. Bytes that are not
@@ -49,12 +49,12 @@ def run(
     """
     args = [str(c) for c in cmd]
     echo("+ " + shlex.join(args))
-    if environment is None and env:
-        environment = child_environment(env)
+    if environment is None:
+        environment = child_environment(env or {})
     try:
         process = subprocess.Popen(args, cwd=cwd, stdout=subprocess.PIPE,
                                    encoding="utf-8", errors="replace",
-                                   env=None if environment is None else dict(environment),
+                                   env=dict(environment),
                                    stderr=subprocess.PIPE if capture else subprocess.STDOUT)
     except FileNotFoundError as exc:
         raise EngineError(f"{args[0]} is not installed", "install it and retry") from exc

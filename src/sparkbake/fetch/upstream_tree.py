@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urljoin, urlsplit
 
-from sparkbake.config.settings import Settings
+from sparkbake.config.settings import Settings, child_environment
 from sparkbake.config.versions import DirUpstream, GitUpstream, PypiUpstream, Upstream
 from sparkbake.console import display
 from sparkbake.console.tools import echo, run
@@ -86,7 +86,8 @@ def _commit_time(folder: Path) -> int | None:
     (or there is no git)."""
     try:
         stamp = subprocess.run(["git", "-C", str(folder), "log", "-1", "--format=%ct", "--",
-                                "."], capture_output=True, text=True, check=False)
+                                "."], capture_output=True, text=True, check=False,
+                               env=child_environment({}))
     except OSError:
         return None
     if stamp.returncode or not stamp.stdout.strip():

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from sparkbake import resources
+from sparkbake.config.settings import child_environment
 from sparkbake.config.versions import Config
 from sparkbake.console.tools import echo, require_tool
 from sparkbake.errors import EngineError
@@ -115,7 +116,8 @@ def _spawn(args: list[str], log: Path) -> subprocess.Popen[bytes]:
     echo(f"+ {shlex.join(args)} >{shlex.quote(str(log))} 2>&1 &")
     with log.open("ab") as out:
         return subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+                                stderr=subprocess.STDOUT, start_new_session=True,
+                                env=child_environment({}))
 
 
 def _wait_until_up(child: subprocess.Popen[bytes], address: str, home: Path) -> None:
