@@ -96,9 +96,14 @@ def test_gc_removes_stale_sparkbake_images_and_keeps_current_and_foreign(
             image([base_ref], {}),
             image([f"sparkbake-gc-foreign-{unique}:latest"], {}),
             image([], {"dev.sparkbake.tag": f"not-ours-{unique}",
-                       "dev.sparkbake.inputs": STALE_INPUTS})]
+                       "dev.sparkbake.inputs": STALE_INPUTS}),
+            # our tag's name in its labels, but another checkout's bake loaded it
+            image([], {**ours, "dev.sparkbake.inputs": STALE_INPUTS, "checkout": "other"})]
+    loaded_here = image([], {**ours, "dev.sparkbake.inputs": STALE_INPUTS})
+    (tmp_path / "build").mkdir()
+    (tmp_path / "build" / "loaded-images.txt").write_text(f"{loaded_here}\n")
     gone = [image([f"{repo}:{tag}-old"], {**ours, "dev.sparkbake.inputs": STALE_INPUTS}),
-            image([], {**ours, "dev.sparkbake.inputs": STALE_INPUTS}),
+            loaded_here,
             image([f"sparkbake-base/{base}:000000000000"], {}),
             image([f"sparkbake-builder/{base}:000000000000"], {})]
     shared = image([f"{repo}:{tag}-shared", f"elsewhere-{unique}/x:1"],

@@ -96,6 +96,8 @@ def test_labels_and_manifest_name_the_upstream_and_series_hashes(
     assert labels["dev.sparkbake.inputs"] == plan.inputs
     assert labels["dev.sparkbake.cuda-arch"] == "12.1a"
     assert labels["org.opencontainers.image.base.digest"].startswith("sha256:")
+    loaded = (built_fixture.root / "build" / "loaded-images.txt").read_text().split()
+    assert docker_client.images.get(plan.tag.image_ref).id in loaded  # gc's: ours untagged
     manifest = json.loads(read_from_image(docker_client, plan.tag.image_ref,
                                           "/opt/sparkbake/manifest.json"))
     assert manifest["inputs"] == plan.inputs

@@ -237,6 +237,8 @@ def make_image(client: Client, plan: Plan, base: BaseImage, wheels: WheelSet,
         stored.ensure_sbom(oci, plan.tag.name, baked.image)
         if load:
             _load(client, baked, below)
+            with layout.loaded_images.open("a") as record:  # whole lines: one bake at a time
+                record.write(baked.config + "\n")
     return baked
 
 

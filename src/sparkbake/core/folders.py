@@ -94,6 +94,12 @@ class Folders:
     def deploys(self) -> Path:
         return self.build / "deploys"
 
+    @property
+    def loaded_images(self) -> Path:
+        """The IDs of the images this checkout's bakes loaded into the engine, one a line:
+        what gc may remove once they are untagged (another project's are not ours)."""
+        return self.build / "loaded-images.txt"
+
     def last_build(self, tag: str) -> Path:
         """The stage inputs of the tag's last build-image: what `plan` says changed since."""
         return self.build / "plans" / f"{tag}.json"

@@ -2,9 +2,11 @@
 
 Only names this versions.yaml gives are looked at: `sparkbake-base/<base>` and
 `sparkbake-builder/<base>` of its bases, its tags' repositories (images with sparkbake's
-`dev.sparkbake.inputs` label), and untagged images labelled with one of its tags or imported
-by sparkbake for one of its bases. Another project's images on the same engine, under other
-names, stay; so does an image a container uses (the engine refuses, and gc says so).
+`dev.sparkbake.inputs` label), and untagged images that this checkout's bakes loaded
+(build/loaded-images.txt) or that sparkbake imported for one of its bases. An untagged image
+with one of its tag names in its labels, but loaded by another checkout, is not ours.
+Another project's images on the same engine, under other names, stay; so does an image a
+container uses (the engine refuses, and gc says so).
 """
 
 from __future__ import annotations
@@ -14,10 +16,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from sparkbake import bases
-from sparkbake.bake.runtime_image import INPUTS_LABEL, TAG_LABEL
+from sparkbake.bake.runtime_image import INPUTS_LABEL
 from sparkbake.config.platforms import Platform
 from sparkbake.config.settings import Settings
 from sparkbake.config.versions import Base, Config, DebootstrapBase
+from sparkbake.core.folders import Folders
 from sparkbake.housekeeping.sweep import Item, Kept
 from sparkbake.lock import pins
 from sparkbake.oci.docker_engine import Client, image_labels
@@ -38,7 +41,7 @@ class Current:
     inputs: frozenset[str]
     base_names: frozenset[str]
     repositories: frozenset[str]
-    tags: frozenset[str]
+    loaded: frozenset[str]  # the image IDs this checkout's bakes loaded
 
 
 def current(client: Client, config: Config, plans: Iterable[Plan],
@@ -56,9 +59,11 @@ def current(client: Client, config: Config, plans: Iterable[Plan],
             builder_refs.add(container_build.builder_ref(builder, lock_file, settings))
         inputs.add(plan.inputs)
     tags = config.tags.values()
+    record = Folders.of(config).loaded_images
+    loaded = record.read_text().split() if record.is_file() else []
     return Current(frozenset(base_refs), frozenset(builder_refs), frozenset(inputs),
                    frozenset(b.name for t in tags for b in (t.builder, t.runtime)),
-                   frozenset(t.repository for t in tags), frozenset(t.name for t in tags))
+                   frozenset(t.repository for t in tags), frozenset(loaded))
 
 
 def _base_image(client: Client, base: Base, platform: Platform) -> bases.BaseImage | None:
@@ -103,11 +108,11 @@ def _stale_ref(ref: str, labels: dict[str, str], now: Current) -> bool:
 
 
 def _untagged_ours(image: Any, labels: dict[str, str], now: Current) -> bool:
-    """Labelled with one of our tags, or made on one of our bases as sparkbake imported it
-    (a builder left untagged by an interrupted build too)."""
+    """Loaded by one of this checkout's bakes, or made on one of our bases as sparkbake
+    imported it (a builder left untagged by an interrupted build too)."""
     import docker.errors
 
-    if INPUTS_LABEL in labels and labels.get(TAG_LABEL) in now.tags:
+    if INPUTS_LABEL in labels and image.id in now.loaded:
         return True
     try:
         history = image.history()
