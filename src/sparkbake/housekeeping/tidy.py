@@ -33,7 +33,8 @@ __all__ = ["clean", "clean_all_items", "clean_tag_items", "gc", "gc_items", "roo
 LEFTOVER_AGE = 3600.0  # seconds without a write before a scratch folder counts as left over
 HALF_WRITTEN = re.compile(r"\..+\.tmp")  # cache.atomic_dir's temporary folders
 SCRATCH = ("contexts", "bases", "rebase-check", "import", "verify")  # build/<x>/ scratch dirs
-RECORDS = ("releases", "deploys")  # history, not cache: clean --all keeps them
+# history, not cache: clean --all keeps them (gc reads loaded-images.txt)
+RECORDS = ("releases", "deploys", "loaded-images.txt")
 
 
 def gc(config: Config, settings: Settings, dry_run: bool, max_cache_size: str,
