@@ -331,3 +331,18 @@ def test_verify_release_rebuild_without_against_is_one_line_with_exit_2(
     assert code == 2
     assert err == ("sparkbake: error: --rebuild builds the tag the provenance names in a "
                    "versions.yaml: add --against VERSIONS_YAML\n")
+
+
+@pytest.mark.parametrize(("reference", "said"), [
+    ("localhost:5000/Sparkbake:demo",
+     "'localhost:5000/Sparkbake:demo': 'localhost:5000/Sparkbake' is not a repository name"),
+    ("localhost:5000/a b:demo", "'localhost:5000/a b' is not a repository name"),
+    ("localhost:5000/r:-demo", "'-demo' is not an image tag"),
+    ("localhost:5000/r@sha256:abc", "'sha256:abc' is not a digest"),
+    ("localhost:5000/r", "'localhost:5000/r' names no tag or digest"),
+])
+def test_a_bad_reference_is_one_line_with_exit_2_before_anything_is_read_or_sent(
+        reference: str, said: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["verify-release", reference, "--key", str(tmp_path / "none.pub")]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert said in err[0] and len(err) == 2  # the error, and what to do

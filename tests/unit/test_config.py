@@ -370,6 +370,13 @@ ERRORS: list[tuple[str, str, str, str, int, str]] = [
      "shell identifiers"),
     ("repository-not-string", "  repository: localhost:5000/sparkbake-test", "  repository: 5",
      "repository: 5", 1, "quote the value"),
+    ("repository-upper-case", "  repository: localhost:5000/sparkbake-test",
+     "  repository: localhost:5000/Sparkbake-Test", "repository: localhost", 1,
+     "repository 'localhost:5000/Sparkbake-Test' is not a repository such as "
+     "localhost:5000/name (lower case)"),
+    ("repository-with-a-space", "    repository: registry.example.invalid/custom",
+     "    repository: registry.example.invalid/my custom", "my custom", 1,
+     "is not a repository such as"),
     ("unknown-upstream-ref", "upstream: release", "upstream: relase", "upstream: relase", 1,
      "unknown upstream 'relase' (did you mean 'release'?)"),
     ("unknown-base-in-defaults", "  builder: devel", "  builder: devle", "builder: devle", 1,

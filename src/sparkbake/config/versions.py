@@ -50,9 +50,15 @@ __all__ = [
 ]
 
 SHA256 = re.compile(r"[0-9a-f]{64}")
+DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 COMMIT = re.compile(r"[0-9a-f]{40}")
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 TAG_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")  # Docker's image tag grammar
+# Docker's repository grammar (distribution's reference): an optional HOST[:PORT]/, then
+# lower-case path components joined by '/', each separated inside by '.', '_', '__' or '-'s
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+REPOSITORY = re.compile(rf"(?:(?:[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*|\[[0-9a-fA-F:]+\])"
+                        rf"(?::[0-9]+)?/)?{_COMPONENT}(?:/{_COMPONENT})*")
 MODEL_FAMILY = re.compile(r"[a-z][a-z0-9_]*")  # a Python package name: vllm/models/NAME
 PACKAGE = re.compile(r"[a-z0-9][a-z0-9+.-]*")
 PYTHON = re.compile(r"3\.\d+")
@@ -280,7 +286,8 @@ def _tag(where: Where, name: str, raw_tags: LocatedDict, defaults: LocatedDict,
         upstream=ref("upstream", upstreams, "upstream"),
         series=series,
         env=_env(where, merged["env"]),
-        repository=where.string(origin["repository"], "repository"),
+        repository=where.string(origin["repository"], "repository", REPOSITORY,
+                                "a repository such as localhost:5000/name (lower case)"),
         platform=platforms.parse(where.string(origin["platform"], "platform", platforms.PLATFORM,
                                               "a platform such as linux/arm64")),
         cuda_arch=where.string(origin["cuda_arch"], "cuda_arch", CUDA_ARCH,

@@ -41,15 +41,23 @@ def signing_key(given: Path | None, settings: Settings) -> SigningKey | None:
 
 
 def split_reference(reference: str) -> tuple[str, str]:
-    """(repository, tag or digest) of `HOST/PATH:TAG` or `HOST/PATH@sha256:...`."""
-    repository, at, digest = reference.partition("@")
-    if at:
-        return repository, digest
-    head, colon, tag = reference.rpartition(":")
-    if not colon or "/" in tag:
-        raise UsageError(f"{reference!r} names no tag or digest",
-                         "give HOST/PATH:TAG or HOST/PATH@sha256:<hex>")
-    return head, tag
+    """(repository, tag or digest) of `HOST/PATH:TAG` or `HOST/PATH@sha256:...`, each part
+    in Docker's grammar (checked before anything is sent)."""
+    repository, at, name = reference.partition("@")
+    if not at:
+        repository, colon, name = reference.rpartition(":")
+        if not colon or "/" in name:
+            raise UsageError(f"{reference!r} names no tag or digest",
+                             "give HOST/PATH:TAG or HOST/PATH@sha256:<hex>")
+    if not config_mod.REPOSITORY.fullmatch(repository):
+        raise UsageError(f"{reference!r}: {repository!r} is not a repository name",
+                         "write HOST[:PORT]/PATH in lower case, e.g. localhost:5000/name")
+    if at and not config_mod.DIGEST.fullmatch(name):
+        raise UsageError(f"{reference!r}: {name!r} is not a digest", "write sha256:<64 hex>")
+    if not at and not config_mod.TAG_NAME.fullmatch(name):
+        raise UsageError(f"{reference!r}: {name!r} is not an image tag",
+                         "use letters, digits, '_', '.' and '-', at most 128 characters")
+    return repository, name
 
 
 def verify_release(reference: str, key_path: Path, against: Path | None, settings: Settings,
@@ -57,8 +65,8 @@ def verify_release(reference: str, key_path: Path, against: Path | None, setting
     if rebuild and against is None:
         raise UsageError("--rebuild builds the tag the provenance names in a versions.yaml: "
                          "add --against VERSIONS_YAML")
-    key = signing.public_key(key_path)
     repository, name = split_reference(reference)
+    key = signing.public_key(key_path)
     session = push.open_session(repository, settings, VerificationError)
     digest = session.manifest_digest(name)
     if digest is None:
