@@ -154,6 +154,11 @@ def test_a_client_certificate_needs_its_key(docker_dirs: Path, certs: Certs) -> 
     (folder / "client.cert").write_bytes(certs.cert.read_bytes())
     with pytest.raises(PublishError, match=r"a client certificate without its key client\.key"):
         registry_access.trust("reg.example", settings(docker_dirs))
+    (folder / "client.key").write_bytes(b"not a key\n")  # named here, not the registry's 400
+    with pytest.raises(PublishError) as garbage:
+        registry_access.trust("reg.example", settings(docker_dirs))
+    assert garbage.value.message.startswith(
+        f"{folder / 'client.cert'} and client.key: not a client certificate and its key (")
     (folder / "client.key").write_bytes(certs.key.read_bytes())
     found = registry_access.trust("reg.example", settings(docker_dirs))
     assert found.cert == (str(folder / "client.cert"), str(folder / "client.key"))

@@ -90,8 +90,24 @@ def _client_pair(folder: Path) -> tuple[str, str] | None:
             raise PublishError(f"{cert}: a client certificate without its key {key.name}",
                                "put the key beside it, or remove the certificate (as Docker "
                                "requires)")
+        _check_pair(cert, key)
         return str(cert), str(key)
     return None
+
+
+def _check_pair(cert: Path, key: Path) -> None:
+    """The pair loads as TLS will load it: a damaged or mismatched file is named here, not
+    mistaken for an answer of the registry."""
+    import ssl
+
+    try:
+        ssl.create_default_context().load_cert_chain(str(cert), str(key))
+    except (ssl.SSLError, OSError) as exc:
+        reason = str(getattr(exc, "reason", None) or "no PEM certificate and key in them")
+        raise PublishError(f"{cert} and {key.name}: not a client certificate and its key "
+                           f"({reason.lower().replace('_', ' ')})",
+                           "put the certificate and key the registry gave you there, or "
+                           "remove both") from exc
 
 
 @dataclass(frozen=True)
