@@ -37,7 +37,7 @@ def lint(session: nox.Session) -> None:
 @nox.session
 def docs(session: nox.Session) -> None:
     """The manual: pages generated from images/ and benchmarks/, then mkdocs --strict."""
-    session.install("mkdocs==1.6.1")
+    session.install("mkdocs==1.6.1", ".")  # sparkbake prints the commands the pages show
     session.run("python", "docs/gen_pages.py")
     session.run("mkdocs", "build", "--strict", "--site-dir", "build/site")
 

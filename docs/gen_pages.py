@@ -4,7 +4,10 @@ Run as a script (`python docs/gen_pages.py [--out DIR]`, the `docs` nox session 
 writes reference/preflight-rules.md from images/preflight.json and reference/benchmarks.md
 from benchmarks/*.json. Loaded by mkdocs as a hook (mkdocs.yml `hooks:`), it replaces each
 `{{ FILE.json: KEY.PATH }}` in a page with that value of benchmarks/FILE.json, so a measured
-figure is quoted from its file, never retyped; an unknown file or key stops the build.
+figure is quoted from its file, never retyped; an unknown file or key stops the build. And
+each `{{ serve: TAG NODE.env }}` with the `vllm serve` command the program prints for that
+node (`sparkbake check-env NODE.env --tag TAG --print`), so a command the manual shows is the
+program's own.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RULES = ROOT / "images" / "preflight.json"
 BENCHMARKS = ROOT / "benchmarks"
 QUOTE = re.compile(r"\{\{\s*([\w.-]+\.json):\s*([\w.]+)\s*\}\}")
+SERVE = re.compile(r"\{\{\s*serve:\s*([\w.-]+)\s+([\w./-]+\.env)\s*\}\}")
 
 PREFLIGHT_INTRO = """\
 # Preflight rules
@@ -179,8 +185,23 @@ def quote(name: str, key: str) -> str:
     return shown(value)
 
 
+def serve_command(tag: str, env_file: str) -> str:
+    """The `vllm serve` line that check-env --print gives for the node's file."""
+    ran = subprocess.run([sys.executable, "-m", "sparkbake", "--config",
+                          str(ROOT / "versions.yaml"), "check-env", str(ROOT / env_file),
+                          "--tag", tag, "--print"], capture_output=True, text=True,
+                         check=False, cwd=ROOT)
+    lines = [line for line in ran.stdout.splitlines() if line.startswith("vllm serve ")]
+    if ran.returncode != 0 or len(lines) != 1:
+        raise RuntimeError(f"check-env {env_file} --tag {tag} --print gave no command: "
+                           f"{ran.stderr.strip()[-300:]}")
+    return lines[0]
+
+
 def on_page_markdown(markdown: str, **_: object) -> str:
-    """mkdocs hook: every `{{ FILE.json: KEY }}` replaced by its value."""
+    """mkdocs hook: every `{{ FILE.json: KEY }}` replaced by its value, every
+    `{{ serve: TAG NODE.env }}` by the program's command."""
+    markdown = SERVE.sub(lambda match: serve_command(match.group(1), match.group(2)), markdown)
     return QUOTE.sub(lambda match: quote(match.group(1), match.group(2)), markdown)
 
 

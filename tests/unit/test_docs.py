@@ -82,3 +82,21 @@ def test_every_page_a_message_names_exists() -> None:
     missing = [page for page in sorted(named)
                if not (ROOT / page).is_file() and Path(page).name not in generator]
     assert missing == []
+
+
+def test_a_serve_quote_is_the_command_the_program_prints_for_that_node() -> None:
+    page = "Worker 1:\n\n    {{ serve: production-3.73-vision " \
+           "images/smoke/dsv4-4node/accept/worker-1.env }}\n"
+    shown = gen_pages().on_page_markdown(page)
+    [command] = [line.strip() for line in shown.splitlines() if "vllm serve" in line]
+    assert command.startswith("vllm serve /model --served-model-name deepseek-v4-vision ")
+    assert " --node-rank 1 --headless " in command
+    assert " --moe-backend b12x --linear-backend deep_gemm " in command  # the tag's defaults
+    with pytest.raises(RuntimeError, match="gave no command"):
+        gen_pages().on_page_markdown("{{ serve: production-3.73-vision no/such.env }}")
+
+
+def test_the_four_sparks_page_quotes_its_commands_from_the_program() -> None:
+    text = (DOCS / "how-to" / "four-sparks.md").read_text()
+    assert "{{ serve: production-3.73-vision images/smoke/dsv4-4node/accept/worker-1.env }}" in text
+    assert not re.search(r"^    vllm serve ", text, re.M)  # none typed in by hand
