@@ -8,10 +8,35 @@ nox.options.default_venv_backend = "venv"
 nox.options.reuse_existing_virtualenvs = True
 nox.options.sessions = ["lint", "tests"]
 
-PIPELINE = ("plan", "lock", "fetch", "patch", "patch-tests", "wheels", "build-image", "smoke",
-            "publish", "verify", "registry", "deploy")
-TOOLS = ("patch-lint", "rebase-check", "export-series", "import-series", "check-env",
-         "releases", "diff")
+# Every CLI command as a session of its own name (`nox -s plan -- TAG`): its arguments and
+# what it does, as the CLI's help says it (tests/unit/test_noxfile.py compares them).
+COMMANDS = {  # command: (its arguments, what it does)
+    "tags": ("", "every tag: platform, series, built, smoked, published"),
+    "plan": ("TAG", "each stage's key and state, and what changed since the last build"),
+    "lock": ("TAG", "resolve the tag's builder and runtime locks (and its CMake sources)"),
+    "fetch": ("TAG", "fetch the pinned upstream tree, remote patches and third-party sources"),
+    "patch": ("TAG", "apply the tag's series to the pristine tree"),
+    "patch-tests": ("TAG", "run the tests the series add or change, on the CPU"),
+    "wheels": ("TAG", "build the wheels (or assemble them around cached kernels)"),
+    "build-image": ("TAG", "fetch, patch, wheels and bake the tag's image"),
+    "smoke": ("TAG", "check the tag's image in the engine"),
+    "publish": ("TAG", "push the smoked image to its registry and record it"),
+    "verify": ("TAG", "rebuild the tag from clean and compare it with the baked image"),
+    "deploy": ("TAG --hosts NODES", "pull the release onto each node's engine and smoke it there"),
+    "registry": ("start|stop|status", "the embedded local registry"),
+    "check-env": ("NODE.env --tag TAG", "preflight a node's .env for a tag"),
+    "clean": ("TAG|--all", "remove a tag's build trees, wheels and records"),
+    "gc": ("", "remove what no tag uses now"),
+    "patch-lint": ("", "check every series folder and patch"),
+    "export-series": ("DIR SERIES", "commits of a checkout -> a series"),
+    "import-series": ("--from REPO --range A..B SERIES", "a commit range of a fork -> a series"),
+    "rebase-check": ("TAG --to UPSTREAM", "would the series apply to UPSTREAM?"),
+    "releases": ("", "the published releases (build/releases)"),
+    "diff": ("TAG TAG", "what changed between two releases"),
+    "keys": ("generate PATH", "the key pair publish signs with"),
+    "verify-release": ("REFERENCE --key PUB", "check a published image's signature and "
+                                               "statements"),
+}
 
 
 @nox.session
@@ -23,8 +48,10 @@ def tests(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff and mypy --strict on sources, tests, the benchmark scripts (bin/), this file, the
-    docs generator and the container-side scripts (images/*.py); the import layers; patch-lint."""
+    """ruff, mypy --strict (images/*.py too), the import layers and patch-lint.
+
+    On src, tests, the benchmark scripts (bin/), this file, the docs generator and the
+    container-side scripts (images/*.py, standard library only)."""
     session.install(".[lint]")
     session.run("ruff", "check", "src", "tests", "bin", "noxfile.py", "docs", "images")
     session.run("mypy", "--strict", "src", "tests", "bin", "noxfile.py", "docs/gen_pages.py")
@@ -72,16 +99,18 @@ def bench_cold(session: nox.Session) -> None:
 
 @nox.session(name="bench-lock-change")
 def bench_lock_change(session: nox.Session) -> None:
-    """Build-image and publish before and after one runtime lock package moves; writes
-    benchmarks/lock-change-*."""
+    """One runtime lock package moved: build-image and publish before and after.
+
+    Writes benchmarks/lock-change-*."""
     session.install(".")
     session.run("python", "bin/bench_lock_change.py", *session.posargs)
 
 
 @nox.session(name="bench-noop")
 def bench_noop(session: nox.Session) -> None:
-    """A no-op build-image of demo, as a process and in-process, and the CLI's import time;
-    writes benchmarks/noop-build-image-demo.json."""
+    """A no-op build-image of demo, as a process and in-process; the CLI's import time.
+
+    Writes benchmarks/noop-build-image-demo.json."""
     session.install(".")
     session.run("python", "bin/bench_noop.py", *session.posargs)
 
@@ -95,16 +124,18 @@ def bench_cache(session: nox.Session) -> None:
 
 @nox.session(name="bench-ci")
 def bench_ci(session: nox.Session) -> None:
-    """A clean clone's CI=true .ci/run, step by step, and the sessions a landing leaves out;
-    writes benchmarks/ci.json."""
+    """A clean clone's CI=true .ci/run, step by step, and the sessions it leaves out.
+
+    Writes benchmarks/ci.json."""
     session.install(".")
     session.run("python", "bin/bench_ci.py", *session.posargs)
 
 
 @nox.session(name="backend-table")
 def backend_table(session: nox.Session) -> None:
-    """vLLM's verdict on every backend, asked in a built tag's image; writes
-    images/backend-verdicts.json."""
+    """vLLM's verdict on every backend, asked in a built tag's image.
+
+    Writes images/backend-verdicts.json."""
     session.install(".")
     session.run("python", "bin/backend_table.py", *session.posargs)
 
@@ -141,14 +172,15 @@ for _name, _summary in REQUIRED.items():
     _required(_name, _summary)
 
 
-def _cli(command: str) -> None:
+def _cli(command: str, arguments: str, what: str) -> None:
     @nox.session(name=command)
     def session_for_command(session: nox.Session) -> None:
         session.install(".")
         session.run("sparkbake", command, *session.posargs)
 
-    session_for_command.__doc__ = f"sparkbake {command} TAG [options]"
+    usage = f"{command} {arguments}" if arguments else command
+    session_for_command.__doc__ = f"sparkbake {usage}: {what}"
 
 
-for _command in (*PIPELINE, *TOOLS):
-    _cli(_command)
+for _command, (_arguments, _what) in COMMANDS.items():
+    _cli(_command, _arguments, _what)
