@@ -9,10 +9,15 @@ from __future__ import annotations
 import base64
 import json
 import subprocess
+import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography.hazmat.primitives import serialization
+from securesystemslib.dsse import Envelope
+from securesystemslib.exceptions import VerificationError as DsseVerificationError
+from securesystemslib.signer import SSlibKey  # type: ignore[attr-defined]  # re-exported
 
 from sparkbake.__main__ import main
 from sparkbake.attest import signing
@@ -54,6 +59,72 @@ def skopeo_copy(source: str, dest: str) -> None:
                    check=True, capture_output=True, timeout=120)
 
 
+def independently_verified(reference: str, public: Path, work: Path) -> bool:
+    """cosign's checks made with other tools than ours, of what the registry holds: skopeo
+    copies the `.sig` manifest out; a layer whose signature openssl(1) verifies must name the
+    digest, the repository and (for a tag) the tag; and every attached statement that key
+    signed (DSSE, by securesystemslib) must be about the digest."""
+    repository, _, name = reference.rpartition("@") if "@" in reference else \
+        reference.rpartition(":")
+    tls = "--src-tls-verify=false"
+    inspect = ["skopeo", "inspect", "--tls-verify=false"]
+    digest = name if name.startswith("sha256:") else json.loads(subprocess.run(
+        [*inspect, f"docker://{reference}"], capture_output=True, text=True, check=True,
+        timeout=60).stdout)["Digest"]
+    out = work / f"sig-{uuid.uuid4().hex[:8]}"
+    copied = subprocess.run(["skopeo", "copy", tls, f"docker://{repository}:"
+                             f"{signing.signature_tag(digest)}", f"dir:{out}"],
+                            capture_output=True, check=False, timeout=120)
+    if copied.returncode != 0:
+        return False  # not signed
+    good = []
+    for layer in json.loads((out / "manifest.json").read_text())["layers"]:
+        payload = out / layer["digest"][7:]
+        signature = out / f"{layer['digest'][7:]}.der"
+        signature.write_bytes(base64.b64decode(layer["annotations"][signing.COSIGN_SIGNATURE]))
+        checked = subprocess.run(["openssl", "dgst", "-sha256", "-verify", str(public),
+                                  "-signature", str(signature), str(payload)],
+                                 capture_output=True, text=True, check=False)
+        if checked.returncode == 0:
+            good.append(json.loads(payload.read_bytes()))
+    names = [p["critical"]["identity"]["docker-reference"] == repository
+             and p["critical"]["image"]["docker-manifest-digest"] == digest
+             and (name == digest or name in (p.get("optional") or {}).get(
+                 signing.SIGNED_TAGS, "").split(",")) for p in good]
+    return any(names) and _statements_about(repository, digest, public, work)
+
+
+def _statements_about(repository: str, digest: str, public: Path, work: Path) -> bool:
+    """The statements the key signed, attached to digest (the fallback tag's index), are
+    about digest, and the provenance is among them."""
+    index = json.loads(subprocess.run(
+        ["skopeo", "inspect", "--raw", "--tls-verify=false",
+         f"docker://{repository}:{referrers.fallback_tag(digest)}"], capture_output=True,
+        text=True, check=True, timeout=60).stdout)
+    loaded = SSlibKey.from_crypto(serialization.load_pem_public_key(public.read_bytes()),
+                                  scheme="ecdsa-sha2-nistp256")
+    verifier = SSlibKey("", loaded.keytype, loaded.scheme, loaded.keyval)
+    types = []
+    for entry in index["manifests"]:
+        if entry.get("artifactType") != signing.DSSE_TYPE:
+            continue
+        out = work / f"statement-{uuid.uuid4().hex[:8]}"
+        subprocess.run(["skopeo", "copy", "--src-tls-verify=false",
+                        f"docker://{repository}@{entry['digest']}", f"dir:{out}"],
+                       capture_output=True, check=True, timeout=120)
+        [layer] = json.loads((out / "manifest.json").read_text())["layers"]
+        envelope = Envelope.from_dict(json.loads((out / layer["digest"][7:]).read_bytes()))
+        try:
+            envelope.verify([verifier], 1)
+        except DsseVerificationError:
+            continue  # not this key's: skipped, as verify-release skips it
+        statement = json.loads(envelope.payload)
+        if digest[7:] not in [s["digest"].get("sha256") for s in statement["subject"]]:
+            return False
+        types.append(statement["predicateType"])
+    return "https://slsa.dev/provenance/v1" in types
+
+
 def test_a_signed_release_verifies_and_a_tampered_copy_or_another_key_does_not(
         project: Project, key: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     record = published(project, "signed", key)
@@ -66,9 +137,11 @@ def test_a_signed_release_verifies_and_a_tampered_copy_or_another_key_does_not(
     assert f"verified {repository}@{record['digest']}: signed by {key}.pub" in out
     assert "smoke: PASSED (1 passed, 0 skipped)" in out
     assert f"matches {project.config.path} for {TAG}" in out
+    assert independently_verified(f"{repository}:{TAG}", Path(f"{key}.pub"), tmp_path)
 
     other = signing.generate(tmp_path / "other.key", None)[1]
     assert verify(f"{repository}:{TAG}", other) == 7
+    assert not independently_verified(f"{repository}:{TAG}", other, tmp_path)
     assert f"sparkbake: error: {repository}@{record['digest']}: " \
         f"{signing.signature_tag(record['digest'])} is not signed by {other}\n" in \
         capsys.readouterr().err
@@ -80,6 +153,7 @@ def test_a_signed_release_verifies_and_a_tampered_copy_or_another_key_does_not(
     assert verify(f"{repository}:{TAG}", Path(f"{key}.pub")) == 7
     assert f"its signature is of {record['digest']}, not of this digest" in \
         capsys.readouterr().err
+    assert not independently_verified(f"{repository}:{TAG}", Path(f"{key}.pub"), tmp_path)
 
 
 def test_a_statement_of_another_digest_and_an_unsigned_image_fail(
@@ -125,6 +199,7 @@ def test_unsigned_statements_and_a_second_key_do_not_lock_the_release_out(
     err = capsys.readouterr().err
     assert f"1 attached statement(s) of {digest[:19]} not signed by {pub}, skipped" in err
     assert f"tag {TAG}, inputs" in err  # the signed provenance, not the forged one
+    assert independently_verified(f"{repository}:{TAG}", pub, tmp_path)
 
     other = signing.generate(tmp_path / "other.key", None)[0]
     with pytest.raises(PublishError) as second:
@@ -135,6 +210,7 @@ def test_unsigned_statements_and_a_second_key_do_not_lock_the_release_out(
     published(project, "relocked", key)  # the first key again: both stay
     for public in (pub, Path(f"{other}.pub")):
         assert verify(f"{repository}:{TAG}", public) == 0
+        assert independently_verified(f"{repository}:{TAG}", public, tmp_path)
     sig = json.loads(subprocess.run(
         ["skopeo", "inspect", "--raw", "--tls-verify=false",
          f"docker://{repository}:{signing.signature_tag(digest)}"],
@@ -189,20 +265,23 @@ def test_a_signed_multi_platform_release_verifies_by_its_index(
 
 
 def test_a_signed_image_verifies_only_under_the_names_it_was_published_under(
-        project: Project, key: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        project: Project, key: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The signed manifest copied under another tag of its repository (a manifest PUT) or
     into another repository, signature and referrers with it, is not the release."""
     record = published(project, "named", key)
     repository, digest, pub = record["repository"], record["digest"], Path(f"{key}.pub")
     per_build = record["images"][1].rsplit(":", 1)[1]
     for name in (TAG, per_build, digest):
-        assert verify(f"{repository}{'@' if name == digest else ':'}{name}", pub) == 0
+        reference = f"{repository}{'@' if name == digest else ':'}{name}"
+        assert verify(reference, pub) == 0
+        assert independently_verified(reference, pub, tmp_path)
     capsys.readouterr()
     skopeo_copy(f"{repository}@{digest}", f"{repository}:production-3.73-vision")
     assert verify(f"{repository}:production-3.73-vision", pub) == 7
     assert f"sparkbake: error: {repository}:production-3.73-vision is {digest}, which was " \
         f"signed as {TAG}, {per_build}, not as production-3.73-vision\n" in \
         capsys.readouterr().err
+    assert not independently_verified(f"{repository}:production-3.73-vision", pub, tmp_path)
     copy = f"{repository}-copy"
     for name in (TAG, signing.signature_tag(digest)):
         skopeo_copy(f"{repository}:{name}", f"{copy}:{name}")
@@ -215,6 +294,7 @@ def test_a_signed_image_verifies_only_under_the_names_it_was_published_under(
         assert verify(reference, pub) == 7
         assert f"sparkbake: error: {copy}@{digest} was signed as published in {repository}, " \
             f"not in {copy}: a copy, not the release\n" in capsys.readouterr().err
+        assert not independently_verified(reference, pub, tmp_path)
 
 
 def test_a_signed_image_without_its_referrers_fails_as_such(
