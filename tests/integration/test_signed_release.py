@@ -12,8 +12,10 @@ import subprocess
 import uuid
 from pathlib import Path
 from typing import Any
+from urllib.parse import urljoin
 
 import pytest
+import requests
 from cryptography.hazmat.primitives import serialization
 from securesystemslib.dsse import Envelope
 from securesystemslib.exceptions import VerificationError as DsseVerificationError
@@ -59,48 +61,62 @@ def skopeo_copy(source: str, dest: str) -> None:
                    check=True, capture_output=True, timeout=120)
 
 
+def http_copy(repository: str, name: str, dest: str) -> None:
+    """A manifest (an index with what it lists), its blobs and its name, copied by the
+    registry's HTTP API into dest: what a mirror does, artifacts included."""
+    host, _, path = repository.partition("/")
+    source, target = f"http://{host}/v2/{path}", f"http://{host}/v2/{dest.partition('/')[2]}"
+    accept = {"Accept": f"{image_layout.MANIFEST_TYPE}, {image_layout.INDEX_TYPE}"}
+    got = requests.get(f"{source}/manifests/{name}", headers=accept, timeout=30)
+    doc = got.json()
+    for child in doc.get("manifests", []):
+        http_copy(repository, child["digest"], dest)
+    for blob in [*([doc["config"]] if "config" in doc else []), *doc.get("layers", [])]:
+        data = requests.get(f"{source}/blobs/{blob['digest']}", timeout=30).content
+        start = requests.post(f"{target}/blobs/uploads/", timeout=30)
+        location = urljoin(target + "/", start.headers["Location"])
+        sep = "&" if "?" in location else "?"
+        requests.put(f"{location}{sep}digest={blob['digest']}", data=data, timeout=30,
+                     headers={"Content-Type": "application/octet-stream"}).raise_for_status()
+    requests.put(f"{target}/manifests/{name}", data=got.content, timeout=30,
+                 headers={"Content-Type": got.headers["Content-Type"]}).raise_for_status()
+
+
 def independently_verified(reference: str, public: Path, work: Path) -> bool:
-    """cosign's checks made with other tools than ours, of what the registry holds: skopeo
-    copies the `.sig` manifest out; a layer whose signature openssl(1) verifies must name the
-    digest, the repository and (for a tag) the tag; and every attached statement that key
-    signed (DSSE, by securesystemslib) must be about the digest."""
+    """cosign's checks made with other code than ours, of what the registry serves (its
+    HTTP API read with requests): a `.sig` layer whose signature openssl(1) verifies must
+    name the digest, the repository and (for a tag) the tag; and the statements that key
+    signed (DSSE, by securesystemslib), the provenance among them, must be about the
+    digest."""
     repository, _, name = reference.rpartition("@") if "@" in reference else \
         reference.rpartition(":")
-    tls = "--src-tls-verify=false"
-    inspect = ["skopeo", "inspect", "--tls-verify=false"]
-    digest = name if name.startswith("sha256:") else json.loads(subprocess.run(
-        [*inspect, f"docker://{reference}"], capture_output=True, text=True, check=True,
-        timeout=60).stdout)["Digest"]
-    out = work / f"sig-{uuid.uuid4().hex[:8]}"
-    copied = subprocess.run(["skopeo", "copy", tls, f"docker://{repository}:"
-                             f"{signing.signature_tag(digest)}", f"dir:{out}"],
-                            capture_output=True, check=False, timeout=120)
-    if copied.returncode != 0:
+    host, _, path = repository.partition("/")
+    api = f"http://{host}/v2/{path}"
+    accept = {"Accept": "application/vnd.oci.image.manifest.v1+json, "
+                        "application/vnd.oci.image.index.v1+json"}
+    found = requests.get(f"{api}/manifests/{name}", headers=accept, timeout=30)
+    digest = found.headers["Docker-Content-Digest"]
+    sig = requests.get(f"{api}/manifests/{signing.signature_tag(digest)}", headers=accept,
+                       timeout=30)
+    if sig.status_code != 200:
         return False  # not signed
-    good = []
-    for layer in json.loads((out / "manifest.json").read_text())["layers"]:
-        payload = out / layer["digest"][7:]
-        signature = out / f"{layer['digest'][7:]}.der"
+    signed = []
+    for layer in sig.json()["layers"]:
+        payload, signature = work / f"{uuid.uuid4().hex}.json", work / f"{uuid.uuid4().hex}.der"
+        payload.write_bytes(requests.get(f"{api}/blobs/{layer['digest']}", timeout=30).content)
         signature.write_bytes(base64.b64decode(layer["annotations"][signing.COSIGN_SIGNATURE]))
         checked = subprocess.run(["openssl", "dgst", "-sha256", "-verify", str(public),
                                   "-signature", str(signature), str(payload)],
                                  capture_output=True, text=True, check=False)
         if checked.returncode == 0:
-            good.append(json.loads(payload.read_bytes()))
-    names = [p["critical"]["identity"]["docker-reference"] == repository
-             and p["critical"]["image"]["docker-manifest-digest"] == digest
-             and (name == digest or name in (p.get("optional") or {}).get(
-                 signing.SIGNED_TAGS, "").split(",")) for p in good]
-    return any(names) and _statements_about(repository, digest, public, work)
-
-
-def _statements_about(repository: str, digest: str, public: Path, work: Path) -> bool:
-    """The statements the key signed, attached to digest (the fallback tag's index), are
-    about digest, and the provenance is among them."""
-    index = json.loads(subprocess.run(
-        ["skopeo", "inspect", "--raw", "--tls-verify=false",
-         f"docker://{repository}:{referrers.fallback_tag(digest)}"], capture_output=True,
-        text=True, check=True, timeout=60).stdout)
+            signed.append(json.loads(payload.read_bytes()))
+    if not any(p["critical"]["identity"]["docker-reference"] == repository
+               and p["critical"]["image"]["docker-manifest-digest"] == digest
+               and (name == digest or name in (p.get("optional") or {}).get(
+                   signing.SIGNED_TAGS, "").split(",")) for p in signed):
+        return False
+    index = requests.get(f"{api}/manifests/{referrers.fallback_tag(digest)}", headers=accept,
+                         timeout=30).json()
     loaded = SSlibKey.from_crypto(serialization.load_pem_public_key(public.read_bytes()),
                                   scheme="ecdsa-sha2-nistp256")
     verifier = SSlibKey("", loaded.keytype, loaded.scheme, loaded.keyval)
@@ -108,12 +124,10 @@ def _statements_about(repository: str, digest: str, public: Path, work: Path) ->
     for entry in index["manifests"]:
         if entry.get("artifactType") != signing.DSSE_TYPE:
             continue
-        out = work / f"statement-{uuid.uuid4().hex[:8]}"
-        subprocess.run(["skopeo", "copy", "--src-tls-verify=false",
-                        f"docker://{repository}@{entry['digest']}", f"dir:{out}"],
-                       capture_output=True, check=True, timeout=120)
-        [layer] = json.loads((out / "manifest.json").read_text())["layers"]
-        envelope = Envelope.from_dict(json.loads((out / layer["digest"][7:]).read_bytes()))
+        manifest = requests.get(f"{api}/manifests/{entry['digest']}", headers=accept,
+                                timeout=30).json()
+        data = requests.get(f"{api}/blobs/{manifest['layers'][0]['digest']}", timeout=30)
+        envelope = Envelope.from_dict(data.json())
         try:
             envelope.verify([verifier], 1)
         except DsseVerificationError:
@@ -285,11 +299,7 @@ def test_a_signed_image_verifies_only_under_the_names_it_was_published_under(
     copy = f"{repository}-copy"
     for name in (TAG, signing.signature_tag(digest)):
         skopeo_copy(f"{repository}:{name}", f"{copy}:{name}")
-    subprocess.run(["skopeo", "copy", "--all", "--preserve-digests", "--src-tls-verify=false",
-                    "--dest-tls-verify=false",
-                    f"docker://{repository}:{referrers.fallback_tag(digest)}",
-                    f"docker://{copy}:{referrers.fallback_tag(digest)}"],
-                   check=True, capture_output=True, timeout=120)
+    http_copy(repository, referrers.fallback_tag(digest), copy)  # the referrers too
     for reference in (f"{copy}:{TAG}", f"{copy}@{digest}"):
         assert verify(reference, pub) == 7
         assert f"sparkbake: error: {copy}@{digest} was signed as published in {repository}, " \
