@@ -382,7 +382,10 @@ def test_ctrl_c_during_wheels_leaves_no_cache_entry_and_the_rerun_builds_only_wh
     use_series(project, "slow")
     cmd = [sys.executable, "-m", "sparkbake", "--config", str(project.config_path),
            "wheels", "fixture"]
-    process = subprocess.Popen([*cmd, "-v"], stderr=subprocess.PIPE, text=True)  # streamed
+    # SIGINT as a terminal sends it; its default handler restored in the child, which a run
+    # started in the background (nohup, `&`) would otherwise inherit as ignored
+    process = subprocess.Popen([*cmd, "-v"], stderr=subprocess.PIPE, text=True,  # streamed
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert process.stderr is not None
     for line in process.stderr:  # wait until the compile runs inside the builder
         if "slow fixture build" in line:
@@ -548,8 +551,7 @@ From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001
 From: sparkbake <sparkbake@localhost>
 Subject: [PATCH] a slow build
 
-Sleeps before compiling, so a test can interrupt the build (long enough for the line to
-reach the test through the builder's log on a loaded host).
+Sleeps before compiling, so a test can interrupt the build.
 ---
 diff --git a/setup.py b/setup.py
 --- a/setup.py
@@ -557,6 +559,6 @@ diff --git a/setup.py b/setup.py
 @@ -42,2 +42,4 @@ class NvccBuild(build_ext):
              return
 +        print("slow fixture build", flush=True)
-+        __import__("time").sleep(15)
++        __import__("time").sleep(6)
          arch_list = os.environ.get("TORCH_CUDA_ARCH_LIST", "12.1a")
 """
