@@ -29,8 +29,8 @@ __all__ = ["main", "step_times"]
 
 ROOT = Path(__file__).resolve().parents[1]
 LOGS = ROOT / "build" / "bench-ci"  # each run's output
-SESSIONS = ("prove-arm64", "prove-release", "prove-faults", "prove-compile-cache",
-            "repro-builds", "repro-one-step")  # repro-vllm: hours here, run on its own
+SESSIONS = ("prove-release", "prove-faults", "prove-compile-cache", "repro-builds",
+            "repro-one-step", "prove-arm64")  # the longest last; repro-vllm: hours here
 # a command of .ci/run, sourced by the traced shell: PS4's "++++" one level in
 TRACE = re.compile(r"^\+{5} (?P<clock>\d+\.\d+) (?P<command>.*)$")
 
