@@ -88,10 +88,11 @@ def check_signature(session: Session, repository: str, digest: str, key: PublicK
                     work: image_layout.Layout, tag: str | None = None) -> None:
     """The `.sig` tag of digest holds a payload signed by key for exactly digest, published
     in this repository and, when a tag is asked for, under that tag."""
-    tag = signing.signature_tag(digest)
-    found = session.manifest_digest(tag)
+    signatures = signing.signature_tag(digest)
+    found = session.manifest_digest(signatures)
     if found is None:
-        raise VerificationError(f"{repository}@{digest} is not signed (no {tag})", REPUBLISH)
+        raise VerificationError(f"{repository}@{digest} is not signed (no {signatures})",
+                                REPUBLISH)
     session.pull(found, work)
     for layer in work.read_json(found)["layers"]:
         payload = work.read(layer["digest"])
@@ -108,7 +109,7 @@ def check_signature(session: Session, repository: str, digest: str, key: PublicK
                 "do not run it; find who pushed it")
         _check_name(document, repository, digest, tag)
         return
-    raise VerificationError(f"{repository}@{digest}: {tag} is not signed by {key.path}",
+    raise VerificationError(f"{repository}@{digest}: {signatures} is not signed by {key.path}",
                             "check that this is the publisher's public key")
 
 
