@@ -61,3 +61,13 @@ def test_gzip_the_tool_reads_it_and_the_header_has_no_name_and_no_time(tmp_path:
     out = subprocess.run(["gzip", "-dc", str(tmp_path / "layer.gz")], capture_output=True,
                          check=True).stdout
     assert out == data
+
+
+def test_the_format_key_names_the_deflate_implementation() -> None:
+    """zlib-ng (or another zlib) may deflate one input to other bytes: keys must differ."""
+    import zlib
+
+    assert blockgzip.FORMAT.startswith(f"gzip-{blockgzip.LEVEL}-blocks-{blockgzip.BLOCK}-")
+    expected = f"zlib-ng-{zlib.ZLIBNG_VERSION}" if hasattr(zlib, "ZLIBNG_VERSION") else \
+        f"zlib-{zlib.ZLIB_RUNTIME_VERSION}"
+    assert blockgzip.FORMAT.endswith(expected) and expected == blockgzip.DEFLATE

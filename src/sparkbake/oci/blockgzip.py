@@ -23,7 +23,11 @@ WINDOW = 1 << 15  # deflate's dictionary: the 32 KiB before a block
 # level 1: on the CUDA and torch libraries that are most of an image it deflates 2.5 times as
 # fast as level 6 for 2-3 % more bytes (Python sources: 30 % more, but they are small)
 LEVEL = 1
-FORMAT = f"gzip-{LEVEL}-blocks-{BLOCK}"  # part of every key whose blob this writes
+# the deflate implementation Python was built with: zlib-ng, or another zlib, may write other
+# bytes for the same input, so a key made with one never names a blob of another
+DEFLATE = (f"zlib-ng-{zlib.ZLIBNG_VERSION}" if hasattr(zlib, "ZLIBNG_VERSION")
+           else f"zlib-{zlib.ZLIB_RUNTIME_VERSION}")
+FORMAT = f"gzip-{LEVEL}-blocks-{BLOCK}-{DEFLATE}"  # part of every key whose blob this writes
 HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"  # deflate, no name, mtime 0, OS unknown
 
 
