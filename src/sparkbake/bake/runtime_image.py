@@ -8,8 +8,8 @@ build/layers) and /opt/sparkbake (manifest.json and the files images/runtime.jso
 Layers, config and manifest carry the source date as their only time (`layers`, `oci`), so
 the same inputs give the same digest. They go into build/oci, an OCI image layout, and the
 image is loaded into the engine as `<repository>:<tag>` for smoke and publish, and the
-image's SBOM (attest.sbom, made from its layers) goes beside it as `<tag>.sbom`. `bake` is
-the one entry point.
+image's SBOM (attest.sbom, made from its layers) goes beside it as `<tag>.sbom`.
+`make_image` is the one entry point.
 """
 
 from __future__ import annotations
