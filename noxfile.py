@@ -150,8 +150,8 @@ REQUIRED = {
     "prove-faults": "The later fault cases of the bake, the cache and publish.",
     "prove-compile-cache": "The compile cache's pairs of builds after the first (local cache, "
                            "Redis down, cache off).",
-    "repro-builds": "Second clean builds that re-prove a digest: verify naming a planted "
-                    "difference, a signed image not built from its pins.",
+    "repro-builds": "Second clean builds that re-prove a digest: a planted difference, "
+                    "a signed image not built from its pins, two cp -r copies.",
     "repro-one-step": "Four more pairs of clean builds of a one-step nvcc library, cache on "
                       "and off.",
     "repro-vllm": "The real vLLM images (x86_64 and the arm64 fast path) built twice from "
