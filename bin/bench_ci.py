@@ -46,6 +46,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="sparkbake-ci.") as scratch:
         clone = Path(scratch) / "clone"
         subprocess.run(["git", "clone", "--quiet", str(ROOT), str(clone)], check=True)
+        commit = subprocess.run(["git", "-C", str(clone), "rev-parse", "HEAD"],
+                                capture_output=True, text=True, check=True).stdout.strip()
         env = {**_outside_venv(os.environ), "CI": "true"}
         if args.cold:
             subprocess.run(["docker", "image", "prune", "--all", "--force"], check=True,
@@ -55,8 +57,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         total, steps = _ci_run(clone, env, LOGS / "ci.log")
         sessions = {name.replace("-", "_"): _session(clone, env, name)
                     for name in (SESSIONS if args.sessions == [] else args.sessions or ())}
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True,
-                            text=True, check=True).stdout.strip()
     result: dict[str, Any] = {
         "benchmark": "a clean clone's `CI=true bash .ci/run`, step by step, then the "
                      "sessions a landing leaves out",
