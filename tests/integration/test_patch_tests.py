@@ -48,6 +48,28 @@ def test_each_production_tag_passes_its_series_tests(tag: str) -> None:
     assert isinstance(tests, int) and tests >= 40
 
 
+LAYOUT = Folders(REPO / "build", REPO / "wheels")  # where the lock's venv is kept
+LOCK = REPO / "locks" / "patch-tests" / "vllm-0.33.0.txt"
+
+
+def one_series_project(root: Path, test_module: str) -> tuple[planning.Plan, Path]:
+    """Tag t of a dir upstream whose one series `s` touches tests/test_series.py, holding
+    test_module: its plan and its tree."""
+    (root / "versions.yaml").write_text(
+        versions_yaml(tags="  t: {upstream: tree, series: [s]}\n"))
+    tree = root / "upstream"
+    (tree / "tests").mkdir(parents=True)
+    (tree / "tests" / "test_series.py").write_text(test_module)
+    series = root / "patches" / "s"
+    series.mkdir(parents=True)
+    (series / "0001-t.patch").write_text(
+        "Subject: [PATCH] t\n\nd\n\ndiff --git a/tests/test_series.py b/tests/test_series.py\n"
+        "--- a/tests/test_series.py\n+++ b/tests/test_series.py\n")
+    (series / "series").write_text("0001-t.patch\n")
+    loaded = versions.load(root / "versions.yaml")
+    return planning.make(loaded, loaded.tag("t")), tree
+
+
 def test_series_tests_run_without_the_signing_secrets_or_the_docker_logins(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """patch-tests run upstream and patch code: the passphrase, the key and the Docker client
@@ -56,53 +78,25 @@ def test_series_tests_run_without_the_signing_secrets_or_the_docker_logins(
                "DOCKER_CONFIG": str(tmp_path / "docker")}
     for name, value in secrets.items():
         monkeypatch.setenv(name, value)
-    (tmp_path / "versions.yaml").write_text(
-        versions_yaml(tags="  t: {upstream: tree, series: [s]}\n"))
-    tree = tmp_path / "upstream"
-    (tree / "tests").mkdir(parents=True)
-    (tree / "tests" / "test_series.py").write_text(
+    plan, tree = one_series_project(tmp_path, (
         "import os\n\n\ndef test_no_secrets() -> None:\n"
         f"    assert not {sorted(secrets)!r} & os.environ.keys()\n"
-        "    assert os.environ['PYTHONDONTWRITEBYTECODE'] == '1'  # what it is given\n")
-    series = tmp_path / "patches" / "s"
-    series.mkdir(parents=True)
-    (series / "0001-t.patch").write_text(
-        "Subject: [PATCH] t\n\nd\n\ndiff --git a/tests/test_series.py b/tests/test_series.py\n"
-        "--- a/tests/test_series.py\n+++ b/tests/test_series.py\n")
-    (series / "series").write_text("0001-t.patch\n")
-    loaded = versions.load(tmp_path / "versions.yaml")
-    plan = planning.make(loaded, loaded.tag("t"))
-    layout = Folders(REPO / "build", REPO / "wheels")
-    lock = REPO / "locks" / "patch-tests" / "vllm-0.33.0.txt"
+        "    assert os.environ['PYTHONDONTWRITEBYTECODE'] == '1'  # what it is given\n"))
     settings = Settings.of_process()
     assert settings.signing.passphrase == "hunter2"  # this process has them
-    patchtests.run_tests(plan, tree, lock, layout, settings)  # exit 6 if the test failed
+    patchtests.run_tests(plan, tree, LOCK, LAYOUT, settings)  # exit 6 if the test failed
 
 
 def test_a_failing_series_test_stops_with_exit_6_and_names_the_report(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A series whose test fails, run in the venv of the committed vLLM lock."""
-    (tmp_path / "versions.yaml").write_text(
-        versions_yaml(tags="  t: {upstream: tree, series: [s]}\n"))
-    tree = tmp_path / "upstream"
-    (tree / "tests").mkdir(parents=True)
-    (tree / "tests" / "test_series.py").write_text(
+    plan, tree = one_series_project(tmp_path, (
         "def test_passes() -> None:\n    assert 1 + 1 == 2\n\n\n"
-        "def test_fails() -> None:\n    assert 1 + 1 == 3\n")
-    series = tmp_path / "patches" / "s"
-    series.mkdir(parents=True)
-    (series / "0001-t.patch").write_text(
-        "Subject: [PATCH] t\n\nd\n\ndiff --git a/tests/test_series.py b/tests/test_series.py\n"
-        "--- a/tests/test_series.py\n+++ b/tests/test_series.py\n")
-    (series / "series").write_text("0001-t.patch\n")
-    loaded = versions.load(tmp_path / "versions.yaml")
-    plan = planning.make(loaded, loaded.tag("t"))
-    layout = Folders(REPO / "build", REPO / "wheels")  # where the lock's venv is kept
-    lock = REPO / "locks" / "patch-tests" / "vllm-0.33.0.txt"
+        "def test_fails() -> None:\n    assert 1 + 1 == 3\n"))
     with pytest.raises(PatchTestError) as caught:
-        patchtests.run_tests(plan, tree, lock, layout, Settings.of_process())
+        patchtests.run_tests(plan, tree, LOCK, LAYOUT, Settings.of_process())
     assert caught.value.exit_code == 6
     assert "patch-tests t: 1 failed, 0 errors of 2 (pytest exit 1)" in caught.value.message
-    assert str(layout.patch_tests("t") / "junit.xml") in caught.value.remedy
+    assert str(LAYOUT.patch_tests("t") / "junit.xml") in caught.value.remedy
     assert "assert (1 + 1) == 3" in capsys.readouterr().err
     assert not list(tree.rglob("__pycache__"))  # the tree stays as it was
