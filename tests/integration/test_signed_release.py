@@ -317,7 +317,7 @@ def test_a_signed_image_without_its_referrers_fails_as_such(
     skopeo_copy(f"{record['repository']}:{TAG}", f"{bare}:{TAG}")
     attach.sign(push.open_session(bare, Settings.of_process()),
                 image_layout.Layout(tmp_path / "signature"), bare, record["digest"],
-                signing.signing_key(key, None), [TAG])
+                signing.signing_key(key, None), [TAG], [])  # not signed there yet
     assert verify(f"{bare}:{TAG}", Path(f"{key}.pub")) == 7
     assert f"{bare}@{record['digest']}: no SBOM or statements are attached" in \
         capsys.readouterr().err

@@ -36,6 +36,7 @@ __all__ = [
     "SigningKey",
     "envelope",
     "generate",
+    "layer_signature",
     "open_envelope",
     "pae",
     "public_key",
@@ -192,6 +193,11 @@ def envelope(statement: bytes, key: SigningKey | None) -> bytes:
         if key else []
     return json.dumps({"payload": _b64(statement), "payloadType": IN_TOTO_PAYLOAD,
                        "signatures": signatures}, sort_keys=True).encode()
+
+
+def layer_signature(layer: dict[str, Any]) -> bytes:
+    """The signature a `.sig` manifest's layer carries (cosign's annotation); b"": none."""
+    return base64.b64decode((layer.get("annotations") or {}).get(COSIGN_SIGNATURE, ""))
 
 
 def signed_statement(data: bytes, key: PublicKey) -> dict[str, Any] | None:

@@ -7,7 +7,6 @@ Each failure is one VerificationError (exit 7) that names what did not hold.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 from dataclasses import dataclass
@@ -96,9 +95,7 @@ def check_signature(session: Session, repository: str, digest: str, key: PublicK
     session.pull(found, work)
     for layer in work.read_json(found)["layers"]:
         payload = work.read(layer["digest"])
-        signature = base64.b64decode((layer.get("annotations") or {}).get(
-            signing.COSIGN_SIGNATURE, ""))
-        if not key.verifies(payload, signature):
+        if not key.verifies(payload, signing.layer_signature(layer)):
             continue
         document = json.loads(payload)
         signed = document["critical"]["image"]["docker-manifest-digest"]

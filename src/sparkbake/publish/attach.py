@@ -74,7 +74,7 @@ def attach(session: Session, config: Config, plan: Plan, layout: image_layout.La
     """Push the image's artifacts with image as their subject, then sign the digest as
     published in this repository under `tags`."""
     repository = f"{session.remote.host}/{session.remote.path}"
-    check_signers(session, layout, repository, image.digest, key, force)
+    signed = check_signers(session, layout, repository, image.digest, key, force)
     sbom = stored.ensure_sbom(layout, plan.tag.name, image)
     sbom_blob = image_layout.Descriptor.of(layout.read_json(sbom.digest)["layers"][0])
     made = {"provenance": statements.provenance(config, plan, repository, image.digest,
@@ -85,7 +85,7 @@ def attach(session: Session, config: Config, plan: Plan, layout: image_layout.La
     pushed = {what: _statement(session, layout, image, data, key) for what, data in made.items()}
     echo(f"attached to {image.digest[:19]}: sbom, {', '.join(pushed)} ({listing})")
     return Attached(sbom.digest, pushed["provenance"], pushed.get("smoke"), listing,
-                    sign(session, layout, repository, image.digest, key, tags))
+                    sign(session, layout, repository, image.digest, key, tags, signed))
 
 
 def _statement(session: Session, layout: image_layout.Layout, image: image_layout.Descriptor,
@@ -102,24 +102,24 @@ def _predicate_type(data: bytes) -> str:
 
 
 def check_signers(session: Session, layout: image_layout.Layout, repository: str, digest: str,
-                  key: SigningKey | None, force: bool) -> None:
+                  key: SigningKey | None, force: bool) -> list[dict[str, Any]]:
     """A digest signed already is published again with one of its keys, or with --force:
-    unsigned statements beside the signed ones, or a second signer, are asked for."""
+    unsigned statements beside the signed ones, or a second signer, are asked for. Its
+    signatures in the registry now (the `.sig` manifest's layers, pulled into layout)."""
     layers = signature_layers(session, layout, digest)
     if not layers or force:
-        return
+        return layers
     if key is None:
         raise PublishError(
             f"{repository}@{digest[:19]} is signed already ({len(layers)} signature(s)); "
             "publishing it again unsigned would attach unsigned statements to it",
             "give --sign-key with the key it was signed with, or --force")
-    mine = key.public()
-    if not any(mine.verifies(layout.read(layer["digest"]), _signature_of(layer))
-               for layer in layers):
+    if not any(_signed_by(layout, layer, key) for layer in layers):
         raise PublishError(
             f"{repository}@{digest[:19]} is signed already, by other keys than {key.path}",
             "give the key it was signed with, or --force to add this key's signature beside "
             "the others (both then verify)")
+    return layers
 
 
 def signature_layers(session: Session, layout: image_layout.Layout,
@@ -134,24 +134,22 @@ def signature_layers(session: Session, layout: image_layout.Layout,
     return layers
 
 
-def _signature_of(layer: dict[str, Any]) -> bytes:
-    return base64.b64decode((layer.get("annotations") or {}).get(signing.COSIGN_SIGNATURE, ""))
+def _signed_by(layout: image_layout.Layout, layer: dict[str, Any], key: SigningKey) -> bool:
+    return key.public().verifies(layout.read(layer["digest"]), signing.layer_signature(layer))
 
 
 def sign(session: Session, layout: image_layout.Layout, repository: str, digest: str,
-         key: SigningKey | None, tags: Sequence[str]) -> str | None:
+         key: SigningKey | None, tags: Sequence[str], signed: list[dict[str, Any]]) -> str | None:
     """cosign's signature of digest, as published in repository under tags, under
-    `sha256-<hex>.sig`, beside other keys' signatures (this key's own earlier one replaced);
-    None (and said) without a key."""
+    `sha256-<hex>.sig`, beside the other keys' among `signed` (its layers there now, from
+    check_signers; this key's own earlier one replaced); None (and said) without a key."""
     if key is None:
         display.notice(f"publish: {repository}@{digest[:19]} is unsigned (no --sign-key, no "
                        "SPARKBAKE_SIGNING_KEY)")
         return None
     payload = signing.simple_signing(repository, digest, tags)
     blob = layout.add_bytes(payload, signing.SIMPLE_SIGNING)
-    mine = key.public()
-    others = [layer for layer in signature_layers(session, layout, digest)
-              if not mine.verifies(layout.read(layer["digest"]), _signature_of(layer))]
+    others = [layer for layer in signed if not _signed_by(layout, layer, key)]
     layer = {**blob.json(), "annotations": {
         signing.COSIGN_SIGNATURE: base64.b64encode(key.sign(payload)).decode()}}
     layers = [*others, layer]

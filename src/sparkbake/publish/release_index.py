@@ -71,8 +71,8 @@ def publish_release(client: Client, config: Config, settings: Settings, name: st
         _put_first_index(target, data, index, per_build)
     push.check_pushed(target.session, per_build, index.digest)
     layout = image_layout.Layout(ready[0].baked.layout)
-    attach.check_signers(target.session, layout, repository, index.digest, key, force)
-    attach.sign(target.session, layout, repository, index.digest, key, (name, per_build))
+    signed = attach.check_signers(target.session, layout, repository, index.digest, key, force)
+    attach.sign(target.session, layout, repository, index.digest, key, (name, per_build), signed)
     release = _record(repository, name, per_build, index.digest, inputs, records)
     push.write_record(Folders.of(config).releases, release)
     if target.current[name] != index.digest:
