@@ -19,6 +19,7 @@ from pathlib import Path
 from sparkbake import resources
 from sparkbake.config import versions
 from sparkbake.config.platforms import Platform
+from sparkbake.config.settings import Settings
 from sparkbake.oci import docker_engine, emulation
 from sparkbake.smoke import checks
 
@@ -66,7 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     model = tag.capabilities.model if tag.capabilities else None
     if not model:
         sys.exit(f"backend_table: {tag.name} declares no model family (capabilities: model)")
-    client = docker_engine.connect()
+    client = docker_engine.connect(settings=Settings.of_process())
     version = ask(client, tag.image_ref, tag.platform, ["-c", VERSION])
     cuda_arch = args.cuda_arch or tag.cuda_arch
     table = json.loads(ask(client, tag.image_ref, tag.platform,

@@ -26,6 +26,7 @@ from sparkbake.__main__ import main as cli
 from sparkbake.config import versions as config_mod
 from sparkbake.config.settings import Settings
 from sparkbake.config.versions import PypiUpstream
+from sparkbake.console.display import Console
 from sparkbake.fetch import upstream_tree
 from sparkbake.hashing import tree_hash
 from sparkbake.patch import apply, gitwork
@@ -58,7 +59,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     tag = config.tag("bench")
     fetch_key = planning.make(config, tag).fetch_key
     pristine = upstream_tree.fetch(tag.upstream, config.build_dir / "sources" / fetch_key,
-                                   Settings.of_process())
+                                   Settings.of_process(), console=Console(dict(os.environ)))
     with (args.work / "bench.log").open("w") as log, contextlib.redirect_stderr(log):
         result = _measure(config, pristine, args.patches, args.runs)
     result["upstream"] = f"{upstream.name} {upstream.version} (sdist sha256 {upstream.sha256})"
@@ -82,7 +83,8 @@ def _parser() -> argparse.ArgumentParser:
 def _measure(config: config_mod.Config, pristine: Path, count: int, runs: int) -> dict[str, Any]:
     shutil.rmtree(pristine.parent / "upstream.git", ignore_errors=True)  # measured afresh
     message = apply.upstream_message(config.tag("bench").upstream)
-    first = _time(lambda: gitwork.upstream_repo(pristine, message))
+    first = _time(lambda: gitwork.upstream_repo(pristine, message,
+                                                console=Console(dict(os.environ))))
     _make_series(config, pristine, pristine.parent / "upstream.git", count)
     samples = _runs(config, pristine, runs)
     samples["upstream_commit_once_s"] = [first]
@@ -112,7 +114,8 @@ def _runs(config: config_mod.Config, pristine: Path, runs: int) -> dict[str, lis
         shutil.rmtree(copy_target, ignore_errors=True)
         samples["cp_r_s"].append(_time(lambda: _cp(pristine, copy_target)))
         shutil.rmtree(entry, ignore_errors=True)
-        samples["apply_s"].append(_time(lambda: apply.apply(plan, pristine, entry)))
+        samples["apply_s"].append(_time(lambda: apply.apply(plan, pristine, entry,
+                                                            console=Console(dict(os.environ)))))
         samples["hash_s"].append(_time(lambda: tree_hash(entry / "tree")))  # part of apply_s
         samples["noop_in_process_s"].append(_time(lambda: _cli(config.path)))
         samples["noop_command_s"].append(_time(lambda: _command(config.path)))
@@ -127,7 +130,8 @@ def _make_series(config: config_mod.Config, pristine: Path, upstream: Path, coun
     chosen = files[:: max(1, len(files) // count)][:count]
     scratch = config.build_dir / "bench-series"
     shutil.rmtree(scratch, ignore_errors=True)
-    repo = gitwork.work_tree(upstream, pristine, scratch, sparse=chosen)
+    repo = gitwork.work_tree(upstream, pristine, scratch, sparse=chosen,
+                             console=Console(dict(os.environ)))
     for number, name in enumerate(chosen, start=1):
         lines = (scratch / name).read_text().splitlines(keepends=True)
         middle = len(lines) // 2
@@ -135,7 +139,8 @@ def _make_series(config: config_mod.Config, pristine: Path, upstream: Path, coun
         (scratch / name).write_text("".join(lines))
         repo.git("add", name)
         repo.commit(f"bench: note {number} in {name}\n\nWhat: one line. Why: the benchmark.\n")
-    exchange.export(config, scratch, "bench", f"{gitwork.UPSTREAM_TAG}..HEAD")
+    exchange.export(config, scratch, "bench", f"{gitwork.UPSTREAM_TAG}..HEAD",
+                    console=Console(dict(os.environ)))
     shutil.rmtree(scratch)
 
 

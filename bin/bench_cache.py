@@ -28,6 +28,7 @@ from sparkbake import bases, planning
 from sparkbake.__main__ import main as cli
 from sparkbake.config import versions as config_mod
 from sparkbake.config.settings import Settings
+from sparkbake.console.display import Console
 from sparkbake.fetch import upstream_tree
 from sparkbake.lock import pins
 from sparkbake.oci.docker_engine import bridge_gateway, connect, run_container
@@ -74,14 +75,15 @@ def _parser() -> argparse.ArgumentParser:
 def _fixture_base(work: Path) -> str:
     """The fixture's base image: a container of it tells the bridge's gateway address."""
     tag = config_mod.load(FIXTURE / "versions.yaml").tag("fixture")
-    return bases.ensure(connect(), tag.builder, tag.platform, work, Settings.of_process()).ref
+    return bases.ensure(connect(settings=Settings.of_process()), tag.builder, tag.platform, work,
+                        Settings.of_process(), console=Console(dict(os.environ))).ref
 
 
 @contextmanager
 def _redis(port: int, image: str) -> Iterator[str]:
     """redis-server on the Docker bridge's gateway address (builders reach it through their
     relay), stopped at the end."""
-    gateway = bridge_gateway(connect(), image)
+    gateway = bridge_gateway(connect(settings=Settings.of_process()), image)
     server = subprocess.Popen(["redis-server", "--bind", gateway, "--port", str(port),
                                "--save", "", "--appendonly", "no", "--protected-mode", "no"],
                               stdout=subprocess.DEVNULL)
@@ -147,14 +149,18 @@ def _vllm_kernel(work: Path, config_path: Path, upstream_key: str) -> dict[str, 
     tag = next(t for t in config.tags.values() if t.upstream == upstream)
     settings = Settings.of_process()
     fetch_key = planning.make(config, tag).fetch_key
-    tree = upstream_tree.fetch(upstream, config.build_dir / "sources" / fetch_key, settings)
+    tree = upstream_tree.fetch(upstream, config.build_dir / "sources" / fetch_key, settings,
+                               console=Console(dict(os.environ)))
     fixture = config_mod.load(FIXTURE / "versions.yaml")
     ftag = fixture.tag("fixture")
-    client = connect()
-    base = bases.ensure(client, ftag.builder, ftag.platform, work, settings)
-    builder = container_build.builder_image(client, base, pins.require_lock(fixture, ftag),
+    client = connect(settings=Settings.of_process())
+    base = bases.ensure(client, ftag.builder, ftag.platform, work, settings,
+                        console=Console(dict(os.environ)))
+    builder = container_build.builder_image(client, base,
+                                            pins.require_lock(fixture, ftag,
+                                                              settings=Settings.of_process()),
                                        settings,
-                                   work)
+                                   work, console=Console(dict(os.environ)))
     threads = os.cpu_count() or 1
     timed = {}
     for name, arches in (("sm_121a_only", ("12.1a",)), ("vllm_default", VLLM_CUDA13_ARCHS)):

@@ -29,6 +29,7 @@ from bench_incremental import _layers
 
 from sparkbake.config import versions as config_mod
 from sparkbake.config.settings import Settings
+from sparkbake.console.display import Console
 from sparkbake.core.stages import Stage
 from sparkbake.oci import docker_engine, image_layout
 from sparkbake.pipeline import stage_commands
@@ -57,7 +58,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # the base layers' cache: cold too
     settings = Settings.of_process().with_environ(SPARKBAKE_CACHE=str(work / "cache"))
     start = time.perf_counter()
-    _ok(stage_commands.run_until(loaded, settings, tag, Stage.WHEELS))
+    _ok(stage_commands.run_until(loaded, settings, tag, Stage.WHEELS,
+                                 console=Console(dict(os.environ))))
     until_wheels = round(time.perf_counter() - start, 1)
     runs = {workers: _cold_bake(loaded, settings, tag, workers)
             for workers in (int(n) for n in args.workers.split(","))}
@@ -101,12 +103,13 @@ def _cold_bake(loaded: config_mod.Config, settings: Settings, tag: config_mod.Ta
     for folder in ("oci", "layers", "contexts"):
         shutil.rmtree(loaded.build_dir / folder, ignore_errors=True)
     shutil.rmtree(settings.cache_dir, ignore_errors=True)
-    client = docker_engine.connect()
+    client = docker_engine.connect(settings=Settings.of_process())
     if docker_engine.image_exists(client, tag.image_ref):
         client.images.remove(tag.image_ref, noprune=False)
     with_workers = settings.with_environ(SPARKBAKE_COMPRESS_WORKERS=str(workers))
     start = time.perf_counter()
-    _ok(stage_commands.run_until(loaded, with_workers, tag, Stage.BAKE))
+    _ok(stage_commands.run_until(loaded, with_workers, tag, Stage.BAKE,
+                                 console=Console(dict(os.environ))))
     bake_s = round(time.perf_counter() - start, 1)
     steps = _steps(loaded.build_dir / "logs" / tag.name / "bake.log")
     layers = _layers(loaded, tag)
@@ -126,7 +129,8 @@ def _steps(log: Path) -> dict[str, float]:
 
 
 def _manifest_digest(loaded: config_mod.Config, tag: config_mod.Tag) -> str:
-    image = image_layout.Layout(loaded.build_dir / "oci").find(tag.name)
+    image = image_layout.Layout(loaded.build_dir / "oci",
+                                console=Console(dict(os.environ))).find(tag.name)
     assert image is not None
     return image.digest
 

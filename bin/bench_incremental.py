@@ -15,6 +15,7 @@ import argparse
 import dataclasses
 import functools
 import json
+import os
 import re
 import shutil
 import sys
@@ -28,6 +29,7 @@ from bench import _machine
 from sparkbake import planning
 from sparkbake.config import versions as config_mod
 from sparkbake.config.settings import Settings
+from sparkbake.console.display import Console
 from sparkbake.core.stages import Stage
 from sparkbake.oci import image_layout, local_registry
 from sparkbake.pipeline import commands, stage_commands
@@ -70,7 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise SystemExit(f"bench-incremental: the change to {changed} changed the "
                                  "kernel key: not a Python-only change")
     finally:
-        local_registry.stop(loaded)
+        local_registry.stop(loaded, console=Console(dict(os.environ)))
     warm = median_sample(samples)
     result = {
         "benchmark": "build-image and publish after a one-line change to a Python patch",
@@ -125,7 +127,8 @@ def _build_and_publish(loaded: config_mod.Config, tag: config_mod.Tag,
                                                  stage))
     timed["publish_s"] = _seconds(
         lambda: commands.publish(loaded, settings, tag, f"127.0.0.1:{port}", force=True,
-                                 skip_smoke=True))  # smoke is not what is measured
+                                 skip_smoke=True,  # smoke is not what is measured
+                                 console=Console(settings.environ)))
     timed["build_image_s"] = round(timed["patch_s"] + timed["wheels_s"] + timed["bake_s"], 1)
     record = json.loads((loaded.build_dir / "releases" / f"{tag.name}.json").read_text())
     transfer = record["transfer"]
@@ -148,7 +151,7 @@ def _seconds(action: Callable[[], int]) -> float:
 
 def _layers(loaded: config_mod.Config, tag: config_mod.Tag) -> list[dict[str, Any]]:
     """The image's layers in build/oci: digest, size and what made it (its history)."""
-    layout = image_layout.Layout(loaded.build_dir / "oci")
+    layout = image_layout.Layout(loaded.build_dir / "oci", console=Console(dict(os.environ)))
     image = layout.find(tag.name)
     assert image is not None
     manifest = layout.read_json(image.digest)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import subprocess
 import sys
@@ -27,6 +28,7 @@ from bench_incremental import _build_and_publish, _kept
 
 from sparkbake.bake import venvgroups
 from sparkbake.config import versions as config_mod
+from sparkbake.console.display import Console
 from sparkbake.hashing import file_sha256
 from sparkbake.lock import pins, wheelhouse
 from sparkbake.oci import local_registry
@@ -63,7 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         old = moved_lock(lock, name, version, _wheel_sha256(name, version, tag))
         after = _build_and_publish(loaded, tag, args.port)
     finally:
-        local_registry.stop(loaded)
+        local_registry.stop(loaded, console=Console(dict(os.environ)))
     runtime_bytes = sum(layer["size"] for layer in after["layers"]
                         if RUNTIME_LAYER in layer["what"])
     steps = _steps(loaded.build_dir / "logs" / tag.name / "bake.log")

@@ -20,7 +20,7 @@ import re
 import statistics
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ from bench import _machine, _time
 from sparkbake.config import versions as config_mod
 from sparkbake.config.settings import Settings, pip_config
 from sparkbake.console import display
+from sparkbake.console.display import Console
 from sparkbake.core.stages import Stage
 from sparkbake.pipeline import stage_commands
 
@@ -99,23 +100,24 @@ def _in_process(config: Path, tag: str, runs: int) -> list[float]:
 
 def _no_op(config: Path, tag: str) -> None:
     settings = Settings.of_process()
-    display.configure(display.Verbosity.NORMAL, settings.environ)
+    console = Console(settings.environ, display.Verbosity.NORMAL)  # as main makes it
     loaded = config_mod.load(config)
-    _ok(stage_commands.run_until(loaded, settings, loaded.tag(tag), Stage.BAKE))
+    _ok(stage_commands.run_until(loaded, settings, loaded.tag(tag), Stage.BAKE, console=console))
 
 
 def _pip_processes(config: Path, tag: str) -> int:
     """The `pip config` processes one no-op starts (each value of pip's asked is one)."""
     asked: list[str] = []
 
-    def counted(name: str) -> str | None:
+    def counted(name: str, environ: Mapping[str, str]) -> str | None:
         asked.append(name)
-        return pip_config(name)
+        return pip_config(name, environ)
 
     loaded = config_mod.load(config)
     settings = Settings(Settings.of_process().environ, ask_pip=counted)
     with contextlib.redirect_stderr(io.StringIO()):
-        _ok(stage_commands.run_until(loaded, settings, loaded.tag(tag), Stage.BAKE))
+        _ok(stage_commands.run_until(loaded, settings, loaded.tag(tag), Stage.BAKE,
+                                     console=Console(settings.environ)))
     return len(asked)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import shutil
 import statistics
 import sys
@@ -24,6 +25,7 @@ from bench import _machine
 from sparkbake import planning
 from sparkbake.config import versions as config_mod
 from sparkbake.config.settings import Settings
+from sparkbake.console.display import Console
 from sparkbake.core.stages import Stage
 from sparkbake.pipeline import stage_commands
 
@@ -86,9 +88,11 @@ def _timed(loaded: config_mod.Config, settings: Settings, tag: str, work: Path,
     plan = planning.make(scratch, scratch.tag(tag))
     if kernels is not None:
         shutil.copytree(kernels, scratch.wheels_dir / "kernels" / plan.kernel_key)
-    stage_commands.run_until(scratch, settings, scratch.tag(tag), Stage.PATCH)  # not timed
+    stage_commands.run_until(scratch, settings, scratch.tag(tag), Stage.PATCH,
+                             console=Console(dict(os.environ)))  # not timed
     start = time.perf_counter()
-    assert stage_commands.run_until(scratch, settings, scratch.tag(tag), Stage.WHEELS) == 0
+    assert stage_commands.run_until(scratch, settings, scratch.tag(tag), Stage.WHEELS,
+                                    console=Console(dict(os.environ))) == 0
     return time.perf_counter() - start
 
 

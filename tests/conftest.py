@@ -10,6 +10,7 @@ import os
 import shutil
 import socket
 import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
@@ -20,7 +21,7 @@ from sparkbake import bases, planning
 from sparkbake.__main__ import main
 from sparkbake.config import versions
 from sparkbake.config.settings import Settings
-from sparkbake.console import invocation
+from sparkbake.console.display import Console
 from sparkbake.errors import EngineError
 from sparkbake.oci import docker_engine
 
@@ -49,7 +50,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = kept
 
 
-def no_pip_config(name: str) -> str | None:
+def no_pip_config(name: str, environ: Mapping[str, str]) -> str | None:
     """pip's configuration where pip has none: nothing is asked of the host's pip."""
     return None
 
@@ -163,7 +164,7 @@ def cp_project(dest: Path, later: int | None = None) -> Path:
 @pytest.fixture(scope="session")
 def docker_client() -> docker_engine.Client:
     try:
-        return docker_engine.connect()
+        return docker_engine.connect(Settings.of_process())
     except EngineError as exc:
         missing(f"Docker engine: {exc.message}")
 
@@ -175,7 +176,8 @@ def debian_base(docker_client: docker_engine.Client,
     loaded = versions.load(DATA / "versions.yaml")
     tag = loaded.tag("fixture")
     base = bases.ensure(docker_client, tag.runtime, tag.platform,
-                        tmp_path_factory.mktemp("bases"), Settings.of_process())
+                        tmp_path_factory.mktemp("bases"), Settings.of_process(),
+                        console=plain_console())
     return base.ref
 
 
@@ -196,7 +198,16 @@ def project(tmp_path: Path) -> Project:
 
 @pytest.fixture(autouse=True)
 def plain_invocation(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Remedies name `sparkbake COMMAND` (not nox's form, as under `nox -s tests`), and no
-    --config of an earlier test's command line."""
+    """Remedies name `sparkbake COMMAND` (not nox's form, as under `nox -s tests`)."""
     monkeypatch.delenv("NOX_CURRENT_SESSION", raising=False)  # what main reads
-    invocation.remember_config(invocation.DEFAULT_CONFIG, settings_of())
+
+
+def plain_console() -> Console:
+    """A console as main makes it, at the default verbosity, on this process's stderr; its
+    environment (which child processes start from) is this process's."""
+    return Console(dict(os.environ))
+
+
+@pytest.fixture
+def console() -> Console:
+    return plain_console()

@@ -6,14 +6,15 @@ import argparse
 import gc
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NoReturn
 
 from sparkbake.config import versions as config_mod
-from sparkbake.config.model import Tag
+from sparkbake.config.model import Config, Tag
 from sparkbake.config.settings import Settings
-from sparkbake.console import display, invocation
+from sparkbake.console import display
+from sparkbake.console.display import Console
 from sparkbake.core.gpu_modes import GPU_MODES
 from sparkbake.core.stages import BUILD, Stage
 from sparkbake.errors import ConfigError, FatalError, UsageError, machine_error
@@ -50,9 +51,15 @@ TAG_OPTIONAL = {"build-image": "without one: the tags, and exit 2",
                 "smoke": "without one: every tag whose image in the engine is current"}
 # the build commands: each runs the build stages up to its own (build-image: all of them)
 STAGE_COMMANDS = {**{str(stage): stage for stage in BUILD[:-1]}, "build-image": Stage.BAKE}
-# the commands whose result is a record they also write to build/, and what it is called
-RECORD_COMMANDS = {"smoke": "smoke record", "publish": "release record",
-                   "deploy": "deploy report"}
+
+# A command's handler, which its parser sets (set_defaults) and dispatch calls: the command's
+# arguments, the run's settings and its console in, its exit code out.
+Handler = Callable[[argparse.Namespace, Settings, Console], int]
+# what _with_config and _on_tag make a handler of: work on versions.yaml, on one tag (of one
+# platform), or on a release of several platforms (publish, deploy: all of them at once)
+OnConfig = Callable[[argparse.Namespace, Settings, Console, Config], int]
+OnTag = Callable[[argparse.Namespace, Settings, Console, Config, Tag], int]
+OnRelease = Callable[[argparse.Namespace, Settings, Console, Config, str], int]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -87,63 +94,9 @@ def parser() -> argparse.ArgumentParser:
                           help="print only errors and the result")
     top.add_argument("--version", action=_Version)
     commands = top.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    tags = commands.add_parser("tags", help="every tag: platform, series, built, smoked, "
-                                            "published")
-    tags.add_argument("--json", action="store_true", help="print the list as JSON")
-    _common(tags)
-    for name, what in TAG_COMMANDS.items():
-        sub = commands.add_parser(name, help=what, description=what)
-        _common(sub)
-        optional = name in TAG_OPTIONAL
-        sub.add_argument("tag", nargs="?" if optional else None,
-                         help="tag name or its suffix, e.g. 3.73-vision"
-                         + (f" ({TAG_OPTIONAL[name]})" if optional else ""))
-        if name == "plan":
-            sub.add_argument("--json", action="store_true", help="print the plan as JSON")
-        if name == "smoke":
-            _smoke_options(sub)
-        if name == "publish":
-            sub.add_argument("--registry", help="HOST:PORT to push to instead of the tag's")
-            sub.add_argument("--force", action="store_true",
-                             help="overwrite a remote tag that points at another digest")
-            sub.add_argument("--skip-smoke", action="store_true",
-                             help="publish without a passing smoke record (recorded)")
-            sub.add_argument("--sign-key", type=Path, metavar="PATH",
-                             help="sign the digest with this private key (`keys generate`); "
-                                  "default: SPARKBAKE_SIGNING_KEY, else unsigned")
-        if name == "deploy":
-            _deploy_options(sub)
-        if name == "lock":
-            sub.add_argument("--patch-tests", action="store_true",
-                             help="lock the venv of patch-tests for this host instead")
-        if name == "verify":
-            sub.add_argument("--against", metavar="DIGEST",
-                             help="compare with this manifest digest instead of build/oci's")
-        if name in ("patch", "wheels", "build-image"):
-            _patch_options(sub, maintainer=name == "patch")
-        if name in STAGE_COMMANDS:
-            sub.add_argument("--json", action="store_true",
-                             help="print the result and each stage's state as JSON on stdout")
-        if name in RECORD_COMMANDS:
-            sub.add_argument("--json", action="store_true",
-                             help=f"print the {RECORD_COMMANDS[name]} as JSON on stdout")
-        if name == "build-image":
-            sub.add_argument("--metadata-file", type=Path, metavar="FILE",
-                             help="also write the result as JSON to FILE (as buildx does)")
-        if name in ("wheels", "build-image", "verify"):
-            sub.add_argument("--locked", action="store_true",
-                             help="refuse a missing lock instead of making it (as CI does)")
-    registry = commands.add_parser("registry", help="the embedded local registry")
-    registry.add_argument("action", choices=("start", "stop", "status"),
-                          help="start it, stop the one started, or say whether it answers")
-    registry.add_argument("--port", type=tcp_port, default=5000,
-                          help="the port of 127.0.0.1 to start it on (default: 5000)")
-    _common(registry)
-    _check_env_parser(commands)
-    _housekeeping_parsers(commands)
-    _series_parsers(commands)
-    _release_parsers(commands)
-    _signing_parsers(commands)
+    for add in (_tags_parser, _build_parsers, _image_parsers, _registry_parser, _check_env_parser,
+                _housekeeping_parsers, _series_parsers, _release_parsers, _signing_parsers):
+        add(commands)  # in this order, the order of --help
     return top
 
 
@@ -156,15 +109,252 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
-def _smoke_options(sub: argparse.ArgumentParser) -> None:
-    sub.add_argument("--gpu", choices=GPU_MODES, default="auto",
-                     help="GPU checks: run if a GPU is present (auto), fail without")
-    sub.add_argument("--model", type=Path, metavar="PATH",
-                     help="serve this model folder (mounted at /model) and probe the server")
-    sub.add_argument("--serve-env", type=Path, metavar="FILE",
-                     help="the serve checks' node .env instead of the suite's serve.env")
-    sub.add_argument("--serve-timeout", type=float, default=1800.0, metavar="SECONDS",
-                     help="how long the server may take to answer /health (default 1800)")
+# The build's commands are imported with this module; the others' modules only when their
+# command runs (in their handler), so that a build (most of all one with nothing to do)
+# starts in less time.
+
+
+def dispatch(args: argparse.Namespace, settings: Settings, console: Console) -> int:
+    """The command args name, with the run's settings and console (made once, in main)."""
+    handler: Handler = args.handler
+    return handler(args, settings, console)
+
+
+def _command(commands: argparse._SubParsersAction[_Parser], name: str, what: str,
+             handler: Handler, description: str | None = None) -> _Parser:
+    """A subcommand with its one-line help and its handler; _common, once its options are in."""
+    sub = commands.add_parser(name, help=what, description=description)
+    sub.set_defaults(handler=handler)
+    return sub
+
+
+def _common(sub: argparse.ArgumentParser) -> None:
+    """--config and --debug are accepted after the command too: `nox -s X -- TAG --config F`."""
+    sub.add_argument("--config", type=Path, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    sub.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                     help=argparse.SUPPRESS)
+    sub.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                     help=argparse.SUPPRESS)
+    sub.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
+                     help=argparse.SUPPRESS)
+
+
+def _json_option(sub: argparse.ArgumentParser, what: str) -> None:
+    sub.add_argument("--json", action="store_true", help=f"print {what} as JSON on stdout")
+
+
+def _locked_option(*subs: argparse.ArgumentParser) -> None:
+    for sub in subs:
+        sub.add_argument("--locked", action="store_true",
+                         help="refuse a missing lock instead of making it (as CI does)")
+
+
+def _with_config(run: OnConfig) -> Handler:
+    """run, with versions.yaml (--config) loaded."""
+    def handler(args: argparse.Namespace, settings: Settings, console: Console) -> int:
+        return run(args, settings, console, config_mod.load(args.config))
+    return handler
+
+
+def _on_tag(run: OnTag, on_release: OnRelease | None = None,
+            without_tag: OnConfig | None = None) -> Handler:
+    """run on TAG: a tag by its name or suffix, or a release: run on each platform's tag in
+    turn (the first failure stops), or on_release on all at once. No TAG: without_tag."""
+    def on_config(args: argparse.Namespace, settings: Settings, console: Console,
+                  config: Config) -> int:
+        if without_tag is not None and args.tag is None:
+            return without_tag(args, settings, console, config)
+        release = config.release_name(args.tag)
+        if release is None:
+            return run(args, settings, console, config, config.tag(args.tag))
+        if on_release is not None:
+            return on_release(args, settings, console, config, release)
+        for tag in config.targets(release):
+            console.notice(f"{release}: {tag.platform} ({tag.name})")
+            if code := run(args, settings, console, config, tag):
+                return code
+        return 0
+    return _with_config(on_config)
+
+
+def _tag_command(commands: argparse._SubParsersAction[_Parser], name: str,
+                handler: Handler) -> _Parser:
+    """A command on TAG, with TAG_COMMANDS' help; TAG_OPTIONAL says what it does without."""
+    sub = _command(commands, name, TAG_COMMANDS[name], handler, TAG_COMMANDS[name])
+    _common(sub)
+    optional = TAG_OPTIONAL.get(name)
+    sub.add_argument("tag", nargs="?" if optional else None,
+                     help="tag name or its suffix, e.g. 3.73-vision"
+                     + (f" ({optional})" if optional else ""))
+    return sub
+
+
+def _tags_parser(commands: argparse._SubParsersAction[_Parser]) -> None:
+    sub = _command(commands, "tags", "every tag: platform, series, built, smoked, published",
+                   _with_config(_tags))
+    sub.add_argument("--json", action="store_true", help="print the list as JSON")
+    _common(sub)
+
+
+def _tags(args: argparse.Namespace, settings: Settings, console: Console, config: Config) -> int:
+    from sparkbake.pipeline import tags
+    print(tags.report(config, as_json=args.json, console=console, settings=settings))
+    return 0
+
+
+def _build_parsers(commands: argparse._SubParsersAction[_Parser]) -> None:
+    """plan, lock, and the commands that build: fetch, patch, patch-tests, wheels, build-image."""
+    plan = _tag_command(commands, "plan", _on_tag(_plan))
+    plan.add_argument("--json", action="store_true", help="print the plan as JSON")
+    lock = _tag_command(commands, "lock", _on_tag(_lock))
+    lock.add_argument("--patch-tests", action="store_true",
+                      help="lock the venv of patch-tests for this host instead")
+    fetch = _tag_command(commands, "fetch", _on_tag(_stages))
+    patch = _tag_command(commands, "patch", _on_tag(_stages))
+    _tag_command(commands, "patch-tests", _on_tag(_patch_tests))
+    wheels = _tag_command(commands, "wheels", _on_tag(_stages))
+    build = _tag_command(commands, "build-image", _on_tag(_stages, without_tag=_tags_to_build))
+    for sub in (patch, wheels, build):
+        sub.add_argument("--skip-applied", action="store_true",
+                         help="skip patches already in upstream (recorded) instead of stopping")
+    patch.add_argument("--keep", action="store_true",
+                       help="on a conflict, keep the three-way conflict markers in the tree")
+    patch.add_argument("--checkout", type=Path, metavar="DIR",
+                       help="also write a git work tree: upstream commit + one per patch")
+    for sub in (fetch, patch, wheels, build):
+        _json_option(sub, "the result and each stage's state")
+    build.add_argument("--metadata-file", type=Path, metavar="FILE",
+                       help="also write the result as JSON to FILE (as buildx does)")
+    _locked_option(wheels, build)
+
+
+def _plan(args: argparse.Namespace, settings: Settings, console: Console, config: Config,
+          tag: Tag) -> int:
+    from sparkbake.pipeline import commands
+    text, blocked = commands.plan_report(config, tag, as_json=args.json, console=console,
+                                         settings=settings)
+    print(text)
+    return ConfigError.exit_code if blocked else 0
+
+
+def _lock(args: argparse.Namespace, settings: Settings, console: Console, config: Config,
+          tag: Tag) -> int:
+    from sparkbake.pipeline import commands
+    return commands.lock_tag(config, settings, tag, for_patch_tests=args.patch_tests,
+                             console=console)
+
+
+def _stages(args: argparse.Namespace, settings: Settings, console: Console, config: Config,
+            tag: Tag) -> int:
+    """fetch, patch, wheels, build-image: the stages up to the command's."""
+    options = PatchOptions(skip_applied=getattr(args, "skip_applied", False),
+                           keep=getattr(args, "keep", False),
+                           checkout=getattr(args, "checkout", None))
+    output = stage_commands.Output(json=args.json,
+                                   metadata_file=getattr(args, "metadata_file", None))
+    return stage_commands.run_until(config, settings, tag, STAGE_COMMANDS[args.command],
+                                    options=options, output=output, console=console)
+
+
+def _tags_to_build(args: argparse.Namespace, settings: Settings, console: Console,
+                   config: Config) -> int:
+    """build-image without a tag: the tags to pick from, and exit 2."""
+    from sparkbake.pipeline import tags
+    listed = tags.rows(config, console=console, settings=settings)
+    print(tags.report(config, as_json=False, console=console, settings=settings))
+    raise UsageError("build-image needs a tag", "name one of the tags above, e.g. "
+                     f"`{settings.command('build-image', listed[0].tag)}`")
+
+
+def _patch_tests(args: argparse.Namespace, settings: Settings, console: Console, config: Config,
+                 tag: Tag) -> int:
+    from sparkbake.pipeline import commands
+    return commands.patch_tests(config, settings, tag, console=console)
+
+
+def _image_parsers(commands: argparse._SubParsersAction[_Parser]) -> None:
+    """The commands on the tag's image: smoke, publish, verify, deploy."""
+    smoke = _tag_command(commands, "smoke", _on_tag(_smoke, without_tag=_smoke_current))
+    smoke.add_argument("--gpu", choices=GPU_MODES, default="auto",
+                       help="GPU checks: run if a GPU is present (auto), fail without")
+    smoke.add_argument("--model", type=Path, metavar="PATH",
+                       help="serve this model folder (mounted at /model) and probe the server")
+    smoke.add_argument("--serve-env", type=Path, metavar="FILE",
+                       help="the serve checks' node .env instead of the suite's serve.env")
+    smoke.add_argument("--serve-timeout", type=float, default=1800.0, metavar="SECONDS",
+                       help="how long the server may take to answer /health (default 1800)")
+    publish = _tag_command(commands, "publish", _on_tag(_publish, _publish_release))
+    _publish_options(publish)
+    verify = _tag_command(commands, "verify", _on_tag(_verify))
+    verify.add_argument("--against", metavar="DIGEST",
+                        help="compare with this manifest digest instead of build/oci's")
+    _locked_option(verify)
+    deploy = _tag_command(commands, "deploy", _on_tag(_deploy, _deploy_release))
+    _deploy_options(deploy)
+    for sub, record in ((smoke, "smoke record"), (publish, "release record"),
+                        (deploy, "deploy report")):
+        _json_option(sub, f"the {record}")
+
+
+def _smoke(args: argparse.Namespace, settings: Settings, console: Console, config: Config,
+           tag: Tag) -> int:
+    from sparkbake.pipeline import commands
+    from sparkbake.smoke.checks import Options as SmokeOptions
+    return commands.smoke_tag(config, settings, tag, SmokeOptions(
+        gpu=args.gpu, model=args.model, serve_env=args.serve_env,
+        serve_timeout=args.serve_timeout), output=stage_commands.Output(json=args.json),
+        console=console)
+
+
+def _smoke_current(args: argparse.Namespace, settings: Settings, console: Console,
+                   config: Config) -> int:
+    """smoke without a tag: every tag whose image is current in the engine, said first."""
+    from sparkbake.pipeline import tags
+    current = [row.tag for row in tags.rows(config, console=console,
+                                            settings=settings) if row.built == "yes"]
+    if not current:
+        raise UsageError("no tag has a current image in the engine to smoke",
+                         "build one first: `sparkbake build-image TAG`")
+    console.notice(f"smoke: the tags whose image is current: {', '.join(current)}")
+    for name in current:
+        if code := _smoke(args, settings, console, config, config.tag(name)):
+            return code
+    return 0
+
+
+def _publish_options(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument("--registry", help="HOST:PORT to push to instead of the tag's")
+    sub.add_argument("--force", action="store_true",
+                     help="overwrite a remote tag that points at another digest")
+    sub.add_argument("--skip-smoke", action="store_true",
+                     help="publish without a passing smoke record (recorded)")
+    sub.add_argument("--sign-key", type=Path, metavar="PATH",
+                     help="sign the digest with this private key (`keys generate`); "
+                          "default: SPARKBAKE_SIGNING_KEY, else unsigned")
+
+
+def _publish(args: argparse.Namespace, settings: Settings, console: Console, config: Config,
+             tag: Tag) -> int:
+    from sparkbake.pipeline import commands
+    return commands.publish(config, settings, tag, registry_host=args.registry,
+                            force=args.force, skip_smoke=args.skip_smoke,
+                            output=stage_commands.Output(json=args.json),
+                            sign_key=args.sign_key, console=console)
+
+
+def _publish_release(args: argparse.Namespace, settings: Settings, console: Console, config: Config,
+                     release: str) -> int:
+    from sparkbake.pipeline import commands
+    return commands.publish_release(config, settings, release, registry_host=args.registry,
+                                    force=args.force, skip_smoke=args.skip_smoke,
+                                    output=stage_commands.Output(json=args.json),
+                                    sign_key=args.sign_key, console=console)
+
+
+def _verify(args: argparse.Namespace, settings: Settings, console: Console, config: Config,
+            tag: Tag) -> int:
+    from sparkbake.pipeline import commands
+    return commands.verify_tag(config, settings, tag, against=args.against, console=console)
 
 
 def _deploy_options(sub: argparse.ArgumentParser) -> None:
@@ -180,56 +370,74 @@ def _deploy_options(sub: argparse.ArgumentParser) -> None:
                           "this public key did not sign")
 
 
-def _release_parsers(commands: argparse._SubParsersAction[_Parser]) -> None:
-    listing = commands.add_parser("releases", help="the published releases (build/releases)")
-    listing.add_argument("--json", action="store_true", help="print the index as JSON")
-    diff = commands.add_parser("diff", help="what changed between two releases")
-    diff.add_argument("tags", nargs=2, metavar="TAG", help="two released tags (or suffixes)")
-    diff.add_argument("--json", action="store_true", help="print the differences as JSON")
-    for sub in (listing, diff):
-        _common(sub)
+def _deploy(args: argparse.Namespace, settings: Settings, console: Console, config: Config,
+            tag: Tag) -> int:
+    from sparkbake.pipeline import commands
+    return commands.deploy_tag(config, settings, tag, args.hosts, stream=args.stream,
+                               gpu=args.gpu, output=stage_commands.Output(json=args.json),
+                               require_signature=args.require_signature, console=console)
 
 
-def _signing_parsers(commands: argparse._SubParsersAction[_Parser]) -> None:
-    keys = commands.add_parser("keys", help="the key pair publish signs with")
-    keys.add_argument("action", choices=("generate",), help="write PATH and PATH.pub")
-    keys.add_argument("path", type=Path, metavar="PATH", help="the private key's file")
-    verify = commands.add_parser("verify-release", help="check a published image's signature, "
-                                 "statements and SBOM in its registry; print what it is made of")
-    verify.add_argument("reference", help="HOST/PATH:TAG or HOST/PATH@sha256:<hex>")
-    verify.add_argument("--key", type=Path, required=True, metavar="PUB",
-                        help="the publisher's public key (PATH.pub of `keys generate`)")
-    verify.add_argument("--against", type=Path, metavar="VERSIONS_YAML",
-                        help="also check the provenance against this versions.yaml's pins "
-                             "and locks for the image's tag")
-    verify.add_argument("--rebuild", action="store_true",
-                        help="then build that tag from clean (each platform's image of a "
-                             "release) and require the registry's digest, bit for bit; needs "
-                             "--against")
-    verify.add_argument("--json", action="store_true",
-                        help="print the statements as JSON on stdout")
-    for sub in (keys, verify):
-        _common(sub)
+def _deploy_release(args: argparse.Namespace, settings: Settings, console: Console, config: Config,
+                    release: str) -> int:
+    from sparkbake.pipeline import commands
+    return commands.deploy_release(config, settings, release, args.hosts, stream=args.stream,
+                                   gpu=args.gpu, output=stage_commands.Output(json=args.json),
+                                   require_signature=args.require_signature, console=console)
 
 
-def _patch_options(sub: argparse.ArgumentParser, maintainer: bool) -> None:
-    sub.add_argument("--skip-applied", action="store_true",
-                     help="skip patches already in upstream (recorded) instead of stopping")
-    if maintainer:
-        sub.add_argument("--keep", action="store_true",
-                         help="on a conflict, keep the three-way conflict markers in the tree")
-        sub.add_argument("--checkout", type=Path, metavar="DIR",
-                         help="also write a git work tree: upstream commit + one per patch")
+def _registry_parser(commands: argparse._SubParsersAction[_Parser]) -> None:
+    sub = _command(commands, "registry", "the embedded local registry",
+                   _with_config(_registry))
+    sub.add_argument("action", choices=("start", "stop", "status"),
+                     help="start it, stop the one started, or say whether it answers")
+    sub.add_argument("--port", type=tcp_port, default=5000,
+                     help="the port of 127.0.0.1 to start it on (default: 5000)")
+    _common(sub)
+
+
+def tcp_port(text: str) -> int:
+    """A TCP port, 1 to 65535; else argparse's usage error (exit 2) with this message."""
+    if not text.isdigit() or not 0 < int(text) < 65536:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port (1 to 65535)")
+    return int(text)
+
+
+def _registry(args: argparse.Namespace, settings: Settings, console: Console,
+              config: Config) -> int:
+    from sparkbake.pipeline import commands
+    return commands.registry_command(config, args.action, args.port, console=console)
+
+
+def _check_env_parser(commands: argparse._SubParsersAction[_Parser]) -> None:
+    sub = _command(commands, "check-env", "preflight a node's .env for a tag",
+                   _on_tag(_check_env))
+    sub.add_argument("env_file", type=Path, metavar="NODE.env", help="the node's .env file")
+    sub.add_argument("--tag", required=True, help="the tag the node will run")
+    sub.add_argument("--print", action="store_true", dest="show",
+                     help="also print the vllm serve command the image would run")
+    sub.add_argument("--proc-sys", type=Path, default=Path("/proc/sys"), metavar="DIR",
+                     help="where to read the host's sysctls (default: /proc/sys)")
+    _common(sub)
+
+
+def _check_env(args: argparse.Namespace, settings: Settings, console: Console, config: Config,
+               tag: Tag) -> int:
+    from sparkbake.pipeline import commands
+    return commands.check_env(tag, args.env_file, args.proc_sys, show=args.show,
+                              runtime_lock=lock_mod.runtime_lock_path(config, tag), console=console)
 
 
 def _housekeeping_parsers(commands: argparse._SubParsersAction[_Parser]) -> None:
-    clean = commands.add_parser("clean", help="remove a tag's build trees, wheels and records "
-                                              "(or, with --all, build/ and wheels/)")
+    clean = _command(commands, "clean", "remove a tag's build trees, wheels and records "
+                                        "(or, with --all, build/ and wheels/)",
+                     _with_config(_clean))
     clean.add_argument("tag", nargs="?", help="tag name or its suffix; keys other tags use stay")
     clean.add_argument("--all", action="store_true", dest="everything",
                        help="everything in build/ and wheels/ but release records and locks")
-    gc = commands.add_parser("gc", help="remove what no tag uses now: stale cache entries, "
-                                        "leftovers, stale sparkbake images, old compile cache")
+    gc = _command(commands, "gc", "remove what no tag uses now: stale cache entries, "
+                                  "leftovers, stale sparkbake images, old compile cache",
+                  _with_config(_gc))
     gc.add_argument("--max-cache-size", default=cachetrim.DEFAULT_MAX_SIZE, metavar="SIZE",
                     help="trim the compile cache and the bytecode cache to SIZE each, oldest "
                          "files first (default: "
@@ -243,20 +451,34 @@ def _housekeeping_parsers(commands: argparse._SubParsersAction[_Parser]) -> None
         _common(sub)
 
 
+def _clean(args: argparse.Namespace, settings: Settings, console: Console, config: Config) -> int:
+    from sparkbake.housekeeping import tidy
+    return tidy.clean(config, args.tag, args.everything, args.dry_run)
+
+
+def _gc(args: argparse.Namespace, settings: Settings, console: Console, config: Config) -> int:
+    from sparkbake.housekeeping import tidy
+    return tidy.gc(config, settings, args.dry_run, args.max_cache_size, args.check, console=console)
+
+
 def _series_parsers(commands: argparse._SubParsersAction[_Parser]) -> None:
-    lint = commands.add_parser("patch-lint", help="check every series folder and patch")
-    export = commands.add_parser("export-series", help="commits of a checkout -> a series")
+    lint = _command(commands, "patch-lint", "check every series folder and patch",
+                    _with_config(_patch_lint))
+    export = _command(commands, "export-series", "commits of a checkout -> a series",
+                      _with_config(_export_series))
     export.add_argument("work", type=Path, metavar="DIR", help="a `patch --checkout` tree")
     export.add_argument("series", help="the series to write, patches/SERIES/")
     export.add_argument("--range", dest="commits", metavar="A..B",
                         help="export these commits instead of the series' own")
-    imp = commands.add_parser("import-series", help="a commit range of a fork -> a series")
+    imp = _command(commands, "import-series", "a commit range of a fork -> a series",
+                   _with_config(_import_series))
     imp.add_argument("--from", dest="source", required=True, metavar="GIT_URL_OR_DIR",
                      help="the fork to take the commits from: a git URL or a checkout")
     imp.add_argument("--range", dest="commits", required=True, metavar="A..B",
                      help="the commits to import, oldest first, as git log takes them")
     imp.add_argument("series", help="the series to write, patches/SERIES/")
-    rebase = commands.add_parser("rebase-check", help="would the series apply to UPSTREAM?")
+    rebase = _command(commands, "rebase-check", "would the series apply to UPSTREAM?",
+                      _on_tag(_rebase_check))
     rebase.add_argument("tag", help="tag name or its suffix")
     rebase.add_argument("--to", required=True, metavar="UPSTREAM_KEY",
                         help="an upstream of versions.yaml")
@@ -264,42 +486,97 @@ def _series_parsers(commands: argparse._SubParsersAction[_Parser]) -> None:
         _common(sub)
 
 
-def tcp_port(text: str) -> int:
-    """A TCP port, 1 to 65535; else argparse's usage error (exit 2) with this message."""
-    if not text.isdigit() or not 0 < int(text) < 65536:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port (1 to 65535)")
-    return int(text)
+def _patch_lint(args: argparse.Namespace, settings: Settings, console: Console,
+                config: Config) -> int:
+    from sparkbake.pipeline import commands
+    return commands.patch_lint(config, console=console)
 
 
-def _check_env_parser(commands: argparse._SubParsersAction[_Parser]) -> None:
-    sub = commands.add_parser("check-env", help="preflight a node's .env for a tag")
-    sub.add_argument("env_file", type=Path, metavar="NODE.env", help="the node's .env file")
-    sub.add_argument("--tag", required=True, help="the tag the node will run")
-    sub.add_argument("--print", action="store_true", dest="show",
-                     help="also print the vllm serve command the image would run")
-    sub.add_argument("--proc-sys", type=Path, default=Path("/proc/sys"), metavar="DIR",
-                     help="where to read the host's sysctls (default: /proc/sys)")
-    _common(sub)
+def _export_series(args: argparse.Namespace, settings: Settings, console: Console,
+                   config: Config) -> int:
+    from sparkbake.pipeline import commands
+    return commands.export_series(config, args.work, args.series, args.commits, console=console)
 
 
-def _common(sub: argparse.ArgumentParser) -> None:
-    """--config and --debug are accepted after the command too: `nox -s X -- TAG --config F`."""
-    sub.add_argument("--config", type=Path, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
-    sub.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
-                     help=argparse.SUPPRESS)
-    sub.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
-                     help=argparse.SUPPRESS)
-    sub.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
-                     help=argparse.SUPPRESS)
+def _import_series(args: argparse.Namespace, settings: Settings, console: Console,
+                   config: Config) -> int:
+    from sparkbake.pipeline import commands
+    return commands.import_series(config, args.source, args.commits, args.series, console=console)
+
+
+def _rebase_check(args: argparse.Namespace, settings: Settings, console: Console, config: Config,
+                  tag: Tag) -> int:
+    from sparkbake.pipeline import commands
+    return commands.rebase_check(config, settings, tag, args.to, console=console)
+
+
+def _release_parsers(commands: argparse._SubParsersAction[_Parser]) -> None:
+    listing = _command(commands, "releases", "the published releases (build/releases)",
+                       _with_config(_releases))
+    listing.add_argument("--json", action="store_true", help="print the index as JSON")
+    diff = _command(commands, "diff", "what changed between two releases",
+                    _with_config(_diff))
+    diff.add_argument("tags", nargs=2, metavar="TAG", help="two released tags (or suffixes)")
+    diff.add_argument("--json", action="store_true", help="print the differences as JSON")
+    for sub in (listing, diff):
+        _common(sub)
+
+
+def _releases(args: argparse.Namespace, settings: Settings, console: Console,
+              config: Config) -> int:
+    from sparkbake.pipeline import commands
+    print(commands.releases_report(config, as_json=args.json))
+    return 0
+
+
+def _diff(args: argparse.Namespace, settings: Settings, console: Console, config: Config) -> int:
+    from sparkbake.pipeline import commands
+    print(commands.diff_releases(config, (args.tags[0], args.tags[1]), as_json=args.json,
+                                 settings=settings))
+    return 0
+
+
+# keys and verify-release read no versions.yaml: anyone can check a release
+def _signing_parsers(commands: argparse._SubParsersAction[_Parser]) -> None:
+    keys = _command(commands, "keys", "the key pair publish signs with", _keys)
+    keys.add_argument("action", choices=("generate",), help="write PATH and PATH.pub")
+    keys.add_argument("path", type=Path, metavar="PATH", help="the private key's file")
+    verify = _command(commands, "verify-release", "check a published image's signature, "
+                      "statements and SBOM in its registry; print what it is made of",
+                      _verify_release)
+    verify.add_argument("reference", help="HOST/PATH:TAG or HOST/PATH@sha256:<hex>")
+    verify.add_argument("--key", type=Path, required=True, metavar="PUB",
+                        help="the publisher's public key (PATH.pub of `keys generate`)")
+    verify.add_argument("--against", type=Path, metavar="VERSIONS_YAML",
+                        help="also check the provenance against this versions.yaml's pins "
+                             "and locks for the image's tag")
+    verify.add_argument("--rebuild", action="store_true",
+                        help="then build that tag from clean (each platform's image of a "
+                             "release) and require the registry's digest, bit for bit; needs "
+                             "--against")
+    _json_option(verify, "the statements")
+    for sub in (keys, verify):
+        _common(sub)
+
+
+def _keys(args: argparse.Namespace, settings: Settings, console: Console) -> int:
+    from sparkbake.pipeline import release_checks
+    return release_checks.keys_generate(args.path, settings, console=console)
+
+
+def _verify_release(args: argparse.Namespace, settings: Settings, console: Console) -> int:
+    from sparkbake.pipeline import release_checks
+    return release_checks.verify_release(args.reference, args.key, args.against, settings,
+                                          args.json, args.rebuild, console=console)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = None
     try:
         args = parser().parse_args(argv)
-        settings = Settings.of_process(locked=getattr(args, "locked", False))
-        display.configure(_verbosity(args), settings.environ)
-        code = dispatch(args, settings)
+        settings = Settings.of_process(locked=getattr(args, "locked", False), config=args.config)
+        console = Console(settings.environ, _verbosity(args))  # the run's one console
+        code = dispatch(args, settings, console)
         sys.stdout.flush()  # a closed pipe shows here, not at exit where it can't be caught
         return code
     except BrokenPipeError:
@@ -354,159 +631,6 @@ def _pipe_closed() -> int:
         os.dup2(devnull, stream.fileno())
     return PIPE_CLOSED
 
-
-# The build's commands are imported with this module; the others' modules only when their
-# command runs, so that a build (most of all one with nothing to do) starts in less time.
-
-
-def dispatch(args: argparse.Namespace, settings: Settings) -> int:
-    """The command args name, with the run's settings (made once, in main)."""
-    invocation.remember_config(args.config, settings)  # remedies repeat the user's --config
-    if args.command in ("keys", "verify-release"):  # no versions.yaml: anyone can check
-        return _release_check(args, settings)
-    config = config_mod.load(args.config)
-    if args.command in ("tags", "gc", "clean"):
-        return _housekeeping_command(config, settings, args)
-    if args.command in ("patch-lint", "export-series", "import-series"):
-        return _series_command(config, args)
-    if args.command in ("registry", "releases", "diff"):
-        return _release_command(config, args)
-    if args.tag is None:
-        return _without_tag(config, settings, args)
-    release = config.release_name(args.tag)
-    if release is None:
-        return _tag_command(config, settings, config.tag(args.tag), args)
-    if args.command in ("publish", "deploy"):
-        return _release_rollout(config, settings, release, args)
-    for tag in config.targets(release):  # each platform in turn; the first failure stops
-        display.notice(f"{release}: {tag.platform} ({tag.name})")
-        if code := _tag_command(config, settings, tag, args):
-            return code
-    return 0
-
-
-def _release_command(config: config_mod.Config, args: argparse.Namespace) -> int:
-    from sparkbake.pipeline import commands
-    if args.command == "registry":
-        return commands.registry_command(config, args.action, args.port)
-    if args.command == "releases":
-        print(commands.releases_report(config, as_json=args.json))
-        return 0
-    print(commands.diff_releases(config, (args.tags[0], args.tags[1]), as_json=args.json))
-    return 0
-
-
-def _release_rollout(config: config_mod.Config, settings: Settings, release: str,
-                     args: argparse.Namespace) -> int:
-    """publish or deploy of a multi-platform release: all its platforms at once."""
-    from sparkbake.pipeline import commands
-    output = stage_commands.Output(json=args.json)
-    if args.command == "publish":
-        return commands.publish_release(config, settings, release, registry_host=args.registry,
-                                        force=args.force, skip_smoke=args.skip_smoke,
-                                        output=output, sign_key=args.sign_key)
-    return commands.deploy_release(config, settings, release, args.hosts, stream=args.stream,
-                                   gpu=args.gpu, output=output,
-                                   require_signature=args.require_signature)
-
-
-def _release_check(args: argparse.Namespace, settings: Settings) -> int:
-    from sparkbake.pipeline import release_checks
-    if args.command == "keys":
-        return release_checks.keys_generate(args.path, settings)
-    return release_checks.verify_release(args.reference, args.key, args.against, settings,
-                                          args.json, args.rebuild)
-
-
-def _housekeeping_command(config: config_mod.Config, settings: Settings,
-                          args: argparse.Namespace) -> int:
-    if args.command == "tags":
-        from sparkbake.pipeline import tags
-        print(tags.report(config, as_json=args.json))
-        return 0
-    from sparkbake.housekeeping import tidy
-    if args.command == "gc":
-        return tidy.gc(config, settings, args.dry_run, args.max_cache_size, args.check)
-    return tidy.clean(config, args.tag, args.everything, args.dry_run)
-
-
-def _without_tag(config: config_mod.Config, settings: Settings, args: argparse.Namespace) -> int:
-    """build-image: the tags to pick from (exit 2); smoke: every tag whose image is current
-    in the engine, said first."""
-    from sparkbake.pipeline import tags
-    listed = tags.rows(config)
-    if args.command == "build-image":
-        print(tags.report(config, as_json=False))
-        raise UsageError("build-image needs a tag", "name one of the tags above, e.g. "
-                         f"`{invocation.command('build-image', listed[0].tag)}`")
-    current = [row.tag for row in listed if row.built == "yes"]
-    if not current:
-        raise UsageError("no tag has a current image in the engine to smoke",
-                         "build one first: `sparkbake build-image TAG`")
-    display.notice(f"smoke: the tags whose image is current: {', '.join(current)}")
-    for name in current:
-        if code := _tag_command(config, settings, config.tag(name), args):
-            return code
-    return 0
-
-
-def _tag_command(config: config_mod.Config, settings: Settings, tag: Tag,
-                 args: argparse.Namespace) -> int:
-    """A command on one tag (of one platform)."""
-    if args.command in STAGE_COMMANDS:
-        return _stages(config, settings, tag, args)
-    from sparkbake.pipeline import commands
-    if args.command == "rebase-check":
-        return commands.rebase_check(config, settings, tag, args.to)
-    if args.command == "check-env":
-        return commands.check_env(tag, args.env_file, args.proc_sys, show=args.show,
-                                  runtime_lock=lock_mod.runtime_lock_path(config, tag))
-    if args.command == "plan":
-        text, blocked = commands.plan_report(config, tag, as_json=args.json)
-        print(text)
-        return ConfigError.exit_code if blocked else 0
-    if args.command == "lock":
-        return commands.lock_tag(config, settings, tag, for_patch_tests=args.patch_tests)
-    if args.command == "patch-tests":
-        return commands.patch_tests(config, settings, tag)
-    if args.command == "verify":
-        return commands.verify_tag(config, settings, tag, against=args.against)
-    if args.command == "smoke":
-        from sparkbake.smoke.checks import Options as SmokeOptions
-        return commands.smoke_tag(config, settings, tag, SmokeOptions(
-            gpu=args.gpu, model=args.model, serve_env=args.serve_env,
-            serve_timeout=args.serve_timeout), output=stage_commands.Output(json=args.json))
-    if args.command == "publish":
-        return commands.publish(config, settings, tag, registry_host=args.registry,
-                                force=args.force, skip_smoke=args.skip_smoke,
-                                output=stage_commands.Output(json=args.json),
-                                sign_key=args.sign_key)
-    if args.command == "deploy":
-        return commands.deploy_tag(config, settings, tag, args.hosts, stream=args.stream,
-                                   gpu=args.gpu, output=stage_commands.Output(json=args.json),
-                                   require_signature=args.require_signature)
-    raise AssertionError(f"no dispatch for {args.command}")
-
-
-def _stages(config: config_mod.Config, settings: Settings, tag: Tag,
-            args: argparse.Namespace) -> int:
-    """fetch, patch, wheels, build-image: the stages up to the command's."""
-    options = PatchOptions(skip_applied=getattr(args, "skip_applied", False),
-                           keep=getattr(args, "keep", False),
-                           checkout=getattr(args, "checkout", None))
-    output = stage_commands.Output(json=args.json,
-                                   metadata_file=getattr(args, "metadata_file", None))
-    return stage_commands.run_until(config, settings, tag, STAGE_COMMANDS[args.command],
-                                    options=options, output=output)
-
-
-def _series_command(config: config_mod.Config, args: argparse.Namespace) -> int:
-    from sparkbake.pipeline import commands
-    if args.command == "patch-lint":
-        return commands.patch_lint(config)
-    if args.command == "export-series":
-        return commands.export_series(config, args.work, args.series, args.commits)
-    return commands.import_series(config, args.source, args.commits, args.series)
 
 
 def run() -> NoReturn:

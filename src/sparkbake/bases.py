@@ -14,7 +14,8 @@ from pathlib import Path
 from sparkbake.config.platforms import PLATFORMS, Platform
 from sparkbake.config.settings import Settings
 from sparkbake.config.versions import Base, DebootstrapBase, ImageBase
-from sparkbake.console.tools import echo, require_tool, run, step
+from sparkbake.console.display import Console
+from sparkbake.console.tools import require_tool, run, step
 from sparkbake.errors import ConfigError, EngineError
 from sparkbake.files import scratch_dir
 from sparkbake.hashing import data_hash
@@ -41,7 +42,7 @@ def local_ref(base: DebootstrapBase, platform: Platform) -> str:
 
 
 def ensure(client: Client, base: Base, platform: Platform, build_dir: Path,
-           settings: Settings) -> BaseImage:
+           settings: Settings, *, console: Console) -> BaseImage:
     """Make sure the base is in the engine for the platform; build (debootstrap) or pull it
     if not. Containers of it run emulated where the engine's host is another platform."""
     from sparkbake.oci.emulation import require_engine_runs  # a no-op build needs none
@@ -49,16 +50,16 @@ def ensure(client: Client, base: Base, platform: Platform, build_dir: Path,
     require_engine_runs(client, platform)
     if isinstance(base, ImageBase):
         if not image_exists(client, base.image):
-            _pull(client, base, platform)
+            _pull(client, base, platform, console=console)
         _require_platform(client, base.image, platform)
         return BaseImage(base.name, base.image, base.digest)
     ref = local_ref(base, platform)
     if not image_exists(client, ref):
         same = tag_same_key(client, ref)
         if same is None:
-            _debootstrap(client, base, ref, platform, build_dir, settings)
+            _debootstrap(client, base, ref, platform, build_dir, settings, console=console)
         else:
-            echo(f"base {ref}: the image of {same}, the same spec")
+            console.detail(f"base {ref}: the image of {same}, the same spec")
     return BaseImage(base.name, ref, str(client.images.get(ref).id))
 
 
@@ -73,12 +74,12 @@ def _require_platform(client: Client, ref: str, platform: Platform) -> None:
                           f"{platform}")
 
 
-def _pull(client: Client, base: ImageBase, platform: Platform) -> None:
+def _pull(client: Client, base: ImageBase, platform: Platform, *, console: Console) -> None:
     import docker.errors  # here: the Docker SDK is slow to import and most commands pull nothing
 
     name, digest = base.image.split("@", 1)
     repository = name.rsplit(":", 1)[0] if ":" in name.rsplit("/", 1)[-1] else name
-    with step(f"pull {base.image} ({platform})"):
+    with step(console, f"pull {base.image} ({platform})"):
         try:
             client.images.pull(repository, tag=digest, platform=str(platform))
         except docker.errors.APIError as exc:
@@ -90,7 +91,7 @@ def _pull(client: Client, base: ImageBase, platform: Platform) -> None:
 
 
 def _debootstrap(client: Client, base: DebootstrapBase, ref: str, platform: Platform,
-                 build_dir: Path, settings: Settings) -> None:
+                 build_dir: Path, settings: Settings, *, console: Console) -> None:
     if platform.debian is None:
         raise ConfigError(f"base {base.name!r}: debootstrap has no architecture for "
                           f"{platform}", f"use one of {', '.join(map(str, PLATFORMS))}")
@@ -104,19 +105,20 @@ def _debootstrap(client: Client, base: DebootstrapBase, ref: str, platform: Plat
     debootstrap = require_tool("debootstrap", "debootstrap")
     if os.geteuid() != 0:
         raise EngineError("debootstrap needs root", "run as root, or use an image base")
-    with step(f"debootstrap {base.suite} ({platform}) for base {base.name}"), \
+    with step(console, f"debootstrap {base.suite} ({platform}) for base {base.name}"), \
             scratch_dir(build_dir / "bases", f"{base.name}.") as work:
         rootfs = work / "rootfs"
         cmd = [debootstrap, f"--variant={base.variant}", f"--arch={platform.debian}"]
         if base.packages:
             cmd.append("--include=" + ",".join(base.packages))
-        run([*cmd, base.suite, rootfs, mirror], error=EngineError,
+        run(console, [*cmd, base.suite, rootfs, mirror], error=EngineError,
             what=f"debootstrap of base {base.name!r}")
         # apt lists and caches differ run to run and are no use inside the image
-        run(["tar", "-C", rootfs, "--exclude=./var/cache/apt/*", "--exclude=./var/lib/apt/lists/*",
+        run(console, ["tar", "-C", rootfs, "--exclude=./var/cache/apt/*",
+                      "--exclude=./var/lib/apt/lists/*",
              "--numeric-owner", "-cf", work / "rootfs.tar", "."], error=EngineError,
             what="packing the rootfs")
-        echo(f"import {ref}")
+        console.detail(f"import {ref}")
         _import(client, work / "rootfs.tar", ref, platform, work / "image.tar")
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sparkbake.console import display
+from sparkbake.console.display import Console
 from sparkbake.files import atomic_write
 from sparkbake.hashing import file_sha256
 
@@ -116,7 +116,8 @@ def read_record(path: Path) -> dict[str, Any] | None:
     return record
 
 
-def record_or_drop(path: Path, keys: tuple[str, ...] = (), what: str = "") -> dict[str, Any] | None:
+def record_or_drop(path: Path, keys: tuple[str, ...] = (), what: str = "", *,
+                   console: Console) -> dict[str, Any] | None:
     """The record at path (read_record) with keys in it; a damaged one is removed with a
     warning, to be made again: None then, as when there is none."""
     try:
@@ -124,7 +125,7 @@ def record_or_drop(path: Path, keys: tuple[str, ...] = (), what: str = "") -> di
         if record is not None and not set(keys) <= record.keys():
             raise Damaged(path, f"not {what}")
     except Damaged as exc:
-        display.notice(removed(path, exc.why))
+        console.notice(removed(path, exc.why))
         path.unlink(missing_ok=True)
         return None
     return record

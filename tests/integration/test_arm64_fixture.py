@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from sparkbake.oci import docker_engine, image_layout, local_registry
-from tests.conftest import Project, copy_project, free_port
+from tests.conftest import Project, copy_project, free_port, plain_console
 from tests.faultproxy import Faults, fault_proxy
 from tests.integration.test_deploy import Engine, engine, node
 from tests.integration.test_publish_tls import (
@@ -135,13 +135,13 @@ def test_deploy_pulls_the_index_and_the_node_holds_its_platforms_image(
         smoked: Project, node: Engine, tmp_path: Path) -> None:
     registry = dataclasses.replace(smoked.config(), work=tmp_path)
     port = free_port()
-    local_registry.start(registry, port)
+    local_registry.start(registry, plain_console(), port)
     try:
         assert smoked.sparkbake("publish", RELEASE, "--registry", f"127.0.0.1:{port}") == 0
         record = json.loads((smoked.root / "build" / "releases" / f"{RELEASE}.json").read_text())
         assert smoked.sparkbake("deploy", RELEASE, "--hosts", node.url) == 0
     finally:
-        local_registry.stop(registry)
+        local_registry.stop(registry, plain_console())
     amd64 = record["platforms"][0]
     [report] = sorted((smoked.root / "build" / "deploys").glob(f"{RELEASE}-amd64-*.json"))
     [host] = json.loads(report.read_text())["hosts"]

@@ -14,7 +14,7 @@ from sparkbake.config.versions import DebootstrapBase
 from sparkbake.lock import pins
 from sparkbake.oci import docker_engine
 from sparkbake.wheels import container_build
-from tests.conftest import Project
+from tests.conftest import Project, plain_console
 
 pytestmark = pytest.mark.docker
 
@@ -33,11 +33,13 @@ def test_the_same_spec_under_another_name_is_the_same_base_and_builder(
                                                      f"of base {renamed.name} "))
     assert renamed_lock.read_text() != lock.read_text()
     capfd.readouterr()
-    made = bases.ensure(docker_client, renamed, tag.platform, tmp_path, settings)
+    made = bases.ensure(docker_client, renamed, tag.platform, tmp_path, settings,
+                        console=plain_console())
     builder = container_build.builder_image(docker_client, made, renamed_lock, settings,
-                                            tmp_path)
+                                            tmp_path, console=plain_console())
     try:
-        first = bases.ensure(docker_client, tag.runtime, tag.platform, tmp_path, settings)
+        first = bases.ensure(docker_client, tag.runtime, tag.platform, tmp_path, settings,
+                             console=plain_console())
         assert made.ref == bases.local_ref(renamed, tag.platform) != first.ref
         assert made.digest == first.digest  # no second debootstrap
         assert docker_client.images.get(builder).id == docker_client.images.get(

@@ -28,7 +28,7 @@ import pytest
 
 from sparkbake.config.versions import Config
 from sparkbake.oci import docker_engine, local_registry
-from tests.conftest import Project, free_port, missing
+from tests.conftest import Project, free_port, missing, plain_console
 
 pytestmark = pytest.mark.docker
 
@@ -125,14 +125,14 @@ def registry_config(built_fixture: Project,
     config = dataclasses.replace(built_fixture.config(),
                                  work=tmp_path_factory.mktemp("deploy-registry"))
     yield config
-    local_registry.stop(config)  # the fallback test may have stopped it already
+    local_registry.stop(config, plain_console())  # the fallback test may have stopped it already
 
 
 @pytest.fixture(scope="module")
 def release(built_fixture: Project, registry_config: Config) -> dict[str, Any]:
     """The fixture tag smoked and published to this module's registry: its release record."""
     port = free_port()
-    local_registry.start(registry_config, port)
+    local_registry.start(registry_config, plain_console(), port)
     assert built_fixture.sparkbake("smoke", "fixture") == 0
     assert built_fixture.sparkbake("publish", "fixture", "--registry", f"127.0.0.1:{port}") == 0
     record: dict[str, Any] = json.loads(
@@ -218,7 +218,8 @@ def test_a_tag_without_a_release_is_refused(built_fixture: Project,
 def test_a_node_that_cannot_reach_the_registry_gets_the_image_streamed(
         built_fixture: Project, release: dict[str, Any], node: Engine,
         registry_config: Config) -> None:
-    assert local_registry.stop(registry_config) is True  # the registry is gone (last test)
+    assert local_registry.stop(registry_config,
+                               plain_console()) is True  # the registry is gone (last test)
     assert built_fixture.sparkbake("deploy", "fixture", "--hosts", node.url) == 0
     host = last_report(built_fixture)["hosts"][0]
     assert host["method"] == "stream"

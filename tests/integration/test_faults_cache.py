@@ -28,7 +28,7 @@ from sparkbake.errors import PublishError, ReproducibilityError
 from sparkbake.hashing import file_sha256
 from sparkbake.oci import docker_engine, image_layout
 from sparkbake.wheels import container_build
-from tests.conftest import Project, free_port
+from tests.conftest import Project, free_port, plain_console
 
 pytestmark = pytest.mark.docker
 
@@ -45,7 +45,7 @@ class Baked:
 
     @property
     def oci(self) -> image_layout.Layout:
-        return image_layout.Layout(self.project.root / "build" / "oci")
+        return image_layout.Layout(self.project.root / "build" / "oci", console=plain_console())
 
     def manifest(self) -> image_layout.Manifest:
         return self.oci.read_manifest(self.clean)
@@ -57,12 +57,13 @@ class Baked:
 def seed_host_cache(cache: Path, client: docker_engine.Client, base: str) -> None:
     """Copies (never links: the damage stays here) of the base's blobs from this host's
     layer cache, where it has them: an export of the base takes a minute."""
-    shared = image_layout.Layout(Settings.of_process().cache_dir / "layers")
+    shared = image_layout.Layout(Settings.of_process().cache_dir / "layers",
+                                 console=plain_console())
     record = baselayers.record_path(shared, str(client.images.get(base).id))
     if not record.is_file():
         return
     listing = json.loads(record.read_text())
-    mine = image_layout.Layout(cache / "layers")
+    mine = image_layout.Layout(cache / "layers", console=plain_console())
     cache.mkdir()
     for digest in (listing["config"], *listing["layers"]):
         copy = Path(shutil.copy(shared.blob(digest), cache / "copy"))
@@ -91,7 +92,8 @@ def baked(built_fixture: Project, docker_client: docker_engine.Client, debian_ba
     with pytest.MonkeyPatch.context() as env:
         env.setenv("SPARKBAKE_CACHE", str(cache))
         assert project.sparkbake("build-image", "fixture") == 0
-        found = runtime_image.find(Folders.of(project.config()), project.plan())
+        found = runtime_image.find(Folders.of(project.config()), project.plan(),
+                                   console=plain_console())
         assert found is not None
         yield Baked(project, found.image.digest, cache)
     docker_client.images.remove(project.plan().tag.image_ref, force=True)
@@ -157,7 +159,7 @@ def test_a_flipped_byte_in_a_layer_blob_is_refused_by_verify_and_publish_then_re
 @pytest.mark.required("prove-faults")
 def test_a_truncated_base_blob_in_the_host_cache_is_exported_again(
         baked: Baked, capsys: pytest.CaptureFixture[str]) -> None:
-    shared = image_layout.Layout(baked.cache / "layers")
+    shared = image_layout.Layout(baked.cache / "layers", console=plain_console())
     base = baked.manifest().layers[0]
     assert baked.oci.blob(base.digest).stat().st_ino == shared.blob(base.digest).stat().st_ino
     os.chmod(shared.blob(base.digest), 0o644)

@@ -34,7 +34,7 @@ from sparkbake.errors import PublishError
 from sparkbake.oci import docker_engine, image_layout, local_registry
 from sparkbake.oci.distribution import Session
 from sparkbake.publish import push
-from tests.conftest import Project, copy_project, free_port, missing
+from tests.conftest import Project, copy_project, free_port, missing, plain_console
 from tests.faultproxy import Faults, fault_proxy
 from tests.integration import test_publish as pub
 
@@ -55,7 +55,7 @@ class Built:
         return self.project.root / "build"
 
     def baked_digest(self) -> str:
-        found = image_layout.Layout(self.build / "oci").find(TAG)
+        found = image_layout.Layout(self.build / "oci", console=plain_console()).find(TAG)
         assert found is not None
         return found.digest
 
@@ -98,7 +98,7 @@ def built(docker_client: docker_engine.Client, debian_base: str,
     config.write_text(config.read_text().replace(
         "repository: localhost:5000/sparkbake-fixture", f"repository: {REPOSITORY}"))
     assert finish(sparkbake(project, "build-image", TAG))[0] == 0
-    found = image_layout.Layout(project.root / "build" / "oci").find(TAG)
+    found = image_layout.Layout(project.root / "build" / "oci", console=plain_console()).find(TAG)
     assert found is not None
     yield Built(project, found.digest)
     with contextlib.suppress(docker.errors.APIError):
@@ -187,9 +187,9 @@ def registry(docker_client: docker_engine.Client,
             missing(f"{tool} (apt-get install -y {tool})")
     config = pub.registry_config(tmp_path_factory.mktemp("registry"), "127.0.0.1:1/unused")
     port = free_port()
-    local_registry.start(config, port)
+    local_registry.start(config, plain_console(), port)
     yield pub.Local(config, port)
-    local_registry.stop(config)
+    local_registry.stop(config, plain_console())
     for image in docker_client.images.list(filters={"label": f"{pub.RUN_LABEL}={pub.RUN}"}):
         with contextlib.suppress(docker.errors.APIError):
             docker_client.images.remove(image.id, force=True)
@@ -212,7 +212,7 @@ def test_a_stalled_registry_is_one_line_within_seconds(publishing: pub.Project,
                                                        tmp_path: Path) -> None:
     stalled = pub.registry_config(tmp_path / "stalled", "127.0.0.1:1/unused")
     port = free_port()
-    local_registry.start(stalled, port)
+    local_registry.start(stalled, plain_console(), port)
     pid = local_registry.running(stalled)
     assert pid is not None
     os.kill(pid, signal.SIGSTOP)
@@ -223,7 +223,7 @@ def test_a_stalled_registry_is_one_line_within_seconds(publishing: pub.Project,
         took = time.monotonic() - started
     finally:
         os.kill(pid, signal.SIGCONT)
-        local_registry.stop(stalled)
+        local_registry.stop(stalled, plain_console())
     assert took < 25
     assert caught.value.exit_code == 7
     assert caught.value.message == (f"registry 127.0.0.1:{port} stopped answering: nothing came "
@@ -244,7 +244,9 @@ def test_a_publish_cut_before_the_moving_tag_leaves_the_per_build_tag_and_the_re
         with pytest.raises(PublishError):
             publishing.publish(registry_host=host)
         assert faults.done == [f"503 PUT /v2/{path}/manifests/{moving}"]
-        session = Session(push.remote_for(f"{host}/{path}", Settings.of_process()))
+        settings = Settings.of_process()
+        session = Session(push.remote_for(f"{host}/{path}", settings, console=plain_console()),
+                          settings, plain_console())
         record = json.loads(publishing.release.read_text())
         assert session.manifest_digest(per_build) == record["digest"]
         assert session.manifest_digest(moving) is None

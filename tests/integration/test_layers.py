@@ -16,7 +16,7 @@ import pytest
 from sparkbake.config.settings import Settings
 from sparkbake.oci import docker_engine, image_layout
 from sparkbake.pipeline import commands
-from tests.conftest import Project, copy_project
+from tests.conftest import Project, copy_project, plain_console
 from tests.integration.test_pipeline import PYTHON_PATCH, python_in
 
 pytestmark = pytest.mark.docker
@@ -38,7 +38,7 @@ class Bake:
 
 
 def baked(project: Project, log: str, err: str, seconds: float) -> Bake:
-    store = image_layout.Layout(project.root / "build" / "oci")
+    store = image_layout.Layout(project.root / "build" / "oci", console=plain_console())
     found = store.find("fixture")
     assert found is not None
     manifest = store.read_json(found.digest)
@@ -150,5 +150,6 @@ def test_a_bake_from_the_cache_is_the_image_a_clean_bake_makes(
     _, warm = bakes
     shutil.rmtree(layered.root / "build" / "layers")  # the layer cache, not the stages'
     config = layered.config()
-    clean = commands.rebuild(config, Settings.of_process(), config.tag("fixture"))
+    clean = commands.rebuild(config, Settings.of_process(), config.tag("fixture"),
+                             console=plain_console())
     assert clean.image.digest == warm.digest

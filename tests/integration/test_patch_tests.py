@@ -18,7 +18,7 @@ from sparkbake.config.settings import Settings
 from sparkbake.core.folders import Folders
 from sparkbake.errors import PatchTestError
 from sparkbake.series import patchtests
-from tests.conftest import versions_yaml
+from tests.conftest import plain_console, versions_yaml
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = REPO / "versions.yaml"
@@ -84,7 +84,8 @@ def test_series_tests_run_without_the_signing_secrets_or_the_docker_logins(
         "    assert os.environ['PYTHONDONTWRITEBYTECODE'] == '1'  # what it is given\n"))
     settings = Settings.of_process()
     assert settings.signing.passphrase == "hunter2"  # this process has them
-    patchtests.run_tests(plan, tree, LOCK, LAYOUT, settings)  # exit 6 if the test failed
+    patchtests.run_tests(plan, tree, LOCK, LAYOUT, settings,
+                         console=plain_console())  # exit 6 if the test failed
 
 
 def test_a_failing_series_test_stops_with_exit_6_and_names_the_report(
@@ -94,7 +95,8 @@ def test_a_failing_series_test_stops_with_exit_6_and_names_the_report(
         "def test_passes() -> None:\n    assert 1 + 1 == 2\n\n\n"
         "def test_fails() -> None:\n    assert 1 + 1 == 3\n"))
     with pytest.raises(PatchTestError) as caught:
-        patchtests.run_tests(plan, tree, LOCK, LAYOUT, Settings.of_process())
+        patchtests.run_tests(plan, tree, LOCK, LAYOUT, Settings.of_process(),
+                             console=plain_console())
     assert caught.value.exit_code == 6
     assert "patch-tests t: 1 failed, 0 errors of 2 (pytest exit 1)" in caught.value.message
     assert str(LAYOUT.patch_tests("t") / "junit.xml") in caught.value.remedy

@@ -22,7 +22,7 @@ from sparkbake.hashing import file_sha256
 from sparkbake.oci import docker_engine, emulation, engine_socket, local_registry
 from sparkbake.wheels import container_build
 from tests import polling
-from tests.conftest import Project, free_port
+from tests.conftest import Project, free_port, plain_console
 from tests.startup import ONLY_WHEN_BUILDING
 
 pytestmark = pytest.mark.docker
@@ -451,9 +451,9 @@ def free_registry(built_fixture: Project,
                   docker_client: docker_engine.Client) -> Iterator[str]:
     port = free_port()
     config = built_fixture.config()
-    local_registry.start(config, port)
+    local_registry.start(config, plain_console(), port)
     yield f"127.0.0.1:{port}"
-    local_registry.stop(config)
+    local_registry.stop(config, plain_console())
     for image in docker_client.images.list(f"127.0.0.1:{port}/sparkbake-fixture"):
         for ref in image.tags:
             docker_client.images.remove(ref)

@@ -31,7 +31,7 @@ from sparkbake.oci import docker_engine, emulation, local_registry
 from sparkbake.pipeline import commands, stage_commands
 from sparkbake.smoke import checks, sample_envs
 from sparkbake.wheels import container_build
-from tests.conftest import free_port
+from tests.conftest import free_port, plain_console
 
 pytestmark = [pytest.mark.docker, pytest.mark.required("prove-arm64")]
 
@@ -71,15 +71,16 @@ def built(docker_client: docker_engine.Client,
     loaded = dataclasses.replace(versions.load(REPO / "versions.yaml"), work=work)
     tag = loaded.tag(TAG)
     settings = Settings.of_process()
-    assert stage_commands.run_until(loaded, settings, tag, Stage.BAKE) == 0
-    assert commands.smoke_tag(loaded, settings, tag, checks.Options()) == 0
+    assert stage_commands.run_until(loaded, settings, tag, Stage.BAKE, console=plain_console()) == 0
+    assert commands.smoke_tag(loaded, settings, tag, checks.Options(), console=plain_console()) == 0
     port = free_port()
-    local_registry.start(loaded, port)
+    local_registry.start(loaded, plain_console(), port)
     try:
-        assert commands.publish(loaded, settings, tag, f"127.0.0.1:{port}", force=False) == 0
+        assert commands.publish(loaded, settings, tag, f"127.0.0.1:{port}", force=False,
+                                console=plain_console()) == 0
         yield Built(loaded, planning.make(loaded, tag))
     finally:
-        local_registry.stop(loaded)
+        local_registry.stop(loaded, plain_console())
         docker_client.images.remove(tag.image_ref, force=True)
         shutil.rmtree(work, ignore_errors=True)  # about 15 GB: layout, registry, wheelhouse
 

@@ -29,7 +29,7 @@ from sparkbake.config.versions import Config
 from sparkbake.errors import BakeError, EngineError, PublishError
 from sparkbake.oci import docker_engine, image_layout, layers, local_registry
 from sparkbake.publish import push
-from tests.conftest import free_port, missing, versions_yaml
+from tests.conftest import free_port, missing, plain_console, settings_of, versions_yaml
 
 pytestmark = pytest.mark.docker
 
@@ -62,7 +62,7 @@ def registry_config(root: Path, repository: str) -> Config:
 @pytest.fixture(scope="module")
 def client() -> Iterator[docker_engine.Client]:
     try:
-        engine = docker_engine.connect()
+        engine = docker_engine.connect(settings=settings_of())
     except EngineError as exc:
         missing(f"Docker engine: {exc.message}")
     for tool in ("docker-registry", "skopeo"):
@@ -87,9 +87,9 @@ def local(client: docker_engine.Client,
           tmp_path_factory: pytest.TempPathFactory) -> Iterator[Local]:
     config = registry_config(tmp_path_factory.mktemp("registry"), "127.0.0.1:1/unused")
     port = free_port()
-    local_registry.start(config, port)
+    local_registry.start(config, plain_console(), port)
     yield Local(config, port)
-    assert local_registry.stop(config) is True
+    assert local_registry.stop(config, plain_console()) is True
 
 
 @dataclass(frozen=True)
@@ -113,7 +113,7 @@ class Project:
         bake stage does; return its id."""
         work = self.config.root / f"bake-{uuid.uuid4().hex[:8]}"
         work.mkdir()
-        layout = image_layout.Layout(self.config.build_dir / "oci")
+        layout = image_layout.Layout(self.config.build_dir / "oci", console=plain_console())
         plan = self.plan_of(tag)
         files = [("payload", payload)] if base is None else [("base", base), ("payload", payload)]
         made = {name: layers.from_files({name: (text.encode(), 0o644)}, work / f"{name}.tgz", 0)
@@ -152,7 +152,7 @@ class Project:
         """The release record, as --json prints it."""
         return push.publish(self.client, self.config, Settings.of_process(), self.plan_of(tag),
                             registry_host,
-                            force, skip_smoke=skip_smoke).to_json()
+                            force, skip_smoke=skip_smoke, console=plain_console()).to_json()
 
 
 @pytest.fixture
@@ -170,7 +170,7 @@ def skopeo_digest(ref: str) -> str:
 
 def test_start_again_is_a_no_op_and_status_says_it_runs(local: Local, tmp_path: Path) -> None:
     pid = (local.config.build_dir / "registry" / "registry.pid").read_text().split()[0]
-    assert local_registry.start(local.config, local.port) == \
+    assert local_registry.start(local.config, plain_console(), local.port) == \
         f"registry: already running at 127.0.0.1:{local.port} (pid {pid})"
     answers, line = local_registry.status(local.config)
     assert answers and line.startswith(f"registry: running at 127.0.0.1:{local.port} (pid {pid}")
@@ -180,13 +180,13 @@ def test_another_projects_registry_is_never_reused(local: Local, tmp_path: Path)
     other = registry_config(tmp_path, "127.0.0.1:1/unused")
     pid = (local.config.build_dir / "registry" / "registry.pid").read_text().split()[0]
     with pytest.raises(EngineError) as caught:
-        local_registry.start(other, local.port)
+        local_registry.start(other, plain_console(), local.port)
     assert caught.value.exit_code == 8
     assert caught.value.message == \
         f"port {local.port} of 127.0.0.1 is held by docker-registry (pid {pid})"
     assert not (other.build_dir / "registry" / "registry.pid").exists()
     assert local_registry.status(other)[0] is False
-    assert local_registry.stop(other) is False
+    assert local_registry.stop(other, plain_console()) is False
 
 
 def test_publish_pushes_both_tags_and_records_the_verified_digest(project: Project) -> None:
@@ -203,7 +203,7 @@ def test_publish_pushes_both_tags_and_records_the_verified_digest(project: Proje
     assert record["upstream"]["kind"] == "dir"
     assert skopeo_digest(f"{repository}:{TAG}") == record["digest"]
     assert skopeo_digest(f"{repository}:{immutable}") == record["digest"]
-    baked = image_layout.Layout(project.config.build_dir / "oci").find(TAG)
+    baked = image_layout.Layout(project.config.build_dir / "oci", console=plain_console()).find(TAG)
     assert baked is not None and record["digest"] == baked.digest  # as baked, not re-made
 
 
@@ -267,14 +267,14 @@ def test_a_push_the_registry_refuses_is_exit_7_without_a_record(
         project: Project, tmp_path: Path) -> None:
     readonly = registry_config(tmp_path / "readonly", "127.0.0.1:1/unused")
     port = free_port()
-    local_registry.start(readonly, port, readonly=True)
+    local_registry.start(readonly, plain_console(), port, readonly=True)
     try:
         project.build("read-only")
         project.smoke()
         with pytest.raises(PublishError) as caught:
             project.publish(registry_host=f"127.0.0.1:{port}")
     finally:
-        assert local_registry.stop(readonly) is True
+        assert local_registry.stop(readonly, plain_console()) is True
     assert caught.value.exit_code == 7
     assert "pushing" in str(caught.value) and "failed" in str(caught.value)
     assert not project.release.exists()
@@ -294,7 +294,7 @@ def test_a_missing_or_failed_smoke_record_is_refused(project: Project) -> None:
 def test_an_engine_image_that_is_not_the_baked_one_is_refused(project: Project) -> None:
     project.build("tested")
     project.smoke()
-    layout = image_layout.Layout(project.config.build_dir / "oci")
+    layout = image_layout.Layout(project.config.build_dir / "oci", console=plain_console())
     tested = layout.find(TAG)
     project.build("other")  # the layout and the engine move on together ...
     assert tested is not None

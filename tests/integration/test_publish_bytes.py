@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from sparkbake.oci import image_layout
+from tests.conftest import plain_console
 from tests.integration import test_publish
 from tests.integration.test_publish import NEXT, TAG, Project, skopeo_digest
 
@@ -23,7 +24,8 @@ pytestmark = pytest.mark.docker
 
 def blob_sizes(project: Project, digest: str) -> dict[str, int]:
     """The image's blobs (config and layers) in build/oci: digest -> size."""
-    doc = image_layout.Layout(project.config.build_dir / "oci").read_json(digest)
+    doc = image_layout.Layout(project.config.build_dir / "oci",
+                              console=plain_console()).read_json(digest)
     return {str(b["digest"]): int(b["size"]) for b in [doc["config"], *doc["layers"]]}
 
 

@@ -19,7 +19,7 @@ from sparkbake.config import versions as config_mod
 from sparkbake.config.settings import Settings
 from sparkbake.oci import docker_engine, image_layout
 from sparkbake.publish import push
-from tests.conftest import Project, copy_project
+from tests.conftest import Project, copy_project, plain_console
 from tests.integration.test_publish import Local, client, local
 from tests.integration.test_publish import Project as FakeBaker
 
@@ -41,7 +41,8 @@ def publish_signed(client: docker_engine.Client, project: Project, local: Local,
     config = project.config()
     plan = planning.make(config, config.tag(TAG))
     return push.publish(client, config, Settings.of_process(), plan, f"127.0.0.1:{local.port}",
-                        False, skip_smoke=True, key=signing.signing_key(key, None)).to_json()
+                        False, skip_smoke=True, key=signing.signing_key(key, None),
+                        console=plain_console()).to_json()
 
 
 def verify_rebuild(record: dict[str, Any], key: Path, project: Project) -> int:
@@ -89,7 +90,8 @@ def test_a_signed_image_not_built_from_its_pins_fails_naming_the_first_layer(
     assert len(error) == 2
     assert f"rebuilt {TAG}: sha256:" in error[0]
     assert f", not the registry's {record['digest']}: layer 0 (" in error[0]
-    forged = image_layout.Layout(config.build_dir / "oci").read_json(record["digest"])["layers"]
+    forged = image_layout.Layout(config.build_dir / "oci",
+                                 console=plain_console()).read_json(record["digest"])["layers"]
     assert f") is {forged[0]['digest']} there, sha256:" in error[0]
     assert error[0].endswith(" rebuilt")
     assert f"verify {TAG} --against {record['digest']}" in error[1]

@@ -21,7 +21,7 @@ import pytest
 from sparkbake.hashing import file_sha256
 from sparkbake.oci import docker_engine, image_layout, local_registry
 from sparkbake.wheels import container_build
-from tests.conftest import Project, copy_project, cp_project, free_port, missing
+from tests.conftest import Project, copy_project, cp_project, free_port, missing, plain_console
 from tests.integration.test_pipeline import PYTHON_PATCH
 
 pytestmark = pytest.mark.docker
@@ -95,10 +95,10 @@ def test_two_clean_builds_give_one_digest_as_skopeo_reads_it(
 
 def test_two_clean_builds_give_one_sbom(built_fixture: Project, second: Project) -> None:
     """The bake's SBOM beside each image (build/oci, `fixture.sbom`): the same bytes."""
-    found = [image_layout.Layout(layout(p)).find("fixture.sbom") for p in (built_fixture,
-                                                                                second)]
+    found = [image_layout.Layout(layout(p), plain_console()).find("fixture.sbom")
+             for p in (built_fixture, second)]
     assert found[0] is not None and found[0] == found[1]
-    store = image_layout.Layout(layout(second))
+    store = image_layout.Layout(layout(second), console=plain_console())
     blob = store.read_json(found[0].digest)["layers"][0]
     assert blob["mediaType"] == "application/vnd.cyclonedx+json"
     document = json.loads(store.read(blob["digest"]))
@@ -120,7 +120,7 @@ def test_the_config_and_labels_carry_the_source_date_not_the_build_time(
 
 def test_the_layers_made_here_are_sorted_dated_root_owned_with_hash_checked_pycs(
         second: Project) -> None:
-    store = image_layout.Layout(layout(second))
+    store = image_layout.Layout(layout(second), console=plain_console())
     found = store.find("fixture")
     assert found is not None
     manifest = store.read_json(found.digest)
@@ -164,11 +164,11 @@ def published(second: Project) -> Iterator[str]:
     """second's image smoke-tested and published to a registry of its own; yields the
     registry's HOST:PORT while it runs."""
     port = free_port()
-    local_registry.start(second.config(), port)
+    local_registry.start(second.config(), plain_console(), port)
     assert second.sparkbake("smoke", "fixture") == 0
     assert second.sparkbake("publish", "fixture", "--registry", f"127.0.0.1:{port}") == 0
     yield f"127.0.0.1:{port}"
-    local_registry.stop(second.config())
+    local_registry.stop(second.config(), console=plain_console())
 
 
 def test_publish_pushes_the_digest_the_bake_wrote(second: Project, published: str) -> None:
@@ -185,7 +185,7 @@ def test_verify_against_the_published_digest_rebuilds_and_finds_it_again(
         second: Project, published: str, capsys: pytest.CaptureFixture[str]) -> None:
     release = json.loads((second.root / "build" / "releases" / "fixture.json").read_text())
     digest = release["digest"]
-    store = image_layout.Layout(layout(second))
+    store = image_layout.Layout(layout(second), console=plain_console())
     top = store.read_json(digest)["layers"][-1]["digest"]
     for blob in (digest, top):  # so verify must take them from the registry
         store.blob(blob).unlink()

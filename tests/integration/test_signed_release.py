@@ -27,6 +27,7 @@ from sparkbake.config.settings import Settings
 from sparkbake.errors import PublishError
 from sparkbake.oci import artifacts, image_layout, referrers
 from sparkbake.publish import attach, push, release_index
+from tests.conftest import plain_console
 from tests.integration.test_publish import TAG, Project, client, local, project
 from tests.integration.test_publish_release import RELEASE, build_both
 from tests.integration.test_publish_release import project as multi
@@ -48,7 +49,7 @@ def published(project: Project, payload: str, key: Path | None, force: bool = Fa
     signer = signing.signing_key(key, None) if key else None
     return push.publish(project.client, project.config, Settings.of_process(), project.plan, None,
                         force,
-                        key=signer).to_json()
+                        key=signer, console=plain_console()).to_json()
 
 
 def verify(reference: str, pub: Path, *more: str) -> int:
@@ -179,11 +180,11 @@ def test_a_statement_of_another_digest_and_an_unsigned_image_fail(
     assert f"{repository}@{unsigned['digest']} is not signed" in capsys.readouterr().err
 
     second = published(project, "second", key, force=True)
-    layout = image_layout.Layout(project.config.build_dir / "oci")
+    layout = image_layout.Layout(project.config.build_dir / "oci", console=plain_console())
     envelope = artifacts.read(layout, first["attestations"]["provenance"])[1]
     subject = image_layout.Descriptor(image_layout.MANIFEST_TYPE, second["digest"], 1)
     moved = artifacts.add(layout, signing.DSSE_TYPE, envelope, subject)
-    session = push.open_session(repository, Settings.of_process())
+    session = push.open_session(repository, Settings.of_process(), console=plain_console())
     referrers.attach(session, layout, moved, second["digest"])
     assert verify(f"{repository}:{TAG}", Path(f"{key}.pub")) == 7
     assert f"about sha256:{first['digest'][7:]}, not {second['digest']}" in \
@@ -200,14 +201,15 @@ def test_unsigned_statements_and_a_second_key_do_not_lock_the_release_out(
         f"{repository}@{digest[:19]} is signed already (1 signature(s)); publishing it again "
         "unsigned would attach unsigned statements to it")
     # anyone who can push can attach an unsigned statement beside the signed ones
-    layout = image_layout.Layout(project.config.build_dir / "oci")
+    layout = image_layout.Layout(project.config.build_dir / "oci", console=plain_console())
     statement = json.loads(base64.b64decode(json.loads(artifacts.read(
         layout, record["attestations"]["provenance"])[1])["payload"]))
     statement["predicate"]["buildDefinition"]["externalParameters"]["tag"] = "forged"
     forged = artifacts.add(layout, signing.DSSE_TYPE, signing.envelope(
         json.dumps(statement).encode(), None), image_layout.Descriptor(
         image_layout.MANIFEST_TYPE, digest, 1))
-    referrers.attach(push.open_session(repository, Settings.of_process()), layout, forged, digest)
+    referrers.attach(push.open_session(repository, Settings.of_process(), console=plain_console()),
+                     layout, forged, digest)
     capsys.readouterr()
     assert verify(f"{repository}:{TAG}", pub) == 0
     err = capsys.readouterr().err
@@ -243,7 +245,8 @@ def test_deploy_require_signature_refuses_an_unsigned_release_before_any_node(
 
 def test_the_fallback_index_lists_the_artifacts_by_type(project: Project, key: Path) -> None:
     record = published(project, "listed", key)
-    session = push.open_session(record["repository"], Settings.of_process())
+    session = push.open_session(record["repository"], Settings.of_process(),
+                                console=plain_console())
     found, listing = referrers.listed(session, record["digest"])
     assert listing == "fallback tag"
     kinds = sorted((m["artifactType"], (m.get("annotations") or {}).get(
@@ -253,7 +256,7 @@ def test_the_fallback_index_lists_the_artifacts_by_type(project: Project, key: P
                      (signing.DSSE_TYPE, "https://slsa.dev/provenance/v1")]
     again = push.publish(project.client, project.config, Settings.of_process(), project.plan, None,
                          False,
-                         key=signing.signing_key(key, None)).to_json()
+                         key=signing.signing_key(key, None), console=plain_console()).to_json()
     assert again["attestations"] == record["attestations"]  # deterministic: nothing new
     assert len(referrers.listed(session, record["digest"])[0]) == 3
     sig = json.loads(subprocess.run(
@@ -269,7 +272,8 @@ def test_a_signed_multi_platform_release_verifies_by_its_index(
     tags = multi.config.targets(RELEASE)
     record = release_index.publish_release(multi.client, multi.config, Settings.of_process(),
                                            RELEASE, tags, None,
-                                           False, key=signing.signing_key(key, None)).to_json()
+                                           False, key=signing.signing_key(key, None),
+                                           console=plain_console()).to_json()
     assert verify(f"{record['repository']}:{RELEASE}", Path(f"{key}.pub")) == 0
     shown = capsys.readouterr().err
     assert f"verified {record['repository']}@{record['digest']}: the index is signed" in shown
@@ -315,9 +319,11 @@ def test_a_signed_image_without_its_referrers_fails_as_such(
     record = published(project, "bare", key)
     bare = f"{record['repository']}-bare"
     skopeo_copy(f"{record['repository']}:{TAG}", f"{bare}:{TAG}")
-    attach.sign(push.open_session(bare, Settings.of_process()),
-                image_layout.Layout(tmp_path / "signature"), bare, record["digest"],
-                signing.signing_key(key, None), [TAG], [])  # not signed there yet
+    attach.sign(push.open_session(bare, Settings.of_process(), console=plain_console()),
+                image_layout.Layout(tmp_path / "signature", console=plain_console()), bare,
+                record["digest"],
+                signing.signing_key(key, None), [TAG], [],
+                console=plain_console())  # not signed there yet
     assert verify(f"{bare}:{TAG}", Path(f"{key}.pub")) == 7
     assert f"{bare}@{record['digest']}: no SBOM or statements are attached" in \
         capsys.readouterr().err

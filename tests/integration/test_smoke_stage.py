@@ -20,7 +20,7 @@ import pytest
 from sparkbake.errors import BakeError
 from sparkbake.oci import docker_engine
 from sparkbake.smoke import checks
-from tests.conftest import Project, copy_project
+from tests.conftest import Project, copy_project, plain_console
 
 pytestmark = pytest.mark.docker
 
@@ -65,7 +65,8 @@ def make_variant(client: docker_engine.Client, project: Project, base_id: str,
     context.mkdir()
     (context / "Dockerfile").write_text("\n".join([f"FROM {base_id}", *instructions]) + "\n")
     try:
-        return docker_engine.build_image(client, context, project.plan().tag.image_ref,
+        return docker_engine.build_image(client, plain_console(), context,
+                                         project.plan().tag.image_ref,
                                          error=BakeError)
     finally:
         shutil.rmtree(context)

@@ -15,7 +15,7 @@ import pytest
 
 from sparkbake.config.settings import Settings
 from sparkbake.fetch import thirdparty
-from tests.conftest import DATA, Project, copy_project, versions_yaml
+from tests.conftest import DATA, Project, copy_project, plain_console, versions_yaml
 from tests.gitdaemon import Daemon, git, git_daemon
 from tests.integration.test_thirdparty import BASES, BUILDER_LOCK
 
@@ -67,7 +67,7 @@ def built(served: tuple[Daemon, dict[str, str]], debian_base: str,
     project = selfdriven_project(tmp_path_factory.mktemp("selfdriven") / "project", daemon)
     loaded = project.config()
     thirdparty.lock(loaded, loaded.tag(TAG), project.root / "cmake-selfdriven",
-                    Settings.of_process())
+                    Settings.of_process(), console=plain_console())
     move(daemon, "tinyconf.git", "cmake/CMakeLists.txt",
          "set_property(GLOBAL PROPERTY TINYCONF_VALUE 99)\n", "v1.0")
     move(daemon, "tinydep.git", "include/tinydep.h",

@@ -20,6 +20,7 @@ from sparkbake.config.platforms import AMD64
 from sparkbake.hashing import file_sha256
 from sparkbake.lock.wheelhouse import platform_tags
 from sparkbake.oci import docker_engine, image_layout
+from tests.conftest import plain_console
 
 pytestmark = pytest.mark.docker
 
@@ -91,10 +92,12 @@ class Baker:
         packages = venvlayers.VenvPackages("sparkbake-groups:test", PLATFORM, self.tag_wheels,
                                            ("six",), house, lock, asked, "k" * 64, "t" * 64)
         layer_cache = LayerCache(self.folder / cache / "layers",
-                                 image_layout.Layout(self.folder / cache / "oci"))
+                                 image_layout.Layout(self.folder / cache / "oci",
+                                                     console=plain_console()))
         (work / "scratch").mkdir()
         return venvlayers.make_layers(self.client, self.base, packages, layer_cache,
-                                      work / "scratch", SOURCE_DATE, work / "bake.log", workers=2)
+                                      work / "scratch", SOURCE_DATE, work / "bake.log", workers=2,
+                                      console=plain_console())
 
 
 def digests(baked: venvlayers.VenvLayers) -> list[str]:

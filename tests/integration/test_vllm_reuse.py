@@ -29,6 +29,7 @@ from sparkbake.oci import docker_engine, image_layout
 from sparkbake.pipeline import commands, verify
 from sparkbake.wheels import container_build
 from sparkbake.wheels.report import WheelsReport, read_report
+from tests.conftest import plain_console
 
 pytestmark = [pytest.mark.docker, pytest.mark.required("repro-vllm")]
 
@@ -61,7 +62,8 @@ def builds(docker_client: docker_engine.Client, tag_name: str,
         work = tmp_path_factory.mktemp(name)
         works.append(work)
         scratch = dataclasses.replace(loaded, work=work)
-        baked = commands.rebuild(scratch, Settings.of_process(), scratch.tag(tag_name))
+        baked = commands.rebuild(scratch, Settings.of_process(), scratch.tag(tag_name),
+                                 console=plain_console())
         plan = planning.make(scratch, scratch.tag(tag_name))
         folder = work / "wheels" / plan.wheels_key
         shutil.rmtree(work / "wheels" / "runtime")  # 4 GB each: checked by hash, not needed
@@ -74,8 +76,10 @@ def builds(docker_client: docker_engine.Client, tag_name: str,
 def test_two_clean_builds_give_the_same_image(builds: list[Build]) -> None:
     first, second = builds
     assert first.layout != second.layout
-    report = verify.compare(verify.Side(image_layout.Layout(first.layout), first.image),
-                            verify.Side(image_layout.Layout(second.layout), second.image))
+    report = verify.compare(verify.Side(image_layout.Layout(first.layout, console=plain_console()),
+                                        first.image),
+                            verify.Side(image_layout.Layout(second.layout,
+                                                            console=plain_console()), second.image))
     assert report.equal, json.dumps(report.to_json(), indent=2)[:4000]
     assert first.image.digest == second.image.digest
 
@@ -127,4 +131,4 @@ def test_the_arch_check_names_a_release_library_without_code_for_the_arch(
                                       if "deepselect" not in p)))
     with pytest.raises(BuildError, match=r"vllm/_deepselect_C\.abi3\.so has no SASS a "
                                          rf"{tag.sm_arch} device loads \(has: sm_100\)"):
-        container_build.check_sass(undeclared, report)
+        container_build.check_sass(undeclared, report, console=plain_console())

@@ -13,6 +13,7 @@ import pytest
 from sparkbake.__main__ import main
 from sparkbake.config import versions
 from sparkbake.fetch import cmake_sources, sourcelock
+from tests.conftest import plain_console
 from tests.gitdaemon import git_daemon
 from tests.integration.test_sources import entries, write_config
 
@@ -84,10 +85,14 @@ def test_tags_resolve_against_a_local_mirror(found: cmake_sources.Discovery, tmp
         monkeypatch.setenv("GIT_CONFIG_COUNT", "1")
         monkeypatch.setenv("GIT_CONFIG_KEY_0", f"url.{mirror.url('')}.insteadOf")
         monkeypatch.setenv("GIT_CONFIG_VALUE_0", "https://github.com/")
-        assert sourcelock.resolve_ref(by_name["cutlass"]) == (cutlass, True)
-        assert sourcelock.resolve_ref(by_name["triton_kernels"]) == (triton, True)
+        assert sourcelock.resolve_ref(by_name["cutlass"],
+                                      console=plain_console()) == (cutlass, True)
+        assert sourcelock.resolve_ref(by_name["triton_kernels"],
+                                      console=plain_console()) == (triton, True)
         flashmla = by_name["flashmla"]
-        assert sourcelock.resolve_ref(flashmla) == (flashmla.ref, False)  # no server asked
+        assert sourcelock.resolve_ref(flashmla,
+                                      console=plain_console()) == (flashmla.ref,
+                                                                   False)  # no server asked
 
 
 def test_lock_of_a_production_tag_names_every_unreachable_server(

@@ -18,6 +18,7 @@ from sparkbake.core.stages import Stage
 from sparkbake.pipeline import stage_commands
 from sparkbake.series import patchtests
 from sparkbake.smoke import sample_envs
+from tests.conftest import plain_console, settings_of
 
 REPO = Path(__file__).parents[2]
 CHECKER = REPO / "images" / "smoke_check.py"
@@ -28,10 +29,12 @@ def patched_vllm() -> tuple[Path, Path]:
     """The patch-tests venv's python and the patched tree (made here if not cached)."""
     loaded = versions.load(REPO / "versions.yaml")
     tag = loaded.tag("3.73-vision")
-    assert stage_commands.run_until(loaded, Settings.of_process(), tag, Stage.PATCH) == 0
+    assert stage_commands.run_until(loaded, Settings.of_process(), tag, Stage.PATCH,
+                                    console=plain_console()) == 0
     tree = loaded.build_dir / "patched" / planning.make(loaded, tag).patch_key / "tree"
-    venv = patchtests.environment(patchtests.require_lock(loaded, tag, tree),
-                                  loaded.build_dir / "venvs")
+    venv = patchtests.environment(patchtests.require_lock(loaded, tag, tree,
+                                                          settings=settings_of()),
+                                  loaded.build_dir / "venvs", console=plain_console())
     return venv / "bin" / "python", tree
 
 

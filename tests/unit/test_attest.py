@@ -24,7 +24,7 @@ from sparkbake.config import versions
 from sparkbake.core.smoke_record import CheckResult, SmokeReport
 from sparkbake.errors import UsageError, VerificationError
 from sparkbake.oci import image_layout, layers
-from tests.conftest import one_patch_project
+from tests.conftest import one_patch_project, plain_console
 
 SITE = "opt/venv/lib/python3.11/site-packages"
 DPKG = """\
@@ -56,7 +56,7 @@ def metadata(name: str, version: str, *lines: str) -> bytes:
 def image(root: Path, *layer_files: dict[str, bytes]) -> tuple[image_layout.Layout,
                                                                image_layout.Descriptor]:
     """An image of these layers (bottom first) in an OCI layout under root."""
-    layout = image_layout.Layout(root / "oci")
+    layout = image_layout.Layout(root / "oci", console=plain_console())
     root.mkdir(parents=True, exist_ok=True)
     blobs = []
     for n, files in enumerate(layer_files):
@@ -78,7 +78,7 @@ def demo_sbom(root: Path) -> tuple[dict[str, Any], bytes, image_layout.Descripto
              "torch", "2.9", "License: BSD-3-Clause", "Classifier: License :: OSI Approved"),
          f"{SITE}/.wh.old-1.0.dist-info": b"",
          "opt/sparkbake/manifest.json": json.dumps(MANIFEST).encode()})
-    data = sbom.document(imagefiles.read(layout, made), made)
+    data = sbom.document(imagefiles.read(layout, made, console=plain_console()), made)
     return json.loads(data), data, made
 
 
@@ -107,18 +107,18 @@ def test_a_layer_read_once_is_not_read_again_and_a_damaged_record_is_read_anew(
     """What a layer gives the SBOM is kept by its digest: the Python-only path's image
     reads its one new layer, not the 10 GB below it."""
     _, first, made = demo_sbom(tmp_path)
-    layout = image_layout.Layout(tmp_path / "oci")
+    layout = image_layout.Layout(tmp_path / "oci", console=plain_console())
     blobs = [layer.digest for layer in layout.read_manifest(made.digest).layers]
     kept = {digest: layout.blob(digest).read_bytes() for digest in blobs}
     for digest in blobs:
         layout.blob(digest).chmod(0o644)
         layout.blob(digest).write_bytes(b"not a tar")  # records, not blobs, are read now
-    assert sbom.document(imagefiles.read(layout, made), made) == first
+    assert sbom.document(imagefiles.read(layout, made, console=plain_console()), made) == first
     layout.read_files(blobs[1]).write_text("{")  # damaged: dropped and the blob read again
     layout.read_files(blobs[0]).write_text('{"changes": [["put", "x", "not base64!"]]}')
     for digest, data in kept.items():
         layout.blob(digest).write_bytes(data)
-    assert sbom.document(imagefiles.read(layout, made), made) == first
+    assert sbom.document(imagefiles.read(layout, made, console=plain_console()), made) == first
     for digest in blobs:
         assert json.loads(layout.read_files(digest).read_text())["layer"] == digest
 
@@ -135,7 +135,7 @@ def test_a_layer_just_written_is_recorded_as_reading_its_blob_records_it(
     (root / f"{SITE}/link.dist-info/METADATA").symlink_to("../demo_pkg-0.1.dist-info/METADATA")
     paths = sorted([*files, f"{SITE}/link.dist-info/METADATA"])
     layer = layers.from_paths(root, paths, tmp_path / "l.tgz", 0)
-    layout = image_layout.Layout(tmp_path / "oci")
+    layout = image_layout.Layout(tmp_path / "oci", console=plain_console())
     imagefiles.remember(layout, layer.digest, root, paths)
     remembered = layout.read_files(layer.digest).read_bytes()
     layout.add_file(layer.path, layer.digest, layers.MEDIA_TYPE)
@@ -143,7 +143,7 @@ def test_a_layer_just_written_is_recorded_as_reading_its_blob_records_it(
     imagefiles.read(layout, layout.add_bytes(image_layout.canonical(image_layout.manifest(
         layout.add_bytes(b"{}", image_layout.CONFIG_TYPE),
         [image_layout.Descriptor(layers.MEDIA_TYPE, layer.digest, layer.size)])),
-        image_layout.MANIFEST_TYPE))
+        image_layout.MANIFEST_TYPE), console=plain_console())
     assert layout.read_files(layer.digest).read_bytes() == remembered  # read from the blob
     assert len(json.loads(remembered)["changes"]) == 2  # the link is not a file
 
@@ -154,8 +154,9 @@ def test_the_sbom_is_the_same_bytes_for_the_same_image_and_its_serial_follows_th
     _, second, again = demo_sbom(tmp_path / "b")
     assert again == made and second == first
     other = image_layout.Descriptor(made.media_type, "sha256:" + "0" * 64, made.size)
-    layout = image_layout.Layout(tmp_path / "a" / "oci")
-    serial = json.loads(sbom.document(imagefiles.read(layout, made), other))["serialNumber"]
+    layout = image_layout.Layout(tmp_path / "a" / "oci", console=plain_console())
+    serial = json.loads(sbom.document(imagefiles.read(layout, made, console=plain_console()),
+                                      other))["serialNumber"]
     assert serial != json.loads(first)["serialNumber"]
 
 

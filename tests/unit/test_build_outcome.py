@@ -16,7 +16,7 @@ from sparkbake.core.stages import Stage
 from sparkbake.fetch import remote_patches
 from sparkbake.fetch.remote_patches import RemotePatch
 from sparkbake.pipeline import build, stage_commands
-from tests.conftest import Project, copy_project, settings_of
+from tests.conftest import Project, copy_project, plain_console, settings_of
 
 
 @pytest.fixture
@@ -24,23 +24,22 @@ def project(tmp_path: Path) -> Project:
     return copy_project(tmp_path / "project")
 
 
-def patch_build(project: Project) -> build.Build:
+def patch_build(project: Project, console: display.Console | None = None) -> build.Build:
     loaded = project.config()
     plan = planning.make(loaded, loaded.tag("fixture"))
-    return build.Build(loaded, plan, settings_of(HOME=str(project.root)))
+    return build.Build(loaded, plan, settings_of(HOME=str(project.root)),
+                       console or plain_console())
 
 
 def test_the_outcome_carries_the_builds_own_runs_in_order(
         project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
-    console = display.Console()
-    monkeypatch.setattr(display, "current", console)  # one console for both builds
-    first = build.run_stages(patch_build(project), Stage.PATCH)
-    second = build.run_stages(patch_build(project), Stage.PATCH)
+    console = plain_console()  # one console for both builds
+    first = build.run_stages(patch_build(project, console), Stage.PATCH)
+    second = build.run_stages(patch_build(project, console), Stage.PATCH)
     assert [(run.name, run.state) for run in first.runs] == [("fetch", "ran"), ("patch", "ran")]
     # the second build's runs only, though the console has seen both builds
     assert [(run.name, run.state) for run in second.runs] == [("fetch", "cached"),
                                                               ("patch", "cached")]
-    assert len(console.runs) == 4
     assert [run.key for run in second.runs] == [patch_build(project).plan.fetch_key,
                                                 patch_build(project).plan.patch_key]
 
@@ -82,19 +81,22 @@ def test_a_build_fetches_each_remote_patch_once(
         downloads.append(url)
         dest.write_text(REMOTE_PATCH)
 
-    def counted(remote: tuple[RemotePatch, ...], settings: Settings) -> int:
+    def counted(remote: tuple[RemotePatch, ...], settings: Settings,
+                console: display.Console) -> int:
         fetches.append(len(remote))
-        return fetch(remote, settings)
+        return fetch(remote, settings, console)
 
     monkeypatch.setattr(remote_patches, "download", download)
     monkeypatch.setattr(remote_patches, "fetch", counted)
     loaded, settings = project.config(), settings_of(HOME=str(project.root))
     unfetched = planning.make(loaded, loaded.tag("fixture"))
-    assert stage_commands.run_until(loaded, settings, loaded.tag("fixture"), Stage.PATCH) == 0
+    assert stage_commands.run_until(loaded, settings, loaded.tag("fixture"), Stage.PATCH,
+                                    console=plain_console()) == 0
     assert (downloads, fetches) == ([URL], [1])
     # the plan was made again once fetched: the patch touches Python only
     assert project.plan().kernel_key != unfetched.kernel_key
     patched = project.root / "build" / "patched" / project.plan().patch_key / "tree"
     assert (patched / "tinykern" / "upstream_pr.py").is_file()
-    assert stage_commands.run_until(loaded, settings, loaded.tag("fixture"), Stage.PATCH) == 0
+    assert stage_commands.run_until(loaded, settings, loaded.tag("fixture"), Stage.PATCH,
+                                    console=plain_console()) == 0
     assert (downloads, fetches) == ([URL], [1, 1])  # cached: checked once, not downloaded

@@ -7,6 +7,7 @@ DOCKER_HOST points at a closed port, so `plan` finds no engine and reports the b
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import errno
 import importlib.metadata
 import json
@@ -18,7 +19,7 @@ import pytest
 from sparkbake import __main__ as cli
 from sparkbake.__main__ import main, parser
 from sparkbake.config import versions
-from sparkbake.console import invocation
+from sparkbake.config.settings import Settings
 from sparkbake.oci import emulation
 from tests.conftest import one_patch_project, settings_of, versions_yaml
 
@@ -171,7 +172,7 @@ def test_unknown_command_names_the_command(capsys: pytest.CaptureFixture[str]) -
 def test_a_full_or_read_only_disk_is_the_machines_error_exit_8(
         number: int, said: str, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
-    def refuse(args: object, settings: object) -> int:
+    def refuse(args: object, settings: object, console: object) -> int:
         raise OSError(number, os.strerror(number), "build/x.json")
     monkeypatch.setattr(cli, "dispatch", refuse)
     assert main(["plan", "demo"]) == 8
@@ -182,7 +183,7 @@ def test_a_full_or_read_only_disk_is_the_machines_error_exit_8(
 
 def test_another_os_error_is_still_an_internal_error(monkeypatch: pytest.MonkeyPatch,
                                                      capsys: pytest.CaptureFixture[str]) -> None:
-    def fail(args: object, settings: object) -> int:
+    def fail(args: object, settings: object, console: object) -> int:
         raise OSError(errno.EBADF, "Bad file descriptor")
     monkeypatch.setattr(cli, "dispatch", fail)
     assert main(["plan", "demo"]) == 1
@@ -311,6 +312,15 @@ def test_every_command_and_option_has_a_one_line_help() -> None:
                 assert action.help and "\n" not in action.help, (name, action.dest)
 
 
+def test_every_command_carries_its_handler() -> None:
+    """dispatch calls the handler the command's parser set: one that forgot it has none."""
+    top = parser()
+    commands = next(a for a in top._actions if isinstance(a, argparse._SubParsersAction))
+    without = [name for name, command in commands.choices.items()
+               if not callable(command.get_default("handler"))]
+    assert not without, f"no handler: {', '.join(without)}"
+
+
 def test_version_is_the_installed_packages(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as done:
         main(["--version"])
@@ -348,15 +358,14 @@ def test_a_remedy_repeats_the_users_invocation(
         config_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Without a smoke record, publish names the smoke command as the user would type it:
     with their --config; under nox, as a nox session."""
-    assert main(["--config", str(config_file), "releases"]) == 0
-    assert invocation.command("smoke", "demo") == f"sparkbake --config {config_file} smoke demo"
-    under_nox = settings_of(NOX_CURRENT_SESSION="publish")
-    invocation.remember_config(config_file, under_nox)
-    assert invocation.command("smoke", "demo") == \
-        f"nox -s smoke -- demo --config {config_file}"
-    invocation.remember_config(Path("versions.yaml"), under_nox)
-    assert invocation.command("registry", "start", "--port", "5001") == \
-        "nox -s registry -- start --port 5001"
+    plain = Settings.of_process(config=config_file)
+    assert plain.command("smoke", "demo") == f"sparkbake --config {config_file} smoke demo"
+    under_nox = dataclasses.replace(settings_of(NOX_CURRENT_SESSION="publish"),
+                                    config_option=config_file)
+    assert under_nox.command("smoke", "demo") == f"nox -s smoke -- demo --config {config_file}"
+    default = Settings.of_process(config=Path("versions.yaml"))
+    assert dataclasses.replace(under_nox, config_option=default.config_option).command(
+        "registry", "start", "--port", "5001") == "nox -s registry -- start --port 5001"
 
 
 def test_build_image_without_a_tag_lists_the_tags_and_is_exit_2(

@@ -18,7 +18,7 @@ from sparkbake.core.stages import Stage
 from sparkbake.errors import ConfigError, EngineError
 from sparkbake.fetch import sourcelock, thirdparty
 from sparkbake.fetch.cmake_sources import commands, discover
-from tests.conftest import TREE_UPSTREAM, settings_of, versions_yaml
+from tests.conftest import TREE_UPSTREAM, plain_console, settings_of, versions_yaml
 
 CUTLASS = """\
 # a comment with FetchContent_Declare(fake GIT_REPOSITORY x GIT_TAG y)
@@ -183,7 +183,7 @@ def test_a_declaration_the_lock_lacks_or_has_otherwise_is_exit_2(tmp_path: Path)
 
 def test_a_40_hex_ref_is_kept_without_asking_the_server(tmp_path: Path) -> None:
     [deepgemm] = discover(tree(tmp_path, {"x.cmake": DEEPGEMM})).declarations
-    assert sourcelock.resolve_ref(deepgemm) == (deepgemm.ref, False)
+    assert sourcelock.resolve_ref(deepgemm, console=plain_console()) == (deepgemm.ref, False)
 
 
 def test_the_builder_gets_fetchcontent_dirs_and_the_populate_forms_own_variables() -> None:
@@ -259,7 +259,7 @@ def test_a_missing_sources_lock_is_made_with_a_notice_on_a_developers_host(
     assert thirdparty.missing_lock(loaded, tag, src, DEVELOPER)
     # it is made: the dependency's (here closed) server is asked
     with pytest.raises(EngineError) as raised:
-        thirdparty.lock_on_first_use(loaded, tag, src, DEVELOPER)
+        thirdparty.lock_on_first_use(loaded, tag, src, DEVELOPER, console=plain_console())
     assert raised.value.message == ("cannot reach the servers of 1 CMake dependencies: "
                                     "git://127.0.0.1:9/tinydep.git")
     assert "sources lock: locks/sources/tree.json missing: making it now; commit it (CI and " \

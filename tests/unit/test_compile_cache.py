@@ -11,7 +11,7 @@ from sparkbake.config import settings
 from sparkbake.config.versions import CompileCache
 from sparkbake.errors import ConfigError
 from sparkbake.wheels import compile_cache
-from tests.conftest import settings_of
+from tests.conftest import plain_console, settings_of
 
 FOLDER = Path("/cache/sparkbake/sccache")
 URL = "redis://cache.lan:6379/0"
@@ -60,7 +60,7 @@ def test_an_unreachable_redis_falls_back_to_the_local_folder() -> None:
         port = probe.getsockname()[1]
     backend = compile_cache.Backend("redis", FOLDER, f"redis://127.0.0.1:{port}")
     assert compile_cache.probe(backend.redis or "", timeout=2) is not None
-    fallback = compile_cache.reachable(backend)
+    fallback = compile_cache.reachable(backend, console=plain_console())
     assert (fallback.kind, fallback.folder) == ("local", FOLDER)
     assert "Redis unreachable" in fallback.why
 

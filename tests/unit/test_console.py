@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkbake.console import display, tools
+from sparkbake.console import tools
 from sparkbake.console.display import Console, Verbosity, summary_lines
 from sparkbake.core.stages import Stage
 from sparkbake.errors import BuildError
@@ -22,28 +22,28 @@ class Terminal(io.StringIO):
 def make(verbosity: Verbosity = Verbosity.NORMAL, tty: bool = False,
          **env: str) -> tuple[Console, io.StringIO]:
     stream = Terminal() if tty else io.StringIO()
-    return Console(verbosity, stream, env), stream
+    return Console(env, verbosity, stream), stream
 
 
 def test_a_stage_is_one_line_and_its_output_goes_to_its_log(tmp_path: Path) -> None:
     console, stream = make()
     log = tmp_path / "logs" / "demo" / "fetch.log"
-    with console.stage(Stage.FETCH, "ab" * 32, log):
+    with console.stage(Stage.FETCH, "ab" * 32, log) as run:
         console.detail("+ git init -q")
         console.detail("Initialized empty repository\n")
     lines = stream.getvalue().splitlines()
     assert len(lines) == 1
     assert lines[0].split()[:2] == ["fetch", "ran"] and lines[0].endswith("s")
     assert log.read_text() == "+ git init -q\nInitialized empty repository\n"
-    assert [run.name for run in console.runs] == ["fetch"]
+    assert (run.name, run.state) == ("fetch", "ran")
 
 
 def test_a_cached_stage_says_cached(tmp_path: Path) -> None:
     console, stream = make()
-    with console.stage(Stage.PATCH, "k", tmp_path / "patch.log"):
+    with console.stage(Stage.PATCH, "k", tmp_path / "patch.log") as run:
         console.cached(Stage.PATCH, "patch: demo cached at 3cb573e72aef")
     assert stream.getvalue().split()[:2] == ["patch", "cached"]
-    assert console.runs[0].state == "cached"
+    assert run.state == "cached"
 
 
 def test_another_stages_cache_hit_leaves_the_open_stage_ran(tmp_path: Path) -> None:
@@ -56,13 +56,13 @@ def test_another_stages_cache_hit_leaves_the_open_stage_ran(tmp_path: Path) -> N
 def test_a_failed_stage_names_its_log_and_the_error_goes_on(tmp_path: Path) -> None:
     console, stream = make(Verbosity.QUIET)
     log = tmp_path / "wheels.log"
-    with pytest.raises(RuntimeError), console.stage(Stage.WHEELS, "k", log):
+    with pytest.raises(RuntimeError), console.stage(Stage.WHEELS, "k", log) as run:
         console.detail("nvcc: error")
         raise RuntimeError("compile failed")
     line = stream.getvalue().strip()
     assert line.split()[:2] == ["wheels", "failed"]  # shown even under -q
     assert line.endswith(f"log: {log}")
-    assert console.runs[0].state == "failed"
+    assert run.state == "failed"
 
 
 def test_an_interrupted_stage_says_so(tmp_path: Path) -> None:
@@ -137,10 +137,10 @@ def test_colour_only_on_a_terminal_without_no_color(tmp_path: Path) -> None:
 
 def test_stages_do_not_nest(tmp_path: Path) -> None:
     console, _ = make()
-    with console.stage(Stage.LOCK, "k", tmp_path / "lock.log"), \
-            console.stage(Stage.FETCH, "f", tmp_path / "fetch.log"):
+    with console.stage(Stage.LOCK, "k", tmp_path / "lock.log") as outer, \
+            console.stage(Stage.FETCH, "f", tmp_path / "fetch.log") as inner:
         console.detail("inner")
-    assert [run.name for run in console.runs] == ["lock"]
+    assert inner is outer and outer.name == "lock"
     assert (tmp_path / "lock.log").read_text() == "inner\n"
     assert not (tmp_path / "fetch.log").exists()
 
@@ -154,14 +154,16 @@ def test_the_output_hint_names_the_open_stages_log(tmp_path: Path) -> None:
 
 def test_the_summary_has_stage_state_time_and_key(tmp_path: Path) -> None:
     console, _ = make()
+    runs = []
     for name in (Stage.FETCH, Stage.PATCH):
-        with console.stage(name, name * 10, tmp_path / f"{name}.log"):
+        with console.stage(name, name * 10, tmp_path / f"{name}.log") as run:
             console.cached(Stage.FETCH, "hit")
-    table = summary_lines(console.runs, console)
+        runs.append(run)
+    table = summary_lines(runs, console)
     assert table[0].split() == ["stage", "state", "time", "key"]
     assert table[1].split()[:2] == ["fetch", "cached"] and table[1].endswith("fetchfetchfetchf")
     assert table[2].split()[:2] == ["patch", "ran"]
-    assert console.runs[1].to_json()["key"] == "patch" * 10
+    assert runs[1].to_json()["key"] == "patch" * 10
 
 
 def test_a_long_stage_says_it_is_still_running_in_plain_output(tmp_path: Path) -> None:
@@ -199,12 +201,11 @@ def test_a_live_line_shows_the_last_line_of_a_chunk(tmp_path: Path) -> None:
 def test_captured_output_goes_whole_into_the_stage_log(tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     console, stream = make()
-    monkeypatch.setattr(display, "current", console)
     log = tmp_path / "lock.log"
     script = ("import sys; print(*(f'line {i}' for i in range(8)), sep='\\n'); "
               "print('warned', file=sys.stderr)")
     with console.stage(Stage.LOCK, "k", log):
-        done = tools.run([sys.executable, "-c", script], error=BuildError, what="t",
+        done = tools.run(console, [sys.executable, "-c", script], error=BuildError, what="t",
                          capture=True)
     assert done.stdout.splitlines()[-1] == "line 7"
     kept = log.read_text().splitlines()
@@ -215,10 +216,9 @@ def test_captured_output_goes_whole_into_the_stage_log(tmp_path: Path,
 def test_a_byte_that_is_not_utf8_is_replaced_not_fatal(tmp_path: Path,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     console, _ = make()
-    monkeypatch.setattr(display, "current", console)
     script = "import sys; sys.stdout.buffer.write(b'caf\\xe9 ok\\n')"
     with console.stage(Stage.LOCK, "k", tmp_path / "lock.log"):
         for capture in (True, False):
-            done = tools.run([sys.executable, "-c", script], error=BuildError, what="t",
+            done = tools.run(console, [sys.executable, "-c", script], error=BuildError, what="t",
                              capture=capture)
             assert done.stdout == "caf\ufffd ok\n"

@@ -20,6 +20,7 @@ from sparkbake.errors import DamagedRecord, PublishError, machine_error
 from sparkbake.files import atomic_write, naming, read_json
 from sparkbake.housekeeping.containergc import run_is_over
 from sparkbake.oci.distribution import Remote, unreachable
+from tests.conftest import settings_of
 
 REMOTE = Remote(host="127.0.0.1:5999", path="demo", base_url="http://127.0.0.1:5999",
                 verify=True)
@@ -79,7 +80,7 @@ def test_a_run_is_over_when_its_process_is_gone_and_unknown_on_another_host() ->
     requests.exceptions.ConnectionError("('Connection aborted.', TimeoutError('timed out'))"),
 ])
 def test_a_registry_that_stops_answering_is_one_line_saying_so(exc: Exception) -> None:
-    error = unreachable(REMOTE, exc)
+    error = unreachable(REMOTE, exc, settings=settings_of())
     assert isinstance(error, PublishError)
     assert error.message.startswith("registry 127.0.0.1:5999 stopped answering: nothing came "
                                     "back ")
@@ -88,7 +89,8 @@ def test_a_registry_that_stops_answering_is_one_line_saying_so(exc: Exception) -
 
 def test_a_registry_that_refuses_the_connection_is_not_stalled() -> None:
     exc = requests.exceptions.ConnectionError("[Errno 111] Connection refused")
-    assert "does not answer ([Errno 111] Connection refused)" in unreachable(REMOTE, exc).message
+    assert "does not answer ([Errno 111] Connection refused)" in unreachable(REMOTE, exc,
+                                                                             settings=settings_of()).message
 
 
 def test_a_full_disk_write_names_the_file_it_wrote(tmp_path: Path) -> None:

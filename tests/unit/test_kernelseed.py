@@ -18,7 +18,7 @@ from sparkbake.errors import BuildError
 from sparkbake.wheelfile import contents
 from sparkbake.wheels import container_build, kernelseed
 from sparkbake.wheels.report import KernelsUsed
-from tests.conftest import Project
+from tests.conftest import Project, plain_console
 
 LIBRARY = b"\x7fELF compiled code, never rebuilt"
 SEED = "pkg-1.0-cp38-abi3-manylinux_2_28_aarch64.whl"
@@ -135,7 +135,7 @@ def test_only_a_pristine_wheel_is_assembled_on_this_host(
     assert not kernelseed.assembles(tmp_path / "none")
     pristine, patched = make_trees(tmp_path)
     built = kernelseed.build_wheels(project.config().tag("fixture"), entry, pristine, patched,
-                                    tmp_path / "out", 1735689600)
+                                    tmp_path / "out", 1735689600, console=plain_console())
     assert built.report.kernels == KernelsUsed("k", reused=True, assembled_from=SEED)
     assert built.report.to_json()["kernels"] == {"key": "k", "reused": True,
                                                  "assembled from": SEED}
@@ -148,7 +148,7 @@ def test_the_report_of_a_seeded_wheel_keeps_its_keys_in_their_order(
     pristine, patched = make_trees(tmp_path)
     folder = tmp_path / "wheels" / "w"
     kernelseed.build_wheels(tag, seeded_entry(tmp_path, ["sm_121a"]), pristine, patched,
-                            folder, 1735689600, LOCAL)
+                            folder, 1735689600, LOCAL, console=plain_console())
     kernels = [{"path": "pkg/_C.abi3.so", "sha256": "0" * 64, "sass": ["sm_121a"]}]
     assert (folder / "wheels.json").read_text() == json.dumps({
         "cuda_arch": "12.1a", "sm_arch": "sm_121a", "nvcc": f"none: kernels from {SEED}",
@@ -166,7 +166,8 @@ def test_a_seed_with_family_code_for_the_arch_is_taken_and_said_so(
                               kernels=KernelSeed(wheel=SEED, sha256="0" * 64))
     pristine, patched = make_trees(tmp_path)
     built = kernelseed.build_wheels(tag, seeded_entry(tmp_path, ["sm_120", "sm_90"]), pristine,
-                                    patched, tmp_path / "wheels" / "w", 1735689600, LOCAL)
+                                    patched, tmp_path / "wheels" / "w", 1735689600, LOCAL,
+                                    console=plain_console())
     assert built.report.kernels is not None and built.report.kernels.seed == SEED
     assert built.files == [STAMPED]
     assert built.report.local_version == LOCAL
@@ -181,7 +182,8 @@ def test_a_seed_without_code_for_the_arch_is_exit_4_naming_the_library(
     pristine, patched = make_trees(tmp_path)
     with pytest.raises(BuildError) as caught:
         kernelseed.build_wheels(tag, seeded_entry(tmp_path, ["sm_90a", "sm_100"]), pristine,
-                                patched, tmp_path / "wheels" / "w", 1735689600)
+                                patched, tmp_path / "wheels" / "w", 1735689600,
+                                console=plain_console())
     assert caught.value.exit_code == 4
     assert caught.value.message == (f"{SEED}: pkg/_C.abi3.so has no SASS a sm_121a device "
                                     "loads (has: sm_90a, sm_100)")
@@ -210,7 +212,7 @@ def test_the_seeded_wheel_is_recorded_by_the_hash_taken_as_it_was_written(
     pristine, patched = make_trees(tmp_path)
     folder = tmp_path / "wheels" / "w"
     built = kernelseed.build_wheels(tag, seeded_entry(tmp_path, ["sm_121a"]), pristine, patched,
-                                    folder, 1735689600, LOCAL)
+                                    folder, 1735689600, LOCAL, console=plain_console())
     assert built.report.wheels[0].sha256 == \
         hashlib.sha256((folder / STAMPED).read_bytes()).hexdigest()
 

@@ -16,6 +16,7 @@ from sparkbake.config.platforms import AMD64, ARM64
 from sparkbake.errors import BakeError
 from sparkbake.oci import image_layout, layers
 from sparkbake.pipeline import verify
+from tests.conftest import plain_console
 
 EPOCH = 1735689600
 BASE: dict[str, Any] = {
@@ -186,7 +187,7 @@ def image(layout: image_layout.Layout, work: Path, files: dict[str, bytes],
 
 
 def test_the_layout_names_images_and_keeps_blobs_once(tmp_path: Path) -> None:
-    layout = image_layout.Layout(tmp_path / "oci")
+    layout = image_layout.Layout(tmp_path / "oci", console=plain_console())
     first = image(layout, tmp_path, {"opt/a": b"1"}, "zeta")
     second = image(layout, tmp_path, {"opt/a": b"2"}, "alpha")
     again = image(layout, tmp_path, {"opt/a": b"1"}, "zeta")
@@ -204,7 +205,7 @@ def test_the_layout_names_images_and_keeps_blobs_once(tmp_path: Path) -> None:
 
 
 def test_the_docker_archive_leaves_out_the_layers_the_engine_has(tmp_path: Path) -> None:
-    layout = image_layout.Layout(tmp_path / "oci")
+    layout = image_layout.Layout(tmp_path / "oci", console=plain_console())
     made = image(layout, tmp_path, {"opt/a": b"1"}, "t")
     doc = layout.read_json(made.digest)
     base = doc["layers"][0]["digest"]
@@ -222,7 +223,8 @@ def test_the_docker_archive_leaves_out_the_layers_the_engine_has(tmp_path: Path)
 
 
 def test_verify_of_equal_images_reports_nothing(tmp_path: Path) -> None:
-    one, two = image_layout.Layout(tmp_path / "one"), image_layout.Layout(tmp_path / "two")
+    one, two = (image_layout.Layout(tmp_path / "one", plain_console()),
+                image_layout.Layout(tmp_path / "two", plain_console()))
     report = verify.compare(verify.Side(one, image(one, tmp_path, {"opt/a": b"1"}, "t")),
                             verify.Side(two, image(two, tmp_path, {"opt/a": b"1"}, "t")))
     assert report.equal is True and report.original == report.rebuilt
@@ -231,7 +233,8 @@ def test_verify_of_equal_images_reports_nothing(tmp_path: Path) -> None:
 
 def test_verify_names_the_layer_and_file_that_differ_with_sizes_and_hashes(
         tmp_path: Path) -> None:
-    one, two = image_layout.Layout(tmp_path / "one"), image_layout.Layout(tmp_path / "two")
+    one, two = (image_layout.Layout(tmp_path / "one", plain_console()),
+                image_layout.Layout(tmp_path / "two", plain_console()))
     files = {"opt/sparkbake/manifest.json": b"{}\n", "opt/sparkbake/stamp": b"1700000000\n"}
     original = image(one, tmp_path, files, "t")
     rebuilt = image(two, tmp_path, {**files, "opt/sparkbake/stamp": b"1800000000000\n"}, "t")
@@ -259,7 +262,8 @@ def test_verify_names_the_layer_and_file_that_differ_with_sizes_and_hashes(
 
 
 def test_verify_reports_config_keys_and_same_tars_compressed_otherwise(tmp_path: Path) -> None:
-    one, two = image_layout.Layout(tmp_path / "one"), image_layout.Layout(tmp_path / "two")
+    one, two = (image_layout.Layout(tmp_path / "one", plain_console()),
+                image_layout.Layout(tmp_path / "two", plain_console()))
     original = image(one, tmp_path, {"opt/a": b"1"}, "t")
     doc = one.read_json(original.digest)
     top = one.blob(doc["layers"][1]["digest"])

@@ -19,7 +19,7 @@ from sparkbake.lock import pins
 from sparkbake.series import patchtests
 from sparkbake.wheels import container_build, kernelseed
 from sparkbake.wheels.report import Kernel, Wheel, WheelsReport
-from tests.conftest import TREE_UPSTREAM, settings_of, versions_yaml
+from tests.conftest import TREE_UPSTREAM, plain_console, settings_of, versions_yaml
 
 WHEEL = "tree-1.0-cp38-abi3-linux_x86_64.whl"
 TAGS = f"""\
@@ -67,23 +67,23 @@ def test_a_patch_tests_lock_made_elsewhere_is_refused_with_the_command(project: 
     tag = loaded.tag("t")
     path = patchtests.lock_path(loaded, tag)
     with pytest.raises(ConfigError) as caught:
-        patchtests.require_lock(loaded, tag, project / "upstream")
+        patchtests.require_lock(loaded, tag, project / "upstream", settings=settings_of())
     assert "no patch-tests lock for upstream tree" in caught.value.message
     assert caught.value.remedy == "create it: sparkbake lock t --patch-tests, and commit it"
     path.parent.mkdir(parents=True)
     path.write_text("# patch-tests lock\n# stamp: 0000\npytest==9 \\\n")
     with pytest.raises(ConfigError, match=f"this host: python 3.\\d+, {platform.machine()}"):
-        patchtests.require_lock(loaded, tag, project / "upstream")
+        patchtests.require_lock(loaded, tag, project / "upstream", settings=settings_of())
 
 
 def test_junit_counts_are_read_and_a_missing_report_is_an_error(tmp_path: Path) -> None:
     junit = tmp_path / "junit.xml"
     junit.write_text('<?xml version="1.0"?><testsuites><testsuite name="pytest" tests="7" '
                      'failures="1" errors="2" skipped="3"/></testsuites>')
-    result = patchtests._read_junit(junit, 1)
+    result = patchtests._read_junit(junit, 1, console=plain_console())
     assert (result.tests, result.failures, result.errors, result.skipped) == (7, 1, 2, 3)
     with pytest.raises(PatchTestError, match=r"pytest wrote no report \(exit 4\)"):
-        patchtests._read_junit(tmp_path / "none.xml", 4)
+        patchtests._read_junit(tmp_path / "none.xml", 4, console=plain_console())
 
 
 def test_the_patch_tests_environment_drops_the_callers_vllm_variables() -> None:
@@ -129,10 +129,10 @@ def test_an_upstream_with_build_requirements_gets_its_own_lock_from_its_tree(
     path = pins.lock_path(loaded, tag)
     path.parent.mkdir()
     path.write_text(f"# builder lock\n# from: {pins._stamp(tag, project / 'upstream')}\n")
-    assert pins.require_lock(loaded, tag, project / "upstream") == path
+    assert pins.require_lock(loaded, tag, project / "upstream", settings=settings_of()) == path
     (project / "upstream" / "build.txt").write_text("torch==2.15.0\n")
     with pytest.raises(ConfigError, match=r"made from other build requirements than build\.txt"):
-        pins.require_lock(loaded, tag, project / "upstream")
+        pins.require_lock(loaded, tag, project / "upstream", settings=settings_of())
 
 
 def test_a_runtime_lock_missing_or_made_from_another_file_is_refused(project: Path) -> None:
@@ -143,20 +143,21 @@ def test_a_runtime_lock_missing_or_made_from_another_file_is_refused(project: Pa
     path = pins.runtime_lock_path(loaded, tag)
     assert path == project / "locks" / "runtime" / "debian.tree.amd64.txt"
     with pytest.raises(ConfigError) as caught:
-        pins.require_runtime_lock(loaded, tag, tree)
+        pins.require_runtime_lock(loaded, tag, tree, settings=settings_of())
     assert caught.value.message == f"no runtime lock for base 'debian' ({path})"
     assert caught.value.remedy == "create it: sparkbake lock t, and commit it"
     path.parent.mkdir(parents=True)
     path.write_text("# runtime lock\n# from: run.txt=0000000000000000\n")
     with pytest.raises(ConfigError, match=r"run\.txt is not in the upstream's tree"):
-        pins.require_runtime_lock(loaded, tag, tree)
+        pins.require_runtime_lock(loaded, tag, tree, settings=settings_of())
     (tree / "run.txt").write_text("torch==2.14.0\n")
     with pytest.raises(ConfigError, match=r"was made from another run\.txt than this tree's"):
-        pins.require_runtime_lock(loaded, tag, tree)
+        pins.require_runtime_lock(loaded, tag, tree, settings=settings_of())
     path.write_text(f"# runtime lock\n# from: run.txt={pins._sha(tree / 'run.txt')}\n")
-    assert pins.require_runtime_lock(loaded, tag, tree) == path
+    assert pins.require_runtime_lock(loaded, tag, tree, settings=settings_of()) == path
     # the same upstream
-    assert pins.require_runtime_lock(loaded, loaded.tag("seeded"), tree) == path
+    assert pins.require_runtime_lock(loaded, loaded.tag("seeded"), tree,
+                                     settings=settings_of()) == path
 
 
 def test_other_arch_naming_a_library_no_wheel_has_is_refused(project: Path) -> None:
@@ -168,7 +169,7 @@ def test_other_arch_naming_a_library_no_wheel_has_is_refused(project: Path) -> N
     report = WheelsReport("12.1a", "sm_121a", "none", (
         Wheel(WHEEL, "0" * 64, "pkg", (Kernel("pkg/_k.so", "0" * 64, ("sm_121a",)),)),))
     with pytest.raises(BuildError) as caught:
-        container_build.check_sass(tag, report)
+        container_build.check_sass(tag, report, console=plain_console())
     assert caught.value.message == \
         "kernels.other_arch of seeded names libraries no wheel has: pkg/_gone.so"
     assert caught.value.exit_code == 4
@@ -180,6 +181,7 @@ def test_the_tests_process_sees_none_of_the_callers_vllm_variables(
     monkeypatch.setenv("VLLM_DSV4_CKV_GATHER", "1")
     caller = Settings.of_process()
     script = "import os; print(os.environ.get('VLLM_DSV4_CKV_GATHER', 'absent'))"
-    done = tools.run([sys.executable, "-c", script], error=BuildError, what="child",
+    done = tools.run(plain_console(), [sys.executable, "-c", script], error=BuildError,
+                     what="child",
                      capture=True, environment=caller.patch_tests_environment(KEEP="1"))
     assert done.stdout.strip() == "absent"

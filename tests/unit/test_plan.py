@@ -17,7 +17,7 @@ from sparkbake.errors import ConfigError
 from sparkbake.fetch import upstream_tree
 from sparkbake.pipeline import status
 from sparkbake.planning import SeriesInfo, StagePlan
-from tests.conftest import versions_yaml
+from tests.conftest import plain_console, versions_yaml
 
 STAGES = ["fetch", "patch", "kernels", "wheels", "bake", "smoke", "publish"]
 
@@ -293,7 +293,7 @@ def test_a_dir_upstream_that_does_not_exist_is_a_config_error(project: Path) -> 
 def test_render_json_is_valid_json_with_every_stage(project: Path) -> None:
     loaded = load(project)
     plan = planning.make(loaded, loaded.tag("partial"))
-    stages = status.stage_states(loaded, plan, client=None)
+    stages = status.stage_states(loaded, plan, client=None, console=plain_console())
     doc = json.loads(planning.render_json(plan, stages))
     assert doc["tag"] == "partial"
     assert doc["image"] == "localhost:5000/sparkbake-test:partial"
@@ -312,7 +312,8 @@ def test_render_json_is_valid_json_with_every_stage(project: Path) -> None:
 def test_stage_states_without_any_build(project: Path) -> None:
     loaded = load(project)
     plan = planning.make(loaded, loaded.tag("main"))
-    states = {s.name: s.state for s in status.stage_states(loaded, plan, client=None)}
+    states = {s.name: s.state for s in status.stage_states(loaded, plan, client=None,
+                                                           console=plain_console())}
     assert states == {"fetch": "missing", "patch": "missing", "kernels": "missing",
                       "wheels": "missing", "bake": "unknown", "smoke": "missing",
                       "publish": "missing"}
@@ -326,7 +327,8 @@ def test_stage_states_see_cache_entries_under_the_config_folder(project: Path) -
     (entry / upstream_tree.DATE_FILE).write_text("1700000000\n")  # a folder's, beside it
     (project / "build" / "smoke").mkdir(parents=True)
     (project / "build" / "smoke" / "main.json").write_text(json.dumps({"inputs": "other"}))
-    states = {s.name: s.state for s in status.stage_states(loaded, plan, client=None)}
+    states = {s.name: s.state for s in status.stage_states(loaded, plan, client=None,
+                                                           console=plain_console())}
     assert states[Stage.FETCH] == "cached"
     assert states[Stage.SMOKE] == "stale"
 
@@ -334,7 +336,8 @@ def test_stage_states_see_cache_entries_under_the_config_folder(project: Path) -
 def test_render_text_has_one_line_per_stage(project: Path) -> None:
     loaded = load(project)
     plan = planning.make(loaded, loaded.tag("main"))
-    text = planning.render_text(status.stage_states(loaded, plan, client=None))
+    text = planning.render_text(status.stage_states(loaded, plan, client=None,
+                                                    console=plain_console()))
     lines = text.splitlines()
     assert [line.split()[0] for line in lines] == STAGES
     assert lines[0].split()[1] == plan.fetch_key[:16]

@@ -18,7 +18,7 @@ from sparkbake.core.stages import Stage
 from sparkbake.errors import BakeError, ConfigError, EngineError
 from sparkbake.oci import emulation
 from sparkbake.pipeline import status
-from tests.conftest import Project, settings_of
+from tests.conftest import Project, plain_console, settings_of
 
 # the first 20 bytes of an ELF header: class, byte order, then e_machine at offset 18
 X86_64 = b"\x7fELF\x02\x01\x01" + bytes(11) + (62).to_bytes(2, "little")
@@ -115,7 +115,7 @@ def test_debootstrap_refuses_a_platform_the_table_lacks(tmp_path: Path) -> None:
     settings = settings_of()
     with pytest.raises(ConfigError) as caught:
         bases._debootstrap(FakeEngine("x86_64"), base, "ref", platforms.parse("linux/riscv64"),
-                           tmp_path, settings)
+                           tmp_path, settings, console=plain_console())
     assert (caught.value.message, caught.value.remedy) == (
         "base 'd': debootstrap has no architecture for linux/riscv64",
         "use one of linux/amd64, linux/arm64")
@@ -144,7 +144,8 @@ def test_plan_says_which_stages_run_emulated(project: Project) -> None:
     native = dataclasses.replace(loaded.tag("fixture"), platform=host)
     foreign = dataclasses.replace(native, platform=other)
     said = {tag.platform: {s.name: s.detail for s in status.stage_states(
-        loaded, planning.make(loaded, tag), None)} for tag in (native, foreign)}
+        loaded, planning.make(loaded, tag), None,
+        console=plain_console())} for tag in (native, foreign)}
     assert f"; emulated: {other} on {host}" in said[other][Stage.WHEELS]
     assert f"; emulated: {other} on {host}" in said[other][Stage.SMOKE]
     assert "(venv made emulated, files native)" in said[other][Stage.BAKE]

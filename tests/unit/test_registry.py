@@ -18,10 +18,10 @@ from sparkbake.__main__ import main
 from sparkbake.config import versions as config_mod
 from sparkbake.errors import EngineError, PublishError, UsageError
 from sparkbake.oci import distribution, local_registry, ports
-from sparkbake.oci.docker_engine import RegistryLogin
+from sparkbake.oci.registry_login import RegistryLogin
 from sparkbake.publish import push
 from sparkbake.publish.record import ReleaseSmoke
-from tests.conftest import versions_yaml
+from tests.conftest import plain_console, settings_of, versions_yaml
 
 DIGEST_A = "sha256:" + "a" * 64
 DIGEST_B = "sha256:" + "b" * 64
@@ -76,21 +76,21 @@ def test_locate_names_the_api_host_and_docker_hubs_library() -> None:
 
 
 def test_check_overwrite_accepts_a_new_tag_or_the_same_image() -> None:
-    push.check_overwrite("r:t", None, set(), force=False)
-    push.check_overwrite("r:t", DIGEST_A, {DIGEST_A}, force=False)
+    push.check_overwrite("r:t", None, set(), force=False, console=plain_console())
+    push.check_overwrite("r:t", DIGEST_A, {DIGEST_A}, force=False, console=plain_console())
 
 
 def test_check_overwrite_refuses_another_image_naming_both_digests() -> None:
     with pytest.raises(PublishError) as caught:
-        push.check_overwrite("r:t", DIGEST_A, {DIGEST_B}, force=False)
+        push.check_overwrite("r:t", DIGEST_A, {DIGEST_B}, force=False, console=plain_console())
     text = str(caught.value)
     assert DIGEST_A in text and DIGEST_B in text and "--force" in text
     with pytest.raises(PublishError, match="not pushed there yet"):
-        push.check_overwrite("r:t", DIGEST_A, set(), force=False)
+        push.check_overwrite("r:t", DIGEST_A, set(), force=False, console=plain_console())
 
 
 def test_check_overwrite_moves_the_tag_when_forced() -> None:
-    push.check_overwrite("r:t", DIGEST_A, {DIGEST_B}, force=True)
+    push.check_overwrite("r:t", DIGEST_A, {DIGEST_B}, force=True, console=plain_console())
 
 
 # --- smoke gate ---------------------------------------------------------------------------
@@ -105,24 +105,24 @@ def smoke_record(image_id: str, passed: bool, checks: list[dict[str, Any]]) -> s
 def test_check_smoke_wants_a_passing_record_of_this_image_id(tmp_path: Path) -> None:
     tag, record = "production-1.0-unit", tmp_path / "smoke.json"
     with pytest.raises(PublishError, match="no smoke record") as caught:
-        push.check_smoke(record, tag, DIGEST_A)
+        push.check_smoke(record, tag, DIGEST_A, settings=settings_of())
     assert "sparkbake smoke production-1.0-unit" in str(caught.value)
     assert "--skip-smoke" in str(caught.value)
     record.write_text("{not json")
     with pytest.raises(PublishError, match="unreadable"):
-        push.check_smoke(record, tag, DIGEST_A)
+        push.check_smoke(record, tag, DIGEST_A, settings=settings_of())
     record.write_text(json.dumps({"image_id": DIGEST_A, "passed": True}))  # not a whole record
     with pytest.raises(PublishError, match="unreadable"):
-        push.check_smoke(record, tag, DIGEST_A)
+        push.check_smoke(record, tag, DIGEST_A, settings=settings_of())
     record.write_text(smoke_record(DIGEST_B, True, []))
     with pytest.raises(PublishError, match="not of the image to publish") as caught:
-        push.check_smoke(record, tag, DIGEST_A)
+        push.check_smoke(record, tag, DIGEST_A, settings=settings_of())
     assert "checked sha256:bbbbbbbbbbbb, not sha256:aaaaaaaaaaaa" in str(caught.value)
     record.write_text(smoke_record(DIGEST_A, False, []))
     with pytest.raises(PublishError, match="did not pass"):
-        push.check_smoke(record, tag, DIGEST_A)
+        push.check_smoke(record, tag, DIGEST_A, settings=settings_of())
     record.write_text(smoke_record(DIGEST_A, True, []))
-    assert push.check_smoke(record, tag, DIGEST_A).passed is True
+    assert push.check_smoke(record, tag, DIGEST_A, settings=settings_of()).passed is True
 
 
 def test_the_smoke_gate_summarises_a_pass_and_records_a_skip(tmp_path: Path) -> None:
@@ -131,12 +131,16 @@ def test_the_smoke_gate_summarises_a_pass_and_records_a_skip(tmp_path: Path) -> 
     record.write_text(smoke_record(DIGEST_A, True, checks))
     passed = {"result": "passed", "image_id": DIGEST_A, "time": "2026-01-01T00:00:00+00:00",
               "checks": {"passed": 1, "skipped": 1}}
-    assert push.smoke_gate(record, "t", DIGEST_A, skip=False).to_json() == passed
+    assert push.smoke_gate(record, "t", DIGEST_A, skip=False, console=plain_console(),
+                           settings=settings_of()).to_json() == passed
     skipped = {"result": "skipped", "override": "--skip-smoke", "found": "other image"}
-    assert push.smoke_gate(record, "t", DIGEST_B, skip=True).to_json() == skipped
-    assert push.smoke_gate(tmp_path / "none", "t", DIGEST_A, skip=True).found == "missing"
+    assert push.smoke_gate(record, "t", DIGEST_B, skip=True, console=plain_console(),
+                           settings=settings_of()).to_json() == skipped
+    assert push.smoke_gate(tmp_path / "none", "t", DIGEST_A, skip=True, console=plain_console(),
+                           settings=settings_of()).found == "missing"
     with pytest.raises(PublishError):
-        push.smoke_gate(record, "t", DIGEST_B, skip=False)
+        push.smoke_gate(record, "t", DIGEST_B, skip=False, console=plain_console(),
+                        settings=settings_of())
     for summary in (passed, skipped):  # as the release record keeps it
         assert ReleaseSmoke.from_json(summary).to_json() == summary
 
@@ -164,7 +168,7 @@ def test_start_without_docker_registry_names_the_package(
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     with pytest.raises(EngineError) as caught:
-        local_registry.start(config, port)
+        local_registry.start(config, plain_console(), port)
     assert caught.value.exit_code == 8
     assert "apt-get install -y docker-registry" in str(caught.value)
 
@@ -173,7 +177,7 @@ def test_stop_and_status_without_a_registry(tmp_path: Path) -> None:
     config = _config(tmp_path)
     (config.build_dir / "registry").mkdir(parents=True)
     (config.build_dir / "registry" / "registry.pid").write_text("999999999\n")
-    assert local_registry.stop(config) is False
+    assert local_registry.stop(config, plain_console()) is False
     assert not (config.build_dir / "registry" / "registry.pid").exists()
     assert local_registry.status(config) == (
         False, "registry: none started from this project; start it with "
@@ -189,7 +193,7 @@ def test_a_port_another_process_holds_is_refused_naming_it(tmp_path: Path) -> No
         holder = f"{Path(sys.executable).name} (pid {os.getpid()})"  # this test's Python
         assert ports.holder(port) == holder
         with pytest.raises(EngineError) as caught:
-            local_registry.start(config, port)
+            local_registry.start(config, plain_console(), port)
     assert caught.value.exit_code == 8
     assert caught.value.message == f"port {port} of 127.0.0.1 is held by {holder}"
     assert "--port N" in caught.value.remedy
@@ -209,11 +213,12 @@ def challenge(header: str) -> requests.Response:
 
 def test_a_basic_challenge_is_answered_once_with_the_stored_login() -> None:
     remote = distribution.Remote("127.0.0.1:5000", "x", "http://127.0.0.1:5000", True)
-    session = distribution.Session(remote, login=RegistryLogin("user", "pass", False))
+    session = distribution.Session(remote, settings_of(), plain_console(),
+                                   login=RegistryLogin("user", "pass", False))
     assert session._login(challenge('Basic realm="registry"')) is True
     assert session._auth() == {"Authorization": "Basic dXNlcjpwYXNz"}
     assert session._login(challenge('Basic realm="registry"')) is False  # no second try
-    anonymous = distribution.Session(remote)
+    anonymous = distribution.Session(remote, settings_of(), plain_console())
     assert anonymous._login(challenge('Basic realm="registry"')) is False
     assert anonymous._auth() == {}
 

@@ -14,7 +14,8 @@ import pytest
 from sparkbake.config.settings import Settings
 from sparkbake.deploy import rollout
 from sparkbake.errors import EngineError, PublishError
-from sparkbake.oci import docker_engine, registry_access
+from sparkbake.oci import registry_access
+from sparkbake.oci.registry_login import RegistryLogin, registry_login
 from tests.conftest import settings_of
 from tests.tlscerts import Certs, make_certs, v2_server
 
@@ -28,8 +29,8 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
 
 @pytest.fixture
 def docker_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """This test's own Docker client config and credential helpers, read by the Docker SDK
-    from the process's environment; its certs.d: `settings`."""
+    """This test's own Docker client config and credential helpers, in this process's
+    environment (Settings.of_process); its certs.d: `settings`."""
     monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "docker"))
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
     (tmp_path / "docker").mkdir()
@@ -67,32 +68,32 @@ def client_config(docker_dirs: Path, **config: object) -> None:
 def test_a_login_kept_by_a_credential_helper_is_found(docker_dirs: Path) -> None:
     helper(docker_dirs, "sbtest", 'echo "{\\"Username\\":\\"u\\",\\"Secret\\":\\"p-$server\\"}"')
     client_config(docker_dirs, credHelpers={"reg.example:5443": "sbtest"})
-    assert docker_engine.registry_login("reg.example:5443") == \
-        docker_engine.RegistryLogin("u", "p-reg.example:5443", identity_token=False)
-    assert docker_engine.registry_login("other.example") is None
+    assert registry_login("reg.example:5443", Settings.of_process()) == \
+        RegistryLogin("u", "p-reg.example:5443", identity_token=False)
+    assert registry_login("other.example", Settings.of_process()) is None
 
 
 def test_the_creds_store_serves_every_registry_and_a_token_user_is_an_identity_token(
         docker_dirs: Path) -> None:
     helper(docker_dirs, "store", 'echo "{\\"Username\\":\\"<token>\\",\\"Secret\\":\\"rt\\"}"')
     client_config(docker_dirs, credsStore="store")
-    found = docker_engine.registry_login("ghcr.io")
+    found = registry_login("ghcr.io", Settings.of_process())
     assert found is not None and (found.secret, found.identity_token) == ("rt", True)
 
 
 def test_auths_in_the_config_are_used_when_no_helper_is_named(docker_dirs: Path) -> None:
     client_config(docker_dirs, auths={"ghcr.io": {"auth": "dXNlcjpwYXNz"},
                                       "https://index.docker.io/v1/": {"auth": "aHViOnB3"}})
-    assert docker_engine.registry_login("ghcr.io") == \
-        docker_engine.RegistryLogin("user", "pass", identity_token=False)
-    found = docker_engine.registry_login("docker.io")
+    assert registry_login("ghcr.io", Settings.of_process()) == \
+        RegistryLogin("user", "pass", identity_token=False)
+    found = registry_login("docker.io", Settings.of_process())
     assert found is not None and found.username == "hub"
 
 
 def test_a_helper_that_is_missing_is_one_clear_line(docker_dirs: Path) -> None:
     client_config(docker_dirs, credHelpers={"reg.example": "absent"})
     with pytest.raises(EngineError) as raised:
-        docker_engine.registry_login("reg.example")
+        registry_login("reg.example", Settings.of_process())
     assert raised.value.message.startswith("the Docker credential helper for reg.example "
                                            "failed: ")
     assert "docker login reg.example" in raised.value.remedy
@@ -168,6 +169,7 @@ def test_a_client_certificate_needs_its_key(docker_dirs: Path, certs: Certs) -> 
 def test_a_deploy_pull_carries_the_login_docker_pull_would_send(docker_dirs: Path) -> None:
     helper(docker_dirs, "sbtest", 'echo "{\\"Username\\":\\"u\\",\\"Secret\\":\\"p\\"}"')
     client_config(docker_dirs, credHelpers={"reg.example:5443": "sbtest"})
-    assert rollout._auth(f"reg.example:5443/x@sha256:{'a' * 64}") == {
+    ref = f"reg.example:5443/x@sha256:{'a' * 64}"
+    assert rollout._auth(ref, settings=Settings.of_process()) == {
         "username": "u", "password": "p", "serveraddress": "reg.example:5443"}
-    assert rollout._auth("other.example/x:1") is None
+    assert rollout._auth("other.example/x:1", settings=settings_of()) is None

@@ -13,7 +13,7 @@ from sparkbake.errors import UsageError
 from sparkbake.oci import image_layout, layers
 from sparkbake.publish import releases
 from sparkbake.publish.record import Change, IndexEntry, Release, ReleaseDiff
-from tests.conftest import versions_yaml
+from tests.conftest import plain_console, settings_of, versions_yaml
 
 SHA = {c: c * 64 for c in "abcdef"}
 
@@ -146,7 +146,7 @@ def test_read_record_of_an_unknown_release_names_the_known_ones(tmp_path: Path) 
     folder = tmp_path / "releases"
     releases.add(folder, record("production-3.72-vision"))
     with pytest.raises(UsageError) as caught:
-        releases.read_record(folder, "production-9.99")
+        releases.read_record(folder, "production-9.99", settings=settings_of())
     assert caught.value.exit_code == 2
     assert "released: production-3.72-vision" in str(caught.value)
 
@@ -216,7 +216,7 @@ def test_diff_says_when_no_image_manifest_was_recorded() -> None:
 
 def layout_with(tmp_path: Path,
                 files: dict[str, bytes]) -> tuple[image_layout.Layout, image_layout.Descriptor]:
-    layout = image_layout.Layout(tmp_path / "oci")
+    layout = image_layout.Layout(tmp_path / "oci", console=plain_console())
     layer = layers.from_files({p: (data, 0o644) for p, data in files.items()},
                               tmp_path / "layer.tgz", 0)
     blob = layout.add_file(layer.path, layer.digest, layers.MEDIA_TYPE)

@@ -11,6 +11,7 @@ from sparkbake import planning
 from sparkbake.errors import ConfigError
 from sparkbake.fetch.remote_patches import CACHE, RemotePatch
 from sparkbake.series import lint
+from tests.conftest import plain_console
 
 PIN = "ab" * 32
 URL = "https://git.example/vllm/vllm/commit/0123abcd.patch"
@@ -87,6 +88,7 @@ def test_patch_lint_takes_a_remote_line_without_fetching_it(tmp_path: Path) -> N
     assert found.entries == ((1, URL), (2, "0001-local.patch"), (3, URL))
     assert [str(p) for p in found.problems] == [
         f"{listing}:3: {URL} is listed twice (first on line 1)"]
-    count, problems = lint.lint_folder(listing.parent, [], tmp_path / "build")
+    count, problems = lint.lint_folder(listing.parent, [], tmp_path / "build",
+                                       console=plain_console())
     assert count == 2
     assert [p for p in problems if str(listing) in p.where] == list(found.problems)

@@ -10,7 +10,7 @@ import pytest
 from sparkbake.config import versions
 from sparkbake.errors import ConfigError
 from sparkbake.lock import pins, requirements
-from tests.conftest import DEBIAN_BASE_WITH_PYTHON, versions_yaml
+from tests.conftest import DEBIAN_BASE_WITH_PYTHON, settings_of, versions_yaml
 
 UPSTREAMS = "  tree:\n    dir: tree\n    runtime_requirements: requirements/cuda.txt\n"
 KEYS_LINE = 20  # the line of the keys tag_with adds to tag t, in versions.yaml
@@ -133,12 +133,12 @@ def test_the_runtime_lock_is_stale_when_the_extras_or_pins_change(tmp_path: Path
     origin = f"# from: requirements/cuda.txt={pins._sha(tree / 'requirements/cuda.txt')}"
     path.write_text(f"# runtime lock\n{origin}\n")
     with pytest.raises(ConfigError, match="for other extras or pins than tag t's"):
-        pins.require_runtime_lock(loaded, tag, tree)
+        pins.require_runtime_lock(loaded, tag, tree, settings=settings_of())
     stamp = requirements.stamp(
         tag, requirements.input_text(tag, tree, "requirements/cuda.txt", "aarch64"))
     assert stamp.startswith(" extras=b12x asked=")
     path.write_text(f"# runtime lock\n{origin}{stamp}\n")
-    assert pins.require_runtime_lock(loaded, tag, tree) == path
+    assert pins.require_runtime_lock(loaded, tag, tree, settings=settings_of()) == path
 
 
 def test_a_requires_dist_line_pip_cannot_read_names_the_file_and_the_line(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from sparkbake.config.settings import Settings
 from sparkbake.core.stages import Stage
 from sparkbake.fetch import thirdparty
 from sparkbake.pipeline import stage_commands
-from tests.conftest import copy_project, versions_yaml
+from tests.conftest import copy_project, plain_console, versions_yaml
 
 
 class CountingPip:
@@ -26,7 +27,7 @@ class CountingPip:
         self.answers = {key.replace("_", "-"): value for key, value in answers.items()}
         self.asked: list[str] = []
 
-    def __call__(self, name: str) -> str | None:
+    def __call__(self, name: str, environ: Mapping[str, str]) -> str | None:
         self.asked.append(name)
         return self.answers.get(name.removeprefix("global."))
 
@@ -68,8 +69,10 @@ def test_a_build_that_needs_no_package_index_starts_no_pip(tmp_path: Path) -> No
     pip = CountingPip()
     settings = Settings({"HOME": str(tmp_path)}, ask_pip=pip)
     loaded = project.config()
-    assert stage_commands.run_until(loaded, settings, loaded.tag("fixture"), Stage.PATCH) == 0
-    assert stage_commands.run_until(loaded, settings, loaded.tag("fixture"), Stage.PATCH) == 0
+    assert stage_commands.run_until(loaded, settings, loaded.tag("fixture"), Stage.PATCH,
+                                    console=plain_console()) == 0
+    assert stage_commands.run_until(loaded, settings, loaded.tag("fixture"), Stage.PATCH,
+                                    console=plain_console()) == 0
     assert pip.asked == []
 
 
@@ -129,17 +132,22 @@ def test_the_bytecode_cache_is_in_the_host_cache_unless_compiles_are_cold() -> N
     assert cold.bytecode_folder == Path("/cache/bytecode")  # gc still trims what is there
 
 
-def test_children_get_the_environment_without_sparkbakes_secrets(
+def test_children_get_the_runs_environment_without_sparkbakes_secrets(
         monkeypatch: pytest.MonkeyPatch) -> None:
     from sparkbake.config.settings import child_environment
+    from sparkbake.console.display import Console
     from sparkbake.console.tools import run
     from sparkbake.errors import EngineError
 
     monkeypatch.setenv("SPARKBAKE_SIGNING_PASSPHRASE", "hunter2")
     monkeypatch.setenv("DOCKER_CONFIG", "/logins")
     monkeypatch.setenv("SPARKBAKE_KEPT", "yes")
-    env = child_environment({"ADDED": "1"})
+    settings = Settings.of_process()
+    monkeypatch.setenv("SPARKBAKE_LATER", "set after the run started")
+    env = child_environment(settings.environ, {"ADDED": "1"})
     assert "SPARKBAKE_SIGNING_PASSPHRASE" not in env and "DOCKER_CONFIG" not in env
     assert (env["SPARKBAKE_KEPT"], env["ADDED"]) == ("yes", "1")
-    shown = run(["env"], error=EngineError, what="env", capture=True).stdout
+    console = Console(settings.environ)
+    shown = run(console, ["env"], error=EngineError, what="env", capture=True).stdout
+    assert "SPARKBAKE_LATER" not in shown  # the run's environment, not the process's now
     assert "SPARKBAKE_KEPT=yes" in shown and "hunter2" not in shown and "/logins" not in shown

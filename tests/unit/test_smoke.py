@@ -20,6 +20,7 @@ from sparkbake.errors import SmokeError, UsageError
 from sparkbake.patch.apply import PatchedTree
 from sparkbake.planning import Plan, SeriesInfo
 from sparkbake.smoke import checks
+from tests.conftest import plain_console, settings_of
 
 BASE = DebootstrapBase(name="local-debian", suite="bookworm", mirror=None, variant="minbase",
                        packages=())
@@ -126,7 +127,7 @@ def test_parse_checks_without_a_result_is_none() -> None:
 
 def test_failed_checks_raise_exit_6_naming_them(tmp_path: Path) -> None:
     with pytest.raises(SmokeError) as caught:
-        checks.raise_if_failed(PLAN, CHECKS, tmp_path / "demo.json")
+        checks.raise_if_failed(PLAN, CHECKS, tmp_path / "demo.json", settings=settings_of())
     assert caught.value.exit_code == 6
     assert "env-defaults" in caught.value.message
     assert str(tmp_path / "demo.json") in caught.value.message
@@ -136,12 +137,13 @@ def test_failed_checks_raise_exit_6_naming_them(tmp_path: Path) -> None:
 def test_a_gpu_only_failure_points_at_the_gpu_runtime(tmp_path: Path) -> None:
     gpu_failed = [CHECKS[0], smoke_record.CheckResult("gpu", "failed", "none")]
     with pytest.raises(SmokeError) as caught:
-        checks.raise_if_failed(PLAN, gpu_failed, tmp_path / "demo.json")
+        checks.raise_if_failed(PLAN, gpu_failed, tmp_path / "demo.json", settings=settings_of())
     assert "NVIDIA container runtime" in caught.value.remedy
 
 
 def test_passing_and_skipped_checks_do_not_raise(tmp_path: Path) -> None:
-    checks.raise_if_failed(PLAN, [CHECKS[0], CHECKS[2]], tmp_path / "demo.json")
+    checks.raise_if_failed(PLAN, [CHECKS[0], CHECKS[2]], tmp_path / "demo.json",
+                           settings=settings_of())
 
 
 @pytest.mark.parametrize(("options", "message"), [
@@ -154,7 +156,8 @@ def test_bad_options_are_usage_errors_before_any_engine_call(
         tmp_path: Path, options: checks.Options, message: str) -> None:
     config = Config(path=tmp_path / "versions.yaml", tags={TAG.name: TAG})
     with pytest.raises(UsageError) as caught:
-        checks.run(None, config, PLAN, FACTS, options)  # no client: it is never reached
+        checks.run(None, config, PLAN, FACTS, options, console=plain_console(),
+                   settings=settings_of())  # no client: it is never reached
     assert caught.value.exit_code == 2
     assert caught.value.message.startswith(message)
 
@@ -162,7 +165,7 @@ def test_bad_options_are_usage_errors_before_any_engine_call(
 def test_a_gpu_capability_failure_names_the_tags_capability(tmp_path: Path) -> None:
     failed = [smoke_record.CheckResult("gpu-capability", "failed", "device 0 is 9.0")]
     with pytest.raises(SmokeError) as caught:
-        checks.raise_if_failed(PLAN, failed, tmp_path / "demo.json")
+        checks.raise_if_failed(PLAN, failed, tmp_path / "demo.json", settings=settings_of())
     assert "compute capability 12.1 and the NVIDIA container runtime" in caught.value.remedy
 
 
@@ -170,7 +173,7 @@ def test_a_serve_only_failure_points_at_the_serve_log(tmp_path: Path) -> None:
     failed = [smoke_record.CheckResult("serve-health", "failed", "exited"),
               smoke_record.CheckResult("serve-models", "failed", "not run")]
     with pytest.raises(SmokeError) as caught:
-        checks.raise_if_failed(PLAN, failed, tmp_path / "demo.json")
+        checks.raise_if_failed(PLAN, failed, tmp_path / "demo.json", settings=settings_of())
     assert "serve-health, serve-models" in caught.value.message
     assert str(tmp_path / "production-3.73-vision-serve.log") in caught.value.remedy
 
@@ -185,22 +188,26 @@ def write_record(folder: Path, image_id: str) -> tuple[Path, Path]:
 def test_the_record_of_another_image_is_removed(tmp_path: Path,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
     json_path, xml_path = write_record(tmp_path, "sha256:" + "a" * 64)
-    assert checks.drop_stale_record(json_path, xml_path, "sha256:" + "b" * 64) is True
+    assert checks.drop_stale_record(json_path, xml_path, "sha256:" + "b" * 64,
+                                    console=plain_console()) is True
     assert not json_path.exists() and not xml_path.exists()
     assert "the record of image sha256:aaaaaaaaaaaa" in capsys.readouterr().err
 
 
 def test_the_record_of_the_same_image_stays(tmp_path: Path) -> None:
     json_path, xml_path = write_record(tmp_path, "sha256:" + "a" * 64)
-    assert checks.drop_stale_record(json_path, xml_path, "sha256:" + "a" * 64) is False
+    assert checks.drop_stale_record(json_path, xml_path, "sha256:" + "a" * 64,
+                                    console=plain_console()) is False
     assert json_path.exists() and xml_path.exists()
-    assert checks.drop_stale_record(tmp_path / "none.json", tmp_path / "none.xml", "x") is False
+    assert checks.drop_stale_record(tmp_path / "none.json", tmp_path / "none.xml", "x",
+                                    console=plain_console()) is False
 
 
 def test_an_unreadable_record_is_removed(tmp_path: Path) -> None:
     json_path, xml_path = tmp_path / "demo.json", tmp_path / "demo.xml"
     json_path.write_text("{not json")
-    assert checks.drop_stale_record(json_path, xml_path, "sha256:" + "a" * 64) is True
+    assert checks.drop_stale_record(json_path, xml_path, "sha256:" + "a" * 64,
+                                    console=plain_console()) is True
     assert not json_path.exists()
 
 
@@ -249,8 +256,8 @@ def test_quiet_shows_only_the_failed_checks(monkeypatch: pytest.MonkeyPatch,
                                             verbosity: display.Verbosity,
                                             shown: list[str]) -> None:
     stream = io.StringIO()
-    monkeypatch.setattr(display, "current", display.Console(verbosity, stream, {}))
     checks.report([smoke_record.CheckResult("imports", "passed"),
                    smoke_record.CheckResult("gpu", "skipped", "no GPU"),
-                   smoke_record.CheckResult("entrypoint", "failed", "exit 1")])
+                   smoke_record.CheckResult("entrypoint", "failed", "exit 1")],
+                  display.Console({}, verbosity, stream))
     assert [line.split()[0] for line in stream.getvalue().splitlines()] == shown

@@ -16,7 +16,7 @@ from sparkbake.config.versions import DirUpstream, GitUpstream, PypiUpstream
 from sparkbake.fetch import upstream_tree
 from sparkbake.patch.apply import PatchedTree
 from sparkbake.wheels import container_build
-from tests.conftest import DATA, copy_project, cp_project, settings_of
+from tests.conftest import DATA, copy_project, cp_project, plain_console, settings_of
 
 COMMIT_TIME = 1_600_000_000
 
@@ -43,7 +43,7 @@ def test_a_git_pin_dates_its_tree_by_the_commit_and_a_declared_date_wins(tmp_pat
     upstream = GitUpstream(key="fork", url="./repo", commit=commit,
                            source=str(tmp_path / "repo"))
     entry = tmp_path / "entry"
-    upstream_tree.fetch(upstream, entry, settings())
+    upstream_tree.fetch(upstream, entry, settings(), console=plain_console())
     assert upstream_tree.source_date(upstream, entry) == COMMIT_TIME
     declared = GitUpstream(key="fork", url="./repo", commit=commit,
                            source=str(tmp_path / "repo"), source_date_epoch=1_700_000_000)
@@ -56,7 +56,7 @@ def test_a_cached_git_tree_without_its_date_is_fetched_again(tmp_path: Path) -> 
                            source=str(tmp_path / "repo"))
     entry = tmp_path / "entry"
     (entry / "tree").mkdir(parents=True)  # as an older sparkbake left it
-    upstream_tree.fetch(upstream, entry, settings())
+    upstream_tree.fetch(upstream, entry, settings(), console=plain_console())
     assert (entry / "tree" / "setup.py").is_file()
     assert upstream_tree.source_date(upstream, entry) == COMMIT_TIME
 
@@ -74,7 +74,7 @@ def test_a_folder_in_git_is_dated_by_its_last_commit_not_its_file_times(tmp_path
     git_repo(tmp_path / "repo")
     os.utime(tmp_path / "repo" / "setup.py", (1_700_000_000, 1_700_000_000))  # a checkout's
     folder = DirUpstream(key="d", path=tmp_path / "repo")
-    upstream_tree.fetch(folder, tmp_path / "entry", settings())
+    upstream_tree.fetch(folder, tmp_path / "entry", settings(), console=plain_console())
     assert upstream_tree.source_date(folder, tmp_path / "entry") == COMMIT_TIME
 
 
@@ -91,7 +91,7 @@ def test_a_folder_outside_git_gets_the_fixed_date_whatever_its_file_times(
         os.utime(path, (1_790_000_000, 1_790_000_000))  # copied later
     for folder in (first, second):
         upstream = DirUpstream(key="d", path=folder)
-        upstream_tree.fetch(upstream, folder.parent / "entry", settings())
+        upstream_tree.fetch(upstream, folder.parent / "entry", settings(), console=plain_console())
         assert upstream_tree.source_date(upstream, folder.parent / "entry") == 315532800
         assert upstream_tree.dir_dating(folder) == (
             315532800, "a fixed date: not in git, no source_date_epoch")
@@ -104,7 +104,7 @@ def test_a_folder_in_git_with_changes_keeps_its_commit_date(tmp_path: Path) -> N
     (tmp_path / "repo" / "setup.py").write_text("# changed, not committed\n")
     os.utime(tmp_path / "repo" / "setup.py", (1_700_000_000, 1_700_000_000))
     changed = DirUpstream(key="d", path=tmp_path / "repo")
-    upstream_tree.fetch(changed, tmp_path / "repo-entry", settings())
+    upstream_tree.fetch(changed, tmp_path / "repo-entry", settings(), console=plain_console())
     assert upstream_tree.source_date(changed, tmp_path / "repo-entry") == COMMIT_TIME
     assert upstream_tree.dir_dating(tmp_path / "repo") == (COMMIT_TIME, "its last commit")
 
@@ -118,7 +118,7 @@ def test_a_folder_whose_commit_is_older_than_1980_is_dated_1980(tmp_path: Path) 
     for cmd in (["init", "-q"], ["add", "."], ["commit", "-q", "-m", "old"]):
         subprocess.run(["git", "-C", str(tmp_path / "old"), *cmd], check=True, env=env)
     folder = DirUpstream(key="d", path=tmp_path / "old")
-    upstream_tree.fetch(folder, tmp_path / "entry", settings())
+    upstream_tree.fetch(folder, tmp_path / "entry", settings(), console=plain_console())
     assert upstream_tree.source_date(folder, tmp_path / "entry") == 315532800
 
 
@@ -128,7 +128,8 @@ def test_without_git_a_folder_gets_the_fixed_date_and_its_date_is_part_of_its_pi
     os.utime(tmp_path / "repo" / "setup.py", (1_700_000_000, 1_700_000_000))
     folder = DirUpstream(key="d", path=tmp_path / "repo")
     assert planning.upstream_pin(folder)["date"] == str(COMMIT_TIME)
-    monkeypatch.setenv("PATH", str(tmp_path / "no-tools"))  # no git: no traceback either
+    # no git where the system keeps it: no traceback either
+    monkeypatch.setitem(upstream_tree.GIT_DATE_ENVIRONMENT, "PATH", str(tmp_path / "no-tools"))
     assert upstream_tree.dir_date(tmp_path / "repo") == 315532800
     assert planning.upstream_pin(folder)["date"] == "315532800"
     declared = DirUpstream(key="d", path=tmp_path / "repo", source_date_epoch=1735689600)
@@ -139,7 +140,7 @@ def test_a_cached_folder_without_its_date_is_copied_again(tmp_path: Path) -> Non
     git_repo(tmp_path / "repo")
     folder = DirUpstream(key="d", path=tmp_path / "repo")
     (tmp_path / "entry" / "tree").mkdir(parents=True)  # as an older sparkbake left it
-    upstream_tree.fetch(folder, tmp_path / "entry", settings())
+    upstream_tree.fetch(folder, tmp_path / "entry", settings(), console=plain_console())
     assert (tmp_path / "entry" / "tree" / "setup.py").is_file()
     assert upstream_tree.source_date(folder, tmp_path / "entry") == COMMIT_TIME
 

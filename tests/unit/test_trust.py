@@ -21,7 +21,7 @@ from sparkbake.lock import wheelhouse
 from sparkbake.oci import image_layout, layers
 from sparkbake.wheels import container_build, entrycheck
 from sparkbake.wheels.report import Wheel, WheelsReport
-from tests.conftest import versions_yaml
+from tests.conftest import plain_console, versions_yaml
 
 
 def flip_byte(path: Path, offset: int = 0, keep_mtime: bool = False) -> None:
@@ -84,7 +84,7 @@ def test_a_damaged_record_names_its_file(tmp_path: Path, text: str) -> None:
 
 def layout_with_blob(tmp_path: Path, data: bytes = b"layer bytes") -> tuple[
         image_layout.Layout, image_layout.Descriptor]:
-    layout = image_layout.Layout(tmp_path / "oci")
+    layout = image_layout.Layout(tmp_path / "oci", console=plain_console())
     return layout, layout.add_bytes(data, image_layout.LAYER_TYPE)
 
 
@@ -117,7 +117,7 @@ def test_a_truncated_blob_in_a_shared_layout_is_removed_there_not_written_throug
     """build/oci hard-links the shared cache's blob: damage there is found in both, and
     removing it from one leaves the other's link, which its own check removes."""
     shared, blob = layout_with_blob(tmp_path / "shared")
-    mine = image_layout.Layout(tmp_path / "mine")
+    mine = image_layout.Layout(tmp_path / "mine", console=plain_console())
     mine.add_file(shared.blob(blob.digest), blob.digest, image_layout.LAYER_TYPE)
     assert mine.blob(blob.digest).stat().st_ino == shared.blob(blob.digest).stat().st_ino
     os.chmod(shared.blob(blob.digest), 0o644)
@@ -149,7 +149,7 @@ def test_a_truncated_index_is_removed_and_counts_as_empty(
 
 def test_a_truncated_layer_record_counts_as_none(tmp_path: Path,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
-    layout = image_layout.Layout(tmp_path / "oci")
+    layout = image_layout.Layout(tmp_path / "oci", console=plain_console())
     made = layers.from_files({"a": (b"a", 0o644)}, tmp_path / "a.tar.gz", 0)
     cache = LayerCache(tmp_path / "layers", layout)
     cache.put("python", "k" * 64, made)
@@ -201,9 +201,9 @@ def test_gc_check_removes_the_damaged_entries_and_keeps_the_rest(
     (root / "upstream").mkdir(parents=True)
     (root / "versions.yaml").write_text(versions_yaml(tags="  one:\n    upstream: tree\n"
                                                            "    series: []\n"))
-    oci = image_layout.Layout(root / "build" / "oci")
+    oci = image_layout.Layout(root / "build" / "oci", console=plain_console())
     good, bad = (oci.add_bytes(data, image_layout.LAYER_TYPE) for data in (b"good", b"bad!"))
-    shared = image_layout.Layout(tmp_path / "host-cache" / "layers")
+    shared = image_layout.Layout(tmp_path / "host-cache" / "layers", console=plain_console())
     base = shared.add_bytes(b"base layer", image_layout.LAYER_TYPE)
     flip_byte(oci.blob(bad.digest), keep_mtime=True)  # only a full hash finds it
     os.chmod(shared.blob(base.digest), 0o644)
@@ -235,9 +235,9 @@ def test_a_runtime_wheelhouse_wheel_no_lock_hash_allows_takes_the_wheelhouse(
     lock = tmp_path / "runtime.txt"
     lock.write_text(f"dep==1.0 \\\n    --hash=sha256:{'0' * 64} \\\n"
                     f"    --hash=sha256:{sha(b'dep wheel')}\n")
-    assert wheelhouse._intact(house, lock)
+    assert wheelhouse._intact(house, lock, console=plain_console())
     flip_byte(wheel)
-    assert not wheelhouse._intact(house, lock)
+    assert not wheelhouse._intact(house, lock, console=plain_console())
     assert not house.exists()
     assert f"damaged cache entry {house}: {wheel.name}: no hash of runtime.txt" in \
         capsys.readouterr().err

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from sparkbake.bake import venv
+from tests.conftest import plain_console
 from tests.unit.test_wheel_kernels import ARM64, FILES, LIBRARY, SOURCE_DATE, make_wheel
 
 
@@ -24,5 +25,5 @@ def test_the_bakes_pip_ignores_the_hosts_pip_configuration(
         monkeypatch.setenv("PIP_CONFIG_FILE", str(tmp_path / "pip.conf"))
     site = tmp_path / "site"
     venv._pip_target(site, "image", ARM64, "3.11", [wheels], ["pkg"], SOURCE_DATE,
-                     tmp_path / "log")
+                     tmp_path / "log", console=plain_console())
     assert (site / "pkg" / "_C.abi3.so").read_bytes() == LIBRARY

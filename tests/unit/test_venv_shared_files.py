@@ -10,6 +10,7 @@ import pytest
 from sparkbake.bake import venv
 from sparkbake.errors import BakeError
 from sparkbake.hashing import record_hash
+from tests.conftest import plain_console
 
 SHIM = b"# flashinfer's b12x shim\n"
 REAL = b"# the b12x package\n"
@@ -47,7 +48,7 @@ def wheelhouse(tmp_path: Path) -> Path:
 
 def test_the_asked_distributions_copy_is_kept(
         site: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    venv._settle_shared_files(site, [wheelhouse(tmp_path)], {"b12x"})
+    venv._settle_shared_files(site, [wheelhouse(tmp_path)], {"b12x"}, console=plain_console())
     assert (site / "b12x/__init__.py").read_bytes() == REAL
     assert ("bake: b12x and flashinfer-python hold 1 same-named file(s) with other bytes "
             "(b12x/__init__.py); b12x's copies are kept (the tag asks for it)") in \
@@ -56,7 +57,7 @@ def test_the_asked_distributions_copy_is_kept(
 
 def test_an_overlap_of_unasked_distributions_is_reported_and_left(
         site: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    venv._settle_shared_files(site, [wheelhouse(tmp_path)], set())
+    venv._settle_shared_files(site, [wheelhouse(tmp_path)], set(), console=plain_console())
     assert (site / "b12x/__init__.py").read_bytes() == SHIM
     assert ("b12x and flashinfer-python hold 1 same-named file(s) with other bytes "
             "(b12x/__init__.py); pip's last copies stay; pin or ask for the one to keep") in \
@@ -68,7 +69,7 @@ def test_the_asked_wheel_missing_from_the_wheelhouse_is_a_bake_error(
     empty = tmp_path / "empty"
     empty.mkdir()
     with pytest.raises(BakeError, match=r"the wheel of b12x-1\.5\.1 is not in"):
-        venv._settle_shared_files(site, [empty], {"b12x"})
+        venv._settle_shared_files(site, [empty], {"b12x"}, console=plain_console())
 
 
 def test_the_same_bytes_in_two_distributions_are_no_conflict(
@@ -76,5 +77,5 @@ def test_the_same_bytes_in_two_distributions_are_no_conflict(
     site = tmp_path / "site"
     installed(site, "one", "1.0", {"build_backend.py": b"same\n", "one/__init__.py": b""})
     installed(site, "two", "1.0", {"build_backend.py": b"same\n", "two/__init__.py": b""})
-    venv._settle_shared_files(site, [], set())
+    venv._settle_shared_files(site, [], set(), console=plain_console())
     assert capsys.readouterr().err == ""

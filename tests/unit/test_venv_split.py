@@ -13,6 +13,7 @@ import pytest
 from sparkbake.bake import venvsplit
 from sparkbake.bake.layercache import LayerCache, content_key
 from sparkbake.oci import image_layout, layers
+from tests.conftest import plain_console
 
 PY = "3.11"
 SITE = f"opt/venv/lib/python{PY}/site-packages"
@@ -148,7 +149,7 @@ def test_the_parts_layers_hold_what_one_layer_of_the_venv_holds(root: Path,
 
 def test_a_layer_is_kept_by_key_and_made_again_when_its_blob_is_gone(
         root: Path, tmp_path: Path) -> None:
-    layout = image_layout.Layout(tmp_path / "oci")
+    layout = image_layout.Layout(tmp_path / "oci", console=plain_console())
     cache = LayerCache(tmp_path / "layers", layout)
     names = venvsplit.split(root, PY, ["tinykern"]).kernels
     key = content_key(root, names, DATE)

@@ -19,7 +19,7 @@ from sparkbake.config.versions import Tag
 from sparkbake.core.folders import Folders
 from sparkbake.lock import wheelhouse
 from sparkbake.wheelfile import contents
-from tests.conftest import DEBIAN_BASE, DEBIAN_BASE_WITH_PYTHON, versions_yaml
+from tests.conftest import DEBIAN_BASE, DEBIAN_BASE_WITH_PYTHON, plain_console, versions_yaml
 from tests.localserver import serving
 
 SOURCE_DATE = 1735689600
@@ -108,7 +108,8 @@ def tag(tmp_path: Path) -> Tag:
 def wheelhouse_of(tmp_path: Path, tag: Tag, name: str, pins: dict[str, str]) -> Path:
     lock = tmp_path / name
     lock.write_text(lock_of(pins))
-    return wheelhouse.ensure(lock, tag, Folders(tmp_path / "build", tmp_path / "wheels"))
+    return wheelhouse.ensure(lock, tag, Folders(tmp_path / "build", tmp_path / "wheels"),
+                             console=plain_console())
 
 
 def test_a_moved_package_is_all_a_new_lock_downloads(
@@ -128,7 +129,7 @@ def test_a_moved_package_is_all_a_new_lock_downloads(
     alpha = "alpha-1.0-py3-none-any.whl"
     assert os.path.samefile(first / alpha, second / alpha)  # a hard link, not a copy
     # what it took is checked already: reusing the wheelhouse reads no wheel again
-    assert wheelhouse._intact(second, tmp_path / "two.txt")
+    assert wheelhouse._intact(second, tmp_path / "two.txt", console=plain_console())
 
 
 def test_a_damaged_wheel_of_another_wheelhouse_is_downloaded_instead(
@@ -149,16 +150,20 @@ def test_each_wheel_is_hashed_once_while_it_keeps_its_stamp(tmp_path: Path) -> N
     house = tmp_path / "house"
     house.mkdir()
     (house / "alpha-1.0-py3-none-any.whl").write_bytes(b"alpha 1.0")
-    assert wheelhouse._hashes(house) == {"alpha-1.0-py3-none-any.whl": sha(b"alpha 1.0")}
+    hashed = wheelhouse._hashes(house, console=plain_console())
+    assert hashed == {"alpha-1.0-py3-none-any.whl": sha(b"alpha 1.0")}
     record = (house / wheelhouse.HASHES).read_text()
     # a record that says otherwise is believed while the stamp holds: it is not hashed again
     (house / wheelhouse.HASHES).write_text(record.replace(sha(b"alpha 1.0"), "f" * 64))
-    assert wheelhouse._hashes(house) == {"alpha-1.0-py3-none-any.whl": "f" * 64}
+    assert wheelhouse._hashes(house,
+                              console=plain_console()) == {"alpha-1.0-py3-none-any.whl": "f" * 64}
     # a wheel written again has another stamp: hashed again, the record made right
     (house / "alpha-1.0-py3-none-any.whl").write_bytes(b"alpha 1.0 again")
-    assert wheelhouse._hashes(house) == {"alpha-1.0-py3-none-any.whl": sha(b"alpha 1.0 again")}
+    hashed = wheelhouse._hashes(house, console=plain_console())
+    assert hashed == {"alpha-1.0-py3-none-any.whl": sha(b"alpha 1.0 again")}
     (house / wheelhouse.HASHES).write_text("{not json")  # damaged: dropped, hashed again
-    assert wheelhouse._hashes(house) == {"alpha-1.0-py3-none-any.whl": sha(b"alpha 1.0 again")}
+    hashed = wheelhouse._hashes(house, console=plain_console())
+    assert hashed == {"alpha-1.0-py3-none-any.whl": sha(b"alpha 1.0 again")}
 
 
 def tag_for(folder: Path, python: str, platform: str) -> Tag:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from sparkbake import trust
-from sparkbake.console import display
+from sparkbake.console.display import Console
 from sparkbake.files import atomic_write
 from sparkbake.oci import image_layout
 
@@ -65,10 +65,11 @@ def wanted(path: str) -> bool:
     return path in (DPKG_STATUS, MANIFEST, *OS_RELEASE) or DIST_METADATA.fullmatch(path) is not None
 
 
-def read(layout: image_layout.Layout, image: image_layout.Descriptor) -> ImageFiles:
+def read(layout: image_layout.Layout, image: image_layout.Descriptor, *,
+         console: Console) -> ImageFiles:
     files: dict[str, bytes] = {}
     for layer in layout.read_manifest(image.digest).layers:
-        for kind, path, data in _changes(layout, layer):
+        for kind, path, data in _changes(layout, layer, console=console):
             if kind == "put":
                 files[path] = base64.b64decode(data)
             else:
@@ -76,16 +77,17 @@ def read(layout: image_layout.Layout, image: image_layout.Descriptor) -> ImageFi
     return ImageFiles(files)
 
 
-def _changes(layout: image_layout.Layout, layer: image_layout.Descriptor) -> list[Change]:
+def _changes(layout: image_layout.Layout, layer: image_layout.Descriptor, *,
+             console: Console) -> list[Change]:
     """What one layer does to the wanted files, from its record or read from its blob (a
     damaged record is dropped and the blob read again)."""
     record = layout.read_files(layer.digest)
-    found = trust.record_or_drop(record, ("changes",), "a layer's SBOM files")
+    found = trust.record_or_drop(record, ("changes",), "a layer's SBOM files", console=console)
     if found is not None:
         try:
             return [(str(k), str(p), _checked(k, d)) for k, p, d in found["changes"]]
         except (TypeError, ValueError) as exc:  # JSON, but not what this module writes
-            display.notice(trust.removed(record, f"not a layer's SBOM files ({exc})"))
+            console.notice(trust.removed(record, f"not a layer's SBOM files ({exc})"))
             record.unlink(missing_ok=True)
     changes = _read_layer(layout, layer)
     atomic_write(record, json.dumps({"layer": layer.digest, "changes": changes}) + "\n")

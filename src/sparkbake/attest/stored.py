@@ -7,7 +7,7 @@ baked before sparkbake made SBOMs.
 from __future__ import annotations
 
 from sparkbake.attest import imagefiles
-from sparkbake.console.tools import echo
+from sparkbake.console.display import Console
 from sparkbake.oci import artifacts, image_layout
 
 __all__ = ["MEDIA_TYPE", "SUFFIX", "ensure_sbom", "find_sbom"]
@@ -26,7 +26,7 @@ def find_sbom(layout: image_layout.Layout, tag: str,
 
 
 def ensure_sbom(layout: image_layout.Layout, tag: str,
-                image: image_layout.Descriptor) -> image_layout.Descriptor:
+                image: image_layout.Descriptor, *, console: Console) -> image_layout.Descriptor:
     """The image's SBOM artifact, made from its layers if the layout lacks it."""
     found = find_sbom(layout, tag, image)
     if found is not None:
@@ -34,8 +34,8 @@ def ensure_sbom(layout: image_layout.Layout, tag: str,
     # the CycloneDX library takes a noticeable part of a second to import: only to make one
     from sparkbake.attest import sbom
 
-    document = sbom.document(imagefiles.read(layout, image), image)
+    document = sbom.document(imagefiles.read(layout, image, console=console), image)
     made = artifacts.add(layout, MEDIA_TYPE, document, image)
     layout.tag(tag + SUFFIX, made)
-    echo(f"sbom: {tag}{SUFFIX} = {made.digest} ({len(document)} bytes)")
+    console.detail(f"sbom: {tag}{SUFFIX} = {made.digest} ({len(document)} bytes)")
     return made

@@ -16,7 +16,7 @@ from sparkbake import planning
 from sparkbake.attest import signing, statements, stored
 from sparkbake.attest.signing import PublicKey
 from sparkbake.config.versions import Config
-from sparkbake.console import display
+from sparkbake.console.display import Console
 from sparkbake.errors import VerificationError
 from sparkbake.oci import image_layout, referrers
 from sparkbake.oci.distribution import Session
@@ -63,7 +63,7 @@ class Verified:
 
 
 def verify(session: Session, digest: str, key: PublicKey, work: image_layout.Layout,
-           tag: str | None = None) -> Verified:
+           tag: str | None = None, *, console: Console) -> Verified:
     """The image digest as published in the session's repository (under tag, when asked
     by one), its statements and SBOM."""
     repository = f"{session.remote.host}/{session.remote.path}"
@@ -74,7 +74,7 @@ def verify(session: Session, digest: str, key: PublicKey, work: image_layout.Lay
                                 "(the registry lists no referrers of it)",
                                 "publish it again with this sparkbake; a registry that drops "
                                 "referrers cannot carry them")
-    by_type = check_statements(session, found, digest, key, work)
+    by_type = check_statements(session, found, digest, key, work, console=console)
     if statements.PROVENANCE not in by_type:
         raise VerificationError(f"{repository}@{digest}: no provenance signed by {key.path} "
                                 "is attached", REPUBLISH)
@@ -132,7 +132,8 @@ def _check_name(payload: dict[str, Any], repository: str, digest: str, tag: str 
 
 
 def check_statements(session: Session, found: list[dict[str, Any]], digest: str,
-                     key: PublicKey, work: image_layout.Layout) -> dict[str, dict[str, Any]]:
+                     key: PublicKey, work: image_layout.Layout, *,
+                     console: Console) -> dict[str, dict[str, Any]]:
     """Each attached in-toto statement signed by key, which must be about digest, by
     predicate type. Statements key did not sign (unsigned, another publisher's) are skipped,
     and said: anyone who can push can attach one, and it must not hide the signed ones."""
@@ -154,7 +155,7 @@ def check_statements(session: Session, found: list[dict[str, Any]], digest: str,
                 "a statement of another image is attached to this one: do not trust it")
         by_type[str(statement["predicateType"])] = statement
     if skipped:
-        display.notice(f"verify-release: {skipped} attached statement(s) of {digest[:19]} not "
+        console.notice(f"verify-release: {skipped} attached statement(s) of {digest[:19]} not "
                        f"signed by {key.path}, skipped")
     return by_type
 

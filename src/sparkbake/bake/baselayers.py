@@ -13,6 +13,7 @@ from typing import Any
 
 from sparkbake import trust
 from sparkbake.bases import BaseImage
+from sparkbake.console.display import Console
 from sparkbake.console.tools import step
 from sparkbake.errors import BakeError
 from sparkbake.files import atomic_write
@@ -32,17 +33,17 @@ class Below:
 
 
 def ensure(client: Client, base: BaseImage, cache: image_layout.Layout, layout: image_layout.Layout,
-           work: Path, workers: int) -> Below:
+           work: Path, workers: int, *, console: Console) -> Below:
     """The base's layers, compressed once per host into cache (keyed by the engine's image
     id: the same base image gives the same blobs; workers: the threads that compress them),
     then put into the layout."""
     image_id = str(client.images.get(base.ref).id)
     record = record_path(cache, image_id)
-    listing = _listing(record)
+    listing = _listing(record, console=console)
     # every blob checked (intact removes a damaged one), not only up to the first bad one
     if listing is None or not all([cache.intact(d) for d in [listing["config"],
                                                                *listing["layers"]]]):
-        listing = _export_base(client, base, image_id, cache, work, workers)
+        listing = _export_base(client, base, image_id, cache, work, workers, console=console)
         atomic_write(record, json.dumps(listing, indent=2) + "\n")
     return Below(cache.read_json(listing["config"]),
                   [layout.add_file(cache.blob(d), d, layers.MEDIA_TYPE)
@@ -57,15 +58,16 @@ def record_path(cache: image_layout.Layout, image_id: str) -> Path:
     return cache.root / "bases" / f"{image_id.split(':')[1]}.{made}.json"
 
 
-def _listing(record: Path) -> dict[str, Any] | None:
+def _listing(record: Path, *, console: Console) -> dict[str, Any] | None:
     """The cache's record of a base's blobs; None when missing or damaged (removed)."""
-    return trust.record_or_drop(record, ("config", "layers"), "a base layers record")
+    return trust.record_or_drop(record, ("config", "layers"), "a base layers record",
+                                console=console)
 
 
 def _export_base(client: Client, base: BaseImage, image_id: str, cache: image_layout.Layout,
-                 work: Path, workers: int) -> dict[str, Any]:
+                 work: Path, workers: int, *, console: Console) -> dict[str, Any]:
     archive = work / "base.tar"
-    with step(f"base layers of {base.ref} ({image_id[:19]})"), archive.open("wb") as out:
+    with step(console, f"base layers of {base.ref} ({image_id[:19]})"), archive.open("wb") as out:
         for chunk in client.images.get(base.ref).save(named=False):
             out.write(chunk)
     with tarfile.open(archive) as tar:

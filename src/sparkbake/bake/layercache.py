@@ -45,10 +45,10 @@ class LayerCache:
                              found["diff_id"])
         return layer, found.get("about") or {}
 
-    @staticmethod
-    def _read(path: Path) -> dict[str, Any] | None:
+    def _read(self, path: Path) -> dict[str, Any] | None:
         """The record at path; None when missing, or damaged (then removed, with a warning)."""
-        return trust.record_or_drop(path, ("digest", "size", "diff_id"), "a layer record")
+        return trust.record_or_drop(path, ("digest", "size", "diff_id"), "a layer record",
+                                    console=self.layout.console)
 
     def put(self, part: str, key: str, layer: layers.Layer,
             about: dict[str, Any] | None = None) -> layers.Layer:

@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Any
 from sparkbake import resources
 from sparkbake.bases import BaseImage
 from sparkbake.config.settings import Settings
-from sparkbake.console import display
-from sparkbake.console.tools import echo, step
+from sparkbake.console.display import Console
+from sparkbake.console.tools import step
 from sparkbake.core.folders import Folders
 from sparkbake.core.stages import Stage
 from sparkbake.errors import BakeError
@@ -135,10 +135,10 @@ def _source(pin: dict[str, str]) -> str:
     return f"dir:{pin['path']}"
 
 
-def find(layout: Folders, plan: Plan) -> Image | None:
+def find(layout: Folders, plan: Plan, *, console: Console) -> Image | None:
     """The tag's image as build/oci names it, if it is there with every blob intact (a
     damaged blob is removed: the bake makes it again)."""
-    oci = image_layout.Layout(layout.oci)
+    oci = image_layout.Layout(layout.oci, console)
     image = oci.find(plan.tag.name)
     if image is None or oci.damaged(image):
         return None
@@ -153,16 +153,16 @@ def wheels_content(report: WheelsReport) -> str:
 
 
 def is_current(attrs: dict[str, Any] | None, plan: Plan, layout: Folders,
-               wheels: str | None) -> bool:
+               wheels: str | None, *, console: Console) -> bool:
     """The engine's image of the tag (attrs, its attributes; None: it has none) was baked
     from exactly these inputs and these wheels (wheels_content; None: not known yet, as for
     `plan` before the wheels stage), and it is the image build/oci names (the one publish
     pushes)."""
-    return _current(attrs, plan, layout, wheels) is not None
+    return _current(attrs, plan, layout, wheels, console=console) is not None
 
 
 def _current(attrs: dict[str, Any] | None, plan: Plan, layout: Folders,
-             wheels: str | None) -> Image | None:
+             wheels: str | None, *, console: Console) -> Image | None:
     """The tag's image in build/oci if the engine's (attrs) is it: see is_current."""
     if attrs is None:
         return None
@@ -171,12 +171,12 @@ def _current(attrs: dict[str, Any] | None, plan: Plan, layout: Folders,
         return None
     if wheels is not None and found.get(WHEELS_LABEL) != wheels:
         return None
-    baked = find(layout, plan)
+    baked = find(layout, plan, console=console)
     return baked if baked is not None and baked.config == attrs["Id"] else None
 
 
 def current_in_local_engine(plan: Plan, layout: Folders, wheels: WheelSet,
-                            environ: Mapping[str, str]) -> Image | None:
+                            environ: Mapping[str, str], *, console: Console) -> Image | None:
     """The tag's image, said to be current, when a local engine has it from these inputs
     and wheels, asked over its socket without the Docker SDK; None when it has not, or the
     engine is not local or does not answer there: the bake then asks through the SDK, which
@@ -188,12 +188,12 @@ def current_in_local_engine(plan: Plan, layout: Folders, wheels: WheelSet,
         attrs = engine_socket.inspect_image(path, plan.tag.image_ref)
     except OSError:
         return None
-    current = _current(attrs, plan, layout, wheels_content(wheels.report))
-    return None if current is None else _said_current(current, plan)
+    current = _current(attrs, plan, layout, wheels_content(wheels.report), console=console)
+    return None if current is None else _said_current(current, plan, console=console)
 
 
-def _said_current(image: Image, plan: Plan) -> Image:
-    display.cached(Stage.BAKE, f"bake: {image.ref} is current (inputs {plan.inputs[:12]}), "
+def _said_current(image: Image, plan: Plan, *, console: Console) -> Image:
+    console.cached(Stage.BAKE, f"bake: {image.ref} is current (inputs {plan.inputs[:12]}), "
                    "nothing to do")
     return image
 
@@ -201,7 +201,7 @@ def _said_current(image: Image, plan: Plan) -> Image:
 def make_image(client: Client, plan: Plan, base: BaseImage, wheels: WheelSet,
                patched: PatchedTree, layout: Folders, *, source_date: int, settings: Settings,
                load: bool = True, runtime_wheels: Path | None = None,
-               runtime_lock: Path | None = None, log: Path) -> Image:
+               runtime_lock: Path | None = None, log: Path, console: Console) -> Image:
     """Write the tag's image into build/oci and (load) into the engine as `<repository>:<tag>`,
     unless the engine has it from these inputs. The host's cache (settings) holds the base
     layers; runtime_wheels is the wheelhouse of the tag's runtime lock runtime_lock, if it
@@ -213,30 +213,33 @@ def make_image(client: Client, plan: Plan, base: BaseImage, wheels: WheelSet,
 
     content = wheels_content(wheels.report)
     if load and (current := _current(image_attrs_or_none(client, plan.tag.image_ref), plan,
-                                     layout, content)) is not None:
-        return _said_current(current, plan)
-    oci = image_layout.Layout(layout.oci)
-    with step(f"bake {plan.tag.image_ref}"), \
+                                     layout, content, console=console)) is not None:
+        return _said_current(current, plan, console=console)
+    oci = image_layout.Layout(layout.oci, console)
+    with step(console, f"bake {plan.tag.image_ref}"), \
             scratch_dir(layout.scratch("contexts"), "bake.") as work:
-        runtime = _with_python(client, base, layout, settings.cache_dir / "python-venv")
+        runtime = _with_python(client, base, layout, settings.cache_dir / "python-venv",
+                               console=console)
         workers = settings.compress_workers
         below = baselayers.ensure(client, runtime,
-                                  image_layout.Layout(settings.cache_dir / "layers"), oci, work,
-                                  workers)
+                                  image_layout.Layout(settings.cache_dir / "layers",
+                                                      console), oci, work,
+                                  workers, console=console)
         packages = _venv_packages(plan, wheels, runtime_wheels, runtime_lock, patched)
         # a rebuild that is not loaded (verify's) compiles every file: it re-proves the bytes
         bytecode = settings.bytecode_cache if load else None
         venv = venvlayers.make_layers(client, runtime, packages, LayerCache(layout.layers, oci),
-                                      work, source_date, log, workers, bytecode)
+                                      work, source_date, log, workers, bytecode, console=console)
         recorded = manifest(plan, base, wheels, patched, source_date, venv.cuda_home)
         files = _files_layer(recorded, work, source_date, workers)
         added = [*venv.added, (files, "sparkbake: /opt/sparkbake")]
         baked = _write(oci, plan, below, added, labels(plan, base, patched, source_date)
                        | {WHEELS_LABEL: content}, source_date, recorded.get("jit"))
-        echo(f"bake: {plan.tag.image_ref} = {baked.image.digest} (config {baked.config[:19]})")
-        stored.ensure_sbom(oci, plan.tag.name, baked.image)
+        console.detail(f"bake: {plan.tag.image_ref} = {baked.image.digest} (config "
+                       f"{baked.config[:19]})")
+        stored.ensure_sbom(oci, plan.tag.name, baked.image, console=console)
         if load:
-            _load(client, baked, below)
+            _load(client, baked, below, console=console)
             with layout.loaded_images.open("a") as record:  # whole lines: one bake at a time
                 record.write(baked.config + "\n")
     return baked
@@ -251,7 +254,8 @@ def _runtime() -> dict[str, Any]:
     return described
 
 
-def _with_python(client: Client, base: BaseImage, layout: Folders, probes: Path) -> BaseImage:
+def _with_python(client: Client, base: BaseImage, layout: Folders, probes: Path, *,
+                 console: Console) -> BaseImage:
     """The base itself if it has python3 -m venv; else the base + Python from its package
     manager, built once per engine (the one layer not made reproducibly: see README)."""
     if _has_venv(client, base, probes):
@@ -259,11 +263,11 @@ def _with_python(client: Client, base: BaseImage, layout: Folders, probes: Path)
     key = data_hash({"base": base.digest, "template": resources.digest(PYTHON_TEMPLATE)})
     ref = f"sparkbake-runtime/{base.name}:{key[:12]}"
     if not image_exists(client, ref):
-        echo(f"bake: {base.ref} has no python3 -m venv; adding Python from its packages")
+        console.detail(f"bake: {base.ref} has no python3 -m venv; adding Python from its packages")
         with scratch_dir(layout.scratch("contexts"), "runtime-python.") as context:
             (context / "Dockerfile").write_text(resources.render(PYTHON_TEMPLATE,
                                                                  base_image=base.ref))
-            build_image(client, context, ref, error=BakeError)
+            build_image(client, console, context, ref, error=BakeError)
     return BaseImage(base.name, ref, str(client.images.get(ref).id))
 
 
@@ -277,7 +281,7 @@ def _has_venv(client: Client, base: BaseImage, probes: Path) -> bool:
     if answer in ("yes", "no"):
         return answer == "yes"
     probe = run_container(client, base.ref, ["python3 -m venv --help >/dev/null 2>&1"],
-                          entrypoint=["/bin/sh", "-c"], network=False, quiet=True)
+                          entrypoint=["/bin/sh", "-c"], network=False)
     with contextlib.suppress(OSError):  # a cache that cannot be written keeps nothing
         atomic_write(kept, "yes\n" if probe.exit_code == 0 else "no\n")
     return probe.exit_code == 0
@@ -332,14 +336,15 @@ def _write(layout: image_layout.Layout, plan: Plan, below: baselayers.Below,
     return Image(plan.tag.image_ref, image, config.digest, layout.root)
 
 
-def _load(client: Client, baked: Image, below: baselayers.Below) -> None:
+def _load(client: Client, baked: Image, below: baselayers.Below, *, console: Console) -> None:
     """docker load the image, streamed from build/oci (no copy of its blobs on disk); the
     layers the engine has stay out of the archive: the base's, and those the tag's image
     loaded before starts with (the cached runtime packages' layers are not loaded again)."""
-    layout = image_layout.Layout(baked.layout)
-    omit = frozenset(layer.digest for layer in below.layers) | _loaded_before(client, baked)
+    layout = image_layout.Layout(baked.layout, console)
+    omit = frozenset(layer.digest for layer in below.layers) | _loaded_before(client, baked,
+                                                                              console=console)
     # closed at once when the load fails, not when the generator is freed: its open blob
-    with step("load into the engine"), contextlib.closing(
+    with step(console, "load into the engine"), contextlib.closing(
             image_layout.docker_archive(layout, baked.image, baked.ref, omit)) as archive:
         load_stream(client, archive, baked.ref, error=BakeError)
     loaded = str(client.images.get(baked.ref).id)
@@ -348,13 +353,13 @@ def _load(client: Client, baked: Image, below: baselayers.Below) -> None:
                         f"{baked.config[:19]}", "check the Docker engine's image store")
 
 
-def _loaded_before(client: Client, baked: Image) -> frozenset[str]:
+def _loaded_before(client: Client, baked: Image, *, console: Console) -> frozenset[str]:
     """The blobs of the layers the engine's image of the tag shares with baked, from the
     bottom up: the engine has each of them on the same layers below (the same chain)."""
     if not image_exists(client, baked.ref):
         return frozenset()
     engine = image_attrs(client, baked.ref)["RootFS"].get("Layers") or []
-    layout = image_layout.Layout(baked.layout)
+    layout = image_layout.Layout(baked.layout, console)
     diff_ids = layout.read_json(baked.config)["rootfs"]["diff_ids"]
     blobs = [layer["digest"] for layer in layout.read_json(baked.image.digest)["layers"]]
     shared = 0

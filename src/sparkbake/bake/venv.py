@@ -23,8 +23,8 @@ from packaging.version import Version
 from sparkbake import resources
 from sparkbake.bake import bytecode, distributions, elfcheck
 from sparkbake.config.platforms import Platform
-from sparkbake.console import display
-from sparkbake.console.tools import echo, run, step
+from sparkbake.console.display import Console
+from sparkbake.console.tools import run, step
 from sparkbake.errors import BakeError
 from sparkbake.hashing import record_hash
 from sparkbake.lock.wheelhouse import platform_tags
@@ -60,27 +60,28 @@ def site_packages(venv: Path, python: str) -> Path:
 def install(client: Client, runtime_ref: str, image: str, platform: Platform,
             wheel_dirs: list[Path], names: list[str], work: Path, source_date: int,
             log: Path, asked: tuple[str, ...] = (),
-            bytecode_cache: Path | None = None) -> Installed:
+            bytecode_cache: Path | None = None, *, console: Console) -> Installed:
     """/opt/venv of image with names (and what they need, from wheel_dirs), under work/root.
     Where two distributions hold the same file, an asked one's copy is kept. Bytecode
     comes from bytecode_cache where it holds it."""
-    with step(f"{VENV}: the venv skeleton"):
-        root, python = _skeleton(client, runtime_ref, work, source_date, log)
+    with step(console, f"{VENV}: the venv skeleton"):
+        root, python = _skeleton(client, runtime_ref, work, source_date, log, console=console)
     venv = root / VENV.lstrip("/")
     site = work / "site"
-    with step(f"{VENV}: pip install"):
+    with step(console, f"{VENV}: pip install"):
         _pip_target(site, image, platform, python, wheel_dirs, [*names, *asked], source_date,
-                    log)
-    with step(f"{VENV}: shared files, merge"):
-        _settle_shared_files(site, wheel_dirs, {str(canonicalize_name(a)) for a in asked})
+                    log, console=console)
+    with step(console, f"{VENV}: shared files, merge"):
+        _settle_shared_files(site, wheel_dirs, {str(canonicalize_name(a)) for a in asked},
+                             console=console)
         installed = _merge(site, venv, python)
-    _compiled_and_checked(installed, root, python, platform, bytecode_cache)
+    _compiled_and_checked(installed, root, python, platform, bytecode_cache, console=console)
     return Installed(root, python, _link_toolkit(venv, python))
 
 
 def install_only(image: str, platform: Platform, python: str, wheel_dirs: list[Path],
                  names: list[str], work: Path, source_date: int, log: Path,
-                 bytecode_cache: Path | None = None) -> Installed:
+                 bytecode_cache: Path | None = None, *, console: Console) -> Installed:
     """names alone (no dependencies) into an empty /opt/venv tree under work/root: their
     files as `install` would put them, when the rest of the venv is a cached layer."""
     root = work / "root"
@@ -89,21 +90,23 @@ def install_only(image: str, platform: Platform, python: str, wheel_dirs: list[P
     site_packages(venv, python).mkdir(parents=True)
     site = work / "site"
     _pip_target(site, image, platform, python, wheel_dirs, ["--no-deps", *names], source_date,
-                log)
+                log, console=console)
     installed = _merge(site, venv, python)
-    _compiled_and_checked(installed, root, python, platform, bytecode_cache)
+    _compiled_and_checked(installed, root, python, platform, bytecode_cache, console=console)
     return Installed(root, python, None)
 
 
 def _compiled_and_checked(installed: list[Path], root: Path, python: str,
-                          platform: Platform, bytecode_cache: Path | None) -> None:
-    with step(f"{VENV}: bytecode"):
-        _compile(installed, root, python, bytecode_cache)
-    with step(f"{VENV}: the platform of its ELF files"):
+                          platform: Platform, bytecode_cache: Path | None, *,
+                          console: Console) -> None:
+    with step(console, f"{VENV}: bytecode"):
+        _compile(installed, root, python, bytecode_cache, console=console)
+    with step(console, f"{VENV}: the platform of its ELF files"):
         elfcheck.require_platform(root, platform)
 
 
-def _settle_shared_files(site: Path, wheel_dirs: list[Path], asked: set[str]) -> None:
+def _settle_shared_files(site: Path, wheel_dirs: list[Path], asked: set[str], *,
+                         console: Console) -> None:
     """A file two distributions' RECORDs list with different hashes (flashinfer-python ships
     a `b12x` shim over the b12x package) holds whichever pip wrote last; make it the asked
     distribution's. One line per pair of distributions says what happened."""
@@ -125,7 +128,8 @@ def _settle_shared_files(site: Path, wheel_dirs: list[Path], asked: set[str]) ->
     for (*names, kept), paths in shared.items():
         outcome = (f"{kept}'s copies are kept (the tag asks for it)" if kept
                    else "pip's last copies stay; pin or ask for the one to keep")
-        echo(f"bake: {' and '.join(names)} hold {len(paths)} same-named file(s) with other "
+        console.detail(f"bake: {' and '.join(names)} hold {len(paths)} same-named file(s) with "
+                       "other "
              f"bytes ({', '.join(paths[:2])}{', ...' if len(paths) > 2 else ''}); {outcome}")
 
 
@@ -153,7 +157,7 @@ def _link_toolkit(venv: Path, python: str) -> str | None:
 
 
 def _skeleton(client: Client, runtime_ref: str, work: Path, source_date: int,
-              log: Path) -> tuple[Path, str]:
+              log: Path, *, console: Console) -> tuple[Path, str]:
     """python3 -m venv /opt/venv in a network-less container of the runtime base, unpacked
     under work/root; and its Python version (`3.11`)."""
     archive = work / "venv-skeleton.tar"
@@ -161,7 +165,7 @@ def _skeleton(client: Client, runtime_ref: str, work: Path, source_date: int,
         client, runtime_ref, [],
         entrypoint=["/bin/sh", "-c", resources.path(SKELETON).read_text(), SKELETON],
         environment={"SOURCE_DATE_EPOCH": str(source_date), "PYTHONHASHSEED": "0"},
-        network=False, copy_out=(VENV, archive))
+        network=False, copy_out=(VENV, archive), console=console)
     versions = [line[len(PYTHON_MARK):].strip() for line in result.output.splitlines()
                 if line.startswith(PYTHON_MARK)]
     if result.exit_code != 0 or not versions:
@@ -176,13 +180,13 @@ def _skeleton(client: Client, runtime_ref: str, work: Path, source_date: int,
 
 
 def _pip_target(site: Path, image: str, platform: Platform, python: str, wheel_dirs: list[Path],
-                names: list[str], source_date: int, log: Path) -> None:
+                names: list[str], source_date: int, log: Path, *, console: Console) -> None:
     """This host's pip resolves and installs for the image's platform and Python, offline;
     no bytecode: pip would record this host's paths in it (see _compile). The host's pip
     configuration (its files and PIP_* variables: find-links, constraints) has no part in
     it: the venv is the lock's on any host."""
     links = [arg for folder in wheel_dirs for arg in ("--find-links", str(folder))]
-    done = run([sys.executable, "-m", "pip", "--isolated", "install", "--no-index",
+    done = run(console, [sys.executable, "-m", "pip", "--isolated", "install", "--no-index",
                 "--no-cache-dir", "--disable-pip-version-check", "--only-binary=:all:",
                 "--target", site,
                 f"--python-version={python}", "--implementation=cp",
@@ -218,18 +222,19 @@ def _merge(site: Path, venv: Path, python: str) -> list[Path]:
     return installed
 
 
-def _compile(installed: list[Path], root: Path, python: str, cache: Path | None) -> None:
+def _compile(installed: list[Path], root: Path, python: str, cache: Path | None, *,
+             console: Console) -> None:
     """Bytecode of the installed packages as the image's Python imports them: its source path
     in the image, checked-hash based (no mtime); from cache where it holds a file's. Left
     out when this host's Python is another version (the image's then compiles on import)."""
     if python != f"{sys.version_info[0]}.{sys.version_info[1]}":
-        display.notice(f"bake: the image's Python is {python}, this host's {sys.version_info[0]}."
+        console.notice(f"bake: the image's Python is {python}, this host's {sys.version_info[0]}."
                        f"{sys.version_info[1]}: no bytecode in {VENV}")
         return
     trees = [(path, "/" + path.relative_to(root).as_posix()) for path in installed]
     made = bytecode.compile_trees(trees, cache, os.cpu_count() or 1)
     dropped = f"; {made.dropped} damaged cache entries dropped" if made.dropped else ""
-    echo(f"bake: bytecode: {made.compiled} files compiled, {made.reused} from the cache, "
+    console.detail(f"bake: bytecode: {made.compiled} files compiled, {made.reused} from the cache, "
          f"{made.failed} left as source{dropped}")
 
 

@@ -42,7 +42,8 @@ from sparkbake.bake import venv, venvgroups, venvsplit, wheelkernels
 from sparkbake.bake.layercache import FORMAT, LayerCache, content_key
 from sparkbake.bases import BaseImage
 from sparkbake.config.platforms import Platform
-from sparkbake.console.tools import echo, step
+from sparkbake.console.display import Console
+from sparkbake.console.tools import step
 from sparkbake.errors import BakeError
 from sparkbake.hashing import data_hash
 from sparkbake.lock import pins
@@ -101,7 +102,7 @@ def runtime_key(client: Client, runtime: BaseImage, packages: VenvPackages, sour
 
 def make_layers(client: Client, runtime: BaseImage, packages: VenvPackages, cache: LayerCache,
                 work: Path, source_date: int, log: Path, workers: int,
-                bytecode_cache: Path | None = None) -> VenvLayers:
+                bytecode_cache: Path | None = None, *, console: Console) -> VenvLayers:
     """The layers of /opt/venv, from the cache where their keys are there (workers: the
     threads that compress a layer written; bytecode_cache: the host's .pyc files kept by
     source, None for none)."""
@@ -116,12 +117,13 @@ def make_layers(client: Client, runtime: BaseImage, packages: VenvPackages, cach
     kept = _kernels_by_members(cache, kernels, python, packages, source_date)
     wheels = packages.wheels
     if kept is not None and kernels is not None:
-        echo(f"bake: the compiled libraries' layer is cached for these wheels: pip installs "
+        console.detail("bake: the compiled libraries' layer is cached for these wheels: pip "
+                       "installs "
              f"them without their {len(kernels.members)} ELF files")
         wheels = wheelkernels.trimmed(kernels, wheels, work / "wheels-without-kernels")
     installed = _install(client, runtime, packages, wheels, python, work, source_date, log,
-                         bytecode_cache)
-    with step(f"{venv.VENV}: split into layers"):
+                         bytecode_cache, console=console)
+    with step(console, f"{venv.VENV}: split into layers"):
         parts = venvsplit.split(installed.root, installed.python, packages.names)
     if recorded:
         about = recorded[-1][1]
@@ -130,13 +132,14 @@ def make_layers(client: Client, runtime: BaseImage, packages: VenvPackages, cach
     else:
         about = {"python": installed.python, "cuda_home": installed.cuda_home}
         made = _runtime_layers(installed, parts.runtime, packages, cache, key, groups, about,
-                               work, source_date, workers)
+                               work, source_date, workers, console=console)
     made += [_kernels_layer(installed, parts.kernels, packages, cache, kernels, kept, work,
                             source_date, workers),
              _upstream_layer("python", installed, parts.python, packages, cache, work,
                              source_date, workers)]
     for one in made:
-        echo(f"bake: {venv.VENV} layer {one.part}: {'cached' if one.cached else 'written'} "
+        console.detail(f"bake: {venv.VENV} layer {one.part}: "
+                       f"{'cached' if one.cached else 'written'} "
              f"{one.layer.digest[:19]} ({one.layer.size} bytes)")
     return VenvLayers(tuple((one.layer, one.what) for one in made), about["cuda_home"],
                       tuple(one.part for one in made if one.cached))
@@ -190,11 +193,11 @@ def _upstream_layer(part: str, installed: venv.Installed, paths: tuple[str, ...]
 def _runtime_layers(installed: venv.Installed, runtime: tuple[str, ...], packages: VenvPackages,
                     cache: LayerCache, key: str, groups: tuple[venvgroups.Group, ...],
                     about: dict[str, Any], work: Path, source_date: int,
-                    workers: int) -> list[_Made]:
+                    workers: int, *, console: Console) -> list[_Made]:
     """A layer per runtime group, bottom first, from the venv just installed: each kept by
     its content (a group whose files are as before keeps its blob, neither compressed nor
     pushed again), and recorded under the runtime key for the next bake of this lock."""
-    with step(f"{venv.VENV}: runtime packages by group"):
+    with step(console, f"{venv.VENV}: runtime packages by group"):
         paths = venvgroups.split(installed.root, installed.python, runtime, groups)
     made = []
     for group in groups:
@@ -209,10 +212,10 @@ def _runtime_layers(installed: venv.Installed, runtime: tuple[str, ...], package
 
 
 def _written(layout: image_layout.Layout, what: str, root: Path, paths: tuple[str, ...],
-             dest: Path, source_date: int, workers: int) -> layers.Layer:
+             dest: Path, source_date: int, workers: int, *, console: Console) -> layers.Layer:
     """A layer written and compressed, as a timed step (the bake's longest); what the SBOM
     reads of it is taken from the files it was written from, not read back from its blob."""
-    with step(f"layer {what}"):
+    with step(console, f"layer {what}"):
         layer = layers.from_paths(root, paths, dest, source_date, workers=workers)
     imagefiles.remember(layout, layer.digest, root, paths)
     return layer
@@ -242,19 +245,20 @@ def _members_key(kernels: wheelkernels.Kernels, python: str, packages: VenvPacka
 
 def _install(client: Client, runtime: BaseImage, packages: VenvPackages, wheels: Path,
              cached_python: str | None, work: Path, source_date: int,
-             log: Path, bytecode_cache: Path | None) -> venv.Installed:
+             log: Path, bytecode_cache: Path | None, *, console: Console) -> venv.Installed:
     """Everything into the venv; or, when every runtime group's layer is cached (the rest's record
     says the image's Python), the tag's wheels alone (from wheels: packages.wheels, or their
     copies without the compiled libraries)."""
     names = list(packages.names)
     if cached_python is not None:
-        echo(f"bake: runtime packages cached (every group): installing {' '.join(names)} "
+        console.detail(f"bake: runtime packages cached (every group): installing {' '.join(names)} "
              "alone")
         return venv.install_only(packages.image, packages.platform, cached_python,
-                                 [wheels], names, work, source_date, log, bytecode_cache)
+                                 [wheels], names, work, source_date, log, bytecode_cache,
+                                 console=console)
     dirs = [wheels] if packages.house is None else [wheels, packages.house]
     return venv.install(client, runtime.ref, packages.image, packages.platform, dirs, names,
-                        work, source_date, log, packages.asked, bytecode_cache)
+                        work, source_date, log, packages.asked, bytecode_cache, console=console)
 
 
 def _runtime_what(packages: VenvPackages, group: venvgroups.Group) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
 import sys
 from collections.abc import Callable, Mapping
@@ -27,17 +28,19 @@ __all__ = ["CompileCacheSettings", "PipConfig", "Settings", "SigningSettings",
 DEFAULT_GIB_PER_JOB = 6.0  # peak resident memory of one nvcc job on vLLM's largest sources
 SYSTEM_CA = Path("/etc/ssl/certs/ca-certificates.crt")
 CI_TRUE = ("1", "true", "yes")
+DEFAULT_CONFIG = Path("versions.yaml")  # the --config of a run that gives none
 
 # one value of pip's configuration (`pip config get KEY`), None when pip has none
-PipConfig = Callable[[str], str | None]
+PipConfig = Callable[[str, Mapping[str, str]], str | None]  # (key, the run's environment)
 
 
-def pip_config(name: str) -> str | None:
-    """`pip config get name`: pip's own answer, from every file it reads."""
+def pip_config(name: str, environ: Mapping[str, str]) -> str | None:
+    """`pip config get name`: pip's own answer, from every file it reads (pip run with the
+    run's environment, which names them)."""
     try:
         out = subprocess.run([sys.executable, "-m", "pip", "config", "get", name],
                              capture_output=True, text=True, check=False, timeout=60,
-                             env=child_environment({}))
+                             env=child_environment(environ, {}))
     except (OSError, subprocess.TimeoutExpired):
         return None
     value = out.stdout.strip()
@@ -70,11 +73,23 @@ class Settings:
     locked_option: bool = False  # --locked: refuse a missing lock, as CI does
     ask_pip: PipConfig = field(default=pip_config, repr=False)
     apt_dir: Path = Path("/etc/apt")  # where the Debian mirror is read from
+    config_option: Path | None = None  # the --config the user gave, when not the default
 
     @classmethod
-    def of_process(cls, *, locked: bool = False) -> Settings:
-        """This process's environment, read now, with the command line's --locked."""
-        return cls(dict(os.environ), locked_option=locked)
+    def of_process(cls, *, locked: bool = False, config: Path = DEFAULT_CONFIG) -> Settings:
+        """This process's environment, read now, with the command line's --locked and
+        --config."""
+        return cls(dict(os.environ), locked_option=locked,
+                   config_option=config if config != DEFAULT_CONFIG else None)
+
+    def command(self, name: str, *args: str) -> str:
+        """The command line that runs `name args` the way this run was started, so that a
+        remedy repeats it: `nox -s NAME -- ARGS` in a nox session, else `sparkbake NAME
+        ARGS`, with the user's own --config."""
+        config = ["--config", str(self.config_option)] if self.config_option else []
+        if self.nox_session:
+            return shlex.join(["nox", "-s", name, "--", *args, *config])
+        return shlex.join(["sparkbake", *config, name, *args])
 
     def with_environ(self, **changes: str) -> Settings:
         """These settings with environment variables changed (pip is asked anew if needed)."""
@@ -85,7 +100,7 @@ class Settings:
     @cached_property
     def index_url(self) -> str:
         """PIP_INDEX_URL, else pip's global.index-url, else pip's default index."""
-        index = (self.environ.get("PIP_INDEX_URL") or self.ask_pip("global.index-url")
+        index = (self.environ.get("PIP_INDEX_URL") or self._pip("global.index-url")
                  or _pip_default())
         return index.rstrip("/")
 
@@ -93,7 +108,7 @@ class Settings:
     def ca_bundle(self) -> str | None:
         """The CA file for package indexes: PIP_CERT, pip's global.cert, REQUESTS_CA_BUNDLE,
         SSL_CERT_FILE, else the system's bundle where there is one."""
-        ca = (self.environ.get("PIP_CERT") or self.ask_pip("global.cert")
+        ca = (self.environ.get("PIP_CERT") or self._pip("global.cert")
               or self.environ.get("REQUESTS_CA_BUNDLE") or self.environ.get("SSL_CERT_FILE"))
         if ca is None and SYSTEM_CA.is_file():
             ca = str(SYSTEM_CA)
@@ -112,7 +127,7 @@ class Settings:
     def _pip_list(self, variable: str, key: str) -> tuple[str, ...]:
         """A whitespace-separated pip option, from its environment variable, else pip's
         config."""
-        return tuple((self.environ.get(variable) or self.ask_pip(key) or "").split())
+        return tuple((self.environ.get(variable) or self._pip(key) or "").split())
 
     @cached_property
     def debian_mirror(self) -> str | None:
@@ -219,12 +234,22 @@ class Settings:
         rootless = (Path(xdg) if xdg else self._home / ".config") / "docker" / "certs.d"
         return rootless, Path("/etc/docker/certs.d")
 
+    @property
+    def docker_config_file(self) -> Path:
+        """Docker's client config, where `docker login` keeps logins: $DOCKER_CONFIG's
+        config.json, else ~/.docker/config.json."""
+        folder = self.environ.get("DOCKER_CONFIG")
+        return (Path(folder) if folder else self._home / ".docker") / "config.json"
+
     def patch_tests_environment(self, **overrides: str) -> dict[str, str]:
         """The environment without VLLM_* variables (they would change what vLLM's own tests
         see), plus overrides: what the patch-tests run with."""
         kept = {k: v for k, v in _without_secrets(self.environ).items()
                 if not k.startswith("VLLM_")}
         return {**kept, **overrides}
+
+    def _pip(self, key: str) -> str | None:
+        return self.ask_pip(key, self.environ)
 
     @property
     def _home(self) -> Path:
@@ -250,9 +275,10 @@ SECRET_VARIABLES = frozenset({"SPARKBAKE_SIGNING_KEY", "SPARKBAKE_SIGNING_PASSPH
                               "DOCKER_CONFIG"})
 
 
-def child_environment(added: Mapping[str, str]) -> dict[str, str]:
-    """A child process's environment: this process's but its secrets, with added on top."""
-    return {**_without_secrets(os.environ), **added}
+def child_environment(environ: Mapping[str, str], added: Mapping[str, str]) -> dict[str, str]:
+    """A child process's environment: the run's (Settings.environ) but its secrets, with
+    added on top."""
+    return {**_without_secrets(environ), **added}
 
 
 def _without_secrets(environ: Mapping[str, str]) -> dict[str, str]:

@@ -4,7 +4,7 @@ Human progress goes to stderr; machine-readable results are the CLI's, on stdout
 each stage is one line ending in its time and `ran` or `cached` (a live line on a terminal,
 plain lines when not one or under CI); `-v` streams every subprocess as it runs; `-q` shows
 only errors and the result. Colour only on a terminal, and never with NO_COLOR set (the
-environment is the run's settings', given to `configure`).
+environment is the run's settings', given to the Console that main makes).
 """
 
 from __future__ import annotations
@@ -22,9 +22,7 @@ from typing import TextIO
 
 from sparkbake.core.stages import RunState, Stage
 
-__all__ = ["Console", "StageRun", "Verbosity", "cached", "configure", "current", "detail",
-           "notice", "open_log", "output_hint", "record", "result", "shown", "stage",
-           "summary_lines"]
+__all__ = ["Console", "StageRun", "Verbosity", "shown", "summary_lines"]
 
 COLOURS: dict[RunState, str] = {"ran": "32", "cached": "36", "failed": "31", "interrupted": "33"}
 REDRAW_SECONDS = 0.1  # a live line is redrawn at most this often: a compile writes fast
@@ -54,15 +52,15 @@ class StageRun:
 
 
 class Console:
-    """The run's one console. Its stream is looked up on each write (tests swap sys.stderr);
-    env: the environment that says CI, TERM and NO_COLOR."""
+    """The run's one console: main makes it and passes it to what writes. Its stream is
+    looked up on each write (tests swap sys.stderr); env: the run's environment (its
+    settings'), which says CI, TERM and NO_COLOR, and which child processes start from."""
 
-    def __init__(self, verbosity: Verbosity = Verbosity.NORMAL,
-                 stream: TextIO | None = None, env: Mapping[str, str] | None = None) -> None:
+    def __init__(self, env: Mapping[str, str], verbosity: Verbosity = Verbosity.NORMAL,
+                 stream: TextIO | None = None) -> None:
+        self.env = env
         self.verbosity = verbosity
         self._stream = stream
-        self._env: Mapping[str, str] = {} if env is None else env
-        self.runs: list[StageRun] = []
         self._open: StageRun | None = None
         self._log: TextIO | None = None
         self._started = 0.0
@@ -83,12 +81,12 @@ class Console:
     @property
     def live(self) -> bool:
         """A live single line: on a terminal, outside CI, at the default verbosity."""
-        return (self.tty and not self._env.get("CI") and self._env.get("TERM") != "dumb"
+        return (self.tty and not self.env.get("CI") and self.env.get("TERM") != "dumb"
                 and self.verbosity == Verbosity.NORMAL)
 
     @property
     def colour(self) -> bool:
-        return self.tty and not self._env.get("NO_COLOR") and self._env.get("TERM") != "dumb"
+        return self.tty and not self.env.get("NO_COLOR") and self.env.get("TERM") != "dumb"
 
     def detail(self, text: str) -> None:
         """A line of what a stage does (a command, its output): into the stage's log; shown
@@ -182,7 +180,6 @@ class Console:
                 if self._log is not None:
                     self._log.close()
                 self._open, self._log = None, None
-                self.runs.append(run)
                 self._end_line(run)
 
     def _ticker(self, run: StageRun, stop: threading.Event) -> None:
@@ -260,46 +257,3 @@ def shown(path: Path) -> str:
         return str(path.resolve().relative_to(Path.cwd().resolve()))
     except ValueError:
         return str(path)
-
-
-current = Console()
-
-
-def configure(verbosity: Verbosity, env: Mapping[str, str]) -> Console:
-    """A fresh console for one command (main calls it once per invocation, with the
-    environment of its settings)."""
-    global current
-    current = Console(verbosity, env=env)
-    return current
-
-
-def detail(text: str) -> None:
-    current.detail(text)
-
-
-def notice(text: str) -> None:
-    current.notice(text)
-
-
-def record(text: str) -> None:
-    current.record(text)
-
-
-def result(text: str) -> None:
-    current.result(text)
-
-
-def cached(stage: Stage, text: str) -> None:
-    current.cached(stage, text)
-
-
-def open_log() -> Path | None:
-    return current.open_log()
-
-
-def output_hint() -> str:
-    return current.output_hint()
-
-
-def stage(name: Stage, key: str, log: Path) -> contextlib.AbstractContextManager[StageRun]:
-    return current.stage(name, key, log)

@@ -11,8 +11,9 @@ from dataclasses import replace
 
 from sparkbake import planning
 from sparkbake.config.platforms import Platform, of_machine, platform_name
+from sparkbake.config.settings import Settings
 from sparkbake.config.versions import Config, Tag
-from sparkbake.console.invocation import command
+from sparkbake.console.display import Console
 from sparkbake.core.folders import Folders
 from sparkbake.deploy import rollout
 from sparkbake.deploy.nodes import Node, connect
@@ -27,19 +28,21 @@ __all__ = ["deploy_release"]
 
 def deploy_release(config: Config, name: str, nodes: list[Node],
                    facts: Callable[[planning.Plan], checks.Facts], options: checks.Options,
-                   stream: bool = False) -> list[DeployReport]:
+                   stream: bool = False, *, settings: Settings,
+                   console: Console) -> list[DeployReport]:
     """The release on every node, by the index digest; one report per platform's nodes."""
-    record = releases.read_record(Folders.of(config).releases, name)
+    record = releases.read_record(Folders.of(config).releases, name, settings=settings)
     if not record.platforms:
         raise PublishError(f"the release record of {name} lists no platforms",
-                           f"publish it again: `{command('publish', name)}`")
+                           f"publish it again: `{settings.command('publish', name)}`")
     reports = []
     for platform, group in _by_platform(nodes).items():
         tag = _platform_tag(config, name, platform)
         plan = planning.make(config, tag)
-        pulled = _pulled_release(record, tag, plan)
+        pulled = _pulled_release(record, tag, plan, settings=settings)
         reports.append(rollout.deploy(config, plan, group, functools.partial(facts, plan),
-                                      options, stream=stream, release=pulled))
+                                      options, stream=stream, release=pulled, console=console,
+                                      settings=settings))
     return reports
 
 
@@ -65,12 +68,13 @@ def _platform_tag(config: Config, name: str, platform: Platform) -> Tag:
     return tag
 
 
-def _pulled_release(record: Release, tag: Tag, plan: planning.Plan) -> Release:
+def _pulled_release(record: Release, tag: Tag, plan: planning.Plan, *,
+                    settings: Settings) -> Release:
     """The platform's own record, pulled by the release's index digest and named by the
     release's names; it must be of what versions.yaml describes now."""
     mine = next((p for p in record.platforms if p.tag == tag.name), None)
     if mine is None or mine.inputs != plan.inputs:
         raise PublishError(f"the release {record.tag} holds no image of {tag.name} as "
                            f"versions.yaml now describes it (inputs {plan.inputs[:12]})",
-                           f"publish it again: `{command('publish', record.tag)}`")
+                           f"publish it again: `{settings.command('publish', record.tag)}`")
     return replace(mine, pinned=record.pinned, images=record.images)

@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from sparkbake.config.platforms import of_machine
+from sparkbake.config.settings import Settings
 from sparkbake.config.versions import Config
-from sparkbake.console import display
-from sparkbake.console.invocation import command
+from sparkbake.console.display import Console
 from sparkbake.console.tools import step
 from sparkbake.core.folders import Folders
 from sparkbake.core.smoke_record import SmokeReport
@@ -40,6 +40,7 @@ from sparkbake.errors import EngineError, FatalError, PublishError, SmokeError
 from sparkbake.files import atomic_write
 from sparkbake.oci import docker_engine, transfer
 from sparkbake.oci.docker_engine import Client, image_exists, stream_errors
+from sparkbake.oci.registry_login import registry_login
 from sparkbake.planning import Plan
 from sparkbake.publish import releases
 from sparkbake.publish.push import split_repository
@@ -76,13 +77,13 @@ class Job:
 
 def deploy(config: Config, plan: Plan, nodes: list[Node], facts: Callable[[], checks.Facts],
            options: checks.Options, *, stream: bool = False,
-           release: Release | None = None) -> DeployReport:
+           release: Release | None = None, console: Console, settings: Settings) -> DeployReport:
     """Put the tag's release (or the one given: a platform of a multi-platform release,
     pulled by its index digest) on every node, verify it and smoke it there, one node after
     the other (stopping at the first failure); write and return the report. facts is
     called once, when the first node is smoked."""
     checks.check_options(options)
-    release = release or _release(config, plan)
+    release = release or _release(config, plan, settings=settings)
     clients = {node: connect(node) for node in nodes}  # every node answers before any work
     started = datetime.now(UTC)
     folder = Folders.of(config).deploys / f"{plan.tag.name}-{started:%Y%m%dT%H%M%S.%fZ}"
@@ -92,7 +93,7 @@ def deploy(config: Config, plan: Plan, nodes: list[Node], facts: Callable[[], ch
     result: DeployResult = "failed"
     try:
         for node in nodes:
-            _deploy_node(job, node, clients[node], hosts)
+            _deploy_node(job, node, clients[node], hosts, console=console, settings=settings)
         result = "deployed"
     finally:
         for client in clients.values():
@@ -104,39 +105,41 @@ def deploy(config: Config, plan: Plan, nodes: list[Node], facts: Callable[[], ch
             finished=datetime.now(UTC).isoformat(timespec="seconds"))
         path = folder.with_name(f"{folder.name}.json")
         atomic_write(path, json.dumps(report.to_json(), indent=2) + "\n")
-        display.notice(f"deploy report: {path}")
+        console.notice(f"deploy report: {path}")
     return replace(report, report=str(path))
 
 
-def _release(config: Config, plan: Plan) -> Release:
+def _release(config: Config, plan: Plan, *, settings: Settings) -> Release:
     """The tag's release record; it must be of what versions.yaml describes now (the smoke
     checks on the nodes compare the image with that)."""
-    record = releases.read_record(Folders.of(config).releases, plan.tag.name)
+    record = releases.read_record(Folders.of(config).releases, plan.tag.name, settings=settings)
     if record.inputs != plan.inputs or not record.image_id:
         raise PublishError(f"the release of {plan.tag.name} (inputs "
                            f"{record.inputs[:12]}) is not the image versions.yaml "
                            f"now describes (inputs {plan.inputs[:12]})",
-                           f"publish it again (`{command('publish', plan.tag.name)}`), or deploy "
+                           f"publish it again (`{settings.command('publish', plan.tag.name)}`), "
+                           "or deploy "
                            "from the checkout it was published from")
     return record
 
 
-def _deploy_node(job: Job, node: Node, client: Client, hosts: dict[Node, HostReport]) -> None:
+def _deploy_node(job: Job, node: Node, client: Client, hosts: dict[Node, HostReport], *,
+                 console: Console, settings: Settings) -> None:
     """Transfer, verify, tag, smoke; hosts[node] records the steps done, also when one fails."""
     started = time.monotonic()
     host = HostReport(node.url, "failed")
     try:
         host = replace(host, engine=_engine(client, node, job.plan))
-        moved = _transfer(job, node, client)
+        moved = _transfer(job, node, client, console=console, settings=settings)
         host = replace(host, transfer=moved)
         host = replace(host, image_id=_tag_and_verify(job, node, client,
-                                                      moved.method == "pull"))
+                                                      moved.method == "pull", console=console))
         if moved.method == "pull":
             host = replace(host, repo_digest=_check_repo_digest(job, node, client))
         beside = _smoke_config(job, node)
         record = checks.results_paths(beside, job.plan)[0]
         try:
-            _smoke(job, node, client, beside)
+            _smoke(job, node, client, beside, console=console, settings=settings)
         except SmokeError:
             host = replace(host, smoke=_smoke_summary(record))
             raise
@@ -159,21 +162,24 @@ def _engine(client: Client, node: Node, plan: Plan) -> NodeEngine:
                       "nvidia" in (info.get("Runtimes") or {}))
 
 
-def _transfer(job: Job, node: Node, client: Client) -> NodeTransfer:
+def _transfer(job: Job, node: Node, client: Client, *, console: Console,
+              settings: Settings) -> NodeTransfer:
     """How the image got onto the node: present, pull, or stream (with why pull failed),
     and the bytes that travelled to it."""
     if image_exists(client, job.release.image_id):
         had = transfer.Pulled((), tuple(_layer_sizes(job.release).items()))
-        display.notice(had.line(node.url, image=job.release.image_id))
+        console.notice(had.line(node.url, image=job.release.image_id))
         return NodeTransfer("present", had.record())
     if job.stream:
-        return NodeTransfer("stream", _stream(job, node, client))
+        return NodeTransfer("stream", _stream(job, node, client, console=console))
     try:
-        pulled = _pull(client, node, job.release.pinned, _layer_sizes(job.release))
+        pulled = _pull(client, node, job.release.pinned, _layer_sizes(job.release),
+                       console=console, settings=settings)
     except PublishError as exc:
-        display.notice(f"deploy: {exc.message}; streaming it from the local engine instead")
-        return NodeTransfer("stream", _stream(job, node, client), pull_failed=exc.message)
-    display.notice(pulled.line(node.url))
+        console.notice(f"deploy: {exc.message}; streaming it from the local engine instead")
+        return NodeTransfer("stream", _stream(job, node, client, console=console),
+                            pull_failed=exc.message)
+    console.notice(pulled.line(node.url))
     return NodeTransfer("pull", pulled.record())
 
 
@@ -184,15 +190,17 @@ def _layer_sizes(release: Release) -> dict[str, int]:
     return transfer.progress_ids(b for b in blobs if b.get("digest") != release.image_id)
 
 
-def _pull(client: Client, node: Node, ref: str, sizes: dict[str, int]) -> transfer.Pulled:
+def _pull(client: Client, node: Node, ref: str, sizes: dict[str, int], *, console: Console,
+          settings: Settings) -> transfer.Pulled:
     """`docker pull ref` on the node; which layers it fetched, from its progress."""
     import docker.errors  # here, as in each function that needs it: the SDK is slow to import
 
     remedy = "check that the node reaches the registry (and is logged in), or use --stream"
     progress: list[dict[str, Any]] = []
-    with step(f"pull {ref} on {node.url}"):
+    with step(console, f"pull {ref} on {node.url}"):
         try:
-            pulling = client.api.pull(ref, stream=True, decode=True, auth_config=_auth(ref))
+            pulling = client.api.pull(ref, stream=True, decode=True,
+                                      auth_config=_auth(ref, settings=settings))
             for chunk, message in stream_errors(pulling):
                 if message:
                     raise PublishError(f"node {node.url} cannot pull {ref}: "
@@ -204,11 +212,11 @@ def _pull(client: Client, node: Node, ref: str, sizes: dict[str, int]) -> transf
     return transfer.pulled_from_progress(progress, sizes)
 
 
-def _auth(ref: str) -> dict[str, str] | None:
+def _auth(ref: str, *, settings: Settings) -> dict[str, str] | None:
     """The login Docker's client here keeps for the registry of ref, sent with the pull as
     `docker pull` sends it (the node's engine trusts the registry by its own certs.d)."""
     host = split_repository(ref)[0] or "docker.io"
-    login = docker_engine.registry_login(host)
+    login = registry_login(host, settings)
     if login is None:
         return None
     if login.identity_token:
@@ -216,7 +224,7 @@ def _auth(ref: str) -> dict[str, str] | None:
     return {"username": login.username, "password": login.secret, "serveraddress": host}
 
 
-def _stream(job: Job, node: Node, client: Client) -> dict[str, dict[str, int]]:
+def _stream(job: Job, node: Node, client: Client, *, console: Console) -> dict[str, dict[str, int]]:
     """`docker save IMAGE_ID` here, piped into `docker load` on the node; the bytes sent
     (the whole image: load has no way to skip the layers the node has)."""
     import docker.errors
@@ -228,7 +236,7 @@ def _stream(job: Job, node: Node, client: Client) -> dict[str, dict[str, int]]:
                            f"{job.release.pinned}) to stream to {node.url}",
                            f"pull it here first (`docker pull {job.release.pinned}`)")
     counted = _Counted(local.api.get_image(image_id))
-    with step(f"stream {image_id[:19]} to {node.url}"):
+    with step(console, f"stream {image_id[:19]} to {node.url}"):
         try:
             loading = client.api.load_image(counted, quiet=False)
             for _, message in stream_errors(loading):
@@ -240,7 +248,7 @@ def _stream(job: Job, node: Node, client: Client) -> dict[str, dict[str, int]]:
             raise PublishError(f"node {node.url}: streaming {image_id[:19]} failed: "
                                f"{str(exc)[:300]}",
                                "check both engines and the node's free disk space") from exc
-    display.notice(f"deploy: {node.url}: streamed {transfer.human_bytes(counted.bytes)}")
+    console.notice(f"deploy: {node.url}: streamed {transfer.human_bytes(counted.bytes)}")
     return {"streamed": {"bytes": counted.bytes}}
 
 
@@ -256,7 +264,7 @@ class _Counted:
             yield chunk
 
 
-def _tag_and_verify(job: Job, node: Node, client: Client, pulled: bool) -> str:
+def _tag_and_verify(job: Job, node: Node, client: Client, pulled: bool, *, console: Console) -> str:
     """Name the image on the node (the published names and the tag's own); what was pulled
     (the pinned digest) or loaded (the image ID), then each name, must be the release's
     image. Returns its ID on the node."""
@@ -269,7 +277,7 @@ def _tag_and_verify(job: Job, node: Node, client: Client, pulled: bool) -> str:
         repository, tag = name.rsplit(":", 1)
         client.api.tag(source, repository, tag, force=True)
         check_image_id(node, name, release, _image_id(client, name))
-    display.notice(f"deploy: {node.url}: {', '.join([source, *names])} = {str(found)[:19]} "
+    console.notice(f"deploy: {node.url}: {', '.join([source, *names])} = {str(found)[:19]} "
                    "(verified)")
     return str(found)
 
@@ -304,10 +312,12 @@ def _smoke_config(job: Job, node: Node) -> Config:
     return replace(job.config, work=folder)
 
 
-def _smoke(job: Job, node: Node, client: Client, beside: Config) -> None:
+def _smoke(job: Job, node: Node, client: Client, beside: Config, *, console: Console,
+           settings: Settings) -> None:
     """checks.run on the node's engine, with the node's config."""
     try:
-        checks.run(client, beside, job.plan, job.facts(), job.options)
+        checks.run(client, beside, job.plan, job.facts(), job.options, console=console,
+                   settings=settings)
     except SmokeError as exc:
         raise SmokeError(f"on node {node.url}: {exc.message}", exc.remedy) from exc
 

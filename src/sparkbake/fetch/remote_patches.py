@@ -15,6 +15,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from sparkbake.config.settings import Settings
+from sparkbake.console.display import Console
 from sparkbake.errors import ConfigError, EngineError
 from sparkbake.fetch.upstream_tree import download
 from sparkbake.files import scratch_dir
@@ -70,22 +71,22 @@ def missing(remote: Iterable[RemotePatch]) -> list[RemotePatch]:
             if not patch.fetched or file_sha256(patch.path) != patch.sha256]
 
 
-def fetch(remote: Iterable[RemotePatch], settings: Settings) -> int:
+def fetch(remote: Iterable[RemotePatch], settings: Settings, console: Console) -> int:
     """Download each remote patch not cached yet; return how many were downloaded."""
     wanted = missing(remote)
     for patch in wanted:
-        _download(patch, settings)
+        _download(patch, settings, console)
     return len(wanted)
 
 
-def _download(patch: RemotePatch, settings: Settings) -> None:
+def _download(patch: RemotePatch, settings: Settings, console: Console) -> None:
     """The URL into a scratch folder, refused unless its sha256 is the pinned one, then
     renamed into the cache: a cache entry is always a verified file."""
     with scratch_dir(patch.path.parent, ".download-") as scratch:
         dest = scratch / patch.path.name
         try:
-            download(patch.url, dest, patch.sha256, settings, patch.where, name=patch.url,
-                     pinned_by="the series")
+            download(patch.url, dest, patch.sha256, settings, console, patch.where,
+                     name=patch.url, pinned_by="the series")
         except EngineError as exc:  # the URL, and what to check for a patch's server
             raise EngineError(f"{patch.where}: remote patch: {exc.message}",
                               "check the network and the URL (fetch is the only stage that "

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from sparkbake.config.versions import Config, Tag
-from sparkbake.console import display
+from sparkbake.console.display import Console
 from sparkbake.console.tools import run
 from sparkbake.errors import ConfigError, EngineError
 from sparkbake.fetch.cmake_sources import Declaration, Discovery, Form, Kind
@@ -125,12 +125,12 @@ def require_covered(path: Path, lock: SourcesLock | None, found: Discovery, tag:
                 f"run `sparkbake lock {tag.name}` and commit {path.parent.name}/{path.name}")
 
 
-def resolve_ref(declared: Declaration) -> tuple[str, bool]:
+def resolve_ref(declared: Declaration, console: Console) -> tuple[str, bool]:
     """(40-hex commit, whether the ref could move) for a git declaration. A 40-hex ref is
     kept as is; a tag or branch is resolved with `git ls-remote`."""
     if COMMIT.fullmatch(declared.ref):
         return declared.ref, False
-    listing = run(["git", "ls-remote", declared.url], error=EngineError, capture=True,
+    listing = run(console, ["git", "ls-remote", declared.url], error=EngineError, capture=True,
                   check=False, what=f"git ls-remote {declared.url}")
     if listing.returncode != 0:
         raise unreachable(declared.url, listing.stderr)
@@ -139,7 +139,7 @@ def resolve_ref(declared: Declaration) -> tuple[str, bool]:
     for candidate in (f"refs/tags/{declared.ref}^{{}}", f"refs/tags/{declared.ref}",
                       f"refs/heads/{declared.ref}", declared.ref):
         if candidate in refs:
-            display.notice(f"warning: {declared.where}: {declared.name} pins {declared.ref!r}, "
+            console.notice(f"warning: {declared.where}: {declared.name} pins {declared.ref!r}, "
                            f"a moving ref ({candidate}); locked to its commit "
                            f"{refs[candidate][:12]}")
             return refs[candidate], True

@@ -14,9 +14,8 @@ from pathlib import Path
 
 from sparkbake.config.settings import Settings
 from sparkbake.config.versions import Config, Tag
-from sparkbake.console import display
-from sparkbake.console.invocation import command
-from sparkbake.console.tools import echo, run
+from sparkbake.console.display import Console
+from sparkbake.console.tools import run
 from sparkbake.core.folders import Folders
 from sparkbake.errors import ConfigError, EngineError
 from sparkbake.fetch import cmake_sources
@@ -49,24 +48,26 @@ class Fetched:
     path: Path  # build/thirdparty/<key>/tree
 
 
-def discover(tag: Tag, tree: Path) -> Discovery:
+def discover(tag: Tag, tree: Path, console: Console) -> Discovery:
     found = cmake_sources.discover(tree, dict(tag.upstream.cmake_skip))
     for left in found.left_out:
-        echo(f"sources: {left.name} ({left.file}:{left.line}) left out: {left.reason}")
+        console.detail(f"sources: {left.name} ({left.file}:{left.line}) left out: {left.reason}")
     return found
 
 
-def lock(config: Config, tag: Tag, tree: Path, settings: Settings) -> Path | None:
+def lock(config: Config, tag: Tag, tree: Path, settings: Settings,
+         console: Console) -> Path | None:
     """Resolve and fetch every declaration of the tree; write the tag's sources lock. None
     when the tree declares no downloads."""
-    found = discover(tag, tree)
+    found = discover(tag, tree, console)
     if not found.declarations:
         return None
     locked: list[Locked] = []
     unreachable_urls: list[str] = []
     for declared in found.declarations:
         try:
-            locked.append(_lock_one(declared, Folders.of(config).thirdparty, settings))
+            locked.append(_lock_one(declared, Folders.of(config).thirdparty, settings,
+                                         console))
         except EngineError:
             unreachable_urls.append(declared.url)
     if unreachable_urls:
@@ -78,7 +79,7 @@ def lock(config: Config, tag: Tag, tree: Path, settings: Settings) -> Path | Non
                  for s in found.left_out)
     path = lock_path(config, tag)
     write(path, SourcesLock(tag.upstream.key, tuple(locked), left))
-    echo(f"sources lock: {path} ({len(locked)} dependencies)")
+    console.detail(f"sources lock: {path} ({len(locked)} dependencies)")
     return path
 
 
@@ -97,32 +98,34 @@ def missing_lock(config: Config, tag: Tag, tree: Path, settings: Settings) -> bo
     if settings.locked:
         raise ConfigError(f"no sources lock for upstream {tag.upstream.key!r} ({path}); CI and "
                           "--locked never make a lock",
-                          f"make it: {command('lock', tag.name)}, and commit it")
+                          f"make it: {settings.command('lock', tag.name)}, and commit it")
     return True
 
 
-def lock_on_first_use(config: Config, tag: Tag, tree: Path, settings: Settings) -> None:
+def lock_on_first_use(config: Config, tag: Tag, tree: Path, settings: Settings,
+                      console: Console) -> None:
     """The sources lock a build found missing (missing_lock), made as `lock` makes it, with a
     notice to commit it."""
-    display.notice(f"sources lock: {lock_path(config, tag).relative_to(config.root)} missing: "
+    console.notice(f"sources lock: {lock_path(config, tag).relative_to(config.root)} missing: "
                    "making it now; commit it (CI and --locked refuse a missing lock)")
-    lock(config, tag, tree, settings)
+    lock(config, tag, tree, settings, console)
 
 
-def _lock_one(declared: Declaration, cache: Path, settings: Settings) -> Locked:
+def _lock_one(declared: Declaration, cache: Path, settings: Settings,
+              console: Console) -> Locked:
     if declared.kind == "url":
         if not declared.ref:
             raise ConfigError(f"{declared.where}: FetchContent {declared.name}: URL without "
                               "URL_HASH", "pin the archive with URL_HASH SHA256=<hex>")
         pin = declared.ref.removeprefix("sha256:")
     else:
-        pin, _ = resolve_ref(declared)
+        pin, _ = resolve_ref(declared, console)
     draft = Locked(declared.name, declared.kind, declared.url, declared.ref, pin,
                    declared.submodules, declared.env, declared.form, "", declared.where)
-    return replace(draft, tree=_ensure(draft, cache, settings, expected=None))
+    return replace(draft, tree=_ensure(draft, cache, settings, console, expected=None))
 
 
-def fetch_locked(config: Config, tag: Tag, settings: Settings,
+def fetch_locked(config: Config, tag: Tag, settings: Settings, console: Console,
                  names: set[str] | None = None) -> tuple[Fetched, ...]:
     """Every source of the tag's sources lock (or those named) in the host cache, verified;
     the servers that could not be reached are named together (exit 8)."""
@@ -135,7 +138,8 @@ def fetch_locked(config: Config, tag: Tag, settings: Settings,
         if names is not None and locked.name not in names:
             continue
         try:
-            _ensure(locked, Folders.of(config).thirdparty, settings, expected=locked.tree)
+            _ensure(locked, Folders.of(config).thirdparty, settings, console,
+                    expected=locked.tree)
         except EngineError:
             unreachable_urls.append(locked.url)
             continue
@@ -147,15 +151,16 @@ def fetch_locked(config: Config, tag: Tag, settings: Settings,
     return tuple(fetched)
 
 
-def prepare(config: Config, tag: Tag, tree: Path, settings: Settings) -> tuple[Fetched, ...]:
+def prepare(config: Config, tag: Tag, tree: Path, settings: Settings,
+            console: Console) -> tuple[Fetched, ...]:
     """The patched tree's declarations, each in the sources lock (else exit 2 naming it),
     fetched and verified: what the builder mounts."""
     if tag.kernels:
         return ()
-    found = discover(tag, tree)
+    found = discover(tag, tree, console)
     path = lock_path(config, tag)
     require_covered(path, read(path), found, tag)
-    return fetch_locked(config, tag, settings, {d.name for d in found.declarations})
+    return fetch_locked(config, tag, settings, console, {d.name for d in found.declarations})
 
 
 def builder_args(fetched: tuple[Fetched, ...]) -> tuple[dict[str, dict[str, str]],
@@ -176,7 +181,8 @@ def builder_args(fetched: tuple[Fetched, ...]) -> tuple[dict[str, dict[str, str]
     return volumes, environment
 
 
-def _ensure(locked: Locked, cache: Path, settings: Settings, expected: str | None) -> str:
+def _ensure(locked: Locked, cache: Path, settings: Settings, console: Console,
+            expected: str | None) -> str:
     """The source in cache/<key>/tree (fetched unless there and verified); its tree hash.
     A fetched tree whose hash is not `expected` is refused and not kept."""
     entry = cache / locked.key
@@ -184,11 +190,11 @@ def _ensure(locked: Locked, cache: Path, settings: Settings, expected: str | Non
     if record.is_file():
         have = str(read_json(record).get("tree", ""))
         if expected is None or have == expected:
-            echo(f"fetch: {locked.name} cached at {locked.key[:12]}")
+            console.detail(f"fetch: {locked.name} cached at {locked.key[:12]}")
             return have
     with atomic_dir(entry) as tmp:
         if locked.kind == "git":
-            _git(locked, tmp / "tree")
+            _git(locked, tmp / "tree", console)
         else:
             _archive(locked, tmp / "tree", settings)
         actual = tree_hash(tmp / "tree")
@@ -201,12 +207,13 @@ def _ensure(locked: Locked, cache: Path, settings: Settings, expected: str | Non
     return actual
 
 
-def _git(locked: Locked, dest: Path) -> None:
-    run(["git", "init", "-q", dest], error=EngineError, what="git init", capture=True)
-    _network(["git", "-C", dest, "fetch", "-q", "--depth", "1", locked.url, locked.pin], locked)
-    run(["git", "-C", dest, "checkout", "-q", "--detach", "FETCH_HEAD"], error=EngineError,
+def _git(locked: Locked, dest: Path, console: Console) -> None:
+    run(console, ["git", "init", "-q", dest], error=EngineError, what="git init", capture=True)
+    _network(["git", "-C", dest, "fetch", "-q", "--depth", "1", locked.url, locked.pin], locked,
+             console)
+    run(console, ["git", "-C", dest, "checkout", "-q", "--detach", "FETCH_HEAD"], error=EngineError,
         what=f"checking out {locked.name}", capture=True)
-    head = run(["git", "-C", dest, "rev-parse", "HEAD"], error=EngineError, capture=True,
+    head = run(console, ["git", "-C", dest, "rev-parse", "HEAD"], error=EngineError, capture=True,
                what="git rev-parse").stdout.strip()
     if head != locked.pin:
         raise ConfigError(f"{locked.name}: {locked.url} gave commit {head}, not {locked.pin}",
@@ -214,15 +221,15 @@ def _git(locked: Locked, dest: Path) -> None:
     if locked.submodules != ():
         paths = ["--", *locked.submodules] if locked.submodules else []
         _network(["git", "-C", dest, "submodule", "update", "--init", "--recursive", *paths],
-                 locked)
+                 locked, console)
     for found in sorted(dest.rglob(".git"), reverse=True):
         shutil.rmtree(found) if found.is_dir() else found.unlink()
 
 
-def _network(cmd: list[str | Path], locked: Locked) -> None:
+def _network(cmd: list[str | Path], locked: Locked, console: Console) -> None:
     """A git command that talks to the source's server: unreachable is exit 8, a commit the
     server lacks exit 2."""
-    done = run(cmd, error=EngineError, what=f"fetching {locked.name}", capture=True,
+    done = run(console, cmd, error=EngineError, what=f"fetching {locked.name}", capture=True,
                check=False)
     if done.returncode == 0:
         return

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import tarfile
@@ -10,10 +11,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urljoin, urlsplit
 
-from sparkbake.config.settings import Settings, child_environment
+from sparkbake.config.settings import Settings
 from sparkbake.config.versions import DirUpstream, GitUpstream, PypiUpstream, Upstream
-from sparkbake.console import display
-from sparkbake.console.tools import echo, run
+from sparkbake.console.display import Console
+from sparkbake.console.tools import run
 from sparkbake.core.stages import Stage
 from sparkbake.errors import ConfigError, EngineError, FatalError
 from sparkbake.files import atomic_dir
@@ -31,19 +32,23 @@ CHUNK = 1 << 20
 DEFAULT_SOURCE_DATE = 315532800  # 1980-01-01T00:00:00Z, the earliest time a wheel (zip) stores
 SKIPPED = (".git", "__pycache__", "build", "*.egg-info")  # of a dir upstream: not its source
 DATE_FILE = "source-date-epoch"  # beside a git or dir tree: the time its source gives
+# a folder's commit time is a plan input: read with no user or system git config, and git
+# found where the system keeps it, so that it is the same on every machine
+GIT_DATE_ENVIRONMENT = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null",
+                        "LC_ALL": "C", "PATH": os.defpath}
 
 
-def fetch(upstream: Upstream, entry: Path, settings: Settings) -> Path:
+def fetch(upstream: Upstream, entry: Path, settings: Settings, console: Console) -> Path:
     """Make entry/tree the pristine upstream tree unless it is already cached; return it."""
     tree = entry / "tree"
     if is_fetched(upstream, entry):
-        display.cached(Stage.FETCH, f"fetch: {upstream.key} cached at {entry.name[:12]}")
+        console.cached(Stage.FETCH, f"fetch: {upstream.key} cached at {entry.name[:12]}")
         return tree
     with atomic_dir(entry) as tmp:
         if isinstance(upstream, PypiUpstream):
-            _fetch_sdist(upstream, tmp, settings)
+            _fetch_sdist(upstream, tmp, settings, console)
         elif isinstance(upstream, GitUpstream):
-            _fetch_git(upstream, tmp / "tree")
+            _fetch_git(upstream, tmp / "tree", console)
         else:
             _copy_dir(upstream, tmp / "tree")
     return tree
@@ -85,9 +90,9 @@ def _commit_time(folder: Path) -> int | None:
     """The commit time of folder's last change in git; None where git does not track it
     (or there is no git)."""
     try:
-        stamp = subprocess.run(["git", "-C", str(folder), "log", "-1", "--format=%ct", "--",
-                                "."], capture_output=True, text=True, check=False,
-                               env=child_environment({}))
+        stamp = subprocess.run(["git", "-c", "safe.directory=*", "-C", str(folder), "log",
+                                "-1", "--format=%ct", "--", "."], capture_output=True,
+                               text=True, check=False, env=GIT_DATE_ENVIRONMENT)
     except OSError:
         return None
     if stamp.returncode or not stamp.stdout.strip():
@@ -95,20 +100,20 @@ def _commit_time(folder: Path) -> int | None:
     return int(stamp.stdout)
 
 
-def _fetch_git(upstream: GitUpstream, dest: Path) -> None:
+def _fetch_git(upstream: GitUpstream, dest: Path, console: Console) -> None:
     what = f"fetching {upstream.url} at {upstream.commit[:12]}"
-    run(["git", "init", "-q", dest], error=EngineError, what="git init")
-    run(["git", "-C", dest, "fetch", "-q", "--depth", "1", upstream.source, upstream.commit],
+    run(console, ["git", "init", "-q", dest], error=EngineError, what="git init")
+    run(console, ["git", "-C", dest, "fetch", "-q", "--depth", "1", upstream.source,
+                  upstream.commit], error=ConfigError, what=what)
+    run(console, ["git", "-C", dest, "checkout", "-q", "--detach", "FETCH_HEAD"],
         error=ConfigError, what=what)
-    run(["git", "-C", dest, "checkout", "-q", "--detach", "FETCH_HEAD"],
-        error=ConfigError, what=what)
-    head = run(["git", "-C", dest, "rev-parse", "HEAD"], error=EngineError, what="git rev-parse",
-               capture=True).stdout.strip()
+    head = run(console, ["git", "-C", dest, "rev-parse", "HEAD"], error=EngineError,
+               what="git rev-parse", capture=True).stdout.strip()
     if head != upstream.commit:
         raise ConfigError(f"upstream {upstream.key!r}: got commit {head}, not {upstream.commit}",
                           "pin the full 40-hex commit")
-    stamp = run(["git", "-C", dest, "log", "-1", "--format=%ct", "HEAD"], error=EngineError,
-                what="git log", capture=True).stdout.strip()
+    stamp = run(console, ["git", "-C", dest, "log", "-1", "--format=%ct", "HEAD"],
+                error=EngineError, what="git log", capture=True).stdout.strip()
     (dest.parent / DATE_FILE).write_text(stamp + "\n")
     shutil.rmtree(dest / ".git")
 
@@ -166,11 +171,11 @@ def sdist_url(upstream: PypiUpstream, settings: Settings) -> str:
     return url
 
 
-def download(url: str, dest: Path, sha256: str, settings: Settings, pinned_in: str, *,
-             name: str = "", pinned_by: str = "versions.yaml") -> None:
+def download(url: str, dest: Path, sha256: str, settings: Settings, console: Console,
+             pinned_in: str, *, name: str = "", pinned_by: str = "versions.yaml") -> None:
     """url -> dest, refused (and deleted) unless its sha256 is the pinned one; the error
     names the file (or name) and what pins it."""
-    echo(f"fetch: downloading {name or dest.name}")
+    console.detail(f"fetch: downloading {name or dest.name}")
     with _get(url, settings, error=EngineError, stream=True) as response, dest.open("wb") as out:
         for chunk in response.iter_content(CHUNK):
             out.write(chunk)
@@ -182,10 +187,11 @@ def download(url: str, dest: Path, sha256: str, settings: Settings, pinned_in: s
             "download deleted", f"if the new file is trusted, update sha256 in {pinned_by}")
 
 
-def _fetch_sdist(upstream: PypiUpstream, tmp: Path, settings: Settings) -> None:
+def _fetch_sdist(upstream: PypiUpstream, tmp: Path, settings: Settings,
+                 console: Console) -> None:
     url = sdist_url(upstream, settings)
     archive = tmp / Path(urlsplit(url).path).name
-    download(url, archive, upstream.sha256, settings, f"upstream {upstream.key!r}")
+    download(url, archive, upstream.sha256, settings, console, f"upstream {upstream.key!r}")
     _unpack(archive, tmp / "tree")
     archive.unlink()
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from sparkbake import trust
 from sparkbake.config.versions import Config
-from sparkbake.console.tools import echo
+from sparkbake.console.display import Console
 from sparkbake.core.folders import Folders
 from sparkbake.housekeeping.cachekeys import HEX64
 from sparkbake.housekeeping.sweep import Item, path_item
@@ -31,13 +31,13 @@ class Checked:
     damaged: list[Item]
 
 
-def check_items(config: Config, cache_dir: Path) -> list[Item]:
+def check_items(config: Config, cache_dir: Path, *, console: Console) -> list[Item]:
     """An item for each damaged entry of the project's caches and of the host's layer cache
     (cache_dir/layers); prints how many entries were checked."""
     layout = Folders.of(config)
     roots = (config.build_dir, config.wheels_dir)
-    shared = image_layout.Layout(cache_dir / "layers")
-    found = [_blobs(image_layout.Layout(layout.oci), config.root, roots),
+    shared = image_layout.Layout(cache_dir / "layers", console)
+    found = [_blobs(image_layout.Layout(layout.oci, console), config.root, roots),
              _blobs(shared, config.root, (shared.root,)),
              _records([layout.oci / "index.json", *_jsons(layout.layers)], config.root, roots),
              _records(_jsons(shared.root / "bases"), config.root, (shared.root,)),
@@ -45,7 +45,7 @@ def check_items(config: Config, cache_dir: Path) -> list[Item]:
              _entries(_keyed(layout.kernel_cache), entrycheck.kernels_damage, config.root,
                       roots)]
     items = [item for checked in found for item in checked.damaged]
-    echo(f"gc --check: {sum(c.count for c in found)} cache entries hashed, "
+    console.detail(f"gc --check: {sum(c.count for c in found)} cache entries hashed, "
          f"{len(items)} damaged")
     return items
 

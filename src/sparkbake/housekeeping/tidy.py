@@ -18,7 +18,7 @@ from pathlib import Path
 from sparkbake import planning
 from sparkbake.config.settings import Settings
 from sparkbake.config.versions import Config
-from sparkbake.console.tools import echo
+from sparkbake.console.display import Console
 from sparkbake.core.folders import Folders
 from sparkbake.errors import UsageError
 from sparkbake.housekeeping import cachecheck, cachetrim, containergc, imagegc
@@ -38,7 +38,7 @@ RECORDS = ("releases", "deploys", "loaded-images.txt")
 
 
 def gc(config: Config, settings: Settings, dry_run: bool, max_cache_size: str,
-       check: bool = False) -> int:
+       check: bool = False, *, console: Console) -> int:
     """Remove what no tag uses now: cache entries, leftovers, the containers of runs that
     ended without removing them, the engine's stale images of this versions.yaml, and the
     oldest files beyond max_cache_size of the compile cache and of the bytecode cache (each);
@@ -48,11 +48,12 @@ def gc(config: Config, settings: Settings, dry_run: bool, max_cache_size: str,
     items = gc_items(config, plans)
     if check:
         stale = {item.label for item in items}
-        items += [item for item in cachecheck.check_items(config, settings.cache_dir)
+        items += [item for item in cachecheck.check_items(config, settings.cache_dir,
+                                                          console=console)
                   if item.label not in stale]
-    client = engine_or_none()
+    client = engine_or_none(settings=settings)
     if client is None:
-        echo("gc: the engine's images are left alone: no Docker engine answers")
+        console.detail("gc: the engine's images are left alone: no Docker engine answers")
     else:
         # containers first: a leftover container keeps its image from being removed
         items += containergc.leftover_items(client)

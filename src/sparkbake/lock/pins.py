@@ -19,9 +19,8 @@ from sparkbake import resources
 from sparkbake.config.platforms import PLATFORMS
 from sparkbake.config.settings import Settings
 from sparkbake.config.versions import Config, Tag
-from sparkbake.console import display
-from sparkbake.console.invocation import command
-from sparkbake.console.tools import echo, run
+from sparkbake.console.display import Console
+from sparkbake.console.tools import run
 from sparkbake.errors import ConfigError, EngineError
 from sparkbake.files import atomic_write
 from sparkbake.hashing import file_sha256
@@ -59,9 +58,9 @@ def _stamp(tag: Tag, tree: Path | None) -> str:
     return " ".join(f"{p.name}={file_sha256(p)[:16]}" for p in inputs(tag, tree))
 
 
-def require_lock(config: Config, tag: Tag, tree: Path | None = None) -> Path:
+def require_lock(config: Config, tag: Tag, tree: Path | None = None, *, settings: Settings) -> Path:
     path = lock_path(config, tag)
-    remedy = f"{command('lock', tag.name)}, and commit it"
+    remedy = f"{settings.command('lock', tag.name)}, and commit it"
     if not path.is_file():
         raise ConfigError(f"no builder lock for base {tag.builder.name!r} ({path})",
                           f"create it: {remedy}")
@@ -112,13 +111,14 @@ def packages(lock: Path) -> dict[str, str]:
     return found
 
 
-def require_runtime_lock(config: Config, tag: Tag, tree: Path) -> Path | None:
+def require_runtime_lock(config: Config, tag: Tag, tree: Path, *,
+                         settings: Settings) -> Path | None:
     """The runtime lock the bake installs from, if the upstream has runtime requirements."""
     path = runtime_lock_path(config, tag)
     wanted = tag.upstream.runtime_requirements
     if path is None or wanted is None:
         return None
-    remedy = f"{command('lock', tag.name)}, and commit it"
+    remedy = f"{settings.command('lock', tag.name)}, and commit it"
     if not path.is_file():
         raise ConfigError(f"no runtime lock for base {tag.runtime.name!r} ({path})",
                           f"create it: {remedy}")
@@ -145,7 +145,8 @@ def _sha(path: Path) -> str:
     return file_sha256(path)[:16]
 
 
-def make_missing(config: Config, tag: Tag, settings: Settings, tree: Path) -> list[Path]:
+def make_missing(config: Config, tag: Tag, settings: Settings, tree: Path, *,
+                 console: Console) -> list[Path]:
     """On a developer's machine, the tag's locks that do not exist yet, made with a notice
     (an existing lock is left as it is: a stale one stays an error of require_*)."""
     wanted = [path for path in (None if tag.kernels else lock_path(config, tag),
@@ -154,13 +155,14 @@ def make_missing(config: Config, tag: Tag, settings: Settings, tree: Path) -> li
     if not wanted or settings.locked:  # CI and --locked never make a lock
         return []
     names = ", ".join(str(p.relative_to(config.root)) for p in wanted)
-    display.notice(f"lock: {names} missing: making it now; commit it (CI and --locked refuse a "
+    console.notice(f"lock: {names} missing: making it now; commit it (CI and --locked refuse a "
                    "missing lock)")
-    return resolve(config, tag, settings, tree, missing_only=True)
+    return resolve(config, tag, settings, tree, missing_only=True, console=console)
 
 
 def resolve(config: Config, tag: Tag, settings: Settings,
-            tree: Path | None = None, missing_only: bool = False) -> list[Path]:
+            tree: Path | None = None, missing_only: bool = False, *,
+            console: Console) -> list[Path]:
     """Resolve the builder requirements for the tag's builder base (but for a kernel seed),
     and the upstream's runtime requirements for its runtime base where it declares them;
     write the locks (missing_only: those that do not exist) and return them."""
@@ -172,7 +174,7 @@ def resolve(config: Config, tag: Tag, settings: Settings,
                  settings, f"# builder lock of base {tag.builder.name} (python "
                  f"{tag.builder.python}, {tag.platform}).\n{origin}# Made by `sparkbake lock "
                  f"TAG` from images/{TOOLCHAIN} (or images/{TORCH_TOOLCHAIN} and the "
-                 "upstream's build requirements); edit those and rerun.\n")
+                 "upstream's build requirements); edit those and rerun.\n", console=console)
         written.append(target)
     runtime = runtime_lock_path(config, tag)
     wanted = tag.upstream.runtime_requirements
@@ -189,13 +191,14 @@ def resolve(config: Config, tag: Tag, settings: Settings,
                      f"{tag.platform}) for upstream {tag.upstream.key}.\n{origin}\n"
                      "# Made by `sparkbake lock TAG` from the upstream's runtime requirements, "
                      "the tag's extras and pins; the bake installs from these wheels only.\n"
-                     + "".join(f"# asked: {line}\n" for line in added.splitlines()))
+                     + "".join(f"# asked: {line}\n" for line in added.splitlines()),
+                     console=console)
         written.append(runtime)
     return written
 
 
 def _compile(tag: Tag, base: str, python: str | None, sources: list[Path], target: Path,
-             settings: Settings, header: str) -> None:
+             settings: Settings, header: str, *, console: Console) -> None:
     """uv pip compile sources for python on the tag's platform, with hashes, into target."""
     if python is None:
         raise ConfigError(f"base {base!r} does not say its Python version",
@@ -203,7 +206,8 @@ def _compile(tag: Tag, base: str, python: str | None, sources: list[Path], targe
     if tag.platform not in PLATFORMS:
         raise ConfigError(f"tag {tag.name}: no lock platform for {tag.platform}",
                           f"use one of {', '.join(map(str, PLATFORMS))}")
-    compile_requirements(sources, python, tag.platform.machine, target, header, settings)
+    compile_requirements(sources, python, tag.platform.machine, target, header, settings,
+                         console=console)
 
 
 def _uv() -> str:
@@ -222,17 +226,17 @@ def _uv() -> str:
 
 def compile_requirements(sources: list[Path], python: str, machine: str, target: Path,
                          header: str, settings: Settings,
-                         indexes: Sequence[str] = ()) -> None:
+                         indexes: Sequence[str] = (), *, console: Console) -> None:
     """uv pip compile sources for python on Linux/machine, with hashes, into target (header
     first); indexes: more uv index options than the configured index."""
     uv = _uv()
     with tempfile.TemporaryDirectory() as scratch:
         output = Path(scratch) / "lock.txt"
-        run([uv, "pip", "compile", *sources,
+        run(console, [uv, "pip", "compile", *sources,
              "--generate-hashes", "--no-header", "--no-annotate", "--no-python-downloads",
              "--python-version", python, "--python-platform", f"{machine}-unknown-linux-gnu",
              "--index-url", settings.index_url, *indexes, "-o", output],
             error=EngineError, what=f"resolving the lock {target.name}", capture=True,
             env={"SSL_CERT_FILE": settings.ca_bundle} if settings.ca_bundle else None)
         atomic_write(target, header + output.read_text())
-    echo(f"lock: {target}")
+    console.detail(f"lock: {target}")

@@ -19,8 +19,8 @@ from pathlib import Path
 from sparkbake import trust
 from sparkbake.config.platforms import Platform
 from sparkbake.config.versions import Tag
-from sparkbake.console import display
-from sparkbake.console.tools import echo, run, step
+from sparkbake.console.display import Console
+from sparkbake.console.tools import run, step
 from sparkbake.core.folders import Folders
 from sparkbake.errors import BakeError
 from sparkbake.files import atomic_dir, atomic_write
@@ -48,25 +48,25 @@ def _allowed(lock: Path) -> frozenset[str]:
     return frozenset(HASH.findall(lock.read_text()))
 
 
-def _intact(folder: Path, lock: Path) -> bool:
+def _intact(folder: Path, lock: Path, *, console: Console) -> bool:
     """Is every wheel of the wheelhouse one the lock allows? A damaged one takes the whole
     wheelhouse with it (removed, with a warning)."""
     allowed = _allowed(lock)
     bad = [wheel.name for wheel in sorted(folder.glob("*.whl"))
            if not trust.verified(wheel, allowed, folder / STAMPS / wheel.name)]
     if bad:
-        display.notice(trust.removed(folder, f"{', '.join(bad)}: no hash of {lock.name}"))
+        console.notice(trust.removed(folder, f"{', '.join(bad)}: no hash of {lock.name}"))
         shutil.rmtree(folder)
     return not bad
 
 
-def ensure(lock: Path, tag: Tag, layout: Folders) -> Path:
+def ensure(lock: Path, tag: Tag, layout: Folders, *, console: Console) -> Path:
     """wheels/runtime/<lock hash>: the lock's wheels for the tag's runtime Python and platform."""
     folder = layout.runtime_wheelhouses / file_sha256(lock)[:16]
     python = tag.runtime.python or ""
     target = f"python {python} {tag.platform}"
-    if (folder / DONE).is_file() and _intact(folder, lock):
-        echo(f"wheelhouse: {lock.name} cached at wheels/runtime/{folder.name}")
+    if (folder / DONE).is_file() and _intact(folder, lock, console=console):
+        console.detail(f"wheelhouse: {lock.name} cached at wheels/runtime/{folder.name}")
         if _made_for(folder) is None:
             # made before targets were written down; a lock is one base's and one platform's,
             # so this wheelhouse was made for this target (a file replaced, not a link written)
@@ -74,16 +74,17 @@ def ensure(lock: Path, tag: Tag, layout: Folders) -> Path:
                 atomic_write(folder / DONE, f"{lock}\n{target}\n")
         return folder
     flags = [f"--platform={p}" for p in platform_tags(tag.platform)]
-    with step(f"wheelhouse for {lock.name}"), atomic_dir(folder) as tmp:
-        taken = _take_known(layout.runtime_wheelhouses, _allowed(lock), tmp, target)
+    with step(console, f"wheelhouse for {lock.name}"), atomic_dir(folder) as tmp:
+        taken = _take_known(layout.runtime_wheelhouses, _allowed(lock), tmp, target,
+                            console=console)
         wanted = lock
         if taken:
-            echo(f"wheelhouse: {len(taken)} wheel(s) of {lock.name} taken from other "
+            console.detail(f"wheelhouse: {len(taken)} wheel(s) of {lock.name} taken from other "
                  "wheelhouses")
             wanted = tmp / STILL_WANTED
             wanted.write_text(_still_wanted(lock, taken))
         # pip download: the host's pip configuration (index, CA, proxies) applies as is
-        run([sys.executable, "-m", "pip", "download", "--quiet", "--require-hashes",
+        run(console, [sys.executable, "-m", "pip", "download", "--quiet", "--require-hashes",
              "--no-deps", "--only-binary=:all:", f"--python-version={python}",
              "--implementation=cp", *flags, "--dest", tmp, "-r", wanted], error=BakeError,
             what=f"downloading the wheels of {lock} (a hash mismatch means a download differs "
@@ -93,14 +94,15 @@ def ensure(lock: Path, tag: Tag, layout: Folders) -> Path:
     return folder
 
 
-def _take_known(houses: Path, allowed: frozenset[str], dest: Path, target: str) -> set[str]:
+def _take_known(houses: Path, allowed: frozenset[str], dest: Path, target: str, *,
+                console: Console) -> set[str]:
     """Hard-link into dest each wheel whose sha256 is one allowed lists, of the complete
     wheelhouses made for the same target (Python and platform: pip chose those wheels as it
     would choose now, so the wheelhouse is the one a clean download makes), and say it is
     checked; their names. One that cannot be linked is left to pip to download."""
     taken: set[str] = set()
     for other in sorted(folder for folder in houses.iterdir() if _made_for(folder) == target):
-        for name, sha256 in _hashes(other).items():
+        for name, sha256 in _hashes(other, console=console).items():
             if sha256 in allowed and name not in taken:
                 with contextlib.suppress(OSError):
                     os.link(other / name, dest / name)
@@ -143,10 +145,11 @@ def _still_wanted(lock: Path, taken: set[str]) -> str:
     return "".join(f"{line}\n" for line, _ in lines if line not in covered)
 
 
-def _hashes(folder: Path) -> dict[str, str]:
+def _hashes(folder: Path, *, console: Console) -> dict[str, str]:
     """Each wheel's sha256 in folder: from its record while the wheel has the stamp it had
     when it was hashed, else hashed now (and the record written again, where it can be)."""
-    kept = trust.record_or_drop(folder / HASHES, what="a wheelhouse's hashes") or {}
+    kept = trust.record_or_drop(folder / HASHES, what="a wheelhouse's hashes",
+                                console=console) or {}
     found: dict[str, str] = {}
     record: dict[str, list[str]] = {}
     for wheel in sorted(folder.glob("*.whl")):

@@ -3,7 +3,7 @@ digest, then its tags; and an image out of a registry into a layout (for verify)
 
 The bytes go as they are in the layout, so the registry serves the digest the bake wrote.
 A registry that asks for a login (WWW-Authenticate) gets the one Docker's client keeps, if
-any (docker_engine.registry_login): as Basic auth, or to fetch a Bearer token from the realm
+any (registry_login): as Basic auth, or to fetch a Bearer token from the realm
 it names (an identity token as OAuth2's refresh token; else an anonymous token). How the
 registry is reached (scheme, TLS trust) is registry_access's.
 """
@@ -23,11 +23,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urljoin
 
-from sparkbake.console import display
-from sparkbake.console.invocation import command
+from sparkbake.config.settings import Settings
+from sparkbake.console.display import Console
 from sparkbake.errors import FatalError, PublishError
 from sparkbake.oci import image_layout, transfer
-from sparkbake.oci.docker_engine import RegistryLogin
+from sparkbake.oci.registry_login import RegistryLogin
 
 if TYPE_CHECKING:
     # imported where used at run time: requests takes ~0.1 s to import and most commands
@@ -67,9 +67,11 @@ class Remote:
 class Session:
     """Requests to one repository of a registry, with the token it asked for, if any."""
 
-    def __init__(self, remote: Remote, error: type[FatalError] = PublishError,
+    def __init__(self, remote: Remote, settings: Settings, console: Console,
+                 error: type[FatalError] = PublishError,
                  login: RegistryLogin | None = None) -> None:
         self.remote, self.error, self.login = remote, error, login
+        self.settings, self.console = settings, console
         self.authorization = ""
         self.challenge = ""  # the Bearer challenge the token answers (realm, service, scope)
 
@@ -102,7 +104,7 @@ class Session:
                                     cert=self.remote.cert, headers={**headers, **self._auth()},
                                     timeout=timeout, stream=stream)
         except (requests.RequestException, ValueError) as exc:
-            raise unreachable(self.remote, exc, self.error) from exc
+            raise unreachable(self.remote, exc, self.error, settings=self.settings) from exc
         finally:
             if data is not None and hasattr(data, "close"):
                 data.close()
@@ -187,7 +189,7 @@ class Session:
                     self._check(response, "pushing", step, expected)
                     return
                 reason = f"HTTP {response.status_code}"
-            display.notice(f"publish: {step} failed ({reason}); again in {delay:g} s")
+            self.console.notice(f"publish: {step} failed ({reason}); again in {delay:g} s")
             time.sleep(delay)
 
     def _upload(self, layout: image_layout.Layout,
@@ -224,7 +226,7 @@ class Session:
                     sha.update(chunk)
                     out.write(chunk)
             except requests.RequestException as exc:  # it stalled or broke off mid-blob
-                raise unreachable(self.remote, exc, self.error) from exc
+                raise unreachable(self.remote, exc, self.error, settings=self.settings) from exc
             out.flush()
             if "sha256:" + sha.hexdigest() != blob.digest:
                 raise self.error(f"{self.remote.host} served other bytes for {blob.digest}",
@@ -291,7 +293,7 @@ class Session:
                                       timeout=HTTP_TIMEOUT)
             body = answer.json() if answer.status_code == 200 else {}
         except (requests.RequestException, ValueError) as exc:
-            raise unreachable(self.remote, exc, self.error) from exc
+            raise unreachable(self.remote, exc, self.error, settings=self.settings) from exc
         return str(body.get("token") or body.get("access_token") or "")
 
 
@@ -300,7 +302,7 @@ def _basic(login: RegistryLogin) -> str:
 
 
 def unreachable(remote: Remote, exc: Exception,
-                error: type[FatalError] = PublishError) -> FatalError:
+                error: type[FatalError] = PublishError, *, settings: Settings) -> FatalError:
     """The error for a registry that does not answer, with how to start a local one."""
     import requests
 
@@ -314,7 +316,7 @@ def unreachable(remote: Remote, exc: Exception,
     if remote.base_url.startswith("http://"):
         port = remote.host.rsplit(":", 1)[1] if ":" in remote.host else "80"
         start = ("registry", "start") + (() if port == "5000" else ("--port", port))
-        remedy = f"start it with `{command(*start)}`"
+        remedy = f"start it with `{settings.command(*start)}`"
     else:
         remedy = (f"check the address, the network and TLS trust (as Docker's: "
                   f"/etc/docker/certs.d/{remote.host}/ca.crt)")

@@ -9,14 +9,13 @@ import os
 import socket
 import tarfile
 import threading
-import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
-from sparkbake.console import display
-from sparkbake.console.tools import echo
+from sparkbake.config.settings import Settings
+from sparkbake.console.display import Console
 from sparkbake.errors import EngineError, FatalError
 from sparkbake.files import naming
 
@@ -57,14 +56,15 @@ def run_label() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def connect() -> Client:
-    """A client for the engine named by DOCKER_HOST (or the local socket), checked with a ping."""
+def connect(settings: Settings) -> Client:
+    """A client for the engine the run's DOCKER_HOST names (else the local socket), checked
+    with a ping."""
     import docker
     import docker.errors
     import requests
 
     try:
-        client = docker.from_env(timeout=ENGINE_TIMEOUT)
+        client = docker.from_env(timeout=ENGINE_TIMEOUT, environment=dict(settings.environ))
         client.ping()
     except (docker.errors.DockerException, requests.RequestException) as exc:
         raise EngineError(
@@ -74,10 +74,10 @@ def connect() -> Client:
     return client
 
 
-def engine_or_none() -> Client | None:
+def engine_or_none(settings: Settings) -> Client | None:
     """The engine if one answers: `plan` and `tags` work without one."""
     try:
-        return connect()
+        return connect(settings)
     except EngineError:
         return None
 
@@ -124,6 +124,7 @@ def image_labels(attrs: dict[str, Any]) -> dict[str, str]:
 
 def build_image(
     client: Client,
+    console: Console,
     context: Path,
     tag: str,
     *,
@@ -143,13 +144,13 @@ def build_image(
             if "stream" in chunk:
                 text = chunk["stream"]
                 lines.extend(text.rstrip("\n").splitlines())
-                echo(text.rstrip("\n")) if text.strip() else None
+                console.detail(text.rstrip("\n")) if text.strip() else None
             if "error" in chunk:
-                log = display.open_log()
+                log = console.open_log()
                 where = f" (log: {log})" if log else ""
                 last = " / ".join(lines[-5:])
                 raise error(f"building {tag} failed: {chunk['error'].strip()}{where}",
-                            f"last output: {last}" if last else display.output_hint())
+                            f"last output: {last}" if last else console.output_hint())
             if "aux" in chunk and "ID" in chunk["aux"]:
                 image_id = chunk["aux"]["ID"]
     except docker.errors.APIError as exc:
@@ -177,20 +178,21 @@ def run_container(
     environment: Mapping[str, str] | None = None,
     network: bool = True,
     log_path: Path | None = None,
-    quiet: bool = False,
+    console: Console | None = None,
     keep: bool = False,
     copy_out: tuple[str, Path] | None = None,
     copy_in: Mapping[str, bytes] | None = None,
     **extra: Any,
 ) -> ContainerResult:
-    """Run a container to its end, streaming its output; always removed unless keep.
+    """Run a container to its end, its output streamed to console (None: only to log_path);
+    always removed unless keep.
     copy_out=(path, tar): after a clean exit, path in the container is saved as a tar file.
     copy_in={absolute path: bytes}: files put into the container before it starts (they
     reach an engine on another machine, where a bind mount of a host path would not)."""
     with _container(client, image, command, volumes, environment, network, keep, extra,
                     copy_in) as box:
         lines: list[str] = []
-        reader = threading.Thread(target=_follow, args=(box, lines, log_path, quiet), daemon=True)
+        reader = threading.Thread(target=_follow, args=(box, lines, log_path, console), daemon=True)
         reader.start()
         status = box.wait()
         reader.join(timeout=10)
@@ -219,7 +221,7 @@ def started_container(
 def bridge_gateway(client: Client, image: str) -> str:
     """The host's address on the default bridge, as its containers route to it. Read from a
     container's own routing table: an engine's IPAM record may leave out the gateway."""
-    result = run_container(client, image, ["cat", "/proc/net/route"], quiet=True)
+    result = run_container(client, image, ["cat", "/proc/net/route"])
     for line in result.output.splitlines()[1:]:
         fields = line.split()
         if len(fields) > 2 and fields[1] == "00000000" and fields[2] != "00000000":
@@ -320,7 +322,8 @@ def _tar_of(files: Mapping[str, bytes]) -> bytes:
     return buffer.getvalue()
 
 
-def _follow(box: Any, lines: list[str], log_path: Path | None, quiet: bool) -> None:
+def _follow(box: Any, lines: list[str], log_path: Path | None,
+            console: Console | None) -> None:
     if log_path:
         log_path.parent.mkdir(parents=True, exist_ok=True)
     log = log_path.open("w") if log_path else None
@@ -331,8 +334,8 @@ def _follow(box: Any, lines: list[str], log_path: Path | None, quiet: bool) -> N
             if log:
                 log.write(text)
                 log.flush()
-            if not quiet:
-                echo(text.rstrip("\n"))
+            if console is not None:
+                console.detail(text.rstrip("\n"))
     finally:
         if log:
             log.close()
@@ -346,41 +349,6 @@ def stream_errors(stream: Any) -> Iterator[tuple[dict[str, Any], str | None]]:
         detail = chunk.get("errorDetail") or {}
         message = chunk.get("error") or detail.get("message")
         yield chunk, message
-
-
-@dataclass(frozen=True)
-class RegistryLogin:
-    """What `docker login HOST` keeps: a user and password, or an identity token (a refresh
-    token for the registry's token server)."""
-
-    username: str
-    secret: str
-    identity_token: bool
-
-
-def registry_login(host: str) -> RegistryLogin | None:
-    """The login Docker's client would send to host: from its config ($DOCKER_CONFIG, else
-    ~/.docker/config.json): the credential helper of `credHelpers` or `credsStore`, else
-    `auths`. None when there is none."""
-    import docker.auth  # the SDK's own reading of the client config and its helpers
-    import docker.errors
-
-    registry = "docker.io" if host in ("docker.io", "index.docker.io") else host
-    try:
-        with warnings.catch_warnings():  # a missing helper: said below, as an error
-            warnings.simplefilter("ignore")
-            found = docker.auth.load_config().resolve_authconfig(registry) or {}
-    except docker.errors.DockerException as exc:  # a helper that fails or is missing
-        raise EngineError(f"the Docker credential helper for {host} failed: "
-                          f"{str(exc).splitlines()[0][:200]}",
-                          f"check it (`docker login {host}` uses it too)") from exc
-    # a helper's answer is capitalized, an `auths` entry lower case (the SDK's two forms)
-    entry = {key.lower(): value for key, value in found.items()}
-    if entry.get("identitytoken"):
-        return RegistryLogin(str(entry.get("username") or ""), str(entry["identitytoken"]), True)
-    if entry.get("username") and entry.get("password") is not None:
-        return RegistryLogin(str(entry["username"]), str(entry["password"]), False)
-    return None
 
 
 def insecure_registries(client: Client) -> tuple[tuple[str, ...], tuple[str, ...]]:

@@ -25,7 +25,7 @@ from typing import Any
 
 from sparkbake import trust
 from sparkbake.config.platforms import Platform
-from sparkbake.console import display
+from sparkbake.console.display import Console
 from sparkbake.files import atomic_write
 
 __all__ = ["CONFIG_TYPE", "FORMAT", "INDEX_TYPE", "LAYER_TYPE", "MANIFEST_TYPE", "REF_NAME",
@@ -80,8 +80,9 @@ def rfc3339(epoch: int) -> str:
 class Layout:
     """An OCI image layout folder: content-addressed blobs and index.json of named images."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, console: Console) -> None:
         self.root = root
+        self.console = console  # says which damaged blob or index was removed
 
     def blob(self, digest: str) -> Path:
         algorithm, _, hexdigest = digest.partition(":")
@@ -99,7 +100,7 @@ class Layout:
         if trust.verified(path, digest.partition(":")[2], self._stamp(digest), size=size,
                           full=full):
             return True
-        display.notice(trust.removed(path, f"its bytes are not {digest[:19]}..."))
+        self.console.notice(trust.removed(path, f"its bytes are not {digest[:19]}..."))
         self.drop(digest)
         return False
 
@@ -178,7 +179,8 @@ class Layout:
 
     def _index(self) -> dict[str, Any]:
         path = self.root / "index.json"
-        index = trust.record_or_drop(path)  # damaged: names made again by their bakes
+        # damaged: the names are made again by their bakes
+        index = trust.record_or_drop(path, console=self.console)
         return index or {"schemaVersion": 2, "mediaType": INDEX_TYPE, "manifests": []}
 
     def _init(self) -> None:

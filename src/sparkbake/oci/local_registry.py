@@ -17,7 +17,8 @@ from pathlib import Path
 from sparkbake import resources
 from sparkbake.config.settings import child_environment
 from sparkbake.config.versions import Config
-from sparkbake.console.tools import echo, require_tool
+from sparkbake.console.display import Console
+from sparkbake.console.tools import require_tool
 from sparkbake.errors import EngineError
 from sparkbake.files import atomic_write
 from sparkbake.oci import ports
@@ -27,7 +28,8 @@ __all__ = ["running", "start", "status", "stop"]
 START_TIMEOUT = 10.0
 
 
-def start(config: Config, port: int = 5000, *, readonly: bool = False) -> str:
+def start(config: Config, console: Console, port: int = 5000, *,
+          readonly: bool = False) -> str:
     """Start docker-registry on 127.0.0.1:port; already running there is fine, a port that
     another process holds is exit 8 naming it (never a registry of someone else's)."""
     address = f"127.0.0.1:{port}"
@@ -48,19 +50,19 @@ def start(config: Config, port: int = 5000, *, readonly: bool = False) -> str:
     (home / "data").mkdir(parents=True, exist_ok=True)
     atomic_write(home / "config.yml", resources.render(
         "registry-config.yml.j2", data_dir=str(home / "data"), port=port, readonly=readonly))
-    child = _spawn([program, "serve", str(home / "config.yml")], home / "registry.log")
+    child = _spawn(console, [program, "serve", str(home / "config.yml")], home / "registry.log")
     atomic_write(home / "registry.pid", f"{child.pid}\n{port}\n")
     _wait_until_up(child, address, home)
     return f"registry: docker-registry (pid {child.pid}) answers at {address}, data in {home}"
 
 
-def stop(config: Config) -> bool:
+def stop(config: Config, console: Console) -> bool:
     """End the registry that `start` started (only the pid in its pid file); False if none."""
     pid = _running_pid(config)
     if pid is None:
         return False
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        echo(f"+ kill -{sig.name} {pid}")
+        console.detail(f"+ kill -{sig.name} {pid}")
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, sig)
         deadline = time.monotonic() + 10
@@ -112,12 +114,12 @@ def _answers(base_url: str, verify: bool | str = True) -> bool:
         return False
 
 
-def _spawn(args: list[str], log: Path) -> subprocess.Popen[bytes]:
-    echo(f"+ {shlex.join(args)} >{shlex.quote(str(log))} 2>&1 &")
+def _spawn(console: Console, args: list[str], log: Path) -> subprocess.Popen[bytes]:
+    console.detail(f"+ {shlex.join(args)} >{shlex.quote(str(log))} 2>&1 &")
     with log.open("ab") as out:
         return subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=out,
                                 stderr=subprocess.STDOUT, start_new_session=True,
-                                env=child_environment({}))
+                                env=child_environment(console.env, {}))
 
 
 def _wait_until_up(child: subprocess.Popen[bytes], address: str, home: Path) -> None:

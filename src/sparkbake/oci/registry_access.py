@@ -166,7 +166,7 @@ def endpoint(host: str, api_host: str, settings: Settings, is_insecure: bool,
         first: requests.RequestException = exc
     except requests.RequestException as exc:
         if not is_insecure or distribution.is_stall(exc):  # a stalled one answers no scheme
-            raise _down(host, https, exc, error) from exc
+            raise _down(host, https, exc, error, settings=settings) from exc
         first = exc
     # an unverified HTTPS registry is said once, as Docker's fallback (Endpoint.note), not
     # per call; every unverified request of a run goes to an endpoint found here
@@ -182,7 +182,7 @@ def endpoint(host: str, api_host: str, settings: Settings, is_insecure: bool,
     try:
         status = _probe(plain, host_trust)
     except requests.RequestException as exc:
-        raise _down(host, plain, first, error) from exc
+        raise _down(host, plain, first, error, settings=settings) from exc
     return _registry(Endpoint(plain, host_trust, f"{host}: plain HTTP (no HTTPS there; an "
                               "insecure registry to Docker)"), host, status, error)
 
@@ -217,6 +217,8 @@ def _tls_error(host: str, host_trust: Trust, exc: Exception,
                  "(or REQUESTS_CA_BUNDLE), or list it in the engine's insecure-registries")
 
 
-def _down(host: str, base_url: str, exc: Exception, error: type[FatalError]) -> FatalError:
+def _down(host: str, base_url: str, exc: Exception, error: type[FatalError], *,
+          settings: Settings) -> FatalError:
     """Nothing answers: the reason, and how to start a local registry where one is meant."""
-    return distribution.unreachable(distribution.Remote(host, "", base_url, True), exc, error)
+    return distribution.unreachable(distribution.Remote(host, "", base_url, True), exc, error,
+                                    settings=settings)

@@ -14,8 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sparkbake.config.versions import Upstream
-from sparkbake.console import display
-from sparkbake.console.tools import echo
+from sparkbake.console.display import Console
 from sparkbake.core.stages import Stage
 from sparkbake.errors import ConfigError, PatchError, UsageError
 from sparkbake.fetch import remote_patches
@@ -48,7 +47,8 @@ class Options:
     checkout: Path | None = None  # also give a git work tree of the result here
 
 
-def apply(plan: Plan, pristine: Path, entry: Path, options: Options = Options()) -> PatchedTree:
+def apply(plan: Plan, pristine: Path, entry: Path, options: Options = Options(), *,
+          console: Console) -> PatchedTree:
     """Make entry/tree = pristine + every series of the tag, one git commit per patch.
 
     entry/git holds the history (outside the tree, so builds see a plain source tree).
@@ -61,11 +61,11 @@ def apply(plan: Plan, pristine: Path, entry: Path, options: Options = Options())
         raise UsageError(f"--checkout {options.checkout}: the folder is not empty",
                          "name a new or empty folder")
     if is_patched(entry):
-        done = _cached(plan, entry, options)
+        done = _cached(plan, entry, options, console=console)
     else:  # missing, or made by an older sparkbake: made anew
-        done = _apply(plan, pristine, entry, options)
+        done = _apply(plan, pristine, entry, options, console=console)
     if options.checkout is not None:
-        checkout(entry, options.checkout)
+        checkout(entry, options.checkout, console=console)
     return done
 
 
@@ -83,35 +83,36 @@ def _record(entry: Path) -> dict[str, Any]:
     return record if isinstance(record, dict) else {}
 
 
-def _cached(plan: Plan, entry: Path, options: Options) -> PatchedTree:
+def _cached(plan: Plan, entry: Path, options: Options, *, console: Console) -> PatchedTree:
     record = _record(entry)
     skipped = [p for s in record["series"] for p in s["patches"] if p["status"] == "upstream"]
     if skipped and not options.skip_applied:
         first = skipped[0]
         raise _upstream_error(plan, f"{first['series']}/{first.get('file') or first['url']}")
-    display.cached(Stage.PATCH, f"patch: {plan.tag.name} cached at {entry.name[:12]}"
+    console.cached(Stage.PATCH, f"patch: {plan.tag.name} cached at {entry.name[:12]}"
                    + (f" ({len(skipped)} already-upstream patch(es) skipped)" if skipped else ""))
     return PatchedTree(entry / "tree", plan.patch_key, record["tree_hash"])
 
 
-def _apply(plan: Plan, pristine: Path, entry: Path, options: Options) -> PatchedTree:
+def _apply(plan: Plan, pristine: Path, entry: Path, options: Options, *,
+           console: Console) -> PatchedTree:
     from sparkbake.patch import gitwork  # here: a no-op build applies nothing
 
-    upstream = gitwork.upstream_repo(pristine, upstream_message(plan.tag.upstream))
+    upstream = gitwork.upstream_repo(pristine, upstream_message(plan.tag.upstream), console=console)
     failed = entry.with_name(entry.name + ".failed")
     shutil.rmtree(failed, ignore_errors=True)
     with atomic_dir(entry) as tmp:
-        repo = gitwork.work_tree(upstream, pristine, tmp / "tree")
+        repo = gitwork.work_tree(upstream, pristine, tmp / "tree", console=console)
         records = []
         for series in plan.series:
             try:
-                records.append(_apply_series(plan, series, repo, options))
+                records.append(_apply_series(plan, series, repo, options, console=console))
             except PatchError as error:
                 if not options.keep:
                     repo.git("reset", "-q", "--hard")  # the tree as before the failing patch
                 shutil.move(tmp / "tree", failed)  # kept for inspection, never a cache entry
                 if isinstance(error, Conflict):
-                    echo(error.report + _next_steps(error, failed, options.keep))
+                    console.detail(error.report + _next_steps(error, failed, options.keep))
                 raise
         (tmp / "tree" / ".git").rename(tmp / "git")
         digest = tree_hash(tmp / "tree")
@@ -122,16 +123,16 @@ def _apply(plan: Plan, pristine: Path, entry: Path, options: Options) -> Patched
 
 
 def _apply_series(plan: Plan, series: SeriesInfo, repo: gitwork.Repo,
-                  options: Options) -> dict[str, Any]:
+                  options: Options, *, console: Console) -> dict[str, Any]:
     from sparkbake.patch import gitapply
     records = []
     for name, sha in series.patches:
         patch = series.path(name)
-        echo(f"patch: {series.name}/{name}")
+        console.detail(f"patch: {series.name}/{name}")
         header = gitapply.read_header(repo, patch)
         outcome = gitapply.attempt(repo, patch, message(header, series.name, name),
                                    header.author)
-        _judge(plan, series, name, header, outcome, options)
+        _judge(plan, series, name, header, outcome, options, console=console)
         records.append({"series": series.name, **series.record(name, sha),
                         "subject": header.subject, "status": outcome.status,
                         "notes": list(outcome.notes)})
@@ -139,12 +140,12 @@ def _apply_series(plan: Plan, series: SeriesInfo, repo: gitwork.Repo,
 
 
 def _judge(plan: Plan, series: SeriesInfo, name: str, header: gitapply.Header,
-           outcome: Outcome, options: Options) -> None:
+           outcome: Outcome, options: Options, *, console: Console) -> None:
     where = f"{series.name}/{name}"
     if outcome.status == "upstream":
         if not options.skip_applied:
             raise _upstream_error(plan, where)
-        display.notice(f"warning: patch {where} is already in upstream "
+        console.notice(f"warning: patch {where} is already in upstream "
                        f"{describe_pin(plan.tag.upstream)}: skipped (--skip-applied); drop it "
                        "from the series")
     elif outcome.status == "malformed":
@@ -160,7 +161,7 @@ def _judge(plan: Plan, series: SeriesInfo, name: str, header: gitapply.Header,
             series.name,
             header.author)
     for note in outcome.notes:
-        display.notice(f"warning: patch {where}: {note}")
+        console.notice(f"warning: patch {where}: {note}")
 
 
 class Conflict(PatchError):
@@ -264,13 +265,13 @@ def _require_fetched(series: tuple[SeriesInfo, ...]) -> None:
                               f"{remote.path.parent})")
 
 
-def checkout(entry: Path, dest: Path) -> None:
+def checkout(entry: Path, dest: Path, *, console: Console) -> None:
     """A git work tree of the patched tree at dest: upstream commit, then one per patch."""
     from sparkbake.patch import gitwork
     dest.parent.mkdir(parents=True, exist_ok=True)
-    repo = gitwork.work_tree(entry / "git", entry / "tree", dest)
+    repo = gitwork.work_tree(entry / "git", entry / "tree", dest, console=console)
     head = repo.out("log", "--oneline", "-1")
-    echo(f"checkout: {dest} at {head}; upstream is tag {gitwork.UPSTREAM_TAG}")
+    console.detail(f"checkout: {dest} at {head}; upstream is tag {gitwork.UPSTREAM_TAG}")
 
 
 def describe_pin(upstream: Upstream) -> str:

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import shlex
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from sparkbake.console import display
-from sparkbake.console.tools import echo, run
+from sparkbake.console.display import Console
+from sparkbake.console.tools import run
 from sparkbake.errors import EngineError, FatalError
 from sparkbake.files import atomic_dir
 
@@ -46,10 +46,11 @@ class Repo:
 
     tree: Path
     git_dir: Path
+    console: Console = field(compare=False)  # where its commands and their output go
 
     def git(self, *args: str | Path, check: bool = True,
             error: type[FatalError] = EngineError) -> subprocess.CompletedProcess[str]:
-        return run(["git", *self._where(), *args], error=error, what=f"git {args[0]}",
+        return run(self.console, ["git", *self._where(), *args], error=error, what=f"git {args[0]}",
                    cwd=self.tree, capture=True, check=check, env=HERMETIC)
 
     def _where(self) -> list[str]:
@@ -66,16 +67,17 @@ class Repo:
         env = {**HERMETIC, "GIT_AUTHOR_NAME": author.name, "GIT_AUTHOR_EMAIL": author.email}
         cmd = ["git", *self._where(), *options, "commit", "-q", "--allow-empty", "--no-verify",
                "--cleanup=verbatim", "-F", "-"]
-        echo("+ " + shlex.join(cmd) + " <<< " + shlex.quote(message.splitlines()[0]))
+        self.console.detail("+ " + shlex.join(cmd) + " <<< " + shlex.quote(message.splitlines()[0]))
         done = subprocess.run(cmd, input=message, text=True, capture_output=True, env=env,
                               cwd=self.tree, check=False)
         if done.returncode != 0:
-            raise EngineError(f"git commit failed: {done.stderr.strip()}", display.output_hint())
+            raise EngineError(f"git commit failed: {done.stderr.strip()}",
+                              self.console.output_hint())
 
     def mailinfo(self, patch: Path, scratch: Path) -> tuple[dict[str, str], str]:
         """`git mailinfo -b` of a patch file: its header fields and its message body."""
         cmd = ["git", "mailinfo", "-b", str(scratch / "msg"), str(scratch / "diff")]
-        echo("+ " + shlex.join(cmd) + " < " + shlex.quote(str(patch)))
+        self.console.detail("+ " + shlex.join(cmd) + " < " + shlex.quote(str(patch)))
         with patch.open("rb") as handle:
             done = subprocess.run(cmd, stdin=handle, capture_output=True, env=HERMETIC,
                                   check=False)
@@ -90,14 +92,14 @@ class Repo:
         (info / "attributes").write_text(ATTRIBUTES)
 
 
-def upstream_repo(pristine: Path, message: str) -> Path:
+def upstream_repo(pristine: Path, message: str, *, console: Console) -> Path:
     """`upstream.git` beside the pristine tree: the tree as one commit, tagged; made once."""
     final = pristine.parent / "upstream.git"
     if (final / "HEAD").is_file():
         return final
     with atomic_dir(final) as tmp:
-        repo = Repo(pristine, tmp)
-        run(["git", "init", "-q", "--bare", f"--initial-branch={BRANCH}", tmp],
+        repo = Repo(pristine, tmp, console)
+        run(console, ["git", "init", "-q", "--bare", f"--initial-branch={BRANCH}", tmp],
             error=EngineError, what="git init", env=HERMETIC, capture=True)
         repo.attributes()
         index = tmp / "index"
@@ -108,22 +110,23 @@ def upstream_repo(pristine: Path, message: str) -> Path:
     return final
 
 
-def work_tree(upstream: Path, files: Path, dest: Path, sparse: list[str] | None = None) -> Repo:
+def work_tree(upstream: Path, files: Path, dest: Path, sparse: list[str] | None = None, *,
+              console: Console) -> Repo:
     """A clone of upstream (hardlinked objects) at dest, its files copied from `files`.
 
     With `sparse`, only those paths are written (git sparse-checkout): enough to try a
     series of patches without copying the whole tree.
     """
-    run(["git", "clone", "-q", "--no-checkout", upstream, dest],
+    run(console, ["git", "clone", "-q", "--no-checkout", upstream, dest],
         error=EngineError, what="git clone", env=HERMETIC, capture=True)
-    repo = Repo(dest, dest / ".git")
+    repo = Repo(dest, dest / ".git", console)
     repo.git("remote", "remove", "origin")
     repo.attributes()
     if sparse is not None:
         repo.git("sparse-checkout", "set", "--no-cone", "--", *[_pattern(p) for p in sparse])
         repo.git("checkout", "-q", BRANCH)
         return repo
-    run(["cp", "-a", f"{files}/.", dest], error=EngineError, what="copying the tree")
+    run(console, ["cp", "-a", f"{files}/.", dest], error=EngineError, what="copying the tree")
     repo.git("reset", "-q")  # index from HEAD, stat data from the copied files
     return repo
 

@@ -16,8 +16,7 @@ from sparkbake import bases, planning
 from sparkbake.bake import runtime_image
 from sparkbake.config.model import Config, Tag
 from sparkbake.config.settings import Settings
-from sparkbake.console import display
-from sparkbake.console.tools import echo
+from sparkbake.console.display import Console, StageRun
 from sparkbake.core.folders import Folders
 from sparkbake.core.stages import Stage
 from sparkbake.fetch import remote_patches, thirdparty, upstream_tree
@@ -45,16 +44,17 @@ class Source:
 @dataclass(frozen=True)
 class Build:
     """What every stage of one build reads: the tag's plan (its remote patches fetched:
-    fetched_plan), the run's settings, where its outputs go, and how; and the stage runs so
-    far, in order."""
+    fetched_plan), the run's settings and console, where its outputs go, and how; and the
+    stage runs so far, in order (the one list of them)."""
 
     config: Config
     plan: Plan
     settings: Settings
+    console: Console
     options: apply.Options = field(default_factory=apply.Options)
     load: bool = True  # False: the engine's tag is left alone (verify's rebuild)
     # shared by the copies `replace` makes (with_sources_lock): one build, one list
-    runs: list[display.StageRun] = field(default_factory=list)
+    runs: list[StageRun] = field(default_factory=list)
 
     @property
     def layout(self) -> Folders:
@@ -68,11 +68,11 @@ class Build:
         return self.layout.stage_log(self.tag.name, stage)
 
     @contextmanager
-    def stage(self, stage: Stage, key: str | None = None) -> Iterator[display.StageRun]:
+    def stage(self, stage: Stage, key: str | None = None) -> Iterator[StageRun]:
         """The stage's line and its log, under key (default: the stage's key in the plan);
         its run kept in runs."""
-        with display.stage(stage, self.plan.key(stage) if key is None else key,
-                           self.log(stage)) as run:
+        with self.console.stage(stage, self.plan.key(stage) if key is None else key,
+                                self.log(stage)) as run:
             if not any(kept is run for kept in self.runs):  # stages do not nest: once
                 self.runs.append(run)
             yield run
@@ -85,7 +85,7 @@ class Outcome:
 
     text: str
     facts: dict[str, Any]  # JSON: printed by --json, written by --metadata-file
-    runs: tuple[display.StageRun, ...] = ()
+    runs: tuple[StageRun, ...] = ()
 
 
 def fetch(build: Build, *, third_party: bool = False) -> Source:
@@ -94,10 +94,11 @@ def fetch(build: Build, *, third_party: bool = False) -> Source:
     plan, layout = build.plan, build.layout
     with build.stage(Stage.FETCH):
         tree = upstream_tree.fetch(build.tag.upstream, layout.source(plan.fetch_key),
-                                   build.settings)
+                                   build.settings, console=build.console)
         if third_party:
-            found = thirdparty.fetch_locked(build.config, build.tag, build.settings)
-            echo(f"third-party sources: {len(found)} verified" if found else
+            found = thirdparty.fetch_locked(build.config, build.tag, build.settings,
+                                            console=build.console)
+            build.console.detail(f"third-party sources: {len(found)} verified" if found else
                  "third-party sources: none locked")
         return Source(tree, upstream_tree.source_date(build.tag.upstream, tree.parent))
 
@@ -106,19 +107,20 @@ def patch(build: Build, source: Source) -> PatchedTree:
     plan = build.plan
     with build.stage(Stage.PATCH):
         return apply.apply(plan, source.tree, build.layout.patched(plan.patch_key),
-                             build.options)
+                             build.options, console=build.console)
 
 
 class Engine:
     """The build's Docker engine, connected on first use: cached wheels and an image the
     local engine has current need no SDK client (runtime_image.current_in_local_engine)."""
 
-    def __init__(self) -> None:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
         self._client: Client | None = None
 
     def client(self) -> Client:
         if self._client is None:
-            self._client = connect()
+            self._client = connect(self.settings)
         return self._client
 
 
@@ -131,22 +133,24 @@ def bake(build: Build, engine: Engine, source: Source, patched: PatchedTree,
          built: WheelSet) -> runtime_image.Image:
     config, tag = build.config, build.tag
     with build.stage(Stage.BAKE):
-        pins.make_missing(config, tag, build.settings, patched.path)
-        runtime_lock = pins.require_runtime_lock(config, tag, patched.path)
+        pins.make_missing(config, tag, build.settings, patched.path, console=build.console)
+        runtime_lock = pins.require_runtime_lock(config, tag, patched.path, settings=build.settings)
         if build.load and (current := runtime_image.current_in_local_engine(
-                build.plan, build.layout, built, build.settings.environ)) is not None:
+                build.plan, build.layout, built, build.settings.environ,
+                console=build.console)) is not None:
             return current
         from sparkbake.lock import wheelhouse  # here, past the cached check: see _wheels
 
         client = engine.client()
         runtime_base = bases.ensure(client, tag.runtime, tag.platform, config.build_dir,
-                                    build.settings)
-        house = wheelhouse.ensure(runtime_lock, tag, build.layout) if runtime_lock else None
+                                    build.settings, console=build.console)
+        house = wheelhouse.ensure(runtime_lock, tag, build.layout,
+                                  console=build.console) if runtime_lock else None
         return runtime_image.make_image(client, build.plan, runtime_base, built, patched,
                                         build.layout, source_date=source.source_date,
                                         settings=build.settings, load=build.load,
                                         runtime_wheels=house, runtime_lock=runtime_lock,
-                                        log=build.log(Stage.BAKE))
+                                        log=build.log(Stage.BAKE), console=build.console)
 
 
 def with_sources_lock(build: Build, tree: PatchedTree) -> Build:
@@ -157,7 +161,8 @@ def with_sources_lock(build: Build, tree: PatchedTree) -> Build:
         return build
     # `lock`'s stage, as `sparkbake lock` shows it: the git commands go to its log
     with build.stage(Stage.LOCK, build.tag.name):
-        thirdparty.lock_on_first_use(build.config, build.tag, tree.path, build.settings)
+        thirdparty.lock_on_first_use(build.config, build.tag, tree.path, build.settings,
+                                     console=build.console)
     return replace(build, plan=planning.make(build.config, build.tag))
 
 
@@ -176,16 +181,16 @@ def _baked(build: Build) -> tuple[Build, runtime_image.Image]:
     source = fetch(build)
     tree = patch(build, source)
     build = with_sources_lock(build, tree)
-    engine = Engine()
+    engine = Engine(build.settings)
     return build, bake(build, engine, source, tree, wheels(build, engine, source, tree))
 
 
-def fetched_plan(config: Config, tag: Tag, settings: Settings) -> Plan:
+def fetched_plan(config: Config, tag: Tag, settings: Settings, console: Console) -> Plan:
     """The plan once the tag's remote patches are fetched: until then their content, and so
     whether they touch kernels, is unknown (the fetch stage's network, done first, and only
     here: a build's stages take them from this plan)."""
     plan = planning.make(config, tag)
-    if remote_patches.fetch(plan.remote, settings):
+    if remote_patches.fetch(plan.remote, settings, console):
         return planning.make(config, tag)
     return plan
 
@@ -212,7 +217,7 @@ def _wheels_outcome(build: Build) -> Outcome:
     source = fetch(build)
     tree = patch(build, source)
     build = with_sources_lock(build, tree)
-    built = wheels(build, Engine(), source, tree)
+    built = wheels(build, Engine(build.settings), source, tree)
     return Outcome(f"wheels: {built.folder}",
                    _facts(build, wheels=str(built.folder), files=built.files))
 
@@ -246,29 +251,33 @@ def _wheels(build: Build, engine: Engine, source: Source, patched: PatchedTree) 
     layout = build.layout
     folder, kernels = layout.wheel_set(plan.wheels_key), layout.kernels(plan.kernel_key)
     # a damaged entry goes (with a warning) before anything reuses it
-    entrycheck.drop_damaged(folder, entrycheck.damage(folder))
-    entrycheck.drop_damaged(kernels, entrycheck.kernels_damage(kernels))
+    entrycheck.drop_damaged(folder, entrycheck.damage(folder), console=build.console)
+    entrycheck.drop_damaged(kernels, entrycheck.kernels_damage(kernels), console=build.console)
     if container_build.is_built(folder):  # cached wheels need no builder image, nor jobs
-        return container_build.cached(plan.tag, folder)
+        return container_build.cached(plan.tag, folder, console=build.console)
     # the modules of building are imported past the cached checks: a no-op build, which
     # every command starts with, needs none of them (nox -s bench-noop)
     from sparkbake.wheels import kernelseed
 
     if plan.tag.kernels:
         kernelseed.require_python_only(plan.tag, plan.kernel_patches)
-        kernelseed.seed(plan.tag.kernels, kernels, settings)
+        kernelseed.seed(plan.tag.kernels, kernels, settings, console=build.console)
         return kernelseed.build_wheels(plan.tag, kernels, source.tree, patched.path, folder,
-                                       source.source_date, plan.local_version)
+                                       source.source_date, plan.local_version,
+                                       console=build.console)
     if plan.tag.upstream.kernel_reuse == "assemble" and kernelseed.assembles(kernels):
         return kernelseed.build_wheels(plan.tag, kernels, source.tree, patched.path, folder,
-                                       source.source_date, plan.local_version)
+                                       source.source_date, plan.local_version,
+                                       console=build.console)
     client = engine.client()  # no engine: said before the sources are downloaded
     # the sources first: a lock that lacks a declaration stops before a base is pulled
-    fetched = thirdparty.prepare(config, plan.tag, patched.path, settings)
-    base = bases.ensure(client, plan.tag.builder, plan.tag.platform, config.build_dir, settings)
-    pins.make_missing(config, plan.tag, settings, patched.path)
-    lock_file = pins.require_lock(config, plan.tag, patched.path)
-    builder = container_build.builder_image(client, base, lock_file, settings, config.build_dir)
+    fetched = thirdparty.prepare(config, plan.tag, patched.path, settings, console=build.console)
+    base = bases.ensure(client, plan.tag.builder, plan.tag.platform, config.build_dir, settings,
+                        console=build.console)
+    pins.make_missing(config, plan.tag, settings, patched.path, console=build.console)
+    lock_file = pins.require_lock(config, plan.tag, patched.path, settings=build.settings)
+    builder = container_build.builder_image(client, base, lock_file, settings, config.build_dir,
+                                            console=build.console)
     request = container_build.BuildRequest(
         tag=plan.tag, builder=builder, patched=patched, folder=folder, kernels=kernels,
         third_party=fetched, log=build.log(Stage.WHEELS),
@@ -276,4 +285,4 @@ def _wheels(build: Build, engine: Engine, source: Source, patched: PatchedTree) 
         compile_cache=settings.compile_cache, source_date=source.source_date,
         local_version=plan.local_version, pristine=source.tree,
     )
-    return container_build.build(client, request)
+    return container_build.build(client, request, console=build.console)

@@ -11,7 +11,7 @@ from sparkbake.attest import signing, verification
 from sparkbake.attest.signing import PublicKey, SigningKey
 from sparkbake.config import versions as config_mod
 from sparkbake.config.settings import Settings
-from sparkbake.console import display
+from sparkbake.console.display import Console
 from sparkbake.core.folders import Folders
 from sparkbake.errors import UsageError, VerificationError
 from sparkbake.oci import image_layout
@@ -23,12 +23,12 @@ __all__ = ["keys_generate", "require_signature", "require_signed", "signing_key"
            "split_reference", "verify_release"]
 
 
-def keys_generate(path: Path, settings: Settings) -> int:
+def keys_generate(path: Path, settings: Settings, *, console: Console) -> int:
     passphrase = settings.signing.passphrase
     private, public = signing.generate(path, passphrase)
     protected = "protected by SPARKBAKE_SIGNING_PASSPHRASE" if passphrase else \
         "NOT protected: set SPARKBAKE_SIGNING_PASSPHRASE to encrypt it"
-    display.result(f"keys: {private} (private, {protected}), {public} (public: give it to "
+    console.result(f"keys: {private} (private, {protected}), {public} (public: give it to "
                    "whoever verifies)")
     return 0
 
@@ -61,48 +61,52 @@ def split_reference(reference: str) -> tuple[str, str]:
 
 
 def verify_release(reference: str, key_path: Path, against: Path | None, settings: Settings,
-                   as_json: bool = False, rebuild: bool = False) -> int:
+                   as_json: bool = False, rebuild: bool = False, *, console: Console) -> int:
     if rebuild and against is None:
         raise UsageError("--rebuild builds the tag the provenance names in a versions.yaml: "
                          "add --against VERSIONS_YAML")
     repository, name = split_reference(reference)
     key = signing.public_key(key_path)
-    session = push.open_session(repository, settings, VerificationError)
+    session = push.open_session(repository, settings, VerificationError, console=console)
     digest = session.manifest_digest(name)
     if digest is None:
         raise VerificationError(f"{reference}: not in the registry",
                                 "check the name and the registry")
     tag = None if name.startswith("sha256:") else name
     with tempfile.TemporaryDirectory(prefix="sparkbake-verify.") as work:
-        images = _digests(session, repository, digest, key, Path(work), tag)
-        checked = [verification.verify(session, d, key, image_layout.Layout(Path(work) / d[7:19]),
-                                       tag if d == digest else None)  # not an index's child
+        images = _digests(session, repository, digest, key, Path(work), tag, console=console)
+        checked = [verification.verify(session, d, key,
+                                       image_layout.Layout(Path(work) / d[7:19], console),
+                                       tag if d == digest else None,
+                                       console=console)  # not an index's child
                    for d in images]
-    built_as = [_shown(one, key, against) for one in checked]
+    built_as = [_shown(one, key, against, console=console) for one in checked]
     if rebuild and against is not None:  # once every signature and statement held
         config = config_mod.load(against)
         for one, tag in zip(checked, built_as, strict=True):
-            release_rebuild.require_rebuilt(session, config, settings, tag, one.digest)
+            release_rebuild.require_rebuilt(session, config, settings, tag, one.digest,
+                                            console=console)
     if as_json:
         print(json.dumps([{"reference": c.reference, "provenance": c.provenance,
                            "smoke": c.smoke} for c in checked], indent=2))
     return 0
 
 
-def _shown(one: verification.Verified, key: PublicKey, against: Path | None) -> str:
+def _shown(one: verification.Verified, key: PublicKey, against: Path | None, *,
+           console: Console) -> str:
     """Print what the image is made of, and that it matches against's pins; the tag its
     provenance names."""
     for line in one.lines(key):
-        display.result(line)
+        console.result(line)
     tag = str(one.provenance["predicate"]["buildDefinition"]["externalParameters"]["tag"])
     if against is not None:
         tag = verification.check_against(config_mod.load(against), one.provenance)
-        display.result(f"  matches {against} for {tag}: upstream, patches, locks, inputs")
+        console.result(f"  matches {against} for {tag}: upstream, patches, locks, inputs")
     return tag
 
 
 def _digests(session: Session, repository: str, digest: str, key: PublicKey,
-             work: Path, tag: str | None) -> list[str]:
+             work: Path, tag: str | None, *, console: Console) -> list[str]:
     """The image digests to verify: digest itself, or, for an index (a multi-platform
     release), each platform's, once the index's own signature holds (under tag)."""
     response = session.request("GET", session.url("manifests", digest),
@@ -111,26 +115,27 @@ def _digests(session: Session, repository: str, digest: str, key: PublicKey,
     if doc.get("mediaType") != image_layout.INDEX_TYPE:
         return [digest]
     verification.check_signature(session, repository, digest, key,
-                                 image_layout.Layout(work / "index"), tag)
-    display.result(f"verified {repository}@{digest}: the index is signed by {key.path}")
+                                 image_layout.Layout(work / "index", console), tag)
+    console.result(f"verified {repository}@{digest}: the index is signed by {key.path}")
     return [str(m["digest"]) for m in doc.get("manifests", [])]
 
 
-def require_signature(pinned: str, tag: str, key_path: Path, settings: Settings) -> None:
+def require_signature(pinned: str, tag: str, key_path: Path, settings: Settings, *,
+                      console: Console) -> None:
     """deploy --require-signature: the release's digest is signed by the key, as published
     in its repository under its tag (else exit 7, before any node is touched)."""
     key = signing.public_key(key_path)
     repository, digest = split_reference(pinned)
-    session = push.open_session(repository, settings, VerificationError)
+    session = push.open_session(repository, settings, VerificationError, console=console)
     with tempfile.TemporaryDirectory(prefix="sparkbake-verify.") as work:
         verification.check_signature(session, repository, digest, key,
-                                     image_layout.Layout(Path(work)), tag)
-    display.notice(f"deploy: {pinned} is signed by {key.path}")
+                                     image_layout.Layout(Path(work), console), tag)
+    console.notice(f"deploy: {pinned} is signed by {key.path}")
 
 
 def require_signed(config: config_mod.Config, settings: Settings, name: str,
-                   key_path: Path | None) -> None:
+                   key_path: Path | None, *, console: Console) -> None:
     """deploy --require-signature of the tag's or release's recorded digest (None: not asked)."""
     if key_path is not None:
-        record = releases.read_record(Folders.of(config).releases, name)
-        require_signature(record.pinned, record.tag, key_path, settings)
+        record = releases.read_record(Folders.of(config).releases, name, settings=settings)
+        require_signature(record.pinned, record.tag, key_path, settings, console=console)

@@ -18,8 +18,7 @@ from dataclasses import replace
 
 from sparkbake.config.model import Config
 from sparkbake.config.settings import Settings
-from sparkbake.console import display
-from sparkbake.console.invocation import command, remember_config
+from sparkbake.console.display import Console
 from sparkbake.core.folders import Folders
 from sparkbake.errors import VerificationError
 from sparkbake.files import scratch_dir
@@ -31,23 +30,25 @@ __all__ = ["require_rebuilt"]
 
 
 def require_rebuilt(session: Session, config: Config, settings: Settings, tag_name: str,
-                    digest: str) -> None:
+                    digest: str, *, console: Console) -> None:
     """Rebuild tag_name from clean and say that it gives digest, bit for bit; else a
     VerificationError naming the first layer that differs."""
-    remember_config(config.path, settings)  # the remedy's `verify` runs against this versions.yaml
+    # the remedy's `verify` runs against this versions.yaml
+    settings = replace(settings, config_option=config.path)
     published = _registry_manifest(session, digest)
     scratch = Folders.of(config).scratch("verify")  # beside the builds: a rebuild is large
     with scratch_dir(scratch, f"release.{tag_name}.") as work:
         clean = replace(config, work=work)
         tag = clean.tag(tag_name)
-        display.notice(f"verify-release: rebuilding {tag_name} from clean in {work} "
+        console.notice(f"verify-release: rebuilding {tag_name} from clean in {work} "
                        "(a full build, without the caches)")
-        plan = build.fetched_plan(clean, tag, settings)
-        image = build.image(build.Build(clean, plan, settings, load=False))
+        plan = build.fetched_plan(clean, tag, settings, console=console)
+        image = build.image(build.Build(clean, plan, settings, load=False, console=console))
         if image.image.digest != digest:
             raise _differs(config, tag_name, digest, published,
-                           image_layout.Layout(image.layout), image.image.digest)
-    display.result(f"rebuilt {tag_name}: {digest} = the registry's (bit for bit)")
+                           image_layout.Layout(image.layout,
+                                               console), image.image.digest, settings=settings)
+    console.result(f"rebuilt {tag_name}: {digest} = the registry's (bit for bit)")
 
 
 def _registry_manifest(session: Session, digest: str) -> image_layout.Manifest:
@@ -65,7 +66,8 @@ def _registry_manifest(session: Session, digest: str) -> image_layout.Manifest:
 
 
 def _differs(config: Config, tag_name: str, digest: str, published: image_layout.Manifest,
-             layout: image_layout.Layout, rebuilt_digest: str) -> VerificationError:
+             layout: image_layout.Layout, rebuilt_digest: str, *,
+             settings: Settings) -> VerificationError:
     """The error that names where the rebuild parts from the registry's image."""
     rebuilt = layout.read_manifest(rebuilt_digest)
     history = layout.read_json(rebuilt.config.digest)
@@ -80,7 +82,7 @@ def _differs(config: Config, tag_name: str, digest: str, published: image_layout
     return VerificationError(
         f"rebuilt {tag_name}: {rebuilt_digest}, not the registry's {digest}: {where}",
         f"the image was not built from what {config.path} pins, or not reproducibly: do not "
-        f"deploy it; `{command('verify', tag_name, '--against', digest)}` names the files")
+        f"deploy it; `{settings.command('verify', tag_name, '--against', digest)}` names the files")
 
 
 def _first_difference(published: tuple[image_layout.Descriptor, ...],

@@ -14,6 +14,7 @@ from sparkbake import filelock
 from sparkbake.config.settings import Settings
 from sparkbake.config.versions import Config, Tag
 from sparkbake.console import display
+from sparkbake.console.display import Console
 from sparkbake.core.folders import Folders
 from sparkbake.core.stages import Stage
 from sparkbake.errors import EngineError
@@ -35,16 +36,17 @@ class Output:
 
 
 def run_until(config: Config, settings: Settings, tag: Tag, last: Stage,
-              options: apply.Options | None = None, output: Output = Output()) -> int:
+              options: apply.Options | None = None, output: Output = Output(), *,
+              console: Console) -> int:
     """Run the build stages up to last; every stage whose key is cached is skipped. One
     build of a tag runs at a time: another one waits for it, then finds its work cached."""
-    with _one_build(config, tag):
-        work = build.Build(config, build.fetched_plan(config, tag, settings), settings,
-                           options or apply.Options())
+    with _one_build(config, tag, console=console):
+        plan = build.fetched_plan(config, tag, settings, console=console)
+        work = build.Build(config, plan, settings, console, options or apply.Options())
         outcome = build.run_stages(work, last)
-    for line in display.summary_lines(outcome.runs, display.current):
-        display.notice(line)
-    display.result(outcome.text)
+    for line in display.summary_lines(outcome.runs, console):
+        console.notice(line)
+    console.result(outcome.text)
     found = {**outcome.facts, "stages": [run.to_json() for run in outcome.runs]}
     if output.metadata_file:
         atomic_write(output.metadata_file, json.dumps(found, indent=2) + "\n")
@@ -53,11 +55,12 @@ def run_until(config: Config, settings: Settings, tag: Tag, last: Stage,
 
 
 @contextlib.contextmanager
-def _one_build(config: Config, tag: Tag, wait: float = BUILD_LOCK_WAIT) -> Iterator[None]:
+def _one_build(config: Config, tag: Tag, wait: float = BUILD_LOCK_WAIT, *,
+               console: Console) -> Iterator[None]:
     """The tag's build lock, held for the block; waited for while another run holds it."""
     path = Folders.of(config).build_lock(tag.name)
     try:
-        with filelock.exclusive(path, wait, lambda who: display.notice(
+        with filelock.exclusive(path, wait, lambda who: console.notice(
                 f"{tag.name}: another build of it runs ({who}); waiting for it to end")):
             yield
     except filelock.Busy as busy:

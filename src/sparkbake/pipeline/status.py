@@ -11,6 +11,7 @@ from pathlib import Path
 from sparkbake import planning
 from sparkbake.bake import runtime_image
 from sparkbake.config.model import Config, DirUpstream, Tag, Upstream
+from sparkbake.console.display import Console
 from sparkbake.core.folders import Folders
 from sparkbake.core.stages import PlanState, Stage
 from sparkbake.fetch import remote_patches, upstream_tree
@@ -29,7 +30,8 @@ COVERS = {Stage.PATCH: (Stage.FETCH, Stage.PATCH), Stage.KERNELS: (Stage.FETCH, 
           Stage.BAKE: (Stage.FETCH, Stage.PATCH, Stage.WHEELS, Stage.BAKE)}
 
 
-def stage_states(config: Config, plan: Plan, client: Client | None) -> list[StagePlan]:
+def stage_states(config: Config, plan: Plan, client: Client | None, *,
+                 console: Console) -> list[StagePlan]:
     """Each stage's key and state; the image's state is `unknown` without an engine."""
     layout = Folders.of(config)
     fetched = (upstream_tree.is_fetched(plan.tag.upstream, layout.source(plan.fetch_key))
@@ -43,7 +45,7 @@ def stage_states(config: Config, plan: Plan, client: Client | None) -> list[Stag
     if client is not None:
         attrs = image_attrs_or_none(client, plan.tag.image_ref)
         bake_state = _cached(runtime_image.is_current(attrs, plan, layout,
-                                                  _wheels_content(layout, plan)))
+                                                  _wheels_content(layout, plan), console=console))
     smoke_record = layout.smoke_record(plan.tag.name)
     why = _why(layout, plan)
     emulated = _emulation_text(plan.tag, client)

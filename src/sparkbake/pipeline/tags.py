@@ -9,7 +9,9 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from sparkbake import planning
+from sparkbake.config.settings import Settings
 from sparkbake.config.versions import Config
+from sparkbake.console.display import Console
 from sparkbake.core.stages import Stage
 from sparkbake.oci.docker_engine import engine_or_none
 from sparkbake.pipeline import status
@@ -36,13 +38,14 @@ class TagRow:
         return dataclasses.asdict(self)
 
 
-def rows(config: Config) -> list[TagRow]:
+def rows(config: Config, *, settings: Settings, console: Console) -> list[TagRow]:
     """One row per tag, in versions.yaml's order."""
-    client = engine_or_none()
+    client = engine_or_none(settings=settings)
     found = []
     for tag in config.tags.values():
         plan = planning.make(config, tag)
-        said = {s.name: _said(s.state) for s in status.stage_states(config, plan, client)}
+        said = {s.name: _said(s.state) for s in status.stage_states(config, plan, client,
+                                                                    console=console)}
         found.append(TagRow(tag.name, str(tag.platform), tag.series, tag.release,
                             built=said[Stage.BAKE],
                             smoked=said[Stage.SMOKE], published=said[Stage.PUBLISH]))
@@ -53,8 +56,8 @@ def _said(state: str) -> Said:
     return "yes" if state == "cached" else "?" if state == "unknown" else "no"
 
 
-def report(config: Config, as_json: bool) -> str:
-    listed = rows(config)
+def report(config: Config, as_json: bool, *, settings: Settings, console: Console) -> str:
+    listed = rows(config, settings=settings, console=console)
     if as_json:
         return json.dumps([row.to_json() for row in listed], indent=2)
     table = [["tag", "platform", "series", "release", "built", "smoked", "published"]]

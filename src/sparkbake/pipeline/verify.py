@@ -17,8 +17,7 @@ from typing import Any
 from sparkbake.bake import runtime_image
 from sparkbake.config.settings import Settings
 from sparkbake.config.versions import Config
-from sparkbake.console.invocation import command
-from sparkbake.console.tools import echo
+from sparkbake.console.display import Console
 from sparkbake.core.folders import Folders
 from sparkbake.errors import ReproducibilityError, UsageError
 from sparkbake.files import atomic_write
@@ -100,15 +99,17 @@ class Report:
                 "layers": [change.to_json() for change in self.layers]}
 
 
-def original(config: Config, settings: Settings, plan: Plan, against: str | None) -> Side:
+def original(config: Config, settings: Settings, plan: Plan, against: str | None, *,
+             console: Console) -> Side:
     """The image a rebuild is compared with: the tag's in build/oci (of the plan's inputs), or
     the manifest `against`, pulled from the registry if the layout lacks it."""
-    layout, tag = image_layout.Layout(Folders.of(config).oci), plan.tag.name
+    layout, tag = image_layout.Layout(Folders.of(config).oci, console), plan.tag.name
     if against is None:
-        baked = runtime_image.find(Folders.of(config), plan)
+        baked = runtime_image.find(Folders.of(config), plan, console=console)
         if baked is None:
             raise UsageError(f"{tag} has no baked image in {layout.root}",
-                             f"build it (`{command('build-image', tag)}`) or pass --against DIGEST")
+                             f"build it (`{settings.command('build-image', tag)}`) or pass "
+                             "--against DIGEST")
         labels = layout.read_json(baked.config)["config"].get("Labels") or {}
         if labels.get(runtime_image.INPUTS_LABEL) != plan.inputs:
             raise UsageError(f"the image of {tag} in {layout.root} was baked from other inputs "
@@ -119,7 +120,8 @@ def original(config: Config, settings: Settings, plan: Plan, against: str | None
         raise UsageError(f"--against {against!r} is not a digest",
                          "write sha256:<64 hex>, e.g. the digest in build/releases/TAG.json")
     if not layout.intact(against):
-        session = push.open_session(_repository(config, plan, against), settings, UsageError)
+        session = push.open_session(_repository(config, plan, against), settings, UsageError,
+                                    console=console)
         session.pull(against, layout)
     return Side(layout, image_layout.Descriptor(image_layout.MANIFEST_TYPE, against,
                                              layout.blob(against).stat().st_size))
@@ -135,12 +137,12 @@ def _repository(config: Config, plan: Plan, digest: str) -> str:
     return plan.tag.repository
 
 
-def conclude(config: Config, plan: Plan, report: Report) -> str:
+def conclude(config: Config, plan: Plan, report: Report, *, console: Console) -> str:
     """Write build/verify/<tag>.json, print the differences; raise if there are any."""
     path = Folders.of(config).verify_report(plan.tag.name)
     atomic_write(path, json.dumps(report.to_json(), indent=2) + "\n")
     for line in render(report):
-        echo(line)
+        console.detail(line)
     if not report.equal:
         raise ReproducibilityError(
             f"{plan.tag.name} rebuilt as {report.rebuilt}, not {report.original}: "
@@ -150,7 +152,7 @@ def conclude(config: Config, plan: Plan, report: Report) -> str:
     return f"verified {plan.tag.name}: a clean rebuild gives {report.rebuilt}, bit for bit"
 
 
-def require_intact(side: Side, tag: str) -> None:
+def require_intact(side: Side, tag: str, *, settings: Settings) -> None:
     """Hash every blob of the side: the digests compared must be those of its bytes (a
     damaged blob is removed)."""
     bad = side.layout.damaged(side.image, full=True)
@@ -158,7 +160,8 @@ def require_intact(side: Side, tag: str) -> None:
         raise ReproducibilityError(
             f"{side.layout.root}: {len(bad)} blob(s) of {tag} are not the bytes of their "
             f"digest ({bad[0][:19]}...); removed",
-            f"rebuild it: `{command('build-image', tag)}` (`{command('gc', '--check')}` "
+            f"rebuild it: `{settings.command('build-image', tag)}` "
+            f"(`{settings.command('gc', '--check')}` "
             "checks every cache entry), then verify again")
 
 

@@ -21,8 +21,7 @@ from sparkbake.attest import signing, statements, stored
 from sparkbake.attest.signing import SigningKey
 from sparkbake.bake import runtime_image
 from sparkbake.config.versions import Config
-from sparkbake.console import display
-from sparkbake.console.tools import echo
+from sparkbake.console.display import Console
 from sparkbake.core.folders import Folders
 from sparkbake.core.smoke_record import SmokeReport
 from sparkbake.errors import PublishError
@@ -51,13 +50,14 @@ class Attached:
 
 
 def attach_baked(session: Session, config: Config, plan: Plan, baked: runtime_image.Image,
-                 key: SigningKey | None, tags: Sequence[str], force: bool) -> Attached:
+                 key: SigningKey | None, tags: Sequence[str], force: bool, *,
+                 console: Console) -> Attached:
     """attach for the tag's baked image, with the smoke record of exactly that image."""
-    layout = image_layout.Layout(baked.layout)
+    layout = image_layout.Layout(baked.layout, console)
     recorded = releases.image_manifest(layout, baked.image) or {}
     return attach(session, config, plan, layout, baked.image,
                   _smoke_of(Folders.of(config).smoke_record(plan.tag.name), baked.config),
-                  recorded, key, tags, force)
+                  recorded, key, tags, force, console=console)
 
 
 def _smoke_of(path: Path, image_id: str) -> SmokeReport | None:
@@ -70,12 +70,13 @@ def _smoke_of(path: Path, image_id: str) -> SmokeReport | None:
 
 def attach(session: Session, config: Config, plan: Plan, layout: image_layout.Layout,
            image: image_layout.Descriptor, smoke: SmokeReport | None, recorded: dict[str, Any],
-           key: SigningKey | None, tags: Sequence[str], force: bool) -> Attached:
+           key: SigningKey | None, tags: Sequence[str], force: bool, *,
+           console: Console) -> Attached:
     """Push the image's artifacts with image as their subject, then sign the digest as
     published in this repository under `tags`."""
     repository = f"{session.remote.host}/{session.remote.path}"
     signed = check_signers(session, layout, repository, image.digest, key, force)
-    sbom = stored.ensure_sbom(layout, plan.tag.name, image)
+    sbom = stored.ensure_sbom(layout, plan.tag.name, image, console=console)
     sbom_blob = image_layout.Descriptor.of(layout.read_json(sbom.digest)["layers"][0])
     made = {"provenance": statements.provenance(config, plan, repository, image.digest,
                                                 recorded, sbom_blob)}
@@ -83,9 +84,10 @@ def attach(session: Session, config: Config, plan: Plan, layout: image_layout.La
         made["smoke"] = statements.test_result(repository, image.digest, smoke)
     listing = referrers.attach(session, layout, sbom, image.digest)
     pushed = {what: _statement(session, layout, image, data, key) for what, data in made.items()}
-    echo(f"attached to {image.digest[:19]}: sbom, {', '.join(pushed)} ({listing})")
+    console.detail(f"attached to {image.digest[:19]}: sbom, {', '.join(pushed)} ({listing})")
     return Attached(sbom.digest, pushed["provenance"], pushed.get("smoke"), listing,
-                    sign(session, layout, repository, image.digest, key, tags, signed))
+                    sign(session, layout, repository, image.digest, key, tags, signed,
+                         console=console))
 
 
 def _statement(session: Session, layout: image_layout.Layout, image: image_layout.Descriptor,
@@ -139,12 +141,13 @@ def _signed_by(layout: image_layout.Layout, layer: dict[str, Any], key: SigningK
 
 
 def sign(session: Session, layout: image_layout.Layout, repository: str, digest: str,
-         key: SigningKey | None, tags: Sequence[str], signed: list[dict[str, Any]]) -> str | None:
+         key: SigningKey | None, tags: Sequence[str], signed: list[dict[str, Any]], *,
+         console: Console) -> str | None:
     """cosign's signature of digest, as published in repository under tags, under
     `sha256-<hex>.sig`, beside the other keys' among `signed` (its layers there now, from
     check_signers; this key's own earlier one replaced); None (and said) without a key."""
     if key is None:
-        display.notice(f"publish: {repository}@{digest[:19]} is unsigned (no --sign-key, no "
+        console.notice(f"publish: {repository}@{digest[:19]} is unsigned (no --sign-key, no "
                        "SPARKBAKE_SIGNING_KEY)")
         return None
     payload = signing.simple_signing(repository, digest, tags)
@@ -159,7 +162,8 @@ def sign(session: Session, layout: image_layout.Layout, repository: str, digest:
            "layers": layers}
     manifest = layout.add_bytes(image_layout.canonical(doc), image_layout.MANIFEST_TYPE)
     session.push(layout, manifest, [signing.signature_tag(digest)])
-    echo(f"signed {repository}@{digest[:19]} with {key.path} ({signing.signature_tag(digest)})")
+    console.detail(f"signed {repository}@{digest[:19]} with {key.path} "
+                   f"({signing.signature_tag(digest)})")
     return manifest.digest
 
 

@@ -23,8 +23,7 @@ from sparkbake.attest.signing import SigningKey
 from sparkbake.bake import runtime_image
 from sparkbake.config.settings import Settings
 from sparkbake.config.versions import Config, Tag
-from sparkbake.console import display
-from sparkbake.console.tools import echo
+from sparkbake.console.display import Console
 from sparkbake.core.folders import Folders
 from sparkbake.errors import ConfigError, PublishError
 from sparkbake.hashing import data_hash
@@ -52,9 +51,11 @@ class _Platform:
 
 def publish_release(client: Client, config: Config, settings: Settings, name: str,
                     tags: tuple[Tag, ...], registry: str | None, force: bool,
-                    skip_smoke: bool = False, key: SigningKey | None = None) -> Release:
+                    skip_smoke: bool = False, key: SigningKey | None = None, *,
+                    console: Console) -> Release:
     """Publish the platforms' images and the index of them as release `name` (above)."""
-    ready = [_ready(client, config, tag, skip_smoke) for tag in tags]  # all, before any push
+    ready = [_ready(client, config, tag, skip_smoke, console=console,
+                    settings=settings) for tag in tags]  # all, before any push
     repository = _repository(tags, registry)
     data = image_layout.canonical(index_document(ready))
     index = image_layout.Descriptor(image_layout.INDEX_TYPE,
@@ -62,23 +63,25 @@ def publish_release(client: Client, config: Config, settings: Settings, name: st
     inputs = data_hash([p.plan.inputs for p in ready])
     per_build = f"{name}-{inputs[:12]}"
     target = push.Target.of(client, settings, repository, [per_build, name], {index.digest},
-                            force)
+                            force, console=console)
     if target.current[name] == index.digest:
-        display.notice(f"publish: {repository}:{name} is already this release ({index.digest})")
-    records = tuple(_push_platform(config, target, p, force, key) for p in ready)
+        console.notice(f"publish: {repository}:{name} is already this release ({index.digest})")
+    records = tuple(_push_platform(config, target, p, force, key, console=console) for p in ready)
     if target.current[per_build] != index.digest:
-        echo(f"+ push index {index.digest} ({len(ready)} platforms) -> {repository}:{per_build}")
+        console.detail(f"+ push index {index.digest} ({len(ready)} platforms) -> "
+                       f"{repository}:{per_build}")
         _put_first_index(target, data, index, per_build)
-    push.check_pushed(target.session, per_build, index.digest)
-    layout = image_layout.Layout(ready[0].baked.layout)
+    push.check_pushed(target.session, per_build, index.digest, console=console)
+    layout = image_layout.Layout(ready[0].baked.layout, console)
     signed = attach.check_signers(target.session, layout, repository, index.digest, key, force)
-    attach.sign(target.session, layout, repository, index.digest, key, (name, per_build), signed)
+    attach.sign(target.session, layout, repository, index.digest, key, (name, per_build), signed,
+                console=console)
     release = _record(repository, name, per_build, index.digest, inputs, records)
-    push.write_record(Folders.of(config).releases, release)
+    push.write_record(Folders.of(config).releases, release, console=console)
     if target.current[name] != index.digest:
-        echo(f"+ tag {repository}:{name} -> {index.digest}")
+        console.detail(f"+ tag {repository}:{name} -> {index.digest}")
         target.session.put_index(data, index, name)
-    push.check_pushed(target.session, name, index.digest)
+    push.check_pushed(target.session, name, index.digest, console=console)
     return release
 
 
@@ -110,13 +113,14 @@ def index_document(ready: list[_Platform]) -> dict[str, Any]:
     return {"schemaVersion": 2, "mediaType": image_layout.INDEX_TYPE, "manifests": manifests}
 
 
-def _ready(client: Client, config: Config, tag: Tag, skip_smoke: bool) -> _Platform:
+def _ready(client: Client, config: Config, tag: Tag, skip_smoke: bool, *, console: Console,
+           settings: Settings) -> _Platform:
     plan = planning.make(config, tag)
-    attrs = push.local_image(client, plan)
-    baked = push.baked_image(config, plan, attrs)
-    push.require_intact(baked, tag.name)
+    attrs = push.local_image(client, plan, settings=settings)
+    baked = push.baked_image(config, plan, attrs, settings=settings, console=console)
+    push.require_intact(baked, tag.name, settings=settings, console=console)
     smoked = push.smoke_gate(Folders.of(config).smoke_record(tag.name), tag.name, baked.config,
-                             skip_smoke)
+                             skip_smoke, console=console, settings=settings)
     return _Platform(plan, attrs, baked, smoked)
 
 
@@ -129,16 +133,18 @@ def _repository(tags: tuple[Tag, ...], registry: str | None) -> str:
 
 
 def _push_platform(config: Config, target: push.Target, one: _Platform,
-                   force: bool, key: SigningKey | None) -> Release:
+                   force: bool, key: SigningKey | None, *, console: Console) -> Release:
     """One platform's blobs and manifest, under its per-build tag; its record."""
     target.current.setdefault(one.per_build, target.session.manifest_digest(one.per_build))
     push.check_overwrite(f"{target.repository}:{one.per_build}",
-                         target.current[one.per_build], {one.baked.image.digest}, force)
+                         target.current[one.per_build], {one.baked.image.digest}, force,
+                         console=console)
     pushed, sent = target.push(one.baked, one.per_build)
     attached = attach.attach_baked(target.session, config, one.plan, one.baked, key,
-                                   (one.per_build,), force)
+                                   (one.per_build,), force, console=console)
     return push.platform_release(config, one.plan, target.repository, (one.per_build,),
-                                 pushed, sent, one.smoked, one.baked, one.attrs, attached)
+                                 pushed, sent, one.smoked, one.baked, one.attrs, attached,
+                                 console=console)
 
 
 def _record(repository: str, name: str, per_build: str, digest: str, inputs: str,

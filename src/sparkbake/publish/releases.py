@@ -14,7 +14,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from sparkbake.console.invocation import command
+from sparkbake.config.settings import Settings
 from sparkbake.errors import UsageError
 from sparkbake.files import atomic_write
 from sparkbake.oci import image_layout
@@ -88,13 +88,14 @@ def entries(folder: Path) -> list[IndexEntry]:
     return sorted(found, key=lambda e: e.published)
 
 
-def read_record(folder: Path, name: str) -> Release:
+def read_record(folder: Path, name: str, *, settings: Settings) -> Release:
     """build/releases/<name>.json, or UsageError naming the releases there are."""
     record = _load_release(folder / f"{name}.json")
     if record is None:
         known = ", ".join(e.tag for e in entries(folder)) or "none yet"
         raise UsageError(f"no release record of {name} ({folder / f'{name}.json'})",
-                         f"publish it first (`{command('publish', name)}`); released: {known}")
+                         f"publish it first (`{settings.command('publish', name)}`); released: "
+                         f"{known}")
     return record
 
 

@@ -12,7 +12,8 @@ import shutil
 from pathlib import Path
 
 from sparkbake.config.versions import Config
-from sparkbake.console.tools import echo, run
+from sparkbake.console.display import Console
+from sparkbake.console.tools import run
 from sparkbake.errors import ConfigError, UsageError
 from sparkbake.files import atomic_dir, scratch_dir
 from sparkbake.patch.gitapply import PATCH_TRAILER, SERIES_TRAILER
@@ -27,26 +28,31 @@ TRAILER = re.compile(rf"^(?:{SERIES_TRAILER}|{PATCH_TRAILER}): .*\n", re.MULTILI
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
-def export(config: Config, work: Path, series: str, commit_range: str | None = None) -> int:
+def export(config: Config, work: Path, series: str, commit_range: str | None = None, *,
+           console: Console) -> int:
     """Write the series' commits in work (a `patch --checkout` tree) to patches/<series>/."""
-    repo = _repo(work)
+    repo = _repo(work, console=console)
     commits = _rev_list(repo, commit_range) if commit_range else series_commits(repo, series)
     if repo.out("status", "--porcelain", "--untracked-files=no"):
-        echo(f"export-series: warning: {work} has uncommitted changes; they are not exported")
-    return _write(repo, commits, config.patches_dir, series)
+        console.detail(f"export-series: warning: {work} has uncommitted changes; they are not "
+                       "exported")
+    return _write(repo, commits, config.patches_dir, series, console=console)
 
 
-def import_range(config: Config, source: str, commit_range: str, series: str) -> int:
+def import_range(config: Config, source: str, commit_range: str, series: str, *,
+                 console: Console) -> int:
     """Import the commits of range from a git URL or a local repository as a series."""
     local = Path(source)
     if local.is_dir():
-        return _write(_repo(local), _rev_list(_repo(local), commit_range), config.patches_dir,
-                      series)
+        repo = _repo(local, console=console)
+        return _write(repo, _rev_list(repo, commit_range), config.patches_dir, series,
+                      console=console)
     with scratch_dir(config.build_dir / "import", "clone-") as scratch:
-        repo = Repo(scratch, scratch / "repo.git")
-        run(["git", "clone", "-q", "--bare", source, repo.git_dir], error=ConfigError,
+        repo = Repo(scratch, scratch / "repo.git", console)
+        run(console, ["git", "clone", "-q", "--bare", source, repo.git_dir], error=ConfigError,
             what=f"cloning {source}", capture=True, env=HERMETIC)
-        return _write(repo, _rev_list(repo, commit_range), config.patches_dir, series)
+        return _write(repo, _rev_list(repo, commit_range), config.patches_dir, series,
+                      console=console)
 
 
 def series_commits(repo: Repo, series: str) -> list[str]:
@@ -81,7 +87,8 @@ def normalize(text: str) -> str:
     return head + sep + diff
 
 
-def _write(repo: Repo, commits: list[str], patches_dir: Path, series: str) -> int:
+def _write(repo: Repo, commits: list[str], patches_dir: Path, series: str, *,
+           console: Console) -> int:
     if not NAME.fullmatch(series):
         raise UsageError(f"series name {series!r} is not a valid name",
                          "use letters, digits, '.', '_' and '-'")
@@ -95,7 +102,8 @@ def _write(repo: Repo, commits: list[str], patches_dir: Path, series: str) -> in
         (tmp / "series").write_text(_comments(folder) + "".join(f"{n}\n" for n in names))
         _keep_other_files(folder, tmp)
         changed = [n for n in names if _differs(folder / n, tmp / n)]
-    echo(f"series {series}: {len(names)} patch(es) in {folder}, {len(changed)} new or changed")
+    console.detail(f"series {series}: {len(names)} patch(es) in {folder}, {len(changed)} new or "
+                   "changed")
     return 0
 
 
@@ -133,16 +141,16 @@ def _differs(old: Path, new: Path) -> bool:
     return not old.is_file() or old.read_bytes() != new.read_bytes()
 
 
-def _repo(path: Path) -> Repo:
+def _repo(path: Path, *, console: Console) -> Repo:
     path = path.resolve()
     if not path.is_dir():
         raise UsageError(f"{path} is not a folder", "give a git work tree (patch --checkout)")
-    found = run(["git", "-C", path, "rev-parse", "--absolute-git-dir"], error=UsageError,
+    found = run(console, ["git", "-C", path, "rev-parse", "--absolute-git-dir"], error=UsageError,
                 what="git rev-parse", capture=True, check=False, env=HERMETIC)
     if found.returncode != 0:
         raise UsageError(f"{path} is not a git repository",
                          "make one with `sparkbake patch TAG --checkout DIR`")
-    return Repo(path, Path(found.stdout.strip()))
+    return Repo(path, Path(found.stdout.strip()), console)
 
 
 def _rev_list(repo: Repo, commit_range: str) -> list[str]:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sparkbake.config.versions import Config
-from sparkbake.console.tools import echo
+from sparkbake.console.display import Console
 from sparkbake.core.folders import Folders
 from sparkbake.errors import ConfigError
 from sparkbake.fetch import remote_patches
@@ -79,7 +79,8 @@ def lint_patch(path: Path, trees: list[Path]) -> list[Problem]:
     return problems
 
 
-def lint_folder(folder: Path, trees: list[Path], build_dir: Path) -> tuple[int, list[Problem]]:
+def lint_folder(folder: Path, trees: list[Path], build_dir: Path, *,
+                console: Console) -> tuple[int, list[Problem]]:
     """Lint one series folder; returns its number of patches and its problems."""
     if not (folder / "series").is_file():
         return 0, [Problem(str(folder), "no `series` file listing the patches in order")]
@@ -93,15 +94,16 @@ def lint_folder(folder: Path, trees: list[Path], build_dir: Path) -> tuple[int, 
         if (folder / name).is_file():
             problems += lint_patch(folder / name, trees)
     for remote in listing.remote:
-        problems += lint_remote(remote, trees)
+        problems += lint_remote(remote, trees, console=console)
     return len(listed), problems
 
 
-def lint_remote(remote: RemotePatch, trees: list[Path]) -> list[Problem]:
+def lint_remote(remote: RemotePatch, trees: list[Path], *, console: Console) -> list[Problem]:
     """A remote patch's cached copy, its problems named by its URL; without a verified
     copy (not fetched yet) only its series line was checked: lint needs no network."""
     if remote_patches.missing([remote]):
-        echo(f"patch-lint: {remote.where}: {remote.url} is not fetched (`sparkbake fetch TAG`):"
+        console.detail(f"patch-lint: {remote.where}: {remote.url} is not fetched (`sparkbake "
+                       "fetch TAG`):"
              " its line checked, not its content")
         return []
     cached = str(remote.path)
@@ -109,24 +111,25 @@ def lint_remote(remote: RemotePatch, trees: list[Path]) -> list[Problem]:
             for p in lint_patch(remote.path, trees)]
 
 
-def lint(config: Config) -> int:
+def lint(config: Config, *, console: Console) -> int:
     """Lint every series folder and every series a tag names; raise on any problem."""
     names = {n for tag in config.tags.values() for n in tag.series}
     folders = sorted(p for p in config.patches_dir.glob("*") if p.is_dir())
     problems: list[Problem] = []
     count = 0
     for folder in folders:
-        found, more = lint_folder(folder, _trees(config, folder.name), config.build_dir)
+        found, more = lint_folder(folder, _trees(config, folder.name), config.build_dir,
+                                  console=console)
         count, problems = count + found, problems + more
     for name in sorted(names - {f.name for f in folders}):
-        echo(f"patch-lint: warning: series {name!r} is named by a tag but "
+        console.detail(f"patch-lint: warning: series {name!r} is named by a tag but "
              f"{config.patches_dir / name} does not exist yet (plan shows it blocked)")
     for problem in problems:
-        echo(str(problem))
+        console.detail(str(problem))
     if problems:
         raise ConfigError(f"patch-lint: {len(problems)} problem(s) in {config.patches_dir}",
                           "fix each file:line above (docs/how-to/patches.md)")
-    echo(f"patch-lint: {len(folders)} series, {count} patches: ok")
+    console.detail(f"patch-lint: {len(folders)} series, {count} patches: ok")
     return 0
 
 

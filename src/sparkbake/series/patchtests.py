@@ -22,9 +22,8 @@ from sparkbake import resources
 from sparkbake.config.platforms import PLATFORMS
 from sparkbake.config.settings import Settings
 from sparkbake.config.versions import Config, Tag
-from sparkbake.console import display
-from sparkbake.console.invocation import command
-from sparkbake.console.tools import echo, run, step
+from sparkbake.console.display import Console
+from sparkbake.console.tools import run, step
 from sparkbake.core.folders import Folders
 from sparkbake.errors import ConfigError, EngineError, PatchTestError
 from sparkbake.files import atomic_write
@@ -76,7 +75,7 @@ def _stamp(tree: Path) -> str:
                      + [host_python(), platform.machine()])
 
 
-def resolve(config: Config, tag: Tag, tree: Path, settings: Settings) -> Path:
+def resolve(config: Config, tag: Tag, tree: Path, settings: Settings, *, console: Console) -> Path:
     """Resolve the patch-tests requirements for this host's Python and machine; write the lock."""
     machines = [known.machine for known in PLATFORMS]
     if platform.machine() not in machines:
@@ -95,13 +94,13 @@ def resolve(config: Config, tag: Tag, tree: Path, settings: Settings) -> Path:
               f"{REQUIREMENTS} and the tree's {TREE_REQUIREMENTS}; rerun it after"
               " changing either.\n")
     compile_requirements(_inputs(tree), host_python(), platform.machine(), target, header,
-                         settings, indexes)
+                         settings, indexes, console=console)
     return target
 
 
-def require_lock(config: Config, tag: Tag, tree: Path) -> Path:
+def require_lock(config: Config, tag: Tag, tree: Path, *, settings: Settings) -> Path:
     path = lock_path(config, tag)
-    remedy = f"{command('lock', tag.name, '--patch-tests')}, and commit it"
+    remedy = f"{settings.command('lock', tag.name, '--patch-tests')}, and commit it"
     if not path.is_file():
         raise ConfigError(f"no patch-tests lock for upstream {tag.upstream.key} ({path})",
                           f"create it: {remedy}")
@@ -113,30 +112,33 @@ def require_lock(config: Config, tag: Tag, tree: Path) -> Path:
     return path
 
 
-def environment(lock: Path, venvs: Path) -> Path:
+def environment(lock: Path, venvs: Path, *, console: Console) -> Path:
     """A venv with exactly the lock's packages (hashes checked); made once per lock."""
     venv = venvs / f"patch-tests-{file_sha256(lock)[:16]}"
     done = venv / ".sparkbake-complete"
     if done.is_file():
-        echo(f"patch-tests venv: {venv} (cached)")
+        console.detail(f"patch-tests venv: {venv} (cached)")
         return venv
     shutil.rmtree(venv, ignore_errors=True)  # a half-made one from an interrupted run
-    with step(f"patch-tests venv from {lock.name}"):
-        run([sys.executable, "-m", "venv", venv], error=EngineError, what="making the venv")
-        run([venv / "bin" / "python", "-m", "pip", "install", "--quiet", "--require-hashes",
+    with step(console, f"patch-tests venv from {lock.name}"):
+        run(console, [sys.executable, "-m", "venv", venv], error=EngineError,
+            what="making the venv")
+        run(console, [venv / "bin" / "python", "-m", "pip", "install", "--quiet",
+                      "--require-hashes",
              "--no-deps", "-r", lock], error=EngineError,
             what=f"installing {lock} (a hash mismatch means a download differs from the lock)")
     done.write_text(str(lock) + "\n")
     return venv
 
 
-def run_tests(plan: Plan, tree: Path, lock: Path, layout: Folders, settings: Settings) -> Result:
+def run_tests(plan: Plan, tree: Path, lock: Path, layout: Folders, settings: Settings, *,
+              console: Console) -> Result:
     """Run the series' tests against tree; raise PatchTestError when one fails."""
     files = series_tests(plan, tree)
     if not files:
         raise ConfigError(f"tag {plan.tag.name}: its series add no tests (no tests/**/test_*.py"
                           " in their patches)", "add the series' tests to its patches")
-    venv = environment(lock, layout.venvs)
+    venv = environment(lock, layout.venvs, console=console)
     out = layout.patch_tests(plan.tag.name)
     out.mkdir(parents=True, exist_ok=True)
     junit = out / "junit.xml"
@@ -145,12 +147,12 @@ def run_tests(plan: Plan, tree: Path, lock: Path, layout: Folders, settings: Set
                                            HF_HUB_OFFLINE="1")
     # --noconftest: the series' tests are self-contained; the tree's conftest files need the
     # whole upstream test stack. No cache provider and no bytecode: the tree stays as it is.
-    with step(f"patch-tests {plan.tag.name}: {len(files)} test modules"):
-        process = run([venv / "bin" / "python", "-m", "pytest", "--noconftest", "-p",
+    with step(console, f"patch-tests {plan.tag.name}: {len(files)} test modules"):
+        process = run(console, [venv / "bin" / "python", "-m", "pytest", "--noconftest", "-p",
                        "no:cacheprovider", "-q", f"--junitxml={junit}", *files],
                       error=PatchTestError, what="pytest", cwd=tree, environment=env,
                       check=False)
-    result = _read_junit(junit, process.returncode)
+    result = _read_junit(junit, process.returncode, console=console)
     atomic_write(out / "result.json", json.dumps({
         "tag": plan.tag.name, "patch_key": plan.patch_key, "lock": str(lock),
         "files": files, "tests": result.tests, "failures": result.failures,
@@ -160,18 +162,18 @@ def run_tests(plan: Plan, tree: Path, lock: Path, layout: Folders, settings: Set
         raise PatchTestError(
             f"patch-tests {plan.tag.name}: {result.failures} failed, {result.errors} errors of"
             f" {result.tests} (pytest exit {process.returncode})",
-            f"{display.output_hint()} and {junit}")
+            f"{console.output_hint()} and {junit}")
     return result
 
 
-def _read_junit(junit: Path, returncode: int) -> Result:
+def _read_junit(junit: Path, returncode: int, *, console: Console) -> Result:
     if not junit.is_file():
         raise PatchTestError(f"pytest wrote no report (exit {returncode})",
-                             display.output_hint())
+                             console.output_hint())
     root = ElementTree.parse(junit).getroot()
     suite = root.find("testsuite") if root.tag == "testsuites" else root
     if suite is None:
-        raise PatchTestError(f"{junit} has no test suite", display.output_hint())
+        raise PatchTestError(f"{junit} has no test suite", console.output_hint())
     def count(key: str) -> int:
         return int(suite.get(key, "0"))
 

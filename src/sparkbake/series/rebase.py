@@ -12,6 +12,7 @@ from pathlib import Path
 from sparkbake import planning
 from sparkbake.config.settings import Settings
 from sparkbake.config.versions import Config, Tag
+from sparkbake.console.display import Console
 from sparkbake.core.folders import Folders
 from sparkbake.errors import ConfigError, PatchError
 from sparkbake.fetch import remote_patches, upstream_tree
@@ -26,7 +27,8 @@ RESULTS = {"applied": "applies", "offset": "applies with offset", "three-way":
            "malformed": "is malformed"}
 
 
-def check(config: Config, tag: Tag, target_key: str, settings: Settings) -> int:
+def check(config: Config, tag: Tag, target_key: str, settings: Settings, *,
+          console: Console) -> int:
     """Apply tag's series to upstream target_key; print a table; exit 3 unless all apply."""
     if target_key not in config.upstreams:
         raise ConfigError(f"{config.path}: no upstream {target_key!r}",
@@ -34,11 +36,12 @@ def check(config: Config, tag: Tag, target_key: str, settings: Settings) -> int:
     target = config.upstreams[target_key]
     plan = planning.make(config, dataclasses.replace(tag, upstream=target))
     plan.require_series()
-    pristine = upstream_tree.fetch(target, Folders.of(config).source(plan.fetch_key), settings)
-    remote_patches.fetch(plan.remote, settings)
+    pristine = upstream_tree.fetch(target, Folders.of(config).source(plan.fetch_key), settings,
+                                   console=console)
+    remote_patches.fetch(plan.remote, settings, console=console)
     apply.check_safety(plan.series, pristine)
-    upstream = gitwork.upstream_repo(pristine, apply.upstream_message(target))
-    rows = _rows(plan, pristine, upstream, config.build_dir)
+    upstream = gitwork.upstream_repo(pristine, apply.upstream_message(target), console=console)
+    rows = _rows(plan, pristine, upstream, config.build_dir, console=console)
     print(render(tag, plan, rows))
     bad = [r for r in rows if not r[2].applied]
     if bad:
@@ -50,12 +53,13 @@ def check(config: Config, tag: Tag, target_key: str, settings: Settings) -> int:
 
 
 def _rows(plan: planning.Plan, pristine: Path, upstream: Path,
-          build: Path) -> list[tuple[str, str, Outcome]]:
+          build: Path, *, console: Console) -> list[tuple[str, str, Outcome]]:
     paths = sorted({p for s in plan.series for name, _ in s.patches
                     for _, p in parsed.read_patch(s.path(name)).paths})
     rows = []
     with scratch_dir(build / "rebase-check", f"{plan.tag.name}-") as scratch:
-        repo = gitwork.work_tree(upstream, pristine, scratch / "tree", sparse=paths)
+        repo = gitwork.work_tree(upstream, pristine, scratch / "tree", sparse=paths,
+                                 console=console)
         for series in plan.series:
             for name, _sha in series.patches:
                 patch = series.path(name)

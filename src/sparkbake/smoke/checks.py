@@ -21,9 +21,9 @@ from typing import Any
 
 from sparkbake import resources
 from sparkbake.bake.runtime_image import INPUTS_LABEL
+from sparkbake.config.settings import Settings
 from sparkbake.config.versions import Config
-from sparkbake.console import display
-from sparkbake.console.invocation import command
+from sparkbake.console.display import Console
 from sparkbake.console.tools import step
 from sparkbake.core.folders import Folders
 from sparkbake.core.smoke_record import (
@@ -71,22 +71,22 @@ class Options:
 
 
 def run(client: docker_engine.Client, config: Config, plan: Plan, facts: Facts,
-        options: Options = Options()) -> SmokeReport:
+        options: Options = Options(), *, console: Console, settings: Settings) -> SmokeReport:
     """Check the tag's image; write JSON + JUnit results; raise if a check failed."""
     check_options(options)
-    image_id, attrs = require_image(client, plan)
+    image_id, attrs = require_image(client, plan, settings=settings)
     suite = sample_envs.load(config, plan.tag)
     json_path, xml_path = results_paths(config, plan)
-    drop_stale_record(json_path, xml_path, image_id)
+    drop_stale_record(json_path, xml_path, image_id, console=console)
     gpus = options.gpu != "skip" and has_gpu_runtime(client)
     unavailable = NO_GPU_RUNTIME if options.gpu != "skip" and not gpus else None
     serve = serving.Request(options.model, options.serve_env, options.serve_timeout,
                             options.gpu, unavailable)
-    with step(f"smoke {plan.tag.image_ref} ({image_id[:19]}, suite {suite.name})"):
+    with step(console, f"smoke {plan.tag.image_ref} ({image_id[:19]}, suite {suite.name})"):
         checks = common_checks(client, config, plan, facts, suite, (image_id, attrs),
-                               options, json_path.with_suffix(".log"))
+                               options, json_path.with_suffix(".log"), console=console)
         checks += serving.run(client, image_id, plan.tag, suite, serve,
-                              json_path.with_name(f"{plan.tag.name}-serve.log"))
+                              json_path.with_name(f"{plan.tag.name}-serve.log"), console=console)
     results = SmokeReport(
         tag=plan.tag.name, image=plan.tag.image_ref, image_id=image_id, inputs=plan.inputs,
         suite=suite.name, gpu=options.gpu, model=str(options.model) if options.model else None,
@@ -94,14 +94,14 @@ def run(client: docker_engine.Client, config: Config, plan: Plan, facts: Facts,
         time=datetime.now(UTC).isoformat(timespec="seconds"))
     atomic_write(json_path, json.dumps(results.to_json(), indent=2) + "\n")
     atomic_write(xml_path, junit_xml(results))
-    report(checks)
-    raise_if_failed(plan, checks, json_path)
+    report(checks, console=console)
+    raise_if_failed(plan, checks, json_path, settings=settings)
     return results
 
 
 def common_checks(client: docker_engine.Client, config: Config, plan: Plan, facts: Facts,
                   suite: sample_envs.Suite, image: tuple[str, dict[str, Any]], options: Options,
-                  log_path: Path) -> list[CheckResult]:
+                  log_path: Path, *, console: Console) -> list[CheckResult]:
     """Every check but the serve ones, on the image (its id and engine attributes) in the
     engine of client: the labels on the host, the rest in a container of the image."""
     image_id, attrs, gpu = *image, options.gpu
@@ -116,7 +116,8 @@ def common_checks(client: docker_engine.Client, config: Config, plan: Plan, fact
     }
     labels = timed("labels", lambda: host.check_labels(client, attrs, plan, facts))
     with emulation.cpu_sysfs(client, plan.tag.platform) as volumes:
-        return [labels, *run_checker(client, image_id, expected, gpus, log_path, volumes)]
+        return [labels, *run_checker(client, image_id, expected, gpus, log_path, volumes,
+                                     console=console)]
 
 
 def layer_model(suite: sample_envs.Suite, model: Path | None) -> dict[str, Any]:
@@ -149,9 +150,10 @@ def check_options(options: Options) -> None:
                          "give a node .env file (docs/reference/smoke.md)")
 
 
-def require_image(client: docker_engine.Client, plan: Plan) -> tuple[str, dict[str, Any]]:
+def require_image(client: docker_engine.Client, plan: Plan, *,
+                  settings: Settings) -> tuple[str, dict[str, Any]]:
     """The id and attributes of the tag's image; it must exist and carry the plan's inputs."""
-    ref, build = plan.tag.image_ref, f"run `{command('build-image', plan.tag.name)}`"
+    ref, build = plan.tag.image_ref, f"run `{settings.command('build-image', plan.tag.name)}`"
     if not docker_engine.image_exists(client, ref):
         raise SmokeError(f"image {ref} does not exist in the Docker engine", build)
     attrs = docker_engine.image_attrs(client, ref)
@@ -168,7 +170,7 @@ def entrypoint_of(attrs: dict[str, Any]) -> list[str]:
     return [str(arg) for arg in (attrs.get("Config") or {}).get("Entrypoint") or []]
 
 
-def drop_stale_record(json_path: Path, xml_path: Path, image_id: str) -> bool:
+def drop_stale_record(json_path: Path, xml_path: Path, image_id: str, *, console: Console) -> bool:
     """Remove the record of another image (a rebuilt tag's old one): it never stands for
     this image, even if the run that follows ends early."""
     try:
@@ -177,7 +179,7 @@ def drop_stale_record(json_path: Path, xml_path: Path, image_id: str) -> bool:
         previous = None if not json_path.exists() else "unreadable"
     if previous in (None, image_id):
         return False
-    display.notice(f"smoke: removing {json_path.name}, the record of image {str(previous)[:19]}")
+    console.notice(f"smoke: removing {json_path.name}, the record of image {str(previous)[:19]}")
     json_path.unlink(missing_ok=True)
     xml_path.unlink(missing_ok=True)
     return True
@@ -219,14 +221,15 @@ def checker_files() -> dict[str, bytes]:
 
 def run_checker(client: docker_engine.Client, image_id: str, expected: dict[str, Any], gpus: bool,
                 log_path: Path,
-                volumes: dict[str, dict[str, str]] | None = None) -> list[CheckResult]:
+                volumes: dict[str, dict[str, str]] | None = None, *,
+                console: Console) -> list[CheckResult]:
     """Run smoke_check.py in a network-less container of the image; return its checks.
     volumes: what an emulated container needs (emulation.cpu_sysfs)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     result = docker_engine.run_container(
         client, image_id, ["-B", f"{CHECKER_DIR}/{CHECKER_FILES[0]}", json.dumps(expected)],
         entrypoint=[PYTHON_IN_IMAGE], copy_in=checker_files(), volumes=volumes,
-        network=False, log_path=log_path,  # its output: also the stage's log
+        network=False, log_path=log_path, console=console,  # its output: also the stage's log
         device_requests=[dict(serving.ALL_GPUS)] if gpus else None,
     )
     checks = parse_checks(result.output)
@@ -238,16 +241,17 @@ def run_checker(client: docker_engine.Client, image_id: str, expected: dict[str,
     return checks
 
 
-def report(checks: list[CheckResult]) -> None:
+def report(checks: list[CheckResult], console: Console) -> None:
     """A line per check; with -q only the failed ones (the summary line says the rest)."""
     width = max((len(c.name) for c in checks), default=0)
     for check in checks:
-        show = display.result if check.status == "failed" else display.notice
+        show = console.result if check.status == "failed" else console.notice
         show(f"  {check.status:<7}  {check.name:<{width}}  {check.seconds:6.2f}s  "
              f"{check.detail}")
 
 
-def raise_if_failed(plan: Plan, checks: list[CheckResult], json_path: Path) -> None:
+def raise_if_failed(plan: Plan, checks: list[CheckResult], json_path: Path, *,
+                    settings: Settings) -> None:
     failed = failed_names(checks)
     if not failed:
         return
@@ -260,7 +264,7 @@ def raise_if_failed(plan: Plan, checks: list[CheckResult], json_path: Path) -> N
                   "details in the record say what the server answered")
     else:
         remedy = (f"the image does not match versions.yaml or its wheels are broken: run "
-                  f"`{command('gc', '--check')}` (it removes damaged cache entries), then "
-                  f"rebuild with `{command('build-image', plan.tag.name)}`")
+                  f"`{settings.command('gc', '--check')}` (it removes damaged cache entries), then "
+                  f"rebuild with `{settings.command('build-image', plan.tag.name)}`")
     raise SmokeError(f"smoke checks failed for {plan.tag.image_ref}: {', '.join(failed)} "
                      f"(results: {json_path})", remedy)

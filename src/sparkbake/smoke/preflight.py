@@ -21,7 +21,7 @@ from typing import Any
 from sparkbake import resources
 from sparkbake.config import envfile
 from sparkbake.config.versions import PypiUpstream, Tag
-from sparkbake.console.tools import echo
+from sparkbake.console.display import Console
 from sparkbake.errors import ConfigError
 
 __all__ = ["check_env", "entrypoint", "evaluate", "hf_snapshot", "host_model_dir",
@@ -133,7 +133,7 @@ def report(env_file: envfile.EnvFile, findings: list[Any]) -> list[str]:
 
 
 def check_env(tag: Tag, path: Path, proc_sys: Path, show: bool,
-              runtime_lock: Path | None = None) -> int:
+              runtime_lock: Path | None = None, *, console: Console) -> int:
     """Print the findings; raise ConfigError (exit 2) when one is an error. runtime_lock:
     the tag's, which says what the image has installed (the backends' packages)."""
     env_file = envfile.read(path)
@@ -142,7 +142,7 @@ def check_env(tag: Tag, path: Path, proc_sys: Path, show: bool,
         print(line)
     skipped = model_checks_skipped(entrypoint().effective_env(node_env(tag, env_file)))
     if skipped:
-        echo(f"check-env: the model checks were skipped: {skipped}; set MODEL_HOST_PATH "
+        console.detail(f"check-env: the model checks were skipped: {skipped}; set MODEL_HOST_PATH "
              "to the model's folder on this host (or its Hugging Face cache folder)")
     errors = [f for f in findings if f.level == "error"]
     if errors:
@@ -151,5 +151,5 @@ def check_env(tag: Tag, path: Path, proc_sys: Path, show: bool,
     if show:
         print(shlex.join(entrypoint().serve_command(node_env(tag, env_file))))
     warnings = len(findings) + len(env_file.repeated)
-    echo(f"check-env: {path} passes for {tag.name} ({warnings} warning(s))")
+    console.detail(f"check-env: {path} passes for {tag.name} ({warnings} warning(s))")
     return 0

@@ -14,6 +14,7 @@ from typing import Any
 
 from sparkbake.config import envfile
 from sparkbake.config.versions import Tag
+from sparkbake.console.display import Console
 from sparkbake.console.tools import step
 from sparkbake.core.smoke_record import CheckResult, CheckStatus, GpuMode, timed
 from sparkbake.oci.docker_engine import Client, started_container
@@ -82,7 +83,7 @@ def free_port() -> int:
 
 
 def run(client: Client, image_id: str, tag: Tag, suite: Suite, request: Request,
-        log_path: Path) -> list[CheckResult]:
+        log_path: Path, *, console: Console) -> list[CheckResult]:
     wanted = names(tag)
     why = not_running(request)
     if why is not None:
@@ -95,7 +96,7 @@ def run(client: Client, image_id: str, tag: Tag, suite: Suite, request: Request,
     except ValueError as exc:
         return [CheckResult(name, "failed", f"the serve env gives no command: {exc}")
                 for name in wanted]
-    return serve(client, image_id, tag, request, served, log_path)
+    return serve(client, image_id, tag, request, served, log_path, console=console)
 
 
 @dataclass(frozen=True)
@@ -121,11 +122,11 @@ def prepare(tag: Tag, suite: Suite, env_file: Path | None, model: Path) -> Serve
 
 
 def serve(client: Client, image_id: str, tag: Tag, request: Request, served: Served,
-          log_path: Path) -> list[CheckResult]:
+          log_path: Path, *, console: Console) -> list[CheckResult]:
     """The tag's serve checks against the container; its output goes to log_path."""
     assert request.model is not None
     port = free_port()
-    with step(f"serve {tag.image_ref} with {request.model}{served.describe()}"), \
+    with step(console, f"serve {tag.image_ref} with {request.model}{served.describe()}"), \
             started_container(
                 client, image_id, [], environment=served.env,
                 ports={f"{CONTAINER_PORT}/tcp": ("127.0.0.1", port)},

@@ -19,8 +19,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from sparkbake.config.settings import CompileCacheSettings
 from sparkbake.config.versions import CompileCache
-from sparkbake.console import display
-from sparkbake.console.tools import echo
+from sparkbake.console.display import Console
 from sparkbake.errors import EngineError
 from sparkbake.oci.docker_engine import Client, started_container
 
@@ -78,7 +77,7 @@ def probe(url: str, timeout: float = 5.0) -> str | None:
     return f"no Redis reply to PING (got {reply[:20]!r})"
 
 
-def reachable(backend: Backend) -> Backend:
+def reachable(backend: Backend, *, console: Console) -> Backend:
     """A Redis backend whose server does not answer falls back to the local folder, with a
     warning: a team cache that is down slows a build, it does not stop it."""
     if backend.kind != "redis" or backend.redis is None:
@@ -86,13 +85,14 @@ def reachable(backend: Backend) -> Backend:
     problem = probe(backend.redis)
     if problem is None:
         return backend
-    display.notice(f"warning: compile cache: Redis {public_url(backend.redis)} does not answer "
+    console.notice(f"warning: compile cache: Redis {public_url(backend.redis)} does not answer "
                    f"({problem}); using the local cache {backend.folder} for this build")
     return Backend("local", backend.folder, why=f"Redis unreachable: {problem}")
 
 
 @contextlib.contextmanager
-def container_args(client: Client, backend: Backend, builder: str) -> Iterator[dict[str, Any]]:
+def container_args(client: Client, backend: Backend, builder: str, *,
+                   console: Console) -> Iterator[dict[str, Any]]:
     """Volumes, environment and network of a builder using the backend; with Redis, the
     internal network and its relay exist for the block."""
     if backend.kind == "off":
@@ -106,19 +106,19 @@ def container_args(client: Client, backend: Backend, builder: str) -> Iterator[d
         yield {"volumes": volumes, "environment": environment}
         return
     assert backend.redis is not None
-    with _relay(client, builder, backend.redis) as network:
+    with _relay(client, builder, backend.redis, console=console) as network:
         yield {"volumes": volumes, "network_mode": network,
                "environment": {**environment, "SCCACHE_REDIS_ENDPOINT": _via_relay(backend.redis)}}
 
 
 @contextlib.contextmanager
-def _relay(client: Client, builder: str, url: str) -> Iterator[str]:
+def _relay(client: Client, builder: str, url: str, *, console: Console) -> Iterator[str]:
     """An internal network (no route out) and a relay on it and on the default bridge that
     forwards RELAY_PORT to the Redis host; both removed afterwards."""
     parts = urlsplit(url)
     target = f"{parts.hostname}:{parts.port or RELAY_PORT}"
     name = f"sparkbake-cache-{uuid.uuid4().hex[:12]}"
-    echo(f"compile cache: internal network {name}, relay to {target}")
+    console.detail(f"compile cache: internal network {name}, relay to {target}")
     try:
         network = client.networks.create(name, driver="bridge", internal=True)
     except Exception as exc:  # docker.errors.APIError: the SDK ships no types

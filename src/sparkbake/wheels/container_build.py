@@ -14,7 +14,8 @@ from sparkbake.bases import BaseImage
 from sparkbake.config.settings import CompileCacheSettings, Settings
 from sparkbake.config.versions import Tag
 from sparkbake.console import display
-from sparkbake.console.tools import echo, step
+from sparkbake.console.display import Console
+from sparkbake.console.tools import step
 from sparkbake.core.stages import Stage
 from sparkbake.errors import BuildError
 from sparkbake.fetch import thirdparty
@@ -99,16 +100,17 @@ def builder_ref(base: BaseImage, lock: Path, settings: Settings) -> str:
 
 
 def builder_image(client: Client, base: BaseImage, lock: Path, settings: Settings,
-                  build_dir: Path) -> str:
+                  build_dir: Path, *, console: Console) -> str:
     """The builder image for a base and its lock, rendered from images/builder.Dockerfile.j2."""
     ref = builder_ref(base, lock, settings)
     if image_exists(client, ref):
         return ref
     same = tag_same_key(client, ref)
     if same is not None:
-        echo(f"builder image {ref}: the image of {same}, the same base and lock")
+        console.detail(f"builder image {ref}: the image of {same}, the same base and lock")
         return ref
-    with step(f"builder image {ref}"), scratch_dir(build_dir / "contexts", "builder.") as context:
+    with step(console,
+              f"builder image {ref}"), scratch_dir(build_dir / "contexts", "builder.") as context:
         (context / "Dockerfile").write_text(resources.render(
             "builder.Dockerfile.j2", base_image=base.ref, ca_bundle=bool(settings.ca_bundle),
             index_url=settings.index_url))
@@ -117,7 +119,7 @@ def builder_image(client: Client, base: BaseImage, lock: Path, settings: Setting
         shutil.copy(lock, context / "builder.lock")
         if settings.ca_bundle:
             shutil.copy(settings.ca_bundle, context / "ca-bundle.crt")
-        build_image(client, context, ref, error=BuildError)
+        build_image(client, console, context, ref, error=BuildError)
     return ref
 
 
@@ -163,28 +165,30 @@ class BuildRequest:
     pristine: Path | None = None  # the unpatched tree: the kernel cache's wheel is made of it
 
 
-def build(client: Client, request: BuildRequest) -> WheelSet:
+def build(client: Client, request: BuildRequest, *, console: Console) -> WheelSet:
     """Build wheels into request.folder unless cached; reuse compiled kernels of the same
     kernel key; check every kernel's SASS."""
     tag, folder = request.tag, request.folder
     if is_built(folder):
-        return cached(tag, folder)
+        return cached(tag, folder, console=console)
     from sparkbake.oci import emulation  # here, past the cached check: a no-op needs neither
     from sparkbake.wheels import compile_cache
 
     reuse = reusable_kernels(request.kernels)
     how = f"reusing kernels {request.kernels.name[:12]}" if reuse else "compiling kernels"
-    backend = compile_cache.reachable(compile_cache.choose(tag.cache, request.compile_cache))
-    echo(f"wheels: MAX_JOBS={request.jobs.max_jobs} ({request.jobs.reason}); {how}; "
+    backend = compile_cache.reachable(compile_cache.choose(tag.cache, request.compile_cache),
+                                      console=console)
+    console.detail(f"wheels: MAX_JOBS={request.jobs.max_jobs} ({request.jobs.reason}); {how}; "
          f"compile cache: {backend.describe()}")
-    with step(f"wheels for {tag.name} ({tag.sm_arch})"), atomic_dir(folder) as out, \
-            compile_cache.container_args(client, backend, request.builder) as cache, \
+    with step(console, f"wheels for {tag.name} ({tag.sm_arch})"), atomic_dir(folder) as out, \
+            compile_cache.container_args(client, backend, request.builder,
+                                         console=console) as cache, \
             emulation.cpu_sysfs(client, tag.platform) as cpu:
         args = _container_args(request, out, reuse)
         args["volumes"] |= cache.pop("volumes") | cpu
         args["environment"] |= cache.pop("environment")
         result = run_container(client, request.builder, [], network="network_mode" in cache,
-                               **args, **cache)
+                               console=console, **args, **cache)
         if result.exit_code != 0:
             oom = result.oom_killed or result.exit_code == OOM_EXIT
             raise _build_failure(request, OOM_EXIT if oom else result.exit_code, result.output)
@@ -197,20 +201,20 @@ def build(client: Client, request: BuildRequest) -> WheelSet:
             cuda_arch=tag.cuda_arch, sm_arch=tag.sm_arch, nvcc=str(built["nvcc"]),
             wheels=wheels, local_version=request.local_version,
             kernels=KernelsUsed(request.kernels.name, reused=reuse is not None),
-            jobs=request.jobs, compile_cache=_cache_report(backend, built),
+            jobs=request.jobs, compile_cache=_cache_report(backend, built, console=console),
             thirdparty=tuple(ThirdPartySource(f.locked.name, f.locked.url, f.locked.ref,
                                               f.locked.pin, f.locked.tree)
                              for f in request.third_party))
-        check_sass(tag, report)
+        check_sass(tag, report, console=console)
         write_report(out, report)
     if reuse is None:
         _store_kernels(request.kernels, folder, report, pristine)
     return WheelSet(folder, folder.name, report)
 
 
-def cached(tag: Tag, folder: Path) -> WheelSet:
+def cached(tag: Tag, folder: Path, *, console: Console) -> WheelSet:
     """The wheels stage's cache entry, said to be cached."""
-    display.cached(Stage.WHEELS, f"wheels: {tag.name} cached at wheels/{folder.name[:12]}")
+    console.cached(Stage.WHEELS, f"wheels: {tag.name} cached at wheels/{folder.name[:12]}")
     return WheelSet(folder, folder.name, read_report(folder))
 
 
@@ -252,7 +256,8 @@ def _stamp(built: dict[str, tuple[Kernel, ...]], out: Path,
             for file, kernels in built.items()}
 
 
-def _cache_report(backend: compile_cache.Backend, built: dict[str, Any]) -> CompileCacheUse:
+def _cache_report(backend: compile_cache.Backend, built: dict[str, Any], *,
+                  console: Console) -> CompileCacheUse:
     """The compile cache used and sccache's counts, printed and kept in wheels.json."""
     from sparkbake.wheels import compile_cache
 
@@ -261,10 +266,11 @@ def _cache_report(backend: compile_cache.Backend, built: dict[str, Any]) -> Comp
     backend_text = used.get("backend") or backend.describe()
     if stats:
         rate = "-" if stats["hit_rate"] is None else f"{stats['hit_rate']:.0%}"
-        echo(f"compile cache ({backend_text}): {stats['hits']} hits, {stats['misses']} misses "
+        console.detail(f"compile cache ({backend_text}): {stats['hits']} hits, {stats['misses']} "
+                       "misses "
              f"({rate}), {stats['compile_requests']} compile requests, {stats['errors']} errors")
     else:
-        echo(f"compile cache ({backend_text}): no statistics")
+        console.detail(f"compile cache ({backend_text}): no statistics")
     return CompileCacheUse(backend.kind, backend_text, stats)
 
 
@@ -362,7 +368,7 @@ def loadable_by(target: str) -> list[str]:
     return sorted(n for n in names if loadable(n, target))
 
 
-def check_sass(tag: Tag, report: WheelsReport) -> None:
+def check_sass(tag: Tag, report: WheelsReport, *, console: Console) -> None:
     """Every CUDA shared library must carry SASS that a device of the tag's arch loads,
     but those a kernel seed declares as built for other devices."""
     exempt = set(tag.kernels.other_arch if tag.kernels else ())
@@ -383,6 +389,6 @@ def check_sass(tag: Tag, report: WheelsReport) -> None:
                     f"build it for cuda_arch {tag.cuda_arch} (TORCH_CUDA_ARCH_LIST)",
                 )
             if tag.sm_arch not in usable:
-                echo(f"kernels: {kernel.path}: no {tag.sm_arch} SASS; taking "
+                console.detail(f"kernels: {kernel.path}: no {tag.sm_arch} SASS; taking "
                      f"{', '.join(usable)}, which a {tag.sm_arch} device loads (same major "
                      "version, a lower or equal minor, not arch-specific)")

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from sparkbake import trust
-from sparkbake.console import display
+from sparkbake.console.display import Console
 from sparkbake.wheels.report import REPORT, WheelsReport
 
 __all__ = ["STAMPS", "damage", "drop_damaged", "kernels_damage"]
@@ -33,10 +33,10 @@ def kernels_damage(entry: Path, *, full: bool = False) -> str | None:
         (str(record["wheel"]), str(record["sha256"]))])
 
 
-def drop_damaged(folder: Path, why: str | None) -> None:
+def drop_damaged(folder: Path, why: str | None, *, console: Console) -> None:
     """Remove an entry that damage found wrong (nothing when why is None or "")."""
     if why:
-        display.notice(trust.removed(folder, why))
+        console.notice(trust.removed(folder, why))
         shutil.rmtree(folder)
 
 

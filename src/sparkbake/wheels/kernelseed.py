@@ -20,7 +20,8 @@ from pathlib import Path
 from sparkbake import trust
 from sparkbake.config.settings import Settings
 from sparkbake.config.versions import KernelSeed, Tag
-from sparkbake.console.tools import echo, require_tool, run, step
+from sparkbake.console.display import Console
+from sparkbake.console.tools import require_tool, run, step
 from sparkbake.errors import BuildError, ConfigError
 from sparkbake.fetch.upstream_tree import download, index_url_of
 from sparkbake.files import atomic_dir, read_json
@@ -48,7 +49,7 @@ def require_python_only(tag: Tag, kernel_patches: Sequence[str]) -> None:
             "drop `kernels:` from the tag to compile them, or keep those patches out of it")
 
 
-def seed(kernels: KernelSeed, entry: Path, settings: Settings) -> None:
+def seed(kernels: KernelSeed, entry: Path, settings: Settings, *, console: Console) -> None:
     """Make the kernel cache entry from the seed wheel unless it is there."""
     if (entry / KERNELS_FILE).is_file():
         return
@@ -57,14 +58,14 @@ def seed(kernels: KernelSeed, entry: Path, settings: Settings) -> None:
         raise ConfigError(f"kernels: no {kernels.wheel} on the package index",
                           "check the wheel's file name in versions.yaml")
     with atomic_dir(entry) as tmp:
-        download(url, tmp / kernels.wheel, kernels.sha256, settings, "kernels")
+        download(url, tmp / kernels.wheel, kernels.sha256, settings, console, "kernels")
         (tmp / KERNELS_FILE).write_text(json.dumps(
             {"wheel": kernels.wheel, "sha256": kernels.sha256, "seeded": True,
-             "kernels": list_kernels(tmp / kernels.wheel)}, indent=2))
-    echo(f"kernels: seeded {entry.name[:12]} from {kernels.wheel}")
+             "kernels": list_kernels(tmp / kernels.wheel, console=console)}, indent=2))
+    console.detail(f"kernels: seeded {entry.name[:12]} from {kernels.wheel}")
 
 
-def list_kernels(wheel: Path) -> list[dict[str, object]]:
+def list_kernels(wheel: Path, *, console: Console) -> list[dict[str, object]]:
     """The wheel's shared libraries with device code: path, sha256 and SASS arches, read by
     this host's cuobjdump (it reads ELF files of any machine)."""
     cuobjdump = _cuobjdump()
@@ -74,7 +75,7 @@ def list_kernels(wheel: Path) -> list[dict[str, object]]:
             if not LIBRARY.search(member):
                 continue
             library = Path(archive.extract(member, scratch))
-            listing = run([cuobjdump, "--list-elf", library], error=BuildError,
+            listing = run(console, [cuobjdump, "--list-elf", library], error=BuildError,
                           what=f"cuobjdump of {member}", capture=True, check=False)
             if listing.returncode != 0:
                 if "does not contain device code" in listing.stdout + listing.stderr:
@@ -107,21 +108,21 @@ def assembles(entry: Path) -> bool:
 
 
 def build_wheels(tag: Tag, entry: Path, pristine: Path, patched: Path, folder: Path,
-                 source_date: int, local: str = "") -> WheelSet:
+                 source_date: int, local: str = "", *, console: Console) -> WheelSet:
     """The wheels stage on this host with no builder and no compiler: the kernel cache's
     wheel (a seed, or the pristine copy of an earlier build) with the series' Python changes
     and the local version (stamping); its kernels checked for the tag's arch from the
     cache's listing (their bytes are the cached ones)."""
     if container_build.is_built(folder):
-        return container_build.cached(tag, folder)
+        return container_build.cached(tag, folder, console=console)
     listing = read_json(entry / KERNELS_FILE)
     cached_wheel = str(listing["wheel"])
     seeded = bool(listing.get("seeded"))
-    with step(f"wheels for {tag.name}: {cached_wheel} + the series (no compiler)"), \
+    with step(console, f"wheels for {tag.name}: {cached_wheel} + the series (no compiler)"), \
             atomic_dir(folder) as out:
         made = overlay(entry / cached_wheel, pristine, patched, out, source_date, local)
         wheel = made.wheel
-        echo(f"wheels: {len(made.changed)} file(s) of the series in {wheel.name}")
+        console.detail(f"wheels: {len(made.changed)} file(s) of the series in {wheel.name}")
         kernels = tuple(Kernel.from_json(kernel) for kernel in listing["kernels"])
         report = WheelsReport(
             cuda_arch=tag.cuda_arch, sm_arch=tag.sm_arch,
@@ -131,7 +132,7 @@ def build_wheels(tag: Tag, entry: Path, pristine: Path, patched: Path, folder: P
             kernels=KernelsUsed(entry.name, reused=True, seed=cached_wheel if seeded else "",
                                 assembled_from="" if seeded else cached_wheel),
             series_files=tuple(made.changed))
-        check_sass(tag, report)
+        check_sass(tag, report, console=console)
         # its sha256 was taken as it was written: the entry's check need not read it again
         trust.remember(wheel, out / entrycheck.STAMPS / wheel.name)
         write_report(out, report)

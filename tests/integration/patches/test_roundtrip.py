@@ -6,6 +6,7 @@ import shutil
 from pathlib import Path
 
 from sparkbake.patch import gitwork
+from tests.conftest import plain_console
 from tests.integration.patches.conftest import Trees, VllmProject
 from tests.integration.patches.helpers import error_lines, folder_bytes, git
 
@@ -56,7 +57,7 @@ def test_a_commit_added_in_the_checkout_joins_the_series_before_it(
     other = sibling(applied, tmp_path / "other")
     path = "vllm/config/multimodal.py"
     clone = gitwork.work_tree(applied.root / "checkout" / ".git", Path("unused"),
-                              tmp_path / "clone", sparse=[path])
+                              tmp_path / "clone", sparse=[path], console=plain_console())
     text = (clone.tree / path).read_text()
     (clone.tree / path).write_text(text.replace("Amount of GPU memory", "GPU memory"))
     git(clone.tree, "commit", "-q", "-am", "multimodal: shorter wording\n\nWhy: brevity.")
