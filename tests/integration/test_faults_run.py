@@ -31,9 +31,8 @@ import pytest
 from sparkbake import planning
 from sparkbake.config.settings import Settings
 from sparkbake.errors import PublishError
-from sparkbake.oci import docker_engine, image_layout, local_registry
+from sparkbake.oci import docker_engine, image_layout, local_registry, registry_access
 from sparkbake.oci.distribution import Session
-from sparkbake.publish import push
 from tests.conftest import Project, copy_project, free_port, missing, plain_console
 from tests.faultproxy import Faults, fault_proxy
 from tests.integration import test_publish as pub
@@ -237,7 +236,7 @@ def test_a_stalled_registry_is_one_line_within_seconds(publishing: pub.Project,
 def test_a_publish_cut_before_the_moving_tag_leaves_the_per_build_tag_and_the_record_and_a_rerun_finishes(  # noqa: E501
         publishing: pub.Project) -> None:
     moving, per_build = pub.TAG, f"{pub.TAG}-{publishing.plan.inputs[:12]}"
-    path = push.split_repository(publishing.plan.tag.repository)[1]
+    path = registry_access.split_repository(publishing.plan.tag.repository)[1]
     faults = Faults([("PUT", rf"/manifests/{re.escape(moving)}$", "503")])  # once
     with fault_proxy(f"http://127.0.0.1:{publishing.port}", faults) as port:
         host = f"127.0.0.1:{port}"
@@ -245,7 +244,8 @@ def test_a_publish_cut_before_the_moving_tag_leaves_the_per_build_tag_and_the_re
             publishing.publish(registry_host=host)
         assert faults.done == [f"503 PUT /v2/{path}/manifests/{moving}"]
         settings = Settings.of_process()
-        session = Session(push.remote_for(f"{host}/{path}", settings, console=plain_console()),
+        session = Session(registry_access.remote_for(f"{host}/{path}", settings,
+                                                     console=plain_console()),
                           settings, plain_console())
         record = json.loads(publishing.release.read_text())
         assert session.manifest_digest(per_build) == record["digest"]

@@ -25,7 +25,7 @@ from sparkbake.__main__ import main
 from sparkbake.attest import signing
 from sparkbake.config.settings import Settings
 from sparkbake.errors import PublishError
-from sparkbake.oci import artifacts, image_layout, referrers
+from sparkbake.oci import artifacts, image_layout, referrers, registry_access
 from sparkbake.publish import attach, push, release_index
 from tests.conftest import plain_console
 from tests.integration.test_publish import TAG, Project, client, local, project
@@ -184,7 +184,8 @@ def test_a_statement_of_another_digest_and_an_unsigned_image_fail(
     envelope = artifacts.read(layout, first["attestations"]["provenance"])[1]
     subject = image_layout.Descriptor(image_layout.MANIFEST_TYPE, second["digest"], 1)
     moved = artifacts.add(layout, signing.DSSE_TYPE, envelope, subject)
-    session = push.open_session(repository, Settings.of_process(), console=plain_console())
+    session = registry_access.open_session(repository, Settings.of_process(),
+                                           console=plain_console())
     referrers.attach(session, layout, moved, second["digest"])
     assert verify(f"{repository}:{TAG}", Path(f"{key}.pub")) == 7
     assert f"about sha256:{first['digest'][7:]}, not {second['digest']}" in \
@@ -208,7 +209,8 @@ def test_unsigned_statements_and_a_second_key_do_not_lock_the_release_out(
     forged = artifacts.add(layout, signing.DSSE_TYPE, signing.envelope(
         json.dumps(statement).encode(), None), image_layout.Descriptor(
         image_layout.MANIFEST_TYPE, digest, 1))
-    referrers.attach(push.open_session(repository, Settings.of_process(), console=plain_console()),
+    referrers.attach(registry_access.open_session(repository, Settings.of_process(),
+                                                  console=plain_console()),
                      layout, forged, digest)
     capsys.readouterr()
     assert verify(f"{repository}:{TAG}", pub) == 0
@@ -245,7 +247,7 @@ def test_deploy_require_signature_refuses_an_unsigned_release_before_any_node(
 
 def test_the_fallback_index_lists_the_artifacts_by_type(project: Project, key: Path) -> None:
     record = published(project, "listed", key)
-    session = push.open_session(record["repository"], Settings.of_process(),
+    session = registry_access.open_session(record["repository"], Settings.of_process(),
                                 console=plain_console())
     found, listing = referrers.listed(session, record["digest"])
     assert listing == "fallback tag"
@@ -319,7 +321,7 @@ def test_a_signed_image_without_its_referrers_fails_as_such(
     record = published(project, "bare", key)
     bare = f"{record['repository']}-bare"
     skopeo_copy(f"{record['repository']}:{TAG}", f"{bare}:{TAG}")
-    attach.sign(push.open_session(bare, Settings.of_process(), console=plain_console()),
+    attach.sign(registry_access.open_session(bare, Settings.of_process(), console=plain_console()),
                 image_layout.Layout(tmp_path / "signature", console=plain_console()), bare,
                 record["digest"],
                 signing.signing_key(key, None), [TAG], [],

@@ -17,9 +17,9 @@ from sparkbake import resources
 from sparkbake.__main__ import main
 from sparkbake.config import versions as config_mod
 from sparkbake.errors import EngineError, PublishError, UsageError
-from sparkbake.oci import distribution, local_registry, ports
+from sparkbake.oci import distribution, local_registry, ports, registry_access
 from sparkbake.oci.registry_login import RegistryLogin
-from sparkbake.publish import push
+from sparkbake.publish import push, smoke_gate
 from sparkbake.publish.record import ReleaseSmoke
 from tests.conftest import plain_console, settings_of, versions_yaml
 
@@ -48,28 +48,28 @@ def _config(tmp_path: Path) -> config_mod.Config:
 ])
 def test_retarget_replaces_only_the_registry_host(repository: str, target: str | None,
                                                   expected: str) -> None:
-    assert push.retarget(repository, target) == expected
+    assert registry_access.retarget(repository, target) == expected
 
 
 @pytest.mark.parametrize("bad", ["http://127.0.0.1:5000", "host/path", "", "host:port"])
 def test_retarget_rejects_what_is_not_host_and_port(bad: str) -> None:
     with pytest.raises(UsageError):
-        push.retarget("localhost:5000/x", bad)
+        registry_access.retarget("localhost:5000/x", bad)
 
 
 def test_split_repository_knows_hosts_from_paths() -> None:
-    assert push.split_repository("localhost/x") == ("localhost", "x")
-    assert push.split_repository("ghcr.io/a/b") == ("ghcr.io", "a/b")
-    assert push.split_repository("a/b") == (None, "a/b")
-    assert push.split_repository("b") == (None, "b")
+    assert registry_access.split_repository("localhost/x") == ("localhost", "x")
+    assert registry_access.split_repository("ghcr.io/a/b") == ("ghcr.io", "a/b")
+    assert registry_access.split_repository("a/b") == (None, "a/b")
+    assert registry_access.split_repository("b") == (None, "b")
 
 
 def test_locate_names_the_api_host_and_docker_hubs_library() -> None:
-    assert push.locate("127.0.0.1:5000/sparkbake-demo") == (
+    assert registry_access.locate("127.0.0.1:5000/sparkbake-demo") == (
         "127.0.0.1:5000", "127.0.0.1:5000", "sparkbake-demo")
-    assert push.locate("ghcr.io/me/vllm") == ("ghcr.io", "ghcr.io", "me/vllm")
-    assert push.locate("vllm") == ("docker.io", "registry-1.docker.io", "library/vllm")
-    assert push.locate("me/vllm") == ("docker.io", "registry-1.docker.io", "me/vllm")
+    assert registry_access.locate("ghcr.io/me/vllm") == ("ghcr.io", "ghcr.io", "me/vllm")
+    assert registry_access.locate("vllm") == ("docker.io", "registry-1.docker.io", "library/vllm")
+    assert registry_access.locate("me/vllm") == ("docker.io", "registry-1.docker.io", "me/vllm")
 
 
 # --- overwrite refusal --------------------------------------------------------------------
@@ -105,24 +105,24 @@ def smoke_record(image_id: str, passed: bool, checks: list[dict[str, Any]]) -> s
 def test_check_smoke_wants_a_passing_record_of_this_image_id(tmp_path: Path) -> None:
     tag, record = "production-1.0-unit", tmp_path / "smoke.json"
     with pytest.raises(PublishError, match="no smoke record") as caught:
-        push.check_smoke(record, tag, DIGEST_A, settings=settings_of())
+        smoke_gate.check_smoke(record, tag, DIGEST_A, settings=settings_of())
     assert "sparkbake smoke production-1.0-unit" in str(caught.value)
     assert "--skip-smoke" in str(caught.value)
     record.write_text("{not json")
     with pytest.raises(PublishError, match="unreadable"):
-        push.check_smoke(record, tag, DIGEST_A, settings=settings_of())
+        smoke_gate.check_smoke(record, tag, DIGEST_A, settings=settings_of())
     record.write_text(json.dumps({"image_id": DIGEST_A, "passed": True}))  # not a whole record
     with pytest.raises(PublishError, match="unreadable"):
-        push.check_smoke(record, tag, DIGEST_A, settings=settings_of())
+        smoke_gate.check_smoke(record, tag, DIGEST_A, settings=settings_of())
     record.write_text(smoke_record(DIGEST_B, True, []))
     with pytest.raises(PublishError, match="not of the image to publish") as caught:
-        push.check_smoke(record, tag, DIGEST_A, settings=settings_of())
+        smoke_gate.check_smoke(record, tag, DIGEST_A, settings=settings_of())
     assert "checked sha256:bbbbbbbbbbbb, not sha256:aaaaaaaaaaaa" in str(caught.value)
     record.write_text(smoke_record(DIGEST_A, False, []))
     with pytest.raises(PublishError, match="did not pass"):
-        push.check_smoke(record, tag, DIGEST_A, settings=settings_of())
+        smoke_gate.check_smoke(record, tag, DIGEST_A, settings=settings_of())
     record.write_text(smoke_record(DIGEST_A, True, []))
-    assert push.check_smoke(record, tag, DIGEST_A, settings=settings_of()).passed is True
+    assert smoke_gate.check_smoke(record, tag, DIGEST_A, settings=settings_of()).passed is True
 
 
 def test_the_smoke_gate_summarises_a_pass_and_records_a_skip(tmp_path: Path) -> None:
@@ -131,15 +131,16 @@ def test_the_smoke_gate_summarises_a_pass_and_records_a_skip(tmp_path: Path) -> 
     record.write_text(smoke_record(DIGEST_A, True, checks))
     passed = {"result": "passed", "image_id": DIGEST_A, "time": "2026-01-01T00:00:00+00:00",
               "checks": {"passed": 1, "skipped": 1}}
-    assert push.smoke_gate(record, "t", DIGEST_A, skip=False, console=plain_console(),
+    assert smoke_gate.smoke_gate(record, "t", DIGEST_A, skip=False, console=plain_console(),
                            settings=settings_of()).to_json() == passed
     skipped = {"result": "skipped", "override": "--skip-smoke", "found": "other image"}
-    assert push.smoke_gate(record, "t", DIGEST_B, skip=True, console=plain_console(),
+    assert smoke_gate.smoke_gate(record, "t", DIGEST_B, skip=True, console=plain_console(),
                            settings=settings_of()).to_json() == skipped
-    assert push.smoke_gate(tmp_path / "none", "t", DIGEST_A, skip=True, console=plain_console(),
+    assert smoke_gate.smoke_gate(tmp_path / "none", "t", DIGEST_A, skip=True,
+                                 console=plain_console(),
                            settings=settings_of()).found == "missing"
     with pytest.raises(PublishError):
-        push.smoke_gate(record, "t", DIGEST_B, skip=False, console=plain_console(),
+        smoke_gate.smoke_gate(record, "t", DIGEST_B, skip=False, console=plain_console(),
                         settings=settings_of())
     for summary in (passed, skipped):  # as the release record keeps it
         assert ReleaseSmoke.from_json(summary).to_json() == summary

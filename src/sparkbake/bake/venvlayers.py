@@ -212,10 +212,10 @@ def _runtime_layers(installed: venv.Installed, runtime: tuple[str, ...], package
 
 
 def _written(layout: image_layout.Layout, what: str, root: Path, paths: tuple[str, ...],
-             dest: Path, source_date: int, workers: int, *, console: Console) -> layers.Layer:
+             dest: Path, source_date: int, workers: int) -> layers.Layer:
     """A layer written and compressed, as a timed step (the bake's longest); what the SBOM
     reads of it is taken from the files it was written from, not read back from its blob."""
-    with step(console, f"layer {what}"):
+    with step(layout.console, f"layer {what}"):
         layer = layers.from_paths(root, paths, dest, source_date, workers=workers)
     imagefiles.remember(layout, layer.digest, root, paths)
     return layer

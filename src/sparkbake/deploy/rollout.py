@@ -40,10 +40,10 @@ from sparkbake.errors import EngineError, FatalError, PublishError, SmokeError
 from sparkbake.files import atomic_write
 from sparkbake.oci import docker_engine, transfer
 from sparkbake.oci.docker_engine import Client, image_exists, stream_errors
+from sparkbake.oci.registry_access import split_repository
 from sparkbake.oci.registry_login import registry_login
 from sparkbake.planning import Plan
 from sparkbake.publish import releases
-from sparkbake.publish.push import split_repository
 from sparkbake.publish.record import Release
 from sparkbake.smoke import checks
 

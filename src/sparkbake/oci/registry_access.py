@@ -1,4 +1,7 @@
-"""How a registry is reached, as Docker reaches it: its trust and its scheme.
+"""How a registry is reached, as Docker reaches it: its address, its trust and its scheme.
+
+Address: a repository's first component is its registry host if it has '.' or ':'; else it
+is Docker Hub's (`library/` made whole). `--registry HOST[:PORT]` puts another host in.
 
 Trust: Docker's `certs.d/<host[:port]>` folder (every `*.crt` a CA, added to the system's;
 `*.cert` with its `*.key` the client's certificate for mutual TLS), the system CAs, or
@@ -13,22 +16,29 @@ over plain HTTP, as Docker falls back; and that is said.
 from __future__ import annotations
 
 import ipaddress
+import re
 import socket
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from sparkbake.config.settings import Settings
-from sparkbake.errors import FatalError, PublishError
+from sparkbake.console.display import Console
+from sparkbake.errors import FatalError, PublishError, UsageError
 from sparkbake.files import atomic_write
 from sparkbake.hashing import data_hash
 from sparkbake.oci import distribution
+from sparkbake.oci.distribution import Remote, Session
+from sparkbake.oci.docker_engine import Client, insecure_registries
+from sparkbake.oci.registry_login import registry_login
 
 __all__ = ["DOCKER_DEFAULT", "PROBE_TIMEOUT", "Endpoint", "InsecureRegistries", "Trust",
-           "certs_folder", "endpoint", "insecure", "trust"]
+           "certs_folder", "endpoint", "engine_insecure", "insecure", "locate", "open_session",
+           "remote_for", "retarget", "split_repository", "trust"]
 
 PROBE_TIMEOUT = 10  # seconds: a registry that does not answer /v2/ by then is down
 LOOPBACK = ("127.0.0.0/8", "::1/128")  # Docker's insecure-registries before any is set
+REGISTRY_ARG = re.compile(r"(?:[A-Za-z0-9.-]+|\[[0-9A-Fa-f:]+\])(?::[0-9]+)?")
 
 
 @dataclass(frozen=True)
@@ -222,3 +232,55 @@ def _down(host: str, base_url: str, exc: Exception, error: type[FatalError], *,
     """Nothing answers: the reason, and how to start a local registry where one is meant."""
     return distribution.unreachable(distribution.Remote(host, "", base_url, True), exc, error,
                                     settings=settings)
+
+
+def retarget(repository: str, registry: str | None) -> str:
+    """Put `registry` (HOST[:PORT]) in place of the registry host of `repository`."""
+    if registry is None:
+        return repository
+    if not REGISTRY_ARG.fullmatch(registry):
+        raise UsageError(f"--registry {registry!r} is not HOST[:PORT]",
+                         "e.g. --registry 127.0.0.1:5000")
+    return f"{registry}/{split_repository(repository)[1]}"
+
+
+def split_repository(repository: str) -> tuple[str | None, str]:
+    """(registry host or None, path): the first component is a host if it has '.' or ':'."""
+    first, sep, rest = repository.partition("/")
+    if sep and ("." in first or ":" in first or first == "localhost"):
+        return first, rest
+    return None, repository
+
+
+def locate(repository: str) -> tuple[str, str, str]:
+    """(host as written, the API's host, path): Docker Hub's names made whole."""
+    host, path = split_repository(repository)
+    host = host or "docker.io"
+    if host == "docker.io":
+        return host, "registry-1.docker.io", path if "/" in path else f"library/{path}"
+    return host, host, path
+
+
+def remote_for(repository: str, settings: Settings, error: type[FatalError] = PublishError,
+               insecure: InsecureRegistries = DOCKER_DEFAULT, *, console: Console) -> Remote:
+    """The repository's registry, reached as Docker reaches it (registry_access): HTTPS with
+    Docker's certs.d trust first; its fallback for insecure registries, said."""
+    host, api_host, path = locate(repository)
+    found = endpoint(host, api_host, settings, insecure.covers(host), error)
+    if found.note:
+        console.notice(f"registry {found.note}")
+    return Remote(host=host, path=path, base_url=found.base_url, verify=found.trust.verify,
+                  cert=found.trust.cert)
+
+
+def open_session(repository: str, settings: Settings, error: type[FatalError] = PublishError,
+                 insecure: InsecureRegistries = DOCKER_DEFAULT, *, console: Console) -> Session:
+    """A session with the repository's registry and the login Docker's client keeps for it."""
+    remote = remote_for(repository, settings, error, insecure, console=console)
+    return Session(remote, settings, console, error,
+                   login=registry_login(remote.host, settings))
+
+
+def engine_insecure(client: Client) -> InsecureRegistries:
+    cidrs, names = insecure_registries(client)
+    return InsecureRegistries(cidrs or DOCKER_DEFAULT.cidrs, names)

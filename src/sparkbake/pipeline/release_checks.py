@@ -14,10 +14,10 @@ from sparkbake.config.settings import Settings
 from sparkbake.console.display import Console
 from sparkbake.core.folders import Folders
 from sparkbake.errors import UsageError, VerificationError
-from sparkbake.oci import image_layout
+from sparkbake.oci import image_layout, registry_access
 from sparkbake.oci.distribution import MANIFEST_TYPES, Session
 from sparkbake.pipeline import release_rebuild
-from sparkbake.publish import push, releases
+from sparkbake.publish import releases
 
 __all__ = ["keys_generate", "require_signature", "require_signed", "signing_key",
            "split_reference", "verify_release"]
@@ -67,7 +67,7 @@ def verify_release(reference: str, key_path: Path, against: Path | None, setting
                          "add --against VERSIONS_YAML")
     repository, name = split_reference(reference)
     key = signing.public_key(key_path)
-    session = push.open_session(repository, settings, VerificationError, console=console)
+    session = registry_access.open_session(repository, settings, VerificationError, console=console)
     digest = session.manifest_digest(name)
     if digest is None:
         raise VerificationError(f"{reference}: not in the registry",
@@ -126,7 +126,7 @@ def require_signature(pinned: str, tag: str, key_path: Path, settings: Settings,
     in its repository under its tag (else exit 7, before any node is touched)."""
     key = signing.public_key(key_path)
     repository, digest = split_reference(pinned)
-    session = push.open_session(repository, settings, VerificationError, console=console)
+    session = registry_access.open_session(repository, settings, VerificationError, console=console)
     with tempfile.TemporaryDirectory(prefix="sparkbake-verify.") as work:
         verification.check_signature(session, repository, digest, key,
                                      image_layout.Layout(Path(work), console), tag)

@@ -21,9 +21,8 @@ from sparkbake.console.display import Console
 from sparkbake.core.folders import Folders
 from sparkbake.errors import ReproducibilityError, UsageError
 from sparkbake.files import atomic_write
-from sparkbake.oci import image_layout, layers
+from sparkbake.oci import image_layout, layers, registry_access
 from sparkbake.planning import Plan
-from sparkbake.publish import push
 
 __all__ = ["SHOWN", "FileChange", "KeyChange", "LayerChange", "Report", "Side", "compare",
            "conclude", "original", "render", "require_intact", "summary"]
@@ -120,7 +119,8 @@ def original(config: Config, settings: Settings, plan: Plan, against: str | None
         raise UsageError(f"--against {against!r} is not a digest",
                          "write sha256:<64 hex>, e.g. the digest in build/releases/TAG.json")
     if not layout.intact(against):
-        session = push.open_session(_repository(config, plan, against), settings, UsageError,
+        session = registry_access.open_session(_repository(config, plan, against), settings,
+                                               UsageError,
                                     console=console)
         session.pull(against, layout)
     return Side(layout, image_layout.Descriptor(image_layout.MANIFEST_TYPE, against,

@@ -8,12 +8,24 @@ lack those keys; they load with None in their place."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal, Self
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Literal, Self
+
+from sparkbake.config.versions import Config
+from sparkbake.core.folders import Folders
+from sparkbake.oci.docker_engine import image_labels
+from sparkbake.planning import Plan, upstream_pin
+from sparkbake.wheels.report import REPORT, read_report
+
+if TYPE_CHECKING:  # types only: attach and the bake import this module's records
+    from sparkbake.bake.runtime_image import Image
+    from sparkbake.oci.transfer import Sent
+    from sparkbake.publish.attach import Attached
 
 __all__ = ["Change", "IndexEntry", "Release", "ReleaseDiff", "ReleaseSeries", "ReleaseSmoke",
-           "SmokeFound"]
+           "SmokeFound", "platform_release"]
 
-# what the smoke record said of the image to publish (push.read_smoke)
+# what the smoke record said of the image to publish (smoke_gate.read_smoke)
 SmokeFound = Literal["passed", "failed", "missing", "unreadable", "other image"]
 
 
@@ -183,3 +195,34 @@ class ReleaseDiff:
         sections = {name: None if changes is None else tuple(Change.from_json(c) for c in changes)
                     for name, changes in data["sections"].items()}
         return cls(data["a"], data["b"], sections, tuple(data["no_manifest"]))
+
+
+def platform_release(config: Config, plan: Plan, repository: str, names: tuple[str, ...],
+                     pushed: str, sent: Sent, smoked: ReleaseSmoke,
+                     baked: Image, attrs: dict[str, Any], manifest: dict[str, Any] | None,
+                     attached: Attached | None = None) -> Release:
+    """The record of one image pushed under names: what it is and what it was made of
+    (manifest: the image's /opt/sparkbake/manifest.json, releases.image_manifest)."""
+    return Release(
+        tag=plan.tag.name, repository=repository,
+        images=tuple(f"{repository}:{n}" for n in names), digest=pushed,
+        pinned=f"{repository}@{pushed}", smoke=smoked,
+        manifest=manifest,
+        transfer=sent.record(), image_id=baked.config, build=_build_record(config, plan),
+        inputs=plan.inputs, upstream={"key": plan.tag.upstream.key,
+                                      **upstream_pin(plan.tag.upstream)},
+        series=tuple(ReleaseSeries(s.name, s.sha256, s.patches) for s in plan.series),
+        env=dict(plan.tag.env), labels=image_labels(attrs),
+        published=datetime.now(UTC).isoformat(timespec="seconds"),
+        attestations=attached.to_json() if attached else None)
+
+
+def _build_record(config: Config, plan: Plan) -> dict[str, Any]:
+    """How the wheels were built (job count, kernel reuse): host state, kept out of the image."""
+    folder = Folders.of(config).wheel_set(plan.wheels_key)
+    if not (folder / REPORT).is_file():
+        return {}
+    built = read_report(folder)
+    return {**({"jobs": built.jobs.to_json()} if built.jobs else {}),
+            **({"kernels": built.kernels.to_json()} if built.kernels else {}),
+            **({"nvcc": built.nvcc} if built.nvcc else {})}

@@ -27,9 +27,9 @@ from sparkbake.console.display import Console
 from sparkbake.core.folders import Folders
 from sparkbake.errors import ConfigError, PublishError
 from sparkbake.hashing import data_hash
-from sparkbake.oci import image_layout
+from sparkbake.oci import image_layout, registry_access
 from sparkbake.oci.docker_engine import Client
-from sparkbake.publish import attach, push
+from sparkbake.publish import attach, push, record, releases, smoke_gate
 from sparkbake.publish.record import Release, ReleaseSmoke
 
 __all__ = ["index_document", "publish_release"]
@@ -77,7 +77,7 @@ def publish_release(client: Client, config: Config, settings: Settings, name: st
     attach.sign(target.session, layout, repository, index.digest, key, (name, per_build), signed,
                 console=console)
     release = _record(repository, name, per_build, index.digest, inputs, records)
-    push.write_record(Folders.of(config).releases, release, console=console)
+    releases.write_record(Folders.of(config).releases, release, console=console)
     if target.current[name] != index.digest:
         console.detail(f"+ tag {repository}:{name} -> {index.digest}")
         target.session.put_index(data, index, name)
@@ -119,7 +119,8 @@ def _ready(client: Client, config: Config, tag: Tag, skip_smoke: bool, *, consol
     attrs = push.local_image(client, plan, settings=settings)
     baked = push.baked_image(config, plan, attrs, settings=settings, console=console)
     push.require_intact(baked, tag.name, settings=settings, console=console)
-    smoked = push.smoke_gate(Folders.of(config).smoke_record(tag.name), tag.name, baked.config,
+    smoked = smoke_gate.smoke_gate(Folders.of(config).smoke_record(tag.name), tag.name,
+                                   baked.config,
                              skip_smoke, console=console, settings=settings)
     return _Platform(plan, attrs, baked, smoked)
 
@@ -129,7 +130,7 @@ def _repository(tags: tuple[Tag, ...], registry: str | None) -> str:
     if len(found) != 1:
         raise ConfigError(f"the platforms of {tags[0].release} name {len(found)} repositories "
                           f"({', '.join(sorted(found))})", "give them one repository")
-    return push.retarget(found.pop(), registry)
+    return registry_access.retarget(found.pop(), registry)
 
 
 def _push_platform(config: Config, target: push.Target, one: _Platform,
@@ -142,9 +143,11 @@ def _push_platform(config: Config, target: push.Target, one: _Platform,
     pushed, sent = target.push(one.baked, one.per_build)
     attached = attach.attach_baked(target.session, config, one.plan, one.baked, key,
                                    (one.per_build,), force, console=console)
-    return push.platform_release(config, one.plan, target.repository, (one.per_build,),
-                                 pushed, sent, one.smoked, one.baked, one.attrs, attached,
-                                 console=console)
+    manifest = releases.image_manifest(image_layout.Layout(one.baked.layout, console),
+                                       one.baked.image)
+    return record.platform_release(config, one.plan, target.repository, (one.per_build,),
+                                   pushed, sent, one.smoked, one.baked, one.attrs, manifest,
+                                   attached)
 
 
 def _record(repository: str, name: str, per_build: str, digest: str, inputs: str,

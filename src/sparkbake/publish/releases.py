@@ -15,13 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from sparkbake.config.settings import Settings
+from sparkbake.console.display import Console
 from sparkbake.errors import UsageError
 from sparkbake.files import atomic_write
 from sparkbake.oci import image_layout
 from sparkbake.publish.record import Change, IndexEntry, Release, ReleaseDiff, ReleaseSeries
 
 __all__ = ["INDEX", "add", "describe_upstream", "diff", "entries", "entry", "image_manifest",
-           "read_record", "render_diff", "render_table"]
+           "read_record", "render_diff", "render_table", "write_record"]
 
 INDEX = "index.json"
 MANIFEST_MEMBER = "opt/sparkbake/manifest.json"
@@ -249,3 +250,10 @@ def _locked(folder: Path) -> Iterator[None]:
     with (folder / f".{INDEX}.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         yield
+
+
+def write_record(folder: Path, release: Release, *, console: Console) -> None:
+    """build/releases/<tag>.json, then its line in the releases index."""
+    path = folder / f"{release.tag}.json"
+    atomic_write(path, json.dumps(release.to_json(), indent=2, sort_keys=True) + "\n")
+    console.detail(f"release record: {path} (index: {add(folder, release)})")
