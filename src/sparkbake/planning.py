@@ -6,6 +6,7 @@ change anywhere invalidates exactly the stages after it.
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import json
 from dataclasses import asdict, dataclass, field
@@ -178,6 +179,16 @@ def read_series(patches_dir: Path, name: str, build_dir: Path | None = None) -> 
                               f"add {patch}, or remove line {number} from the series file")
         patches.append((entry, file_sha256(patch)))
     return SeriesInfo(name=name, folder=folder, patches=tuple(patches), remote=tuple(remote))
+
+
+def remote_of(config: Config, tag: Tag) -> tuple[RemotePatch, ...]:
+    """The remote patches of the tag's series, read from their listings alone (a series
+    that cannot be read has none here: make names its problem)."""
+    found: list[RemotePatch] = []
+    for name in tag.series:
+        with contextlib.suppress(ConfigError):
+            found.extend(read_series(config.patches_dir, name, config.build_dir).remote)
+    return tuple(found)
 
 
 def make(config: Config, tag: Tag) -> Plan:

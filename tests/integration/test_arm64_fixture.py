@@ -71,7 +71,7 @@ def test_the_image_runs_aarch64_and_imports_its_kernel(
     ran = docker_engine.run_container(
         docker_client, ref, ["-c", "import platform, tinykern; print(platform.machine(), "
                                    "tinykern.__name__)"],
-        entrypoint=["/opt/venv/bin/python"], network=False, quiet=True)
+        entrypoint=["/opt/venv/bin/python"], network=False)
     assert ran.exit_code == 0, ran.output
     assert ran.output.strip().splitlines()[-1] == "aarch64 tinykern"
 
@@ -122,7 +122,7 @@ def test_the_release_is_published_whole_after_a_cut_and_each_child_runs_on_its_p
                        capture_output=True, check=True)
         ran = docker_engine.run_container(
             docker_client, local, ["-c", "import platform; print(platform.machine())"],
-            entrypoint=["/opt/venv/bin/python"], network=False, quiet=True)
+            entrypoint=["/opt/venv/bin/python"], network=False)
         docker_client.images.remove(local, force=True)
         assert ran.output.strip().splitlines()[-1] == machine
     assert built_arm64.sparkbake("publish", RELEASE, "--registry", tls_registry.host) == 0

@@ -36,7 +36,7 @@ def test_the_baked_entrypoint_prints_the_reference_command(
 def test_the_baked_preflight_refuses_b12x_kernels_the_image_lacks(
         built_fixture: Project, docker_client: docker_engine.Client) -> None:
     ref = built_fixture.plan().tag.image_ref
-    result = docker_engine.run_container(docker_client, ref, [], quiet=True, network=False,
+    result = docker_engine.run_container(docker_client, ref, [], network=False,
                                          environment=worker_env(MOE_BACKEND="b12x"))
     assert result.exit_code == 2
     assert ("sparkbake preflight: error: MOE_BACKEND=b12x needs the Python module b12x, which "
@@ -46,7 +46,7 @@ def test_the_baked_preflight_refuses_b12x_kernels_the_image_lacks(
 def test_the_baked_preflight_refuses_a_bad_env(
         built_fixture: Project, docker_client: docker_engine.Client) -> None:
     ref = built_fixture.plan().tag.image_ref
-    result = docker_engine.run_container(docker_client, ref, [], quiet=True, network=False,
+    result = docker_engine.run_container(docker_client, ref, [], network=False,
                                          environment=worker_env(VLLM_HOST_IP=HEAD_IP))
     assert result.exit_code == 2
     assert (f"sparkbake preflight: error: worker NODE_RANK=1 has VLLM_HOST_IP={HEAD_IP}, "

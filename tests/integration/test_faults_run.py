@@ -157,7 +157,8 @@ def test_two_builds_of_one_tag_run_one_after_the_other(
 def test_gc_removes_the_container_of_a_killed_run_and_keeps_a_live_ones(
         built: Built, docker_client: docker_engine.Client, debian_base: str) -> None:
     script = ("import sys; from sparkbake.oci import docker_engine as d; "
-              "d.run_container(d.connect(), sys.argv[1], ['sleep', '600'], quiet=True)")
+              "from sparkbake.config.settings import Settings; "
+              "d.run_container(d.connect(Settings.of_process()), sys.argv[1], ['sleep', '600'])")
     killed = subprocess.Popen([sys.executable, "-c", script, debian_base])
     label = f"{docker_engine.RUN_LABEL}={socket.gethostname()}:{killed.pid}"
     deadline = time.monotonic() + 60

@@ -92,7 +92,7 @@ def test_the_image_is_arm64_and_its_containers_run_aarch64(
     attrs = docker_engine.image_attrs(docker_client, built.plan.tag.image_ref)
     assert (attrs["Os"], attrs["Architecture"]) == ("linux", "arm64")
     ran = docker_engine.run_container(docker_client, built.plan.tag.image_ref, ["-m"],
-                                      entrypoint=["uname"], network=False, quiet=True)
+                                      entrypoint=["uname"], network=False)
     assert ran.output.strip() == "aarch64"
 
 
@@ -191,7 +191,7 @@ def test_layer_weights_fails_naming_wo_a_with_b12x_linear(
             docker_client, tag.image_ref,
             ["-B", "-c", LAYERS_B12X, checks.CHECKER_DIR, json.dumps(expected)],
             entrypoint=[checks.PYTHON_IN_IMAGE], copy_in=checks.checker_files(), volumes=volumes,
-            network=False, quiet=True)
+            network=False)
     assert ran.exit_code == 0, ran.tail(5)
     line = next(x for x in ran.output.splitlines() if x.startswith("PROBLEMS "))
     problems: list[str] = json.loads(line.removeprefix("PROBLEMS "))

@@ -258,12 +258,12 @@ def test_a_build_that_made_the_sources_lock_goes_on_with_a_plan_that_has_it(
     work = build.Build(loaded, planning.make(loaded, loaded.tag(TAG)), Settings.of_process(),
                        console=plain_console())
     tree = build.patched(work)
-    made = build.with_sources_lock(work, tree)
+    made = build.with_locks(work, tree)
     assert made.plan.stage_inputs[Stage.KERNELS]["third-party sources"] == [
         f"tinydep@{daemon[1][:16]}:{tree_hash(DATA / 'tinydep')[:16]}"]
     # the wheels are built and kept under the key that `plan` gives from now on
     assert made.plan.wheels_key == project.plan(TAG).wheels_key != work.plan.wheels_key
-    assert build.with_sources_lock(made, tree) is made
+    assert build.with_locks(made, tree) is made
 
 
 def test_under_ci_a_missing_sources_lock_stops_the_build_before_the_builder_base(

@@ -30,7 +30,7 @@ from sparkbake.wheels import container_build, entrycheck
 from sparkbake.wheels.container_build import WheelSet
 
 __all__ = ["Build", "Outcome", "Source", "bake", "fetch", "fetched_plan", "patch",
-           "run_stages", "wheels", "with_sources_lock"]
+           "run_stages", "wheels", "with_locks"]
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ class Build:
     console: Console
     options: apply.Options = field(default_factory=apply.Options)
     load: bool = True  # False: the engine's tag is left alone (verify's rebuild)
-    # shared by the copies `replace` makes (with_sources_lock): one build, one list
+    # shared by the copies `replace` makes (with_locks): one build, one list
     runs: list[StageRun] = field(default_factory=list)
 
     @property
@@ -133,7 +133,6 @@ def bake(build: Build, engine: Engine, source: Source, patched: PatchedTree,
          built: WheelSet) -> runtime_image.Image:
     config, tag = build.config, build.tag
     with build.stage(Stage.BAKE):
-        pins.make_missing(config, tag, build.settings, patched.path, console=build.console)
         runtime_lock = pins.require_runtime_lock(config, tag, patched.path, settings=build.settings)
         if build.load and (current := runtime_image.current_in_local_engine(
                 build.plan, build.layout, built, build.settings.environ,
@@ -153,17 +152,21 @@ def bake(build: Build, engine: Engine, source: Source, patched: PatchedTree,
                                         log=build.log(Stage.BAKE), console=build.console)
 
 
-def with_sources_lock(build: Build, tree: PatchedTree) -> Build:
-    """The build once the patched tree's sources lock is there: a missing one is made here,
-    before the wheels stage pulls its builder base (refused under CI: missing_lock), and the
-    plan remade with it, since the locked sources are in the kernel and wheels keys."""
-    if not thirdparty.missing_lock(build.config, build.tag, tree.path, build.settings):
-        return build
-    # `lock`'s stage, as `sparkbake lock` shows it: the git commands go to its log
-    with build.stage(Stage.LOCK, build.tag.name):
-        thirdparty.lock_on_first_use(build.config, build.tag, tree.path, build.settings,
-                                     console=build.console)
-    return replace(build, plan=planning.make(build.config, build.tag))
+def with_locks(build: Build, tree: PatchedTree) -> Build:
+    """The build once the patched tree's locks are there: a missing sources lock (refused
+    under CI: missing_lock) and missing builder or runtime locks (pins.make_missing) are
+    made here, before the wheels stage pulls its builder base, and the plan is remade only
+    then, since the locks are in the wheels' keys."""
+    made = False
+    if thirdparty.missing_lock(build.config, build.tag, tree.path, build.settings):
+        # `lock`'s stage, as `sparkbake lock` shows it: the git commands go to its log
+        with build.stage(Stage.LOCK, build.tag.name):
+            thirdparty.lock_on_first_use(build.config, build.tag, tree.path, build.settings,
+                                         console=build.console)
+        made = True
+    made = bool(pins.make_missing(build.config, build.tag, build.settings, tree.path,
+                                  console=build.console)) or made
+    return replace(build, plan=planning.make(build.config, build.tag)) if made else build
 
 
 def patched(build: Build) -> PatchedTree:
@@ -180,7 +183,7 @@ def _baked(build: Build) -> tuple[Build, runtime_image.Image]:
     """The image, and the build as it ended (its plan remade if the sources lock was made)."""
     source = fetch(build)
     tree = patch(build, source)
-    build = with_sources_lock(build, tree)
+    build = with_locks(build, tree)
     engine = Engine(build.settings)
     return build, bake(build, engine, source, tree, wheels(build, engine, source, tree))
 
@@ -188,11 +191,9 @@ def _baked(build: Build) -> tuple[Build, runtime_image.Image]:
 def fetched_plan(config: Config, tag: Tag, settings: Settings, console: Console) -> Plan:
     """The plan once the tag's remote patches are fetched: until then their content, and so
     whether they touch kernels, is unknown (the fetch stage's network, done first, and only
-    here: a build's stages take them from this plan)."""
-    plan = planning.make(config, tag)
-    if remote_patches.fetch(plan.remote, settings, console):
-        return planning.make(config, tag)
-    return plan
+    here: a build's stages take them from this plan, made once)."""
+    remote_patches.fetch(planning.remote_of(config, tag), settings, console)
+    return planning.make(config, tag)
 
 
 def run_stages(build: Build, last: Stage) -> Outcome:
@@ -216,7 +217,7 @@ def _patch_outcome(build: Build) -> Outcome:
 def _wheels_outcome(build: Build) -> Outcome:
     source = fetch(build)
     tree = patch(build, source)
-    build = with_sources_lock(build, tree)
+    build = with_locks(build, tree)
     built = wheels(build, Engine(build.settings), source, tree)
     return Outcome(f"wheels: {built.folder}",
                    _facts(build, wheels=str(built.folder), files=built.files))
@@ -274,7 +275,6 @@ def _wheels(build: Build, engine: Engine, source: Source, patched: PatchedTree) 
     fetched = thirdparty.prepare(config, plan.tag, patched.path, settings, console=build.console)
     base = bases.ensure(client, plan.tag.builder, plan.tag.platform, config.build_dir, settings,
                         console=build.console)
-    pins.make_missing(config, plan.tag, settings, patched.path, console=build.console)
     lock_file = pins.require_lock(config, plan.tag, patched.path, settings=build.settings)
     builder = container_build.builder_image(client, base, lock_file, settings, config.build_dir,
                                             console=build.console)
