@@ -88,7 +88,7 @@ def deploy(config: Config, plan: Plan, nodes: list[Node], facts: Callable[[], ch
     started = datetime.now(UTC)
     folder = Folders.of(config).deploys / f"{plan.tag.name}-{started:%Y%m%dT%H%M%S.%fZ}"
     job = Job(config, plan, functools.cache(facts), options, release, stream,
-              functools.cache(docker_engine.connect), folder)
+              functools.cache(functools.partial(docker_engine.connect, settings)), folder)
     hosts = {node: HostReport(node.url, "not attempted") for node in nodes}
     result: DeployResult = "failed"
     try:
