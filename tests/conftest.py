@@ -6,13 +6,14 @@ Expensive things are made once per run: the base image by debootstrap, the fixtu
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import pytest
 
@@ -23,6 +24,7 @@ from sparkbake.config.settings import Settings
 from sparkbake.console import invocation
 from sparkbake.errors import EngineError
 from sparkbake.oci import docker_engine
+from sparkbake.publish.record import Release
 
 DATA = Path(__file__).parent / "data"
 # The nox sessions that run the proofs a landing does not (docs/how-to/develop.md says
@@ -200,3 +202,9 @@ def plain_invocation(monkeypatch: pytest.MonkeyPatch) -> None:
     --config of an earlier test's command line."""
     monkeypatch.delenv("NOX_CURRENT_SESSION", raising=False)  # what main reads
     invocation.remember_config(invocation.DEFAULT_CONFIG, settings_of())
+
+
+def printed(release: Release) -> dict[str, Any]:
+    """A release record as --json prints it (and build/releases keeps it): plain JSON."""
+    record: dict[str, Any] = json.loads(json.dumps(release.to_json()))
+    return record

@@ -17,7 +17,7 @@ from sparkbake.config import versions as config_mod
 from sparkbake.config.settings import Settings
 from sparkbake.errors import PublishError
 from sparkbake.oci import image_layout
-from tests.conftest import versions_yaml
+from tests.conftest import printed, versions_yaml
 from tests.faultproxy import Faults, fault_proxy
 from tests.integration.test_publish import RUN, Local, Project, client, local, skopeo_digest
 
@@ -58,9 +58,9 @@ def publish(project: Project, registry_host: str | None = None, force: bool = Fa
     from sparkbake.publish import release_index
 
     tags = project.config.targets(RELEASE)
-    return release_index.publish_release(project.client, project.config, Settings.of_process(),
-                                         RELEASE, tags,
-                                         registry_host, force).to_json()
+    return printed(release_index.publish_release(project.client, project.config,
+                                                 Settings.of_process(), RELEASE, tags,
+                                                 registry_host, force))
 
 
 def raw(ref: str) -> dict[str, object]:
