@@ -13,7 +13,7 @@ import socket
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, cast
 
 import pytest
 
@@ -208,3 +208,9 @@ def printed(release: Release) -> dict[str, Any]:
     """A release record as --json prints it (and build/releases keeps it): plain JSON."""
     record: dict[str, Any] = json.loads(json.dumps(release.to_json()))
     return record
+
+
+def fake_engine(fake: object) -> docker_engine.Client:
+    """A unit test's stand-in for the engine's client: it has what the code under test asks
+    of one (None: the code never reaches the engine)."""
+    return cast(docker_engine.Client, fake)
