@@ -154,8 +154,8 @@ def _layers(loaded: config_mod.Config, tag: config_mod.Tag) -> list[dict[str, An
     layout = image_layout.Layout(loaded.build_dir / "oci", console=Console(dict(os.environ)))
     image = layout.find(tag.name)
     assert image is not None
-    manifest = layout.read_json(image.digest)
-    config = layout.read_json(manifest["config"]["digest"])
+    manifest = layout.read_manifest_doc(image.digest)
+    config = layout.read_config_doc(manifest["config"]["digest"])
     return [{"digest": layer["digest"], "size": layer["size"],
              "what": image_layout.made_by(config, index)}
             for index, layer in enumerate(manifest["layers"])]

@@ -6,6 +6,7 @@ Expensive things are made once per run: the base image by debootstrap, the fixtu
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -13,7 +14,7 @@ import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn, cast
 
 import pytest
 
@@ -24,6 +25,7 @@ from sparkbake.config.settings import Settings
 from sparkbake.console.display import Console
 from sparkbake.errors import EngineError
 from sparkbake.oci import docker_engine
+from sparkbake.publish.record import Release
 
 DATA = Path(__file__).parent / "data"
 # The nox sessions that run the proofs a landing does not (docs/how-to/develop.md says
@@ -211,3 +213,15 @@ def plain_console() -> Console:
 @pytest.fixture
 def console() -> Console:
     return plain_console()
+
+
+def printed(release: Release) -> dict[str, Any]:
+    """A release record as --json prints it (and build/releases keeps it): plain JSON."""
+    record: dict[str, Any] = json.loads(json.dumps(release.to_json()))
+    return record
+
+
+def fake_engine(fake: object) -> docker_engine.Client:
+    """A unit test's stand-in for the engine's client: it has what the code under test asks
+    of one (None: the code never reaches the engine)."""
+    return cast(docker_engine.Client, fake)

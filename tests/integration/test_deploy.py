@@ -57,7 +57,7 @@ def _wait_until_up(url: str, process: subprocess.Popen[bytes], log: Path) -> doc
     deadline = time.monotonic() + START_TIMEOUT
     while time.monotonic() < deadline and process.poll() is None:
         with contextlib.suppress(docker.errors.DockerException):
-            client = docker.DockerClient(base_url=url, timeout=600)
+            client: docker_engine.Client = docker.DockerClient(base_url=url, timeout=600)
             client.ping()
             return client
         time.sleep(0.5)

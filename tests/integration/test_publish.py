@@ -29,7 +29,7 @@ from sparkbake.config.versions import Config
 from sparkbake.errors import BakeError, EngineError, PublishError
 from sparkbake.oci import docker_engine, image_layout, layers, local_registry
 from sparkbake.publish import push
-from tests.conftest import free_port, missing, plain_console, settings_of, versions_yaml
+from tests.conftest import free_port, missing, plain_console, printed, settings_of, versions_yaml
 
 pytestmark = pytest.mark.docker
 
@@ -150,9 +150,9 @@ class Project:
     def publish(self, registry_host: str | None = None, force: bool = False,
                 tag: str = TAG, skip_smoke: bool = False) -> dict[str, Any]:
         """The release record, as --json prints it."""
-        return push.publish(self.client, self.config, Settings.of_process(), self.plan_of(tag),
-                            registry_host,
-                            force, skip_smoke=skip_smoke, console=plain_console()).to_json()
+        return printed(push.publish(self.client, self.config, Settings.of_process(),
+                                    self.plan_of(tag), registry_host, force,
+                                    skip_smoke=skip_smoke, console=plain_console()))
 
 
 @pytest.fixture

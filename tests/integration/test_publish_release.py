@@ -16,8 +16,8 @@ from sparkbake import planning
 from sparkbake.config import versions as config_mod
 from sparkbake.config.settings import Settings
 from sparkbake.errors import PublishError
-from sparkbake.oci import image_layout
-from tests.conftest import plain_console, versions_yaml
+from sparkbake.oci import docker_engine, image_layout
+from tests.conftest import plain_console, printed, versions_yaml
 from tests.faultproxy import Faults, fault_proxy
 from tests.integration.test_publish import RUN, Local, Project, client, local, skopeo_digest
 
@@ -36,7 +36,7 @@ TAGS = f"""\
 
 
 @pytest.fixture
-def project(client: object, local: Local, tmp_path: Path) -> Project:
+def project(client: docker_engine.Client, local: Local, tmp_path: Path) -> Project:
     repository = f"127.0.0.1:{local.port}/sparkbake-multi-{RUN}-{uuid.uuid4().hex[:6]}"
     (tmp_path / "upstream").mkdir()
     (tmp_path / "upstream" / "setup.py").write_text("# a stand-in upstream tree\n")
@@ -58,9 +58,9 @@ def publish(project: Project, registry_host: str | None = None, force: bool = Fa
     from sparkbake.publish import release_index
 
     tags = project.config.targets(RELEASE)
-    return release_index.publish_release(project.client, project.config, Settings.of_process(),
-                                         RELEASE, tags,
-                                         registry_host, force, console=plain_console()).to_json()
+    return printed(release_index.publish_release(project.client, project.config,
+                                                 Settings.of_process(), RELEASE, tags,
+                                                 registry_host, force, console=plain_console()))
 
 
 def raw(ref: str) -> dict[str, object]:

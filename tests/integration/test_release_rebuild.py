@@ -19,7 +19,7 @@ from sparkbake.config import versions as config_mod
 from sparkbake.config.settings import Settings
 from sparkbake.oci import docker_engine, image_layout
 from sparkbake.publish import push
-from tests.conftest import Project, copy_project, plain_console
+from tests.conftest import Project, copy_project, plain_console, printed
 from tests.integration.test_publish import Local, client, local
 from tests.integration.test_publish import Project as FakeBaker
 
@@ -40,9 +40,9 @@ def publish_signed(client: docker_engine.Client, project: Project, local: Local,
     """The project's baked image of TAG pushed to the embedded registry, signed."""
     config = project.config()
     plan = planning.make(config, config.tag(TAG))
-    return push.publish(client, config, Settings.of_process(), plan, f"127.0.0.1:{local.port}",
-                        False, skip_smoke=True, key=signing.signing_key(key, None),
-                        console=plain_console()).to_json()
+    return printed(push.publish(client, config, Settings.of_process(), plan,
+                                f"127.0.0.1:{local.port}", False, skip_smoke=True,
+                                key=signing.signing_key(key, None), console=plain_console()))
 
 
 def verify_rebuild(record: dict[str, Any], key: Path, project: Project) -> int:

@@ -27,7 +27,7 @@ from sparkbake.config.settings import Settings
 from sparkbake.errors import PublishError
 from sparkbake.oci import artifacts, image_layout, referrers, registry_access
 from sparkbake.publish import attach, push, release_index
-from tests.conftest import plain_console
+from tests.conftest import plain_console, printed
 from tests.integration.test_publish import TAG, Project, client, local, project
 from tests.integration.test_publish_release import RELEASE, build_both
 from tests.integration.test_publish_release import project as multi
@@ -47,9 +47,8 @@ def published(project: Project, payload: str, key: Path | None, force: bool = Fa
     project.build(payload)
     project.smoke()
     signer = signing.signing_key(key, None) if key else None
-    return push.publish(project.client, project.config, Settings.of_process(), project.plan, None,
-                        force,
-                        key=signer, console=plain_console()).to_json()
+    return printed(push.publish(project.client, project.config, Settings.of_process(),
+                                project.plan, None, force, key=signer, console=plain_console()))
 
 
 def verify(reference: str, pub: Path, *more: str) -> int:
@@ -256,9 +255,9 @@ def test_the_fallback_index_lists_the_artifacts_by_type(project: Project, key: P
     assert kinds == [("application/vnd.cyclonedx+json", ""),
                      (signing.DSSE_TYPE, "https://in-toto.io/attestation/test-result/v0.1"),
                      (signing.DSSE_TYPE, "https://slsa.dev/provenance/v1")]
-    again = push.publish(project.client, project.config, Settings.of_process(), project.plan, None,
-                         False,
-                         key=signing.signing_key(key, None), console=plain_console()).to_json()
+    again = printed(push.publish(project.client, project.config, Settings.of_process(),
+                                 project.plan, None, False, key=signing.signing_key(key, None),
+                                 console=plain_console()))
     assert again["attestations"] == record["attestations"]  # deterministic: nothing new
     assert len(referrers.listed(session, record["digest"])[0]) == 3
     sig = json.loads(subprocess.run(
@@ -272,10 +271,10 @@ def test_a_signed_multi_platform_release_verifies_by_its_index(
         multi: Project, key: Path, capsys: pytest.CaptureFixture[str]) -> None:
     build_both(multi)
     tags = multi.config.targets(RELEASE)
-    record = release_index.publish_release(multi.client, multi.config, Settings.of_process(),
-                                           RELEASE, tags, None,
-                                           False, key=signing.signing_key(key, None),
-                                           console=plain_console()).to_json()
+    record = printed(release_index.publish_release(multi.client, multi.config,
+                                                   Settings.of_process(), RELEASE, tags, None,
+                                                   False, key=signing.signing_key(key, None),
+                                                   console=plain_console()))
     assert verify(f"{record['repository']}:{RELEASE}", Path(f"{key}.pub")) == 0
     shown = capsys.readouterr().err
     assert f"verified {record['repository']}@{record['digest']}: the index is signed" in shown

@@ -20,7 +20,9 @@ from securesystemslib.signer import SSlibKey  # type: ignore[attr-defined]  # re
 from sparkbake import planning
 from sparkbake.__main__ import main
 from sparkbake.attest import imagefiles, sbom, signing, statements, stored, verification
+from sparkbake.attest.intoto import Provenance, Statement
 from sparkbake.config import versions
+from sparkbake.core.baked_manifest import BakedManifest
 from sparkbake.core.smoke_record import CheckResult, SmokeReport
 from sparkbake.errors import UsageError, VerificationError
 from sparkbake.oci import image_layout, layers
@@ -37,15 +39,16 @@ Package: gone
 Status: deinstall ok config-files
 Version: 1.0
 """
-MANIFEST = {"image": "localhost:5000/demo:production-1.0", "source_date_epoch": 1735689600,
-            "inputs": "ab" * 32, "platform": "linux/arm64", "nvcc": "cuda_13.0",
-            "cuda_arch": "12.1a", "wheels": [{"name": "demo_pkg", "sha256": "cd" * 32}],
-            "upstream": {"key": "tree", "kind": "dir", "path": "upstream", "tree": "ef" * 32},
-            "series": [{"name": "fix", "sha256": "12" * 32,
-                        "patches": [{"file": "0001-fix.patch", "sha256": "34" * 32}]}],
-            "thirdparty": [{"name": "cutlass", "url": "git://h/cutlass.git", "pin": "5" * 40,
-                            "tree": "6" * 64, "ref": "v4"}],
-            "base": {"name": "debian", "image": "sparkbake-base/debian:1", "digest": "sha256:0"}}
+MANIFEST: BakedManifest = {
+    "image": "localhost:5000/demo:production-1.0", "source_date_epoch": 1735689600,
+    "inputs": "ab" * 32, "platform": "linux/arm64", "nvcc": "cuda_13.0", "cuda_arch": "12.1a",
+    "wheels": [{"file": "demo_pkg-1.0-py3-none-any.whl", "name": "demo_pkg", "sha256": "cd" * 32}],
+    "upstream": {"key": "tree", "kind": "dir", "path": "upstream", "tree": "ef" * 32},
+    "series": [{"name": "fix", "sha256": "12" * 32,
+                "patches": [{"file": "0001-fix.patch", "sha256": "34" * 32}]}],
+    "thirdparty": [{"name": "cutlass", "url": "git://h/cutlass.git", "pin": "5" * 40,
+                    "tree": "6" * 64, "ref": "v4"}],
+    "base": {"name": "debian", "image": "sparkbake-base/debian:1", "digest": "sha256:0"}}
 
 
 def metadata(name: str, version: str, *lines: str) -> bytes:
@@ -178,7 +181,7 @@ def test_the_smoke_statement_is_a_test_result_about_the_digest() -> None:
     assert failed["predicate"]["result"] == "FAILED"
 
 
-def provenance_of(tmp_path: Path) -> tuple[versions.Config, dict[str, Any]]:
+def provenance_of(tmp_path: Path) -> tuple[versions.Config, Statement[Provenance]]:
     path = one_patch_project(tmp_path, "a patch\n", "  t:\n    upstream: tree\n"
                                                    "    series: [demo]\n")
     config = versions.load(path)
@@ -254,7 +257,7 @@ def test_a_dsse_envelope_opens_only_with_its_key_and_unaltered(tmp_path: Path) -
     statement = b'{"predicateType": "x"}'
     sealed = signing.envelope(statement, signing.signing_key(private, None))
     pub = signing.public_key(public)
-    assert signing.open_envelope(sealed, pub, "s") == {"predicateType": "x"}
+    assert dict(signing.open_envelope(sealed, pub, "s")) == {"predicateType": "x"}
     doc = json.loads(sealed)
     doc["payload"] = base64.b64encode(b'{"predicateType": "y"}').decode()
     with pytest.raises(VerificationError, match="is not signed by"):

@@ -15,7 +15,7 @@ from sparkbake.config import versions as config_mod
 from sparkbake.lock import pins
 from sparkbake.smoke import dummy_model, preflight, sample_envs, serving
 from sparkbake.smoke.dummy_model import LAYERS_VARIABLE, Cut, UnusableModel
-from tests.conftest import plain_console
+from tests.conftest import fake_engine, plain_console
 from tests.nodeenv import write_sysctls
 
 REPO = Path(__file__).resolve().parents[2]
@@ -134,8 +134,8 @@ def test_a_serve_check_run_with_an_uncuttable_model_fails_each_check_with_the_li
     tag = REPO_CONFIG.tag("3.73-vision")
     model = write_model(tmp_path / "model", "{not json")
     request = serving.Request(model, None, 1, "require", None)
-    results = serving.run(None, "sha256:x", tag, suite, request, tmp_path / "serve.log",
-                          console=plain_console())
+    results = serving.run(fake_engine(None), "sha256:x", tag, suite, request,
+                          tmp_path / "serve.log", console=plain_console())
     detail = (f"{model / 'config.json'}: not JSON: Expecting property name enclosed in double "
               "quotes at line 1 column 2")
     assert [(r.name, r.status, r.detail) for r in results] == \

@@ -15,11 +15,12 @@ import pytest
 from sparkbake.config.platforms import AMD64, ARM64
 from sparkbake.errors import BakeError
 from sparkbake.oci import image_layout, layers
+from sparkbake.oci.documents import ConfigDoc
 from sparkbake.pipeline import verify
 from tests.conftest import plain_console
 
 EPOCH = 1735689600
-BASE: dict[str, Any] = {
+BASE: ConfigDoc = {
     "architecture": "amd64", "os": "linux", "created": "2020-01-01T00:00:00Z",
     "config": {"Env": ["PATH=/usr/local/cuda/bin:/usr/bin", "LANG=C.UTF-8", "MODE=base"],
                "Cmd": ["bash"], "Labels": {"maintainer": "NVIDIA", "keep": "base"},
@@ -154,7 +155,7 @@ def test_the_config_puts_the_change_over_the_base() -> None:
 
 
 def test_the_config_without_a_base_path_gets_the_default_path_and_the_bases_variant() -> None:
-    arm64_base = {"architecture": "arm64", "variant": "v8"}
+    arm64_base: ConfigDoc = {"architecture": "arm64", "variant": "v8"}
     config = image_layout.image_config(arm64_base, change(platform=ARM64, env=()))
     assert config["config"]["Env"] == [f"PATH=/opt/venv/bin:{image_layout.DEFAULT_PATH}"]
     assert (config["os"], config["architecture"], config["variant"]) == ("linux", "arm64", "v8")

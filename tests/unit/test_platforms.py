@@ -18,7 +18,7 @@ from sparkbake.core.stages import Stage
 from sparkbake.errors import BakeError, ConfigError, EngineError
 from sparkbake.oci import emulation
 from sparkbake.pipeline import status
-from tests.conftest import Project, plain_console, settings_of
+from tests.conftest import Project, fake_engine, plain_console, settings_of
 
 # the first 20 bytes of an ELF header: class, byte order, then e_machine at offset 18
 X86_64 = b"\x7fELF\x02\x01\x01" + bytes(11) + (62).to_bytes(2, "little")
@@ -114,8 +114,9 @@ def test_debootstrap_refuses_a_platform_the_table_lacks(tmp_path: Path) -> None:
                            packages=())
     settings = settings_of()
     with pytest.raises(ConfigError) as caught:
-        bases._debootstrap(FakeEngine("x86_64"), base, "ref", platforms.parse("linux/riscv64"),
-                           tmp_path, settings, console=plain_console())
+        bases._debootstrap(fake_engine(FakeEngine("x86_64")), base, "ref",
+                           platforms.parse("linux/riscv64"), tmp_path, settings,
+                           console=plain_console())
     assert (caught.value.message, caught.value.remedy) == (
         "base 'd': debootstrap has no architecture for linux/riscv64",
         "use one of linux/amd64, linux/arm64")
@@ -164,7 +165,7 @@ class FakeEngine:
 
 
 def test_an_emulated_arm64_container_gets_a_cpu_tree_with_its_identity() -> None:
-    with emulation.cpu_sysfs(FakeEngine("x86_64"), ARM64) as volumes:
+    with emulation.cpu_sysfs(fake_engine(FakeEngine("x86_64")), ARM64) as volumes:
         ((folder, bind),) = volumes.items()
         assert bind == {"bind": "/sys/devices/system/cpu", "mode": "ro"}
         midr = Path(folder, "cpu0", "regs", "identification", "midr_el1").read_text()
@@ -176,7 +177,7 @@ def test_an_emulated_arm64_container_gets_a_cpu_tree_with_its_identity() -> None
 def test_a_native_or_remote_container_gets_no_cpu_tree() -> None:
     for engine, platform in ((FakeEngine("aarch64"), ARM64), (FakeEngine("x86_64"), AMD64),
                              (FakeEngine("x86_64", "ssh://node"), ARM64)):
-        with emulation.cpu_sysfs(engine, platform) as volumes:
+        with emulation.cpu_sysfs(fake_engine(engine), platform) as volumes:
             assert volumes == {}
 
 

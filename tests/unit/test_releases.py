@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -12,7 +12,7 @@ from sparkbake.__main__ import main
 from sparkbake.errors import UsageError
 from sparkbake.oci import image_layout, layers
 from sparkbake.publish import releases
-from sparkbake.publish.record import Change, IndexEntry, Release, ReleaseDiff
+from sparkbake.publish.record import Change, IndexEntry, Release, ReleaseDiff, ReleaseJson
 from tests.conftest import plain_console, settings_of, versions_yaml
 
 SHA = {c: c * 64 for c in "abcdef"}
@@ -49,7 +49,7 @@ def record_json(tag: str, **changes: Any) -> dict[str, Any]:
 
 
 def record(tag: str, **changes: Any) -> Release:
-    return Release.from_json(record_json(tag, **changes))
+    return Release.from_json(cast(ReleaseJson, record_json(tag, **changes)))
 
 
 def write_records(folder: Path, *records: Release) -> None:
@@ -71,7 +71,7 @@ def test_a_release_record_from_before_smoke_gating_reads_with_none_in_place() ->
     older = {key: value for key, value in record_json("old").items()
              if key not in ("smoke", "manifest", "transfer", "build", "env")}
     older["upstream"] = {"kind": "pypi", "name": "vllm", "version": "0.33.0", "sha256": SHA["d"]}
-    old = Release.from_json(older)
+    old = Release.from_json(cast(ReleaseJson, older))
     assert (old.smoke, old.manifest, old.transfer, old.build, old.env) == (None,) * 5
     assert releases.entry(old).smoke == "unknown"
     assert releases.entry(old).upstream == "pypi vllm 0.33.0"
@@ -163,12 +163,12 @@ def changed_release() -> Release:
                            "patches": [["0001-prefix-cache.patch", SHA["d"]]]})
     b["env"] = {"VLLM_DSV4_CKV_GATHER": "0", "VLLM_DSV4_DCP_PREFIX_CACHE": "1"}
     b["manifest"]["wheels"][0]["sha256"] = SHA["e"]
-    return Release.from_json(b)
+    return Release.from_json(cast(ReleaseJson, b))
 
 
 def test_diff_names_each_changed_patch_env_variable_and_wheel() -> None:
     report = releases.diff(record("production-3.72-vision"), changed_release())
-    sections = report.to_json()["sections"]  # as `releases diff --json` prints it
+    sections = json.loads(json.dumps(report.to_json()))["sections"]  # as --json prints it
     assert sections["upstream"] == [] and sections["base"] == [] and sections["smoke"] == []
     assert sections["patches"] == [
         {"op": "~", "what": "dcp-dspark/0002-dspark.patch", "a": "sha256:ffffffffffff",
@@ -276,6 +276,7 @@ def test_diff_of_an_unpublished_tag_is_exit_2(config_file: Path,
 
 def test_rendered_digests_are_short_and_the_json_keeps_them_whole() -> None:
     report = releases.diff(record("a"), record("b", digest="sha256:" + SHA["d"]))
-    assert report.to_json()["sections"]["digest"][0]["b"] == "sha256:" + SHA["d"]
+    assert json.loads(json.dumps(report.to_json()))["sections"]["digest"][0]["b"] == \
+        "sha256:" + SHA["d"]
     assert "  ~ digest: sha256:aaaaaaaaaaaa -> sha256:dddddddddddd" in \
         releases.render_diff(report)

@@ -23,7 +23,7 @@ from sparkbake.core.smoke_record import CheckFailed, CheckResult, GpuMode
 from sparkbake.smoke import serve_client, serving
 from sparkbake.smoke.sample_envs import Suite
 from sparkbake.smoke.serve_client import Server
-from tests.conftest import plain_console
+from tests.conftest import fake_engine, plain_console
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -318,8 +318,8 @@ def test_serve_checks_that_cannot_run_say_why(tmp_path: Path, model: Path | None
     tag = tag_named("production-3.73-vision", ("prefix-cache",))
     suite = Suite("common", tmp_path, (), (), None)
     request = serving.Request(model, None, 1, gpu, unavailable)
-    results = serving.run(None, "sha256:x", tag, suite, request, tmp_path / "serve.log",
-                          console=plain_console())
+    results = serving.run(fake_engine(None), "sha256:x", tag, suite, request,
+                          tmp_path / "serve.log", console=plain_console())
     assert [(r.name, r.status, r.detail) for r in results] == \
         [(name, status, detail) for name in serving.names(tag)]
 

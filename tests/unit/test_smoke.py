@@ -20,7 +20,7 @@ from sparkbake.errors import SmokeError, UsageError
 from sparkbake.patch.apply import PatchedTree
 from sparkbake.planning import Plan, SeriesInfo
 from sparkbake.smoke import checks
-from tests.conftest import plain_console, settings_of
+from tests.conftest import fake_engine, plain_console, settings_of
 
 BASE = DebootstrapBase(name="local-debian", suite="bookworm", mirror=None, variant="minbase",
                        packages=())
@@ -156,8 +156,8 @@ def test_bad_options_are_usage_errors_before_any_engine_call(
         tmp_path: Path, options: checks.Options, message: str) -> None:
     config = Config(path=tmp_path / "versions.yaml", tags={TAG.name: TAG})
     with pytest.raises(UsageError) as caught:
-        checks.run(None, config, PLAN, FACTS, options, console=plain_console(),
-                   settings=settings_of())  # no client: it is never reached
+        checks.run(fake_engine(None), config, PLAN, FACTS, options, console=plain_console(),
+                   settings=settings_of())  # never reaches the engine
     assert caught.value.exit_code == 2
     assert caught.value.message.startswith(message)
 

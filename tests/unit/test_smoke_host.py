@@ -20,6 +20,7 @@ from sparkbake.hashing import file_sha256
 from sparkbake.patch.apply import PatchedTree
 from sparkbake.planning import Plan, SeriesInfo
 from sparkbake.smoke import host
+from tests.conftest import fake_engine
 
 CUDA = ImageBase(name="cuda", image="nvidia/cuda:13.0.3-runtime@sha256:" + "c" * 64)
 PATCH = """\
@@ -162,7 +163,7 @@ def test_labels_as_the_plan_says_pass(tmp_path: Path) -> None:
     plan = make_plan(tmp_path)
     wanted = runtime_image.labels(plan, BaseImage("cuda", CUDA.image, CUDA.digest), FACTS.patched,
                               FACTS.source_date)
-    detail = host.check_labels(None, attrs_with({**wanted, "maintainer": "x"}), plan,
+    detail = host.check_labels(fake_engine(None), attrs_with({**wanted, "maintainer": "x"}), plan,
                                      FACTS)
     assert detail.startswith(f"11 labels as the plan says (revision {'7' * 12}")
 
@@ -174,7 +175,7 @@ def test_a_wrong_or_missing_label_fails_naming_it(tmp_path: Path) -> None:
     wanted["org.opencontainers.image.revision"] = "0" * 64
     del wanted["dev.sparkbake.cuda-arch"]
     with pytest.raises(CheckFailed) as caught:
-        host.check_labels(None, attrs_with(wanted), plan, FACTS)
+        host.check_labels(fake_engine(None), attrs_with(wanted), plan, FACTS)
     cuda_arch, revision = str(caught.value).split("; ")
     assert cuda_arch == "dev.sparkbake.cuda-arch: image has None, the plan says '12.1a'"
     assert revision.startswith("org.opencontainers.image.revision: image has '0000000000")
@@ -199,7 +200,7 @@ def test_a_debootstrap_base_missing_here_leaves_its_digest_unchecked(tmp_path: P
     ref = local_ref(debian, plan.tag.platform)
     wanted = runtime_image.labels(plan, BaseImage("debian", ref, "sha256:old"), FACTS.patched,
                               FACTS.source_date)
-    detail = host.check_labels(NoImages(), attrs_with(wanted), plan, FACTS)
+    detail = host.check_labels(fake_engine(NoImages()), attrs_with(wanted), plan, FACTS)
     assert detail.endswith(f"; org.opencontainers.image.base.digest not checked: "
                            f"{local_ref(debian, plan.tag.platform)} is not in this engine")
     assert detail.startswith("10 labels as the plan says")

@@ -12,6 +12,7 @@ import pytest
 
 from sparkbake.bake import runtime_image
 from sparkbake.bases import BaseImage
+from tests.conftest import fake_engine
 
 BASE = BaseImage("debian", "sparkbake-base/debian:abc", "sha256:" + "1" * 64)
 
@@ -38,7 +39,7 @@ def engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> E
 
 
 def has_venv(engine: Engine, probes: Path) -> bool:
-    return runtime_image._has_venv(engine, BASE, probes)
+    return runtime_image._has_venv(fake_engine(engine), BASE, probes)
 
 
 def test_the_answer_is_probed_once_per_image_id(engine: Engine, tmp_path: Path) -> None:

@@ -16,10 +16,10 @@ import tarfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from sparkbake import trust
 from sparkbake.console.display import Console
+from sparkbake.core.baked_manifest import BakedManifest
 from sparkbake.files import atomic_write
 from sparkbake.oci import image_layout
 
@@ -42,8 +42,8 @@ class ImageFiles:
     files: dict[str, bytes]
 
     @property
-    def manifest(self) -> dict[str, Any]:
-        found: dict[str, Any] = json.loads(self.files.get(MANIFEST, b"{}"))
+    def manifest(self) -> BakedManifest:
+        found: BakedManifest = json.loads(self.files.get(MANIFEST, b"{}"))
         return found
 
     @property

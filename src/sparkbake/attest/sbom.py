@@ -32,6 +32,7 @@ from packageurl import PackageURL
 from packaging.utils import canonicalize_name
 
 from sparkbake.attest.imagefiles import ImageFiles
+from sparkbake.core.baked_manifest import BakedManifest, ThirdPartyJson
 from sparkbake.oci import image_layout
 
 __all__ = ["document", "python_distributions"]
@@ -54,7 +55,7 @@ def document(files: ImageFiles, image: image_layout.Descriptor) -> bytes:
     return text.encode() + b"\n"
 
 
-def _image(recorded: dict[str, Any], image: image_layout.Descriptor) -> Component:
+def _image(recorded: BakedManifest, image: image_layout.Descriptor) -> Component:
     name, _, tag = str(recorded.get("image", "image:unknown")).rpartition(":")
     purl = PackageURL("oci", name=name.rsplit("/", 1)[-1], version=image.digest,
                       qualifiers={"repository_url": name, "tag": tag})
@@ -64,7 +65,7 @@ def _image(recorded: dict[str, Any], image: image_layout.Descriptor) -> Componen
                                              "sparkbake:platform": recorded.get("platform")}))
 
 
-def python_distributions(files: ImageFiles, recorded: dict[str, Any]) -> list[Component]:
+def python_distributions(files: ImageFiles, recorded: BakedManifest) -> list[Component]:
     """One component per distribution in /opt/venv, by its METADATA."""
     wheels = {_normal(str(w["name"])): str(w["sha256"]) for w in recorded.get("wheels", [])}
     found = []
@@ -106,7 +107,7 @@ def _debian(files: ImageFiles) -> list[Component]:
     return found
 
 
-def _built(recorded: dict[str, Any]) -> list[Component]:
+def _built(recorded: BakedManifest) -> list[Component]:
     """What the image's manifest says went in: the upstream, the base, third-party sources,
     the CUDA toolchain."""
     parts = [_upstream(recorded), _base(recorded)]
@@ -121,7 +122,7 @@ def _built(recorded: dict[str, Any]) -> list[Component]:
     return parts
 
 
-def _upstream(recorded: dict[str, Any]) -> Component:
+def _upstream(recorded: BakedManifest) -> Component:
     pin = dict(recorded.get("upstream", {}))
     kind = pin.get("kind", "dir")
     version = pin.get("version") or pin.get("commit") or pin.get("tree", "")
@@ -142,14 +143,14 @@ def _upstream(recorded: dict[str, Any]) -> Component:
                                 **patches}))
 
 
-def _base(recorded: dict[str, Any]) -> Component:
+def _base(recorded: BakedManifest) -> Component:
     base = recorded.get("base", {})
     return Component(name=str(base.get("image", "base")), version=str(base.get("digest", "")),
                      bom_ref="base", type=ComponentType.CONTAINER,
                      properties=_properties({"sparkbake:base": base.get("name")}))
 
 
-def _thirdparty(source: dict[str, str]) -> Component:
+def _thirdparty(source: ThirdPartyJson) -> Component:
     return Component(
         name=source["name"], version=source["pin"], bom_ref=f"source:{source['name']}",
         external_references=[ExternalReference(type=ExternalReferenceType.VCS,
@@ -158,7 +159,7 @@ def _thirdparty(source: dict[str, str]) -> Component:
                                 "sparkbake:ref": source.get("ref")}))
 
 
-def _properties(values: dict[str, Any]) -> list[Property]:
+def _properties(values: dict[str, str | None]) -> list[Property]:
     return [Property(name=k, value=str(v)) for k, v in sorted(values.items()) if v]
 
 

@@ -15,10 +15,12 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
+from sparkbake.attest.intoto import Provenance, Statement, TestResult
 from sparkbake.errors import UsageError, VerificationError
 from sparkbake.oci import referrers
+from sparkbake.oci.documents import DescriptorDoc
 
 if TYPE_CHECKING:
     # cryptography is imported where used at run time: it is slow to import and only
@@ -34,6 +36,7 @@ __all__ = [
     "SIMPLE_SIGNING",
     "PublicKey",
     "SigningKey",
+    "SimpleSigning",
     "envelope",
     "generate",
     "layer_signature",
@@ -55,6 +58,21 @@ SIGNED_TAGS = "dev.sparkbake.tags"  # the payload's optional annotation: tags, c
 IN_TOTO_PAYLOAD = "application/vnd.in-toto+json"
 SIMPLE_SIGNING_TYPE = "cosign container image signature"
 KEYS_PAGE = "docs/how-to/publish-and-deploy.md#signing"
+
+# cosign's simple signing payload (simple_signing): what a `.sig` layer signs
+SignedIdentity = TypedDict("SignedIdentity", {"docker-reference": str})
+SignedImage = TypedDict("SignedImage", {"docker-manifest-digest": str})
+
+
+class SignedCritical(TypedDict):
+    identity: SignedIdentity
+    image: SignedImage
+    type: str
+
+
+class SimpleSigning(TypedDict):
+    critical: SignedCritical
+    optional: dict[str, str] | None  # cosign's annotations (SIGNED_TAGS)
 
 
 def _algorithm() -> ec.ECDSA:
@@ -174,10 +192,10 @@ def simple_signing(reference: str, digest: str, tags: Sequence[str] = ()) -> byt
     `reference` is the repository it is published in; `tags`, the names it is published
     under, go in cosign's optional annotations (SIGNED_TAGS), so that a copy of the digest
     under another name does not verify as the release."""
-    payload = {"critical": {"identity": {"docker-reference": reference},
-                            "image": {"docker-manifest-digest": digest},
-                            "type": SIMPLE_SIGNING_TYPE},
-               "optional": {SIGNED_TAGS: ",".join(tags)} if tags else None}
+    payload: SimpleSigning = {
+        "critical": {"identity": {"docker-reference": reference},
+                     "image": {"docker-manifest-digest": digest}, "type": SIMPLE_SIGNING_TYPE},
+        "optional": {SIGNED_TAGS: ",".join(tags)} if tags else None}
     return json.dumps(payload, separators=(",", ":")).encode()
 
 
@@ -195,12 +213,12 @@ def envelope(statement: bytes, key: SigningKey | None) -> bytes:
                        "signatures": signatures}, sort_keys=True).encode()
 
 
-def layer_signature(layer: dict[str, Any]) -> bytes:
+def layer_signature(layer: DescriptorDoc) -> bytes:
     """The signature a `.sig` manifest's layer carries (cosign's annotation); b"": none."""
     return base64.b64decode((layer.get("annotations") or {}).get(COSIGN_SIGNATURE, ""))
 
 
-def signed_statement(data: bytes, key: PublicKey) -> dict[str, Any] | None:
+def signed_statement(data: bytes, key: PublicKey) -> Statement[Provenance | TestResult] | None:
     """The statement inside a DSSE envelope that key signed; None for any other envelope
     (unsigned, another key's, not an envelope)."""
     try:
@@ -209,7 +227,7 @@ def signed_statement(data: bytes, key: PublicKey) -> dict[str, Any] | None:
         return None
 
 
-def open_envelope(data: bytes, key: PublicKey, what: str) -> dict[str, Any]:
+def open_envelope(data: bytes, key: PublicKey, what: str) -> Statement[Provenance | TestResult]:
     """The statement inside a DSSE envelope that key signed, else VerificationError."""
     try:
         doc = json.loads(data)
@@ -223,7 +241,7 @@ def open_envelope(data: bytes, key: PublicKey, what: str) -> dict[str, Any]:
     if not any(key.verifies(pae(doc["payloadType"], payload), s) for s in signatures):
         raise VerificationError(f"the {what} is not signed by {key.path}",
                                 "check that this is the publisher's public key")
-    statement: dict[str, Any] = json.loads(payload)
+    statement: Statement[Provenance | TestResult] = json.loads(payload)
     return statement
 
 

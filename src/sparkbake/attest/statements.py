@@ -9,10 +9,17 @@ makes them again from a checkout and compares them entry by entry.
 from __future__ import annotations
 
 import json
-from typing import Any
 
+from sparkbake.attest.intoto import (
+    BuildDefinition,
+    Provenance,
+    ResourceDescriptor,
+    RunDetails,
+    TestResult,
+)
 from sparkbake.config.model import Base
 from sparkbake.config.versions import Config
+from sparkbake.core.baked_manifest import BakedManifest
 from sparkbake.core.smoke_record import SmokeReport
 from sparkbake.core.stages import Stage
 from sparkbake.fetch import sourcelock
@@ -32,21 +39,21 @@ BUILDER = "urn:sparkbake:builder"
 BUILT_PREFIXES = ("built:", "source:")  # what the bake resolved, not the plan: not compared
 
 
-def subject(repository: str, digest: str) -> list[dict[str, Any]]:
+def subject(repository: str, digest: str) -> list[ResourceDescriptor]:
     return [{"name": repository, "digest": {"sha256": digest.removeprefix("sha256:")}}]
 
 
 def statement(repository: str, digest: str, predicate_type: str,
-              predicate: dict[str, Any]) -> bytes:
+              predicate: Provenance | TestResult) -> bytes:
     return json.dumps({"_type": STATEMENT, "subject": subject(repository, digest),
                        "predicateType": predicate_type, "predicate": predicate},
                       sort_keys=True, indent=1).encode()
 
 
 def provenance(config: Config, plan: Plan, repository: str, digest: str,
-               recorded: dict[str, Any], sbom: image_layout.Descriptor) -> bytes:
+               recorded: BakedManifest, sbom: image_layout.Descriptor) -> bytes:
     """The SLSA provenance v1 statement of the image digest."""
-    build = {"buildType": BUILD_TYPE,
+    build: BuildDefinition = {"buildType": BUILD_TYPE,
              "externalParameters": {"tag": plan.tag.name,
                                     "versions.yaml": {"sha256": file_sha256(config.path)}},
              "internalParameters": {"sparkbake": _version(), "inputs": plan.inputs,
@@ -54,7 +61,7 @@ def provenance(config: Config, plan: Plan, repository: str, digest: str,
                                     "platform": str(plan.tag.platform),
                                     "cuda_arch": plan.tag.cuda_arch},
              "resolvedDependencies": [*resolved(config, plan), *_built(recorded)]}
-    run = {"builder": {"id": BUILDER, "version": {"sparkbake": _version()},
+    run: RunDetails = {"builder": {"id": BUILDER, "version": {"sparkbake": _version()},
                        "builderDependencies": [_base("builder", plan.tag.builder)]},
            "metadata": {"invocationId": plan.inputs},
            "byproducts": [{"name": "sbom", "mediaType": sbom.media_type,
@@ -66,7 +73,7 @@ def provenance(config: Config, plan: Plan, repository: str, digest: str,
 _KEYED = (Stage.FETCH, Stage.PATCH, Stage.KERNELS, Stage.WHEELS, Stage.BAKE)
 
 
-def resolved(config: Config, plan: Plan) -> list[dict[str, Any]]:
+def resolved(config: Config, plan: Plan) -> list[ResourceDescriptor]:
     """The inputs the plan pins, as resource descriptors named by what they are."""
     found = [_upstream(plan), _base("runtime", plan.tag.runtime)]
     for series in plan.series:
@@ -82,7 +89,7 @@ def resolved(config: Config, plan: Plan) -> list[dict[str, Any]]:
     return found
 
 
-def _upstream(plan: Plan) -> dict[str, Any]:
+def _upstream(plan: Plan) -> ResourceDescriptor:
     pin = upstream_pin(plan.tag.upstream)
     if pin["kind"] == "pypi":
         return {"name": "upstream", "uri": f"pkg:pypi/{pin['name']}@{pin['version']}",
@@ -93,20 +100,22 @@ def _upstream(plan: Plan) -> dict[str, Any]:
     return {"name": "upstream", "uri": f"dir:{pin['path']}", "digest": {"sha256": pin["tree"]}}
 
 
-def _base(role: str, base: Base) -> dict[str, Any]:
+def _base(role: str, base: Base) -> ResourceDescriptor:
     identity = base_identity(base)
     ref = identity.get("image")
     if ref is None:  # made here by debootstrap: named by what makes it
         return {"name": f"base:{role}", "annotations": identity["debootstrap"]}
     _, _, digest = str(ref).partition("@sha256:")
-    return {"name": f"base:{role}", "uri": f"docker://{ref}",
-            **({"digest": {"sha256": digest}} if digest else {})}
+    found: ResourceDescriptor = {"name": f"base:{role}", "uri": f"docker://{ref}"}
+    if digest:
+        found["digest"] = {"sha256": digest}
+    return found
 
 
-def _built(recorded: dict[str, Any]) -> list[dict[str, Any]]:
+def _built(recorded: BakedManifest) -> list[ResourceDescriptor]:
     """What the bake resolved: the runtime base's image ID, CMake's third-party sources."""
     base = recorded.get("base", {})
-    found = [{"name": "built:runtime-base", "uri": f"docker://{base.get('image')}",
+    found: list[ResourceDescriptor] = [{"name": "built:runtime-base", "uri": f"docker://{base.get('image')}",
               "digest": {"sha256": str(base.get("digest", "")).removeprefix("sha256:")}}] \
         if base else []
     return found + [{"name": f"source:{s['name']}", "uri": f"git+{s['url']}",
@@ -121,7 +130,7 @@ def test_result(repository: str, digest: str, record: SmokeReport) -> bytes:
     for check in record.checks:
         label = check.name if check.status != "skipped" else f"{check.name}: {check.detail}"
         by.setdefault(check.status, []).append(label)
-    predicate = {"result": "PASSED" if record.passed else "FAILED",
+    predicate: TestResult = {"result": "PASSED" if record.passed else "FAILED",
                  "passedTests": by["passed"], "warnedTests": by["skipped"],
                  "failedTests": by["failed"],
                  "configuration": [{"name": "smoke", "annotations": {

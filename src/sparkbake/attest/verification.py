@@ -10,20 +10,32 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict, cast
 
 from sparkbake import planning
 from sparkbake.attest import signing, statements, stored
+from sparkbake.attest.intoto import Provenance, Statement, TestResult
 from sparkbake.attest.signing import PublicKey
 from sparkbake.config.versions import Config
 from sparkbake.console.display import Console
 from sparkbake.errors import VerificationError
 from sparkbake.oci import image_layout, referrers
 from sparkbake.oci.distribution import Session
+from sparkbake.oci.documents import DescriptorDoc
 
 __all__ = ["Verified", "check_against", "check_signature", "check_statements", "verify"]
 
 REPUBLISH = "publish the image again with --sign-key (or check that this is its digest)"
+
+
+class SbomComponent(TypedDict, total=False):
+    purl: str
+
+
+class SbomDoc(TypedDict, total=False):
+    """The parts of the attached CycloneDX SBOM that verify-release reads."""
+
+    components: list[SbomComponent]
 
 
 @dataclass(frozen=True)
@@ -32,9 +44,9 @@ class Verified:
 
     reference: str  # repository@digest
     digest: str
-    provenance: dict[str, Any]
-    smoke: dict[str, Any] | None
-    sbom: dict[str, Any]
+    provenance: Statement[Provenance]
+    smoke: Statement[TestResult] | None
+    sbom: SbomDoc
     listing: referrers.Listing
 
     def lines(self, key: PublicKey) -> list[str]:
@@ -78,9 +90,11 @@ def verify(session: Session, digest: str, key: PublicKey, work: image_layout.Lay
     if statements.PROVENANCE not in by_type:
         raise VerificationError(f"{repository}@{digest}: no provenance signed by {key.path} "
                                 "is attached", REPUBLISH)
-    document = _sbom(session, found, by_type[statements.PROVENANCE], repository, work)
-    return Verified(f"{repository}@{digest}", digest, by_type[statements.PROVENANCE],
-                    by_type.get(statements.TEST_RESULT), document, listing)
+    # each statement's predicate is the one its predicateType names
+    provenance = cast(Statement[Provenance], by_type[statements.PROVENANCE])
+    smoke = cast(Statement[TestResult] | None, by_type.get(statements.TEST_RESULT))
+    document = _sbom(session, found, provenance, repository, work)
+    return Verified(f"{repository}@{digest}", digest, provenance, smoke, document, listing)
 
 
 def check_signature(session: Session, repository: str, digest: str, key: PublicKey,
@@ -93,11 +107,11 @@ def check_signature(session: Session, repository: str, digest: str, key: PublicK
         raise VerificationError(f"{repository}@{digest} is not signed (no {signatures})",
                                 REPUBLISH)
     session.pull(found, work)
-    for layer in work.read_json(found)["layers"]:
+    for layer in work.read_manifest_doc(found)["layers"]:
         payload = work.read(layer["digest"])
         if not key.verifies(payload, signing.layer_signature(layer)):
             continue
-        document = json.loads(payload)
+        document: signing.SimpleSigning = json.loads(payload)
         signed = document["critical"]["image"]["docker-manifest-digest"]
         if signed != digest:
             raise VerificationError(
@@ -110,7 +124,8 @@ def check_signature(session: Session, repository: str, digest: str, key: PublicK
                             "check that this is the publisher's public key")
 
 
-def _check_name(payload: dict[str, Any], repository: str, digest: str, tag: str | None) -> None:
+def _check_name(payload: signing.SimpleSigning, repository: str, digest: str,
+                tag: str | None) -> None:
     """The signed repository is this one, and the tag asked for is one it was signed under:
     a signed digest copied to another name is not the release of that name."""
     signed_in = payload["critical"]["identity"].get("docker-reference")
@@ -131,13 +146,13 @@ def _check_name(payload: dict[str, Any], repository: str, digest: str, tag: str 
             f"{repository}@{digest} to see which")
 
 
-def check_statements(session: Session, found: list[dict[str, Any]], digest: str,
+def check_statements(session: Session, found: list[DescriptorDoc], digest: str,
                      key: PublicKey, work: image_layout.Layout, *,
-                     console: Console) -> dict[str, dict[str, Any]]:
+                     console: Console) -> dict[str, Statement[Provenance | TestResult]]:
     """Each attached in-toto statement signed by key, which must be about digest, by
     predicate type. Statements key did not sign (unsigned, another publisher's) are skipped,
     and said: anyone who can push can attach one, and it must not hide the signed ones."""
-    by_type: dict[str, dict[str, Any]] = {}
+    by_type: dict[str, Statement[Provenance | TestResult]] = {}
     skipped = 0
     for entry in found:
         if entry.get("artifactType") != signing.DSSE_TYPE:
@@ -160,8 +175,8 @@ def check_statements(session: Session, found: list[dict[str, Any]], digest: str,
     return by_type
 
 
-def _sbom(session: Session, found: list[dict[str, Any]], provenance: dict[str, Any],
-          repository: str, work: image_layout.Layout) -> dict[str, Any]:
+def _sbom(session: Session, found: list[DescriptorDoc], provenance: Statement[Provenance],
+          repository: str, work: image_layout.Layout) -> SbomDoc:
     """The attached SBOM whose digest the signed provenance names."""
     named = {b["digest"]["sha256"] for b in provenance["predicate"]["runDetails"]["byproducts"]
              if b.get("name") == "sbom"}
@@ -169,13 +184,13 @@ def _sbom(session: Session, found: list[dict[str, Any]], provenance: dict[str, A
         if entry.get("artifactType") == stored.MEDIA_TYPE:
             _, data = referrers.pull(session, work, entry["digest"])
             if hashlib.sha256(data).hexdigest() in named:
-                document: dict[str, Any] = json.loads(data)
+                document: SbomDoc = json.loads(data)
                 return document
     raise VerificationError(f"{repository}: no attached SBOM is the one its provenance names",
                             REPUBLISH)
 
 
-def check_against(config: Config, provenance: dict[str, Any]) -> str:
+def check_against(config: Config, provenance: Statement[Provenance]) -> str:
     """The provenance's inputs are those config pins for its tag now, entry by entry; the
     tag's name. A mismatch names the input."""
     build = provenance["predicate"]["buildDefinition"]

@@ -9,7 +9,7 @@ import json
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TypedDict, cast
 
 from sparkbake import trust
 from sparkbake.bases import BaseImage
@@ -20,15 +20,24 @@ from sparkbake.files import atomic_write
 from sparkbake.hashing import data_hash
 from sparkbake.oci import image_layout, layers
 from sparkbake.oci.docker_engine import Client
+from sparkbake.oci.documents import ConfigDoc
 
 __all__ = ["Below", "ensure", "record_path"]
+
+
+class BaseBlobs(TypedDict):
+    """The cache's record of a base image's blobs (record_path)."""
+
+    image: str  # the engine's image id
+    config: str  # the config's digest
+    layers: list[str]  # the layers' blob digests, bottom first
 
 
 @dataclass(frozen=True)
 class Below:
     """The base image's config and its layers as blobs in the layout."""
 
-    config: dict[str, Any]
+    config: ConfigDoc
     layers: list[image_layout.Descriptor]
 
 
@@ -45,7 +54,7 @@ def ensure(client: Client, base: BaseImage, cache: image_layout.Layout, layout: 
                                                                *listing["layers"]]]):
         listing = _export_base(client, base, image_id, cache, work, workers, console=console)
         atomic_write(record, json.dumps(listing, indent=2) + "\n")
-    return Below(cache.read_json(listing["config"]),
+    return Below(cache.read_config_doc(listing["config"]),
                   [layout.add_file(cache.blob(d), d, layers.MEDIA_TYPE)
                    for d in listing["layers"]])
 
@@ -58,14 +67,15 @@ def record_path(cache: image_layout.Layout, image_id: str) -> Path:
     return cache.root / "bases" / f"{image_id.split(':')[1]}.{made}.json"
 
 
-def _listing(record: Path, *, console: Console) -> dict[str, Any] | None:
+def _listing(record: Path, *, console: Console) -> BaseBlobs | None:
     """The cache's record of a base's blobs; None when missing or damaged (removed)."""
-    return trust.record_or_drop(record, ("config", "layers"), "a base layers record",
-                                console=console)
+    return cast(BaseBlobs | None,
+                trust.record_or_drop(record, ("config", "layers"), "a base layers record",
+                                     console=console))
 
 
 def _export_base(client: Client, base: BaseImage, image_id: str, cache: image_layout.Layout,
-                 work: Path, workers: int, *, console: Console) -> dict[str, Any]:
+                 work: Path, workers: int, *, console: Console) -> BaseBlobs:
     archive = work / "base.tar"
     with step(console, f"base layers of {base.ref} ({image_id[:19]})"), archive.open("wb") as out:
         for chunk in client.images.get(base.ref).save(named=False):

@@ -72,8 +72,9 @@ def connect(node: Node) -> Client:
     import requests
 
     def client(timeout: int) -> Client:
-        return docker.DockerClient(base_url=node.url, timeout=timeout,
-                                   use_ssh_client=node.url.startswith("ssh://"))
+        made: Client = docker.DockerClient(base_url=node.url, timeout=timeout,
+                                           use_ssh_client=node.url.startswith("ssh://"))
+        return made
     try:
         with contextlib.closing(client(PING_TIMEOUT)) as probe:  # fail fast
             probe.ping()

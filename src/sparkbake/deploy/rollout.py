@@ -186,7 +186,7 @@ def _transfer(job: Job, node: Node, client: Client, *, console: Console,
 def _layer_sizes(release: Release) -> dict[str, int]:
     """The release's layer sizes by pull progress id: its blobs but the config (none in a
     record from before publish counted its blobs: then the pull's own progress gives them)."""
-    blobs = (release.transfer or {}).get("blobs") or []
+    blobs = (release.transfer.get("blobs") if release.transfer else None) or []
     return transfer.progress_ids(b for b in blobs if b.get("digest") != release.image_id)
 
 

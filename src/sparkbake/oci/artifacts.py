@@ -5,9 +5,8 @@ subject's referrers; an OCI layout keeps them beside the image.
 
 from __future__ import annotations
 
-from typing import Any
-
 from sparkbake.oci import image_layout
+from sparkbake.oci.documents import ManifestDoc
 
 __all__ = ["EMPTY", "Artifact", "add", "read"]
 
@@ -20,10 +19,13 @@ Artifact = tuple[str, bytes]  # (artifactType, the blob)
 
 
 def document(artifact_type: str, blob: image_layout.Descriptor, subject: image_layout.Descriptor,
-             annotations: dict[str, str]) -> dict[str, Any]:
-    return {"schemaVersion": 2, "mediaType": image_layout.MANIFEST_TYPE,
-            "artifactType": artifact_type, "config": EMPTY.json(), "layers": [blob.json()],
-            "subject": subject.json(), **({"annotations": annotations} if annotations else {})}
+             annotations: dict[str, str]) -> ManifestDoc:
+    doc: ManifestDoc = {"schemaVersion": 2, "mediaType": image_layout.MANIFEST_TYPE,
+                        "artifactType": artifact_type, "config": EMPTY.json(),
+                        "layers": [blob.json()], "subject": subject.json()}
+    if annotations:
+        doc["annotations"] = annotations
+    return doc
 
 
 def add(layout: image_layout.Layout, artifact_type: str, data: bytes,
@@ -36,7 +38,7 @@ def add(layout: image_layout.Layout, artifact_type: str, data: bytes,
     return layout.add_bytes(image_layout.canonical(doc), image_layout.MANIFEST_TYPE)
 
 
-def read(layout: image_layout.Layout, manifest: str) -> tuple[dict[str, Any], bytes]:
+def read(layout: image_layout.Layout, manifest: str) -> tuple[ManifestDoc, bytes]:
     """An artifact's manifest and its one blob."""
-    doc = layout.read_json(manifest)
+    doc = layout.read_manifest_doc(manifest)
     return doc, layout.read(doc["layers"][0]["digest"])

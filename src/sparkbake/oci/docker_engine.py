@@ -18,6 +18,7 @@ from sparkbake.config.settings import Settings
 from sparkbake.console.display import Console
 from sparkbake.errors import EngineError, FatalError
 from sparkbake.files import naming
+from sparkbake.oci.engine_client import Client, Container
 
 __all__ = [
     "RUN_LABEL",
@@ -40,7 +41,6 @@ __all__ = [
 
 # The Docker SDK and requests are imported where used: the SDK takes ~0.2 s to import
 # (paramiko, cryptography) and most commands never talk to an engine.
-Client = Any  # docker.DockerClient: the SDK ships no type information
 TAIL_LINES = 40
 # seconds an engine call may go without a byte back. A container's run (wait, logs) and an
 # image build are not bounded: they last as long as their work.
@@ -64,7 +64,8 @@ def connect(settings: Settings) -> Client:
     import requests
 
     try:
-        client = docker.from_env(timeout=ENGINE_TIMEOUT, environment=dict(settings.environ))
+        client: Client = docker.from_env(timeout=ENGINE_TIMEOUT,
+                                         environment=dict(settings.environ))
         client.ping()
     except (docker.errors.DockerException, requests.RequestException) as exc:
         raise EngineError(
@@ -212,7 +213,7 @@ def started_container(
     volumes: Mapping[str, Mapping[str, str]] | None = None,
     environment: Mapping[str, str] | None = None,
     **extra: Any,
-) -> Iterator[Any]:
+) -> Iterator[Container]:
     """A container left running for the block (a server); then stopped and removed."""
     with _container(client, image, command, volumes, environment, True, False, extra) as box:
         yield box
@@ -231,7 +232,7 @@ def bridge_gateway(client: Client, image: str) -> str:
                       "check the engine's default bridge (docker network inspect bridge)")
 
 
-def _copy_out(box: Any, path: str, tar: Path) -> None:
+def _copy_out(box: Container, path: str, tar: Path) -> None:
     """path in the container as a tar file. The engine holds the container while it sends
     the archive: the stream is closed on any failure (a full disk), or removing the
     container would wait for the rest of it for ever (the SDK's stream cannot be closed)."""
@@ -280,7 +281,7 @@ def _container(client: Client, image: str, command: Sequence[str],
                volumes: Mapping[str, Mapping[str, str]] | None,
                environment: Mapping[str, str] | None, network: bool, keep: bool,
                extra: dict[str, Any],
-               copy_in: Mapping[str, bytes] | None = None) -> Iterator[Any]:
+               copy_in: Mapping[str, bytes] | None = None) -> Iterator[Container]:
     import docker.errors
 
     options = dict(volumes=dict(volumes or {}), environment=dict(environment or {}),
@@ -322,7 +323,7 @@ def _tar_of(files: Mapping[str, bytes]) -> bytes:
     return buffer.getvalue()
 
 
-def _follow(box: Any, lines: list[str], log_path: Path | None,
+def _follow(box: Container, lines: list[str], log_path: Path | None,
             console: Console | None) -> None:
     if log_path:
         log_path.parent.mkdir(parents=True, exist_ok=True)

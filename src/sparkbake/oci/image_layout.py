@@ -21,12 +21,20 @@ from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from sparkbake import trust
 from sparkbake.config.platforms import Platform
 from sparkbake.console.display import Console
 from sparkbake.files import atomic_write
+from sparkbake.oci.documents import (
+    ConfigDoc,
+    ContainerConfig,
+    DescriptorDoc,
+    HistoryDoc,
+    IndexDoc,
+    ManifestDoc,
+)
 
 __all__ = ["CONFIG_TYPE", "FORMAT", "INDEX_TYPE", "LAYER_TYPE", "MANIFEST_TYPE", "REF_NAME",
            "ConfigChange", "Descriptor", "Layout", "Manifest", "canonical", "docker_archive",
@@ -53,11 +61,11 @@ class Descriptor:
     digest: str  # sha256:<hex>
     size: int
 
-    def json(self) -> dict[str, Any]:
+    def json(self) -> DescriptorDoc:
         return {"mediaType": self.media_type, "digest": self.digest, "size": self.size}
 
     @classmethod
-    def of(cls, doc: dict[str, Any]) -> Descriptor:
+    def of(cls, doc: DescriptorDoc) -> Descriptor:
         return cls(str(doc["mediaType"]), str(doc["digest"]), int(doc["size"]))
 
 
@@ -137,8 +145,16 @@ class Layout:
         doc: dict[str, Any] = json.loads(self.read(digest))
         return doc
 
+    def read_manifest_doc(self, digest: str) -> ManifestDoc:
+        doc: ManifestDoc = json.loads(self.read(digest))
+        return doc
+
+    def read_config_doc(self, digest: str) -> ConfigDoc:
+        doc: ConfigDoc = json.loads(self.read(digest))
+        return doc
+
     def read_manifest(self, digest: str) -> Manifest:
-        doc = self.read_json(digest)
+        doc = self.read_manifest_doc(digest)
         return Manifest(Descriptor.of(doc["config"]),
                         tuple(Descriptor.of(layer) for layer in doc["layers"]))
 
@@ -166,7 +182,8 @@ class Layout:
             index = self._index()
             kept = [m for m in index["manifests"]
                     if (m.get("annotations") or {}).get(REF_NAME) != name]
-            entry = {**manifest.json(), "annotations": {REF_NAME: name}}
+            entry = manifest.json()
+            entry["annotations"] = {REF_NAME: name}
             index["manifests"] = sorted([*kept, entry],
                                         key=lambda m: m["annotations"][REF_NAME])
             atomic_write(self.root / "index.json", json.dumps(index, indent=2) + "\n")
@@ -177,10 +194,10 @@ class Layout:
                 return Descriptor.of(entry)
         return None
 
-    def _index(self) -> dict[str, Any]:
+    def _index(self) -> IndexDoc:
         path = self.root / "index.json"
         # damaged: the names are made again by their bakes
-        index = trust.record_or_drop(path, console=self.console)
+        index = cast(IndexDoc | None, trust.record_or_drop(path, console=self.console))
         return index or {"schemaVersion": 2, "mediaType": INDEX_TYPE, "manifests": []}
 
     def _init(self) -> None:
@@ -225,11 +242,12 @@ class ConfigChange:
     entrypoint: tuple[str, ...]
 
 
-def image_config(base: dict[str, Any], change: ConfigChange) -> dict[str, Any]:
+def image_config(base: ConfigDoc, change: ConfigChange) -> ConfigDoc:
     """The config of base + change: the base's runtime settings, PATH, env and labels over
     them, the new entrypoint (which clears the base's Cmd, as in a Dockerfile)."""
     arch = change.platform.architecture
-    runtime = {k: v for k, v in (base.get("config") or {}).items() if k in RUNTIME_KEYS and v}
+    runtime = cast(ContainerConfig, {k: v for k, v in (base.get("config") or {}).items()
+                                     if k in RUNTIME_KEYS and v})
     env = _with_env(list(runtime.get("Env") or []), "PATH",
                     f"{change.path}:{_env_value(runtime.get('Env') or [], 'PATH')}")
     for name, value in change.env:
@@ -238,12 +256,12 @@ def image_config(base: dict[str, Any], change: ConfigChange) -> dict[str, Any]:
     runtime |= {"Env": env, "Entrypoint": list(change.entrypoint),
                 "Labels": {**(runtime.get("Labels") or {}), **dict(change.labels)}}
     created = rfc3339(change.created)
-    config: dict[str, Any] = {
+    config: ConfigDoc = {
         "architecture": arch, "os": change.platform.os, "created": created, "config": runtime,
         "rootfs": {"type": "layers", "diff_ids": [*(base.get("rootfs") or {}).get(
             "diff_ids", []), *(diff_id for diff_id, _ in change.layers)]},
         "history": [*(base.get("history") or []),
-                    *({"created": created, "created_by": what} for _, what in change.layers)],
+                    *(HistoryDoc(created=created, created_by=what) for _, what in change.layers)],
     }
     if base.get("variant") and base.get("architecture") == arch:  # the base's CPU variant
         config["variant"] = base["variant"]
@@ -265,7 +283,7 @@ def _with_env(env: list[str], name: str, value: str) -> list[str]:
     return [*env, entry]
 
 
-def manifest(config: Descriptor, layers: list[Descriptor]) -> dict[str, Any]:
+def manifest(config: Descriptor, layers: list[Descriptor]) -> ManifestDoc:
     return {"schemaVersion": 2, "mediaType": MANIFEST_TYPE, "config": config.json(),
             "layers": [layer.json() for layer in layers]}
 
@@ -313,7 +331,7 @@ def _tar_bytes(name: str, data: bytes) -> Iterator[bytes]:
     yield data + bytes(-len(data) % tarfile.BLOCKSIZE)
 
 
-def made_by(config: dict[str, Any], index: int) -> str:
+def made_by(config: ConfigDoc, index: int) -> str:
     """The history line of the index-th layer (history entries with empty_layer skip none)."""
     made = [h for h in config.get("history") or [] if not h.get("empty_layer")]
     if index < len(made):

@@ -8,10 +8,11 @@ docker-registry 2.8) gets the spec's fallback: an image index under the tag
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from typing import Literal
 
 from sparkbake.oci import image_layout
 from sparkbake.oci.distribution import MANIFEST_TYPES, Session
+from sparkbake.oci.documents import DescriptorDoc, IndexDoc, ManifestDoc
 
 __all__ = ["Listing", "attach", "fallback_tag", "listed", "pull"]
 
@@ -41,25 +42,27 @@ def attach(session: Session, layout: image_layout.Layout, artifact: image_layout
 def _add_to_fallback(session: Session, layout: image_layout.Layout,
                      artifact: image_layout.Descriptor, subject: str) -> None:
     tag = fallback_tag(subject)
-    index = _fallback_index(session, subject) or {
+    index: IndexDoc = _fallback_index(session, subject) or {
         "schemaVersion": 2, "mediaType": image_layout.INDEX_TYPE, "manifests": []}
     if any(m["digest"] == artifact.digest for m in index["manifests"]):
         return
-    index["manifests"].append(_entry(layout.read_json(artifact.digest), artifact))
+    index["manifests"].append(_entry(layout.read_manifest_doc(artifact.digest), artifact))
     data = image_layout.canonical(index)
     response = session.request("PUT", session.url("manifests", tag), body=lambda: data,
                                headers={"Content-Type": image_layout.INDEX_TYPE})
     _expect(session, response.status_code, 201, f"pushing the referrers index {tag}")
 
 
-def _entry(doc: dict[str, Any], artifact: image_layout.Descriptor) -> dict[str, Any]:
+def _entry(doc: ManifestDoc, artifact: image_layout.Descriptor) -> DescriptorDoc:
     """A referrer as the spec lists it: the descriptor, its artifactType and annotations."""
-    kind = doc.get("artifactType") or doc["config"]["mediaType"]
-    return {**artifact.json(), "artifactType": kind,
-            **({"annotations": doc["annotations"]} if doc.get("annotations") else {})}
+    entry = artifact.json()
+    entry["artifactType"] = doc.get("artifactType") or doc["config"]["mediaType"]
+    if doc.get("annotations"):
+        entry["annotations"] = doc["annotations"]
+    return entry
 
 
-def listed(session: Session, subject: str) -> tuple[list[dict[str, Any]], Listing | None]:
+def listed(session: Session, subject: str) -> tuple[list[DescriptorDoc], Listing | None]:
     """The subject's referrers (descriptors with artifactType) and where they were found;
     ([], None) when neither the API nor the fallback tag has any."""
     response = session.request("GET", session.url("referrers", subject),
@@ -72,21 +75,20 @@ def listed(session: Session, subject: str) -> tuple[list[dict[str, Any]], Listin
     return (list(index["manifests"]), "fallback tag") if index else ([], None)
 
 
-def _fallback_index(session: Session, subject: str) -> dict[str, Any] | None:
+def _fallback_index(session: Session, subject: str) -> IndexDoc | None:
     response = session.request("GET", session.url("manifests", fallback_tag(subject)),
                                headers={"Accept": MANIFEST_TYPES})
     if response.status_code == 404:
         return None
     _expect(session, response.status_code, 200, f"reading {fallback_tag(subject)}")
-    index: dict[str, Any] = json.loads(response.content)
+    index: IndexDoc = json.loads(response.content)
     return index
 
 
-def pull(session: Session, layout: image_layout.Layout, digest: str) -> tuple[dict[str, Any],
-                                                                                   bytes]:
+def pull(session: Session, layout: image_layout.Layout, digest: str) -> tuple[ManifestDoc, bytes]:
     """An artifact of one blob out of the registry: its manifest and the blob."""
     session.pull(digest, layout)
-    doc = layout.read_json(digest)
+    doc = layout.read_manifest_doc(digest)
     return doc, layout.read(doc["layers"][0]["digest"])
 
 

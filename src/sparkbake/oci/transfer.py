@@ -11,16 +11,36 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from sparkbake.oci import image_layout
 
-__all__ = ["Pulled", "Sent", "human_bytes", "progress_ids", "pulled_from_progress"]
+__all__ = ["Pulled", "Sent", "TransferRecord", "human_bytes", "progress_ids",
+           "pulled_from_progress"]
 
 UNITS = ("B", "kB", "MB", "GB", "TB")  # decimal, as the Docker CLI prints sizes
 PRESENT_STATUS = "Already exists"
 FETCHED_STATUSES = ("Downloading", "Download complete", "Verifying Checksum", "Extracting",
                     "Pull complete")
+
+
+class BlobCount(TypedDict):
+    blobs: int
+    bytes: int
+
+
+class SentBlob(TypedDict):
+    digest: str
+    size: int
+    sent: bool  # False: the registry had it
+
+
+class TransferRecord(TypedDict):
+    """Sent.record: the release record's `transfer`."""
+
+    sent: BlobCount
+    present: BlobCount
+    blobs: list[SentBlob]
 
 
 def human_bytes(count: int) -> str:
@@ -66,7 +86,7 @@ class Sent:
                 f"({human_bytes(self.sent_bytes)}), {len(self.present)} already in the "
                 f"registry ({human_bytes(self.present_bytes)})")
 
-    def record(self) -> dict[str, Any]:
+    def record(self) -> TransferRecord:
         """The release record's `transfer`: totals and each blob, whether it was sent."""
         sent = {blob.digest for blob in self.sent}
         blobs = sorted([*self.sent, *self.present], key=lambda blob: blob.digest)
@@ -106,7 +126,7 @@ class Pulled:
                 f"({human_bytes(self.fetched_bytes)}), {len(self.present)} already present "
                 f"({human_bytes(self.present_bytes)})")
 
-    def record(self) -> dict[str, Any]:
+    def record(self) -> dict[str, dict[str, int]]:
         """The deploy report's `pulled` and `present` of a node."""
         return {"pulled": {"layers": len(self.fetched), "bytes": self.fetched_bytes},
                 "present": {"layers": len(self.present), "bytes": self.present_bytes}}

@@ -70,7 +70,7 @@ def _differs(config: Config, tag_name: str, digest: str, published: image_layout
              settings: Settings) -> VerificationError:
     """The error that names where the rebuild parts from the registry's image."""
     rebuilt = layout.read_manifest(rebuilt_digest)
-    history = layout.read_json(rebuilt.config.digest)
+    history = layout.read_config_doc(rebuilt.config.digest)
     index = _first_difference(published.layers, rebuilt.layers)
     if index is None:
         where = (f"the layers are the same, the config is not ({published.config.digest[:19]} "

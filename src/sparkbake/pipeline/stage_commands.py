@@ -6,9 +6,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
 
 from sparkbake import filelock
 from sparkbake.config.settings import Settings
@@ -70,7 +69,8 @@ def _one_build(config: Config, tag: Tag, wait: float = BUILD_LOCK_WAIT, *,
             from None
 
 
-def print_json(output: Output, record: dict[str, Any]) -> None:
-    """A command's record on stdout (--json), as it is written to build/."""
+def print_json(output: Output, record: Mapping[str, object]) -> None:
+    """A command's record on stdout (--json), as it is written to build/: any JSON object
+    (a record's TypedDict among them)."""
     if output.json:
         print(json.dumps(record, indent=2))

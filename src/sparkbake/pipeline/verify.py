@@ -22,6 +22,7 @@ from sparkbake.core.folders import Folders
 from sparkbake.errors import ReproducibilityError, UsageError
 from sparkbake.files import atomic_write
 from sparkbake.oci import image_layout, layers, registry_access
+from sparkbake.oci.documents import ConfigDoc
 from sparkbake.planning import Plan
 
 __all__ = ["SHOWN", "FileChange", "KeyChange", "LayerChange", "Report", "Side", "compare",
@@ -109,7 +110,7 @@ def original(config: Config, settings: Settings, plan: Plan, against: str | None
             raise UsageError(f"{tag} has no baked image in {layout.root}",
                              f"build it (`{settings.command('build-image', tag)}`) or pass "
                              "--against DIGEST")
-        labels = layout.read_json(baked.config)["config"].get("Labels") or {}
+        labels = layout.read_config_doc(baked.config)["config"].get("Labels") or {}
         if labels.get(runtime_image.INPUTS_LABEL) != plan.inputs:
             raise UsageError(f"the image of {tag} in {layout.root} was baked from other inputs "
                              f"than the plan's ({plan.inputs[:12]})",
@@ -169,7 +170,7 @@ def compare(original: Side, rebuilt: Side) -> Report:
     """The report: whether the digests are equal, and what differs where (each side's
     bytes hashed first: require_intact)."""
     manifests = [side.layout.read_manifest(side.image.digest) for side in (original, rebuilt)]
-    configs = [side.layout.read_json(manifest.config.digest)
+    configs = [side.layout.read_config_doc(manifest.config.digest)
                for side, manifest in zip((original, rebuilt), manifests, strict=True)]
     equal = original.image.digest == rebuilt.image.digest
     changes: tuple[LayerChange, ...] = ()
@@ -192,7 +193,7 @@ def _flat(value: Any, prefix: str = "") -> dict[str, str]:
     return {prefix: json.dumps(value)}
 
 
-def _config_changes(old: dict[str, Any], new: dict[str, Any]) -> tuple[KeyChange, ...]:
+def _config_changes(old: ConfigDoc, new: ConfigDoc) -> tuple[KeyChange, ...]:
     before, after = _flat(old), _flat(new)
     return tuple(KeyChange(key, before.get(key), after.get(key))
                  for key in sorted(set(before) | set(after))
@@ -201,7 +202,7 @@ def _config_changes(old: dict[str, Any], new: dict[str, Any]) -> tuple[KeyChange
 
 def _layer_change(index: int, original: Side, rebuilt: Side,
                   manifests: list[image_layout.Manifest],
-                  configs: list[dict[str, Any]]) -> LayerChange | None:
+                  configs: list[ConfigDoc]) -> LayerChange | None:
     old, new = (m.layers[index] if index < len(m.layers) else None for m in manifests)
     if old and new and old.digest == new.digest:
         return None
@@ -220,7 +221,7 @@ def _file_changes(old: dict[str, layers.Entry],
                  for path in sorted(set(old) | set(new)) if old.get(path) != new.get(path))
 
 
-def _same_files_note(configs: list[dict[str, Any]], index: int) -> str:
+def _same_files_note(configs: list[ConfigDoc], index: int) -> str:
     diff_ids = [c["rootfs"]["diff_ids"][index] if index < len(c["rootfs"]["diff_ids"]) else ""
                 for c in configs]
     if diff_ids[0] == diff_ids[1]:

@@ -15,21 +15,23 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from sparkbake.attest import signing, statements, stored
 from sparkbake.attest.signing import SigningKey
 from sparkbake.bake import runtime_image
 from sparkbake.config.versions import Config
 from sparkbake.console.display import Console
+from sparkbake.core.baked_manifest import BakedManifest
 from sparkbake.core.folders import Folders
 from sparkbake.core.smoke_record import SmokeReport
 from sparkbake.errors import PublishError
 from sparkbake.files import read_json
 from sparkbake.oci import artifacts, image_layout, referrers
 from sparkbake.oci.distribution import Session
+from sparkbake.oci.documents import ConfigDoc, DescriptorDoc, ManifestDoc
 from sparkbake.planning import Plan
 from sparkbake.publish import releases
+from sparkbake.publish.record import AttachedJson
 
 __all__ = ["Attached", "attach", "attach_baked", "sign"]
 
@@ -44,7 +46,7 @@ class Attached:
     listing: referrers.Listing
     signature: str | None  # the `.sig` manifest; None: unsigned
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> AttachedJson:
         return {"sbom": self.sbom, "provenance": self.provenance, "smoke": self.smoke,
                 "listed_by": self.listing, "signature": self.signature}
 
@@ -69,7 +71,7 @@ def _smoke_of(path: Path, image_id: str) -> SmokeReport | None:
 
 
 def attach(session: Session, config: Config, plan: Plan, layout: image_layout.Layout,
-           image: image_layout.Descriptor, smoke: SmokeReport | None, recorded: dict[str, Any],
+           image: image_layout.Descriptor, smoke: SmokeReport | None, recorded: BakedManifest,
            key: SigningKey | None, tags: Sequence[str], force: bool, *,
            console: Console) -> Attached:
     """Push the image's artifacts with image as their subject, then sign the digest as
@@ -77,7 +79,7 @@ def attach(session: Session, config: Config, plan: Plan, layout: image_layout.La
     repository = f"{session.remote.host}/{session.remote.path}"
     signed = check_signers(session, layout, repository, image.digest, key, force)
     sbom = stored.ensure_sbom(layout, plan.tag.name, image, console=console)
-    sbom_blob = image_layout.Descriptor.of(layout.read_json(sbom.digest)["layers"][0])
+    sbom_blob = image_layout.Descriptor.of(layout.read_manifest_doc(sbom.digest)["layers"][0])
     made = {"provenance": statements.provenance(config, plan, repository, image.digest,
                                                 recorded, sbom_blob)}
     if smoke is not None:
@@ -104,7 +106,7 @@ def _predicate_type(data: bytes) -> str:
 
 
 def check_signers(session: Session, layout: image_layout.Layout, repository: str, digest: str,
-                  key: SigningKey | None, force: bool) -> list[dict[str, Any]]:
+                  key: SigningKey | None, force: bool) -> list[DescriptorDoc]:
     """A digest signed already is published again with one of its keys, or with --force:
     unsigned statements beside the signed ones, or a second signer, are asked for. Its
     signatures in the registry now (the `.sig` manifest's layers, pulled into layout)."""
@@ -125,23 +127,22 @@ def check_signers(session: Session, layout: image_layout.Layout, repository: str
 
 
 def signature_layers(session: Session, layout: image_layout.Layout,
-                     digest: str) -> list[dict[str, Any]]:
+                     digest: str) -> list[DescriptorDoc]:
     """The layers of digest's `.sig` manifest in the registry (pulled into layout): one per
     signature; none when it is not signed."""
     found = session.manifest_digest(signing.signature_tag(digest))
     if found is None:
         return []
     session.pull(found, layout)
-    layers: list[dict[str, Any]] = layout.read_json(found)["layers"]
-    return layers
+    return layout.read_manifest_doc(found)["layers"]
 
 
-def _signed_by(layout: image_layout.Layout, layer: dict[str, Any], key: SigningKey) -> bool:
+def _signed_by(layout: image_layout.Layout, layer: DescriptorDoc, key: SigningKey) -> bool:
     return key.public().verifies(layout.read(layer["digest"]), signing.layer_signature(layer))
 
 
 def sign(session: Session, layout: image_layout.Layout, repository: str, digest: str,
-         key: SigningKey | None, tags: Sequence[str], signed: list[dict[str, Any]], *,
+         key: SigningKey | None, tags: Sequence[str], signed: list[DescriptorDoc], *,
          console: Console) -> str | None:
     """cosign's signature of digest, as published in repository under tags, under
     `sha256-<hex>.sig`, beside the other keys' among `signed` (its layers there now, from
@@ -153,13 +154,14 @@ def sign(session: Session, layout: image_layout.Layout, repository: str, digest:
     payload = signing.simple_signing(repository, digest, tags)
     blob = layout.add_bytes(payload, signing.SIMPLE_SIGNING)
     others = [layer for layer in signed if not _signed_by(layout, layer, key)]
-    layer = {**blob.json(), "annotations": {
-        signing.COSIGN_SIGNATURE: base64.b64encode(key.sign(payload)).decode()}}
+    layer = blob.json()
+    layer["annotations"] = {
+        signing.COSIGN_SIGNATURE: base64.b64encode(key.sign(payload)).decode()}
     layers = [*others, layer]
     config = layout.add_bytes(image_layout.canonical(_signature_config(layers)),
                               image_layout.CONFIG_TYPE)
-    doc = {"schemaVersion": 2, "mediaType": image_layout.MANIFEST_TYPE, "config": config.json(),
-           "layers": layers}
+    doc: ManifestDoc = {"schemaVersion": 2, "mediaType": image_layout.MANIFEST_TYPE,
+                        "config": config.json(), "layers": layers}
     manifest = layout.add_bytes(image_layout.canonical(doc), image_layout.MANIFEST_TYPE)
     session.push(layout, manifest, [signing.signature_tag(digest)])
     console.detail(f"signed {repository}@{digest[:19]} with {key.path} "
@@ -167,7 +169,7 @@ def sign(session: Session, layout: image_layout.Layout, repository: str, digest:
     return manifest.digest
 
 
-def _signature_config(layers: list[dict[str, Any]]) -> dict[str, Any]:
+def _signature_config(layers: list[DescriptorDoc]) -> ConfigDoc:
     """The image config cosign writes for a signature manifest: its layers' diff IDs."""
     zero = "0001-01-01T00:00:00Z"
     return {"architecture": "", "config": {}, "created": zero,

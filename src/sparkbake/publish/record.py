@@ -9,11 +9,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Literal, Self
+from typing import TYPE_CHECKING, Any, Literal, NotRequired, Self, TypedDict
 
 from sparkbake.config.versions import Config
+from sparkbake.core.baked_manifest import BakedManifest
 from sparkbake.core.folders import Folders
 from sparkbake.oci.docker_engine import image_labels
+from sparkbake.oci.referrers import Listing
+from sparkbake.oci.transfer import TransferRecord
 from sparkbake.planning import Plan, upstream_pin
 from sparkbake.wheels.report import REPORT, read_report
 
@@ -22,11 +25,87 @@ if TYPE_CHECKING:  # types only: attach and the bake import this module's record
     from sparkbake.oci.transfer import Sent
     from sparkbake.publish.attach import Attached
 
-__all__ = ["Change", "IndexEntry", "Release", "ReleaseDiff", "ReleaseSeries", "ReleaseSmoke",
+__all__ = ["AttachedJson", "Change", "ChangeJson", "IndexEntry", "IndexEntryJson", "Release",
+           "ReleaseDiff", "ReleaseDiffJson", "ReleaseJson", "ReleaseSeries", "ReleaseSmoke",
            "SmokeFound", "platform_release"]
 
 # what the smoke record said of the image to publish (smoke_gate.read_smoke)
 SmokeFound = Literal["passed", "failed", "missing", "unreadable", "other image"]
+
+
+class ReleaseSmokeJson(TypedDict):
+    result: Literal["passed", "skipped"]
+    override: NotRequired[str]  # skipped: --skip-smoke, and what the record said
+    found: NotRequired[SmokeFound | None]
+    image_id: NotRequired[str | None]  # passed
+    time: NotRequired[str | None]
+    checks: NotRequired[dict[str, int] | None]
+
+
+class ReleaseSeriesJson(TypedDict):
+    name: str
+    sha256: str
+    patches: list[list[str]]  # [file, sha256]
+
+
+class AttachedJson(TypedDict):
+    """What publish attached to the digest (publish.attach.Attached.to_json)."""
+
+    sbom: str
+    provenance: str
+    smoke: str | None
+    listed_by: Listing
+    signature: str | None
+
+
+class ReleaseJson(TypedDict):
+    """build/releases/<tag>.json; the keys that records of earlier versions lack are
+    NotRequired."""
+
+    tag: str
+    repository: str
+    images: list[str]
+    digest: str
+    pinned: str
+    smoke: NotRequired[ReleaseSmokeJson | None]
+    manifest: NotRequired[BakedManifest | None]
+    transfer: NotRequired[TransferRecord | None]
+    image_id: str
+    build: NotRequired[dict[str, Any] | None]  # as publish's _build_record gives it
+    inputs: str
+    upstream: dict[str, str]
+    series: list[ReleaseSeriesJson]
+    env: NotRequired[dict[str, str] | None]
+    labels: dict[str, str]
+    published: str
+    platforms: NotRequired[list[ReleaseJson]]
+    attestations: NotRequired[AttachedJson | None]
+
+
+class IndexEntryJson(TypedDict):
+    tag: str
+    digest: str
+    image_id: str | None
+    repository: str | None
+    upstream: str
+    series: list[str]
+    smoke: str
+    published: str
+    record: str
+
+
+class ChangeJson(TypedDict):
+    op: Literal["+", "-", "~"]
+    what: str
+    a: str | None
+    b: str | None
+
+
+class ReleaseDiffJson(TypedDict):
+    a: str
+    b: str
+    sections: dict[str, list[ChangeJson] | None]
+    no_manifest: list[str]
 
 
 @dataclass(frozen=True)
@@ -40,14 +119,14 @@ class ReleaseSmoke:
     checks: dict[str, int] | None = None  # passed and skipped checks
     found: SmokeFound | None = None  # skipped
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> ReleaseSmokeJson:
         if self.result == "skipped":
             return {"result": "skipped", "override": "--skip-smoke", "found": self.found}
         return {"result": "passed", "image_id": self.image_id, "time": self.time,
                 "checks": self.checks}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Self:
+    def from_json(cls, data: ReleaseSmokeJson) -> Self:
         if data["result"] == "skipped":
             return cls("skipped", found=data.get("found"))
         return cls("passed", data.get("image_id"), data.get("time"), data.get("checks"))
@@ -61,12 +140,12 @@ class ReleaseSeries:
     sha256: str
     patches: tuple[tuple[str, str], ...]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> ReleaseSeriesJson:
         return {"name": self.name, "sha256": self.sha256,
                 "patches": [list(patch) for patch in self.patches]}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Self:
+    def from_json(cls, data: ReleaseSeriesJson) -> Self:
         return cls(data["name"], data["sha256"],
                    tuple((name, sha) for name, sha in data.get("patches") or []))
 
@@ -81,8 +160,8 @@ class Release:
     digest: str
     pinned: str  # repository@digest
     smoke: ReleaseSmoke | None
-    manifest: dict[str, Any] | None  # the image's /opt/sparkbake/manifest.json, as baked
-    transfer: dict[str, Any] | None  # the blobs publish sent and found (transfer.Sent.record)
+    manifest: BakedManifest | None  # the image's /opt/sparkbake/manifest.json, as baked
+    transfer: TransferRecord | None  # the blobs publish sent and found (transfer.Sent.record)
     image_id: str
     build: dict[str, Any] | None  # how the wheels were built, from wheels.json
     inputs: str
@@ -94,15 +173,15 @@ class Release:
     # a multi-platform release (an OCI index): each platform's own record, in index order
     platforms: tuple[Release, ...] = ()
     # what publish attached to the digest (attest.attach.Attached.to_json); None: before that
-    attestations: dict[str, Any] | None = None
+    attestations: AttachedJson | None = None
 
     @property
     def smoke_result(self) -> str:
         """passed or skipped; unknown for a record from before publish was gated on smoke."""
         return self.smoke.result if self.smoke is not None else "unknown"
 
-    def to_json(self) -> dict[str, Any]:
-        return {
+    def to_json(self) -> ReleaseJson:
+        doc: ReleaseJson = {
             "tag": self.tag, "repository": self.repository, "images": list(self.images),
             "digest": self.digest, "pinned": self.pinned,
             "smoke": self.smoke.to_json() if self.smoke is not None else None,
@@ -110,12 +189,15 @@ class Release:
             "build": self.build, "inputs": self.inputs, "upstream": self.upstream,
             "series": [series.to_json() for series in self.series], "env": self.env,
             "labels": self.labels, "published": self.published,
-            **({"platforms": [p.to_json() for p in self.platforms]} if self.platforms else {}),
-            **({"attestations": self.attestations} if self.attestations else {}),
         }
+        if self.platforms:
+            doc["platforms"] = [p.to_json() for p in self.platforms]
+        if self.attestations:
+            doc["attestations"] = self.attestations
+        return doc
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Self:
+    def from_json(cls, data: ReleaseJson) -> Self:
         smoke = data.get("smoke")
         return cls(
             tag=data["tag"], repository=data["repository"], images=tuple(data["images"]),
@@ -144,14 +226,14 @@ class IndexEntry:
     published: str
     record: str  # the release record's file name
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> IndexEntryJson:
         return {"tag": self.tag, "digest": self.digest, "image_id": self.image_id,
                 "repository": self.repository, "upstream": self.upstream,
                 "series": list(self.series), "smoke": self.smoke,
                 "published": self.published, "record": self.record}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Self:
+    def from_json(cls, data: IndexEntryJson) -> Self:
         return cls(data["tag"], data["digest"], data["image_id"], data["repository"],
                    data["upstream"], tuple(data["series"]), data["smoke"], data["published"],
                    data["record"])
@@ -166,11 +248,11 @@ class Change:
     a: str | None
     b: str | None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> ChangeJson:
         return {"op": self.op, "what": self.what, "a": self.a, "b": self.b}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Self:
+    def from_json(cls, data: ChangeJson) -> Self:
         return cls(data["op"], data["what"], data["a"], data["b"])
 
 
@@ -184,14 +266,14 @@ class ReleaseDiff:
     sections: dict[str, tuple[Change, ...] | None]
     no_manifest: tuple[str, ...]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> ReleaseDiffJson:
         sections = {name: None if changes is None else [c.to_json() for c in changes]
                     for name, changes in self.sections.items()}
         return {"a": self.a, "b": self.b, "sections": sections,
                 "no_manifest": list(self.no_manifest)}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Self:
+    def from_json(cls, data: ReleaseDiffJson) -> Self:
         sections = {name: None if changes is None else tuple(Change.from_json(c) for c in changes)
                     for name, changes in data["sections"].items()}
         return cls(data["a"], data["b"], sections, tuple(data["no_manifest"]))
@@ -199,7 +281,7 @@ class ReleaseDiff:
 
 def platform_release(config: Config, plan: Plan, repository: str, names: tuple[str, ...],
                      pushed: str, sent: Sent, smoked: ReleaseSmoke,
-                     baked: Image, attrs: dict[str, Any], manifest: dict[str, Any] | None,
+                     baked: Image, attrs: dict[str, Any], manifest: BakedManifest | None,
                      attached: Attached | None = None) -> Release:
     """The record of one image pushed under names: what it is and what it was made of
     (manifest: the image's /opt/sparkbake/manifest.json, releases.image_manifest)."""

@@ -12,14 +12,23 @@ import tarfile
 from collections.abc import Iterator
 from dataclasses import fields
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from sparkbake.config.settings import Settings
 from sparkbake.console.display import Console
+from sparkbake.core.baked_manifest import BakedManifest
 from sparkbake.errors import UsageError
 from sparkbake.files import atomic_write
 from sparkbake.oci import image_layout
-from sparkbake.publish.record import Change, IndexEntry, Release, ReleaseDiff, ReleaseSeries
+from sparkbake.publish.record import (
+    Change,
+    IndexEntry,
+    IndexEntryJson,
+    Release,
+    ReleaseDiff,
+    ReleaseJson,
+    ReleaseSeries,
+)
 
 __all__ = ["INDEX", "add", "describe_upstream", "diff", "entries", "entry", "image_manifest",
            "read_record", "render_diff", "render_table", "write_record"]
@@ -31,16 +40,17 @@ ENTRY_KEYS = {field.name for field in fields(IndexEntry)}
 
 
 def image_manifest(layout: image_layout.Layout,
-                   image: image_layout.Descriptor) -> dict[str, Any] | None:
+                   image: image_layout.Descriptor) -> BakedManifest | None:
     """/opt/sparkbake/manifest.json of an image in a layout: the bake writes it into the
     image's last layer. None when that layer has none (an image not baked by sparkbake)."""
-    layers = layout.read_json(image.digest).get("layers") or []
+    layers = layout.read_manifest_doc(image.digest).get("layers") or []
     if not layers:
         return None
     try:
         with tarfile.open(layout.blob(str(layers[-1]["digest"])), "r:*") as tar:
             member = tar.extractfile(MANIFEST_MEMBER)
-            loaded = json.loads(member.read()) if member is not None else None
+            loaded: BakedManifest | None = (json.loads(member.read()) if member is not None
+                                            else None)
     except (KeyError, OSError, tarfile.TarError, ValueError):
         return None
     return loaded if isinstance(loaded, dict) else None
@@ -206,12 +216,12 @@ def _env(record: Release) -> dict[str, str]:
     return {str(k): repr(str(v)) for k, v in env.items()}
 
 
-def _wheels(manifest: dict[str, Any]) -> dict[str, str]:
+def _wheels(manifest: BakedManifest) -> dict[str, str]:
     return {str(w.get("name")): f"{w.get('file')} sha256:{str(w.get('sha256'))[:12]}"
             for w in manifest.get("wheels") or []}
 
 
-def _base(manifest: dict[str, Any]) -> str | None:
+def _base(manifest: BakedManifest) -> str | None:
     base = manifest.get("base") or {}
     return f"{base.get('image')} {str(base.get('digest'))[:19]}" if base else None
 
@@ -228,7 +238,7 @@ def _load_release(path: Path) -> Release | None:
     """The release record at path; None when there is none, or the file is not one."""
     loaded = _load(path)
     try:
-        return Release.from_json(loaded) if loaded is not None else None
+        return Release.from_json(cast(ReleaseJson, loaded)) if loaded is not None else None
     except (KeyError, TypeError, ValueError):
         return None
 
@@ -239,7 +249,7 @@ def _read_index(path: Path) -> list[IndexEntry] | None:
     listed = loaded.get("releases") if loaded is not None else None
     if not isinstance(listed, list):
         return None
-    return [IndexEntry.from_json(e) for e in listed
+    return [IndexEntry.from_json(cast(IndexEntryJson, e)) for e in listed
             if isinstance(e, dict) and e.keys() >= ENTRY_KEYS]
 
 

@@ -22,6 +22,7 @@ from sparkbake.config.versions import CompileCache
 from sparkbake.console.display import Console
 from sparkbake.errors import EngineError
 from sparkbake.oci.docker_engine import Client, started_container
+from sparkbake.wheels.report import CacheCounts
 
 __all__ = ["Backend", "choose", "container_args", "probe", "public_url", "reachable", "summary"]
 
@@ -151,7 +152,7 @@ def public_url(url: str) -> str:
                        parts.path, "", ""))
 
 
-def summary(stats: dict[str, Any] | None) -> dict[str, Any]:
+def summary(stats: dict[str, Any] | None) -> CacheCounts:
     """The counts that matter from `sccache --show-stats --stats-format=json`."""
     if not stats:
         return {}

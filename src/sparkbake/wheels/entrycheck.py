@@ -8,11 +8,11 @@ from __future__ import annotations
 import shutil
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from sparkbake import trust
 from sparkbake.console.display import Console
-from sparkbake.wheels.report import REPORT, WheelsReport
+from sparkbake.wheels.report import REPORT, WheelsReport, WheelsReportJson
 
 __all__ = ["STAMPS", "damage", "drop_damaged", "kernels_damage"]
 
@@ -23,8 +23,9 @@ KERNELS = "kernels.json"  # kernelseed.KERNELS_FILE
 def damage(folder: Path, *, full: bool = False) -> str | None:
     """What is wrong with a wheels entry: None when it is not there (no report), "" when
     nothing is, else why it cannot be used."""
-    return _check(folder, REPORT, full, lambda record: [
-        (wheel.file, wheel.sha256) for wheel in WheelsReport.from_json(record).wheels])
+    return _check(folder, REPORT, full, lambda record: [  # the record read is a report
+        (wheel.file, wheel.sha256)
+        for wheel in WheelsReport.from_json(cast(WheelsReportJson, record)).wheels])
 
 
 def kernels_damage(entry: Path, *, full: bool = False) -> str | None:

@@ -13,14 +13,54 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Self
+from typing import NotRequired, Self, TypedDict
 
+from sparkbake.core.baked_manifest import KernelJson, ThirdPartyJson, WheelJson
 from sparkbake.files import read_json
 
 __all__ = ["REPORT", "CompileCacheUse", "Jobs", "Kernel", "KernelsUsed", "ThirdPartySource",
            "Wheel", "WheelsReport", "read_report", "write_report"]
 
 REPORT = "wheels.json"
+
+# the report's parts as JSON (keys with spaces: the functional form)
+KernelsUsedJson = TypedDict("KernelsUsedJson", {
+    "key": str, "reused": bool, "seed": NotRequired[str], "assembled from": NotRequired[str]})
+
+
+class JobsJson(TypedDict):
+    MAX_JOBS: int
+    NVCC_THREADS: int
+    why: str
+
+
+class CacheCounts(TypedDict, total=False):
+    """The counts that matter of sccache's (compile_cache.summary); {}: it gave none."""
+
+    compile_requests: int
+    hits: int
+    misses: int
+    hit_rate: float | None
+    hits_by_kind: dict[str, int]
+    misses_by_kind: dict[str, int]
+    not_cacheable: int
+    errors: int
+    version: str | None
+
+
+class CompileCacheJson(TypedDict):
+    backend: str
+    used: str
+    stats: CacheCounts
+
+
+WheelsReportJson = TypedDict("WheelsReportJson", {
+    "wheels": list[WheelJson],  # the rest is absent in the reports of earlier versions
+    "cuda_arch": NotRequired[str], "sm_arch": NotRequired[str], "nvcc": NotRequired[str],
+    "local_version": NotRequired[str], "kernels": NotRequired[KernelsUsedJson],
+    "series files": NotRequired[list[str]], "jobs": NotRequired[JobsJson],
+    "compile_cache": NotRequired[CompileCacheJson],
+    "thirdparty": NotRequired[list[ThirdPartyJson]]})
 
 
 @dataclass(frozen=True)
@@ -31,11 +71,11 @@ class Kernel:
     sha256: str
     sass: tuple[str, ...]  # e.g. sm_121a
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> KernelJson:
         return {"path": self.path, "sha256": self.sha256, "sass": list(self.sass)}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Self:
+    def from_json(cls, data: KernelJson) -> Self:
         return cls(str(data["path"]), str(data["sha256"]), tuple(str(s) for s in data["sass"]))
 
 
@@ -48,7 +88,7 @@ class Wheel:
     name: str  # the distribution's name as the file spells it (contents.spelled_name)
     kernels: tuple[Kernel, ...]
 
-    def to_json(self, *, as_built: bool = False) -> dict[str, Any]:
+    def to_json(self, *, as_built: bool = False) -> WheelJson:
         """as_built: the builder's order (its file and kernels first, sha256 and name added
         on this host); else the order of a wheel made on this host."""
         kernels = [kernel.to_json() for kernel in self.kernels]
@@ -59,7 +99,7 @@ class Wheel:
                 "kernels": kernels}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Self:
+    def from_json(cls, data: WheelJson) -> Self:
         return cls(str(data["file"]), str(data["sha256"]), str(data.get("name", "")),
                    tuple(Kernel.from_json(k) for k in data.get("kernels") or ()))
 
@@ -74,13 +114,16 @@ class KernelsUsed:
     seed: str = ""  # the published wheel the tag's kernels are taken from
     assembled_from: str = ""  # the pristine copy an earlier build left in the cache
 
-    def to_json(self) -> dict[str, Any]:
-        return {"key": self.key, "reused": self.reused,
-                **({"seed": self.seed} if self.seed else {}),
-                **({"assembled from": self.assembled_from} if self.assembled_from else {})}
+    def to_json(self) -> KernelsUsedJson:
+        used: KernelsUsedJson = {"key": self.key, "reused": self.reused}
+        if self.seed:
+            used["seed"] = self.seed
+        if self.assembled_from:
+            used["assembled from"] = self.assembled_from
+        return used
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Self:
+    def from_json(cls, data: KernelsUsedJson) -> Self:
         return cls(str(data["key"]), bool(data["reused"]), str(data.get("seed", "")),
                    str(data.get("assembled from", "")))
 
@@ -93,12 +136,12 @@ class Jobs:
     nvcc_threads: int
     reason: str
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JobsJson:
         return {"MAX_JOBS": self.max_jobs, "NVCC_THREADS": self.nvcc_threads,
                 "why": self.reason}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Self:
+    def from_json(cls, data: JobsJson) -> Self:
         return cls(int(data["MAX_JOBS"]), int(data["NVCC_THREADS"]), str(data["why"]))
 
 
@@ -108,14 +151,14 @@ class CompileCacheUse:
 
     backend: str  # what was chosen: off, local or redis
     used: str  # what served the build, fallbacks included
-    stats: dict[str, Any]  # sccache's counts; {} when it gave none
+    stats: CacheCounts  # sccache's counts; {} when it gave none
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> CompileCacheJson:
         return {"backend": self.backend, "used": self.used, "stats": self.stats}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Self:
-        return cls(str(data["backend"]), str(data["used"]), dict(data.get("stats") or {}))
+    def from_json(cls, data: CompileCacheJson) -> Self:
+        return cls(str(data["backend"]), str(data["used"]), CacheCounts(**data.get("stats") or {}))
 
 
 @dataclass(frozen=True)
@@ -128,12 +171,12 @@ class ThirdPartySource:
     pin: str
     tree: str
 
-    def to_json(self) -> dict[str, str]:
+    def to_json(self) -> ThirdPartyJson:
         return {"name": self.name, "url": self.url, "ref": self.ref, "pin": self.pin,
                 "tree": self.tree}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Self:
+    def from_json(cls, data: ThirdPartyJson) -> Self:
         return cls(str(data["name"]), str(data["url"]), str(data["ref"]), str(data["pin"]),
                    str(data["tree"]))
 
@@ -155,25 +198,31 @@ class WheelsReport:
     thirdparty: tuple[ThirdPartySource, ...] | None = None  # CMake's sources, as locked
     series_files: tuple[str, ...] | None = None  # the series' files in the wheel
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> WheelsReportJson:
         """The keys in the order each kind of build has always written them."""
-        head = {"cuda_arch": self.cuda_arch, "sm_arch": self.sm_arch, "nvcc": self.nvcc}
-        kernels = {"kernels": self.kernels.to_json()} if self.kernels else {}
+        as_built = self.series_files is None
+        doc: WheelsReportJson = {
+            "cuda_arch": self.cuda_arch, "sm_arch": self.sm_arch, "nvcc": self.nvcc,
+            "wheels": [wheel.to_json(as_built=as_built) for wheel in self.wheels]}
         if self.series_files is not None:
-            return {**head, "wheels": [wheel.to_json() for wheel in self.wheels], **kernels,
-                    "series files": list(self.series_files),
-                    "local_version": self.local_version}
-        return {
-            **head, "wheels": [wheel.to_json(as_built=True) for wheel in self.wheels],
-            "local_version": self.local_version, **kernels,
-            **({"jobs": self.jobs.to_json()} if self.jobs else {}),
-            **({"compile_cache": self.compile_cache.to_json()} if self.compile_cache else {}),
-            **({"thirdparty": [source.to_json() for source in self.thirdparty]}
-               if self.thirdparty is not None else {}),
-        }
+            if self.kernels:
+                doc["kernels"] = self.kernels.to_json()
+            doc["series files"] = list(self.series_files)
+            doc["local_version"] = self.local_version
+            return doc
+        doc["local_version"] = self.local_version
+        if self.kernels:
+            doc["kernels"] = self.kernels.to_json()
+        if self.jobs:
+            doc["jobs"] = self.jobs.to_json()
+        if self.compile_cache:
+            doc["compile_cache"] = self.compile_cache.to_json()
+        if self.thirdparty is not None:
+            doc["thirdparty"] = [source.to_json() for source in self.thirdparty]
+        return doc
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Self:
+    def from_json(cls, data: WheelsReportJson) -> Self:
         """Only the wheels are required (their files and sha256 are what the entry's check
         reads); the rest is absent in the reports of earlier versions."""
         kernels, jobs, cache = data.get("kernels"), data.get("jobs"), data.get("compile_cache")
