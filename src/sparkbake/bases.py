@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -11,18 +12,29 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from sparkbake import resources
 from sparkbake.config.platforms import PLATFORMS, Platform
 from sparkbake.config.settings import Settings
 from sparkbake.config.versions import Base, DebootstrapBase, ImageBase
 from sparkbake.console.display import Console
 from sparkbake.console.tools import require_tool, run, step
-from sparkbake.errors import ConfigError, EngineError
-from sparkbake.files import scratch_dir
+from sparkbake.errors import BakeError, ConfigError, EngineError
+from sparkbake.files import atomic_write, scratch_dir
 from sparkbake.hashing import data_hash
-from sparkbake.oci.docker_engine import Client, image_attrs, image_exists, load_image, tag_same_key
+from sparkbake.oci.docker_engine import (
+    Client,
+    build_image,
+    image_attrs,
+    image_exists,
+    load_image,
+    run_container,
+    tag_same_key,
+)
 from sparkbake.planning import base_identity
 
-__all__ = ["BaseImage", "ensure", "local_ref"]
+__all__ = ["BaseImage", "ensure", "local_ref", "with_python"]
+
+PYTHON_TEMPLATE = "runtime-python.Dockerfile.j2"  # a base without python3 -m venv gets it
 
 IMPORT_FORMAT = 2  # raise when _import writes another image for the same rootfs
 
@@ -145,3 +157,36 @@ def _import(client: Client, rootfs: Path, ref: str, platform: Platform, archive:
             entry.size = len(data)
             out.addfile(entry, io.BytesIO(data))
     load_image(client, archive, error=EngineError)
+
+
+def with_python(client: Client, base: BaseImage, scratch: Path, probes: Path, *,
+                console: Console) -> BaseImage:
+    """The base itself if it has python3 -m venv; else the base + Python from its package
+    manager, built once per engine (the one layer not made reproducibly: see README)."""
+    if _has_venv(client, base, probes):
+        return base
+    key = data_hash({"base": base.digest, "template": resources.digest(PYTHON_TEMPLATE)})
+    ref = f"sparkbake-runtime/{base.name}:{key[:12]}"
+    if not image_exists(client, ref):
+        console.detail(f"bake: {base.ref} has no python3 -m venv; adding Python from its packages")
+        with scratch_dir(scratch, "runtime-python.") as context:
+            (context / "Dockerfile").write_text(resources.render(PYTHON_TEMPLATE,
+                                                                 base_image=base.ref))
+            build_image(client, console, context, ref, error=BakeError)
+    return BaseImage(base.name, ref, str(client.images.get(ref).id))
+
+
+def _has_venv(client: Client, base: BaseImage, probes: Path) -> bool:
+    """Whether the base runs python3 -m venv: asked of a container once per image id (the
+    answer kept under probes, the host's cache, as `yes` or `no`), since starting one takes
+    seconds of every bake."""
+    image_id = str(client.images.get(base.ref).id)
+    kept = probes / image_id.replace(":", "-")
+    answer = kept.read_text().strip() if kept.is_file() else None
+    if answer in ("yes", "no"):
+        return answer == "yes"
+    probe = run_container(client, base.ref, ["python3 -m venv --help >/dev/null 2>&1"],
+                          entrypoint=["/bin/sh", "-c"], network=False)
+    with contextlib.suppress(OSError):  # a cache that cannot be written keeps nothing
+        atomic_write(kept, "yes\n" if probe.exit_code == 0 else "no\n")
+    return probe.exit_code == 0

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from sparkbake.bake import runtime_image
+from sparkbake import bases
 from sparkbake.bases import BaseImage
 from tests.conftest import fake_engine
 
@@ -34,12 +34,12 @@ class Engine:
 @pytest.fixture(params=[0, 1], ids=["has-venv", "no-venv"])
 def engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Engine:
     fake = Engine(request.param)
-    monkeypatch.setattr(runtime_image, "run_container", fake.run)
+    monkeypatch.setattr(bases, "run_container", fake.run)
     return fake
 
 
 def has_venv(engine: Engine, probes: Path) -> bool:
-    return runtime_image._has_venv(fake_engine(engine), BASE, probes)
+    return bases._has_venv(fake_engine(engine), BASE, probes)
 
 
 def test_the_answer_is_probed_once_per_image_id(engine: Engine, tmp_path: Path) -> None:

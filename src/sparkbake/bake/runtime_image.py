@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sparkbake import resources
+from sparkbake import bases, resources
 from sparkbake.bases import BaseImage
 from sparkbake.config.settings import Settings
 from sparkbake.console.display import Console
@@ -30,18 +30,16 @@ from sparkbake.console.tools import step
 from sparkbake.core.folders import Folders
 from sparkbake.core.stages import Stage
 from sparkbake.errors import BakeError
-from sparkbake.files import atomic_write, scratch_dir
+from sparkbake.files import scratch_dir
 from sparkbake.hashing import data_hash
 from sparkbake.oci import engine_socket, image_layout
 from sparkbake.oci.docker_engine import (
     Client,
-    build_image,
     image_attrs,
     image_attrs_or_none,
     image_exists,
     image_labels,
     load_stream,
-    run_container,
 )
 from sparkbake.patch.apply import PatchedTree
 from sparkbake.planning import Plan, upstream_pin
@@ -59,7 +57,6 @@ INPUTS_LABEL = "dev.sparkbake.inputs"  # the bake key: an image is current when 
 TAG_LABEL = "dev.sparkbake.tag"
 WHEELS_LABEL = "dev.sparkbake.wheels"  # the wheels' content: a rebuilt wheel is another image
 RUNTIME = "runtime.json"
-PYTHON_TEMPLATE = "runtime-python.Dockerfile.j2"
 
 
 @dataclass(frozen=True)
@@ -218,8 +215,8 @@ def make_image(client: Client, plan: Plan, base: BaseImage, wheels: WheelSet,
     oci = image_layout.Layout(layout.oci, console)
     with step(console, f"bake {plan.tag.image_ref}"), \
             scratch_dir(layout.scratch("contexts"), "bake.") as work:
-        runtime = _with_python(client, base, layout, settings.cache_dir / "python-venv",
-                               console=console)
+        runtime = bases.with_python(client, base, layout.scratch("contexts"),
+                                    settings.cache_dir / "python-venv", console=console)
         workers = settings.compress_workers
         below = baselayers.ensure(client, runtime,
                                   image_layout.Layout(settings.cache_dir / "layers",
@@ -252,39 +249,6 @@ def _names(wheels: WheelSet) -> list[str]:
 def _runtime() -> dict[str, Any]:
     described: dict[str, Any] = json.loads(resources.path(RUNTIME).read_text())
     return described
-
-
-def _with_python(client: Client, base: BaseImage, layout: Folders, probes: Path, *,
-                 console: Console) -> BaseImage:
-    """The base itself if it has python3 -m venv; else the base + Python from its package
-    manager, built once per engine (the one layer not made reproducibly: see README)."""
-    if _has_venv(client, base, probes):
-        return base
-    key = data_hash({"base": base.digest, "template": resources.digest(PYTHON_TEMPLATE)})
-    ref = f"sparkbake-runtime/{base.name}:{key[:12]}"
-    if not image_exists(client, ref):
-        console.detail(f"bake: {base.ref} has no python3 -m venv; adding Python from its packages")
-        with scratch_dir(layout.scratch("contexts"), "runtime-python.") as context:
-            (context / "Dockerfile").write_text(resources.render(PYTHON_TEMPLATE,
-                                                                 base_image=base.ref))
-            build_image(client, console, context, ref, error=BakeError)
-    return BaseImage(base.name, ref, str(client.images.get(ref).id))
-
-
-def _has_venv(client: Client, base: BaseImage, probes: Path) -> bool:
-    """Whether the base runs python3 -m venv: asked of a container once per image id (the
-    answer kept under probes, the host's cache, as `yes` or `no`), since starting one takes
-    seconds of every bake."""
-    image_id = str(client.images.get(base.ref).id)
-    kept = probes / image_id.replace(":", "-")
-    answer = kept.read_text().strip() if kept.is_file() else None
-    if answer in ("yes", "no"):
-        return answer == "yes"
-    probe = run_container(client, base.ref, ["python3 -m venv --help >/dev/null 2>&1"],
-                          entrypoint=["/bin/sh", "-c"], network=False)
-    with contextlib.suppress(OSError):  # a cache that cannot be written keeps nothing
-        atomic_write(kept, "yes\n" if probe.exit_code == 0 else "no\n")
-    return probe.exit_code == 0
 
 
 def _venv_packages(plan: Plan, built: WheelSet, house: Path | None, lock: Path | None,
