@@ -31,8 +31,7 @@ def patch_build(project: Project, console: display.Console | None = None) -> bui
                        console or plain_console())
 
 
-def test_the_outcome_carries_the_builds_own_runs_in_order(
-        project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_outcome_carries_the_builds_own_runs_in_order(project: Project) -> None:
     console = plain_console()  # one console for both builds
     first = build.run_stages(patch_build(project, console), Stage.PATCH)
     second = build.run_stages(patch_build(project, console), Stage.PATCH)

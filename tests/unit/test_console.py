@@ -198,8 +198,7 @@ def test_a_live_line_shows_the_last_line_of_a_chunk(tmp_path: Path) -> None:
     assert "Collecting" not in drawn
 
 
-def test_captured_output_goes_whole_into_the_stage_log(tmp_path: Path,
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_captured_output_goes_whole_into_the_stage_log(tmp_path: Path) -> None:
     console, stream = make()
     log = tmp_path / "lock.log"
     script = ("import sys; print(*(f'line {i}' for i in range(8)), sep='\\n'); "
@@ -213,8 +212,7 @@ def test_captured_output_goes_whole_into_the_stage_log(tmp_path: Path,
     assert len(stream.getvalue().splitlines()) == 1  # the stage line only
 
 
-def test_a_byte_that_is_not_utf8_is_replaced_not_fatal(tmp_path: Path,
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_byte_that_is_not_utf8_is_replaced_not_fatal(tmp_path: Path) -> None:
     console, _ = make()
     script = "import sys; sys.stdout.buffer.write(b'caf\\xe9 ok\\n')"
     with console.stage(Stage.LOCK, "k", tmp_path / "lock.log"):
