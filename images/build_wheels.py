@@ -143,14 +143,15 @@ def normalize_modes(root: Path) -> None:
 
 
 def describe(wheel: Path) -> dict[str, object]:
-    """The wheel's shared libraries that carry device code, each with its SASS arches."""
+    """The wheel's shared libraries that carry device code, each with its SASS arches; for a
+    CPU build (SPARKBAKE_DEVICE=cpu) every shared library, with none: they are its kernels."""
+    cpu = os.environ.get("SPARKBAKE_DEVICE") == "cpu"
     kernels = []
     with zipfile.ZipFile(wheel) as archive, tempfile.TemporaryDirectory() as scratch:
         for member in archive.namelist():
             if not re.search(r"\.so(\.\d+)*$", member):
                 continue
-            extracted = archive.extract(member, scratch)
-            sass = list_sass(Path(extracted))
+            sass = [] if cpu else list_sass(Path(archive.extract(member, scratch)))
             if sass is not None:
                 digest = hashlib.sha256(archive.read(member)).hexdigest()
                 kernels.append({"path": member, "sha256": digest, "sass": sass})

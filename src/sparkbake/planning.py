@@ -54,7 +54,7 @@ BAKE_RESOURCES = ("runtime.json", "make_venv.sh", "runtime-python.Dockerfile.j2"
 
 # What the compiled extensions of a tree depend on (vLLM's layout; the fixture's is a subset).
 KERNEL_INPUTS = ("csrc/*", "CMakeLists.txt", "cmake/*", "setup.py", "pyproject.toml",
-                 "requirements/cuda*.txt", "requirements/build*.txt")
+                 "requirements/cuda*.txt", "requirements/cpu*.txt", "requirements/build*.txt")
 
 
 @dataclass(frozen=True)
@@ -213,6 +213,8 @@ def make(config: Config, tag: Tag) -> Plan:
         "build_scripts": {name: resources.digest(name) for name in resources.BUILDER_FILES},
         "lock": _digest_or_none(pins.lock_path(config, tag)),
     }
+    if tag.upstream.device != "cuda":  # only then: the keys of CUDA tags stay as they were
+        toolchain["device"] = tag.upstream.device
     if tag.kernels:  # the seed's kernels go into the wheels
         toolchain["kernel seed"] = asdict(tag.kernels)
     elif third_party := locked_sources(config, tag):  # what CMake compiles besides the tree

@@ -126,6 +126,23 @@ def test_cmakelists_values_reach_the_other_files_and_skipped_files_are_said_why(
         ("b", "cmake/cpu.cmake", 1, "the CPU build's")]
 
 
+def test_a_glob_or_a_file_and_line_leaves_out_only_what_it_names(tmp_path: Path) -> None:
+    # the CPU build's layout: one name declared twice in one file, once per architecture
+    tree(tmp_path, {"CMakeLists.txt": "FetchContent_Declare(c GIT_REPOSITORY u GIT_TAG v)\n",
+                    "cmake/ext/a.cmake": "FetchContent_Declare(a GIT_REPOSITORY u GIT_TAG v)\n",
+                    "cmake/ext/b.cmake": "FetchContent_Declare(b GIT_REPOSITORY u GIT_TAG v)\n",
+                    "cmake/cpu.cmake": "FetchContent_Declare(d GIT_REPOSITORY u GIT_TAG arm)\n"
+                                       "FetchContent_Declare(d GIT_REPOSITORY u GIT_TAG x86)\n"})
+    with pytest.raises(ConfigError, match=r"cmake/cpu\.cmake:2: FetchContent d is declared again"):
+        discover(tmp_path)
+    found = discover(tmp_path, {"cmake/ext/*.cmake": "CUDA's", "cmake/cpu.cmake:1": "arm"})
+    assert [(d.name, d.ref, d.line) for d in found.declarations] == [("c", "v", 1),
+                                                                      ("d", "x86", 2)]
+    assert sorted((s.name, s.file, s.line, s.reason) for s in found.left_out) == [
+        ("a", "cmake/ext/a.cmake", 1, "CUDA's"), ("b", "cmake/ext/b.cmake", 1, "CUDA's"),
+        ("d", "cmake/cpu.cmake", 1, "arm")]
+
+
 def test_one_name_declared_twice_differently_is_refused(tmp_path: Path) -> None:
     tree(tmp_path, {"CMakeLists.txt": "FetchContent_Declare(a GIT_REPOSITORY u GIT_TAG v1)\n"
                     "FetchContent_Declare(a GIT_REPOSITORY u GIT_TAG v2)\n"})
@@ -209,6 +226,27 @@ def test_cmake_skip_in_versions_yaml(tmp_path: Path) -> None:
     assert tag.upstream.cmake_skip == (("cmake/cpu_extension.cmake", "the CPU build's"),)
     (tmp_path / "versions.yaml").write_text(text.replace('"the CPU build\'s"', "[1]"))
     with pytest.raises(ConfigError, match=r"versions.yaml:\d+: cmake_skip wants"):
+        versions.load(tmp_path / "versions.yaml")
+    for key, accepted in (("cmake/*.cmake:314", True), ("cmake/a.cmake:0", False),
+                          ("../x.cmake", False), ("/abs.cmake", False)):
+        (tmp_path / "versions.yaml").write_text(text.replace("cmake/cpu_extension.cmake", key))
+        if accepted:
+            assert versions.load(tmp_path / "versions.yaml").tag("t").upstream.cmake_skip == (
+                (key, "the CPU build's"),)
+        else:
+            with pytest.raises(ConfigError, match=r"cmake_skip wants <path in the tree, a glob"):
+                versions.load(tmp_path / "versions.yaml")
+
+
+def test_an_upstreams_device_and_overrides_in_versions_yaml(tmp_path: Path) -> None:
+    (tmp_path / "upstream").mkdir()
+    text = versions_yaml(tags="  t: {upstream: tree, series: []}\n", upstreams=TREE_UPSTREAM + (
+        "    device: cpu\n    overrides: [torch==2.14.0]\n"))
+    (tmp_path / "versions.yaml").write_text(text)
+    upstream = versions.load(tmp_path / "versions.yaml").tag("t").upstream
+    assert (upstream.device, upstream.overrides) == ("cpu", ("torch==2.14.0",))
+    (tmp_path / "versions.yaml").write_text(text.replace("device: cpu", "device: rocm"))
+    with pytest.raises(ConfigError, match=r"versions.yaml:\d+: .*device.*cuda or cpu"):
         versions.load(tmp_path / "versions.yaml")
 
 

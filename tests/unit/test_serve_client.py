@@ -324,6 +324,15 @@ def test_serve_checks_that_cannot_run_say_why(tmp_path: Path, model: Path | None
         [(name, status, detail) for name in serving.names(tag)]
 
 
+@pytest.mark.parametrize("gpu", ["auto", "skip", "require"])
+def test_an_image_built_for_the_cpu_serves_without_a_gpu(gpu: GpuMode) -> None:
+    request = serving.Request(Path("/m"), None, 1, gpu, "no GPU runtime in this engine")
+    assert serving.not_running(request, "cpu") is None
+    assert serving.not_running(request, "cuda") is not None
+    assert serving.not_running(serving.Request(None, None, 1, gpu, None), "cpu") == \
+        ("skipped", "no --model given")
+
+
 def test_serve_env_is_the_suites_or_the_given_file_with_model_host_and_port(
         tmp_path: Path) -> None:
     (tmp_path / "serve.env").write_text("SERVED_MODEL_NAME=a\nMODEL=/elsewhere\nAPI_PORT=1\n")
@@ -340,6 +349,8 @@ def test_flag_takes_the_last_value_or_the_default() -> None:
     command = ["vllm", "serve", "/m", "--block-size", "256", "--x", "--block-size", "64"]
     assert serving.flag(command, "--block-size", 16) == 64
     assert serving.flag(command, "--decode-context-parallel-size", 1) == 1
+    assert serving.value([*command, "--load-format", "dummy"], "--load-format") == "dummy"
+    assert serving.value(command, "--load-format") is None
 
 
 def test_after_a_failed_health_check_the_rest_fail_as_not_run() -> None:

@@ -72,7 +72,7 @@ def test_an_unknown_suite_names_both_places_and_the_known_ones(project: Config) 
     assert caught.value.exit_code == 2
     assert f"smoke suite 'mine' is neither {project.root / 'smoke' / 'mine'}" in \
         caught.value.message
-    assert caught.value.remedy.startswith("name one of common, dsv4-4node in `smoke:`")
+    assert caught.value.remedy.startswith("name one of common, cpu, dsv4-4node in `smoke:`")
 
 
 def test_samples_carry_the_hosts_command_or_the_expected_rules(project: Config) -> None:
@@ -122,7 +122,7 @@ def test_the_production_tags_use_the_reference_suite() -> None:
     assert {t: REPO_CONFIG.tags[t].smoke for t in SUITE_TAGS} == {
         "demo": "common", "production-3.72-vision": "dsv4-4node",
         "production-3.73-vision": "dsv4-4node", "production-3.73-vision-seeded": "dsv4-4node",
-        "vllm-reuse-sm90": "dsv4-4node"}
+        "vllm-reuse-sm90": "dsv4-4node", "cpu-3.73": "cpu"}
 
 
 @pytest.mark.parametrize(("sample", "rank"), [("head.env", 0), ("worker-1.env", 1),

@@ -63,6 +63,11 @@ class UpstreamCommon:
     # cached kernels: `assemble` the wheel on this host from the cached one and the series'
     # Python files (any upstream), or run the `builder` with VLLM_USE_PRECOMPILED (vLLM's)
     kernel_reuse: str = "assemble"
+    # what the build targets: vLLM's VLLM_TARGET_DEVICE (`cuda`, or `cpu`: no CUDA kernels)
+    device: str = "cuda"
+    # requirements that replace the requirement files' own for a package, in every lock of
+    # the upstream (a version its files ask for that the package index does not carry)
+    overrides: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -70,9 +70,13 @@ UPSTREAM_KINDS = ("pypi", "git", "dir")
 # files in the tree; Final keeps each name a literal key of _UpstreamOptions
 REQUIREMENTS_KEYS: Final = ("build_requirements", "runtime_requirements")
 KERNEL_REUSE = re.compile(r"assemble|builder")  # how a wheel reuses cached kernels
+DEVICE = re.compile(r"cuda|cpu")  # what an upstream is built for (VLLM_TARGET_DEVICE)
 # a wheel file name: project-version(-build)?-python-abi-platform.whl
 WHEEL = re.compile(r"([A-Za-z0-9_.]+)-([^-]+)(-\d[^-]*)?-[^-]+-[^-]+-[^-]+\.whl")
 TREE_PATH = re.compile(r"(?!/)(?!.*(?:^|/)\.\.(?:/|$))[A-Za-z0-9._/-]+")
+# a cmake_skip key: a file of the tree or a glob of files (* ?), and optionally :LINE, the
+# line of one declaration in it
+CMAKE_SKIP = re.compile(r"(?!/)(?!.*(?:^|/)\.\.(?:/|$))[A-Za-z0-9._/*?-]+(:[1-9][0-9]*)?")
 
 TOP_KEYS = ("schema", "defaults", "bases", "upstreams", "tags")
 DEFAULT_KEYS = ("repository", "platform", "cuda_arch", "builder", "runtime")
@@ -185,12 +189,14 @@ class _UpstreamOptions(TypedDict, total=False):
     runtime_requirements: str
     cmake_skip: tuple[tuple[str, str], ...]
     kernel_reuse: str
+    device: str
+    overrides: tuple[str, ...]
 
 
 def _upstream(where: Where, key: str, raw_upstreams: LocatedDict) -> Upstream:
     spec = where.mapping(raw_upstreams[key], f"upstream {key!r}",
                          (*UPSTREAM_KINDS, "source_date_epoch", *REQUIREMENTS_KEYS,
-                          "cmake_skip", "kernel_reuse"),
+                          "cmake_skip", "kernel_reuse", "device", "overrides"),
                          parent=raw_upstreams, key=key)
     if len(set(UPSTREAM_KINDS) & set(spec)) != 1:
         raise ConfigError(f"{where(spec)}: upstream {key!r} needs exactly one of pypi, git, dir",
@@ -203,6 +209,10 @@ def _upstream(where: Where, key: str, raw_upstreams: LocatedDict) -> Upstream:
     if "kernel_reuse" in spec:
         options["kernel_reuse"] = where.string(
             spec, "kernel_reuse", KERNEL_REUSE, "assemble (on this host) or builder")
+    if "device" in spec:
+        options["device"] = where.string(spec, "device", DEVICE, "cuda or cpu")
+    if "overrides" in spec:
+        options["overrides"] = where.strings(spec, "overrides", PIN)
     if "dir" in spec:
         rel = where.string(spec, "dir")
         return DirUpstream(key=key, path=(where.path.parent / rel).resolve(),
@@ -226,14 +236,16 @@ def _upstream(where: Where, key: str, raw_upstreams: LocatedDict) -> Upstream:
 
 
 def _cmake_skip(where: Where, spec: LocatedDict) -> tuple[tuple[str, str], ...]:
-    """cmake_skip: {<CMake file in the tree>: <why this build never reaches it>}."""
+    """cmake_skip: {<CMake file, glob of files, or file:line of one declaration>: <why this
+    build never reaches it>}."""
     if "cmake_skip" not in spec:
         return ()
     skip = where.mapping(spec["cmake_skip"], "cmake_skip", parent=spec, key="cmake_skip")
     for name in skip:
-        if not TREE_PATH.fullmatch(name) or not isinstance(skip[name], str):
-            raise ConfigError(f"{where(skip, name)}: cmake_skip wants <path in the tree>: "
-                              "<reason>", 'write e.g. cmake/cpu_extension.cmake: "CPU build"')
+        if not CMAKE_SKIP.fullmatch(name) or not isinstance(skip[name], str):
+            raise ConfigError(f"{where(skip, name)}: cmake_skip wants <path in the tree, a glob "
+                              "or path:line>: <reason>",
+                              'write e.g. cmake/cpu_extension.cmake: "CPU build"')
     return tuple(sorted((name, str(skip[name])) for name in skip))
 
 

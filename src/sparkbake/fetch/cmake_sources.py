@@ -11,6 +11,7 @@ reading the files.
 from __future__ import annotations
 
 import bisect
+import fnmatch
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -240,13 +241,24 @@ def discover(tree: Path, skip: Mapping[str, str] | None = None) -> Discovery:
         found, variables = scan_file(path.read_text(errors="replace"), rel, base)
         if rel == "CMakeLists.txt":
             base = variables
-        if rel in skip:
-            left_out += [LeftOut(d.name, rel, d.line, skip[rel]) for d in found]
-            continue
         for declared in found:
-            _add(declarations, declared)
+            reason = skipped(skip, rel, declared.line)
+            if reason is None:
+                _add(declarations, declared)
+            else:
+                left_out.append(LeftOut(declared.name, rel, declared.line, reason))
     return Discovery(tuple(sorted(declarations.values(), key=lambda d: d.name)),
                      tuple(left_out))
+
+
+def skipped(skip: Mapping[str, str], rel: str, line: int) -> str | None:
+    """Why the declaration at rel:line is left out, if a cmake_skip key names it: its file,
+    a glob of files (fnmatch), or file:line."""
+    for key, reason in skip.items():
+        pattern, _, at = key.partition(":")
+        if fnmatch.fnmatchcase(rel, pattern) and (not at or int(at) == line):
+            return reason
+    return None
 
 
 def _add(declarations: dict[str, Declaration], declared: Declaration) -> None:

@@ -4,7 +4,10 @@ The lock is committed; the builder installs from it with `pip --require-hashes`,
 download whose hash differs is refused. Its input is images/builder-requirements.txt (the
 CUDA toolchain from PyPI), or, for an upstream that declares `build_requirements` (vLLM:
 torch and its build backend), that file of the patched tree with
-images/builder-requirements-torch.txt: a toolchain of the CUDA release torch is built with.
+images/builder-requirements-torch.txt: a toolchain of the CUDA release torch is built with
+(an upstream built for the CPU too: the CUDA build of torch, the one on the package index,
+asks CMake's find_package(Torch) for CUDA's compiler and headers). An upstream's
+`overrides` replace what its files ask for a package, in both of its locks.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from sparkbake.console.display import Console
 from sparkbake.console.tools import run
 from sparkbake.errors import ConfigError, EngineError
 from sparkbake.files import atomic_write
-from sparkbake.hashing import file_sha256
+from sparkbake.hashing import data_hash, file_sha256
 
 __all__ = ["compile_requirements", "lines_of", "lock_path", "make_missing",
            "packages", "require_lock", "require_runtime_lock", "resolve", "runtime_lock_path"]
@@ -54,8 +57,15 @@ def inputs(tag: Tag, tree: Path | None) -> list[Path]:
 
 
 def _stamp(tag: Tag, tree: Path | None) -> str:
-    """What the lock was made from, written into it: its input files' sha256."""
-    return " ".join(f"{p.name}={file_sha256(p)[:16]}" for p in inputs(tag, tree))
+    """What the lock was made from, written into it: its input files' sha256 (and the
+    upstream's overrides)."""
+    return " ".join(f"{p.name}={file_sha256(p)[:16]}" for p in inputs(tag, tree)) \
+        + _overrides_stamp(tag)
+
+
+def _overrides_stamp(tag: Tag) -> str:
+    overrides = tag.upstream.overrides
+    return f" overrides={data_hash(list(overrides))[:16]}" if overrides else ""
 
 
 def require_lock(config: Config, tag: Tag, tree: Path | None = None, *, settings: Settings) -> Path:
@@ -135,7 +145,8 @@ def _runtime_origin(tag: Tag, tree: Path, wanted: str) -> tuple[str, str]:
 
     digest = _sha(tree / wanted)  # first: a missing file is named as such
     added = requirements.input_text(tag, tree, wanted, tag.platform.machine)
-    return f"# from: {wanted}={digest}{requirements.stamp(tag, added)}", added
+    return (f"# from: {wanted}={digest}{requirements.stamp(tag, added)}"
+            f"{_overrides_stamp(tag)}", added)
 
 
 def _sha(path: Path) -> str:
@@ -174,7 +185,8 @@ def resolve(config: Config, tag: Tag, settings: Settings,
                  settings, f"# builder lock of base {tag.builder.name} (python "
                  f"{tag.builder.python}, {tag.platform}).\n{origin}# Made by `sparkbake lock "
                  f"TAG` from images/{TOOLCHAIN} (or images/{TORCH_TOOLCHAIN} and the "
-                 "upstream's build requirements); edit those and rerun.\n", console=console)
+                 "upstream's build requirements); edit those and rerun.\n",
+                 console=console)
         written.append(target)
     runtime = runtime_lock_path(config, tag)
     wanted = tag.upstream.runtime_requirements
@@ -206,8 +218,10 @@ def _compile(tag: Tag, base: str, python: str | None, sources: list[Path], targe
     if tag.platform not in PLATFORMS:
         raise ConfigError(f"tag {tag.name}: no lock platform for {tag.platform}",
                           f"use one of {', '.join(map(str, PLATFORMS))}")
+    overrides = tag.upstream.overrides
+    header += "".join(f"# override: {line}\n" for line in overrides)
     compile_requirements(sources, python, tag.platform.machine, target, header, settings,
-                         console=console)
+                         overrides=overrides, console=console)
 
 
 def _uv() -> str:
@@ -226,13 +240,20 @@ def _uv() -> str:
 
 def compile_requirements(sources: list[Path], python: str, machine: str, target: Path,
                          header: str, settings: Settings,
-                         indexes: Sequence[str] = (), *, console: Console) -> None:
+                         indexes: Sequence[str] = (), overrides: Sequence[str] = (), *,
+                         console: Console) -> None:
     """uv pip compile sources for python on Linux/machine, with hashes, into target (header
-    first); indexes: more uv index options than the configured index."""
+    first); indexes: more uv index options than the configured index; overrides:
+    requirements that replace every other requirement of their package."""
     uv = _uv()
     with tempfile.TemporaryDirectory() as scratch:
         output = Path(scratch) / "lock.txt"
-        run(console, [uv, "pip", "compile", *sources,
+        override_options: list[str | Path] = []
+        if overrides:
+            override_file = Path(scratch) / "overrides.txt"
+            override_file.write_text("".join(f"{line}\n" for line in overrides))
+            override_options = ["--override", override_file]
+        run(console, [uv, "pip", "compile", *sources, *override_options,
              "--generate-hashes", "--no-header", "--no-annotate", "--no-python-downloads",
              "--python-version", python, "--python-platform", f"{machine}-unknown-linux-gnu",
              "--index-url", settings.index_url, *indexes, "-o", output],

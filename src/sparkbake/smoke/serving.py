@@ -57,10 +57,13 @@ def serve_env(suite: Suite, override: Path | None) -> dict[str, str]:
             "API_PORT": str(CONTAINER_PORT)}
 
 
-def not_running(request: Request) -> tuple[CheckStatus, str] | None:
-    """(status, why) when the serve checks cannot run."""
+def not_running(request: Request, device: str = "cuda") -> tuple[CheckStatus, str] | None:
+    """(status, why) when the serve checks cannot run; an image built for the CPU (device)
+    needs no GPU."""
     if request.model is None:
         return "skipped", "no --model given"
+    if device == "cpu":
+        return None
     if request.gpu == "skip":
         return "skipped", "--gpu skip (vllm serve needs a GPU)"
     if request.unavailable:
@@ -71,8 +74,14 @@ def not_running(request: Request) -> tuple[CheckStatus, str] | None:
 
 def flag(command: list[str], name: str, default: int) -> int:
     """The last value given to a flag of the command (argparse keeps the last)."""
+    found = value(command, name)
+    return default if found is None else int(found)
+
+
+def value(command: list[str], name: str) -> str | None:
+    """The last value given to an option of the command, or None."""
     values = [command[i + 1] for i, word in enumerate(command[:-1]) if word == name]
-    return int(values[-1]) if values else default
+    return values[-1] if values else None
 
 
 def free_port() -> int:
@@ -85,7 +94,7 @@ def free_port() -> int:
 def run(client: Client, image_id: str, tag: Tag, suite: Suite, request: Request,
         log_path: Path, *, console: Console) -> list[CheckResult]:
     wanted = names(tag)
-    why = not_running(request)
+    why = not_running(request, tag.upstream.device)
     if why is not None:
         return [CheckResult(name, *why) for name in wanted]
     assert request.model is not None
@@ -131,7 +140,8 @@ def serve(client: Client, image_id: str, tag: Tag, request: Request, served: Ser
                 client, image_id, [], environment=served.env,
                 ports={f"{CONTAINER_PORT}/tcp": ("127.0.0.1", port)},
                 volumes={str(request.model.resolve()): {"bind": MODEL_MOUNT, "mode": "ro"}},
-                device_requests=[dict(ALL_GPUS)], ipc_mode="host") as box:
+                device_requests=[dict(ALL_GPUS)] if tag.upstream.device == "cuda" else None,
+                ipc_mode="host") as box:
         try:
             server = serve_client.Server(f"http://127.0.0.1:{port}")
             return probe(names(tag), _checks(server, served, request, box))
@@ -145,7 +155,8 @@ def _checks(server: serve_client.Server, served: Served, request: Request,
     model = served.env.get("SERVED_MODEL_NAME") or MODEL_MOUNT
     block = flag(served.command, "--block-size", 16)
     dcp = flag(served.command, "--decode-context-parallel-size", 1)
-    any_text = served.cut is not None  # dummy weights answer anything, even nothing
+    # dummy weights answer anything, even nothing
+    any_text = served.cut is not None or value(served.command, "--load-format") == "dummy"
     return {
         "serve-health": lambda: serve_client.check_health(server, request.timeout, exited(box))
         + served.describe(),

@@ -221,7 +221,11 @@ def cached(tag: Tag, folder: Path, *, console: Console) -> WheelSet:
 def _container_args(request: BuildRequest, out: Path, reuse: str | None) -> dict[str, Any]:
     volumes = {str(request.patched.path): {"bind": "/src", "mode": "ro"},
                str(out): {"bind": "/out", "mode": "rw"}}
-    environment = {"TORCH_CUDA_ARCH_LIST": request.tag.cuda_arch,
+    device = request.tag.upstream.device
+    # vLLM's own switch for a CPU build; a CUDA build is told its arch instead
+    target = {"VLLM_TARGET_DEVICE": "cpu"} if device == "cpu" else \
+        {"TORCH_CUDA_ARCH_LIST": request.tag.cuda_arch}
+    environment = {**target, "SPARKBAKE_DEVICE": device,
                    "SPARKBAKE_TAG": request.tag.name,
                    "MAX_JOBS": str(request.jobs.max_jobs),
                    "NVCC_THREADS": str(request.jobs.nvcc_threads),
@@ -370,7 +374,9 @@ def loadable_by(target: str) -> list[str]:
 
 def check_sass(tag: Tag, report: WheelsReport, *, console: Console) -> None:
     """Every CUDA shared library must carry SASS that a device of the tag's arch loads,
-    but those a kernel seed declares as built for other devices."""
+    but those a kernel seed declares as built for other devices (a CPU build: none)."""
+    if tag.upstream.device == "cpu":
+        return  # a CPU build's libraries carry no device code
     exempt = set(tag.kernels.other_arch if tag.kernels else ())
     found = {kernel.path for wheel in report.wheels for kernel in wheel.kernels}
     if exempt - found:
