@@ -136,7 +136,8 @@ def _record_state(path: Path, inputs: str) -> PlanState:
 def _wheels_text(tag: Tag) -> str:
     if tag.kernels:
         return f"{tag.sm_arch}: {tag.kernels.wheel} + the series, on this host"
-    return f"{tag.sm_arch} on {tag.builder.name}"
+    target = "the CPU" if tag.upstream.device == "cpu" else tag.sm_arch
+    return f"{target} on {tag.builder.name}"
 
 
 def _emulation_text(tag: Tag, client: Client | None) -> str:
