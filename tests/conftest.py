@@ -31,7 +31,7 @@ DATA = Path(__file__).parent / "data"
 # The nox sessions that run the proofs a landing does not (docs/how-to/develop.md says
 # which area requires which): a test marked required(SESSION) runs only under its session.
 REQUIRED_SESSIONS = ("prove-arm64", "prove-release", "prove-faults", "prove-compile-cache",
-                     "repro-builds", "repro-one-step", "repro-vllm")
+                     "repro-builds", "repro-one-step", "repro-vllm", "serve-cpu")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

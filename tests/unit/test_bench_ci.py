@@ -26,7 +26,8 @@ def test_each_step_of_the_script_is_timed_until_the_next_and_the_last_until_the_
 def test_the_sessions_timed_are_those_the_tests_know() -> None:
     from tests.conftest import REQUIRED_SESSIONS
 
-    assert set(bench_ci.SESSIONS) == set(REQUIRED_SESSIONS) - {"repro-vllm"}
+    # the real vLLM builds take hours on 2 cores: timed by hand, in the closing notes
+    assert set(bench_ci.SESSIONS) == set(REQUIRED_SESSIONS) - {"repro-vllm", "serve-cpu"}
 
 
 def test_the_runs_leave_the_sessions_venv_out_of_path() -> None:

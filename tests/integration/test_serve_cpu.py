@@ -1,0 +1,122 @@
+"""The serve checks against the real vLLM: the cpu-3.73 image (vLLM 0.33.0 and the production
+series, compiled for the CPU through the builder) serving tiny models the tests make.
+
+`smoke cpu-3.73 --model DIR` must pass every serve check for two architectures; then, on one
+server started from the image's entrypoint with the suite's serve env, each check is asked a
+wrong expectation (a model name, a counter, a block size) and must fail. The image is built
+first if it is not (a cold compile: an hour or more on 2 cores), with oneDNN served from the
+mirror; run by `nox -s serve-cpu`, not at every landing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tarfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sparkbake.config import versions
+from sparkbake.core.smoke_record import CheckFailed
+from sparkbake.oci import docker_engine
+from sparkbake.smoke import sample_envs, serve_client, serving
+from tests.gitdaemon import git_daemon
+from tests.tiny_model import make
+
+pytestmark = [pytest.mark.docker, pytest.mark.required("serve-cpu")]
+
+REPO = Path(__file__).resolve().parents[2]
+MIRROR = REPO.parent / "shared" / "mirrors" / "oneDNN-v3.13.git.tar.gz"
+TAG = "cpu-3.73"
+
+
+def sparkbake(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "sparkbake", *args], cwd=REPO, text=True,
+                          capture_output=True, env={**os.environ, **(env or {})}, check=False)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The tag's image, built (or found built) with oneDNN from the mirror on 127.0.0.1."""
+    root = tmp_path_factory.mktemp("mirror")
+    with git_daemon(root) as daemon:
+        owner = daemon.base / "oneapi-src"
+        owner.mkdir()
+        with tarfile.open(MIRROR) as archive:
+            archive.extractall(owner, filter="data")
+        mapped = {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": f"url.{daemon.url('')}.insteadOf",
+                  "GIT_CONFIG_VALUE_0": "https://github.com/"}
+        done = sparkbake("build-image", TAG, env=mapped)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return TAG
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+def test_smoke_with_a_tiny_model_passes_every_serve_check(built: str, arch: str,
+                                                          tmp_path: Path) -> None:
+    model = make(tmp_path / arch, arch)
+    done = sparkbake("smoke", built, "--model", str(model))
+    record = json.loads((REPO / "build" / "smoke" / f"{built}.json").read_text())
+    serve = {c["name"]: (c["status"], c["detail"]) for c in record["checks"]
+             if c["name"].startswith("serve-")}
+    assert done.returncode == 0, f"{serve}\n{done.stderr[-3000:]}"
+    assert set(serve) == {"serve-health", "serve-models", "serve-completion", "serve-metrics",
+                          "serve-prefix-cache"}
+    assert {status for status, _ in serve.values()} == {"passed"}, serve
+
+
+@pytest.fixture(scope="module")
+def server(built: str, docker_client: docker_engine.Client,
+           tmp_path_factory: pytest.TempPathFactory) -> Iterator[serve_client.Server]:
+    """The image's entrypoint serving a tiny Llama with the cpu suite's serve env, healthy."""
+    config = versions.load(REPO / "versions.yaml")
+    tag = config.tag(built)
+    model = make(tmp_path_factory.mktemp("model") / "llama")
+    served = serving.prepare(tag, sample_envs.load(config, tag), None, model)
+    port = serving.free_port()
+    with docker_engine.started_container(
+            docker_client, tag.image_ref, [], environment=served.env,
+            ports={f"{serving.CONTAINER_PORT}/tcp": ("127.0.0.1", port)},
+            volumes={str(model): {"bind": serving.MODEL_MOUNT, "mode": "ro"}}) as box:
+        found = serve_client.Server(f"http://127.0.0.1:{port}")
+        serve_client.check_health(found, 600, serving.exited(box))
+        yield found
+
+
+def test_health_of_a_port_nothing_serves_fails_at_its_timeout(server: serve_client.Server) -> None:
+    elsewhere = serve_client.Server(f"http://127.0.0.1:{serving.free_port()}")
+    with pytest.raises(CheckFailed, match="did not answer 200 within 3s"):
+        serve_client.check_health(elsewhere, 3, lambda: None, poll=0.5)
+
+
+def test_models_names_the_served_model_and_not_another(server: serve_client.Server) -> None:
+    assert "tiny" in serve_client.check_models(server, "tiny")
+    with pytest.raises(CheckFailed, match="lists \\['tiny'\\], not 'smoke'"):
+        serve_client.check_models(server, "smoke")
+
+
+def test_a_greedy_completion_is_the_same_twice(server: serve_client.Server) -> None:
+    first = serve_client.complete(server, "tiny", serve_client.PROMPT, 8)
+    again = serve_client.complete(server, "tiny", serve_client.PROMPT, 8)
+    assert first["choices"][0]["text"] == again["choices"][0]["text"]
+    with pytest.raises(CheckFailed, match="HTTP 404"):
+        serve_client.complete(server, "smoke", serve_client.PROMPT, 8)
+
+
+def test_metrics_count_a_request_and_a_wrong_counter_name_fails(
+        server: serve_client.Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert "vllm:request_success_total +1" in serve_client.check_metrics(server, "tiny")
+    monkeypatch.setattr(serve_client, "COUNTERS", ("vllm:request_success_count",))
+    with pytest.raises(CheckFailed, match="lacks vllm:request_success_count"):
+        serve_client.check_metrics(server, "tiny")
+
+
+def test_prefix_cache_hits_come_in_the_servers_blocks_and_not_others(
+        server: serve_client.Server) -> None:
+    assert "blocks of 128" in serve_client.check_prefix_cache(server, "tiny", 128, 1)
+    with pytest.raises(CheckFailed, match="blocks of 96"):
+        serve_client.check_prefix_cache(server, "tiny", 96, 1)
