@@ -410,9 +410,11 @@ def _registry(args: argparse.Namespace, settings: Settings, console: Console,
 
 
 def _check_env_parser(commands: argparse._SubParsersAction[_Parser]) -> None:
-    sub = _command(commands, "check-env", "preflight a node's .env for a tag",
+    sub = _command(commands, "check-env", "preflight a node's .env for a tag (several: "
+                   "the nodes of one deployment, also checked against each other)",
                    _on_tag(_check_env))
-    sub.add_argument("env_file", type=Path, metavar="NODE.env", help="the node's .env file")
+    sub.add_argument("env_files", type=Path, nargs="+", metavar="NODE.env",
+                     help="the node's .env file; several: every node's, the head's among them")
     sub.add_argument("--tag", required=True, help="the tag the node will run")
     sub.add_argument("--print", action="store_true", dest="show",
                      help="also print the vllm serve command the image would run")
@@ -424,8 +426,12 @@ def _check_env_parser(commands: argparse._SubParsersAction[_Parser]) -> None:
 def _check_env(args: argparse.Namespace, settings: Settings, console: Console, config: Config,
                tag: Tag) -> int:
     from sparkbake.pipeline import commands
-    return commands.check_env(tag, args.env_file, args.proc_sys, show=args.show,
-                              runtime_lock=lock_mod.runtime_lock_path(config, tag), console=console)
+    lock = lock_mod.runtime_lock_path(config, tag)
+    if len(args.env_files) == 1:
+        return commands.check_env(tag, args.env_files[0], args.proc_sys, show=args.show,
+                                  runtime_lock=lock, console=console)
+    return commands.check_env_files(tag, args.env_files, args.proc_sys, show=args.show,
+                                    runtime_lock=lock, console=console)
 
 
 def _housekeeping_parsers(commands: argparse._SubParsersAction[_Parser]) -> None:

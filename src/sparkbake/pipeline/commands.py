@@ -29,9 +29,10 @@ from sparkbake.planning import Plan
 from sparkbake.publish import push, release_index, releases
 from sparkbake.series import exchange, lint, patchtests, rebase
 from sparkbake.smoke import checks
+from sparkbake.smoke.cluster_files import check_files as check_env_files
 from sparkbake.smoke.preflight import check_env
 
-__all__ = ["check_env", "deploy_tag", "diff_releases", "export_series",
+__all__ = ["check_env", "check_env_files", "deploy_tag", "diff_releases", "export_series",
            "import_series",
            "lock_tag", "patch_lint", "patch_tests", "plan_report", "publish", "rebase_check",
            "rebuild", "registry_command", "releases_report", "smoke_tag",
