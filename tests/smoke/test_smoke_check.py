@@ -247,6 +247,16 @@ def test_missing_sass_is_detected(image: FakeImage) -> None:
         "smokekern/_kernels.so: no SASS for sm_121a (built for sm_90a)"
 
 
+def test_a_cpu_builds_libraries_need_no_sass_but_their_sha256(image: FakeImage) -> None:
+    image.manifest["wheels"][0]["kernels"][0]["sass"] = []
+    image.expected["device"] = "cpu"
+    checks = image.check()
+    assert checks["kernels"]["status"] == "passed", checks["kernels"]
+    assert checks["kernels"]["detail"] == "smokekern/_kernels.so []"
+    image.manifest["wheels"][0]["kernels"][0]["sha256"] = "99" * 32
+    assert "differs from the manifest's" in image.check()["kernels"]["detail"]
+
+
 def test_a_cubin_of_the_family_is_accepted_as_the_host_says(image: FakeImage) -> None:
     image.manifest["wheels"][0]["kernels"][0]["sass"] = ["sm_120"]
     image.expected["sass_loadable"] = ["sm_120", "sm_120f", "sm_121", "sm_121a", "sm_121f"]

@@ -202,8 +202,11 @@ def expected_values(plan: Plan, gpu: GpuMode, unavailable: str | None) -> dict[s
         "sass_loadable": container_build.loadable_by(tag.sm_arch),
         "other_arch": list(tag.kernels.other_arch) if tag.kernels else [],
         "env": dict(tag.env),
-        # an upstream with runtime requirements (vLLM) compiles kernels on first use
-        "jit_required": tag.upstream.runtime_requirements is not None,
+        # an upstream with runtime requirements (vLLM) compiles kernels on first use (on
+        # a GPU)
+        "jit_required": tag.upstream.runtime_requirements is not None
+        and tag.upstream.device == "cuda",
+        "device": tag.upstream.device,
         "gpu": {"mode": gpu, "unavailable": unavailable},
     }
 
