@@ -22,6 +22,7 @@ class Stage(enum.StrEnum):
     DEPLOY = "deploy"
     LOCK = "lock"  # beside the pipeline: `sparkbake lock`
     PATCH_TESTS = "patch-tests"  # beside the pipeline: `sparkbake patch-tests`
+    REBASE_CHECK = "rebase-check"  # beside the pipeline: `sparkbake rebase-check`
 
 
 # what build-image runs, in order; each stage needs the products of the ones before it

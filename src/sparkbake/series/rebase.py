@@ -14,6 +14,7 @@ from sparkbake.config.settings import Settings
 from sparkbake.config.versions import Config, Tag
 from sparkbake.console.display import Console
 from sparkbake.core.folders import Folders
+from sparkbake.core.stages import Stage
 from sparkbake.errors import ConfigError, PatchError
 from sparkbake.fetch import remote_patches, upstream_tree
 from sparkbake.files import scratch_dir
@@ -36,12 +37,17 @@ def check(config: Config, tag: Tag, target_key: str, settings: Settings, *,
     target = config.upstreams[target_key]
     plan = planning.make(config, dataclasses.replace(tag, upstream=target))
     plan.require_series()
-    pristine = upstream_tree.fetch(target, Folders.of(config).source(plan.fetch_key), settings,
-                                   console=console)
-    remote_patches.fetch(plan.remote, settings, console=console)
-    apply.check_safety(plan.series, pristine)
-    upstream = gitwork.upstream_repo(pristine, apply.upstream_message(target), console=console)
-    rows = _rows(plan, pristine, upstream, config.build_dir, console=console)
+    folders = Folders.of(config)
+    # one line for the stage, as the build's: its git commands go to its log (shown with -v)
+    with console.stage(Stage.REBASE_CHECK, plan.patch_key,
+                       folders.stage_log(tag.name, Stage.REBASE_CHECK)):
+        pristine = upstream_tree.fetch(target, folders.source(plan.fetch_key), settings,
+                                       console=console)
+        remote_patches.fetch(plan.remote, settings, console=console)
+        apply.check_safety(plan.series, pristine)
+        upstream = gitwork.upstream_repo(pristine, apply.upstream_message(target),
+                                         console=console)
+        rows = _rows(plan, pristine, upstream, config.build_dir, console=console)
     print(render(tag, plan, rows))
     bad = [r for r in rows if not r[2].applied]
     if bad:

@@ -116,7 +116,10 @@ def test_rebase_check_prints_a_row_per_patch_and_exits_3(applied: VllmProject) -
     assert lines[-1] == "2 of 7 patches apply"
     assert error_lines(err)[0] == ("sparkbake: error: rebase-check: 5 of 7 patches of old-full "
                                    "do not apply cleanly to vllm-0.33.0")
-    assert "+ cp " not in err  # only the touched files were checked out
+    # one line for the stage, the commands in its log; only the touched files checked out
+    assert "+ git " not in err and "rebase-check" in err.splitlines()[0]
+    log = (applied.root / "build" / "logs" / "old-full" / "rebase-check.log").read_text()
+    assert "+ git " in log and "+ cp " not in log
 
 
 def test_rebase_check_exits_0_when_every_patch_applies(applied: VllmProject) -> None:
