@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -41,14 +42,45 @@ FOUND = {  # name: (repository, ref as the tree pins it, its own *_SRC_DIR varia
 }
 
 
+MIRROR = ROOT.parent / "shared" / "mirrors" / "oneDNN-v3.13.git.tar.gz"
+
+
 @pytest.fixture(scope="module")
-def found(tmp_path_factory: pytest.TempPathFactory) -> cmake_sources.Discovery:
-    """The pinned sdist's tree, fetched, and its declarations with versions.yaml's cmake_skip."""
+def tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The pinned sdist's tree, fetched."""
     root = tmp_path_factory.mktemp("vllm")
     assert main(["--config", str(write_config(root)), "fetch", "vllm"]) == 0
     [key] = entries(root)
+    return root / "build" / "sources" / key / "tree"
+
+
+@pytest.fixture(scope="module")
+def found(tree: Path) -> cmake_sources.Discovery:
+    """The tree's declarations with versions.yaml's cmake_skip."""
     skip = versions.load(ROOT / "versions.yaml").upstreams["vllm-0.33.0"].cmake_skip
-    return cmake_sources.discover(root / "build" / "sources" / key / "tree", dict(skip))
+    return cmake_sources.discover(tree, dict(skip))
+
+
+def test_the_cpu_builds_one_download_is_x86s_onednn_and_the_mirror_gives_its_commit(
+        tree: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    skip = versions.load(ROOT / "versions.yaml").upstreams["vllm-0.33.0-cpu"].cmake_skip
+    cpu = cmake_sources.discover(tree, dict(skip))
+    assert [(d.name, d.url, d.ref, d.where) for d in cpu.declarations] == [
+        ("oneDNN", "https://github.com/oneapi-src/oneDNN.git", "v3.13",
+         "cmake/cpu_extension.cmake:382")]
+    assert len(cpu.left_out) == 12  # CUTLASS, the nine external projects, aarch64's two
+    committed = (ROOT / "locks" / "sources" / "vllm-0.33.0-cpu.json").read_text()
+    with git_daemon(tmp_path) as mirror:
+        owner = mirror.base / "oneapi-src"
+        owner.mkdir()
+        with tarfile.open(MIRROR) as archive:
+            archive.extractall(owner, filter="data")
+        monkeypatch.setenv("GIT_CONFIG_COUNT", "1")
+        monkeypatch.setenv("GIT_CONFIG_KEY_0", f"url.{mirror.url('')}.insteadOf")
+        monkeypatch.setenv("GIT_CONFIG_VALUE_0", "https://github.com/")
+        commit, moving = sourcelock.resolve_ref(cpu.declarations[0], console=plain_console())
+    assert (commit, moving) == ("0e2a5bfeef1bfbffc3137464606540233086ce9b", True)
+    assert f'"pin": "{commit}"' in committed
 
 
 def test_every_download_of_the_cuda_build_is_found_with_its_pin(
@@ -108,4 +140,4 @@ def test_lock_of_a_production_tag_names_every_unreachable_server(
     named = re.search(r"CMake dependencies: (.*)", err)
     assert named is not None
     assert set(named[1].split(", ")) == {url for url, *_ in FOUND.values()}
-    assert not (tmp_path / "locks" / "sources").exists()
+    assert not (tmp_path / "locks" / "sources" / "vllm-0.33.0.json").exists()
