@@ -66,6 +66,7 @@ def test_expected_values_come_from_the_plan() -> None:
         "other_arch": [],
         "env": {"VLLM_DSV4_CKV_GATHER": "1"},
         "jit_required": False,
+        "device": "cuda",
         "gpu": {"mode": "auto", "unavailable": "no GPU runtime in this engine"},
     }
     json.dumps(expected)  # it travels as JSON
