@@ -95,7 +95,8 @@ def parser() -> argparse.ArgumentParser:
     top.add_argument("--version", action=_Version)
     commands = top.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for add in (_tags_parser, _build_parsers, _image_parsers, _registry_parser, _check_env_parser,
-                _housekeeping_parsers, _series_parsers, _release_parsers, _signing_parsers):
+                _cluster_parsers, _housekeeping_parsers, _series_parsers, _release_parsers,
+                _signing_parsers):
         add(commands)  # in this order, the order of --help
     return top
 
@@ -432,6 +433,83 @@ def _check_env(args: argparse.Namespace, settings: Settings, console: Console, c
                                   runtime_lock=lock, console=console)
     return commands.check_env_files(tag, args.env_files, args.proc_sys, show=args.show,
                                     runtime_lock=lock, console=console)
+
+
+# the commands of a deployment's nodes and what each does (its one-line help)
+CLUSTER_COMMANDS = {
+    "node-files": "write one .env per node from the nodes' addresses, and check them together",
+    "up": "bring the tag up on the nodes of its .env files: workers, then the head; serve "
+          "checks and the KV-cache and acceptance readout",
+    "down": "remove the containers up started, on every node",
+    "status": "each node's container and the head's /health",
+    "logs": "the last lines of each node's engine log",
+}
+
+
+def _cluster_parsers(commands: argparse._SubParsersAction[_Parser]) -> None:
+    handlers: dict[str, OnTag] = {"node-files": _node_files, "up": _up, "down": _down,
+                                  "status": _status, "logs": _logs}
+    subs = {}
+    for name, run in handlers.items():
+        subs[name] = _command(commands, name, CLUSTER_COMMANDS[name], _on_tag(run))
+        subs[name].add_argument("tag", help="tag name or its suffix, e.g. 3.73-vision")
+    files = subs["node-files"]
+    files.add_argument("--nodes", required=True, metavar="ADDR,ADDR",
+                       help="each node's fabric address, the head's (rank 0) first")
+    files.add_argument("--iface", metavar="NAME", help="the fabric's network interface")
+    files.add_argument("--from", dest="template", type=Path, metavar="FILE",
+                       help="the .env to start from (default: the tag's smoke suite's head)")
+    files.add_argument("--out", type=Path, required=True, metavar="DIR",
+                       help="where to write head.env, worker-1.env, ...")
+    files.add_argument("--force", action="store_true", help="write over files already there")
+    bring = subs["up"]
+    bring.add_argument("env_files", type=Path, nargs="+", metavar="NODE.env",
+                       help="every node's .env, the head's among them")
+    bring.add_argument("--hosts", metavar="URL,URL",
+                       help="each file's Docker engine, in the files' order (default: all on "
+                            "the local engine)")
+    bring.add_argument("--image", metavar="REF",
+                       help="run this image (a release by digest) instead of the tag's")
+    bring.add_argument("--timeout", type=float, default=1800, metavar="S",
+                       help="seconds for the head to answer /health (default: 1800)")
+    subs["logs"].add_argument("--rank", type=int, help="only this node's log")
+    subs["logs"].add_argument("--tail", type=int, default=50, metavar="N",
+                              help="lines of each log (default: 50)")
+    for sub in subs.values():
+        _common(sub)
+
+
+def _node_files(args: argparse.Namespace, settings: Settings, console: Console,
+                config: Config, tag: Tag) -> int:
+    from sparkbake.pipeline import cluster_commands
+    return cluster_commands.write_node_files(config, tag, args.nodes, args.iface,
+                                             args.template, args.out, args.force,
+                                             console=console)
+
+
+def _up(args: argparse.Namespace, settings: Settings, console: Console, config: Config,
+        tag: Tag) -> int:
+    from sparkbake.pipeline import cluster_commands
+    return cluster_commands.up(config, settings, tag, args.env_files, args.hosts, args.image,
+                               args.timeout, console=console)
+
+
+def _down(args: argparse.Namespace, settings: Settings, console: Console, config: Config,
+          tag: Tag) -> int:
+    from sparkbake.pipeline import cluster_commands
+    return cluster_commands.down(config, tag.name, console=console)
+
+
+def _status(args: argparse.Namespace, settings: Settings, console: Console, config: Config,
+            tag: Tag) -> int:
+    from sparkbake.pipeline import cluster_commands
+    return cluster_commands.status(config, tag.name, console=console)
+
+
+def _logs(args: argparse.Namespace, settings: Settings, console: Console, config: Config,
+          tag: Tag) -> int:
+    from sparkbake.pipeline import cluster_commands
+    return cluster_commands.logs(config, tag.name, args.rank, args.tail, console=console)
 
 
 def _housekeeping_parsers(commands: argparse._SubParsersAction[_Parser]) -> None:

@@ -35,6 +35,7 @@ __all__ = [
     "load_image",
     "load_stream",
     "run_container",
+    "run_detached",
     "run_label",
     "started_container",
 ]
@@ -217,6 +218,20 @@ def started_container(
     """A container left running for the block (a server); then stopped and removed."""
     with _container(client, image, command, volumes, environment, True, False, extra) as box:
         yield box
+
+
+def run_detached(client: Client, image: str, **options: Any) -> Container:
+    """A container started to outlive this run (a cluster's node): without the run's label,
+    so that gc leaves it; EngineError naming the image when the engine refuses it."""
+    import docker.errors
+
+    try:
+        return client.containers.run(image, [], detach=True, **options)
+    except docker.errors.ImageNotFound as exc:
+        raise EngineError(f"image {image} is not in the engine", "build it first") from exc
+    except docker.errors.APIError as exc:
+        raise EngineError(f"cannot start a container of {image}: {exc.explanation or exc}",
+                          "check the Docker engine") from exc
 
 
 def bridge_gateway(client: Client, image: str) -> str:

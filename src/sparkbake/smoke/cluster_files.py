@@ -44,17 +44,19 @@ def rank_name(file: envfile.EnvFile) -> str:
     return "NODE_RANK" if "NODE_RANK" in file.lines else "RANK"
 
 
-def check(tag: Tag, files: list[envfile.EnvFile]) -> list[Finding]:
-    """What the files of one deployment get wrong together, in the files' order."""
+def check(tag: Tag, files: list[envfile.EnvFile], image: str | None = None) -> list[Finding]:
+    """What the files of one deployment get wrong together, in the files' order; image: the
+    one the nodes will run (default: the tag's)."""
+    image = image or tag.image_ref
     envs = [preflight.entrypoint().effective_env(preflight.node_env(tag, f)) for f in files]
     heads = [i for i, env in enumerate(envs) if rank(env) == "0"]
     head = heads[0] if heads else 0
     found = _ranks(files, envs, head, heads)
     for i, (file, env) in enumerate(zip(files, envs, strict=True)):
-        if env.get("IMAGE") and env["IMAGE"] != tag.image_ref:
+        if env.get("IMAGE") and env["IMAGE"] != image:
             found.append(Finding(file.where("IMAGE"), f"IMAGE={env['IMAGE']} is not the "
-                                 f"image of tag {tag.name}", "image-not-the-tags",
-                                 f"set IMAGE={tag.image_ref}"))
+                                 f"image of tag {tag.name} ({image})", "image-not-the-tags",
+                                 f"set IMAGE={image}"))
         if i == head:
             continue
         found += _against_head(file, env, files[head], envs[head])
@@ -133,7 +135,8 @@ def _addresses(files: list[envfile.EnvFile], envs: list[dict[str, str]]) -> list
 
 
 def check_files(tag: Tag, paths: list[Path], proc_sys: Path, show: bool,
-                runtime_lock: Path | None = None, *, console: Console) -> int:
+                runtime_lock: Path | None = None, *, console: Console,
+                image: str | None = None) -> int:
     """check-env of each file, then of them together; ConfigError (exit 2) naming the files
     with errors when there are any."""
     failed = []
@@ -143,7 +146,8 @@ def check_files(tag: Tag, paths: list[Path], proc_sys: Path, show: bool,
         except ConfigError as exc:
             print(f"{exc.message}", flush=True)
             failed.append(str(path))
-    together = check(tag, [envfile.read(path) for path in paths]) if len(paths) > 1 else []
+    together = check(tag, [envfile.read(path) for path in paths], image) if len(paths) > 1 \
+        else []
     for finding in together:
         print(finding.lines())
     if failed or together:

@@ -1,0 +1,395 @@
+"""up, down, status and logs: a tag's image brought up on the nodes of one deployment as an
+operator brings it up, from one .env per node (docs/how-to/four-sparks.md).
+
+`up` checks the files together (check-env), then on each node's engine runs the image's own
+preflight on the node's file and drops the page caches; starts the workers, each headless
+(the entrypoint's doing), then the head; waits for the head's /health while watching every
+node; runs the serve checks against the head and reads out each rank's KV-cache lines and,
+where the tag speculates, the acceptance length. What it started is recorded in
+build/clusters/TAG.json, from which down, status and logs find the nodes again.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sparkbake.config import envfile
+from sparkbake.config.versions import Config, Tag
+from sparkbake.console.display import Console
+from sparkbake.console.tools import step
+from sparkbake.core.folders import Folders
+from sparkbake.core.smoke_record import CheckFailed, CheckResult
+from sparkbake.deploy import cluster_readout as readout
+from sparkbake.deploy.nodes import Node, connect
+from sparkbake.errors import ConfigError, EngineError, SmokeError
+from sparkbake.files import atomic_write, read_json
+from sparkbake.oci import docker_engine
+from sparkbake.oci.docker_engine import Client
+from sparkbake.oci.engine_client import Container
+from sparkbake.smoke import preflight, serve_client, serving
+
+__all__ = ["Cluster", "ClusterNode", "down", "logs", "plan_nodes", "status", "up"]
+
+LABEL = "dev.sparkbake.cluster"
+RANK_LABEL = "dev.sparkbake.rank"
+MODEL_MOUNT = "/model"
+JIT_CACHE = "/var/cache/jit"  # images/runtime.json's jit cache
+DROP_CACHES = "sync; echo 3 > /proc/sys/vm/drop_caches"
+DROP_BY_HAND = "sync; echo 3 | sudo tee /proc/sys/vm/drop_caches"
+LOCAL_ENGINE = "unix:///var/run/docker.sock"
+FLOOR_RULE = "host-memory-floor"
+
+
+@dataclass(frozen=True)
+class ClusterNode:
+    """One node: its rank, its .env file and values, and the engine it runs on."""
+
+    rank: int
+    env_file: Path
+    engine: Node
+    env: dict[str, str] = field(hash=False)
+
+    @property
+    def role(self) -> str:
+        return "head" if self.rank == 0 else f"worker {self.rank}"
+
+    def container(self, tag: str) -> str:
+        return f"sparkbake-{tag}-rank{self.rank}"
+
+    def describe(self) -> str:
+        return f"{self.role} ({self.env_file.name} on {self.engine.url})"
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """What up started: the tag, the image, the head's API and the nodes, head first."""
+
+    tag: str
+    image: str
+    api: str
+    nodes: tuple[ClusterNode, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"tag": self.tag, "image": self.image, "api": self.api,
+                "nodes": [{"rank": n.rank, "env_file": str(n.env_file), "engine": n.engine.url,
+                           "container": n.container(self.tag)} for n in self.nodes]}
+
+    @staticmethod
+    def from_json(data: dict[str, Any]) -> Cluster:
+        nodes = tuple(ClusterNode(int(n["rank"]), Path(n["env_file"]), Node(n["engine"]), {})
+                      for n in data["nodes"])
+        return Cluster(str(data["tag"]), str(data["image"]), str(data["api"]), nodes)
+
+
+def local_engine(environ: dict[str, str]) -> Node:
+    return Node(environ.get("DOCKER_HOST") or LOCAL_ENGINE)
+
+
+def plan_nodes(files: list[Path], engines: list[Node], local: Node) -> list[ClusterNode]:
+    """The nodes of the files, head first: each file's rank, and its engine (--hosts in the
+    files' order; none: all on the local engine). The files' own errors are check-env's."""
+    if engines and len(engines) != len(files):
+        raise ConfigError(f"--hosts names {len(engines)} engine(s) for {len(files)} .env "
+                          "file(s)", "name one engine per file, in the files' order")
+    found = []
+    for index, path in enumerate(files):
+        env = preflight.entrypoint().effective_env(envfile.read(path).values)
+        rank = env.get("NODE_RANK") or "0"
+        found.append(ClusterNode(int(rank) if rank.isdigit() else 0, path,
+                                 engines[index] if engines else local,
+                                 envfile.read(path).values))
+    return sorted(found, key=lambda node: node.rank)
+
+
+def api_url(head: ClusterNode) -> str:
+    """The head's API as seen from here: its engine's host (127.0.0.1 for a local socket)."""
+    scheme, _, rest = head.engine.url.partition("://")
+    host = "127.0.0.1" if scheme == "unix" else rest.rpartition("@")[2]
+    if scheme in ("tcp", "ssh") and not host.startswith("[") and ":" in host:
+        host = host.rsplit(":", 1)[0]
+    return f"http://{host}:{head.env.get('API_PORT') or 8000}"
+
+
+def container_options(tag: Tag, node: ClusterNode) -> dict[str, Any]:
+    """How the node's container runs: host networking and IPC, the file's values as its
+    environment (with NCCL's and gloo's names for the fabric), the model read-only, the JIT
+    cache writable, the GPUs and RDMA devices where the tag and file have them."""
+    env = dict(node.env)
+    fabric = {"NCCL_SOCKET_IFNAME": env.get("FABRIC_IFACE"),
+              "GLOO_SOCKET_IFNAME": env.get("FABRIC_IFACE"),
+              "NCCL_IB_HCA": env.get("IB_HCA"), "NCCL_IB_GID_INDEX": env.get("IB_GID_INDEX")}
+    env |= {name: value for name, value in fabric.items() if value and name not in env}
+    volumes = {}
+    if env.get("MODEL_HOST_PATH"):
+        volumes[env["MODEL_HOST_PATH"]] = {"bind": MODEL_MOUNT, "mode": "ro"}
+    if env.get("CACHE_HOST_PATH"):
+        volumes[env["CACHE_HOST_PATH"]] = {"bind": JIT_CACHE, "mode": "rw"}
+    options: dict[str, Any] = {
+        "name": node.container(tag.name), "environment": env, "volumes": volumes,
+        "network_mode": "host", "ipc_mode": "host",
+        "labels": {LABEL: tag.name, RANK_LABEL: str(node.rank)}}
+    if tag.upstream.device == "cuda":
+        options["device_requests"] = [dict(serving.ALL_GPUS)]
+    if env.get("IB_HCA"):
+        options["devices"] = ["/dev/infiniband:/dev/infiniband"]
+        options["ulimits"] = [{"Name": "memlock", "Soft": -1, "Hard": -1}]
+    return options
+
+
+def state_path(config: Config, tag: str) -> Path:
+    return Folders.of(config).build / "clusters" / f"{tag}.json"
+
+
+def _clients(nodes: tuple[ClusterNode, ...] | list[ClusterNode]) -> dict[str, Client]:
+    clients: dict[str, Client] = {}
+    for node in nodes:
+        if node.engine.url not in clients:
+            clients[node.engine.url] = connect(node.engine)
+    return clients
+
+
+def up(config: Config, tag: Tag, files: list[Path], engines: list[Node], image: str,
+       timeout: float, environ: dict[str, str], *, console: Console) -> int:
+    """Bring the tag up on the files' nodes; 0 when the head serves, SmokeError (6) when a
+    node stops, the head never answers or a serve check fails."""
+    nodes = plan_nodes(files, engines, local_engine(environ))
+    cluster = Cluster(tag.name, image, api_url(nodes[0]), tuple(nodes))
+    clients = _clients(nodes)
+    _refuse_running(cluster, clients)
+    for node in nodes:
+        _prepare(tag, cluster, node, clients[node.engine.url], console=console)
+    atomic_write(state_path(config, tag.name), json.dumps(cluster.to_json(), indent=2) + "\n")
+    for node in [*nodes[1:], nodes[0]]:  # the workers first, then the head
+        _start(tag, cluster, node, clients[node.engine.url], console=console)
+    started = time.monotonic()
+    _wait_healthy(cluster, clients, timeout, console=console)
+    healthy_after = time.monotonic() - started
+    results = _serve_checks(tag, cluster, console=console)
+    return _read_out(config, tag, cluster, clients, results, healthy_after, console=console)
+
+
+def _refuse_running(cluster: Cluster, clients: dict[str, Client]) -> None:
+    for node in cluster.nodes:
+        found = _containers(clients[node.engine.url], cluster.tag)
+        if found:
+            raise ConfigError(f"{cluster.tag} already runs on {node.engine.url} "
+                              f"({', '.join(box.name for box in found)})",
+                              f"take it down first: sparkbake down {cluster.tag}")
+
+
+def _prepare(tag: Tag, cluster: Cluster, node: ClusterNode, client: Client, *,
+             console: Console) -> None:
+    """The node's image, its own preflight of the file (the node's sysctls: the host memory
+    floor) and its page caches dropped, or what to run there instead."""
+    if not docker_engine.image_exists(client, cluster.image):
+        raise EngineError(f"{node.describe()}: {cluster.image} is not in its engine",
+                          f"deploy it first: sparkbake deploy {tag.name} --hosts "
+                          f"{node.engine.url}")
+    with step(console, f"preflight on {node.describe()}"):
+        checked = docker_engine.run_container(client, cluster.image, ["--print"],
+                                              environment=node.env, network=False)
+    findings = [line for line in checked.output.splitlines() if "sparkbake preflight:" in line]
+    if checked.exit_code != 0:
+        first = next((line for line in findings if "error" in line), checked.tail(1))
+        raise ConfigError(f"{node.describe()}: the image's preflight refuses the file: "
+                          f"{first.strip()}", f"sparkbake check-env {node.env_file} --tag "
+                          f"{tag.name} shows every finding")
+    for line in findings:
+        console.notice(f"{node.role}: {line.strip()}" + (
+            " (docs/how-to/four-sparks.md#start)" if FLOOR_RULE in line else ""))
+    _drop_caches(cluster.image, node, client, console=console)
+
+
+def _drop_caches(image: str, node: ClusterNode, client: Client, *, console: Console) -> None:
+    try:
+        dropped = docker_engine.run_container(client, image, ["sh", "-c", DROP_CACHES],
+                                              network=False, privileged=True)
+        why = None if dropped.exit_code == 0 else dropped.tail(1) or f"exit {dropped.exit_code}"
+    except EngineError as exc:
+        why = exc.message
+    if why is None:
+        console.detail(f"{node.role}: page caches dropped")
+    else:
+        console.notice(f"{node.role}: page caches not dropped ({why}); run "
+                       f"`{DROP_BY_HAND}` on {node.engine.url} before the start")
+
+
+def _start(tag: Tag, cluster: Cluster, node: ClusterNode, client: Client, *,
+           console: Console) -> Container:
+    with step(console, f"start {node.describe()}"):
+        return docker_engine.run_detached(client, cluster.image,
+                                          **container_options(tag, node))
+
+
+def _box(client: Client, cluster: Cluster, node: ClusterNode) -> Container | None:
+    found = [box for box in _containers(client, cluster.tag)
+             if box.labels.get(RANK_LABEL) == str(node.rank)]
+    return found[0] if found else None
+
+
+def _containers(client: Client, tag: str) -> list[Container]:
+    return client.containers.list(all=True, filters={"label": f"{LABEL}={tag}"})
+
+
+def stopped(cluster: Cluster, clients: dict[str, Client]) -> Callable[[], str | None]:
+    """A probe: which node's container has stopped, its exit code and last lines, or None."""
+    def why() -> str | None:
+        for node in cluster.nodes:
+            box = _box(clients[node.engine.url], cluster, node)
+            if box is None:
+                return f"{node.describe()}: its container {node.container(cluster.tag)} is gone"
+            if box.status in ("exited", "dead"):
+                code = box.attrs["State"].get("ExitCode")
+                log = box.logs(tail=40).decode(errors="replace")
+                return (f"{node.describe()}: container {box.name} exited with {code}: "
+                        f"{readout.last_lines(log)}")
+        return None
+    return why
+
+
+def _wait_healthy(cluster: Cluster, clients: dict[str, Client], timeout: float, *,
+                  console: Console) -> None:
+    server = serve_client.Server(cluster.api)
+    try:
+        with step(console, f"wait for {cluster.api}/health (at most {timeout:.0f} s)"):
+            serve_client.check_health(server, timeout, stopped(cluster, clients))
+    except CheckFailed as exc:
+        gone = stopped(cluster, clients)()
+        head = cluster.nodes[0]
+        box = _box(clients[head.engine.url], cluster, head)
+        last = readout.last_lines(box.logs(tail=40).decode(errors="replace")) if box else ""
+        message = gone or (f"{head.describe()}: {cluster.api}/health did not answer 200 "
+                           f"within {timeout:.0f} s; its last lines: {last}")
+        raise SmokeError(f"{cluster.tag}: {message}",
+                         f"sparkbake logs {cluster.tag} shows each node's log; "
+                         f"sparkbake down {cluster.tag} removes the containers") from exc
+
+
+def _serve_checks(tag: Tag, cluster: Cluster, *, console: Console) -> list[CheckResult]:
+    head = cluster.nodes[0]
+    command = preflight.entrypoint().serve_command({**dict(tag.env), **head.env})
+    model = head.env.get("SERVED_MODEL_NAME") or head.env.get("MODEL") or MODEL_MOUNT
+    server = serve_client.Server(cluster.api)
+    block = serving.flag(command, "--block-size", 16)
+    dcp = serving.flag(command, "--decode-context-parallel-size", 1)
+    any_text = serving.value(command, "--load-format") == "dummy"
+    checks: dict[str, Callable[[], str]] = {
+        "serve-models": lambda: serve_client.check_models(server, model),
+        "serve-completion": lambda: serve_client.check_completion(server, model, any_text),
+        "serve-metrics": lambda: serve_client.check_metrics(server, model),
+        "serve-image": lambda: serve_client.check_image(server, model, any_text),
+        "serve-prefix-cache": lambda: serve_client.check_prefix_cache(server, model, block, dcp),
+    }
+    wanted = [name for name in serving.names(tag) if name in checks]
+    if "--enable-prefix-caching" not in command:
+        wanted = [name for name in wanted if name != "serve-prefix-cache"]
+    with step(console, f"serve checks against {cluster.api}"):
+        results = serving.probe(wanted, checks)
+    for result in results:
+        console.result(f"  {result.status:7} {result.name}: {result.detail}")
+    return results
+
+
+def _read_out(config: Config, tag: Tag, cluster: Cluster, clients: dict[str, Client],
+              results: list[CheckResult], healthy_after: float, *, console: Console) -> int:
+    nodes = []
+    for node in cluster.nodes:
+        box = _box(clients[node.engine.url], cluster, node)
+        log = box.logs().decode(errors="replace") if box else ""
+        nodes.append(readout.NodeReadout(node.rank, readout.kv_cache_lines(log)))
+        console.result(f"  KV cache, {nodes[-1].describe()}")
+    acceptance = _acceptance(tag, cluster)
+    console.result(f"  acceptance: {acceptance}")
+    passed = sum(result.status == "passed" for result in results)
+    line = readout.verdict(tag.name, nodes, healthy_after, passed, len(results), acceptance)
+    record = {**cluster.to_json(), "healthy_after_s": round(healthy_after, 1),
+              "checks": [r.to_json() for r in results], "acceptance": acceptance,
+              "kv_cache": {str(n.rank): list(n.kv_cache) for n in nodes}, "verdict": line}
+    atomic_write(state_path(config, tag.name), json.dumps(record, indent=2) + "\n")
+    if passed != len(results):
+        raise SmokeError(line, f"sparkbake logs {tag.name} --rank 0 shows the head's log")
+    console.result(line)
+    return 0
+
+
+def _acceptance(tag: Tag, cluster: Cluster) -> str:
+    command = preflight.entrypoint().serve_command({**dict(tag.env), **cluster.nodes[0].env})
+    if "--speculative-config" not in command:
+        return "none (the tag does not speculate here)"
+    length = readout.acceptance_length(serve_client.Server(cluster.api).metrics())
+    return f"{length:.2f}" if length is not None else "no draft yet (send a decode bench)"
+
+
+def load(config: Config, tag: str) -> Cluster:
+    path = state_path(config, tag)
+    if not path.is_file():
+        raise ConfigError(f"no cluster of {tag} was brought up from here ({path} is missing)",
+                          f"bring it up: sparkbake up {tag} NODE.env ...")
+    return Cluster.from_json(read_json(path))
+
+
+def down(config: Config, tag: str, *, console: Console) -> int:
+    """Remove the cluster's containers, the head first; 0 when none is left."""
+    cluster = load(config, tag)
+    clients = _clients(cluster.nodes)
+    for node in cluster.nodes:
+        box = _box(clients[node.engine.url], cluster, node)
+        if box is not None:
+            with step(console, f"remove {box.name} ({node.describe()})"):
+                box.remove(force=True)
+    left = [f"{box.name} on {url}" for url, client in clients.items()
+            for box in _containers(client, tag)]
+    if left:
+        raise EngineError(f"{tag}: containers left after down: {', '.join(left)}",
+                          "remove them with docker rm -f")
+    state_path(config, tag).unlink()
+    console.result(f"{tag}: down on {len(cluster.nodes)} node(s), no container left")
+    return 0
+
+
+def status(config: Config, tag: str, *, console: Console) -> int:
+    """Each node's container and state, and whether the head answers; 0 when all run and
+    the head is healthy, else 6."""
+    cluster = load(config, tag)
+    clients = _clients(cluster.nodes)
+    running = 0
+    for node in cluster.nodes:
+        box = _box(clients[node.engine.url], cluster, node)
+        state = "absent" if box is None else box.status if box.status != "exited" else \
+            f"exited ({box.attrs['State'].get('ExitCode')})"
+        running += state == "running"
+        console.result(f"rank {node.rank}  {node.describe()}  "
+                       f"{node.container(tag)}: {state}")
+    healthy = _healthy(cluster.api)
+    console.result(f"{tag}: {running}/{len(cluster.nodes)} node(s) running; head "
+                   f"{cluster.api}/health: {'200' if healthy else 'no answer'}")
+    return 0 if healthy and running == len(cluster.nodes) else SmokeError.exit_code
+
+
+def _healthy(api: str) -> bool:
+    import requests
+
+    try:
+        return serve_client.Server(api, timeout=5).get("/health").status_code == 200
+    except requests.RequestException:
+        return False
+
+
+def logs(config: Config, tag: str, rank: int | None, tail: int, *, console: Console) -> int:
+    """The last lines of each node's log (or one rank's), each under a line naming its node."""
+    cluster = load(config, tag)
+    wanted = [n for n in cluster.nodes if rank is None or n.rank == rank]
+    if not wanted:
+        raise ConfigError(f"{tag} has no rank {rank}", f"ranks: 0 to {len(cluster.nodes) - 1}")
+    clients = _clients(wanted)
+    for node in wanted:
+        box = _box(clients[node.engine.url], cluster, node)
+        console.result(f"== rank {node.rank}, {node.describe()}: {node.container(tag)}")
+        console.result(box.logs(tail=tail).decode(errors="replace").rstrip() if box
+                       else "(no container)")
+    return 0

@@ -1,0 +1,61 @@
+"""What an operator reads off a cluster before trusting it: each rank's KV-cache lines from
+its engine log, the acceptance length from the head's /metrics where the tag speculates,
+and a one-line verdict. Pure functions of the logs and counters, tested without an engine.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+__all__ = ["ACCEPTED", "DRAFTS", "NodeReadout", "acceptance_length", "kv_cache_lines",
+           "last_lines", "verdict"]
+
+# vLLM's lines of the KV cache: the memory each worker found for it, and the pool the engine
+# made of it ("GPU KV cache size: N tokens", also on the CPU backend)
+KV_CACHE = re.compile(r"Available KV cache memory|KV cache size")
+ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
+DRAFTS = "vllm:spec_decode_num_drafts_total"
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+@dataclass(frozen=True)
+class NodeReadout:
+    rank: int
+    kv_cache: tuple[str, ...]  # the log's KV-cache lines, from their message on
+
+    def describe(self) -> str:
+        return f"rank {self.rank}: " + ("; ".join(self.kv_cache) if self.kv_cache
+                                        else "no KV cache line in its log")
+
+
+def kv_cache_lines(log: str) -> tuple[str, ...]:
+    """The KV-cache lines of an engine log, each from its message on (no time stamp)."""
+    found = []
+    for line in ANSI.sub("", log).splitlines():
+        if KV_CACHE.search(line):
+            found.append(line.rsplit("] ", 1)[-1].strip())  # after vLLM's [file.py:line]
+    return tuple(dict.fromkeys(found))
+
+
+def acceptance_length(metrics: dict[str, float]) -> float | None:
+    """1 + accepted tokens / drafts (vLLM's mean acceptance length), or None before a draft."""
+    drafts = metrics.get(DRAFTS, 0.0)
+    return 1.0 + metrics.get(ACCEPTED, 0.0) / drafts if drafts else None
+
+
+def last_lines(log: str, count: int = 3) -> str:
+    """A log's last non-empty lines, joined on one line."""
+    lines = [line.strip() for line in ANSI.sub("", log).splitlines() if line.strip()]
+    return " | ".join(lines[-count:]) or "no output"
+
+
+def verdict(tag: str, nodes: list[NodeReadout], healthy_after: float, checks_passed: int,
+            checks: int, acceptance: str) -> str:
+    """The one line `up` ends with."""
+    state = "up" if checks_passed == checks else "up, but serving fails"
+    kv = "all ranks" if all(n.kv_cache for n in nodes) else \
+        "missing on rank " + ", ".join(str(n.rank) for n in nodes if not n.kv_cache)
+    return (f"{tag}: {state} on {len(nodes)} node(s), healthy {healthy_after:.0f} s after the "
+            f"head started; serve checks {checks_passed}/{checks} passed; KV cache lines: {kv}; "
+            f"acceptance: {acceptance}")

@@ -1,0 +1,102 @@
+"""up's pure parts: the nodes of the files (head first, each with its engine), the head's
+API address, each container's options, and the readout of logs and counters."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sparkbake.config import versions
+from sparkbake.deploy import cluster, cluster_readout
+from sparkbake.deploy.nodes import Node
+from sparkbake.errors import ConfigError
+
+REPO = Path(__file__).resolve().parents[2]
+SAMPLES = REPO / "images" / "smoke" / "dsv4-4node" / "accept"
+CONFIG = versions.load(REPO / "versions.yaml")
+FILES = [SAMPLES / name for name in ("worker-2.env", "head.env", "worker-1.env", "worker-3.env")]
+LOCAL = Node("unix:///var/run/docker.sock")
+
+
+def test_the_nodes_come_head_first_each_on_its_files_engine() -> None:
+    engines = [Node(f"ssh://spark-{i}") for i in (3, 1, 2, 4)]
+    nodes = cluster.plan_nodes(FILES, engines, LOCAL)
+    assert [(n.rank, n.env_file.name, n.engine.url) for n in nodes] == [
+        (0, "head.env", "ssh://spark-1"), (1, "worker-1.env", "ssh://spark-2"),
+        (2, "worker-2.env", "ssh://spark-3"), (3, "worker-3.env", "ssh://spark-4")]
+    assert {n.engine for n in cluster.plan_nodes(FILES, [], LOCAL)} == {LOCAL}
+
+
+def test_engines_and_files_must_pair() -> None:
+    with pytest.raises(ConfigError, match=r"--hosts names 2 engine\(s\) for 4 \.env file"):
+        cluster.plan_nodes(FILES, [LOCAL, Node("ssh://spark-2")], LOCAL)
+
+
+@pytest.mark.parametrize(("engine", "api"), [
+    ("unix:///var/run/docker.sock", "http://127.0.0.1:8300"),
+    ("ssh://admin@spark-1:2222", "http://spark-1:8300"),
+    ("tcp://10.0.0.3:2375", "http://10.0.0.3:8300"),
+    ("ssh://[fd00::1]", "http://[fd00::1]:8300"),
+])
+def test_the_heads_api_is_its_engines_host_at_its_port(engine: str, api: str) -> None:
+    head = cluster.plan_nodes([SAMPLES / "head.env"], [Node(engine)], LOCAL)[0]
+    assert cluster.api_url(head) == api
+
+
+def test_a_spark_node_runs_on_the_host_network_with_its_gpu_fabric_model_and_cache() -> None:
+    tag = CONFIG.tag("production-3.73-vision")
+    worker = cluster.plan_nodes([SAMPLES / "worker-1.env"], [], LOCAL)[0]
+    options = cluster.container_options(tag, worker)
+    assert options["name"] == "sparkbake-production-3.73-vision-rank1"
+    assert (options["network_mode"], options["ipc_mode"]) == ("host", "host")
+    assert options["labels"] == {cluster.LABEL: tag.name, cluster.RANK_LABEL: "1"}
+    env = options["environment"]
+    assert (env["NCCL_SOCKET_IFNAME"], env["GLOO_SOCKET_IFNAME"], env["NCCL_IB_HCA"]) == (
+        "enp1s0f0np0", "enp1s0f0np0", "rocep1s0f0")
+    assert options["volumes"] == {
+        "/srv/models/models--deepseek-ai--DeepSeek-V4-Flash-Vision-Exp":
+            {"bind": "/model", "mode": "ro"},
+        "/srv/jit-cache": {"bind": "/var/cache/jit", "mode": "rw"}}
+    assert options["device_requests"] and options["devices"] == [
+        "/dev/infiniband:/dev/infiniband"]
+
+
+def test_a_cpu_node_asks_for_no_gpu_and_no_rdma(tmp_path: Path) -> None:
+    node_env = tmp_path / "head.env"
+    node_env.write_text("MODEL=/model\nMODEL_HOST_PATH=/srv/tiny\nNODE_RANK=0\n")
+    options = cluster.container_options(CONFIG.tag("cpu-3.73"),
+                                        cluster.plan_nodes([node_env], [], LOCAL)[0])
+    assert "device_requests" not in options and "devices" not in options
+    assert "NCCL_SOCKET_IFNAME" not in options["environment"]
+
+
+LOG = "\n".join([
+    "(EngineCore pid=90) INFO 12-04 20:01:02 [kv_cache_utils.py:1311] GPU KV cache size: "
+    "87,296 tokens",
+    "(EngineCore pid=90) INFO 12-04 20:01:02 [kv_cache_utils.py:1316] Maximum concurrency "
+    "for 8,192 tokens per request: 10.66x",
+    "\x1b[1;36m(Worker pid=91)\x1b[0;0m INFO 12-04 20:01:01 [gpu_worker.py:400] Available KV "
+    "cache memory: 1.0 GiB"])
+
+
+def test_the_kv_cache_lines_are_read_from_their_message_on() -> None:
+    assert cluster_readout.kv_cache_lines(LOG) == (
+        "GPU KV cache size: 87,296 tokens", "Available KV cache memory: 1.0 GiB")
+    assert cluster_readout.kv_cache_lines("INFO started\n") == ()
+
+
+def test_the_acceptance_length_is_one_plus_accepted_per_draft() -> None:
+    metrics = {cluster_readout.ACCEPTED: 540.0, cluster_readout.DRAFTS: 200.0}
+    assert cluster_readout.acceptance_length(metrics) == pytest.approx(3.7)
+    assert cluster_readout.acceptance_length({}) is None
+
+
+def test_the_verdict_says_what_is_missing() -> None:
+    nodes = [cluster_readout.NodeReadout(0, ("GPU KV cache size: 1 tokens",)),
+             cluster_readout.NodeReadout(1, ())]
+    line = cluster_readout.verdict("cpu-3.73", nodes, 41.6, 4, 5, "none")
+    assert line == ("cpu-3.73: up, but serving fails on 2 node(s), healthy 42 s after the head "
+                    "started; serve checks 4/5 passed; KV cache lines: missing on rank 1; "
+                    "acceptance: none")
+    assert cluster_readout.last_lines("a\n\nb\nc\nd\n") == "b | c | d"
