@@ -6,8 +6,9 @@ from benchmarks/*.json. Loaded by mkdocs as a hook (mkdocs.yml `hooks:`), it rep
 `{{ FILE.json: KEY.PATH }}` in a page with that value of benchmarks/FILE.json, so a measured
 figure is quoted from its file, never retyped; an unknown file or key stops the build. And
 each `{{ serve: TAG NODE.env }}` with the `vllm serve` command the program prints for that
-node (`sparkbake check-env NODE.env --tag TAG --print`), so a command the manual shows is the
-program's own.
+node (`sparkbake check-env NODE.env --tag TAG --print`), and each
+`{{ up: TAG HOSTS NODE.env ... }}` with the commands `sparkbake up TAG NODE.env ... --hosts
+HOSTS --print` prints, so a command the manual shows is the program's own.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ RULES = ROOT / "images" / "preflight.json"
 BENCHMARKS = ROOT / "benchmarks"
 QUOTE = re.compile(r"\{\{\s*([\w.-]+\.json):\s*([\w.]+)\s*\}\}")
 SERVE = re.compile(r"\{\{\s*serve:\s*([\w.-]+)\s+([\w./-]+\.env)\s*\}\}")
+UP = re.compile(r"\{\{\s*up:\s*([\w.-]+)\s+(\S+)\s+((?:[\w./-]+\.env\s+)+)\}\}")
 
 PREFLIGHT_INTRO = """\
 # Preflight rules
@@ -198,10 +200,23 @@ def serve_command(tag: str, env_file: str) -> str:
     return lines[0]
 
 
+def up_commands(tag: str, hosts: str, env_files: list[str]) -> str:
+    """What `sparkbake up TAG FILES --hosts HOSTS --print` prints: the by-hand start."""
+    ran = subprocess.run([sys.executable, "-m", "sparkbake", "--config",
+                          str(ROOT / "versions.yaml"), "up", tag, *env_files, "--hosts", hosts,
+                          "--print"], capture_output=True, text=True, check=False, cwd=ROOT)
+    if ran.returncode != 0 or "docker run" not in ran.stdout:
+        raise RuntimeError(f"up {tag} --print gave no commands: {ran.stderr.strip()[-300:]}")
+    return ran.stdout.rstrip("\n")
+
+
 def on_page_markdown(markdown: str, **_: object) -> str:
     """mkdocs hook: every `{{ FILE.json: KEY }}` replaced by its value, every
-    `{{ serve: TAG NODE.env }}` by the program's command."""
+    `{{ serve: TAG NODE.env }}` and `{{ up: TAG HOSTS NODE.env ... }}` by the program's
+    commands."""
     markdown = SERVE.sub(lambda match: serve_command(match.group(1), match.group(2)), markdown)
+    markdown = UP.sub(lambda match: up_commands(match.group(1), match.group(2),
+                                                match.group(3).split()), markdown)
     return QUOTE.sub(lambda match: quote(match.group(1), match.group(2)), markdown)
 
 

@@ -472,6 +472,8 @@ def _cluster_parsers(commands: argparse._SubParsersAction[_Parser]) -> None:
                        help="run this image (a release by digest) instead of the tag's")
     bring.add_argument("--timeout", type=float, default=1800, metavar="S",
                        help="seconds for the head to answer /health (default: 1800)")
+    bring.add_argument("--print", action="store_true", dest="show",
+                       help="print the commands that bring the nodes up by hand; start nothing")
     subs["logs"].add_argument("--rank", type=int, help="only this node's log")
     subs["logs"].add_argument("--tail", type=int, default=50, metavar="N",
                               help="lines of each log (default: 50)")
@@ -491,7 +493,7 @@ def _up(args: argparse.Namespace, settings: Settings, console: Console, config: 
         tag: Tag) -> int:
     from sparkbake.pipeline import cluster_commands
     return cluster_commands.up(config, settings, tag, args.env_files, args.hosts, args.image,
-                               args.timeout, console=console)
+                               args.timeout, args.show, console=console)
 
 
 def _down(args: argparse.Namespace, settings: Settings, console: Console, config: Config,

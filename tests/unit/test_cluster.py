@@ -100,3 +100,29 @@ def test_the_verdict_says_what_is_missing() -> None:
                     "started; serve checks 4/5 passed; KV cache lines: missing on rank 1; "
                     "acceptance: none")
     assert cluster_readout.last_lines("a\n\nb\nc\nd\n") == "b | c | d"
+
+
+def test_the_printed_docker_run_carries_ups_options() -> None:
+    tag = CONFIG.tag("production-3.73-vision")
+    head = cluster.plan_nodes([SAMPLES / "head.env"], [], LOCAL)[0]
+    words = cluster.docker_run(tag, head, tag.image_ref)
+    options = cluster.container_options(tag, head)
+    assert words[:5] == ["docker", "run", "-d", "--name", options["name"]]
+    assert words[-1] == tag.image_ref
+    pairs = {(words[i], words[i + 1]) for i in range(len(words) - 1)}
+    assert {("--network", "host"), ("--ipc", "host"), ("--gpus", "all"),
+            ("--env-file", "head.docker-env"), ("-e", "NCCL_IB_HCA=rocep1s0f0"),
+            ("-v", "/srv/jit-cache:/var/cache/jit"),
+            ("--label", f"{cluster.RANK_LABEL}=0")} <= pairs
+
+
+def test_up_print_starts_the_workers_before_the_head(capsys: pytest.CaptureFixture[str]) -> None:
+    from sparkbake.__main__ import main
+
+    files = [str(SAMPLES / name) for name in ("head.env", "worker-1.env")]
+    assert main(["up", "3.73-vision", *files, "--print", "--hosts", "spark-1,spark-2"]) == 0
+    out = capsys.readouterr().out
+    runs = [line for line in out.splitlines() if line.startswith("docker run")]
+    assert [line.split()[4] for line in runs] == ["sparkbake-production-3.73-vision-rank1",
+                                                   "sparkbake-production-3.73-vision-rank0"]
+    assert "curl -sf http://spark-1:8300/health" in out

@@ -12,6 +12,7 @@ build/clusters/TAG.json, from which down, status and logs find the nodes again.
 from __future__ import annotations
 
 import json
+import shlex
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,7 +34,8 @@ from sparkbake.oci.docker_engine import Client
 from sparkbake.oci.engine_client import Container
 from sparkbake.smoke import preflight, serve_client, serving
 
-__all__ = ["Cluster", "ClusterNode", "down", "logs", "plan_nodes", "status", "up"]
+__all__ = ["Cluster", "ClusterNode", "docker_run", "down", "logs", "plan_nodes",
+           "print_commands", "start_order", "status", "up"]
 
 LABEL = "dev.sparkbake.cluster"
 RANK_LABEL = "dev.sparkbake.rank"
@@ -141,6 +143,31 @@ def container_options(tag: Tag, node: ClusterNode) -> dict[str, Any]:
     return options
 
 
+def docker_run(tag: Tag, node: ClusterNode, image: str) -> list[str]:
+    """The `docker run` an operator types for the node: the same options as up's, the file's
+    values through `--env-file` (its literal NAME=VALUE form)."""
+    options = container_options(tag, node)
+    env_file = node.env_file.with_suffix(".docker-env").name
+    words = ["docker", "run", "-d", "--name", options["name"], "--network", "host",
+             "--ipc", "host"]
+    words += ["--gpus", "all"] if "device_requests" in options else []
+    for device in options.get("devices", []):
+        words += ["--device", device, "--ulimit", "memlock=-1"]
+    for name, value in options["labels"].items():
+        words += ["--label", f"{name}={value}"]
+    words += ["--env-file", env_file]
+    for name, value in options["environment"].items():
+        words += ["-e", f"{name}={value}"] if name not in node.env else []
+    for host, mount in options["volumes"].items():
+        words += ["-v", f"{host}:{mount['bind']}" + (":ro" if mount["mode"] == "ro" else "")]
+    return [*words, image]
+
+
+def start_order(nodes: list[ClusterNode]) -> list[ClusterNode]:
+    """The workers first, then the head: a worker waits for the head, not the other way."""
+    return [*nodes[1:], nodes[0]]
+
+
 def state_path(config: Config, tag: str) -> Path:
     return Folders.of(config).build / "clusters" / f"{tag}.json"
 
@@ -164,13 +191,28 @@ def up(config: Config, tag: Tag, files: list[Path], engines: list[Node], image: 
     for node in nodes:
         _prepare(tag, cluster, node, clients[node.engine.url], console=console)
     atomic_write(state_path(config, tag.name), json.dumps(cluster.to_json(), indent=2) + "\n")
-    for node in [*nodes[1:], nodes[0]]:  # the workers first, then the head
+    for node in start_order(nodes):
         _start(tag, cluster, node, clients[node.engine.url], console=console)
     started = time.monotonic()
     _wait_healthy(cluster, clients, timeout, console=console)
     healthy_after = time.monotonic() - started
     results = _serve_checks(tag, cluster, console=console)
     return _read_out(config, tag, cluster, clients, results, healthy_after, console=console)
+
+
+def print_commands(tag: Tag, files: list[Path], engines: list[Node], image: str,
+                   environ: dict[str, str]) -> int:
+    """What up runs on each node, in its order, as the commands an operator types there
+    (on stdout, as check-env --print shows its command)."""
+    nodes = plan_nodes(files, engines, local_engine(environ))
+    print("# on every node first: " + DROP_BY_HAND)
+    for node in start_order(nodes):
+        env_file = node.env_file.with_suffix(".docker-env").name
+        print(f"# {node.describe()}: {env_file} holds the file's values, literal\n"
+              f"env -i sh -c 'set -a; . ./{node.env_file.name}; env' | grep -v '^PWD=' > "
+              f"{env_file}\n{shlex.join(docker_run(tag, node, image))}")
+    print(f"# then: until curl -sf {api_url(nodes[0])}/health; do sleep 10; done", flush=True)
+    return 0
 
 
 def _refuse_running(cluster: Cluster, clients: dict[str, Client]) -> None:
