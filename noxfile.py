@@ -162,7 +162,8 @@ REQUIRED = {
     "repro-vllm": "The real vLLM images (x86_64 and the arm64 fast path) built twice from "
                   "clean each.",
     "serve-cpu": "vLLM served from the cpu-3.73 image (compiled for the CPU, cold if not "
-                 "built): every serve check against the real server, right and wrong.",
+                 "built): every serve check against the real server, right and wrong; up, "
+                 "status, logs and down on two nodes of this host.",
 }
 
 

@@ -11,10 +11,6 @@ mirror; run by `nox -s serve-cpu`, not at every landing.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,35 +20,18 @@ from sparkbake.config import versions
 from sparkbake.core.smoke_record import CheckFailed
 from sparkbake.oci import docker_engine
 from sparkbake.smoke import sample_envs, serve_client, serving
-from tests.gitdaemon import git_daemon
+from tests import cpu_image
+from tests.cpu_image import sparkbake
 from tests.tiny_model import make
 
 pytestmark = [pytest.mark.docker, pytest.mark.required("serve-cpu")]
 
 REPO = Path(__file__).resolve().parents[2]
-MIRROR = REPO.parent / "shared" / "mirrors" / "oneDNN-v3.13.git.tar.gz"
-TAG = "cpu-3.73"
-
-
-def sparkbake(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "sparkbake", *args], cwd=REPO, text=True,
-                          capture_output=True, env={**os.environ, **(env or {})}, check=False)
 
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """The tag's image, built (or found built) with oneDNN from the mirror on 127.0.0.1."""
-    root = tmp_path_factory.mktemp("mirror")
-    with git_daemon(root) as daemon:
-        owner = daemon.base / "oneapi-src"
-        owner.mkdir()
-        with tarfile.open(MIRROR) as archive:
-            archive.extractall(owner, filter="data")
-        mapped = {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": f"url.{daemon.url('')}.insteadOf",
-                  "GIT_CONFIG_VALUE_0": "https://github.com/"}
-        done = sparkbake("build-image", TAG, env=mapped)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return TAG
+    return cpu_image.build(tmp_path_factory.mktemp("mirror"))
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen3"])

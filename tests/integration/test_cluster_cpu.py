@@ -1,0 +1,132 @@
+"""up, status, logs and down on two nodes of this host: the cpu-3.73 image at TP 2 over two
+containers with host networking (`--nnodes 2`, the worker headless, gloo over loopback),
+serving a tiny Llama through the head. A head that never answers and a worker started without
+`--headless` each end `up` in one line naming the node; down leaves no container.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sparkbake.config import versions
+from sparkbake.console.display import Console
+from sparkbake.errors import BakeError
+from sparkbake.oci import docker_engine
+from sparkbake.smoke import serving
+from tests import cpu_image
+from tests.cpu_image import TAG, sparkbake
+from tests.tiny_model import make
+
+pytestmark = [pytest.mark.docker, pytest.mark.required("serve-cpu")]
+
+REPO = Path(__file__).resolve().parents[2]
+LABEL = f"dev.sparkbake.cluster={TAG}"
+NO_HEADLESS = "sparkbake-test/no-headless:cpu-3.73"
+# an image as another builder makes it: its entrypoint runs the same command as ours, less
+# --headless (what vLLM then does to a worker is what the test is about)
+DROP_HEADLESS = """\
+import os, sys
+sys.path.insert(0, "/opt/sparkbake")
+import entrypoint
+command = [word for word in entrypoint.serve_command(os.environ) if word != "--headless"]
+os.execvp(command[0], command)
+"""
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return cpu_image.build(tmp_path_factory.mktemp("mirror"))
+
+
+@pytest.fixture(scope="module")
+def node_files(built: str, tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    """head.env and worker-1.env from node-files: the cpu suite's serve env on two loopback
+    addresses, the tiny model's folder mounted on both."""
+    root = tmp_path_factory.mktemp("cluster")
+    model = make(root / "llama")
+    template = root / "template.env"
+    template.write_text((REPO / "images" / "smoke" / "cpu" / "serve.env").read_text()
+                        + f"MODEL=/model\nMODEL_HOST_PATH={model}\n"
+                        f"API_PORT={serving.free_port()}\nMASTER_PORT={serving.free_port()}\n")
+    done = sparkbake("node-files", built, "--nodes", "127.0.0.1,127.0.0.2", "--iface", "lo",
+                     "--from", str(template), "--out", str(root / "nodes"))
+    assert done.returncode == 0, done.stderr
+    return [root / "nodes" / "head.env", root / "nodes" / "worker-1.env"]
+
+
+@pytest.fixture
+def taken_down(docker_client: docker_engine.Client) -> Iterator[None]:
+    """Whatever a test brought up is taken down by the command, and nothing is left."""
+    yield
+    sparkbake("down", TAG)
+    assert docker_client.containers.list(all=True, filters={"label": LABEL}) == []
+
+
+def first_line(done: str) -> str:
+    return done.strip().splitlines()[0] if done.strip() else ""
+
+
+def test_up_serves_through_the_head_and_reads_out_each_rank(
+        node_files: list[Path], docker_client: docker_engine.Client) -> None:
+    up = sparkbake("up", TAG, *map(str, node_files), "--timeout", "600")
+    try:
+        output = up.stdout + up.stderr
+        assert up.returncode == 0, output[-4000:]
+        record = json.loads((REPO / "build" / "clusters" / f"{TAG}.json").read_text())
+        assert [c["status"] for c in record["checks"]] == ["passed"] * 4, record["checks"]
+        assert re.search(r"KV cache size: [\d,]+ tokens", " ".join(record["kv_cache"]["0"]))
+        assert "KV cache, rank 0: " in output and "KV cache, rank 1: " in output
+        assert f"{TAG}: up on 2 node(s)" in output and "serve checks 4/4 passed" in output
+        assert "acceptance: none (the tag does not speculate here)" in output
+
+        status = sparkbake("status", TAG)
+        assert status.returncode == 0, status.stdout + status.stderr
+        assert "rank 0  head (head.env on unix://" in status.stdout + status.stderr
+        assert "rank 1  worker 1 (worker-1.env on unix://" in status.stdout + status.stderr
+        logs = sparkbake("logs", TAG, "--tail", "3")
+        assert "== rank 0, head (head.env" in logs.stdout + logs.stderr
+        assert "== rank 1, worker 1 (worker-1.env" in logs.stdout + logs.stderr
+    finally:
+        down = sparkbake("down", TAG)
+    assert down.returncode == 0, down.stderr
+    assert docker_client.containers.list(all=True, filters={"label": LABEL}) == []
+    assert sparkbake("status", TAG).returncode == 2  # no record left: nothing is up
+
+
+def test_a_head_that_never_answers_ends_at_the_timeout_with_its_last_lines(
+        node_files: list[Path], taken_down: None) -> None:
+    up = sparkbake("up", TAG, *map(str, node_files), "--timeout", "5")
+    assert up.returncode == 6, up.stdout + up.stderr
+    line = first_line(up.stderr.split("error: ", 1)[-1])
+    assert re.match(rf"{TAG}: head \(head\.env on unix://\S+\): http://127\.0\.0\.1:\d+/health "
+                    r"did not answer 200 within 5 s; its last lines: \S", line), up.stderr
+
+
+def test_a_worker_without_headless_fails_as_vllm_fails_it_and_is_named(
+        built: str, node_files: list[Path], docker_client: docker_engine.Client,
+        tmp_path: Path, taken_down: None) -> None:
+    context = tmp_path / "context"
+    context.mkdir()
+    (context / "drop_headless.py").write_text(DROP_HEADLESS)
+    (context / "Dockerfile").write_text(
+        f"FROM {versions.load(REPO / 'versions.yaml').tag(TAG).image_ref}\n"
+        "COPY drop_headless.py /opt/drop_headless.py\n"
+        'ENTRYPOINT ["/opt/venv/bin/python", "/opt/drop_headless.py"]\n')
+    docker_engine.build_image(docker_client, Console({}), context, NO_HEADLESS, error=BakeError)
+    files = []
+    for path in node_files:  # the image named, and the worker's own API port (one host)
+        text = re.sub(r"(?m)^IMAGE=\S+", f"IMAGE={NO_HEADLESS}", path.read_text())
+        if path.name == "worker-1.env":
+            text += f"API_PORT={serving.free_port()}\n"
+        files.append(tmp_path / path.name)
+        files[-1].write_text(text)
+    up = sparkbake("up", TAG, *map(str, files), "--image", NO_HEADLESS, "--timeout", "600")
+    assert up.returncode == 6, up.stdout + up.stderr
+    line = first_line(up.stderr.split("error: ", 1)[-1])
+    assert re.match(rf"{TAG}: worker 1 \(worker-1\.env on unix://\S+\): container "
+                    rf"sparkbake-{TAG}-rank1 exited with \d+: ", line), up.stderr
