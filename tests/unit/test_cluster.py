@@ -77,12 +77,15 @@ LOG = "\n".join([
     "(EngineCore pid=90) INFO 12-04 20:01:02 [kv_cache_utils.py:1316] Maximum concurrency "
     "for 8,192 tokens per request: 10.66x",
     "\x1b[1;36m(Worker pid=91)\x1b[0;0m INFO 12-04 20:01:01 [gpu_worker.py:400] Available KV "
-    "cache memory: 1.0 GiB"])
+    "cache memory: 1.0 GiB",
+    "(Worker pid=92) INFO 12-04 20:01:01 [cpu_worker.py:261] Explicitly set (1.00/23.47) GiB "
+    "for KV cache on node 0."])
 
 
 def test_the_kv_cache_lines_are_read_from_their_message_on() -> None:
     assert cluster_readout.kv_cache_lines(LOG) == (
-        "GPU KV cache size: 87,296 tokens", "Available KV cache memory: 1.0 GiB")
+        "GPU KV cache size: 87,296 tokens", "Available KV cache memory: 1.0 GiB",
+        "Explicitly set (1.00/23.47) GiB for KV cache on node 0.")
     assert cluster_readout.kv_cache_lines("INFO started\n") == ()
 
 

@@ -11,9 +11,10 @@ from dataclasses import dataclass
 __all__ = ["ACCEPTED", "DRAFTS", "NodeReadout", "acceptance_length", "kv_cache_lines",
            "last_lines", "verdict"]
 
-# vLLM's lines of the KV cache: the memory each worker found for it, and the pool the engine
-# made of it ("GPU KV cache size: N tokens", also on the CPU backend)
-KV_CACHE = re.compile(r"Available KV cache memory|KV cache size")
+# vLLM's lines of the KV cache: the memory each worker found for it (a GPU worker's
+# "Available KV cache memory", a CPU worker's "... GiB for KV cache on node N"), and the pool
+# the engine made of it ("GPU KV cache size: N tokens", "CPU ..." on the CPU backend)
+KV_CACHE = re.compile(r"Available KV cache memory|GiB for KV cache|KV cache size")
 ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
 DRAFTS = "vllm:spec_decode_num_drafts_total"
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
