@@ -129,3 +129,13 @@ def test_up_print_starts_the_workers_before_the_head(capsys: pytest.CaptureFixtu
     assert [line.split()[4] for line in runs] == ["sparkbake-production-3.73-vision-rank1",
                                                    "sparkbake-production-3.73-vision-rank0"]
     assert "curl -sf http://spark-1:8300/health" in out
+
+
+def test_a_stopped_node_is_explained_by_vllms_own_line_or_its_last_lines() -> None:
+    log = ("(EngineCore pid=7) ERROR [core.py:1] AssertionError: collective_rpc should not be "
+           "called on follower node\nRuntimeError: Engine core initialization failed.\n")
+    assert cluster_readout.why_stopped(log).startswith("a worker started without --headless")
+    assert cluster_readout.why_stopped(log).endswith(
+        "vLLM: (EngineCore pid=7) ERROR [core.py:1] AssertionError: collective_rpc should not "
+        "be called on follower node")
+    assert cluster_readout.why_stopped("a\nb\n") == "a | b"

@@ -287,9 +287,9 @@ def stopped(cluster: Cluster, clients: dict[str, Client]) -> Callable[[], str | 
                 return f"{node.describe()}: its container {node.container(cluster.tag)} is gone"
             if box.status in ("exited", "dead"):
                 code = box.attrs["State"].get("ExitCode")
-                log = box.logs(tail=40).decode(errors="replace")
+                log = box.logs(tail=200).decode(errors="replace")
                 return (f"{node.describe()}: container {box.name} exited with {code}: "
-                        f"{readout.last_lines(log)}")
+                        f"{readout.why_stopped(log)}")
         return None
     return why
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["ACCEPTED", "DRAFTS", "NodeReadout", "acceptance_length", "kv_cache_lines",
-           "last_lines", "verdict"]
+__all__ = ["ACCEPTED", "DRAFTS", "KNOWN_FAILURES", "NodeReadout", "acceptance_length",
+           "kv_cache_lines", "last_lines", "verdict", "why_stopped"]
 
 # vLLM's lines of the KV cache: the memory each worker found for it (a GPU worker's
 # "Available KV cache memory", a CPU worker's "... GiB for KV cache on node N"), and the pool
@@ -18,6 +18,13 @@ KV_CACHE = re.compile(r"Available KV cache memory|GiB for KV cache|KV cache size
 ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
 DRAFTS = "vllm:spec_decode_num_drafts_total"
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
+# how vLLM fails a node, by a line of its log: what it means for the operator
+KNOWN_FAILURES = {
+    "collective_rpc should not be called on follower node":
+        "a worker started without --headless (vLLM 0.33.0 runs an API server and an engine "
+        "there, whose executor only follows the head; give the node no command, so that the "
+        "entrypoint adds --headless)",
+}
 
 
 @dataclass(frozen=True)
@@ -43,6 +50,17 @@ def acceptance_length(metrics: dict[str, float]) -> float | None:
     """1 + accepted tokens / drafts (vLLM's mean acceptance length), or None before a draft."""
     drafts = metrics.get(DRAFTS, 0.0)
     return 1.0 + metrics.get(ACCEPTED, 0.0) / drafts if drafts else None
+
+
+def why_stopped(log: str) -> str:
+    """What a stopped node's log says: a known failure's meaning with vLLM's own line, else
+    its last lines."""
+    lines = ANSI.sub("", log).splitlines()
+    for needle, meaning in KNOWN_FAILURES.items():
+        said = next((line.strip() for line in lines if needle in line), None)
+        if said is not None:
+            return f"{meaning}; vLLM: {said[-160:]}"
+    return last_lines(log)
 
 
 def last_lines(log: str, count: int = 3) -> str:
