@@ -11,7 +11,8 @@ from pathlib import Path
 from sparkbake.patch import syntax
 from sparkbake.patch.gitwork import Author, Repo
 
-__all__ = ["Header", "Outcome", "attempt", "hunk_at", "read_header", "trailers"]
+__all__ = ["Header", "Outcome", "attempt", "base_blobs", "hunk_at", "merge_markers", "read_header",
+           "trailers"]
 
 OFFSET = re.compile(r"Hunk #(\d+) succeeded at (\d+) \(offset (-?\d+) lines?\)")
 CHECKING = re.compile(r"^Checking patch (.+)\.\.\.$")
@@ -115,6 +116,29 @@ def _failure(patch: Path, stderr: str) -> Outcome:
             return Outcome("conflict", (why,), found["file"], header, lines)
     last = stderr.strip().splitlines()[-1:] or ["git apply failed"]
     return Outcome("conflict", (last[0],), "?")
+
+
+def base_blobs(patch: Path) -> tuple[str, ...]:
+    """The blobs a patch was made against (its `index` lines), new files left out."""
+    text = patch.read_text(errors="replace")
+    found = re.findall(r"^index ([0-9a-f]{7,})\.\.[0-9a-f]{7,}", text, re.MULTILINE)
+    return tuple(blob for blob in found if set(blob) != {"0"})
+
+
+def merge_markers(repo: Repo, patch: Path, upstreams: list[Path]) -> Path | None:
+    """A conflict against another upstream than the patch's own: fetch the upstream
+    repository that holds the patch's base blobs (of those given) into repo and merge
+    three-way again, so the tree gets conflict markers. Returns the one fetched."""
+    blobs = base_blobs(patch)
+    for upstream in upstreams:
+        held = [repo.git("--git-dir", upstream, "cat-file", "-e", blob, check=False)
+                for blob in blobs]
+        if blobs and all(done.returncode == 0 for done in held):
+            repo.git("reset", "-q", "--hard")
+            repo.git("fetch", "-q", "--no-tags", upstream, "+HEAD:refs/sparkbake/base")
+            repo.git("apply", "--3way", "--whitespace=nowarn", patch, check=False)
+            return upstream
+    return None
 
 
 def _has_index_lines(patch: Path) -> bool:
