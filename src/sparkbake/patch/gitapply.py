@@ -127,18 +127,21 @@ def base_blobs(patch: Path) -> tuple[str, ...]:
 
 def merge_markers(repo: Repo, patch: Path, upstreams: list[Path]) -> Path | None:
     """A conflict against another upstream than the patch's own: fetch the upstream
-    repository that holds the patch's base blobs (of those given) into repo and merge
-    three-way again, so the tree gets conflict markers. Returns the one fetched."""
+    repository that holds most of the patch's base blobs (of those given) into repo and
+    merge three-way again, so the tree gets conflict markers. Returns the one fetched."""
     blobs = base_blobs(patch)
-    for upstream in upstreams:
-        held = [repo.git("--git-dir", upstream, "cat-file", "-e", blob, check=False)
-                for blob in blobs]
-        if blobs and all(done.returncode == 0 for done in held):
-            repo.git("reset", "-q", "--hard")
-            repo.git("fetch", "-q", "--no-tags", upstream, "+HEAD:refs/sparkbake/base")
-            repo.git("apply", "--3way", "--whitespace=nowarn", patch, check=False)
-            return upstream
-    return None
+    held = {upstream: sum(repo.git("--git-dir", upstream, "cat-file", "-e", blob,
+                                   check=False).returncode == 0 for blob in blobs)
+            for upstream in upstreams}
+    best = max(held, key=lambda upstream: held[upstream], default=None)
+    if best is None or held[best] == 0:
+        return None
+    prefilled = (repo.git_dir / "MERGE_MSG").read_text()  # reset removes it
+    repo.git("reset", "-q", "--hard")
+    repo.git("fetch", "-q", "--no-tags", best, "+HEAD:refs/sparkbake/base")
+    repo.git("apply", "--3way", "--whitespace=nowarn", patch, check=False)
+    (repo.git_dir / "MERGE_MSG").write_text(prefilled)
+    return best
 
 
 def _has_index_lines(patch: Path) -> bool:

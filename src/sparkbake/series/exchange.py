@@ -141,7 +141,8 @@ def _write(repo: Repo, commits: list[str], folder: Path, series: str, *,
     with atomic_dir(folder) as tmp:
         names = [_format(repo, commit, number, tmp) for number, commit in
                  enumerate(commits, start=1)]
-        (tmp / "series").write_text(_comments(folder) + "".join(f"{n}\n" for n in names))
+        (tmp / "series").write_text(_comments(_listed(folder, series))
+                                    + "".join(f"{n}\n" for n in names))
         _keep_other_files(folder, tmp)
         changed = [n for n in names if _differs(folder / n, tmp / n)]
     console.detail(f"series {series}: {len(names)} patch(es) in {folder}, {len(changed)} new or "
@@ -155,6 +156,14 @@ def _format(repo: Repo, commit: str, number: int, out: Path) -> str:
     path.write_bytes(normalize(path.read_bytes().decode("utf-8", "surrogateescape"))
                      .encode("utf-8", "surrogateescape"))
     return path.name
+
+
+def _listed(folder: Path, series: str) -> Path:
+    """Whose series-file comments a folder keeps: its own, or for a new variant
+    (patches/<series>/<upstream>/) the series' (its notes, to be brought up to date)."""
+    if (folder / "series").is_file() or folder.parent.name != series:
+        return folder
+    return folder.parent
 
 
 def _comments(folder: Path) -> str:
