@@ -106,6 +106,15 @@ def test_export_writes_a_variant_only_for_an_upstream_of_versions_yaml(tmp_path:
     assert "known upstreams: newer, tree" in caught.value.remedy
 
 
+def test_export_without_upstream_writes_what_the_checkout_s_upstream_reads(
+        tmp_path: Path) -> None:
+    config = write_project(tmp_path)
+    assert exchange.read_folder(config, "fix", "newer") == tmp_path / "patches" / "fix" / "newer"
+    assert exchange.read_folder(config, "fix", "tree") == tmp_path / "patches" / "fix"
+    assert exchange.read_folder(config, "fix", None) == tmp_path / "patches" / "fix"
+    assert exchange.read_folder(config, "other", "newer") == tmp_path / "patches" / "other"
+
+
 def test_base_blobs_are_the_index_lines_old_side_new_files_left_out(tmp_path: Path) -> None:
     patch = tmp_path / "0001.patch"
     patch.write_text("diff --git a/x.py b/x.py\nindex 1a2b3c4d..5e6f7a8b 100644\n"

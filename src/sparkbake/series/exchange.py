@@ -21,8 +21,8 @@ from sparkbake.patch.gitapply import PATCH_TRAILER, SERIES_TRAILER
 from sparkbake.patch.gitwork import HERMETIC, UPSTREAM_TAG, Repo
 from sparkbake.planning import series_folder
 
-__all__ = ["checkout_upstream", "export", "import_range", "normalize", "series_commits",
-           "target_folder"]
+__all__ = ["checkout_upstream", "export", "import_range", "normalize", "read_folder",
+           "series_commits", "target_folder"]
 
 EPOCH_DATE = "Date: Thu, 1 Jan 1970 00:00:00 +0000"
 FORMAT = ["format-patch", "--zero-commit", "--no-signature", "--no-stat", "-N", "--full-index",
@@ -41,9 +41,12 @@ def export(config: Config, work: Path, series: str, commit_range: str | None = N
     if repo.out("status", "--porcelain", "--untracked-files=no"):
         console.detail(f"export-series: warning: {work} has uncommitted changes; they are not "
                        "exported")
-    folder = target_folder(config, series, upstream or checkout_upstream(repo))
-    if upstream is None:
-        _warn_shared(config, series, folder, checkout_upstream(repo), console=console)
+    if upstream is not None:
+        return _write(repo, commits, target_folder(config, series, upstream), series,
+                      console=console)
+    detected = checkout_upstream(repo)
+    folder = read_folder(config, series, detected)
+    _warn_shared(config, series, folder, detected, console=console)
     return _write(repo, commits, folder, series, console=console)
 
 
@@ -76,6 +79,12 @@ def target_folder(config: Config, series: str, upstream: str | None) -> Path:
                           f"{series!r}{did_you_mean(upstream, config.upstreams)}",
                           f"known upstreams: {', '.join(sorted(config.upstreams))}")
     return config.patches_dir / series / upstream
+
+
+def read_folder(config: Config, series: str, upstream: str | None) -> Path:
+    """The folder a tag on upstream reads the series from: its variant where one exists,
+    else patches/<series>/."""
+    return series_folder(target_folder(config, series, None).parent, series, upstream)
 
 
 def checkout_upstream(repo: Repo) -> str | None:
