@@ -556,6 +556,7 @@ def _series_parsers(commands: argparse._SubParsersAction[_Parser]) -> None:
     export.add_argument("series", help="the series to write, patches/SERIES/")
     export.add_argument("--range", dest="commits", metavar="A..B",
                         help="export these commits instead of the series' own")
+    _variant_option(export)
     imp = _command(commands, "import-series", "a commit range of a fork -> a series",
                    _with_config(_import_series))
     imp.add_argument("--from", dest="source", required=True, metavar="GIT_URL_OR_DIR",
@@ -563,6 +564,7 @@ def _series_parsers(commands: argparse._SubParsersAction[_Parser]) -> None:
     imp.add_argument("--range", dest="commits", required=True, metavar="A..B",
                      help="the commits to import, oldest first, as git log takes them")
     imp.add_argument("series", help="the series to write, patches/SERIES/")
+    _variant_option(imp)
     rebase = _command(commands, "rebase-check", "would the series apply to UPSTREAM?",
                       _on_tag(_rebase_check))
     rebase.add_argument("tag", help="tag name or its suffix")
@@ -570,6 +572,12 @@ def _series_parsers(commands: argparse._SubParsersAction[_Parser]) -> None:
                         help="an upstream of versions.yaml")
     for sub in (lint, export, imp, rebase):
         _common(sub)
+
+
+def _variant_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--upstream", metavar="UPSTREAM_KEY",
+                        help="write the series' variant for this upstream, "
+                             "patches/SERIES/UPSTREAM_KEY/")
 
 
 def _patch_lint(args: argparse.Namespace, settings: Settings, console: Console,
@@ -581,13 +589,15 @@ def _patch_lint(args: argparse.Namespace, settings: Settings, console: Console,
 def _export_series(args: argparse.Namespace, settings: Settings, console: Console,
                    config: Config) -> int:
     from sparkbake.pipeline import commands
-    return commands.export_series(config, args.work, args.series, args.commits, console=console)
+    return commands.export_series(config, args.work, args.series, args.commits,
+                                  upstream=args.upstream, console=console)
 
 
 def _import_series(args: argparse.Namespace, settings: Settings, console: Console,
                    config: Config) -> int:
     from sparkbake.pipeline import commands
-    return commands.import_series(config, args.source, args.commits, args.series, console=console)
+    return commands.import_series(config, args.source, args.commits, args.series,
+                                  upstream=args.upstream, console=console)
 
 
 def _rebase_check(args: argparse.Namespace, settings: Settings, console: Console, config: Config,

@@ -43,6 +43,7 @@ __all__ = [
     "read_series",
     "render_json",
     "render_text",
+    "series_folder",
     "touched_paths",
     "touches_kernels",
     "upstream_pin",
@@ -151,10 +152,21 @@ def base_identity(base: Base) -> dict[str, Any]:
     return {"image": base.image}
 
 
-def read_series(patches_dir: Path, name: str, build_dir: Path | None = None) -> SeriesInfo:
-    """Read patches/<name>/series: quilt order, `#` comments and blank lines ignored; a
-    remote patch (`URL sha256=<hex>`) is identified by its pin, cached under build_dir."""
-    folder = patches_dir / name
+def series_folder(patches_dir: Path, name: str, upstream: str | None = None) -> Path:
+    """The folder of a series for an upstream: its variant patches/<name>/<upstream>/
+    where that folder exists, else patches/<name>/ (the series for every other upstream)."""
+    base = patches_dir / name
+    if upstream is not None and (base / upstream).is_dir():
+        return base / upstream
+    return base
+
+
+def read_series(patches_dir: Path, name: str, build_dir: Path | None = None,
+                upstream: str | None = None) -> SeriesInfo:
+    """Read the series file of `name` (its variant for upstream, if any): quilt order, `#`
+    comments and blank lines ignored; a remote patch (`URL sha256=<hex>`) is identified by
+    its pin, cached under build_dir."""
+    folder = series_folder(patches_dir, name, upstream)
     listing = folder / "series"
     if not listing.is_file():
         raise ConfigError(f"series {name!r}: {listing} does not exist",
@@ -187,7 +199,8 @@ def remote_of(config: Config, tag: Tag) -> tuple[RemotePatch, ...]:
     found: list[RemotePatch] = []
     for name in tag.series:
         with contextlib.suppress(ConfigError):
-            found.extend(read_series(config.patches_dir, name, config.build_dir).remote)
+            found.extend(read_series(config.patches_dir, name, config.build_dir,
+                                     tag.upstream.key).remote)
     return tuple(found)
 
 
@@ -198,7 +211,8 @@ def make(config: Config, tag: Tag) -> Plan:
     remedies: list[str] = []
     for name in tag.series:
         try:
-            series.append(read_series(config.patches_dir, name, config.build_dir))
+            series.append(read_series(config.patches_dir, name, config.build_dir,
+                                      tag.upstream.key))
         except ConfigError as exc:
             problems.append(exc.message)
             remedies.append(exc.remedy)

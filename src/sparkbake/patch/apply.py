@@ -103,16 +103,19 @@ def _apply(plan: Plan, pristine: Path, entry: Path, options: Options, *,
     shutil.rmtree(failed, ignore_errors=True)
     with atomic_dir(entry) as tmp:
         repo = gitwork.work_tree(upstream, pristine, tmp / "tree", console=console)
+        others = _other_upstreams(pristine) if options.keep else []
         records = []
         for series in plan.series:
             try:
-                records.append(_apply_series(plan, series, repo, options, console=console))
+                records.append(_apply_series(plan, series, repo, options, others,
+                                             console=console))
             except PatchError as error:
                 if not options.keep:
                     repo.git("reset", "-q", "--hard")  # the tree as before the failing patch
-                shutil.move(tmp / "tree", failed)  # kept for inspection, never a cache entry
+                kept = _keep(tmp / "tree", options.checkout or failed)
                 if isinstance(error, Conflict):
-                    console.detail(error.report + _next_steps(error, failed, options.keep))
+                    console.detail(error.report + _next_steps(error, kept, options.keep))
+                    raise error.kept_at(kept, options.keep) from None
                 raise
         (tmp / "tree" / ".git").rename(tmp / "git")
         digest = tree_hash(tmp / "tree")
@@ -122,8 +125,18 @@ def _apply(plan: Plan, pristine: Path, entry: Path, options: Options, *,
     return PatchedTree(entry / "tree", plan.patch_key, digest)
 
 
-def _apply_series(plan: Plan, series: SeriesInfo, repo: gitwork.Repo,
-                  options: Options, *, console: Console) -> dict[str, Any]:
+def _keep(tree: Path, dest: Path) -> Path:
+    """A failed tree kept for inspection at dest (the --checkout folder, else beside the
+    cache entry), never as a cache entry."""
+    if dest.is_dir() and not any(dest.iterdir()):
+        dest.rmdir()
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    shutil.move(tree, dest)
+    return dest
+
+
+def _apply_series(plan: Plan, series: SeriesInfo, repo: gitwork.Repo, options: Options,
+                  others: list[Path], *, console: Console) -> dict[str, Any]:
     from sparkbake.patch import gitapply
     records = []
     for name, sha in series.patches:
@@ -132,11 +145,31 @@ def _apply_series(plan: Plan, series: SeriesInfo, repo: gitwork.Repo,
         header = gitapply.read_header(repo, patch)
         outcome = gitapply.attempt(repo, patch, message(header, series.name, name),
                                    header.author)
+        if outcome.status == "conflict" and options.keep and not outcome.markers:
+            _borrow_base(repo, patch, others, console=console)
         _judge(plan, series, name, header, outcome, options, console=console)
         records.append({"series": series.name, **series.record(name, sha),
                         "subject": header.subject, "status": outcome.status,
                         "notes": list(outcome.notes)})
     return {"name": series.name, "sha256": series.sha256, "patches": records}
+
+
+def _borrow_base(repo: gitwork.Repo, patch: Path, others: list[Path], *,
+                 console: Console) -> None:
+    """--keep, and no markers: the patch was made against another upstream. Where one
+    fetched here holds its base blobs, merge three-way with them (the outcome stays a
+    conflict: the markers are for the person refreshing the patch)."""
+    from sparkbake.patch import gitapply
+    used = gitapply.merge_markers(repo, patch, others)
+    if used is not None:
+        console.notice(f"patch: conflict markers from a three-way merge with the base blobs "
+                       f"in {used}")
+
+
+def _other_upstreams(pristine: Path) -> list[Path]:
+    """The upstream repositories fetched beside this one (build/sources/*/upstream.git)."""
+    return [p for p in sorted(pristine.parent.parent.glob("*/upstream.git"))
+            if p.parent != pristine.parent]
 
 
 def _judge(plan: Plan, series: SeriesInfo, name: str, header: gitapply.Header,
@@ -156,8 +189,8 @@ def _judge(plan: Plan, series: SeriesInfo, name: str, header: gitapply.Header,
         raise Conflict(
             f"tag {plan.tag.name}: patch {where} does not apply to {plan.tag.upstream.key} "
             f"({describe_pin(plan.tag.upstream)}): {where_in}",
-            f"{_refresh(series, name)} (docs/how-to/patches.md); the partial tree is kept for "
-            "inspection", conflict_report(plan, series, name, header.subject, outcome),
+            f"{_refresh(series, name)} (docs/how-to/patches.md)",
+            conflict_report(plan, series, name, header.subject, outcome),
             series.name,
             header.author)
     for note in outcome.notes:
@@ -171,6 +204,14 @@ class Conflict(PatchError):
                  author: gitwork.Author) -> None:
         super().__init__(message, remedy)
         self.report, self.series, self.author = report, series, author
+
+    def kept_at(self, tree: Path, keep: bool) -> Conflict:
+        """The same conflict, its remedy naming where the partial tree is kept."""
+        kept = (f"{tree} keeps the three-way conflict markers: resolve and commit there, "
+                f"then `export-series {tree} {self.series}`" if keep else
+                f"the partial tree is kept in {tree} (--keep: with the conflict markers)")
+        return Conflict(self.message, f"{self.remedy}; {kept}", self.report, self.series,
+                        self.author)
 
 
 def _refresh(series: SeriesInfo, name: str) -> str:

@@ -11,7 +11,8 @@ from pathlib import Path
 from sparkbake.patch import syntax
 from sparkbake.patch.gitwork import Author, Repo
 
-__all__ = ["Header", "Outcome", "attempt", "hunk_at", "read_header", "trailers"]
+__all__ = ["Header", "Outcome", "attempt", "base_blobs", "hunk_at", "merge_markers", "read_header",
+           "trailers"]
 
 OFFSET = re.compile(r"Hunk #(\d+) succeeded at (\d+) \(offset (-?\d+) lines?\)")
 CHECKING = re.compile(r"^Checking patch (.+)\.\.\.$")
@@ -115,6 +116,32 @@ def _failure(patch: Path, stderr: str) -> Outcome:
             return Outcome("conflict", (why,), found["file"], header, lines)
     last = stderr.strip().splitlines()[-1:] or ["git apply failed"]
     return Outcome("conflict", (last[0],), "?")
+
+
+def base_blobs(patch: Path) -> tuple[str, ...]:
+    """The blobs a patch was made against (its `index` lines), new files left out."""
+    text = patch.read_text(errors="replace")
+    found = re.findall(r"^index ([0-9a-f]{7,})\.\.[0-9a-f]{7,}", text, re.MULTILINE)
+    return tuple(blob for blob in found if set(blob) != {"0"})
+
+
+def merge_markers(repo: Repo, patch: Path, upstreams: list[Path]) -> Path | None:
+    """A conflict against another upstream than the patch's own: fetch the upstream
+    repository that holds most of the patch's base blobs (of those given) into repo and
+    merge three-way again, so the tree gets conflict markers. Returns the one fetched."""
+    blobs = base_blobs(patch)
+    held = {upstream: sum(repo.git("--git-dir", upstream, "cat-file", "-e", blob,
+                                   check=False).returncode == 0 for blob in blobs)
+            for upstream in upstreams}
+    best = max(held, key=lambda upstream: held[upstream], default=None)
+    if best is None or held[best] == 0:
+        return None
+    prefilled = (repo.git_dir / "MERGE_MSG").read_text()  # reset removes it
+    repo.git("reset", "-q", "--hard")
+    repo.git("fetch", "-q", "--no-tags", best, "+HEAD:refs/sparkbake/base")
+    repo.git("apply", "--3way", "--whitespace=nowarn", patch, check=False)
+    (repo.git_dir / "MERGE_MSG").write_text(prefilled)
+    return best
 
 
 def _has_index_lines(patch: Path) -> bool:

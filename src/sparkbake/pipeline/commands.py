@@ -82,13 +82,15 @@ def patch_lint(config: Config, *, console: Console) -> int:
 
 
 def export_series(config: Config, work: Path, series_name: str, commits: str | None, *,
-                  console: Console) -> int:
-    return exchange.export(config, work, series_name, commits, console=console)
+                  upstream: str | None = None, console: Console) -> int:
+    return exchange.export(config, work, series_name, commits, upstream=upstream,
+                           console=console)
 
 
 def import_series(config: Config, source: str, commits: str, series_name: str, *,
-                  console: Console) -> int:
-    return exchange.import_range(config, source, commits, series_name, console=console)
+                  upstream: str | None = None, console: Console) -> int:
+    return exchange.import_range(config, source, commits, series_name, upstream=upstream,
+                                 console=console)
 
 
 def rebase_check(config: Config, settings: Settings, tag: Tag, target: str, *,

@@ -12,14 +12,17 @@ import shutil
 from pathlib import Path
 
 from sparkbake.config.versions import Config
+from sparkbake.config.yamlsource import did_you_mean
 from sparkbake.console.display import Console
 from sparkbake.console.tools import run
 from sparkbake.errors import ConfigError, UsageError
 from sparkbake.files import atomic_dir, scratch_dir
 from sparkbake.patch.gitapply import PATCH_TRAILER, SERIES_TRAILER
 from sparkbake.patch.gitwork import HERMETIC, UPSTREAM_TAG, Repo
+from sparkbake.planning import series_folder
 
-__all__ = ["export", "import_range", "normalize", "series_commits"]
+__all__ = ["checkout_upstream", "export", "import_range", "normalize", "read_folder",
+           "series_commits", "target_folder"]
 
 EPOCH_DATE = "Date: Thu, 1 Jan 1970 00:00:00 +0000"
 FORMAT = ["format-patch", "--zero-commit", "--no-signature", "--no-stat", "-N", "--full-index",
@@ -29,30 +32,82 @@ NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 def export(config: Config, work: Path, series: str, commit_range: str | None = None, *,
-           console: Console) -> int:
-    """Write the series' commits in work (a `patch --checkout` tree) to patches/<series>/."""
+           upstream: str | None = None, console: Console) -> int:
+    """Write the series' commits in work (a `patch --checkout` tree) to its folder: the
+    variant for `upstream` (patches/<series>/<upstream>/), else the folder the checkout's
+    own upstream reads (its variant where one exists, else patches/<series>/)."""
     repo = _repo(work, console=console)
     commits = _rev_list(repo, commit_range) if commit_range else series_commits(repo, series)
     if repo.out("status", "--porcelain", "--untracked-files=no"):
         console.detail(f"export-series: warning: {work} has uncommitted changes; they are not "
                        "exported")
-    return _write(repo, commits, config.patches_dir, series, console=console)
+    if upstream is not None:
+        return _write(repo, commits, target_folder(config, series, upstream), series,
+                      console=console)
+    detected = checkout_upstream(repo)
+    folder = read_folder(config, series, detected)
+    _warn_shared(config, series, folder, detected, console=console)
+    return _write(repo, commits, folder, series, console=console)
 
 
 def import_range(config: Config, source: str, commit_range: str, series: str, *,
-                 console: Console) -> int:
-    """Import the commits of range from a git URL or a local repository as a series."""
+                 upstream: str | None = None, console: Console) -> int:
+    """Import the commits of range from a git URL or a local repository as a series (the
+    variant for `upstream`, if given)."""
+    folder = target_folder(config, series, upstream)
     local = Path(source)
     if local.is_dir():
         repo = _repo(local, console=console)
-        return _write(repo, _rev_list(repo, commit_range), config.patches_dir, series,
-                      console=console)
+        return _write(repo, _rev_list(repo, commit_range), folder, series, console=console)
     with scratch_dir(config.build_dir / "import", "clone-") as scratch:
         repo = Repo(scratch, scratch / "repo.git", console)
         run(console, ["git", "clone", "-q", "--bare", source, repo.git_dir], error=ConfigError,
             what=f"cloning {source}", capture=True, env=HERMETIC)
-        return _write(repo, _rev_list(repo, commit_range), config.patches_dir, series,
-                      console=console)
+        return _write(repo, _rev_list(repo, commit_range), folder, series, console=console)
+
+
+def target_folder(config: Config, series: str, upstream: str | None) -> Path:
+    """Where a series is written: patches/<series>/, or its variant for an upstream of
+    versions.yaml (an existing variant is chosen as the plan chooses it)."""
+    if not NAME.fullmatch(series):
+        raise UsageError(f"series name {series!r} is not a valid name",
+                         "use letters, digits, '.', '_' and '-'")
+    if upstream is None:
+        return config.patches_dir / series
+    if upstream not in config.upstreams:
+        raise ConfigError(f"{config.path}: no upstream {upstream!r} for the variant of series "
+                          f"{series!r}{did_you_mean(upstream, config.upstreams)}",
+                          f"known upstreams: {', '.join(sorted(config.upstreams))}")
+    return config.patches_dir / series / upstream
+
+
+def read_folder(config: Config, series: str, upstream: str | None) -> Path:
+    """The folder a tag on upstream reads the series from: its variant where one exists,
+    else patches/<series>/."""
+    return series_folder(target_folder(config, series, None).parent, series, upstream)
+
+
+def checkout_upstream(repo: Repo) -> str | None:
+    """The upstream key a `patch --checkout` tree was made from (its upstream commit's
+    subject, `upstream: KEY (...)`); None for another repository."""
+    found = repo.git("log", "-1", "--format=%s", f"refs/tags/{UPSTREAM_TAG}", check=False)
+    named = re.match(r"upstream: (\S+) \(", found.stdout) if found.returncode == 0 else None
+    return named[1] if named else None
+
+
+def _warn_shared(config: Config, series: str, folder: Path, upstream: str | None, *,
+                 console: Console) -> None:
+    """Writing patches/<series>/ from a checkout of one upstream changes the series of tags
+    on other upstreams too: say so, and how to write a variant instead."""
+    if upstream is None or folder != config.patches_dir / series:
+        return
+    others = sorted(t.name for t in config.tags.values()
+                    if series in t.series and t.upstream.key != upstream
+                    and series_folder(config.patches_dir, series, t.upstream.key) == folder)
+    if others:
+        console.notice(f"export-series: warning: {folder} is also the series of "
+                       f"{', '.join(others)} (other upstreams); `--upstream {upstream}` writes "
+                       f"a variant for {upstream} instead (docs/how-to/patches.md)")
 
 
 def series_commits(repo: Repo, series: str) -> list[str]:
@@ -87,19 +142,16 @@ def normalize(text: str) -> str:
     return head + sep + diff
 
 
-def _write(repo: Repo, commits: list[str], patches_dir: Path, series: str, *,
+def _write(repo: Repo, commits: list[str], folder: Path, series: str, *,
            console: Console) -> int:
-    if not NAME.fullmatch(series):
-        raise UsageError(f"series name {series!r} is not a valid name",
-                         "use letters, digits, '.', '_' and '-'")
     if not commits:
         raise ConfigError(f"no commits to export into series {series!r}",
                           "check the range: A..B lists the commits after A up to B")
-    folder = patches_dir / series
     with atomic_dir(folder) as tmp:
         names = [_format(repo, commit, number, tmp) for number, commit in
                  enumerate(commits, start=1)]
-        (tmp / "series").write_text(_comments(folder) + "".join(f"{n}\n" for n in names))
+        (tmp / "series").write_text(_comments(_listed(folder, series))
+                                    + "".join(f"{n}\n" for n in names))
         _keep_other_files(folder, tmp)
         changed = [n for n in names if _differs(folder / n, tmp / n)]
     console.detail(f"series {series}: {len(names)} patch(es) in {folder}, {len(changed)} new or "
@@ -113,6 +165,14 @@ def _format(repo: Repo, commit: str, number: int, out: Path) -> str:
     path.write_bytes(normalize(path.read_bytes().decode("utf-8", "surrogateescape"))
                      .encode("utf-8", "surrogateescape"))
     return path.name
+
+
+def _listed(folder: Path, series: str) -> Path:
+    """Whose series-file comments a folder keeps: its own, or for a new variant
+    (patches/<series>/<upstream>/) the series' (its notes, to be brought up to date)."""
+    if (folder / "series").is_file() or folder.parent.name != series:
+        return folder
+    return folder.parent
 
 
 def _comments(folder: Path) -> str:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sparkbake.config.versions import Config
+from sparkbake.config.yamlsource import did_you_mean
 from sparkbake.console.display import Console
 from sparkbake.core.folders import Folders
 from sparkbake.errors import ConfigError
@@ -17,9 +18,9 @@ from sparkbake.fetch import remote_patches
 from sparkbake.fetch.remote_patches import RemotePatch
 from sparkbake.patch import syntax
 from sparkbake.patch.parsed import Problem, read_patch, unsafe
-from sparkbake.planning import make
+from sparkbake.planning import make, series_folder
 
-__all__ = ["Listing", "lint", "read_listing"]
+__all__ = ["Listing", "lint", "read_listing", "variant_folders"]
 
 PATCH_SUFFIXES = (".patch", ".diff")
 
@@ -112,15 +113,20 @@ def lint_remote(remote: RemotePatch, trees: list[Path], *, console: Console) -> 
 
 
 def lint(config: Config, *, console: Console) -> int:
-    """Lint every series folder and every series a tag names; raise on any problem."""
+    """Lint every series folder, its variants and every series a tag names; raise on any
+    problem."""
     names = {n for tag in config.tags.values() for n in tag.series}
     folders = sorted(p for p in config.patches_dir.glob("*") if p.is_dir())
     problems: list[Problem] = []
     count = 0
     for folder in folders:
-        found, more = lint_folder(folder, _trees(config, folder.name), config.build_dir,
-                                  console=console)
-        count, problems = count + found, problems + more
+        variants, strays = variant_folders(config, folder)
+        problems += strays
+        for listed in ([folder] if (folder / "series").is_file() or not variants else []) + \
+                variants:
+            found, more = lint_folder(listed, _trees(config, listed), config.build_dir,
+                                      console=console)
+            count, problems = count + found, problems + more
     for name in sorted(names - {f.name for f in folders}):
         console.detail(f"patch-lint: warning: series {name!r} is named by a tag but "
              f"{config.patches_dir / name} does not exist yet (plan shows it blocked)")
@@ -133,11 +139,26 @@ def lint(config: Config, *, console: Console) -> int:
     return 0
 
 
-def _trees(config: Config, series: str) -> list[Path]:
-    """Pristine trees (already fetched) of the tags that apply this series."""
+def variant_folders(config: Config, folder: Path) -> tuple[list[Path], list[Problem]]:
+    """A series folder's variants, patches/<series>/<upstream>/, each named by an upstream
+    of versions.yaml; a sub-folder named otherwise is a problem."""
+    variants, problems = [], []
+    for sub in sorted(p for p in folder.iterdir() if p.is_dir()):
+        if sub.name in config.upstreams:
+            variants.append(sub)
+            continue
+        problems.append(Problem(str(sub), "not an upstream of versions.yaml"
+                                f"{did_you_mean(sub.name, list(config.upstreams))}: a variant "
+                                "folder is named by the upstream key it is for"))
+    return variants, problems
+
+
+def _trees(config: Config, folder: Path) -> list[Path]:
+    """Pristine trees (already fetched) of the tags that apply this series folder."""
     trees = []
     for tag in config.tags.values():
-        if series in tag.series:
+        if any(series_folder(config.patches_dir, name, tag.upstream.key) == folder
+               for name in tag.series):
             tree = Folders.of(config).source(make(config, tag).fetch_key) / "tree"
             if tree.is_dir() and tree not in trees:
                 trees.append(tree)

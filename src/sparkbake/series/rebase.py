@@ -47,7 +47,8 @@ def check(config: Config, tag: Tag, target_key: str, settings: Settings, *,
         apply.check_safety(plan.series, pristine)
         upstream = gitwork.upstream_repo(pristine, apply.upstream_message(target),
                                          console=console)
-        rows = _rows(plan, pristine, upstream, config.build_dir, console=console)
+        bases = _own_blobs(config, tag, settings, console=console)
+        rows = _rows(plan, pristine, upstream, config, bases, console=console)
     print(render(tag, plan, rows))
     bad = [r for r in rows if not r[2].applied]
     if bad:
@@ -58,14 +59,25 @@ def check(config: Config, tag: Tag, target_key: str, settings: Settings, *,
     return 0
 
 
-def _rows(plan: planning.Plan, pristine: Path, upstream: Path,
-          build: Path, *, console: Console) -> list[tuple[str, str, Outcome]]:
+def _own_blobs(config: Config, tag: Tag, settings: Settings, *, console: Console) -> Path:
+    """The objects of the tag's own upstream, where the series' base blobs (their `index`
+    lines) are: with them the three-way merge works across upstreams."""
+    own = planning.make(config, tag)
+    pristine = upstream_tree.fetch(tag.upstream, Folders.of(config).source(own.fetch_key),
+                                   settings, console=console)
+    return gitwork.upstream_repo(pristine, apply.upstream_message(tag.upstream),
+                                 console=console) / "objects"
+
+
+def _rows(plan: planning.Plan, pristine: Path, upstream: Path, config: Config,
+          bases: Path, *, console: Console) -> list[tuple[str, str, Outcome]]:
     paths = sorted({p for s in plan.series for name, _ in s.patches
                     for _, p in parsed.read_patch(s.path(name)).paths})
     rows = []
-    with scratch_dir(build / "rebase-check", f"{plan.tag.name}-") as scratch:
+    with scratch_dir(config.build_dir / "rebase-check", f"{plan.tag.name}-") as scratch:
         repo = gitwork.work_tree(upstream, pristine, scratch / "tree", sparse=paths,
                                  console=console)
+        (repo.git_dir / "objects" / "info" / "alternates").write_text(f"{bases}\n")
         for series in plan.series:
             for name, _sha in series.patches:
                 patch = series.path(name)
@@ -74,8 +86,15 @@ def _rows(plan: planning.Plan, pristine: Path, upstream: Path,
                                                                         name), header.author)
                 if outcome.status == "conflict":
                     repo.git("reset", "-q", "--hard")  # go on with the next patch
-                rows.append((series.name, name, outcome))
+                rows.append((_shown(series, config.patches_dir), name, outcome))
     return rows
+
+
+def _shown(series: planning.SeriesInfo, patches_dir: Path) -> str:
+    """A series as the table names it: `name`, or `name/UPSTREAM` for a variant."""
+    if series.folder.is_relative_to(patches_dir):
+        return series.folder.relative_to(patches_dir).as_posix()
+    return series.name
 
 
 def render(tag: Tag, plan: planning.Plan, rows: list[tuple[str, str, Outcome]]) -> str:
