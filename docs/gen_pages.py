@@ -54,6 +54,8 @@ CHECKS = {
     "typos": "a variable no table knows is close to one that is (similarity {cutoff} or more)",
     "backend-capability": "{variables} names a backend that vLLM's own checks say cannot run "
                           "the tag's model family on its GPU (`backend-verdicts.json`)",
+    "backend-verdicts": "{variables} is set, and `backend-verdicts.json` has no verdicts of "
+                        "the image's vLLM version for its model family and GPU",
     "roles": "the {role} (a worker: NNODES > 1 and NODE_RANK > 0; else the head) is given "
              "{refuses} in `SERVE_EXTRA_ARGS`",
     "model-files": "the model's config.json or model.safetensors.index.json is there but not "

@@ -413,6 +413,23 @@ def check_backend_capability(ctx: Context, rule: Mapping[str, Any]) -> list[Find
     return found
 
 
+def check_backend_verdicts(ctx: Context, rule: Mapping[str, Any]) -> list[Finding]:
+    """The image declares its model family, but no verdicts of its vLLM on its GPU were
+    written: backend-cannot-run has nothing to hold the backends to, and says nothing."""
+    model = (ctx.image.capabilities or {}).get("model")
+    given = list(backend_variables(ctx, rule))
+    if not model or not ctx.image.vllm or not given:
+        return []
+    try:
+        ctx.verdicts(given[0][1])
+        return []
+    except Unknown:
+        fields = {"vllm": str(ctx.image.vllm), "arch": str(ctx.image.cuda_arch),
+                  "model": str(model), "names": ", ".join(name for name, _, _ in given)}
+        return [_finding(rule, ctx.render(rule["message"], fields), given[0][0],
+                         reason=ctx.render(rule["reason"], fields))]
+
+
 def check_backend_packages(ctx: Context, rule: Mapping[str, Any]) -> list[Finding]:
     """A backend that needs a Python module (vLLM's `b12x` extra) finds it in the image."""
     if ctx.image.modules is None:
@@ -540,6 +557,7 @@ CHECKS: dict[str, Callable[[Context, Mapping[str, Any]], list[Finding]]] = {
     "when": check_when, "types": check_types, "sysctls": check_sysctls,
     "backends": check_backends, "backend-packages": check_backend_packages,
     "roles": check_roles, "backend-capability": check_backend_capability,
+    "backend-verdicts": check_backend_verdicts,
     **{kind: check_model for kind in model_checks.CHECKS},
 }
 

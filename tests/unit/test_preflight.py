@@ -154,7 +154,9 @@ def test_every_rule_is_tested() -> None:
 
     tested = {rule for rule, _, _ in FIRING} | {"host-memory-floor", "prefix-cache-without-series",
                                                 "backend-not-installed", "backend-cannot-run",
-                                                "free-memory-below-budget"}
+                                                "free-memory-below-budget",
+                                                # test_smoke_suite.py, on the 0.34.0 tags
+                                                "backend-verdicts-missing"}
     assert tested | {rule for rule, _, _, _ in IMAGE_FIRING} | \
         {rule for rule, *_ in MODEL_FIRING} == set(RULE_IDS)
 
