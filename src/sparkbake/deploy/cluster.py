@@ -232,9 +232,11 @@ def _prepare(tag: Tag, cluster: Cluster, node: ClusterNode, client: Client, *,
         raise EngineError(f"{node.describe()}: {cluster.image} is not in its engine",
                           f"deploy it first: sparkbake deploy {tag.name} --hosts "
                           f"{node.engine.url}")
+    mounts = container_options(tag, node)["volumes"]  # the model, as its checks read it
     with step(console, f"preflight on {node.describe()}"):
         checked = docker_engine.run_container(client, cluster.image, ["--print"],
-                                              environment=node.env, network=False)
+                                              environment=node.env, volumes=mounts,
+                                              network=False)
     findings = [line for line in checked.output.splitlines() if "sparkbake preflight:" in line]
     if checked.exit_code != 0:
         first = next((line for line in findings if "error" in line), checked.tail(1))
