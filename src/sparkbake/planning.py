@@ -243,7 +243,10 @@ def make(config: Config, tag: Tag) -> Plan:
         # the version scheme, not its value: the patch key is in the wheels key already
         Stage.WHEELS: {**toolchain, "local version": stamping.SCHEME if local else "none",
                    "kernel reuse": tag.upstream.kernel_reuse,
-                   "wheel format": contents.FORMAT},  # how this host writes a wheel
+                   "wheel format": contents.FORMAT,  # how this host writes a wheel
+                   # in the wheels' METADATA (stamping); only where an upstream has some
+                   **({"requirement overrides": list(tag.upstream.overrides)}
+                      if tag.upstream.overrides else {})},
         Stage.BAKE: {"runtime": base_identity(tag.runtime), "platform": str(tag.platform),
                  "env": tag.env, "tag": tag.name,
                  "runtime lock": _digest_or_none(pins.runtime_lock_path(config, tag)),

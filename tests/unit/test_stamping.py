@@ -51,18 +51,21 @@ def test_a_patch_edit_changes_the_local_part(project: Project) -> None:
     assert project.plan("fixture").local_version != before
 
 
-def make_wheel(path: Path, version: str, items: str) -> None:
+def make_wheel(path: Path, version: str, items: str, name: str = "pkg",
+               requires: tuple[str, ...] | list[str] = ()) -> None:
     """A wheel as setuptools writes one, with a setuptools-scm version module and a .data."""
+    needs = "".join(f"Requires-Dist: {requirement}\n" for requirement in requires)
     with zipfile.ZipFile(path, "w") as wheel:
-        wheel.writestr("pkg/__init__.py", "from ._version import __version__\n")
-        wheel.writestr("pkg/_version.py", SCM_MODULE.format(version=version, items=items))
-        wheel.writestr("pkg/sub/_version.py", "__version__ = version = 'not generated'\n")
-        wheel.writestr(f"pkg-{version}.data/scripts/pkg-tool", "#!python\n")
-        wheel.writestr(f"pkg-{version}.dist-info/METADATA",
-                       f"Metadata-Version: 2.4\nName: pkg\nVersion: {version}\n\nVersion: 9\n")
-        wheel.writestr(f"pkg-{version}.dist-info/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: "
-                       "false\nTag: cp311-cp311-linux_x86_64\n")
-        wheel.writestr(f"pkg-{version}.dist-info/RECORD", "stale\n")
+        wheel.writestr(f"{name}/__init__.py", "from ._version import __version__\n")
+        wheel.writestr(f"{name}/_version.py", SCM_MODULE.format(version=version, items=items))
+        wheel.writestr(f"{name}/sub/_version.py", "__version__ = version = 'not generated'\n")
+        wheel.writestr(f"{name}-{version}.data/scripts/{name}-tool", "#!python\n")
+        wheel.writestr(f"{name}-{version}.dist-info/METADATA",
+                       f"Metadata-Version: 2.4\nName: {name}\nVersion: {version}\n{needs}"
+                       "\nVersion: 9\n")
+        wheel.writestr(f"{name}-{version}.dist-info/WHEEL", "Wheel-Version: 1.0\n"
+                       "Root-Is-Purelib: false\nTag: cp311-cp311-linux_x86_64\n")
+        wheel.writestr(f"{name}-{version}.dist-info/RECORD", "stale\n")
 
 
 def test_a_wheel_is_stamped_in_name_metadata_record_and_version_module(tmp_path: Path) -> None:
@@ -132,3 +135,50 @@ def test_pip_installs_the_stamped_wheel_and_reports_the_local_version(tmp_path: 
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
                          text=True, env={"PYTHONPATH": str(site)}).stdout
     assert out.split() == ["1.0+sb.1a2b3c4d", "1.0+sb.1a2b3c4d"]
+
+
+CPU_METADATA = b"""\
+Metadata-Version: 2.4
+Name: vllm
+Version: 0.33.0+cpu
+Requires-Dist: torch==2.14.0+cpu; platform_machine == "x86_64"
+Requires-Dist: torchvision; platform_machine != "riscv64"
+Requires-Dist: triton @ https://host.invalid/triton-3.8.0+cpu-cp312-abi3-linux_x86_64.whl ; \
+platform_machine == "x86_64" and python_version >= "3.12"
+Requires-Dist: triton-kernels
+Requires-Dist: Torch>=2.0; extra == "x"
+
+Description.
+"""
+
+
+def test_the_overrides_replace_their_packages_requirements_and_keep_the_markers() -> None:
+    stamped = stamping._metadata(CPU_METADATA, "sb.1a2b3c4d", ["torch==2.14.0", "triton==3.8.0"])
+    assert stamped.decode().splitlines()[2:9] == [
+        "Version: 0.33.0+cpu.sb.1a2b3c4d",
+        'Requires-Dist: torch==2.14.0; platform_machine == "x86_64"',
+        'Requires-Dist: torchvision; platform_machine != "riscv64"',
+        'Requires-Dist: triton==3.8.0; platform_machine == "x86_64" and python_version >= "3.12"',
+        "Requires-Dist: triton-kernels",
+        'Requires-Dist: torch==2.14.0; extra == "x"',
+        ""]
+    assert stamping._metadata(CPU_METADATA, "sb.1a2b3c4d").count(b"torch==2.14.0+cpu") == 1
+
+
+def test_pip_takes_the_lock_for_a_wheel_whose_requirements_were_overridden(
+        tmp_path: Path) -> None:
+    """What the bake does: the stamped wheel installs beside the overriding version, which
+    its own metadata would refuse."""
+    (tmp_path / "dep").mkdir()
+    make_wheel(tmp_path / "dep" / "dep-1.0-py3-none-any.whl", "1.0", "(1, 0)", name="dep")
+    name = "pkg-1.0-py3-none-any.whl"
+    make_wheel(tmp_path / name, "1.0", "(1, 0)", requires=["dep==1.0+cpu"])
+    stamped = stamping.stamp(tmp_path / name, "sb.1a2b3c4d", SOURCE_DATE, ["dep==1.0"])
+    install = [sys.executable, "-m", "pip", "install", "--no-index", "--dry-run", "--quiet",
+               "--find-links", str(tmp_path / "dep"), "--target", str(tmp_path / "t")]
+    taken = subprocess.run([*install, str(stamped)], capture_output=True, text=True, check=False)
+    assert taken.returncode == 0, taken.stderr
+    make_wheel(tmp_path / name, "1.0", "(1, 0)", requires=["dep==1.0+cpu"])
+    unstamped = subprocess.run([*install, str(tmp_path / name)], capture_output=True, text=True,
+                               check=False)
+    assert unstamped.returncode != 0 and "dep==1.0+cpu" in unstamped.stderr

@@ -37,6 +37,7 @@ VENV = "/opt/venv"
 INTERPRETER = f"{VENV}/bin/python3"
 SKELETON = "make_venv.sh"
 PYTHON_MARK = "sparkbake-python "  # the skeleton script's line giving its Python version
+HOST_PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"  # whose markers pip reads
 DATA_DIRS = ("bin", "include", "share", "etc")  # pip --target's non-package top folders
 # the CUDA toolkit of NVIDIA's wheels (nvcc, ptxas, headers) as one stable path: the JIT of
 # FlashInfer, Triton and CuTe DSL finds it through CUDA_HOME
@@ -69,14 +70,28 @@ def install(client: Client, runtime_ref: str, image: str, platform: Platform,
     venv = root / VENV.lstrip("/")
     site = work / "site"
     with step(console, f"{VENV}: pip install"):
-        _pip_target(site, image, platform, python, wheel_dirs, [*names, *asked], source_date,
-                    log, console=console)
+        _pip_target(site, image, platform, python, wheel_dirs,
+                    _asked_of_pip(names, asked, wheel_dirs, python), source_date, log,
+                    console=console)
     with step(console, f"{VENV}: shared files, merge"):
         _settle_shared_files(site, wheel_dirs, {str(canonicalize_name(a)) for a in asked},
                              console=console)
         installed = _merge(site, venv, python)
     _compiled_and_checked(installed, root, python, platform, bytecode_cache, console=console)
     return Installed(root, python, _link_toolkit(venv, python))
+
+
+def _asked_of_pip(names: list[str], asked: tuple[str, ...], wheel_dirs: list[Path],
+                  python: str) -> list[str]:
+    """names and asked, for pip to resolve from wheel_dirs. For an image whose Python is not
+    this host's, pip would read the wheels' markers (`python_version <= "3.12"`) for this
+    host's Python and refuse the lock; then names and every wheel of the runtime lock's
+    wheelhouse (wheel_dirs[1]: the closure uv resolved for the image's Python), unresolved
+    and with no Requires-Python read for this host's Python either."""
+    if python == HOST_PYTHON or len(wheel_dirs) < 2:
+        return [*names, *asked]
+    return ["--no-deps", "--ignore-requires-python", *names,
+            *sorted(str(w) for w in wheel_dirs[1].glob("*.whl"))]
 
 
 def install_only(image: str, platform: Platform, python: str, wheel_dirs: list[Path],

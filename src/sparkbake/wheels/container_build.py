@@ -256,7 +256,8 @@ def _stamp(built: dict[str, tuple[Kernel, ...]], out: Path,
            request: BuildRequest) -> dict[str, tuple[Kernel, ...]]:
     """The upstream's wheels given the local version, on this host: one way for any build
     backend (README: Versions)."""
-    return {stamping.stamp(out / file, request.local_version, request.source_date).name: kernels
+    return {stamping.stamp(out / file, request.local_version, request.source_date,
+                           request.tag.upstream.overrides).name: kernels
             for file, kernels in built.items()}
 
 

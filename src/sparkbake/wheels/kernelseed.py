@@ -120,7 +120,8 @@ def build_wheels(tag: Tag, entry: Path, pristine: Path, patched: Path, folder: P
     seeded = bool(listing.get("seeded"))
     with step(console, f"wheels for {tag.name}: {cached_wheel} + the series (no compiler)"), \
             atomic_dir(folder) as out:
-        made = overlay(entry / cached_wheel, pristine, patched, out, source_date, local)
+        made = overlay(entry / cached_wheel, pristine, patched, out, source_date, local,
+                       tag.upstream.overrides)
         wheel = made.wheel
         console.detail(f"wheels: {len(made.changed)} file(s) of the series in {wheel.name}")
         kernels = tuple(Kernel.from_json(kernel) for kernel in listing["kernels"])

@@ -5,7 +5,7 @@ the pristine tree for the kernel cache. Same entries and date, same bytes (wheel
 from __future__ import annotations
 
 import zipfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,7 +24,7 @@ class Overlaid:
 
 
 def overlay(seed_wheel: Path, pristine: Path, patched: Path, folder: Path, source_date: int,
-            local: str = "") -> Overlaid:
+            local: str = "", overrides: Sequence[str] = ()) -> Overlaid:
     """The seed wheel with the series' changes to its packages (files the patched tree has
     other than the pristine one: changed, added, removed), entries dated source_date and the
     local version in its name and metadata (stamping), written into folder. Its compiled
@@ -38,7 +38,8 @@ def overlay(seed_wheel: Path, pristine: Path, patched: Path, folder: Path, sourc
             else:
                 files.pop(name, None)
         dest = folder / stamping.stamped_file_name(seed_wheel.name, local)
-        sha256 = contents.write(dest, stamping.stamp_entries(files, local), source_date)
+        sha256 = contents.write(dest, stamping.stamp_entries(files, local, overrides),
+                                source_date)
     return Overlaid(dest, sha256, changed)
 
 
