@@ -233,6 +233,8 @@ def check_kernel(image: Image, kernel: dict[str, Any], sm_arch: str, loadable: s
     if loadable is not None and not loadable & set(sass):
         built = ", ".join(sass) or "nothing"
         raise CheckFailed(f"{relative}: no SASS for {sm_arch} (built for {built})")
+    if loadable is None:  # the CPU's
+        return f"{relative} [{load_alone(image, path)}]"
     try:
         ctypes.CDLL(str(path))
     except OSError as exc:
@@ -244,6 +246,23 @@ def check_kernel(image: Image, kernel: dict[str, Any], sm_arch: str, loadable: s
 
 
 DRIVER = "libcuda.so.1"  # the GPU driver's library: the NVIDIA container runtime mounts it
+LOAD = "import ctypes, sys; ctypes.CDLL(sys.argv[1])"
+
+
+def load_alone(image: Image, path: Path) -> str:
+    """The library loaded in a process of its own, the image's library folders searched as
+    once torch is imported: a CPU build's ISA variants (`_C`, `_C_AVX512`, `_C_AVX2`) each
+    register torch's `_C` namespace, which torch aborts on the second time in one process
+    (vLLM loads the one its CPU runs)."""
+    env = {**os.environ, "LD_LIBRARY_PATH": ":".join(library_folders(image))}
+    done = subprocess.run([sys.executable, "-c", LOAD, str(path)], capture_output=True,
+                          text=True, env=env, check=False, timeout=300)
+    if done.returncode == 0:
+        return "loads"
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    how = f"signal {-done.returncode}" if done.returncode < 0 else f"exit {done.returncode}"
+    raise CheckFailed(f"{path.name} does not load ({how}): "
+                      f"{lines[-1].strip() if lines else 'no output'}")
 
 
 def has_driver() -> bool:
@@ -254,13 +273,18 @@ def has_driver() -> bool:
     return True
 
 
+def library_folders(image: Image) -> list[str]:
+    """The image's own library folders (torch's, nvidia's wheels), which its loader finds
+    once torch is imported."""
+    return [str(p) for site in image.site_dirs
+            for p in [site / "torch" / "lib", *sorted(site.glob("nvidia/*/lib"))]
+            if p.is_dir()]
+
+
 def unresolved(image: Image, library: Path) -> set[str] | None:
     """What `ldd` cannot find for library, with the image's own library folders (torch's,
     nvidia's wheels) searched as its loader would find them once torch is imported."""
-    folders = [str(p) for site in image.site_dirs
-               for p in [site / "torch" / "lib", *sorted(site.glob("nvidia/*/lib"))]
-               if p.is_dir()]
-    env = {**os.environ, "LD_LIBRARY_PATH": ":".join(folders)}
+    env = {**os.environ, "LD_LIBRARY_PATH": ":".join(library_folders(image))}
     try:
         listing = subprocess.run(["ldd", str(library)], capture_output=True, text=True,
                                  env=env, check=False, timeout=60)

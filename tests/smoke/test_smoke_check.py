@@ -252,9 +252,39 @@ def test_a_cpu_builds_libraries_need_no_sass_but_their_sha256(image: FakeImage) 
     image.expected["device"] = "cpu"
     checks = image.check()
     assert checks["kernels"]["status"] == "passed", checks["kernels"]
-    assert checks["kernels"]["detail"] == "smokekern/_kernels.so []"
+    assert checks["kernels"]["detail"] == "smokekern/_kernels.so [loads]"
     image.manifest["wheels"][0]["kernels"][0]["sha256"] = "99" * 32
     assert "differs from the manifest's" in image.check()["kernels"]["detail"]
+
+
+# What torch does to a second library that registers the `_C` namespace: the process aborts.
+REGISTERS = """
+#include <stdlib.h>
+__attribute__((constructor)) static void registers(void) {
+    if (getenv("NAMESPACE_TAKEN")) abort();
+    setenv("NAMESPACE_TAKEN", "1", 1);
+}
+"""
+
+
+def test_a_cpu_builds_variants_are_each_loaded_alone(image: FakeImage) -> None:
+    kernels = []
+    for name in ("_C.so", "_C_AVX2.so"):
+        library = image.site(f"smokekern/{name}")
+        library.with_suffix(".c").write_text(REGISTERS)
+        subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(library),
+                        str(library.with_suffix(".c"))], check=True)
+        kernels.append({"path": f"smokekern/{name}", "sass": [],
+                        "sha256": hashlib.sha256(library.read_bytes()).hexdigest()})
+    image.manifest["wheels"][0]["kernels"] = kernels
+    image.expected["device"] = "cpu"
+    assert image.check()["kernels"]["detail"] == \
+        "smokekern/_C.so [loads]; smokekern/_C_AVX2.so [loads]"
+    garbage = image.site("smokekern/_C_AVX2.so")
+    garbage.write_bytes(b"not an ELF file")
+    kernels[1]["sha256"] = hashlib.sha256(garbage.read_bytes()).hexdigest()
+    detail = image.check()["kernels"]["detail"]
+    assert detail.startswith("_C_AVX2.so does not load (exit 1): OSError: "), detail
 
 
 def test_a_cubin_of_the_family_is_accepted_as_the_host_says(image: FakeImage) -> None:
