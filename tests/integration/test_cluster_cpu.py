@@ -56,7 +56,10 @@ def node_files(built: str, tmp_path_factory: pytest.TempPathFactory) -> list[Pat
     done = sparkbake("node-files", built, "--nodes", "127.0.0.1,127.0.0.2", "--iface", "lo",
                      "--from", str(template), "--out", str(root / "nodes"))
     assert done.returncode == 0, done.stderr
-    return [root / "nodes" / "head.env", root / "nodes" / "worker-1.env"]
+    files = [root / "nodes" / "head.env", root / "nodes" / "worker-1.env"]
+    for core, path in enumerate(files):  # two nodes on one host: a core each, not both on 0
+        path.write_text(path.read_text() + f"VLLM_CPU_OMP_THREADS_BIND={core}\n")
+    return files
 
 
 @pytest.fixture

@@ -60,7 +60,8 @@ def server(built: str, docker_client: docker_engine.Client,
     with docker_engine.started_container(
             docker_client, tag.image_ref, [], environment=served.env,
             ports={f"{serving.CONTAINER_PORT}/tcp": ("127.0.0.1", port)},
-            volumes={str(model): {"bind": serving.MODEL_MOUNT, "mode": "ro"}}) as box:
+            volumes={str(model): {"bind": serving.MODEL_MOUNT, "mode": "ro"}},
+            ipc_mode="host") as box:  # as the smoke runs it: the engine's shared memory
         found = serve_client.Server(f"http://127.0.0.1:{port}")
         serve_client.check_health(found, 600, serving.exited(box))
         yield found

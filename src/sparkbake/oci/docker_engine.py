@@ -225,13 +225,14 @@ def run_detached(client: Client, image: str, **options: Any) -> Container:
     so that gc leaves it; EngineError naming the image when the engine refuses it."""
     import docker.errors
 
+    box = _created(client, image, [], options)
     try:
-        return client.containers.run(image, [], detach=True, **options)
-    except docker.errors.ImageNotFound as exc:
-        raise EngineError(f"image {image} is not in the engine", "build it first") from exc
-    except docker.errors.APIError as exc:
-        raise EngineError(f"cannot start a container of {image}: {exc.explanation or exc}",
-                          "check the Docker engine") from exc
+        _start(box, image)
+    except EngineError:
+        with contextlib.suppress(docker.errors.APIError):
+            box.remove(force=True)
+        raise
+    return box
 
 
 def bridge_gateway(client: Client, image: str) -> str:
@@ -301,25 +302,41 @@ def _container(client: Client, image: str, command: Sequence[str],
 
     options = dict(volumes=dict(volumes or {}), environment=dict(environment or {}),
                    network_disabled=not network, labels={RUN_LABEL: run_label()}, **extra)
-    try:
-        if copy_in:
-            box = client.containers.create(image, list(command), **options)
-        else:
-            box = client.containers.run(image, list(command), detach=True, **options)
-    except docker.errors.ImageNotFound as exc:
-        raise EngineError(f"image {image} is not in the engine", "build it first") from exc
-    except docker.errors.APIError as exc:
-        raise EngineError(f"cannot start a container of {image}: {exc.explanation or exc}",
-                          "check the Docker engine") from exc
+    box = _created(client, image, command, options)
     try:
         if copy_in:
             box.put_archive("/", _tar_of(copy_in))
-            box.start()
+        _start(box, image)
         yield box
     finally:
         if not keep:
             with contextlib.suppress(docker.errors.APIError):
                 box.remove(force=True)
+
+
+def _created(client: Client, image: str, command: Sequence[str],
+             options: dict[str, Any]) -> Container:
+    """The container made, not started: one the engine then refuses to start (a privileged
+    one where privileges are withheld) is still ours to remove."""
+    import docker.errors
+
+    try:
+        return client.containers.create(image, list(command), **options)
+    except docker.errors.ImageNotFound as exc:
+        raise EngineError(f"image {image} is not in the engine", "build it first") from exc
+    except docker.errors.APIError as exc:
+        raise EngineError(f"cannot create a container of {image}: {exc.explanation or exc}",
+                          "check the Docker engine") from exc
+
+
+def _start(box: Container, image: str) -> None:
+    import docker.errors
+
+    try:
+        box.start()
+    except docker.errors.APIError as exc:
+        raise EngineError(f"cannot start a container of {image}: {exc.explanation or exc}",
+                          "check the Docker engine") from exc
 
 
 def _tar_of(files: Mapping[str, bytes]) -> bytes:

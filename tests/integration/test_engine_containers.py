@@ -1,0 +1,34 @@
+"""A container the engine creates but will not start is removed all the same: nothing of a
+refused start (a device that is not there, privileges withheld) is left in the engine."""
+
+from __future__ import annotations
+
+import pytest
+
+from sparkbake.errors import EngineError
+from sparkbake.oci import docker_engine
+
+pytestmark = pytest.mark.docker
+
+MISSING_DEVICE = ["/dev/sparkbake-no-such-device:/dev/x"]
+
+
+def ours(client: docker_engine.Client) -> list[str]:
+    label = f"{docker_engine.RUN_LABEL}={docker_engine.run_label()}"
+    return [box.name for box in client.containers.list(all=True, filters={"label": label})]
+
+
+def test_a_container_the_engine_will_not_start_is_removed(
+        docker_client: docker_engine.Client, debian_base: str) -> None:
+    with pytest.raises(EngineError, match=f"cannot start a container of {debian_base}: "):
+        docker_engine.run_container(docker_client, debian_base, ["true"],
+                                    devices=MISSING_DEVICE)
+    assert ours(docker_client) == []
+
+
+def test_a_detached_one_too(docker_client: docker_engine.Client, debian_base: str) -> None:
+    before = {box.id for box in docker_client.containers.list(all=True)}
+    with pytest.raises(EngineError, match="cannot start a container"):
+        docker_engine.run_detached(docker_client, debian_base, entrypoint=["true"],
+                                   devices=MISSING_DEVICE)
+    assert {box.id for box in docker_client.containers.list(all=True)} == before
