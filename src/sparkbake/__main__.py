@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import gc
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -397,6 +398,13 @@ def _registry_parser(commands: argparse._SubParsersAction[_Parser]) -> None:
     _common(sub)
 
 
+def shm_size(text: str) -> str:
+    """A size as docker takes it: digits and b, k, m or g; else argparse's usage error."""
+    if not re.fullmatch(r"[1-9][0-9]*[bkmg]?", text.lower()):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size (e.g. 2g, 512m)")
+    return text.lower()
+
+
 def tcp_port(text: str) -> int:
     """A TCP port, 1 to 65535; else argparse's usage error (exit 2) with this message."""
     if not text.isdigit() or not 0 < int(text) < 65536:
@@ -474,6 +482,9 @@ def _cluster_parsers(commands: argparse._SubParsersAction[_Parser]) -> None:
                        help="seconds for the head to answer /health (default: 1800)")
     bring.add_argument("--print", action="store_true", dest="show",
                        help="print the commands that bring the nodes up by hand; start nothing")
+    bring.add_argument("--shm-size", type=shm_size, metavar="SIZE",
+                       help="for nodes that share a host: each container's own /dev/shm of "
+                            "this size (e.g. 2g) instead of the host's IPC")
     subs["logs"].add_argument("--rank", type=int, help="only this node's log")
     subs["logs"].add_argument("--tail", type=int, default=50, metavar="N",
                               help="lines of each log (default: 50)")
@@ -493,7 +504,7 @@ def _up(args: argparse.Namespace, settings: Settings, console: Console, config: 
         tag: Tag) -> int:
     from sparkbake.pipeline import cluster_commands
     return cluster_commands.up(config, settings, tag, args.env_files, args.hosts, args.image,
-                               args.timeout, args.show, console=console)
+                               args.timeout, args.show, args.shm_size, console=console)
 
 
 def _down(args: argparse.Namespace, settings: Settings, console: Console, config: Config,

@@ -1,5 +1,6 @@
 """up, status, logs and down on two nodes of this host: the cpu-3.73 image at TP 2 over two
-containers with host networking (`--nnodes 2`, the worker headless, gloo over loopback),
+containers with host networking and an IPC namespace each (`--nnodes 2`, the worker
+headless, gloo over loopback),
 serving a tiny Llama through the head. A head that never answers and a worker started without
 `--headless` each end `up` in one line naming the node; down leaves no container.
 """
@@ -27,6 +28,9 @@ pytestmark = [pytest.mark.docker, pytest.mark.required("serve-cpu")]
 REPO = Path(__file__).resolve().parents[2]
 LABEL = f"dev.sparkbake.cluster={TAG}"
 NO_HEADLESS = "sparkbake-test/no-headless:cpu-3.73"
+# two nodes on one host: each its own /dev/shm, as two hosts have (with the host's, vLLM
+# takes both for one node and waits for a socket in the other container's /tmp)
+ONE_HOST = ("--shm-size", "2g")
 # an image as another builder makes it: its entrypoint runs the same command as ours, less
 # --headless (what vLLM then does to a worker is what the test is about)
 DROP_HEADLESS = """\
@@ -76,7 +80,7 @@ def first_line(done: str) -> str:
 
 def test_up_serves_through_the_head_and_reads_out_each_rank(
         node_files: list[Path], docker_client: docker_engine.Client) -> None:
-    up = sparkbake("up", TAG, *map(str, node_files), "--timeout", "600")
+    up = sparkbake("up", TAG, *map(str, node_files), *ONE_HOST, "--timeout", "600")
     try:
         output = up.stdout + up.stderr
         assert up.returncode == 0, output[-4000:]
@@ -103,7 +107,7 @@ def test_up_serves_through_the_head_and_reads_out_each_rank(
 
 def test_a_head_that_never_answers_ends_at_the_timeout_with_its_last_lines(
         node_files: list[Path], taken_down: None) -> None:
-    up = sparkbake("up", TAG, *map(str, node_files), "--timeout", "5")
+    up = sparkbake("up", TAG, *map(str, node_files), *ONE_HOST, "--timeout", "5")
     assert up.returncode == 6, up.stdout + up.stderr
     line = first_line(up.stderr.split("error: ", 1)[-1])
     assert re.match(rf"{TAG}: head \(head\.env on unix://\S+\): http://127\.0\.0\.1:\d+/health "
@@ -128,7 +132,8 @@ def test_a_worker_without_headless_fails_as_vllm_fails_it_and_is_named(
             text += f"API_PORT={serving.free_port()}\n"
         files.append(tmp_path / path.name)
         files[-1].write_text(text)
-    up = sparkbake("up", TAG, *map(str, files), "--image", NO_HEADLESS, "--timeout", "600")
+    up = sparkbake("up", TAG, *map(str, files), *ONE_HOST, "--image", NO_HEADLESS,
+                   "--timeout", "600")
     assert up.returncode == 6, up.stdout + up.stderr
     line = first_line(up.stderr.split("error: ", 1)[-1])
     assert re.match(rf"{TAG}: worker 1 \(worker-1\.env on unix://\S+\): container "

@@ -139,3 +139,21 @@ def test_a_stopped_node_is_explained_by_vllms_own_line_or_its_last_lines() -> No
         "vLLM: (EngineCore pid=7) ERROR [core.py:1] AssertionError: collective_rpc should not "
         "be called on follower node")
     assert cluster_readout.why_stopped("a\nb\n") == "a | b"
+
+
+def test_nodes_sharing_a_host_get_their_own_shm_instead_of_the_hosts_ipc() -> None:
+    tag = CONFIG.tag("cpu-3.73")
+    head = cluster.plan_nodes([SAMPLES / "head.env"], [], LOCAL)[0]
+    assert cluster.container_options(tag, head)["ipc_mode"] == "host"
+    shared = cluster.container_options(tag, head, "2g")
+    assert shared["shm_size"] == "2g" and "ipc_mode" not in shared
+    words = cluster.docker_run(tag, head, tag.image_ref, "2g")
+    assert "--shm-size" in words and "--ipc" not in words
+
+
+def test_a_size_docker_cannot_read_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    from sparkbake.__main__ import main
+
+    head = str(SAMPLES / "head.env")
+    assert main(["up", "3.73-vision", head, "--print", "--shm-size", "2 GB"]) == 2
+    assert "'2 GB' is not a size (e.g. 2g, 512m)" in capsys.readouterr().err

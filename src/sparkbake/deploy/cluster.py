@@ -117,10 +117,14 @@ def api_url(head: ClusterNode) -> str:
     return f"http://{host}:{head.env.get('API_PORT') or 8000}"
 
 
-def container_options(tag: Tag, node: ClusterNode) -> dict[str, Any]:
+def container_options(tag: Tag, node: ClusterNode, shm_size: str | None = None
+                      ) -> dict[str, Any]:
     """How the node's container runs: host networking and IPC, the file's values as its
     environment (with NCCL's and gloo's names for the fabric), the model read-only, the JIT
-    cache writable, the GPUs and RDMA devices where the tag and file have them."""
+    cache writable, the GPUs and RDMA devices where the tag and file have them. shm_size:
+    an IPC namespace of its own with that much /dev/shm instead of the host's, for nodes
+    that share a host (vLLM takes ranks that see one /dev/shm for one node, and their
+    sockets in each container's own /tmp are then not found)."""
     env = dict(node.env)
     fabric = {"NCCL_SOCKET_IFNAME": env.get("FABRIC_IFACE"),
               "GLOO_SOCKET_IFNAME": env.get("FABRIC_IFACE"),
@@ -133,8 +137,8 @@ def container_options(tag: Tag, node: ClusterNode) -> dict[str, Any]:
         volumes[env["CACHE_HOST_PATH"]] = {"bind": JIT_CACHE, "mode": "rw"}
     options: dict[str, Any] = {
         "name": node.container(tag.name), "environment": env, "volumes": volumes,
-        "network_mode": "host", "ipc_mode": "host",
-        "labels": {LABEL: tag.name, RANK_LABEL: str(node.rank)}}
+        "network_mode": "host", "labels": {LABEL: tag.name, RANK_LABEL: str(node.rank)},
+        **({"shm_size": shm_size} if shm_size else {"ipc_mode": "host"})}
     if tag.upstream.device == "cuda":
         options["device_requests"] = [dict(serving.ALL_GPUS)]
     if env.get("IB_HCA"):
@@ -143,13 +147,14 @@ def container_options(tag: Tag, node: ClusterNode) -> dict[str, Any]:
     return options
 
 
-def docker_run(tag: Tag, node: ClusterNode, image: str) -> list[str]:
+def docker_run(tag: Tag, node: ClusterNode, image: str, shm_size: str | None = None
+               ) -> list[str]:
     """The `docker run` an operator types for the node: the same options as up's, the file's
     values through `--env-file` (its literal NAME=VALUE form)."""
-    options = container_options(tag, node)
+    options = container_options(tag, node, shm_size)
     env_file = node.env_file.with_suffix(".docker-env").name
     words = ["docker", "run", "-d", "--name", options["name"], "--network", "host",
-             "--ipc", "host"]
+             *(["--shm-size", shm_size] if shm_size else ["--ipc", "host"])]
     words += ["--gpus", "all"] if "device_requests" in options else []
     for device in options.get("devices", []):
         words += ["--device", device, "--ulimit", "memlock=-1"]
@@ -181,7 +186,8 @@ def _clients(nodes: tuple[ClusterNode, ...] | list[ClusterNode]) -> dict[str, Cl
 
 
 def up(config: Config, tag: Tag, files: list[Path], engines: list[Node], image: str,
-       timeout: float, environ: dict[str, str], *, console: Console) -> int:
+       timeout: float, environ: dict[str, str], shm_size: str | None = None, *,
+       console: Console) -> int:
     """Bring the tag up on the files' nodes; 0 when the head serves, SmokeError (6) when a
     node stops, the head never answers or a serve check fails."""
     nodes = plan_nodes(files, engines, local_engine(environ))
@@ -192,7 +198,7 @@ def up(config: Config, tag: Tag, files: list[Path], engines: list[Node], image: 
         _prepare(tag, cluster, node, clients[node.engine.url], console=console)
     atomic_write(state_path(config, tag.name), json.dumps(cluster.to_json(), indent=2) + "\n")
     for node in start_order(nodes):
-        _start(tag, cluster, node, clients[node.engine.url], console=console)
+        _start(tag, cluster, node, clients[node.engine.url], shm_size, console=console)
     started = time.monotonic()
     _wait_healthy(cluster, clients, timeout, console=console)
     healthy_after = time.monotonic() - started
@@ -201,7 +207,7 @@ def up(config: Config, tag: Tag, files: list[Path], engines: list[Node], image: 
 
 
 def print_commands(tag: Tag, files: list[Path], engines: list[Node], image: str,
-                   environ: dict[str, str]) -> int:
+                   environ: dict[str, str], shm_size: str | None = None) -> int:
     """What up runs on each node, in its order, as the commands an operator types there
     (on stdout, as check-env --print shows its command)."""
     nodes = plan_nodes(files, engines, local_engine(environ))
@@ -210,7 +216,7 @@ def print_commands(tag: Tag, files: list[Path], engines: list[Node], image: str,
         env_file = node.env_file.with_suffix(".docker-env").name
         print(f"# {node.describe()}: {env_file} holds the file's values, literal\n"
               f"env -i sh -c 'set -a; . ./{node.env_file.name}; env' | grep -v '^PWD=' > "
-              f"{env_file}\n{shlex.join(docker_run(tag, node, image))}")
+              f"{env_file}\n{shlex.join(docker_run(tag, node, image, shm_size))}")
     print(f"# then: until curl -sf {api_url(nodes[0])}/health; do sleep 10; done", flush=True)
     return 0
 
@@ -263,11 +269,11 @@ def _drop_caches(image: str, node: ClusterNode, client: Client, *, console: Cons
                        f"`{DROP_BY_HAND}` on {node.engine.url} before the start")
 
 
-def _start(tag: Tag, cluster: Cluster, node: ClusterNode, client: Client, *,
-           console: Console) -> Container:
+def _start(tag: Tag, cluster: Cluster, node: ClusterNode, client: Client,
+           shm_size: str | None, *, console: Console) -> Container:
     with step(console, f"start {node.describe()}"):
         return docker_engine.run_detached(client, cluster.image,
-                                          **container_options(tag, node))
+                                          **container_options(tag, node, shm_size))
 
 
 def _box(client: Client, cluster: Cluster, node: ClusterNode) -> Container | None:

@@ -34,15 +34,17 @@ def write_node_files(config: Config, tag: Tag, addresses: str, interface: str | 
 
 
 def up(config: Config, settings: Settings, tag: Tag, files: list[Path], hosts: str | None,
-       image: str | None, timeout: float, show: bool, *, console: Console) -> int:
+       image: str | None, timeout: float, show: bool, shm_size: str | None = None, *,
+       console: Console) -> int:
     """check-env of the files together, then the nodes brought up (cluster.up), or with
     show, the commands that would bring them up by hand."""
     engines = nodes.parse_hosts(hosts) if hosts else []
     image = image or tag.image_ref
     if show:
-        return cluster.print_commands(tag, files, engines, image, dict(settings.environ))
+        return cluster.print_commands(tag, files, engines, image, dict(settings.environ),
+                                      shm_size)
     with step(console, f"check-env of {len(files)} file(s) for {image}"):
         cluster_files.check_files(tag, files, PROC_SYS, False, pins.runtime_lock_path(config, tag),
                                   console=console, image=image)
     return cluster.up(config, tag, files, engines, image, timeout, dict(settings.environ),
-                      console=console)
+                      shm_size, console=console)
