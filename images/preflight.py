@@ -418,7 +418,7 @@ def check_backend_verdicts(ctx: Context, rule: Mapping[str, Any]) -> list[Findin
     written: backend-cannot-run has nothing to hold the backends to, and says nothing."""
     model = (ctx.image.capabilities or {}).get("model")
     given = list(backend_variables(ctx, rule))
-    if not model or not ctx.image.vllm or not given:
+    if not model or not ctx.image.vllm or not ctx.image.cuda_arch or not given:
         return []
     try:
         ctx.verdicts(given[0][1])
