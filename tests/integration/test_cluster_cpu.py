@@ -31,12 +31,14 @@ NO_HEADLESS = "sparkbake-test/no-headless:cpu-3.73"
 # two nodes on one host: each its own /dev/shm, as two hosts have (with the host's, vLLM
 # takes both for one node and waits for a socket in the other container's /tmp)
 ONE_HOST = ("--shm-size", "2g")
-# an image as another builder makes it: its entrypoint runs the same command as ours, less
-# --headless (what vLLM then does to a worker is what the test is about)
+# an image as another builder makes it: its entrypoint serves with the same command as ours,
+# less --headless (what vLLM then does to a worker is what the test is about)
 DROP_HEADLESS = """\
 import os, sys
 sys.path.insert(0, "/opt/sparkbake")
 import entrypoint
+if sys.argv[1:]:  # --print, a command: as the image's own entrypoint
+    sys.exit(entrypoint.main(sys.argv[1:]))
 command = [word for word in entrypoint.serve_command(os.environ) if word != "--headless"]
 os.execvp(command[0], command)
 """
