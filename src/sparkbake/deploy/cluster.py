@@ -32,14 +32,13 @@ from sparkbake.files import atomic_write, read_json
 from sparkbake.oci import docker_engine
 from sparkbake.oci.docker_engine import Client
 from sparkbake.oci.engine_client import Container
-from sparkbake.smoke import preflight, serve_client, serving
+from sparkbake.smoke import cluster_files, preflight, serve_client, serving
 
 __all__ = ["Cluster", "ClusterNode", "docker_run", "down", "logs", "plan_nodes",
            "print_commands", "start_order", "status", "up"]
 
 LABEL = "dev.sparkbake.cluster"
 RANK_LABEL = "dev.sparkbake.rank"
-MODEL_MOUNT = "/model"
 JIT_CACHE = "/var/cache/jit"  # images/runtime.json's jit cache
 DROP_CACHES = "sync; echo 3 > /proc/sys/vm/drop_caches"
 DROP_BY_HAND = "sync; echo 3 | sudo tee /proc/sys/vm/drop_caches"
@@ -100,11 +99,10 @@ def plan_nodes(files: list[Path], engines: list[Node], local: Node) -> list[Clus
                           "file(s)", "name one engine per file, in the files' order")
     found = []
     for index, path in enumerate(files):
-        env = preflight.entrypoint().effective_env(envfile.read(path).values)
-        rank = env.get("NODE_RANK") or "0"
+        values = envfile.read(path).values
+        rank = cluster_files.rank(values)
         found.append(ClusterNode(int(rank) if rank.isdigit() else 0, path,
-                                 engines[index] if engines else local,
-                                 envfile.read(path).values))
+                                 engines[index] if engines else local, values))
     return sorted(found, key=lambda node: node.rank)
 
 
@@ -132,7 +130,7 @@ def container_options(tag: Tag, node: ClusterNode, shm_size: str | None = None
     env |= {name: value for name, value in fabric.items() if value and name not in env}
     volumes = {}
     if env.get("MODEL_HOST_PATH"):
-        volumes[env["MODEL_HOST_PATH"]] = {"bind": MODEL_MOUNT, "mode": "ro"}
+        volumes[env["MODEL_HOST_PATH"]] = {"bind": serving.MODEL_MOUNT, "mode": "ro"}
     if env.get("CACHE_HOST_PATH"):
         volumes[env["CACHE_HOST_PATH"]] = {"bind": JIT_CACHE, "mode": "rw"}
     options: dict[str, Any] = {
@@ -202,8 +200,11 @@ def up(config: Config, tag: Tag, files: list[Path], engines: list[Node], image: 
     started = time.monotonic()
     _wait_healthy(cluster, clients, timeout, console=console)
     healthy_after = time.monotonic() - started
-    results = _serve_checks(tag, cluster, console=console)
-    return _read_out(config, tag, cluster, clients, results, healthy_after, console=console)
+    head = nodes[0]
+    served = serving.Served(head.env, preflight.entrypoint().serve_command(
+        {**dict(tag.env), **head.env}), None)
+    results = _serve_checks(tag, cluster, served, console=console)
+    return _read_out(config, cluster, clients, served, results, healthy_after, console=console)
 
 
 def print_commands(tag: Tag, files: list[Path], engines: list[Node], image: str,
@@ -320,23 +321,12 @@ def _wait_healthy(cluster: Cluster, clients: dict[str, Client], timeout: float, 
                          f"sparkbake down {cluster.tag} removes the containers") from exc
 
 
-def _serve_checks(tag: Tag, cluster: Cluster, *, console: Console) -> list[CheckResult]:
-    head = cluster.nodes[0]
-    command = preflight.entrypoint().serve_command({**dict(tag.env), **head.env})
-    model = head.env.get("SERVED_MODEL_NAME") or head.env.get("MODEL") or MODEL_MOUNT
-    server = serve_client.Server(cluster.api)
-    block = serving.flag(command, "--block-size", 16)
-    dcp = serving.flag(command, "--decode-context-parallel-size", 1)
-    any_text = serving.value(command, "--load-format") == "dummy"
-    checks: dict[str, Callable[[], str]] = {
-        "serve-models": lambda: serve_client.check_models(server, model),
-        "serve-completion": lambda: serve_client.check_completion(server, model, any_text),
-        "serve-metrics": lambda: serve_client.check_metrics(server, model),
-        "serve-image": lambda: serve_client.check_image(server, model, any_text),
-        "serve-prefix-cache": lambda: serve_client.check_prefix_cache(server, model, block, dcp),
-    }
+def _serve_checks(tag: Tag, cluster: Cluster, served: serving.Served, *,
+                  console: Console) -> list[CheckResult]:
+    """The tag's serve checks but health (awaited already) against the head."""
+    checks = serving.api_checks(serve_client.Server(cluster.api), served)
     wanted = [name for name in serving.names(tag) if name in checks]
-    if "--enable-prefix-caching" not in command:
+    if "--enable-prefix-caching" not in served.command:
         wanted = [name for name in wanted if name != "serve-prefix-cache"]
     with step(console, f"serve checks against {cluster.api}"):
         results = serving.probe(wanted, checks)
@@ -345,30 +335,30 @@ def _serve_checks(tag: Tag, cluster: Cluster, *, console: Console) -> list[Check
     return results
 
 
-def _read_out(config: Config, tag: Tag, cluster: Cluster, clients: dict[str, Client],
-              results: list[CheckResult], healthy_after: float, *, console: Console) -> int:
+def _read_out(config: Config, cluster: Cluster, clients: dict[str, Client],
+              served: serving.Served, results: list[CheckResult], healthy_after: float, *,
+              console: Console) -> int:
     nodes = []
     for node in cluster.nodes:
         box = _box(clients[node.engine.url], cluster, node)
         log = box.logs().decode(errors="replace") if box else ""
         nodes.append(readout.NodeReadout(node.rank, readout.kv_cache_lines(log)))
         console.result(f"  KV cache, {nodes[-1].describe()}")
-    acceptance = _acceptance(tag, cluster)
+    acceptance = _acceptance(cluster, served.command)
     console.result(f"  acceptance: {acceptance}")
     passed = sum(result.status == "passed" for result in results)
-    line = readout.verdict(tag.name, nodes, healthy_after, passed, len(results), acceptance)
+    line = readout.verdict(cluster.tag, nodes, healthy_after, passed, len(results), acceptance)
     record = {**cluster.to_json(), "healthy_after_s": round(healthy_after, 1),
               "checks": [r.to_json() for r in results], "acceptance": acceptance,
               "kv_cache": {str(n.rank): list(n.kv_cache) for n in nodes}, "verdict": line}
-    atomic_write(state_path(config, tag.name), json.dumps(record, indent=2) + "\n")
+    atomic_write(state_path(config, cluster.tag), json.dumps(record, indent=2) + "\n")
     if passed != len(results):
-        raise SmokeError(line, f"sparkbake logs {tag.name} --rank 0 shows the head's log")
+        raise SmokeError(line, f"sparkbake logs {cluster.tag} --rank 0 shows the head's log")
     console.result(line)
     return 0
 
 
-def _acceptance(tag: Tag, cluster: Cluster) -> str:
-    command = preflight.entrypoint().serve_command({**dict(tag.env), **cluster.nodes[0].env})
+def _acceptance(cluster: Cluster, command: list[str]) -> str:
     if "--speculative-config" not in command:
         return "none (the tag does not speculate here)"
     length = readout.acceptance_length(serve_client.Server(cluster.api).metrics())

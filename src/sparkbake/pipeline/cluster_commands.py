@@ -24,8 +24,7 @@ def write_node_files(config: Config, tag: Tag, addresses: str, interface: str | 
                      template: Path | None, out: Path, force: bool, *, console: Console) -> int:
     """One .env per node (node_files), then check-env of them together."""
     layout = node_files.parse_addresses(addresses, interface)
-    source = template or node_files.template_of(
-        tag, [sample.path for sample in sample_envs.load(config, tag).accept])
+    source = template or node_files.template_of(tag, sample_envs.load(config, tag).accept)
     paths = node_files.write(tag, layout, source, out, force)
     for path in paths:
         console.result(f"wrote {path}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +20,8 @@ from sparkbake.config import envfile
 from sparkbake.config.versions import Tag
 from sparkbake.errors import ConfigError, UsageError
 from sparkbake.files import atomic_write
+from sparkbake.smoke import cluster_files
+from sparkbake.smoke.sample_envs import Sample
 
 __all__ = ["Layout", "file_name", "parse_addresses", "render", "template_of", "write"]
 
@@ -65,12 +68,11 @@ def file_name(rank: int) -> str:
     return "head.env" if rank == 0 else f"worker-{rank}.env"
 
 
-def template_of(tag: Tag, samples: list[Path]) -> Path:
-    """The suite's sample .env of rank 0 (the head's), the one the files are made from."""
-    for path in samples:
-        values = envfile.read(path).values
-        if (values.get("NODE_RANK") or values.get("RANK") or "0") == "0" and values.get("MODEL"):
-            return path
+def template_of(tag: Tag, samples: Sequence[Sample]) -> Path:
+    """The suite's accept sample of rank 0 (the head's), the one the files are made from."""
+    for sample in samples:
+        if cluster_files.rank(sample.env) == "0" and sample.env.get("MODEL"):
+            return sample.path
     raise ConfigError(f"tag {tag.name}: its smoke suite {tag.smoke!r} has no head's sample "
                       ".env to start from", "give one with --from FILE")
 

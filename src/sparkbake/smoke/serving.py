@@ -22,7 +22,8 @@ from sparkbake.smoke import dummy_model, preflight, serve_client
 from sparkbake.smoke.dummy_model import Cut
 from sparkbake.smoke.sample_envs import Suite
 
-__all__ = ["ALL_GPUS", "Request", "Served", "names", "prepare", "run", "serve_env"]
+__all__ = ["ALL_GPUS", "Request", "Served", "api_checks", "names", "prepare", "run",
+           "serve_env"]
 
 ALL_GPUS = {"count": -1, "capabilities": [["gpu"]]}  # the SDK makes a DeviceRequest of it
 CONTAINER_PORT = 8000
@@ -152,14 +153,21 @@ def serve(client: Client, image_id: str, tag: Tag, request: Request, served: Ser
 
 def _checks(server: serve_client.Server, served: Served, request: Request,
             box: Any) -> dict[str, Callable[[], str]]:
-    model = served.env.get("SERVED_MODEL_NAME") or MODEL_MOUNT
+    return {
+        "serve-health": lambda: serve_client.check_health(server, request.timeout, exited(box))
+        + served.describe(),
+        **api_checks(server, served)}
+
+
+def api_checks(server: serve_client.Server, served: Served) -> dict[str, Callable[[], str]]:
+    """The serve checks of a healthy server, each asked what served's command makes: the
+    served model's name, the block size and DCP of the prefix cache, dummy weights."""
+    model = served.env.get("SERVED_MODEL_NAME") or served.env.get("MODEL") or MODEL_MOUNT
     block = flag(served.command, "--block-size", 16)
     dcp = flag(served.command, "--decode-context-parallel-size", 1)
     # dummy weights answer anything, even nothing
     any_text = served.cut is not None or value(served.command, "--load-format") == "dummy"
     return {
-        "serve-health": lambda: serve_client.check_health(server, request.timeout, exited(box))
-        + served.describe(),
         "serve-models": lambda: serve_client.check_models(server, model),
         "serve-completion": lambda: serve_client.check_completion(server, model, any_text),
         "serve-metrics": lambda: serve_client.check_metrics(server, model),
