@@ -12,7 +12,9 @@ from pathlib import Path
 from tests.gitdaemon import git_daemon
 
 REPO = Path(__file__).resolve().parents[1]
-MIRROR = REPO.parent / "shared" / "mirrors" / "oneDNN-v3.13.git.tar.gz"
+# the mirrors beside the checkout, or where SPARKBAKE_MIRRORS says (as scripts/git-mirrors)
+MIRRORS = Path(os.environ.get("SPARKBAKE_MIRRORS") or REPO.parent / "shared" / "mirrors")
+MIRROR = MIRRORS / "oneDNN-v3.13.git.tar.gz"
 TAG = "cpu-3.73"
 
 

@@ -14,6 +14,7 @@ import pytest
 from sparkbake.__main__ import main
 from sparkbake.config import versions
 from sparkbake.fetch import cmake_sources, sourcelock
+from tests import cpu_image
 from tests.conftest import plain_console
 from tests.gitdaemon import git_daemon
 from tests.integration.test_sources import entries, write_config
@@ -42,7 +43,7 @@ FOUND = {  # name: (repository, ref as the tree pins it, its own *_SRC_DIR varia
 }
 
 
-MIRROR = ROOT.parent / "shared" / "mirrors" / "oneDNN-v3.13.git.tar.gz"
+MIRROR = cpu_image.MIRROR
 
 
 @pytest.fixture(scope="module")
