@@ -223,6 +223,9 @@ def test_an_unreachable_server_is_exit_8_naming_its_url(
         err = capsys.readouterr().err
         assert f"cannot reach the servers of 1 CMake dependencies: {url}" in err
         assert file_sha256(project.root / LOCK)  # the lock made before is left as it was
+        # the package index was asked first: the builder lock is made all the same
+        assert f"(the package locks are made: {BUILDER_LOCK})" in err
+        assert (project.root / BUILDER_LOCK).is_file()
 
 
 def host(monkeypatch: pytest.MonkeyPatch, **env: str) -> None:

@@ -4,7 +4,12 @@ builder's arguments: pure logic, no network, no Docker."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import http.server
+import io
 import json
+import shutil
+import tarfile
 from pathlib import Path
 from typing import Any
 
@@ -14,11 +19,13 @@ from sparkbake import planning
 from sparkbake.config import versions
 from sparkbake.config.settings import Settings
 from sparkbake.config.versions import KernelSeed
+from sparkbake.core.folders import Folders
 from sparkbake.core.stages import Stage
 from sparkbake.errors import ConfigError, EngineError
 from sparkbake.fetch import sourcelock, thirdparty
 from sparkbake.fetch.cmake_sources import commands, discover
 from tests.conftest import TREE_UPSTREAM, plain_console, settings_of, versions_yaml
+from tests.localserver import serving
 
 CUTLASS = """\
 # a comment with FetchContent_Declare(fake GIT_REPOSITORY x GIT_TAG y)
@@ -317,3 +324,84 @@ def test_an_existing_sources_lock_a_tree_without_downloads_or_a_kernel_seed_need
     sourcelock.write(tmp_path / "locks" / "sources" / "tree.json",
                      sourcelock.SourcesLock("tree", (locked(),)))
     assert not thirdparty.missing_lock(loaded, tag, src, settings)
+
+
+# vLLM 0.34.0's cmake/external_projects/triton_kernels.cmake: the archive URL made from the
+# git URL with string(), and no URL_HASH
+TRITON_KERNELS = """\
+set(TRITON_GIT "https://github.com/triton-lang/triton.git")
+set(TRITON_KERNELS_TAG "v3.5.1")
+string(REGEX REPLACE "\\\\.git$" "" TRITON_REPO_URL "${TRITON_GIT}")
+string(REPLACE "https://github.com/" "https://codeload.github.com/"
+       TRITON_REPO_URL "${TRITON_REPO_URL}")
+set(TRITON_KERNELS_URL "${TRITON_REPO_URL}/tar.gz/${TRITON_KERNELS_TAG}")
+FetchContent_Declare(triton_kernels URL ${TRITON_KERNELS_URL} DOWNLOAD_EXTRACT_TIMESTAMP TRUE)
+"""
+
+
+def test_string_replace_and_regex_replace_resolve_a_url_as_cmake_does(tmp_path: Path) -> None:
+    [triton] = discover(tree(tmp_path, {"cmake/triton_kernels.cmake": TRITON_KERNELS})
+                        ).declarations
+    assert (triton.kind, triton.url, triton.ref) == (
+        "url", "https://codeload.github.com/triton-lang/triton/tar.gz/v3.5.1", "")
+    grouped = 'set(V "a-1.2")\nstring(REGEX REPLACE "^a-([0-9]+)\\\\.([0-9]+)$" "\\\\2.\\\\1" W ' \
+              '"${V}")\nFetchContent_Declare(x GIT_REPOSITORY u GIT_TAG ${W})\n'
+    [x] = discover(tree(tmp_path / "g", {"CMakeLists.txt": grouped})).declarations
+    assert x.ref == "2.1"
+
+
+def test_a_string_mode_not_followed_leaves_its_variable_unknown(tmp_path: Path) -> None:
+    # never the value before it: string(TOLOWER) changed it
+    tree(tmp_path, {"CMakeLists.txt": 'set(T "V1")\nstring(TOLOWER "${T}" T)\n'
+                                      "FetchContent_Declare(x GIT_REPOSITORY u GIT_TAG ${T})\n"})
+    with pytest.raises(ConfigError, match=r"CMakeLists.txt:3: FetchContent x: GIT_TAG \$\{T\} "
+                                          "cannot be resolved"):
+        discover(tmp_path)
+
+
+def tarball(text: str) -> bytes:
+    """A .tar.gz of one folder holding dep.txt."""
+    data, out = text.encode(), io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w:gz") as tar:
+        member = tarfile.TarInfo("dep-1/dep.txt")
+        member.size = len(data)
+        tar.addfile(member, io.BytesIO(data))
+    return out.getvalue()
+
+
+def test_a_url_without_url_hash_is_locked_to_what_it_served_and_held_to_it(
+        tmp_path: Path) -> None:
+    served = {"body": tarball("one")}
+
+    class Archive(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(served["body"])
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    tag = coverage_tag(tmp_path)
+    loaded = versions.load(tmp_path / "versions.yaml")
+    with serving(Archive) as port:
+        url = f"http://127.0.0.1:{port}/tar.gz/v1"
+        src = tree(tmp_path / "src", {"CMakeLists.txt": f"FetchContent_Declare(dep URL {url})\n"})
+        path = thirdparty.lock(loaded, tag, src, DEVELOPER, console=plain_console())
+        assert path is not None
+        lock = sourcelock.read(path)
+        assert lock is not None
+        [dep] = lock.sources
+        first_sha256 = hashlib.sha256(served["body"]).hexdigest()
+        assert (dep.kind, dep.ref, dep.pin) == ("url", "", first_sha256)
+        [fetched] = thirdparty.fetch_locked(loaded, tag, DEVELOPER, plain_console())
+        assert (fetched.path / "dep.txt").read_text() == "one"
+        # the server now serves other bytes: a clean cache refuses them, naming the lock
+        served["body"] = tarball("two")
+        shutil.rmtree(Folders.of(loaded).thirdparty)
+        with pytest.raises(ConfigError) as raised:
+            thirdparty.fetch_locked(loaded, tag, DEVELOPER, plain_console())
+    second_sha256 = hashlib.sha256(served["body"]).hexdigest()
+    assert raised.value.message == (f"dep: {url} has sha256 {second_sha256}, "
+                                    f"the sources lock pins {first_sha256}")
+    assert "remake the lock" in raised.value.remedy

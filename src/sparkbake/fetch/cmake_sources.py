@@ -3,9 +3,9 @@
 Every `FetchContent_Declare(name GIT_REPOSITORY .. GIT_TAG ..)` (or `URL .. URL_HASH ..`),
 and every `FetchContent_Populate(name ..)` that carries its own download details, in the
 tree's CMakeLists.txt and *.cmake files. `${VAR}` is resolved as CMake would where the
-tree sets VAR with `set()`: the last value set before the declaration (CMakeLists.txt's
-values are seen by the other files). Conditions are not evaluated. Pure logic, no I/O but
-reading the files.
+tree sets VAR with `set()` or `string(REPLACE|REGEX REPLACE)`: the last value set before the
+declaration (CMakeLists.txt's values are seen by the other files). Conditions are not
+evaluated. Pure logic, no I/O but reading the files.
 """
 
 from __future__ import annotations
@@ -149,6 +149,37 @@ def _apply_set(command: Command, variables: dict[str, str | None]) -> None:
     variables[name] = expand(joined, variables)
 
 
+def _apply_string(command: Command, variables: dict[str, str | None]) -> None:
+    """string(REPLACE <match> <with> <out> <input>...) and string(REGEX REPLACE ...), as vLLM
+    0.34.0 makes triton_kernels' archive URL from its git URL. Other modes are not followed:
+    the variable they may write (the first or the last argument after the mode) becomes
+    unknown, so a declaration that reads it is an error, never a stale value."""
+    args = command.args
+    regex = args[:2] == ("REGEX", "REPLACE")
+    given = args[2:] if regex else args[1:]
+    if not (regex or args[:1] == ("REPLACE",)) or len(given) < 3:
+        for written in {*args[1:2], *args[-1:]}:
+            variables.pop(written, None)
+        return
+    match, replacement, out = given[:3]
+    text = expand("".join(given[3:]), variables)
+    if text is None or "$" in out:
+        variables.pop(out, None)
+        return
+    if not regex:
+        variables[out] = text.replace(match, replacement) if match else None
+        return
+    try:
+        variables[out] = re.sub(match, lambda m: _cmake_replacement(m, replacement), text)
+    except re.error:
+        variables[out] = None
+
+
+def _cmake_replacement(found: re.Match[str], replacement: str) -> str:
+    """CMake's REGEX REPLACE replacement: \\N is group N, every other character as written."""
+    return re.sub(r"\\(\d)", lambda ref: found[int(ref[1])] or "", replacement)
+
+
 def _options(args: tuple[str, ...]) -> dict[str, list[str]]:
     """FetchContent's `KEYWORD value...` pairs of a call (after its name)."""
     options: dict[str, list[str]] = {}
@@ -175,6 +206,8 @@ def scan_file(text: str, rel: str,
     for command in commands(text):
         if command.name in ("set", "unset"):
             _apply_set(command, variables)
+        elif command.name == "string":
+            _apply_string(command, variables)
         elif command.name in ("fetchcontent_declare", "fetchcontent_populate") and command.args:
             options = _options(command.args)
             if "GIT_REPOSITORY" in options or "URL" in options:

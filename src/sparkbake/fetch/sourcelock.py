@@ -4,7 +4,8 @@ locks/sources/<upstream>.json is committed. Per dependency: its FetchContent nam
 ref as the tree writes it, the commit it was resolved to with `git ls-remote` (a 40-hex
 ref is kept as is), the submodules it asks for, the upstream's own *_SRC_DIR variables,
 and the tree hash of the fetched content (for a URL download: the archive's sha256, checked
-against URL_HASH). A tag moved upstream changes nothing until `sparkbake lock` is run again.
+against URL_HASH, or, where the tree gives none, the sha256 the URL served when locked). A
+tag moved upstream changes nothing until `sparkbake lock` is run again.
 """
 
 from __future__ import annotations

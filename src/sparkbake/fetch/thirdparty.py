@@ -114,10 +114,8 @@ def lock_on_first_use(config: Config, tag: Tag, tree: Path, settings: Settings,
 def _lock_one(declared: Declaration, cache: Path, settings: Settings,
               console: Console) -> Locked:
     if declared.kind == "url":
-        if not declared.ref:
-            raise ConfigError(f"{declared.where}: FetchContent {declared.name}: URL without "
-                              "URL_HASH", "pin the archive with URL_HASH SHA256=<hex>")
-        pin = declared.ref.removeprefix("sha256:")
+        # without URL_HASH (vLLM 0.34.0's triton_kernels), the lock pins what the URL served
+        pin = declared.ref.removeprefix("sha256:") or _served_sha256(declared.url, settings)
     else:
         pin, _ = resolve_ref(declared, console)
     draft = Locked(declared.name, declared.kind, declared.url, declared.ref, pin,
@@ -239,24 +237,38 @@ def _network(cmd: list[str | Path], locked: Locked, console: Console) -> None:
     raise unreachable(locked.url, done.stderr)
 
 
-def _archive(locked: Locked, dest: Path, settings: Settings) -> None:
-    """A URL download, checked against its sha256 and unpacked (one top folder stripped)."""
+def _download(url: str, folder: Path, settings: Settings) -> Path:
+    """The URL's content in folder; unreachable is exit 8."""
     import requests  # here: it takes ~0.1 s to import and most runs download nothing
 
+    archive = folder / (url.rsplit("/", 1)[-1].split("?")[0] or "archive")
+    try:
+        with requests.get(url, timeout=60, stream=True,
+                          verify=settings.ca_bundle or True) as response:
+            response.raise_for_status()
+            with archive.open("wb") as out:
+                for chunk in response.iter_content(1 << 20):
+                    out.write(chunk)
+    except requests.RequestException as exc:
+        raise unreachable(url, str(exc)) from exc
+    return archive
+
+
+def _served_sha256(url: str, settings: Settings) -> str:
     with tempfile.TemporaryDirectory() as scratch:
-        archive = Path(scratch) / (locked.url.rsplit("/", 1)[-1].split("?")[0] or "archive")
-        try:
-            with requests.get(locked.url, timeout=60, stream=True,
-                              verify=settings.ca_bundle or True) as response:
-                response.raise_for_status()
-                with archive.open("wb") as out:
-                    for chunk in response.iter_content(1 << 20):
-                        out.write(chunk)
-        except requests.RequestException as exc:
-            raise unreachable(locked.url, str(exc)) from exc
+        return file_sha256(_download(url, Path(scratch), settings))
+
+
+def _archive(locked: Locked, dest: Path, settings: Settings) -> None:
+    """A URL download, checked against its sha256 and unpacked (one top folder stripped)."""
+    with tempfile.TemporaryDirectory() as scratch:
+        archive = _download(locked.url, Path(scratch), settings)
         if file_sha256(archive) != locked.pin:
+            pinned_by, remedy = (("URL_HASH", "fix URL_HASH in the CMake file") if locked.ref
+                                 else ("the sources lock", "if the server's archive changed, "
+                                       "remake the lock with `sparkbake lock TAG`"))
             raise ConfigError(f"{locked.name}: {locked.url} has sha256 {file_sha256(archive)}, "
-                              f"URL_HASH pins {locked.pin}", "fix URL_HASH in the CMake file")
+                              f"{pinned_by} pins {locked.pin}", remedy)
         _unpack(archive, Path(scratch) / "unpacked")
         tops = list((Path(scratch) / "unpacked").iterdir())
         shutil.move(tops[0] if len(tops) == 1 and tops[0].is_dir() else tops[0].parent, dest)

@@ -108,9 +108,16 @@ def lock_tag(config: Config, settings: Settings, tag: Tag, for_patch_tests: bool
         if for_patch_tests and tree:
             written = [patchtests.resolve(config, tag, tree, settings, console=console)]
             return _done(f"patch-tests lock: {written[0]}", console=console)
-        if tree and not tag.kernels:  # a kernel seed compiles nothing: no CMake sources
-            thirdparty.lock(config, tag, tree, settings, console=console)
+        # the package index first: CMake's sources may sit on servers this host cannot reach
         written = pins.resolve(config, tag, settings, tree, console=console)
+        if tree and not tag.kernels:  # a kernel seed compiles nothing: no CMake sources
+            try:
+                thirdparty.lock(config, tag, tree, settings, console=console)
+            except EngineError as exc:
+                kept = ", ".join(str(p.relative_to(config.root)) for p in written)
+                raise EngineError(f"{exc.message} (the package locks are made: "
+                                  f"{kept or 'none needed'})",
+                                  exc.remedy) from None
     return _done("locks: " + (", ".join(map(str, written)) or "none needed"), console=console)
 
 
