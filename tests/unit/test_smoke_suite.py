@@ -124,7 +124,8 @@ def test_the_production_tags_use_the_reference_suite() -> None:
         "production-3.73-vision": "dsv4-4node", "production-3.73-vision-seeded": "dsv4-4node",
         "vllm-reuse-sm90": "dsv4-4node", "cpu-3.73": "cpu",
         "production-3.72-vision-vllm0.34": "dsv4-4node",
-        "production-3.73-vision-vllm0.34": "dsv4-4node"}
+        "production-3.73-vision-vllm0.34": "dsv4-4node",
+        "production-3.73-vision-vllm0.34-seeded": "dsv4-4node"}
 
 
 @pytest.mark.parametrize(("sample", "rank"), [("head.env", 0), ("worker-1.env", 1),
