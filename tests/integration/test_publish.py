@@ -201,6 +201,9 @@ def test_publish_pushes_both_tags_and_records_the_verified_digest(project: Proje
     assert record["inputs"] == project.plan.inputs
     assert record["labels"]["dev.sparkbake.inputs"] == project.plan.inputs
     assert record["upstream"]["kind"] == "dir"
+    assert record["locks"] == {}  # a dir upstream with no lock files here
+    assert record["verdicts"] == {"vllm": None, "cuda_arch": "12.1a", "model": None,
+                                  "listed": False, "backends": {}}
     assert skopeo_digest(f"{repository}:{TAG}") == record["digest"]
     assert skopeo_digest(f"{repository}:{immutable}") == record["digest"]
     baked = image_layout.Layout(project.config.build_dir / "oci", console=plain_console()).find(TAG)
@@ -366,5 +369,6 @@ def test_the_index_lists_both_releases_and_diff_names_the_changed_patch_and_env(
     out = capsys.readouterr().out.splitlines()
     assert out[0] == f"diff {TAG} -> {NEXT}"
     assert "upstream: same" in out and "series: changed" in out
+    assert "locks: same" in out and "verdicts: same" in out
     assert any(line.startswith("  + fix/0001-fix.patch: sha256:") for line in out)
     assert "  ~ PUB_MODE: 'one' -> 'two'" in out and "  + PUB_EXTRA: '1'" in out

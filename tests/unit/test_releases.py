@@ -43,6 +43,16 @@ def record_json(tag: str, **changes: Any) -> dict[str, Any]:
         "env": {"VLLM_DSV4_CKV_GATHER": "1"},
         "labels": {"dev.sparkbake.inputs": SHA["c"]},
         "published": "2026-01-01T00:00:00+00:00",
+        "locks": {"builder": {"path": "locks/cuda-devel.vllm-0.33.0.arm64.txt",
+                              "sha256": SHA["a"]},
+                  "runtime": {"path": "locks/runtime/cuda-runtime.vllm-0.33.0.arm64.txt",
+                              "sha256": SHA["b"],
+                              "packages": {"torch": "2.14.0", "flashinfer-python": "0.7.2",
+                                           "xgrammar": "0.1.30"}}},
+        "verdicts": {"vllm": "0.33.0", "cuda_arch": "12.1a", "model": "deepseek_v4",
+                     "listed": True,
+                     "backends": {"attention": {"FLASHINFER_MLA_SPARSE_DSV4": ""},
+                                  "moe": {"b12x": ""}, "linear": {"deep_gemm": ""}}},
     }
     base.update(changes)
     return base
@@ -67,12 +77,15 @@ def test_a_release_record_reads_back_as_written() -> None:
 
 
 def test_a_release_record_from_before_smoke_gating_reads_with_none_in_place() -> None:
-    """The first records had no smoke, manifest, transfer, build, env, nor the upstream's key."""
+    """The first records had no smoke, manifest, transfer, build, env, locks, verdicts, nor the
+    upstream's key."""
     older = {key: value for key, value in record_json("old").items()
-             if key not in ("smoke", "manifest", "transfer", "build", "env")}
+             if key not in ("smoke", "manifest", "transfer", "build", "env", "locks", "verdicts")}
     older["upstream"] = {"kind": "pypi", "name": "vllm", "version": "0.33.0", "sha256": SHA["d"]}
     old = Release.from_json(cast(ReleaseJson, older))
-    assert (old.smoke, old.manifest, old.transfer, old.build, old.env) == (None,) * 5
+    assert (old.smoke, old.manifest, old.transfer, old.build, old.env, old.locks,
+            old.verdicts) == (None,) * 7
+    assert "locks" not in old.to_json() and "verdicts" not in old.to_json()
     assert releases.entry(old).smoke == "unknown"
     assert releases.entry(old).upstream == "pypi vllm 0.33.0"
     assert releases.diff(old, old).sections["env"] == ()
@@ -209,6 +222,92 @@ def test_diff_says_when_no_image_manifest_was_recorded() -> None:
     lines = releases.render_diff(report)
     assert "wheels: unknown (no image manifest recorded for a)" in lines
     assert "env: same" in lines
+
+
+# --- the locks and backend verdicts each release shipped with ---------------------------------
+
+
+def on_vllm_034() -> Release:
+    """3.73-vision -> 3.73-vision-vllm0.34: the other upstream's locks (flashinfer moved,
+    xgrammar gone, b12x added, torch kept), and no verdicts of vLLM 0.34.0 in the table."""
+    b = record_json("production-3.73-vision-vllm0.34")
+    b["locks"] = {"builder": {"path": "locks/cuda-devel.vllm-0.34.0.arm64.txt",
+                              "sha256": SHA["c"]},
+                  "runtime": {"path": "locks/runtime/cuda-runtime.vllm-0.34.0.arm64.txt",
+                              "sha256": SHA["d"],
+                              "packages": {"torch": "2.14.0", "flashinfer-python": "0.7.3",
+                                           "b12x": "0.2.0"}}}
+    b["verdicts"] = {"vllm": "0.34.0", "cuda_arch": "12.1a", "model": "deepseek_v4",
+                     "listed": False,
+                     "backends": {"attention": {"FLASHINFER_MLA_SPARSE_DSV4": None},
+                                  "moe": {"b12x": None}, "linear": {"deep_gemm": None}}}
+    return Release.from_json(cast(ReleaseJson, b))
+
+
+def unrecorded(tag: str) -> Release:
+    """A record from before publish kept the locks and the backend verdicts."""
+    older = {k: v for k, v in record_json(tag).items() if k not in ("locks", "verdicts")}
+    return Release.from_json(cast(ReleaseJson, older))
+
+
+def test_diff_names_each_lock_that_moved_and_the_runtime_packages_that_did() -> None:
+    report = releases.diff(record("production-3.73-vision"), on_vllm_034())
+    assert report.sections["locks"] == (
+        Change("~", "builder", "locks/cuda-devel.vllm-0.33.0.arm64.txt sha256:aaaaaaaaaaaa",
+               "locks/cuda-devel.vllm-0.34.0.arm64.txt sha256:cccccccccccc"),
+        Change("~", "runtime",
+               "locks/runtime/cuda-runtime.vllm-0.33.0.arm64.txt sha256:bbbbbbbbbbbb",
+               "locks/runtime/cuda-runtime.vllm-0.34.0.arm64.txt sha256:dddddddddddd"),
+        Change("+", "runtime b12x", None, "0.2.0"),
+        Change("~", "runtime flashinfer-python", "0.7.2", "0.7.3"),
+        Change("-", "runtime xgrammar", "0.1.30", None))
+    lines = releases.render_diff(report)
+    assert lines.index("base: same") < lines.index("locks: changed") < \
+        lines.index("verdicts: changed") < lines.index("smoke: same")
+    assert "  ~ runtime flashinfer-python: 0.7.2 -> 0.7.3" in lines
+
+
+def test_diff_says_a_vllm_without_verdicts_and_each_backend_without_one() -> None:
+    report = releases.diff(record("production-3.73-vision"), on_vllm_034())
+    assert report.sections["verdicts"] == (
+        Change("~", "table", "vLLM 0.33.0 on 12.1a for deepseek_v4",
+               "vLLM 0.34.0 on 12.1a for deepseek_v4 (none in images/backend-verdicts.json)"),
+        Change("~", "attention FLASHINFER_MLA_SPARSE_DSV4", "runs", "no verdict"),
+        Change("~", "linear deep_gemm", "runs", "no verdict"),
+        Change("~", "moe b12x", "runs", "no verdict"))
+    assert "  ~ moe b12x: runs -> no verdict" in releases.render_diff(report)
+
+
+def test_diff_names_a_backend_the_env_changed_with_what_vllm_says_of_it() -> None:
+    why = "its experts (TrtLlmMxfp4ExpertsModular) do not run on compute capability 12.1"
+    b = record_json("b")
+    b["verdicts"]["backends"] = {"attention": {"FLASHINFER_MLA_SPARSE_DSV4": ""},
+                                 "moe": {"flashinfer_trtllm": why}, "linear": {"cutlas": None}}
+    report = releases.diff(record("a"), Release.from_json(cast(ReleaseJson, b)))
+    assert report.sections["verdicts"] == (
+        Change("+", "linear cutlas", None, "not a backend of vLLM 0.33.0"),
+        Change("-", "linear deep_gemm", "runs", None),
+        Change("-", "moe b12x", "runs", None),
+        Change("+", "moe flashinfer_trtllm", None, why))
+
+
+def test_the_same_locks_and_verdicts_are_same() -> None:
+    report = releases.diff(record("a"), record("b"))
+    assert report.sections["locks"] == () and report.sections["verdicts"] == ()
+    assert report.unrecorded == {}
+    lines = releases.render_diff(report)
+    assert "locks: same" in lines and "verdicts: same" in lines
+
+
+def test_diff_says_when_a_record_is_from_before_locks_and_verdicts() -> None:
+    report = releases.diff(record("a"), unrecorded("b"))
+    assert report.sections["locks"] is None and report.sections["verdicts"] is None
+    assert report.unrecorded == {"locks": ("b",), "verdicts": ("b",)}
+    assert report.sections["wheels"] == ()  # its manifest is there
+    lines = releases.render_diff(report)
+    assert "locks: unknown (no locks recorded for b)" in lines
+    assert "verdicts: unknown (no backend verdicts recorded for b)" in lines
+    assert ReleaseDiff.from_json(report.to_json()) == report
 
 
 # --- the image's manifest from the layout -------------------------------------------------------

@@ -2,12 +2,12 @@
 what the image was made of and the smoke verdict it went out with; its line in the releases
 index; and what changed between two releases.
 
-Release records from before smoke gating, image manifests, transfer counts and the tag's env
-lack those keys; they load with None in their place."""
+Release records from before smoke gating, image manifests, transfer counts, the tag's env,
+its locks and backend verdicts lack those keys; they load with None in their place."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, NotRequired, Self, TypedDict
 
@@ -18,6 +18,8 @@ from sparkbake.oci.docker_engine import image_labels
 from sparkbake.oci.referrers import Listing
 from sparkbake.oci.transfer import TransferRecord
 from sparkbake.planning import Plan, upstream_pin
+from sparkbake.publish import shipped_with
+from sparkbake.publish.shipped_with import LockJson, VerdictsJson
 from sparkbake.wheels.report import REPORT, read_report
 
 if TYPE_CHECKING:  # types only: attach and the bake import this module's records
@@ -80,6 +82,8 @@ class ReleaseJson(TypedDict):
     published: str
     platforms: NotRequired[list[ReleaseJson]]
     attestations: NotRequired[AttachedJson | None]
+    locks: NotRequired[dict[str, LockJson] | None]
+    verdicts: NotRequired[VerdictsJson | None]
 
 
 class IndexEntryJson(TypedDict):
@@ -106,6 +110,7 @@ class ReleaseDiffJson(TypedDict):
     b: str
     sections: dict[str, list[ChangeJson] | None]
     no_manifest: list[str]
+    unrecorded: NotRequired[dict[str, list[str]]]
 
 
 @dataclass(frozen=True)
@@ -174,6 +179,10 @@ class Release:
     platforms: tuple[Release, ...] = ()
     # what publish attached to the digest (attest.attach.Attached.to_json); None: before that
     attestations: AttachedJson | None = None
+    # the locks it was made from and vLLM's verdicts on its backends (publish.shipped_with);
+    # None: a record from before them, or a multi-platform release's (each platform has its)
+    locks: dict[str, LockJson] | None = None
+    verdicts: VerdictsJson | None = None
 
     @property
     def smoke_result(self) -> str:
@@ -194,6 +203,10 @@ class Release:
             doc["platforms"] = [p.to_json() for p in self.platforms]
         if self.attestations:
             doc["attestations"] = self.attestations
+        if self.locks is not None:
+            doc["locks"] = self.locks
+        if self.verdicts is not None:
+            doc["verdicts"] = self.verdicts
         return doc
 
     @classmethod
@@ -209,7 +222,8 @@ class Release:
             series=tuple(ReleaseSeries.from_json(s) for s in data["series"]),
             env=data.get("env"), labels=data["labels"], published=data["published"],
             platforms=tuple(cls.from_json(p) for p in data.get("platforms") or ()),
-            attestations=data.get("attestations"))
+            attestations=data.get("attestations"), locks=data.get("locks"),
+            verdicts=data.get("verdicts"))
 
 
 @dataclass(frozen=True)
@@ -259,24 +273,28 @@ class Change:
 @dataclass(frozen=True)
 class ReleaseDiff:
     """What changed from release a to release b, by section (in SECTIONS' order); a section is
-    None when unknown: wheels and base come from image manifests that no_manifest lack."""
+    None when unknown: wheels and base come from image manifests that no_manifest lack, locks
+    and verdicts from release records that unrecorded names (a record from before them)."""
 
     a: str
     b: str
     sections: dict[str, tuple[Change, ...] | None]
     no_manifest: tuple[str, ...]
+    unrecorded: dict[str, tuple[str, ...]] = field(default_factory=dict)  # section -> tags
 
     def to_json(self) -> ReleaseDiffJson:
         sections = {name: None if changes is None else [c.to_json() for c in changes]
                     for name, changes in self.sections.items()}
         return {"a": self.a, "b": self.b, "sections": sections,
-                "no_manifest": list(self.no_manifest)}
+                "no_manifest": list(self.no_manifest),
+                "unrecorded": {name: list(tags) for name, tags in self.unrecorded.items()}}
 
     @classmethod
     def from_json(cls, data: ReleaseDiffJson) -> Self:
         sections = {name: None if changes is None else tuple(Change.from_json(c) for c in changes)
                     for name, changes in data["sections"].items()}
-        return cls(data["a"], data["b"], sections, tuple(data["no_manifest"]))
+        unrecorded = {name: tuple(tags) for name, tags in (data.get("unrecorded") or {}).items()}
+        return cls(data["a"], data["b"], sections, tuple(data["no_manifest"]), unrecorded)
 
 
 def platform_release(config: Config, plan: Plan, repository: str, names: tuple[str, ...],
@@ -296,7 +314,9 @@ def platform_release(config: Config, plan: Plan, repository: str, names: tuple[s
         series=tuple(ReleaseSeries(s.name, s.sha256, s.patches) for s in plan.series),
         env=dict(plan.tag.env), labels=image_labels(attrs),
         published=datetime.now(UTC).isoformat(timespec="seconds"),
-        attestations=attached.to_json() if attached else None)
+        attestations=attached.to_json() if attached else None,
+        locks=shipped_with.locks(config, plan.tag),
+        verdicts=shipped_with.backend_verdicts(plan.tag))
 
 
 def _build_record(config: Config, plan: Plan) -> dict[str, Any]:

@@ -29,13 +29,18 @@ from sparkbake.publish.record import (
     ReleaseJson,
     ReleaseSeries,
 )
+from sparkbake.publish.shipped_with import LockJson, VerdictsJson
 
 __all__ = ["INDEX", "add", "describe_upstream", "diff", "entries", "entry", "image_manifest",
            "read_record", "render_diff", "render_table", "write_record"]
 
 INDEX = "index.json"
 MANIFEST_MEMBER = "opt/sparkbake/manifest.json"
-SECTIONS = ("digest", "upstream", "series", "patches", "env", "wheels", "base", "smoke")
+SECTIONS = ("digest", "upstream", "series", "patches", "env", "wheels", "base", "locks",
+            "verdicts", "smoke")
+# what an unknown section lacks, as render_diff names it
+UNRECORDED = {"wheels": "image manifest", "base": "image manifest", "locks": "locks",
+              "verdicts": "backend verdicts"}
 ENTRY_KEYS = {field.name for field in fields(IndexEntry)}
 
 
@@ -121,7 +126,8 @@ def render_table(listed: list[IndexEntry]) -> list[str]:
 
 def diff(a: Release, b: Release) -> ReleaseDiff:
     """What changed from release a to release b, section by section (empty: the same; None:
-    unknown, as a release has no image manifest recorded, which wheels and base come from)."""
+    unknown, as a release has no image manifest recorded, which wheels and base come from, or
+    its record is from before locks and verdicts were kept)."""
     ma, mb = a.manifest or {}, b.manifest or {}
     sections: dict[str, tuple[Change, ...] | None] = {
         "digest": _scalar("digest", a.digest, b.digest),
@@ -132,12 +138,18 @@ def diff(a: Release, b: Release) -> ReleaseDiff:
         "env": _mapping(_env(a), _env(b)),
         "wheels": _mapping(_wheels(ma), _wheels(mb)),
         "base": _scalar("base", _base(ma), _base(mb)),
+        "locks": None if a.locks is None or b.locks is None else _locks(a.locks, b.locks),
+        "verdicts": None if a.verdicts is None or b.verdicts is None
+        else _verdicts(a.verdicts, b.verdicts),
         "smoke": _scalar("smoke", a.smoke_result, b.smoke_result),
     }
     unknown = tuple(tag for tag, m in ((a.tag, ma), (b.tag, mb)) if not m)
     if unknown:
         sections["wheels"] = sections["base"] = None
-    return ReleaseDiff(a.tag, b.tag, sections, unknown)
+    lacking = {"locks": tuple(r.tag for r in (a, b) if r.locks is None),
+               "verdicts": tuple(r.tag for r in (a, b) if r.verdicts is None)}
+    unrecorded = {name: tags for name, tags in lacking.items() if tags}
+    return ReleaseDiff(a.tag, b.tag, sections, unknown, unrecorded)
 
 
 def render_diff(report: ReleaseDiff) -> list[str]:
@@ -145,8 +157,9 @@ def render_diff(report: ReleaseDiff) -> list[str]:
     for name in SECTIONS:
         changes = report.sections[name]
         if changes is None:
-            lines.append(f"{name}: unknown (no image manifest recorded for "
-                         f"{', '.join(report.no_manifest)})")
+            tags = report.unrecorded.get(name) or report.no_manifest
+            lines.append(f"{name}: unknown (no {UNRECORDED[name]} recorded for "
+                         f"{', '.join(tags)})")
             continue
         lines.append(f"{name}: {'changed' if changes else 'same'}")
         lines += [f"  {_change_text(c)}" for c in changes]
@@ -224,6 +237,39 @@ def _wheels(manifest: BakedManifest) -> dict[str, str]:
 def _base(manifest: BakedManifest) -> str | None:
     base = manifest.get("base") or {}
     return f"{base.get('image')} {str(base.get('digest'))[:19]}" if base else None
+
+
+def _locks(a: dict[str, LockJson], b: dict[str, LockJson]) -> tuple[Change, ...]:
+    """Each lock by path and sha256; then the packages that moved between the runtime locks,
+    where both records list them."""
+    def identity(locks: dict[str, LockJson]) -> dict[str, str]:
+        return {role: f"{lock['path']} sha256:{lock['sha256'][:12]}"
+                for role, lock in locks.items()}
+
+    def packages(locks: dict[str, LockJson]) -> dict[str, str] | None:
+        return locks["runtime"].get("packages") if "runtime" in locks else None
+
+    moved: tuple[Change, ...] = ()
+    if (pa := packages(a)) is not None and (pb := packages(b)) is not None:
+        moved = tuple(Change(c.op, f"runtime {c.what}", c.a, c.b) for c in _mapping(pa, pb))
+    return _mapping(identity(a), identity(b)) + moved
+
+
+def _verdicts(a: VerdictsJson, b: VerdictsJson) -> tuple[Change, ...]:
+    """Where the verdicts come from (vLLM version, arch, model; none listed), then vLLM's
+    verdict on each backend the env selects, as `kind name`."""
+    def table(verdicts: VerdictsJson) -> str:
+        listed = "" if verdicts["listed"] else " (none in images/backend-verdicts.json)"
+        return (f"vLLM {verdicts['vllm'] or 'unknown'} on {verdicts['cuda_arch']} for "
+                f"{verdicts['model'] or 'no declared model'}{listed}")
+
+    def said(verdicts: VerdictsJson) -> dict[str, str]:
+        unknown = f"not a backend of vLLM {verdicts['vllm']}" if verdicts["listed"] \
+            else "no verdict"
+        return {f"{kind} {name}": unknown if why is None else why or "runs"
+                for kind, names in verdicts["backends"].items() for name, why in names.items()}
+
+    return _scalar("table", table(a), table(b)) + _mapping(said(a), said(b))
 
 
 def _load(path: Path) -> dict[str, Any] | None:
