@@ -339,8 +339,8 @@ def bmm_problem(module: Any) -> str:
 
 def mm_problem(module: Any) -> str:
     """A layer whose weight the forward multiplies itself, as (N, K) in 16 bits: the
-    compressors' fused_wkv_wgate (torch.mm with weight.T, attention.py) and the router gate
-    (GateLinear, bf16_mega_gate)."""
+    compressors' fused_wkv_wgate (torch.mm with weight.T: attention.py in vLLM 0.33.0,
+    compressor.py in 0.34.0) and the router gate (GateLinear, bf16_mega_gate)."""
     import torch
 
     weight, k = module.weight, getattr(module, "input_size", None)
@@ -355,17 +355,30 @@ def mm_problem(module: Any) -> str:
 BMM_SHAPE = (4096, 2048, 2)  # K, N and groups of DeepSeek-V4-Flash's attn.wo_a at TP 4
 
 
+def wo_a_layer() -> tuple[type, dict[str, int]]:
+    """The class the image's vLLM builds attn.wo_a with, and its own arguments: vLLM 0.34.0's
+    DeepseekV4GroupedWoA (a ColumnParallelLinear that knows its groups), else (0.33.0) a
+    plain ColumnParallelLinear."""
+    try:
+        from vllm.models.deepseek_v4.common.grouped_wo_a import DeepseekV4GroupedWoA
+    except ImportError:
+        from vllm.model_executor.layers.linear import ColumnParallelLinear
+        return ColumnParallelLinear, {}
+    return DeepseekV4GroupedWoA, {"n_groups": BMM_SHAPE[2]}
+
+
 def bmm_verdict(kernel: type) -> str:
-    """Whether a block-FP8 kernel serves a batched-matmul layer: a DeepSeek-V4 wo_a built by
-    vLLM's ColumnParallelLinear and Fp8LinearMethod, the kernel made as vLLM makes it, its
-    weights processed; "" when they come out as the output projection reads them."""
+    """Whether a block-FP8 kernel serves a batched-matmul layer: a DeepSeek-V4 wo_a built as
+    the image's vLLM builds it (wo_a_layer) with Fp8LinearMethod, the kernel made as vLLM
+    makes it, its weights processed; "" when they come out as the output projection reads
+    them."""
     import torch
     from vllm.config import VllmConfig, set_current_vllm_config
     from vllm.model_executor.kernels.linear import FP8ScaledMMLinearKernel
-    from vllm.model_executor.layers.linear import ColumnParallelLinear
     from vllm.models.deepseek_v4.quant_config import DeepseekV4FP8Config
 
     k, n, groups = BMM_SHAPE
+    layer_class, own_arguments = wo_a_layer()
     quant = DeepseekV4FP8Config(is_checkpoint_fp8_serialized=True,
                                 activation_scheme="dynamic", weight_block_size=[128, 128])
     one_rank_groups()
@@ -376,9 +389,9 @@ def bmm_verdict(kernel: type) -> str:
     object.__setattr__(config, "model_config", SimpleNamespace(
         dtype=torch.bfloat16, hf_config=model, hf_text_config=model))
     with set_current_vllm_config(config), torch.device("meta"):
-        layer = ColumnParallelLinear(k, n, bias=False, quant_config=quant, return_bias=False,
-                                     disable_tp=True, prefix="attn.wo_a",
-                                     params_dtype=torch.bfloat16)
+        layer = layer_class(k, n, bias=False, quant_config=quant, return_bias=False,
+                            disable_tp=True, prefix="attn.wo_a", params_dtype=torch.bfloat16,
+                            **own_arguments)
         layer.is_bmm, layer.bmm_batch_size = True, groups
         chosen = layer.quant_method.fp8_linear.config
         layer.quant_method.fp8_linear = kernel(chosen, layer_param_names=[

@@ -1,7 +1,9 @@
-"""patch-tests on the real vLLM 0.33.0 tree: the production series' own CPU tests.
+"""patch-tests on the real vLLM 0.33.0 and 0.34.0 trees: the production series' own CPU
+tests, each upstream's variant of them.
 
-The venv comes from the committed lock (locks/patch-tests/vllm-0.33.0.txt) and is made once
-in the repository's build/ (keyed by the lock's hash), like every other cached stage.
+The venv comes from the upstream's committed lock (locks/patch-tests/vllm-0.3x.0.txt) and is
+made once in the repository's build/ (keyed by the lock's hash), like every other cached
+stage.
 """
 
 from __future__ import annotations
@@ -31,7 +33,9 @@ def result_of(tag: str) -> dict[str, object]:
     return record
 
 
-@pytest.mark.parametrize("tag", ["production-3.72-vision", "production-3.73-vision"])
+@pytest.mark.parametrize("tag", ["production-3.72-vision", "production-3.73-vision",
+                                 "production-3.72-vision-vllm0.34",
+                                 "production-3.73-vision-vllm0.34"])
 def test_each_production_tag_passes_its_series_tests(tag: str) -> None:
     assert main(["--config", str(CONFIG), "patch-tests", tag]) == 0
     result = result_of(tag)

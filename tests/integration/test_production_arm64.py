@@ -1,5 +1,6 @@
 """The Spark image's fast path, end to end on this host: production-3.73-vision-seeded of the
-repository's versions.yaml (the four production series on vLLM's aarch64 release wheel) is
+repository's versions.yaml (the four production series on vLLM's aarch64 release wheel) and
+production-3.73-vision-vllm0.34-seeded (their 0.34.0 variants on 0.34.0's wheel), each
 built for linux/arm64, smoked under qemu and published to the embedded registry.
 
 Built once (about 15 minutes here and 30 GB of disk at the peak: a 4 GB arm64 wheelhouse
@@ -36,7 +37,9 @@ from tests.conftest import free_port, plain_console
 pytestmark = [pytest.mark.docker, pytest.mark.required("prove-arm64")]
 
 REPO = Path(__file__).resolve().parents[2]
-TAG = "production-3.73-vision-seeded"
+# each seeded tag and the vLLM its wheel is
+SEEDED = {"production-3.73-vision-seeded": "0.33.0",
+          "production-3.73-vision-vllm0.34-seeded": "0.34.0"}
 NEW_MODULE = "vllm/models/deepseek_v4/common/dcp_gather.py"  # added by the ckv-gather series
 KERNEL = "vllm/_C_stable_libtorch.abi3.so"
 
@@ -45,6 +48,10 @@ KERNEL = "vllm/_C_stable_libtorch.abi3.so"
 class Built:
     config: versions.Config  # the repository's versions.yaml with build/ and wheels/ in a tmp dir
     plan: planning.Plan
+
+    @property
+    def vllm(self) -> str:
+        return SEEDED[self.plan.tag.name]
 
     @property
     def report(self) -> dict[str, Any]:
@@ -59,17 +66,17 @@ class Built:
 
     def result(self, name: str) -> dict[str, Any]:
         record: dict[str, Any] = json.loads(
-            (self.config.build_dir / name / f"{TAG}.json").read_text())
+            (self.config.build_dir / name / f"{self.plan.tag.name}.json").read_text())
         return record
 
 
-@pytest.fixture(scope="module")
-def built(docker_client: docker_engine.Client,
+@pytest.fixture(scope="module", params=sorted(SEEDED))
+def built(request: pytest.FixtureRequest, docker_client: docker_engine.Client,
           tmp_path_factory: pytest.TempPathFactory) -> Iterator[Built]:
     """build-image, smoke and publish of the tag, once; the image and work removed after."""
     work = tmp_path_factory.mktemp("arm64")
     loaded = dataclasses.replace(versions.load(REPO / "versions.yaml"), work=work)
-    tag = loaded.tag(TAG)
+    tag = loaded.tag(request.param)
     settings = Settings.of_process()
     assert stage_commands.run_until(loaded, settings, tag, Stage.BAKE, console=plain_console()) == 0
     assert commands.smoke_tag(loaded, settings, tag, checks.Options(), console=plain_console()) == 0
@@ -128,13 +135,13 @@ def test_smoke_checked_the_image_under_emulation(built: Built) -> None:
                  "backend-capability", "preflight-rejects", "layer-weights"):
         assert status[name] == "passed", (name, record)
     detail = {check["name"]: check["detail"] for check in record["checks"]}
-    assert "0.33.0" in detail["vllm-import"]
+    assert built.vllm in detail["vllm-import"]
     # vLLM's b12x extra: the package's own files over flashinfer-python's shim, importable
     assert "b12x 1.5.1 (extra b12x; imports b12x)" in detail["asked"]
     # the first-use JIT: the image's nvcc (the pinned 13.0) and Triton's ptxas, for a GB10
     assert detail["jit-toolchain"].startswith("nvcc V13.0.88 and Triton's ptxas")
     assert "compile for sm_121a" in detail["jit-toolchain"]
-    # the reference deployment's DCP 2 head file: refused for what 0.33.0 cannot run
+    # the reference deployment's DCP 2 head file: refused for what either vLLM cannot run
     assert "reject/reference-dcp2.env [dcp-size-unsupported" in detail["preflight-rejects"]
     # each node where vLLM's own serve dispatch sends it: the head serves, workers headless
     assert detail["node-roles"] == (
@@ -143,7 +150,8 @@ def test_smoke_checked_the_image_under_emulation(built: Built) -> None:
         "accept/worker-3.env (rank 3) -> headless")
     # the image's vLLM, asked for a GB10, says what backend-verdicts.json says
     assert detail["backend-capability"].startswith(
-        "vLLM 0.33.0 on 12.1a for deepseek_v4: attention FLASHINFER_MLA_SPARSE_DSV4, auto; ")
+        f"vLLM {built.vllm} on 12.1a for deepseek_v4: attention FLASHINFER_MLA_SPARSE_DSV4, "
+        "auto; ")
     assert "reject/v3-attention.env [backend-cannot-run]" in detail["preflight-rejects"]
 
 
@@ -208,7 +216,8 @@ def test_the_registry_holds_the_baked_digest_for_arm64(built: Built) -> None:
     release = built.result("releases")
     baked = json.loads((built.config.build_dir / "oci" / "index.json").read_text())
     digests = {m["digest"] for m in baked["manifests"]
-               if m.get("annotations", {}).get("org.opencontainers.image.ref.name") == TAG}
+               if m.get("annotations", {}).get("org.opencontainers.image.ref.name")
+               == built.plan.tag.name}
     assert release["digest"] in digests
     shown = subprocess.run(["skopeo", "inspect", "--tls-verify=false",
                             f"docker://{release['images'][0]}"],
