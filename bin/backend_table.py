@@ -50,7 +50,7 @@ def ask(client: docker_engine.Client, image: str, platform: Platform,
     with emulation.cpu_sysfs(client, platform) as volumes:
         result = docker_engine.run_container(
             client, image, command, entrypoint=[checks.PYTHON_IN_IMAGE], copy_in=files,
-            volumes=volumes, network=False, quiet=True)
+            volumes=volumes, network=False)
     if result.exit_code != 0:
         sys.exit(f"backend_table: {image}: exit {result.exit_code}: {result.tail(3)}")
     return result.output.strip().splitlines()[-1]
