@@ -8,6 +8,7 @@ import backend_table
 import pytest
 
 from sparkbake.oci import docker_engine
+from sparkbake.smoke import checks
 from tests.conftest import Project
 
 pytestmark = pytest.mark.docker
@@ -19,6 +20,5 @@ def test_a_question_is_answered_by_the_images_python_with_the_checkers_beside_it
     asked = ("import os, sys; print('noise'); "
              "print(sys.executable, sorted(os.listdir(os.path.dirname(sys.argv[1]))) != [])")
     answer = backend_table.ask(docker_client, tag.image_ref, tag.platform,
-                               ["-c", asked, f"{backend_table.checks.CHECKER_DIR}/"
-                                             f"{backend_table.SCRIPT}"])
-    assert answer == f"{backend_table.checks.PYTHON_IN_IMAGE} True"
+                               ["-c", asked, f"{checks.CHECKER_DIR}/{backend_table.SCRIPT}"])
+    assert answer == f"{checks.PYTHON_IN_IMAGE} True"
