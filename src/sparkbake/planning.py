@@ -250,7 +250,9 @@ def make(config: Config, tag: Tag) -> Plan:
         Stage.BAKE: {"runtime": base_identity(tag.runtime), "platform": str(tag.platform),
                  "env": tag.env, "tag": tag.name,
                  "runtime lock": _digest_or_none(pins.runtime_lock_path(config, tag)),
-                 Stage.BAKE: [image_layout.FORMAT, *map(resources.digest, _bake_resources())],
+                 # by name, so that `plan` says which of them changed
+                 Stage.BAKE: [image_layout.FORMAT, *(f"{name}@{resources.digest(name)}"
+                                                     for name in _bake_resources())],
                  "entrypoint": resources.digest("entrypoint.py"),
                  # what the image's preflight enforces (versions.yaml capabilities)
                  **({"capabilities": tag.capabilities.as_dict()} if tag.capabilities else {})},

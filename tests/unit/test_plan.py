@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkbake import planning
+from sparkbake import planning, resources
 from sparkbake.config import versions as config_mod
 from sparkbake.config.versions import Config
 from sparkbake.core.stages import Stage
@@ -351,3 +351,16 @@ def test_render_text_aligns_columns() -> None:
         f"fetch        {'1' * 16}  cached   x\n"
         f"patch-tests  {'2' * 16}  missing"
     )
+
+
+def test_a_changed_file_of_the_image_is_named_by_what_plan_says_reruns(
+        project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    before = make(project)
+    digest = resources.digest
+    monkeypatch.setattr(resources, "digest", lambda name: "0" * 64
+                        if name == "backend-verdicts.json" else digest(name))
+    after = make(project)
+    assert changed(before, after) == {"inputs"}
+    assert planning.changed_inputs(before.stage_inputs[Stage.BAKE],
+                                   after.stage_inputs[Stage.BAKE]) == [
+        "bake: backend-verdicts.json edited"]

@@ -3,6 +3,7 @@ are read, and the shipped suites checked against the host's preflight and the re
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 import shutil
 from pathlib import Path
@@ -223,11 +224,17 @@ def test_backends_unchecked_for_want_of_verdicts_are_said(tmp_path: Path) -> Non
     proc_sys = write_sysctls(tmp_path / "sys")
     head = REPO / "images" / "smoke" / "dsv4-4node" / "accept" / "head.env"
     said = {}
-    for name in ("production-3.73-vision", "production-3.73-vision-vllm0.34"):
-        tag = REPO_CONFIG.tag(name)
+    # both upstreams' tables hold 12.1a; a GPU neither was asked for (12.0f) has none
+    for name, arch in (("production-3.73-vision", "12.1a"),
+                       ("production-3.73-vision-vllm0.34", "12.1a"),
+                       ("production-3.73-vision-vllm0.34", "12.0f")):
+        tag = dataclasses.replace(REPO_CONFIG.tag(name), cuda_arch=arch)
         findings = preflight.evaluate(tag, envfile.read(head), proc_sys,
                                       pins.runtime_lock_path(REPO_CONFIG, tag))
-        said[name] = [f.message for f in findings if f.rule == "backend-verdicts-missing"]
-    assert said == {"production-3.73-vision": [], "production-3.73-vision-vllm0.34": [
-        "ATTENTION_BACKEND, MOE_BACKEND, LINEAR_BACKEND not checked against vLLM 0.34.0's own "
-        "checks: no backend verdicts of it for deepseek_v4 on 12.1a"]}
+        said[name, arch] = [f.message for f in findings if f.rule == "backend-verdicts-missing"]
+    assert said == {
+        ("production-3.73-vision", "12.1a"): [],
+        ("production-3.73-vision-vllm0.34", "12.1a"): [],
+        ("production-3.73-vision-vllm0.34", "12.0f"): [
+            "ATTENTION_BACKEND, MOE_BACKEND, LINEAR_BACKEND not checked against vLLM 0.34.0's "
+            "own checks: no backend verdicts of it for deepseek_v4 on 12.0f"]}
