@@ -567,6 +567,9 @@ def _series_parsers(commands: argparse._SubParsersAction[_Parser]) -> None:
     export.add_argument("series", help="the series to write, patches/SERIES/")
     export.add_argument("--range", dest="commits", metavar="A..B",
                         help="export these commits instead of the series' own")
+    export.add_argument("--drop", action="store_true",
+                        help="write the series without the patches the checkout has no "
+                             "commit of (refused otherwise)")
     _variant_option(export)
     imp = _command(commands, "import-series", "a commit range of a fork -> a series",
                    _with_config(_import_series))
@@ -601,7 +604,7 @@ def _export_series(args: argparse.Namespace, settings: Settings, console: Consol
                    config: Config) -> int:
     from sparkbake.pipeline import commands
     return commands.export_series(config, args.work, args.series, args.commits,
-                                  upstream=args.upstream, console=console)
+                                  upstream=args.upstream, drop=args.drop, console=console)
 
 
 def _import_series(args: argparse.Namespace, settings: Settings, console: Console,

@@ -82,8 +82,8 @@ def patch_lint(config: Config, *, console: Console) -> int:
 
 
 def export_series(config: Config, work: Path, series_name: str, commits: str | None, *,
-                  upstream: str | None = None, console: Console) -> int:
-    return exchange.export(config, work, series_name, commits, upstream=upstream,
+                  upstream: str | None = None, drop: bool = False, console: Console) -> int:
+    return exchange.export(config, work, series_name, commits, upstream=upstream, drop=drop,
                            console=console)
 
 

@@ -32,22 +32,49 @@ NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 def export(config: Config, work: Path, series: str, commit_range: str | None = None, *,
-           upstream: str | None = None, console: Console) -> int:
+           upstream: str | None = None, drop: bool = False, console: Console) -> int:
     """Write the series' commits in work (a `patch --checkout` tree) to its folder: the
     variant for `upstream` (patches/<series>/<upstream>/), else the folder the checkout's
-    own upstream reads (its variant where one exists, else patches/<series>/)."""
+    own upstream reads (its variant where one exists, else patches/<series>/). A patch the
+    folder lists that no commit came from is refused unless drop."""
     repo = _repo(work, console=console)
     commits = _rev_list(repo, commit_range) if commit_range else series_commits(repo, series)
     if repo.out("status", "--porcelain", "--untracked-files=no"):
         console.detail(f"export-series: warning: {work} has uncommitted changes; they are not "
                        "exported")
     if upstream is not None:
-        return _write(repo, commits, target_folder(config, series, upstream), series,
-                      console=console)
-    detected = checkout_upstream(repo)
-    folder = read_folder(config, series, detected)
-    _warn_shared(config, series, folder, detected, console=console)
+        folder = target_folder(config, series, upstream)
+    else:
+        detected = checkout_upstream(repo)
+        folder = read_folder(config, series, detected)
+        _warn_shared(config, series, folder, detected, console=console)
+    if not drop:
+        _refuse_dropped(repo, commits, _listed(folder, series) / "series", series)
     return _write(repo, commits, folder, series, console=console)
+
+
+def _refuse_dropped(repo: Repo, commits: list[str], listing: Path, series: str) -> None:
+    """A patch of the listing that no commit came from (by the trailer `patch --checkout`
+    writes) would leave the series silently: after a conflict, the rest of the series is
+    applied with `git am -3` before the export, or the export would drop it."""
+    if not listing.is_file() or not commits:
+        return
+    bodies = repo.out("log", "--no-walk=unsorted", "--format=%B", *commits)
+    came_from = set(re.findall(rf"^{PATCH_TRAILER}: (\S+)$", bodies, re.MULTILINE))
+    listed = [fields[0] for fields in (line.split("#", 1)[0].split()
+                                       for line in listing.read_text().splitlines()) if fields]
+    missing = [name for name in listed if name not in came_from]
+    if not came_from or not missing:  # commits made elsewhere: nothing to compare with
+        return
+    in_progress = " (a `git am` is in progress there)" \
+        if (repo.git_dir / "rebase-apply").is_dir() else ""
+    first = listing.parent / missing[0]
+    raise ConfigError(
+        f"export-series {series}: {repo.tree} has no commit of {', '.join(missing)}, which "
+        f"{listing} lists{in_progress}; the export would drop "
+        f"{'it' if len(missing) == 1 else 'them'}",
+        f"apply the rest first (`git -C {repo.tree} am -3 {first}` ...), or pass --drop to "
+        "drop them")
 
 
 def import_range(config: Config, source: str, commit_range: str, series: str, *,

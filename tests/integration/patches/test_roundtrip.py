@@ -70,6 +70,31 @@ def test_a_commit_added_in_the_checkout_joins_the_series_before_it(
     assert "-    \"\"\"Amount of GPU memory" in added
 
 
+def test_an_export_that_would_drop_a_listed_patch_is_refused_unless_asked(
+        applied: VllmProject, tmp_path: Path) -> None:
+    """The rebase flow's slip: a conflict resolved and committed, the rest of the series
+    never `git am -3`-ed, then the export."""
+    other = sibling(applied, tmp_path / "other")
+    clone = gitwork.work_tree(applied.root / "checkout" / ".git", Path("unused"),
+                              tmp_path / "clone", sparse=["vllm/config/multimodal.py"],
+                              console=plain_console())
+    git(clone.tree, "reset", "-q", "--hard", "HEAD~1")  # spark-tuning's last patch not applied
+    before = folder_bytes(other.series("spark-tuning"))
+    code, _, err = other.run("export-series", str(clone.tree), "spark-tuning")
+    assert code == 2
+    listing = other.series("spark-tuning") / "series"
+    assert error_lines(err) == [
+        f"sparkbake: error: export-series spark-tuning: {clone.tree} has no commit of "
+        f"0003-scheduler-reword-async_scheduling.patch, which {listing} lists; the export "
+        "would drop it",
+        f"  -> apply the rest first (`git -C {clone.tree} am -3 {listing.parent}/"
+        "0003-scheduler-reword-async_scheduling.patch` ...), or pass --drop to drop them"]
+    assert folder_bytes(other.series("spark-tuning")) == before  # nothing written
+    code, _, err = other.run("export-series", str(clone.tree), "spark-tuning", "--drop")
+    assert code == 0, err
+    assert listing.read_text().splitlines()[-1].startswith("0002-")
+
+
 def test_import_of_a_range_from_a_fork_url_matches_the_series(
         applied: VllmProject, tmp_path: Path, trees: Trees) -> None:
     other = sibling(applied, tmp_path / "other")
