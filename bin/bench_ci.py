@@ -25,7 +25,7 @@ from typing import Any
 
 from bench import _machine
 
-__all__ = ["main", "step_times"]
+__all__ = ["kept_sessions", "main", "step_times"]
 
 ROOT = Path(__file__).resolve().parents[1]
 LOGS = ROOT / "build" / "bench-ci"  # each run's output
@@ -55,8 +55,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             env["SPARKBAKE_CACHE"] = str(Path(scratch) / "host-cache")
         LOGS.mkdir(parents=True, exist_ok=True)
         total, steps = _ci_run(clone, env, LOGS / "ci.log")
-        sessions = {name.replace("-", "_"): _session(clone, env, name)
-                    for name in (SESSIONS if args.sessions == [] else args.sessions or ())}
+        timed = {name.replace("-", "_"): {**_session(clone, env, name), "commit": commit}
+                 for name in (SESSIONS if args.sessions == [] else args.sessions or ())}
+    earlier = json.loads(args.out.read_text()) if args.out.is_file() else {}
+    sessions = kept_sessions(earlier, timed)
     result: dict[str, Any] = {
         "benchmark": "a clean clone's `CI=true bash .ci/run`, step by step, then the "
                      "sessions a landing leaves out",
@@ -83,6 +85,15 @@ def _ci_run(clone: Path, env: dict[str, str], log: Path) -> tuple[float, list[di
     if ran.returncode != 0:
         sys.exit(f".ci/run failed (exit {ran.returncode}):\n" + "\n".join(text.splitlines()[-30:]))
     return total, step_times(text, time.time())
+
+
+def kept_sessions(earlier: dict[str, Any], timed: dict[str, Any]) -> dict[str, Any]:
+    """The sessions timed now, and those an earlier run timed that this one did not, each
+    with the commit it was timed at (a session takes up to half an hour: one is timed
+    again when its area changes)."""
+    kept = {name: {**entry, "commit": entry.get("commit", earlier.get("commit"))}
+            for name, entry in earlier.get("sessions", {}).items()}
+    return {**kept, **timed}
 
 
 def step_times(trace: str, end: float) -> list[dict[str, Any]]:

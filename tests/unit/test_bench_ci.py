@@ -34,3 +34,14 @@ def test_the_runs_leave_the_sessions_venv_out_of_path() -> None:
     env = bench_ci._outside_venv({"VIRTUAL_ENV": "/w/.nox/bench-ci", "CI": "x",
                                   "PATH": "/w/.nox/bench-ci/bin:/usr/bin:/bin"})
     assert env == {"CI": "x", "PATH": "/usr/bin:/bin"}
+
+
+def test_sessions_not_timed_again_keep_their_figures_and_the_commit_they_were_timed_at() -> None:
+    earlier = {"commit": "a" * 40, "sessions": {
+        "prove_faults": {"minutes": 1.8, "passed": True},
+        "prove_arm64": {"minutes": 28.8, "passed": True, "commit": "b" * 40}}}
+    timed = {"prove_arm64": {"minutes": 50.1, "passed": True, "commit": "c" * 40}}
+    assert bench_ci.kept_sessions(earlier, timed) == {
+        "prove_faults": {"minutes": 1.8, "passed": True, "commit": "a" * 40},
+        "prove_arm64": {"minutes": 50.1, "passed": True, "commit": "c" * 40}}
+    assert bench_ci.kept_sessions({}, timed) == timed
