@@ -138,7 +138,10 @@ def test_lock_of_a_production_tag_names_every_unreachable_server(
     err = capsys.readouterr().err
     assert code == 8
     assert "cannot reach the servers of 10 CMake dependencies: " in err
-    named = re.search(r"CMake dependencies: (.*)", err)
+    named = re.search(r"CMake dependencies: (.*) \(the package locks are made: (.*)\)", err)
     assert named is not None
     assert set(named[1].split(", ")) == {url for url, *_ in FOUND.values()}
+    # the package index was asked first: the builder and runtime locks are made all the same
+    assert named[2].split(", ") == ["locks/cuda-devel.vllm-0.33.0.arm64.txt",
+                                    "locks/runtime/cuda-runtime.vllm-0.33.0.arm64.txt"]
     assert not (tmp_path / "locks" / "sources" / "vllm-0.33.0.json").exists()
