@@ -188,6 +188,15 @@ class Tag:
     def image_ref(self) -> str:
         return f"{self.repository}:{self.name}"
 
+    @property
+    def vllm_version(self) -> str | None:
+        """The image's vLLM version as the host knows it: its upstream's PyPI pin; None for
+        another upstream."""
+        upstream = self.upstream
+        if isinstance(upstream, PypiUpstream) and upstream.name == "vllm":
+            return upstream.version
+        return None
+
 
 @dataclass(frozen=True)
 class Config:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, NotRequired, TypedDict
 
 from sparkbake import resources
-from sparkbake.config.versions import Config, PypiUpstream, Tag
+from sparkbake.config.versions import Config, Tag
 from sparkbake.fetch import sourcelock
 from sparkbake.files import read_json
 from sparkbake.hashing import file_sha256
@@ -70,7 +70,7 @@ def backend_verdicts(tag: Tag, runs: dict[str, Any] | None = None) -> VerdictsJs
     model, looked up as the image's preflight does (images/preflight.py Context.verdicts);
     runs: the verdicts table (images/backend-verdicts.json)."""
     runs = read_json(resources.path("backend-verdicts.json")) if runs is None else runs
-    vllm = _vllm_version(tag)
+    vllm = tag.vllm_version
     model = tag.capabilities.model if tag.capabilities else None
     table = runs.get(vllm or "", {}).get(tag.cuda_arch, {}).get(model or "")
     env = dict(tag.env)
@@ -81,15 +81,6 @@ def backend_verdicts(tag: Tag, runs: dict[str, Any] | None = None) -> VerdictsJs
             backends.setdefault(kind, {})[name] = (table or {}).get(kind, {}).get(name)
     return {"vllm": vllm, "cuda_arch": tag.cuda_arch, "model": model,
             "listed": table is not None, "backends": backends}
-
-
-def _vllm_version(tag: Tag) -> str | None:
-    """The image's vLLM version as the host knows it: its upstream's PyPI pin (as check-env's
-    smoke.preflight.image_facts); None for another upstream."""
-    upstream = tag.upstream
-    if isinstance(upstream, PypiUpstream) and upstream.name == "vllm":
-        return upstream.version
-    return None
 
 
 def _backend_variables() -> dict[str, str]:

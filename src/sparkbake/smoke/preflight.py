@@ -20,7 +20,7 @@ from typing import Any
 
 from sparkbake import resources
 from sparkbake.config import envfile
-from sparkbake.config.versions import PypiUpstream, Tag
+from sparkbake.config.versions import Tag
 from sparkbake.console.display import Console
 from sparkbake.errors import ConfigError
 
@@ -51,13 +51,10 @@ def image_facts(tag: Tag, runtime_lock: Path | None = None) -> Any:
     """What the host knows of the tag's image: the vLLM version of its upstream pin, the
     backends' modules its runtime lock installs (unknown without one), its capabilities and
     the CUDA arch of its kernels."""
-    upstream = tag.upstream
-    vllm = upstream.version if isinstance(upstream, PypiUpstream) and \
-        upstream.name == "vllm" else None
     checks = entrypoint().checks
     locked = locked_distributions(runtime_lock)
     return checks.Image(
-        vllm=vllm,
+        vllm=tag.vllm_version,
         modules=None if locked is None else checks.provided_modules(checks.load_rules(), locked),
         capabilities=tag.capabilities.as_dict() if tag.capabilities else None,
         cuda_arch=tag.cuda_arch)
