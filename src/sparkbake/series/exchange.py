@@ -20,6 +20,7 @@ from sparkbake.files import atomic_dir, scratch_dir
 from sparkbake.patch.gitapply import PATCH_TRAILER, SERIES_TRAILER
 from sparkbake.patch.gitwork import HERMETIC, UPSTREAM_TAG, Repo
 from sparkbake.planning import series_folder
+from sparkbake.series.lint import read_listing
 
 __all__ = ["checkout_upstream", "export", "import_range", "normalize", "read_folder",
            "series_commits", "target_folder"]
@@ -49,29 +50,30 @@ def export(config: Config, work: Path, series: str, commit_range: str | None = N
         folder = read_folder(config, series, detected)
         _warn_shared(config, series, folder, detected, console=console)
     if not drop:
-        _refuse_dropped(repo, commits, _listed(folder, series) / "series", series)
+        _refuse_dropped(repo, commits, _listed(folder, series), series, config.build_dir)
     return _write(repo, commits, folder, series, console=console)
 
 
-def _refuse_dropped(repo: Repo, commits: list[str], listing: Path, series: str) -> None:
-    """A patch of the listing that no commit came from (by the trailer `patch --checkout`
-    writes) would leave the series silently: after a conflict, the rest of the series is
-    applied with `git am -3` before the export, or the export would drop it."""
-    if not listing.is_file() or not commits:
+def _refuse_dropped(repo: Repo, commits: list[str], folder: Path, series: str,
+                    build_dir: Path) -> None:
+    """A patch the folder's series file lists that no commit came from (by the trailer
+    `patch --checkout` writes) would leave the series silently: after a conflict, the rest
+    of the series is applied with `git am -3` before the export, or the export would drop
+    it."""
+    if not (folder / "series").is_file() or not commits:
         return
     bodies = repo.out("log", "--no-walk=unsorted", "--format=%B", *commits)
     came_from = set(re.findall(rf"^{PATCH_TRAILER}: (\S+)$", bodies, re.MULTILINE))
-    listed = [fields[0] for fields in (line.split("#", 1)[0].split()
-                                       for line in listing.read_text().splitlines()) if fields]
-    missing = [name for name in listed if name not in came_from]
+    listing = read_listing(folder, build_dir)
+    missing = [name for _, name in listing.entries if name not in came_from]
     if not came_from or not missing:  # commits made elsewhere: nothing to compare with
         return
     in_progress = " (a `git am` is in progress there)" \
         if (repo.git_dir / "rebase-apply").is_dir() else ""
-    first = listing.parent / missing[0]
+    first = folder / missing[0]
     raise ConfigError(
         f"export-series {series}: {repo.tree} has no commit of {', '.join(missing)}, which "
-        f"{listing} lists{in_progress}; the export would drop "
+        f"{listing.path} lists{in_progress}; the export would drop "
         f"{'it' if len(missing) == 1 else 'them'}",
         f"apply the rest first (`git -C {repo.tree} am -3 {first}` ...), or pass --drop to "
         "drop them")
