@@ -109,21 +109,24 @@ def _metadata(data: bytes, local: str, overrides: Sequence[str] = ()) -> bytes:
     version = line[len(b"Version:"):].strip().decode()
     lines[versions[0]] = f"Version: {with_local(version, local)}".encode() + ending
     if overrides:
-        lines = [_overridden(line, overrides) if line.startswith(b"Requires-Dist:") else line
+        from packaging.requirements import Requirement  # here: only an upstream with overrides
+        from packaging.utils import canonicalize_name
+
+        by_name = {str(canonicalize_name(Requirement(o).name)): o for o in overrides}
+        lines = [_overridden(line, by_name) if line.startswith(b"Requires-Dist:") else line
                  for line in lines]
     return b"\n".join(lines) + blank + body
 
 
-def _overridden(line: bytes, overrides: Sequence[str]) -> bytes:
-    """A `Requires-Dist:` line with its requirement replaced by the override of its package,
-    if there is one, its marker kept."""
-    from packaging.requirements import Requirement  # here: only an upstream with overrides
+def _overridden(line: bytes, by_name: dict[str, str]) -> bytes:
+    """A `Requires-Dist:` line with its requirement replaced by the override of its package
+    (by_name: canonical name -> override), if there is one, its marker kept."""
+    from packaging.requirements import Requirement
     from packaging.utils import canonicalize_name
 
     text = line.decode()
     ending = "\r" if text.endswith("\r") else ""
     required = Requirement(text[len("Requires-Dist:"):].rstrip("\r"))
-    by_name = {canonicalize_name(Requirement(o).name): o for o in overrides}
     override = by_name.get(canonicalize_name(required.name))
     if override is None:
         return line
