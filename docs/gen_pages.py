@@ -64,6 +64,9 @@ CHECKS = {
     "model-index": "the model has no model.safetensors.index.json with metadata.total_size",
     "text-checkpoint": "`LIMIT_MM_IMAGES` is above 0 (or unset) and the DeepSeek-V4 "
                        "checkpoint has no vision tower (`vision_n_layers`)",
+    "max-model-len": "`MAX_MODEL_LEN` is above the length vLLM derives from the model's "
+                     "config.json (its length keys, the rope factor, a pooling model's "
+                     "tokenizer_config.json `model_max_length`)",
     "moe-shape": "`MOE_BACKEND` is b12x and the model's MXFP4 experts, at this TP_SIZE, have "
                  "expert parallelism or a per-rank intermediate size not a multiple of 32",
     "moe-activations": "`MOE_BACKEND` is b12x and the model's hidden size is not a multiple "
@@ -93,8 +96,9 @@ def code(text: object) -> str:
 
 
 def trigger(rule: dict[str, Any]) -> str:
-    """What makes the rule fire: its `when` expression, or its check's own condition."""
-    if "when" in rule:
+    """What makes the rule fire: its `when` expression, or its check's own condition (and
+    its `when`, where a check's rule has one)."""
+    if "check" not in rule:
         return code(rule["when"])
     if rule.get("check") == "sysctls":
         limits = [SYSCTL[kind].format(name=code(name), limit=limit)
@@ -103,8 +107,9 @@ def trigger(rule: dict[str, Any]) -> str:
     described = CHECKS[rule["check"]]
     names = ", ".join(code(name) for name in rule.get("variables", {}))
     refuses = ", ".join(code(option) for option in rule.get("refuses", []))
-    return cell(described.format(variables=names, cutoff=rule.get("cutoff", ""),
-                                 role=rule.get("role", ""), refuses=refuses))
+    fires = cell(described.format(variables=names, cutoff=rule.get("cutoff", ""),
+                                  role=rule.get("role", ""), refuses=refuses))
+    return f"{fires}, and {code(rule['when'])}" if "when" in rule else fires
 
 
 def rule_rows(rules: list[dict[str, Any]]) -> list[str]:

@@ -280,6 +280,134 @@ def text_checkpoint_problems(node: Node) -> list[Problem]:
              "architecture": ", ".join(architectures) or "no architectures"}]
 
 
+# --- the context length ----------------------------------------------------------------
+# vLLM 0.33.0 derives the longest max_model_len a model takes from its config
+# (_get_and_verify_max_len, vllm/config/model.py; derive_max_model_len_and_key,
+# vllm/transformers_utils/model_arch_config_convertor.py) and refuses a longer
+# --max-model-len unless VLLM_ALLOW_LONG_MAX_MODEL_LEN is on.
+
+# the keys vLLM reads the length from, in its order: the smallest given counts
+LENGTH_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length",
+               "model_max_length", "max_target_positions", "max_sequence_length",
+               "max_seq_length", "seq_len")
+# rope types whose positions the config already gives scaled: vLLM applies no factor
+SCALED_ROPE = ("su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling")
+GENERATIVE = ("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")
+TOKENIZER_CONFIG = "tokenizer_config.json"
+
+
+@dataclass(frozen=True)
+class ModelLength:
+    """The longest MAX_MODEL_LEN vLLM takes for a model: the length it derives (`derived`,
+    `how` it got there), or the config's own model_max_length where that is longer."""
+
+    derived: int
+    how: str
+    ceiling: int
+
+
+def model_length(config: Mapping[str, Any], folder: Path | None = None) -> ModelLength | None:
+    """vLLM's derived length of the model whose config.json is `config` (and whose
+    tokenizer_config.json lies in `folder`); None when the config gives no length key, for
+    then vLLM takes any MAX_MODEL_LEN. Keys config.json leaves out take transformers' class
+    defaults, which are not known here."""
+    text = _text_config(config)
+    base = _base_length(config, text, folder)
+    if base is None:
+        return None
+    length, how = base
+    factor, rope = _rope_factor(text)
+    if factor != 1:
+        length, how = length * factor, f"{how} x rope factor {factor:g} ({rope})"
+    derived = math.floor(length)
+    override = _size(text.get("model_max_length"))  # vLLM lets a longer one through
+    return ModelLength(derived, how, math.floor(max(derived, override or 0)))
+
+
+def _text_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
+    """Where a multimodal checkpoint keeps its language model's fields (vLLM's hf_text_config)."""
+    nested = config.get("text_config")
+    return nested if isinstance(nested, dict) else config
+
+
+def _size(value: Any) -> float | None:
+    """A positive number of the config, or None (absent, null, not a number)."""
+    return float(value) if type(value) in (int, float) and value > 0 else None
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if value.is_integer() else str(value)
+
+
+def _base_length(config: Mapping[str, Any], text: Mapping[str, Any],
+                 folder: Path | None) -> tuple[float, str] | None:
+    """(length, where it comes from) before rope scaling: the config's length key, or the
+    tokenizer's model_max_length where vLLM weighs it and it is shorter."""
+    given, tokenizer = _config_length(text), _tokenizer_length(config, folder)
+    options = [(given[0], f"{given[1]} {_number(given[0])}")] if given else []
+    if tokenizer is not None:
+        options.append((tokenizer, f"{TOKENIZER_CONFIG}'s model_max_length "
+                                   f"{_number(tokenizer)}"))
+    return min(options, key=lambda option: option[0]) if options else None
+
+
+def _config_length(text: Mapping[str, Any]) -> tuple[float, str] | None:
+    """(length, key): the smallest length key given, the first of equals; model_max_length
+    wherever it is given, for vLLM reads it again last and keeps it (Command-R's)."""
+    given = [(size, key) for key in LENGTH_KEYS if (size := _size(text.get(key)))]
+    override = _size(text.get("model_max_length"))
+    if not given or override:
+        return (override, "model_max_length") if override else None
+    least = min(size for size, _ in given)
+    return least, next(key for size, key in given if size == least)
+
+
+def _tokenizer_length(config: Mapping[str, Any], folder: Path | None) -> float | None:
+    """The tokenizer's model_max_length, which vLLM weighs only for a pooling model with
+    absolute position embeddings (ModelConfig.get_and_verify_max_len): taken here as a
+    config with position_embedding_type "absolute" and no generative architecture."""
+    architectures = [str(name) for name in config.get("architectures") or []]
+    if folder is None or config.get("position_embedding_type") != "absolute" or \
+            any(name.endswith(GENERATIVE) for name in architectures):
+        return None
+    try:
+        return _size(_json_object(folder / TOKENIZER_CONFIG).get("model_max_length"))
+    except (BadFile, OSError):  # vLLM reads no tokenizer config it cannot parse either
+        return None
+
+
+def _rope_factor(text: Mapping[str, Any]) -> tuple[float, str]:
+    """(factor, rope type): what vLLM multiplies the length by, the last factor of a rope
+    type not in SCALED_ROPE over the layer types' parameters; 1 for Gemma 3, whose
+    positions are given scaled."""
+    parameters = text.get("rope_parameters") or text.get("rope_scaling")
+    if not isinstance(parameters, dict) or "gemma3" in str(text.get("model_type", "")):
+        return 1.0, ""
+    values = list(parameters.values())
+    layers = values if values and all(isinstance(v, dict) for v in values) else [parameters]
+    factor: Any = 1.0
+    rope = ""
+    for layer in layers:
+        kind = str(layer.get("rope_type") or layer.get("type") or "default")
+        if kind not in SCALED_ROPE and "factor" in layer:
+            factor, rope = layer["factor"], kind
+    scale = _size(factor)  # vLLM falls back to 1 for a null factor
+    return (scale, rope) if scale else (1.0, "")
+
+
+def max_model_len_problems(node: Node) -> list[Problem]:
+    """MAX_MODEL_LEN above the longest vLLM derives from the model's config: vLLM stops at
+    start (a warning rule instead where VLLM_ALLOW_LONG_MAX_MODEL_LEN lets it go on)."""
+    model, wanted = node.model, node.layout.max_model_len
+    if model is None or model.problem or wanted is None:
+        return []
+    length = model_length(model.config, model.folder)
+    if length is None or wanted <= length.ceiling:
+        return []
+    return [{"folder": str(model.folder), "derived": str(length.derived), "how": length.how,
+             "ceiling": str(length.ceiling)}]
+
+
 # --- the shapes ------------------------------------------------------------------------
 
 
@@ -813,7 +941,7 @@ def host_margin_problems(node: Node) -> list[Problem]:
 
 CHECKS: dict[str, Callable[[Node], list[Problem]]] = {
     "model-files": model_file_problems, "model-index": index_problems,
-    "text-checkpoint": text_checkpoint_problems,
+    "text-checkpoint": text_checkpoint_problems, "max-model-len": max_model_len_problems,
     "moe-shape": moe_problems, "moe-activations": moe_activation_problems,
     "linear-shape": linear_problems, "fit": fit_problems,
     "free-memory": free_memory_problems, "host-margin": host_margin_problems,

@@ -538,8 +538,11 @@ def check_roles(ctx: Context, rule: Mapping[str, Any]) -> list[Finding]:
 
 
 def check_model(ctx: Context, rule: Mapping[str, Any]) -> list[Finding]:
-    """A check of model_checks.py: each problem it finds fills the rule's message and reason."""
+    """A check of model_checks.py: each problem it finds fills the rule's message and reason.
+    A `when` too says which variables let the rule fire (one check, an error and a warning)."""
     try:
+        if "when" in rule and not ctx.evaluate(rule["when"]):
+            return []
         problems = model_checks.CHECKS[rule["check"]](ctx.node())
     except Unknown:
         return []

@@ -1,9 +1,12 @@
 """The serve checks against the real vLLM: the cpu-3.73 image (vLLM 0.33.0 and the production
 series, compiled for the CPU through the builder) serving tiny models the tests make.
 
-`smoke cpu-3.73 --model DIR` must pass every serve check for two architectures; then, on one
-server started from the image's entrypoint with the suite's serve env, each check is asked a
-wrong expectation (a model name, a counter, a block size) and must fail. The image is built
+`smoke cpu-3.73 --model DIR` must pass every serve check for two architectures, and for a
+model nobody here chose (a GPT-2 of 4,096 positions with a tokenizer of its own), whose
+length the smoke fits the suite's to; forced to the suite's 8192, that one fails with the
+refusal's own line, the preflight's or vLLM's. Then, on one server started from the image's
+entrypoint with the suite's serve env, each check is asked a wrong expectation (a model
+name, a counter, a block size) and must fail. The image is built
 first if it is not (a cold compile: an hour or more on 2 cores), with oneDNN served from the
 mirror; run by `nox -s serve-cpu`, not at every landing.
 """
@@ -20,7 +23,7 @@ from sparkbake.config import versions
 from sparkbake.core.smoke_record import CheckFailed
 from sparkbake.oci import docker_engine
 from sparkbake.smoke import sample_envs, serve_client, serving
-from tests import cpu_image
+from tests import cpu_image, heldout_model
 from tests.cpu_image import sparkbake
 from tests.tiny_model import make
 
@@ -34,18 +37,59 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> str:
     return cpu_image.build(tmp_path_factory.mktemp("mirror"))
 
 
+def serve_checks(tag: str) -> dict[str, tuple[str, str]]:
+    """(status, detail) of each serve check of the tag's last smoke record."""
+    record = json.loads((REPO / "build" / "smoke" / f"{tag}.json").read_text())
+    return {c["name"]: (c["status"], c["detail"]) for c in record["checks"]
+            if c["name"].startswith("serve-")}
+
+
 @pytest.mark.parametrize("arch", ["llama", "qwen3"])
 def test_smoke_with_a_tiny_model_passes_every_serve_check(built: str, arch: str,
                                                           tmp_path: Path) -> None:
     model = make(tmp_path / arch, arch)
     done = sparkbake("smoke", built, "--model", str(model))
-    record = json.loads((REPO / "build" / "smoke" / f"{built}.json").read_text())
-    serve = {c["name"]: (c["status"], c["detail"]) for c in record["checks"]
-             if c["name"].startswith("serve-")}
+    serve = serve_checks(built)
     assert done.returncode == 0, f"{serve}\n{done.stderr[-3000:]}"
     assert set(serve) == {"serve-health", "serve-models", "serve-completion", "serve-metrics",
                           "serve-prefix-cache"}
     assert {status for status, _ in serve.values()} == {"passed"}, serve
+
+
+def test_a_model_nobody_here_chose_passes_every_serve_check_at_its_own_length(
+        built: str, tmp_path: Path) -> None:
+    model = heldout_model.make(tmp_path / "gpt2")
+    done = sparkbake("smoke", built, "--model", str(model))
+    serve = serve_checks(built)
+    assert done.returncode == 0, f"{serve}\n{done.stderr[-3000:]}"
+    assert {status for status, _ in serve.values()} == {"passed"}, serve
+    assert serve["serve-health"][1].endswith(
+        "(MAX_MODEL_LEN=4096: the suite's 8192 capped at the model's n_positions 4096)")
+    assert "max_model_len 4096)" in serve["serve-prefix-cache"][1]
+
+
+@pytest.mark.parametrize(("preflight", "said"), [
+    ("1", "sparkbake preflight: error: MAX_MODEL_LEN=8192 is above the 4096 tokens vLLM takes "
+          "for the model in /model (n_positions 4096) [max-model-len-above-model]"),
+    ("0", "Value error, User-specified max_model_len (8192) is greater than the derived "
+          "max_model_len (n_positions=4096"),
+])
+def test_the_suites_length_forced_on_it_fails_with_the_refusals_own_line(
+        built: str, tmp_path: Path, preflight: str, said: str) -> None:
+    """The suite's serve.env given as a file of its own is served as it is: 8192 tokens."""
+    config = versions.load(REPO / "versions.yaml")
+    suite = sample_envs.load(config, config.tag(built))
+    assert suite.serve_env is not None
+    forced = tmp_path / "forced.env"
+    forced.write_text(f"{suite.serve_env.read_text()}\nSPARKBAKE_PREFLIGHT={preflight}\n")
+    model = heldout_model.make(tmp_path / "gpt2")
+    done = sparkbake("smoke", built, "--model", str(model), "--serve-env", str(forced))
+    serve = serve_checks(built)
+    assert done.returncode != 0
+    status, detail = serve["serve-health"]
+    assert status == "failed" and detail.startswith(
+        "the server stopped before it was healthy: container exited with "), detail
+    assert said in detail, detail
 
 
 @pytest.fixture(scope="module")

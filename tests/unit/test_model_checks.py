@@ -102,6 +102,9 @@ MODEL_FIRING: list[tuple[str, str, dict[str, str], dict[str, Any], dict[str, str
     ("model-unreadable", "error", {}, {"compress_ratios": "0, 4, 128"}, {}),
     ("images-on-text-checkpoint", "warning", {"LIMIT_MM_IMAGES": "4"}, {}, {}),
     ("images-on-text-checkpoint", "warning", {"LIMIT_MM_IMAGES": ""}, {}, {}),  # vLLM's limit
+    ("max-model-len-above-model", "error", {}, {"max_position_embeddings": 131072}, {}),
+    ("max-model-len-above-model-allowed", "warning", {"VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1"},
+     {"max_position_embeddings": 131072}, {}),
 ]
 
 # (rule, changes to the worker's .env and to the model's config that come close to firing it)
@@ -124,6 +127,11 @@ MODEL_QUIET: list[tuple[str, dict[str, str], dict[str, Any]]] = [
     ("images-on-text-checkpoint", {"LIMIT_MM_IMAGES": "4"},
      {"architectures": ["DeepseekV4ForConditionalGeneration"]}),
     ("images-on-text-checkpoint", {"LIMIT_MM_IMAGES": "4"}, {"model_type": "deepseek_v41"}),
+    ("max-model-len-above-model", {}, {"max_position_embeddings": 393216}),
+    ("max-model-len-above-model", {}, {"max_position_embeddings": 65536,
+                                       "rope_scaling": {"type": "linear", "factor": 8}}),
+    ("max-model-len-above-model-allowed", {"VLLM_ALLOW_LONG_MAX_MODEL_LEN": "yes"},
+     {"max_position_embeddings": 393216}),
 ]
 
 

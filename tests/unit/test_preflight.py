@@ -286,7 +286,8 @@ def test_every_rule_is_well_formed(rule: dict[str, Any]) -> None:
     assert rule["level"] in ("error", "warning") and rule["reason"] and rule["message"]
     assert _names(rule["when"]) <= set(RULES["variables"])
     assert rule["at"] in RULES["variables"]
-    for field in re.findall(r"\{([^{}]+)\}", rule["message"]):
+    fields = re.findall(r"\{([^{}]+)\}", rule["message"])
+    for field in [] if "check" in rule else fields:  # a check's problems fill its own fields
         assert _names(field) <= set(RULES["variables"])
 
 

@@ -30,9 +30,13 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 @dataclass
 class FakeVllm:
-    """What the fake server does; tokens are whitespace-separated words."""
+    """What the fake server does; tokens are whitespace-separated words, each cut into
+    tokens_per_word tokens (another tokenizer), and a prompt must leave one token of
+    max_model_len for the answer, as vLLM's must."""
 
     model: str = "smoke"
+    tokens_per_word: int = 1
+    max_model_len: int = 8192
     cache_block: int = 512  # hits come in blocks of this many tokens
     unhealthy_polls: int = 0
     count_generation: bool = True
@@ -59,8 +63,15 @@ class FakeVllm:
             lines.append(f'vllm:prefix_cache_hits_total{{engine="0"}} {c["prefix_hits"]}')
         return "\n".join(lines) + "\n"
 
+    def tokens(self, prompt: str) -> int:
+        return len(prompt.split()) * self.tokens_per_word
+
+    def tokenize(self, prompt: str) -> dict[str, Any]:
+        count = self.tokens(prompt)
+        return {"count": count, "max_model_len": self.max_model_len, "tokens": [7] * count}
+
     def complete(self, prompt: str, max_tokens: int) -> dict[str, Any]:
-        tokens = len(prompt.split())
+        tokens = self.tokens(prompt)
         if prompt in self.seen:
             self.counters["prefix_hits"] += tokens // self.cache_block * self.cache_block
         self.seen.add(prompt)
@@ -109,6 +120,12 @@ def handler_for(fake: FakeVllm) -> type[BaseHTTPRequestHandler]:
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             if body.get("model") != fake.model:
                 self.reply(404, json.dumps({"error": f"model {body.get('model')} not found"}))
+            elif self.path == "/tokenize":
+                self.reply(200, json.dumps(fake.tokenize(body["prompt"])))
+            elif self.path == "/v1/completions" and \
+                    fake.tokens(body["prompt"]) + body["max_tokens"] > fake.max_model_len:
+                self.reply(400, json.dumps({"error": {"message": "This model's maximum context "
+                                                      f"length is {fake.max_model_len} tokens"}}))
             elif self.path == "/v1/completions":
                 self.reply(200, json.dumps(fake.complete(body["prompt"], body["max_tokens"])))
             else:
@@ -260,6 +277,42 @@ def test_prefix_cache_hits_grow_by_the_prompt_rounded_to_the_block(
     assert detail.startswith(f"second {tokens}-token prompt hit {hits} cached tokens "
                              "(blocks of 512 = 256 x DCP 2")
     assert fake.counters["prefix_hits"] == hits
+
+
+@pytest.mark.parametrize(("per_word", "longest", "wanted"), [
+    (1, 8192, serve_client.PREFIX_TOKENS), (3, 8192, serve_client.PREFIX_TOKENS),
+    (3, 4096, 4096 - serve_client.HEADROOM), (5, 16384, serve_client.PREFIX_TOKENS)])
+def test_the_prefix_prompt_is_sized_by_the_servers_own_tokenizer(
+        fake: FakeVllm, server: Server, per_word: int, longest: int, wanted: int) -> None:
+    """Another tokenizer cuts the same text into more tokens: the prompt stays within the
+    server's max_model_len, and within a few items of what the check wants."""
+    fake.tokens_per_word, fake.max_model_len, fake.cache_block = per_word, longest, 128
+    detail = serve_client.check_prefix_cache(server, "smoke", block_size=128, dcp=1)
+    [prompt] = fake.seen
+    tokens = fake.tokens(prompt)
+    assert wanted - 8 * per_word < tokens <= wanted  # an item is 6 words
+    assert detail.endswith(f"sized to {tokens} by the server's /tokenize, max_model_len "
+                           f"{longest})")
+
+
+def test_fitted_prompt_is_the_longest_within_the_target() -> None:
+    def count(text: str) -> int:  # about 3 characters a token, 2 special tokens
+        return len(text) // 3 + 2
+    prompt, tokens = serve_client.fitted_prompt(count, 4080)
+    assert tokens == count(prompt) <= 4080
+    items = prompt.count(" is ")
+    nonce = prompt[1:33]
+    assert count(serve_client.long_prompt(items + 1, nonce)) > 4080
+    with pytest.raises(CheckFailed, match="needs 28 tokens without its list, more than the 20 "):
+        serve_client.fitted_prompt(count, 20)
+
+
+def test_a_context_too_short_for_two_blocks_fails_with_its_length(
+        fake: FakeVllm, server: Server) -> None:
+    fake.max_model_len = 600
+    with pytest.raises(CheckFailed, match=r"max_model_len 600 leaves room for a prompt of "
+                                          r"5\d\d tokens, less than two blocks of 512"):
+        serve_client.check_prefix_cache(server, "smoke", block_size=256, dcp=2)
 
 
 def test_no_prefix_hits_fail_with_the_reason(fake: FakeVllm, server: Server) -> None:

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 __all__ = ["COUNTERS", "PREFIX_HITS", "Server", "chat", "check_completion", "check_health",
            "check_image", "check_metrics", "check_models", "check_prefix_cache",
-           "expected_hits", "long_prompt", "parse_metrics", "png"]
+           "expected_hits", "fitted_prompt", "long_prompt", "parse_metrics", "png", "tokenize"]
 
 COUNTERS = ("vllm:prompt_tokens_total", "vllm:generation_tokens_total",
             "vllm:request_success_total")
@@ -33,6 +33,10 @@ PREFIX_HITS = "vllm:prefix_cache_hits_total"
 PROMPT = "The capital of France is"
 SAMPLE = re.compile(r"([A-Za-z_:][A-Za-z0-9_:]*)(?:\{.*\})?\s+(\S+)")  # name{labels} value
 SETTLE = 10.0  # seconds for /metrics to catch up with a finished request
+# the prefix-cache prompt, in the server's tokens: many scheduler blocks (512 on the
+# reference), and this far below max_model_len at most (the one token it generates, spare)
+PREFIX_TOKENS = 6000
+HEADROOM = 16
 
 
 class Server:
@@ -205,12 +209,42 @@ def check_image(server: Server, model: str, any_text: bool = False) -> str:
             f"tokens, {with_image - alone} of them the image's)")
 
 
-def long_prompt(items: int = 400) -> str:
-    """A prompt of some thousands of tokens (about 12 an item: many scheduler blocks, within
-    an 8K context) that no earlier request shares a prefix with: it starts with a nonce."""
-    nonce = uuid.uuid4().hex
+def long_prompt(items: int, nonce: str) -> str:
+    """A prompt of `items` list items (about 12 tokens an item with DeepSeek-V4's tokenizer,
+    more with a small one) that no earlier request shares a prefix with: it starts with a
+    nonce."""
     body = " ".join(f"item {i} of list {nonce[:8]} is {(i * 7919) % 1000}." for i in range(items))
     return f"[{nonce}] Remember this list. {body} Which item is largest?"
+
+
+def tokenize(server: Server, model: str, prompt: str) -> tuple[int, int]:
+    """(tokens, max_model_len): the prompt as the server's own tokenizer counts it, special
+    tokens included as a completion adds them (vLLM's /tokenize)."""
+    answer = server.post("/tokenize", {"model": model, "prompt": prompt})
+    count, longest = answer.get("count"), answer.get("max_model_len")
+    if type(count) is not int or type(longest) is not int:
+        raise CheckFailed(f"/tokenize gave no count and max_model_len: {str(answer)[:160]}")
+    return count, longest
+
+
+def fitted_prompt(count: Callable[[str], int], target: int) -> tuple[str, int]:
+    """(prompt, tokens): the long_prompt of the most items whose count() stays within
+    target tokens: the items doubled until over, then halved in between. A tokenizer cuts
+    the same text into more or fewer tokens, so only its own count sizes the prompt."""
+    nonce = uuid.uuid4().hex
+    fits, tokens = 0, count(long_prompt(0, nonce))
+    if tokens > target:
+        raise CheckFailed(f"the prefix-cache prompt needs {tokens} tokens without its list, "
+                          f"more than the {target} it may have")
+    over = 1
+    while (measured := count(long_prompt(over, nonce))) <= target:
+        fits, tokens, over = over, measured, over * 2
+    while over - fits > 1:
+        middle = (fits + over) // 2
+        measured = count(long_prompt(middle, nonce))
+        fits, tokens, over = (middle, measured, over) if measured <= target else \
+            (fits, tokens, middle)
+    return long_prompt(fits, nonce), tokens
 
 
 def expected_hits(prompt_tokens: int, block: int) -> set[int]:
@@ -221,11 +255,24 @@ def expected_hits(prompt_tokens: int, block: int) -> set[int]:
     return {whole, whole - block} if whole == prompt_tokens else {whole}
 
 
+def sized_prompt(server: Server, model: str, block: int) -> tuple[str, int, int]:
+    """(prompt, tokens, max_model_len): the prefix-cache prompt sized with the server's own
+    tokenizer to PREFIX_TOKENS, or HEADROOM below max_model_len where that is less; at least
+    two blocks, or the hits say nothing."""
+    longest = tokenize(server, model, PROMPT)[1]
+    target = min(PREFIX_TOKENS, longest - HEADROOM)
+    prompt, tokens = fitted_prompt(lambda text: tokenize(server, model, text)[0], target)
+    if tokens < 2 * block:
+        raise CheckFailed(f"max_model_len {longest} leaves room for a prompt of {tokens} "
+                          f"tokens, less than two blocks of {block}: serve a longer context")
+    return prompt, tokens, longest
+
+
 def check_prefix_cache(server: Server, model: str, block_size: int, dcp: int) -> str:
     """The reference's check: the same long prompt twice; the second hits the cache for the
     prompt rounded down to the scheduler block (block size x DCP)."""
     block = block_size * dcp
-    prompt = long_prompt()
+    prompt, sized, longest = sized_prompt(server, model, block)
     first = complete(server, model, prompt, 1)["usage"]["prompt_tokens"]
     before = server.metrics().get(PREFIX_HITS)
     if before is None:
@@ -239,4 +286,5 @@ def check_prefix_cache(server: Server, model: str, block_size: int, dcp: int) ->
                           f"prompts, expected {max(wanted)} (blocks of {block} = block size "
                           f"{block_size} x DCP {dcp}){hint}")
     return (f"second {tokens}-token prompt hit {grown:g} cached tokens (blocks of {block} = "
-            f"{block_size} x DCP {dcp}; first prompt {first} tokens)")
+            f"{block_size} x DCP {dcp}; first prompt {first} tokens, sized to {sized} by the "
+            f"server's /tokenize, max_model_len {longest})")

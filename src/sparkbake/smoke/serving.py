@@ -2,7 +2,8 @@
 entrypoint, from the suite's serve.env (or --serve-env), in a container with the GPUs and
 the model mounted read-only at /model; then probed from the host through a published port
 (serve_client). A serve env may declare the model served cut, with dummy weights
-(dummy_model). Without --model, or without a GPU, each check is reported with the reason."""
+(dummy_model); the suite's MAX_MODEL_LEN is capped at what vLLM takes for the model. Without
+--model, or without a GPU, each check is reported with the reason."""
 
 from __future__ import annotations
 
@@ -18,17 +19,18 @@ from sparkbake.console.display import Console
 from sparkbake.console.tools import step
 from sparkbake.core.smoke_record import CheckResult, CheckStatus, GpuMode, timed
 from sparkbake.oci.docker_engine import Client, started_container
-from sparkbake.smoke import dummy_model, preflight, serve_client
+from sparkbake.smoke import dummy_model, preflight, serve_client, serve_log
 from sparkbake.smoke.dummy_model import Cut
 from sparkbake.smoke.sample_envs import Suite
 
-__all__ = ["ALL_GPUS", "Request", "Served", "api_checks", "names", "prepare", "run",
-           "serve_env"]
+__all__ = ["ALL_GPUS", "Request", "Served", "api_checks", "fitted_length", "names", "prepare",
+           "run", "serve_env"]
 
 ALL_GPUS = {"count": -1, "capabilities": [["gpu"]]}  # the SDK makes a DeviceRequest of it
 CONTAINER_PORT = 8000
 MODEL_MOUNT = "/model"
 BASE_CHECKS = ("serve-health", "serve-models", "serve-completion", "serve-metrics")
+LONG_ALLOWED = ("1", "true")  # VLLM_ALLOW_LONG_MAX_MODEL_LEN as vLLM reads it (vllm/envs.py)
 
 
 @dataclass(frozen=True)
@@ -112,23 +114,47 @@ def run(client: Client, image_id: str, tag: Tag, suite: Suite, request: Request,
 @dataclass(frozen=True)
 class Served:
     """What the serve container runs: its environment over the image's ENV, the command the
-    entrypoint builds from it, and the model's cut when the serve env declares one."""
+    entrypoint builds from it, the model's cut when the serve env declares one, and how the
+    suite's MAX_MODEL_LEN was fitted to the model ("": as the suite gives it)."""
 
     env: dict[str, str]
     command: list[str]
     cut: Cut | None
+    length: str = ""
 
     def describe(self) -> str:
-        return f" ({self.cut.describe()})" if self.cut else ""
+        said = [text for text in (self.cut.describe() if self.cut else "", self.length) if text]
+        return f" ({'; '.join(said)})" if said else ""
 
 
 def prepare(tag: Tag, suite: Suite, env_file: Path | None, model: Path) -> Served:
-    """What the container runs for the suite's serve.env (or env_file) and the model folder;
-    UnusableModel when the env declares a cut the model's config.json cannot give, ValueError
-    when the entrypoint makes no command of it."""
+    """What the container runs for the suite's serve.env (or env_file, served as it is) and
+    the model folder; UnusableModel when the env declares a cut the model's config.json
+    cannot give, ValueError when the entrypoint makes no command of it."""
     env, cut = dummy_model.container_env(serve_env(suite, env_file), model,
                                          env_file or suite.serve_env)
-    return Served(env, preflight.entrypoint().serve_command({**dict(tag.env), **env}), cut)
+    env, length = (env, "") if env_file else fitted_length(env, model)
+    return Served(env, preflight.entrypoint().serve_command({**dict(tag.env), **env}), cut,
+                  length)
+
+
+def fitted_length(env: dict[str, str], model: Path) -> tuple[dict[str, str], str]:
+    """The env with MAX_MODEL_LEN capped at the longest vLLM takes for the model (the image's
+    model_checks.model_length: vLLM refuses a longer one at start), and what was chosen ("":
+    nothing changed). A suite that allows a longer one (VLLM_ALLOW_LONG_MAX_MODEL_LEN) keeps
+    its own."""
+    wanted = env.get("MAX_MODEL_LEN", "")
+    if not wanted.isdigit() or \
+            env.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "").strip().lower() in LONG_ALLOWED:
+        return env, ""
+    checks = preflight.entrypoint().checks.model_checks
+    read = checks.read_model(model)
+    length = None if read is None or read.problem else checks.model_length(read.config, model)
+    if length is None or int(wanted) <= length.ceiling:
+        return env, ""
+    return ({**env, "MAX_MODEL_LEN": str(length.ceiling)},
+            f"MAX_MODEL_LEN={length.ceiling}: the suite's {wanted} capped at the model's "
+            f"{length.how}")
 
 
 def serve(client: Client, image_id: str, tag: Tag, request: Request, served: Served,
@@ -194,7 +220,8 @@ def exited(box: Any) -> Callable[[], str | None]:
         box.reload()
         if box.status not in ("exited", "dead"):
             return None
-        lines = box.logs(tail=3).decode(errors="replace").strip().splitlines()
-        return f"container exited with {box.attrs['State'].get('ExitCode')}: " \
-               f"{lines[-1] if lines else 'no output'}"
+        log = box.logs().decode(errors="replace")
+        lines = log.strip().splitlines()
+        said = serve_log.error_line(log) or (lines[-1] if lines else "no output")
+        return f"container exited with {box.attrs['State'].get('ExitCode')}: {said}"
     return why
