@@ -18,7 +18,7 @@ latent head, so every rank holds the whole cache whatever the TP (`max_tp_shards
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 GIB = 1 << 30
@@ -147,48 +147,45 @@ def compress_ratios(config: Mapping[str, Any]) -> list[int] | None:
     `compress_rate_csa`/`_hca` folded in), else the legacy `compress_ratios` (0/4/128), else
     two heavily compressed layers, then compressed sparse and heavily compressed in turn.
     None when unreadable, or a ratio the compressor refuses (it takes 4 and 128)."""
-    layers = config.get("num_hidden_layers")
-    if type(layers) is not int or layers <= 0:
+    (layers,) = _ints(config, "num_hidden_layers") or (0,)
+    types = layer_types(config, layers)
+    if not layers or types is None or len(types) < layers or not set(types) <= LAYER_TYPES:
         return None
     given = config.get("compress_rates")
     rates = dict(given) if isinstance(given, dict) else {CSA: 4, HCA: 128}
     rates.update({kind: config[legacy] for legacy, kind in LEGACY_RATES if legacy in config})
-    types = layer_types(config, layers)
-    if types is None or len(types) < layers or not set(types) <= LAYER_TYPES:
-        return None
     ratios = [max(1, rates.get(kind, 0)) for kind in types[:layers]]
     return ratios if all(ratio in (1, 4, 128) for ratio in ratios) else None
 
 
 def layer_types(config: Mapping[str, Any], layers: int) -> list[Any] | None:
     types, ratios = config.get("layer_types"), config.get("compress_ratios")
-    if isinstance(types, list):
-        return types
-    if isinstance(ratios, list):
+    if types is None and isinstance(ratios, list):
         return [RATIO_TYPES.get(ratio) for ratio in ratios]
-    if "layer_types" in config or "compress_ratios" in config:
-        return None
-    return [HCA] * min(layers, 2) + [CSA if i % 2 else HCA for i in range(layers - 2)]
+    if types is None and ratios is None:
+        return [HCA] * min(layers, 2) + [CSA if i % 2 else HCA for i in range(layers - 2)]
+    return types if isinstance(types, list) else None
+
+
+def _ints(config: Mapping[str, Any], *keys: str) -> list[int] | None:
+    """The values of keys when each is a positive integer."""
+    values = [config.get(key) for key in keys]
+    numbers = [value for value in values if type(value) is int and value > 0]
+    return numbers if len(numbers) == len(keys) else None
 
 
 def caches(config: Mapping[str, Any], dspark: bool) -> list[Cache] | None:
     """Every cache of every layer of one rank, the target's then the draft's: the DSpark
-    draft's decoder layers are sliding window only (their index is past num_hidden_layers).
-    None for a config this model does not know."""
+    draft's decoder layers (n_mtp_layers, else 3) are sliding window only, their index past
+    num_hidden_layers. None for a config this model does not know."""
     config = text_config(config)
     ratios = compress_ratios(config)
-    sizes = [config.get(key) for key in ("head_dim", "index_head_dim", "sliding_window",
-                                         "n_mtp_layers")]
-    if not dspark:
-        sizes[3] = 0
-    elif sizes[3] is None or sizes[3] == 0:
-        sizes[3] = DRAFT_LAYERS
-    numbers = [size for size in sizes if type(size) is int and size >= 0]
-    if ratios is None or len(numbers) != len(sizes) or 0 in numbers[:3]:
+    sizes = _ints(config, "head_dim", "index_head_dim", "sliding_window")
+    draft = (_ints(config, "n_mtp_layers") or [DRAFT_LAYERS])[0] if dspark else 0
+    if ratios is None or sizes is None:
         return None
-    head_dim, index_dim, window, draft = numbers
     return [cache for ratio in ratios + [1] * draft
-            for cache in layer_caches(ratio, head_dim, index_dim, window)]
+            for cache in layer_caches(ratio, *sizes)]
 
 
 # --- the groups ----------------------------------------------------------------------------
@@ -213,7 +210,7 @@ class _Bucket:
     """The layers of one cache type, by page size (vLLM's buckets of uniform-type specs)."""
 
     caches: tuple[Cache, ...]
-    pages: dict[int, int] = field(default_factory=dict)
+    pages: dict[int, int]  # page bytes -> layers
 
     @property
     def balanced(self) -> bool:
@@ -223,9 +220,6 @@ class _Bucket:
     @property
     def repeats(self) -> int:  # get_max_layers_per_page_size
         return max(self.pages.values())
-
-    def widest(self, groups: int) -> int:
-        return sum(_cdiv(count, groups) * page for page, count in self.pages.items())
 
 
 def _buckets(layer_caches: list[Cache]) -> list[_Bucket]:
