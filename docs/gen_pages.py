@@ -64,6 +64,8 @@ CHECKS = {
     "model-index": "the model has no model.safetensors.index.json with metadata.total_size",
     "text-checkpoint": "`LIMIT_MM_IMAGES` is above 0 (or unset) and the DeepSeek-V4 "
                        "checkpoint has no vision tower (`vision_n_layers`)",
+    "dspark-config": "`VLLM_ENABLE_DSPARK` is on and the DeepSeek-V4 checkpoint's config.json "
+                     "has no list of `dspark_target_layer_ids`",
     "max-model-len": "`MAX_MODEL_LEN` is above the length vLLM derives from the model's "
                      "config.json (its length keys, the rope factor, a pooling model's "
                      "tokenizer_config.json `model_max_length`)",

@@ -65,6 +65,7 @@ class Model:
 
 
 VISION_ARCHITECTURE = "DeepseekV4ForConditionalGeneration"  # vLLM 0.33.0's multimodal class
+DSPARK_LAYERS = "dspark_target_layer_ids"  # the target layers the DSpark draft reads
 
 
 def read_model(folder: Path | None) -> Model | None:
@@ -278,6 +279,20 @@ def text_checkpoint_problems(node: Node) -> list[Problem]:
         return []
     return [{"folder": str(node.model.folder),
              "architecture": ", ".join(architectures) or "no architectures"}]
+
+
+def dspark_config_problems(node: Node) -> list[Problem]:
+    """DSpark on for a DeepSeek-V4 checkpoint whose config.json has no target layers for the
+    draft: vLLM 0.33.0 builds the draft from that config and reads dspark_target_layer_ids
+    as it does, unconditionally (DSparkDeepseekV4Model.__init__,
+    vllm/models/deepseek_v4/nvidia/dspark.py)."""
+    config = node.deepseek_v4()
+    if config is None or node.model is None or not node.layout.dspark:
+        return []
+    targets = config.get(DSPARK_LAYERS)
+    if isinstance(targets, list) and targets and all(type(t) is int for t in targets):
+        return []
+    return [{"file": str(node.model.folder / CONFIG), "key": DSPARK_LAYERS}]
 
 
 # --- the context length ----------------------------------------------------------------
@@ -941,7 +956,8 @@ def host_margin_problems(node: Node) -> list[Problem]:
 
 CHECKS: dict[str, Callable[[Node], list[Problem]]] = {
     "model-files": model_file_problems, "model-index": index_problems,
-    "text-checkpoint": text_checkpoint_problems, "max-model-len": max_model_len_problems,
+    "text-checkpoint": text_checkpoint_problems,
+    "dspark-config": dspark_config_problems, "max-model-len": max_model_len_problems,
     "moe-shape": moe_problems, "moe-activations": moe_activation_problems,
     "linear-shape": linear_problems, "fit": fit_problems,
     "free-memory": free_memory_problems, "host-margin": host_margin_problems,

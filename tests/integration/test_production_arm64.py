@@ -165,8 +165,12 @@ def test_layer_weights_built_the_model_on_the_baked_deep_gemm(built: Built) -> N
         wo_a = [k for name, k in kinds.items() if name.endswith("attn.wo_a")]
         assert wo_a and all(k["kernel"] == "DeepGemmFp8BlockScaledMMKernel" and k["checked"]
                             and not k["problems"] for k in wo_a), wo_a
-        # the routed experts' b12x processing reads a weight's value: a GPU's, named
-        assert any(k["stopped"].startswith("b12x.") for k in kinds.values()), kinds
+        # every kind with a contract checked whole; the routed experts through b12x's
+        # processing (its all-ones check of the global scales stood in), their memory counted
+        assert all(k["checked"] >= k["minimum"] and not k["problems"]
+                   for k in kinds.values()), kinds
+        routed = [k for name, k in kinds.items() if "routed_experts" in name]
+        assert routed and all(k["checked"] and k["expert_bytes"] for k in routed), routed
 
 
 LAYERS_B12X = """\

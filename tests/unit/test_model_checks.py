@@ -102,6 +102,8 @@ MODEL_FIRING: list[tuple[str, str, dict[str, str], dict[str, Any], dict[str, str
     ("model-unreadable", "error", {}, {"compress_ratios": "0, 4, 128"}, {}),
     ("images-on-text-checkpoint", "warning", {"LIMIT_MM_IMAGES": "4"}, {}, {}),
     ("images-on-text-checkpoint", "warning", {"LIMIT_MM_IMAGES": ""}, {}, {}),  # vLLM's limit
+    ("dspark-target-layers-missing", "error", {}, {"dspark_target_layer_ids": []}, {}),
+    ("dspark-target-layers-missing", "error", {}, {"dspark_target_layer_ids": "1, 21, 41"}, {}),
     ("max-model-len-above-model", "error", {}, {"max_position_embeddings": 131072}, {}),
     ("max-model-len-above-model-allowed", "warning", {"VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1"},
      {"max_position_embeddings": 131072}, {}),
@@ -127,6 +129,9 @@ MODEL_QUIET: list[tuple[str, dict[str, str], dict[str, Any]]] = [
     ("images-on-text-checkpoint", {"LIMIT_MM_IMAGES": "4"},
      {"architectures": ["DeepseekV4ForConditionalGeneration"]}),
     ("images-on-text-checkpoint", {"LIMIT_MM_IMAGES": "4"}, {"model_type": "deepseek_v41"}),
+    ("dspark-target-layers-missing", {"VLLM_ENABLE_DSPARK": "0"}, {"dspark_target_layer_ids": []}),
+    ("dspark-target-layers-missing", {}, {"model_type": "deepseek_v41",
+                                          "dspark_target_layer_ids": []}),
     ("max-model-len-above-model", {}, {"max_position_embeddings": 393216}),
     ("max-model-len-above-model", {}, {"max_position_embeddings": 65536,
                                        "rope_scaling": {"type": "linear", "factor": 8}}),
@@ -598,3 +603,23 @@ def test_images_on_the_text_checkpoint_name_both_flags_and_the_two_ways_out(
                                    "LIMIT_MM_IMAGES=0 for a node that takes text only")
     vision = Path(__file__).parents[1] / "data" / "models" / "dsv4-flash-vision"
     assert "images-on-text-checkpoint" not in fired(node(LIMIT_MM_IMAGES="4"), sysctls, vision)
+
+
+def test_dspark_on_a_config_without_its_target_layers_is_refused_naming_key_and_file(
+        sysctls: Path, tmp_path: Path) -> None:
+    """vLLM's DSpark draft reads dspark_target_layer_ids as it is built: a checkpoint whose
+    config.json lacks it stops the load on every node (the smoke's layer-weights refuses the
+    same, tests/smoke/test_smoke_layers.py)."""
+    folder = model(tmp_path / "model")
+    config = json.loads((folder / "config.json").read_text())
+    del config["dspark_target_layer_ids"]
+    (folder / "config.json").write_text(json.dumps(config))
+    finding = only("dspark-target-layers-missing", node(), sysctls, folder)
+    assert (finding.level, finding.at) == ("error", "VLLM_ENABLE_DSPARK")
+    assert finding.message == (
+        f"VLLM_ENABLE_DSPARK=1 runs the DSpark draft, but {folder / 'config.json'} has no "
+        "dspark_target_layer_ids, the target layers the draft reads")
+    assert "DSparkDeepseekV4Model.__init__" in finding.reason
+    assert finding.reason.endswith("add them to its config.json, or set VLLM_ENABLE_DSPARK=0")
+    assert "dspark-target-layers-missing" not in fired(node(VLLM_ENABLE_DSPARK="0"), sysctls,
+                                                        folder)
