@@ -393,19 +393,22 @@ def plan_differences(mine: Any, theirs: dict[str, Any]) -> list[str]:
 
 
 def reference_layouts(kv_plan: ModuleType, config: dict[str, Any]) -> list[Layout]:
-    """TP 1, 2 and 4, with and without the draft, at the reference's context lengths; each
-    tried where vLLM refuses by one byte, where it just starts, and with room for more."""
-    layouts = []
-    for tp in REFERENCE_TP:
-        for dspark in (False, True):
-            for context in REFERENCE_CONTEXT:
-                mine = kv_plan.plan(config, kv_plan.Layout(
-                    context, tp_size=tp, dspark=dspark, max_num_batched_tokens=DEFAULT_BATCHED))
-                least = mine.least_available if mine is not None else 8 * GIB
-                trials = [least - 1, least, 40 * GIB + 12345]
-                layouts.append(Layout(tp=tp, dspark=dspark, max_model_len=context,
-                                      available=tuple((size,) * tp for size in trials)))
-    return layouts
+    """TP 1, 2 and 4, with and without the draft, at the reference's context lengths."""
+    return [Layout(tp=tp, dspark=dspark, max_model_len=context,
+                   available=trials(kv_plan, config, tp, dspark, context))
+            for tp in REFERENCE_TP for dspark in (False, True) for context in REFERENCE_CONTEXT]
+
+
+def trials(kv_plan: ModuleType, config: dict[str, Any], tp: int, dspark: bool,
+           context: int) -> tuple[tuple[int, ...], ...]:
+    """Each rank's memory where the host model says vLLM refuses by one byte, where it just
+    starts, with room for more, and with ranks that differ (vLLM plans for the least)."""
+    mine = kv_plan.plan(config, kv_plan.Layout(context, tp_size=tp, dspark=dspark,
+                                               max_num_batched_tokens=DEFAULT_BATCHED))
+    least = mine.least_available if mine is not None else 8 * GIB
+    roomy = 40 * GIB + 12345
+    return ((least - 1,) * tp, (least,) * tp, (roomy,) * tp,
+            tuple(roomy - rank * 3 * GIB for rank in range(tp)))
 
 
 def asked(config: dict[str, Any], layouts: list[Layout]) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """The real vLLM 0.33.0 for the in-image checks that need one: the patched tree of
 production-3.73-vision (pure Python, nothing compiled) in the venv of its patch-tests lock,
 under a fake image root whose site-packages records vllm 0.33.0+cu130, as a built image does.
-The tree and the venv are the cached ones of `sparkbake patch-tests 3.73-vision`."""
+The tree and the venv are the cached ones of `sparkbake patch-tests 3.73-vision`; those of
+3.73-vision-vllm0.34 give vLLM 0.34.0 the same way."""
 
 from __future__ import annotations
 
@@ -23,12 +24,15 @@ from tests.conftest import plain_console, settings_of
 REPO = Path(__file__).parents[2]
 CHECKER = REPO / "images" / "smoke_check.py"
 SITE = Path("opt/venv/lib/python3.11/site-packages")
+VLLM_033 = "3.73-vision"  # the tags whose patched trees give each vLLM release
+VLLM_034 = "3.73-vision-vllm0.34"
 
 
-def patched_vllm() -> tuple[Path, Path]:
-    """The patch-tests venv's python and the patched tree (made here if not cached)."""
+def patched_vllm(tag_name: str = VLLM_033) -> tuple[Path, Path]:
+    """The patch-tests venv's python and the patched tree of a tag (made here if not
+    cached)."""
     loaded = versions.load(REPO / "versions.yaml")
-    tag = loaded.tag("3.73-vision")
+    tag = loaded.tag(tag_name)
     assert stage_commands.run_until(loaded, Settings.of_process(), tag, Stage.PATCH,
                                     console=plain_console()) == 0
     tree = loaded.build_dir / "patched" / planning.make(loaded, tag).patch_key / "tree"
