@@ -18,7 +18,10 @@ modules import compiled kernels and kernel packages when on CUDA, which a source
 PYTHONPATH lacks and no cache spec reads. For the same reason the model is made unquantized
 (the weights' format picks kernels only) and STAND_INS answer for the kernels' own checks.
 Runs in an image (CPU only, the CUDA driver's stub where there is none) and on a patched
-tree in the patch-tests venv alike.
+tree in the patch-tests venv alike. vLLM 0.34.0 on CUDA sizes an extensible KV cache: its
+block count is settled after warmup from the memory then measured and held to the same rule
+(`finalize_extensible_kv_cache`); not on CUDA here, it is off, which changes only the advice
+in vLLM's refusal.
 
 As a script: `smoke_kv.py CONFIG_JSON [--tp N] [--dcp N] [--dspark] [--max-model-len N]
 [--max-num-batched-tokens N] [--speculative-tokens N] [--available BYTES[,BYTES...] ...]
@@ -26,7 +29,8 @@ As a script: `smoke_kv.py CONFIG_JSON [--tp N] [--dcp N] [--dspark] [--max-model
 tp/dcp/dspark/batched), prints one JSON document as its last line: vLLM's version and, per
 layout, its groups, block bytes, request bytes and, per trial of each rank's available bytes,
 num_blocks, tokens, concurrency and vLLM's refusal (its own error text) or null. Standard
-library plus vLLM and torch; mounted beside smoke_check.py, never baked.
+library plus vLLM and torch; for the image, mounted beside smoke_check.py (never baked), its
+check `check_kv_plan`.
 """
 
 from __future__ import annotations

@@ -144,3 +144,21 @@ def test_the_two_releases_plan_alike(outcomes: Outcomes) -> None:
                       for plan in outcomes[version]["record"]["plans"]]
                      for version in VERSIONS)
     assert first == second
+
+
+@pytest.mark.parametrize(("model", "baked", "config", "why"), [
+    ("qwen3", True, FLASH, "the tag's model family is qwen3"),
+    ("deepseek_v4", True, None, "no model config.json"),
+    ("deepseek_v4", False, FLASH, "/opt/sparkbake/kv_plan.py is not baked"),
+])
+def test_the_check_is_skipped_where_it_does_not_apply(
+        tmp_path: Path, model: str, baked: bool, config: dict[str, Any] | None,
+        why: str) -> None:
+    common = image_module("smoke_common")
+    root = image_root(tmp_path)
+    (root / "opt/sparkbake/manifest.json").write_text(
+        json.dumps({"capabilities": {"model": model}}))
+    if not baked:
+        (root / "opt/sparkbake/kv_plan.py").unlink()
+    with pytest.raises(common.CheckSkipped, match=why):
+        smoke_kv.check_kv_plan(common.Image(root), {"layer_model": {"config": config}})
