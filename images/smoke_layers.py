@@ -611,10 +611,17 @@ def tensors_in(value: Any, depth: int = 4, seen: set[int] | None = None) -> list
     if depth == 0 or id(value) in seen or isinstance(value, str | bytes | int | float | type):
         return []
     seen.add(id(value))
-    items = value.values() if isinstance(value, dict) else value \
-        if isinstance(value, list | tuple) else vars(value).values() \
-        if hasattr(value, "__dict__") else ()
-    return [t for item in items for t in tensors_in(item, depth - 1, seen)]
+    return [t for item in members(value) for t in tensors_in(item, depth - 1, seen)]
+
+
+def members(value: Any) -> list[Any]:
+    """What a container or an object holds: a dict's values, a sequence's items, the
+    attributes of an object."""
+    if isinstance(value, dict):
+        return list(value.values())
+    if isinstance(value, list | tuple):
+        return list(value)
+    return list(vars(value).values()) if hasattr(value, "__dict__") else []
 
 
 def storages(tensors: list[Any]) -> dict[int, int]:
