@@ -76,8 +76,13 @@ CHECKS = {
     "linear-shape": "`LINEAR_BACKEND` is b12x and a block-FP8 linear layer of the model, at "
                     "this TP_SIZE, has weight blocks other than 128 x 128 or N or K per rank "
                     "not a multiple of 128",
-    "fit": "weights / TP_SIZE + activations (estimate) + the KV cache of MAX_NUM_SEQS x "
-           "MAX_MODEL_LEN tokens > device memory x GPU_MEMORY_UTILIZATION",
+    "fit": "on the rank with the least room (the head, with the API server), device memory "
+           "x GPU_MEMORY_UTILIZATION less the non-KV share (weights / TP_SIZE, activations, "
+           "graphs, runtime: a model fitted to the reference's figures, or what `up` "
+           "measured) cannot hold one request of MAX_MODEL_LEN as vLLM's planner sizes it",
+    "kv-pin": "`KV_CACHE_MEMORY_BYTES` (or `VLLM_CPU_KVCACHE_SPACE`) plus the non-KV share "
+              "leaves the host less than earlyoom's floor and vm.min_free_kbytes, or the pin "
+              "cannot hold one request of MAX_MODEL_LEN",
     "free-memory": "the GPU's free memory now (on a GB10 the host's MemAvailable) < device "
                    "memory x GPU_MEMORY_UTILIZATION; not checked where the free memory is not "
                    "known (no GPU, check-env)",

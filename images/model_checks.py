@@ -12,17 +12,37 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import importlib.util
 import json
 import math
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Literal
+
+
+def _sibling(name: str) -> ModuleType:
+    """A module of this file's folder (in the image, the files baked beside it), loaded
+    once under a name of its own, as preflight.py loads this one."""
+    module_name = f"sparkbake_image_{name}"
+    if module_name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(module_name,
+                                                      Path(__file__).with_name(f"{name}.py"))
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[module_name]
+
+
+kv_plan = _sibling("kv_plan")
+memory_budget = _sibling("memory_budget")
 
 CONFIG = "config.json"
 INDEX = "model.safetensors.index.json"
 GIB = 1 << 30
-GB = 10**9  # device_memory_gb counts as vendors do: GB10's 128 GB
 LINEAR_BLOCK = 128  # b12x block-FP8 GEMM: 128 x 128 weight blocks, N and K per rank
 MOE_HIDDEN = 256  # b12x MXFP4 x MXFP8 experts: hidden size
 MOE_INTERMEDIATE = 32  # b12x MXFP4 experts: intermediate size per rank
@@ -137,6 +157,9 @@ class Layout:
     max_num_seqs: int | None = None
     max_num_batched_tokens: int | None = None
     images_per_prompt: int = 1  # LIMIT_MM_IMAGES; unset: vLLM's own limit, above 0
+    nodes: int = 1  # NNODES: more than one, the head carries the API server, workers not
+    dcp_size: int = 1
+    pin: int | None = None  # KV_CACHE_MEMORY_BYTES
 
 
 def expert_parallel(args: list[str]) -> bool:
@@ -209,17 +232,21 @@ def gpu_free_memory() -> Device | None:
 
 class Node:
     """What the model checks know of a node: its layout, its model (read once), its device
-    memory (the GPU's, else the tag's declared device_memory_gb; asked once, when needed),
-    its free memory (when this machine is the node) and the reference deployment's memory
-    figures (preflight.json `memory`)."""
+    memory as vLLM reads it (the GPU's, else the tag's declared device_memory_gib; asked
+    once, when needed), its free memory (when this machine is the node), the memory
+    figures of preflight.json `memory`, and the non-KV share `up` measured per rank kind
+    for a layout (`measured(role, layout_key)`: bytes and when; None where none was)."""
 
-    def __init__(self, layout: Layout, folder: Path | None, declared_gb: float | None,
+    def __init__(self, layout: Layout, folder: Path | None, declared_gib: float | None,
                  gpu_memory: Callable[[], int | None], memory: Mapping[str, Any],
-                 free_memory: Callable[[], Device | None] = lambda: None) -> None:
+                 free_memory: Callable[[], Device | None] = lambda: None,
+                 measured: Callable[[str, str], tuple[float, str] | None] | None = None
+                 ) -> None:
         self.layout = layout
         self.model = read_model(folder)
         self.memory = memory
-        self._declared_gb = declared_gb
+        self.measured = measured
+        self._declared_gib = declared_gib
         self._gpu_memory = gpu_memory
         self._free_memory = free_memory
 
@@ -233,9 +260,10 @@ class Node:
         measured = self._gpu_memory()
         if measured:
             return Device(measured, "NVML")
-        if self._declared_gb:
-            return Device(int(self._declared_gb * GB),
-                          f"the tag's device_memory_gb: {self._declared_gb:g}")
+        if self._declared_gib:
+            return Device(int(self._declared_gib * GIB),
+                          f"the tag's device_memory_gib: {self._declared_gib:g}, what "
+                          f"cudaMemGetInfo reports")
         return None
 
     def deepseek_v4(self) -> Mapping[str, Any] | None:
@@ -623,207 +651,245 @@ def moe_activation_problems(node: Node) -> list[Problem]:
 
 # --- the memory ------------------------------------------------------------------------
 #
-# What vLLM 0.33.0 allocates on each rank, in the order it allocates it (docs/reference/
-# preflight.md, "The model checks"): the weights; the profiling run's activations and the
-# CUDA graphs (vllm/v1/worker/gpu_worker.py determine_available_memory); the KV cache gets
-# the rest of its budget, GPU_MEMORY_UTILIZATION x total memory (vllm/v1/worker/utils.py
-# request_memory). The KV cache is counted from DeepSeek-V4's per-layer cache specs with
-# the entrypoint's `--kv-cache-dtype fp8 --block-size 256`; the activations are an
-# estimate, since vLLM measures them at start.
+# Will vLLM start on each rank, and with how much KV cache (memory_budget.py says how vLLM
+# decides it; kv_plan.py is its KV cache planner for DeepSeek-V4, with the entrypoint's
+# `--kv-cache-dtype fp8 --block-size 256`). The non-KV share is a model: vLLM measures it at
+# start, and its constants are fitted to the reference deployments' figures
+# (preflight.json `memory`; tests/data/reference-memory.json lists each figure).
 
-BLOCK = 256  # the entrypoint's --block-size: the compressed caches' block
-SWA_BLOCK = 64  # DeepseekV4SWACache's block (vllm/v1/attention/backends/mla/sparse_swa.py)
-PACKED_TOKEN = 584  # fp8_ds_mla: 448 B NoPE + 128 B RoPE + 8 B scales per token or state
-PAGE_ALIGN = 576  # fp8_ds_mla pages round up to 576 B (_apply_alignment_padding)
 INDEXER_STATE = 132  # FP8 indexer key: 128 B + 4 B scale (DeepseekV4Indexer)
-STATE_BYTES = 4  # the compressors' states are float32 (CompressorStateCache)
-DRAFT_LAYERS = 3  # DSpark's decoder layers when the config has no n_mtp_layers
-# async scheduling, on by default, keeps two batches in flight (VllmConfig.max_in_flight_tokens)
-BATCHES_IN_FLIGHT = 2
 DEFAULT_BATCHED = 2048  # vLLM's max_num_batched_tokens on a GB10 API server (arg_utils.py)
 DEFAULT_CONTEXT = 1048576  # DeepseekV4Config's max_position_embeddings
-# Assumptions, not read from vLLM's code: vLLM measures these at start
-# (profile_cudagraph_memory; non_torch_increase in vllm/utils/mem_utils.py memory_profiling)
-CUDA_GRAPHS = 2 * GIB  # the target's and the draft's graphs
-NON_TORCH = 1 * GIB  # CUDA context, NCCL and kernel workspaces
 
 
 def gib(size: float) -> str:
     return f"{size / GIB:.1f}"
 
 
-def _round_up(size: int, to: int) -> int:
-    return -(-size // to) * to
-
-
-@dataclass(frozen=True)
-class Cache:
-    """A kind of KV cache a layer holds, as its vLLM spec sizes it: tokens per block, bytes
-    per page (padded as vLLM pads it), and the sliding window (None: the whole sequence)."""
-
-    name: str
-    block: int
-    page: int
-    window: int | None = None
-
-    def sequence(self, tokens: int) -> int:
-        """Bytes one sequence of TOKENS holds: every block (FullAttentionSpec), or its window
-        plus one block a window may straddle (SlidingWindowSpec)."""
-        held = tokens if self.window is None else min(self.window, tokens)
-        return (-(-held // self.block) + (self.window is not None)) * self.page
-
-    def in_flight(self, batched: int, tokens: int) -> int:
-        """What a sliding cache holds beyond its window for the tokens in flight, counted
-        once (max_admission_blocks_per_request adds them to each request's window)."""
-        if self.window is None:
-            return 0
-        held = min(self.window - 1 + BATCHES_IN_FLIGHT * batched, tokens)
-        return max(0, (-(-held // self.block) + 1) * self.page - self.sequence(tokens))
-
-
-def compress_ratios(config: Mapping[str, Any]) -> list[int] | None:
-    """Each target layer's compress ratio (1: sliding window only), as vLLM builds them from
-    transformers' DeepseekV4Config: `compress_ratios` (0/4/128 per layer, the draft's after
-    the target's), else `layer_types` with `compress_rates`, else its default (two heavily
-    compressed layers, then compressed sparse and heavily compressed in turn)."""
-    layers = config.get("num_hidden_layers")
-    if type(layers) is not int or layers <= 0:
-        return None
-    given = config.get("compress_rates")
-    rates = {"compressed_sparse_attention": 4, "heavily_compressed_attention": 128,
-             **(given if isinstance(given, dict) else {})}
-    ratios = config.get("compress_ratios")
-    types = config.get("layer_types")
-    if isinstance(ratios, list):
-        chosen = ratios[:layers]
-    elif isinstance(types, list):
-        chosen = [rates.get(kind, 0) for kind in types[:layers]]
-    else:
-        chosen = [128] * min(layers, 2) + [4 if i % 2 else 128 for i in range(layers - 2)]
-    if len(chosen) != layers or not all(type(r) is int and r in (0, 4, 128) for r in chosen):
-        return None  # unreadable: model-unreadable reports a bad compress_ratios
-    return [max(1, ratio) for ratio in chosen]
-
-
-def _sliding(name: str, block: int, token: int, window: int) -> Cache:
-    return Cache(name, block, _round_up(block * token, PAGE_ALIGN), window)
-
-
-def _compressed(name: str, ratio: int, state: int) -> Cache:
-    return Cache(name, BLOCK, _round_up(BLOCK // ratio * state, PAGE_ALIGN))
-
-
-def layer_caches(ratio: int, head_dim: int, index_dim: int, window: int) -> list[Cache]:
-    """The caches of one attention layer at fp8_ds_mla (what `--kv-cache-dtype fp8` becomes
-    with the SM12x FlashInfer sparse MLA class, _resolve_dsv4_kv_cache_dtype), from the
-    get_kv_cache_spec of vllm/models/deepseek_v4/attention.py and compressor.py."""
-    caches = [_sliding("sliding window", SWA_BLOCK, PACKED_TOKEN, window)]
-    if ratio == 1:
-        return caches
-    overlap = 2 if ratio == 4 else 1  # the ratio-4 compressor overlaps its windows
-    caches += [_compressed(f"compressed 1:{ratio}", ratio, PACKED_TOKEN),
-               _sliding(f"compressor 1:{ratio} state", 4 if ratio == 4 else 8,
-                        2 * overlap * head_dim * STATE_BYTES, overlap * ratio)]
-    if ratio == 4:  # only the compressed sparse layers have the indexer
-        caches += [_compressed("indexer keys", ratio, index_dim + index_dim // 128 * 4),
-                   _sliding("indexer compressor state", 4, 2 * 2 * index_dim * STATE_BYTES,
-                            8)]
-    return caches
-
-
-def model_caches(config: Mapping[str, Any], dspark: bool) -> list[Cache] | None:
-    """Every cache of every layer on one rank: MLA keeps one latent head, so each rank holds
-    the whole KV cache whatever TP (max_tp_shards=1). The DSpark draft's decoder layers are
-    sliding window only (their layer index is past num_hidden_layers)."""
-    ratios = compress_ratios(config)
-    c = _ints(config, "head_dim", "index_head_dim", "sliding_window")
-    if ratios is None or c is None:
-        return None
-    draft = (_ints(config, "n_mtp_layers") or {"n_mtp_layers": DRAFT_LAYERS})["n_mtp_layers"] \
-        if dspark else 0
-    return [cache for ratio in ratios + [1] * draft
-            for cache in layer_caches(ratio, c["head_dim"], c["index_head_dim"],
-                                      c["sliding_window"])]
-
-
-@dataclass(frozen=True)
-class Budget:
-    """What vLLM allocates on one rank against what it may (bytes); `kv` None: not known
-    for this model, whose budget counts its weights and the allowances only."""
-
-    weights: float
-    kv: float | None
-    activations: float
-    budget: float
-    context: int
-    sequences: int
-    batched: int
-
-    @property
-    def needed(self) -> float:
-        return self.weights + self.activations + (self.kv or 0)
-
-    @property
-    def kv_room(self) -> float:
-        """What is left of the budget for the KV cache after weights and activations."""
-        return self.budget - self.weights - self.activations
-
-
 def activations(config: Mapping[str, Any], tp: int, context: int, batched: int) -> float:
-    """An estimate of the profiling run's peak beyond the weights (vLLM measures it:
-    transient_peak_headroom, non_torch_increase, the CUDA graph estimate): one layer's
+    """An estimate of the profiling run's transient peak (vLLM measures it:
+    transient_peak_headroom in vllm/utils/mem_utils.py memory_profiling): one layer's
     buffers for MAX_NUM_BATCHED_TOKENS tokens (the hyper-connection streams in float32, the
     MoE's gate-up and down outputs per routed expert, the attention's queries and output in
-    BF16), the indexer's prefill gather (get_max_prefill_buffer_size, vllm/v1/attention/
-    backends/mla/indexer.py), plus the CUDA_GRAPHS and NON_TORCH allowances."""
+    BF16) and the indexer's prefill gather (get_max_prefill_buffer_size,
+    vllm/v1/attention/backends/mla/indexer.py)."""
     c = _ints(config, "hidden_size", "hc_mult", "num_experts_per_tok", "moe_intermediate_size",
               "num_attention_heads", "head_dim", "index_head_dim")
     if c is None:
-        return CUDA_GRAPHS + NON_TORCH
+        return 0.0
     per_token = (2 * c["hc_mult"] * c["hidden_size"] * 4
                  + c["num_experts_per_tok"] * (2 * c["moe_intermediate_size"] // tp
                                                + c["hidden_size"]) * 2
                  + 2 * c["num_attention_heads"] // tp * c["head_dim"] * 2)
     factor = 5 if context <= 256 * 1024 else 2  # sparse_mla_prefill_workspace_factor
     gather = context * (576 * 2 // INDEXER_STATE) * factor * INDEXER_STATE
-    return batched * per_token + gather + CUDA_GRAPHS + NON_TORCH
+    return float(batched * per_token + gather)
 
 
-def kv_cache(caches: list[Cache], context: int, sequences: int, batched: int) -> int:
-    """MAX_NUM_SEQS sequences of MAX_MODEL_LEN tokens each (each cache's
-    max_memory_usage_bytes for one request, in vllm/v1/kv_cache_interface.py), the sliding
-    caches' share of the batches in flight counted once."""
-    return sum(sequences * cache.sequence(context) + cache.in_flight(batched, context)
-               for cache in caches)
-
-
-def node_budget(node: Node) -> Budget | None:
-    """The rank's budget; None without the weights' size or the device memory."""
-    model, device, layout = node.model, node.device, node.layout
-    if model is None or model.total_size is None or device is None:
-        return None
-    config = node.deepseek_v4()
-    context = layout.max_model_len or _max_position(model.config)
-    sequences = layout.max_num_seqs or 1  # unset: vLLM's own minimum, one full request
-    batched = layout.max_num_batched_tokens or DEFAULT_BATCHED
-    caches = model_caches(config, layout.dspark) if config is not None else None
-    return Budget(
-        weights=model.total_size / layout.tp_size,
-        kv=None if caches is None else kv_cache(caches, context, sequences, batched),
-        activations=activations(config or {}, layout.tp_size, context, batched),
-        budget=device.total * layout.utilization, context=context, sequences=sequences,
-        batched=batched)
-
-
-def _max_position(config: Mapping[str, Any]) -> int:
-    """vLLM's max_model_len when MAX_MODEL_LEN is unset: the model's own."""
-    value = config.get("max_position_embeddings")
+def context_of(node: Node) -> int:
+    """vLLM's max_model_len: MAX_MODEL_LEN, else the model's max_position_embeddings."""
+    if node.layout.max_model_len:
+        return node.layout.max_model_len
+    value = (node.model.config if node.model else {}).get("max_position_embeddings")
     return value if type(value) is int and value > 0 else DEFAULT_CONTEXT
 
 
-def needed_utilization(budget: Budget, device: Device) -> float:
-    """The least GPU_MEMORY_UTILIZATION, in hundredths, whose budget holds it all."""
-    return math.ceil(budget.needed / device.total * 100) / 100
+def kv_planner(node: Node) -> Callable[..., Any]:
+    """vLLM's planner for this node's layout at a max_model_len (kv_plan.py); it gives None
+    for a model or a layout whose cache specs are not modelled (vLLM refuses DeepSeek-V4 at
+    DCP > 1: dcp-size-unsupported says so)."""
+    config, layout = node.deepseek_v4(), node.layout
+
+    def plan_at(context: int, batched: int | None = None) -> Any:
+        if config is None:
+            return None
+        try:
+            return kv_plan.plan(config, kv_plan.Layout(
+                max_model_len=context, tp_size=layout.tp_size, dcp_size=layout.dcp_size,
+                dspark=layout.dspark,
+                max_num_batched_tokens=batched or layout.max_num_batched_tokens or
+                DEFAULT_BATCHED))
+        except ValueError:
+            return None
+    return plan_at
+
+
+def rank_share(node: Node, role: str, calibration: Any) -> Any:
+    """The rank's non-KV share: the model's, or the one `up` measured for this layout."""
+    measured = node.measured(role, layout_key(node)) if node.measured else None
+    if measured is not None:
+        total, when = measured
+        return memory_budget.Share(0, 0, 0, 0, 0, measured=when, measured_total=total)
+    assert node.model is not None and node.model.total_size is not None
+    layout, config = node.layout, node.deepseek_v4() or {}
+    return memory_budget.Share(
+        weights=node.model.total_size / layout.tp_size,
+        activations=activations(config, layout.tp_size, context_of(node),
+                                layout.max_num_batched_tokens or DEFAULT_BATCHED),
+        cuda_graphs=calibration.cuda_graphs, runtime=calibration.runtime,
+        api_server=calibration.api_server if role == "head" else 0.0)
+
+
+def layout_key(node: Node) -> str:
+    """What the non-KV share depends on, as words: the key of a measured share."""
+    layout = node.layout
+    return (f"TP {layout.tp_size} on {layout.nodes} node(s), DCP {layout.dcp_size}, "
+            f"{'DSpark' if layout.dspark else 'no draft'}, {context_of(node)} tokens, "
+            f"{layout.max_num_batched_tokens or DEFAULT_BATCHED} batched")
+
+
+def node_ranks(node: Node) -> list[Any] | None:
+    """The budget of each kind of rank of the layout (the head, and a worker where there
+    are more nodes); None without the weights' size, or without the device memory where the
+    pool is not pinned."""
+    model, device, layout = node.model, node.device, node.layout
+    if model is None or model.total_size is None or (device is None and layout.pin is None):
+        return None
+    calibration = memory_budget.Calibration.of(node.memory)
+    roles = ["head"] if layout.nodes <= 1 else ["head", "worker"]
+    plan = kv_planner(node)(context_of(node))
+    budget: list[Any] = memory_budget.ranks(
+        roles, device.total if device else 0, layout.utilization, layout.pin,
+        {role: rank_share(node, role, calibration) for role in roles}, plan)
+    return budget
+
+
+def memory_figures(node: Node) -> list[dict[str, Any]]:
+    """Each rank kind's figures (memory_budget.figures) and the layout's key; none where
+    the budget is unknown."""
+    budget, device = node_ranks(node), node.device
+    if not budget:
+        return []
+    source = device.source if device else "not known; the pool is pinned"
+    pool = memory_budget.least_room(budget).room
+    return [{**memory_budget.figures(rank, context_of(node), source, pool,
+                                     node.layout.max_num_seqs),
+             "layout": layout_key(node)} for rank in budget]
+
+
+def fit_problems(node: Node) -> list[Problem]:
+    """vLLM's rule on the rank with the least room: there is KV room, and one request of
+    max_model_len fits it (_check_enough_kv_cache_memory). A pinned pool is pin_problems'."""
+    budget, device = node_ranks(node), node.device
+    if budget is None or device is None or node.layout.pin is not None:
+        return []
+    rank = memory_budget.least_room(budget)
+    if rank.starts:
+        return []
+    return [{**_rank_fields(node, rank, device), "remedy": _fit_remedy(node, rank)}]
+
+
+def _rank_fields(node: Node, rank: Any, device: Device) -> Problem:
+    plan = rank.plan
+    room = f"{gib(rank.room)} GiB" if rank.room > 0 else \
+        f"nothing ({gib(-rank.room)} GiB short)"
+    request = f"an unknown size ({memory_budget.UNPLANNED})" if plan is None else \
+        f"{gib(plan.least_available)} GiB"
+    return {"role": rank.role, "device": gib(device.total), "source": device.source,
+            "requested": gib(rank.requested), "non_kv": gib(rank.share.total),
+            "parts": rank.share.parts(), "room": room, "request": request,
+            "context": str(context_of(node)), "free": _free_text(node),
+            "batched": str(node.layout.max_num_batched_tokens or DEFAULT_BATCHED)}
+
+
+def _free_text(node: Node) -> str:
+    free = node.free
+    if free is None:
+        return ("the free memory is not known here (no GPU to ask): vLLM also refuses to "
+                "start when it is below the budget")
+    return f"the free memory now is {gib(free.total)} GiB ({free.source})"
+
+
+def _fit_remedy(node: Node, rank: Any) -> str:
+    """Which setting to change, and to what: the utilization that fits, the longest
+    MAX_MODEL_LEN that fits, or more nodes."""
+    ways = []
+    needed = memory_budget.needed_utilization(rank)
+    if needed is not None:
+        ceiling = host_margin(rank.total, node.memory).ceiling
+        ways.append(f"set GPU_MEMORY_UTILIZATION={needed:g} or more" + (
+            "" if needed <= ceiling else
+            f" (above the host margin's {ceiling:g}: see host-memory-margin)"))
+    batched = _largest_batched(node, rank) if rank.room > 0 else None
+    if batched:
+        ways.append(f"set MAX_NUM_BATCHED_TOKENS={batched} or less (the sliding-window "
+                    f"caches hold two batches in flight for each request)")
+    longest = _longest_context(node, rank) if rank.room > 0 else None
+    if longest:
+        ways.append(f"set MAX_MODEL_LEN={longest} or less")
+    ways.append(_more_nodes(node, rank))
+    return "; or ".join(ways)
+
+
+def _longest_context(node: Node, rank: Any) -> int | None:
+    """The longest MAX_MODEL_LEN whose one request fits the room, as vLLM estimates it in
+    its refusal (kv_plan.KvPlan.longest), in whole blocks of 256."""
+    longest = rank.plan.longest(int(rank.room)) // 256 * 256 if rank.plan else 0
+    return longest or None
+
+
+def _largest_batched(node: Node, rank: Any) -> int | None:
+    """The largest MAX_NUM_BATCHED_TOKENS, in steps of 256 below the one set, at which one
+    request of MAX_MODEL_LEN fits the room (a smaller batch also lowers the activations:
+    this errs on the side of less)."""
+    planner, context = kv_planner(node), context_of(node)
+    now = node.layout.max_num_batched_tokens or DEFAULT_BATCHED
+    for batched in range((now - 1) // 256 * 256, 0, -256):
+        plan = planner(context, batched)
+        if plan is None:
+            return None
+        if not plan.refused(int(rank.room)):
+            return batched
+    return None
+
+
+def _more_nodes(node: Node, rank: Any) -> str:
+    """The least TP_SIZE whose share of the weights leaves room for the rest."""
+    assert node.model is not None and node.model.total_size is not None
+    rest = rank.share.total - rank.share.weights + (rank.plan.request_bytes if rank.plan else 0)
+    room = rank.requested - rest
+    if room <= 0 or rank.share.measured:
+        return "spread the weights over more nodes"
+    return (f"spread the weights over more nodes, TP_SIZE="
+            f"{max(node.layout.tp_size + 1, math.ceil(node.model.total_size / room))} or more")
+
+
+def pin_problems(node: Node) -> list[Problem]:
+    """A pinned KV_CACHE_MEMORY_BYTES, as vLLM takes it: the pool is the pin, whatever the
+    utilization (determine_available_memory skips the profile's budget), so the pin plus
+    the non-KV share must leave the host's floor free; and one request must still fit it
+    (the planner's check still runs on the pin)."""
+    budget, device, pin = node_ranks(node), node.device, node.layout.pin
+    if budget is None or pin is None:
+        return []
+    rank = max(budget, key=lambda each: each.share.total)
+    calibration = memory_budget.Calibration.of(node.memory)
+    floor = calibration.floor * rank.total + calibration.min_free
+    most = int(rank.total - floor - rank.share.total)
+    fields = {"pin": gib(pin), "footprint": gib(rank.footprint), "floor": gib(floor)}
+    if device is not None and rank.footprint + floor > device.total:
+        return [{**_rank_fields(node, rank, device), **fields, "problem": (
+            f"and the {rank.role}'s non-KV share of ~{gib(rank.share.total)} GiB hold "
+            f"{gib(rank.footprint)} GiB of the {gib(device.total)} GiB ({device.source}), "
+            f"leaving less than the host's floor of {gib(floor)} GiB"),
+            "remedy": _pin_remedy(rank, most)}]
+    if not rank.starts and rank.plan is not None:
+        return [{**fields, "problem": (
+            f"cannot hold one request of {context_of(node)} tokens, which needs "
+            f"{gib(rank.plan.least_available)} GiB"),
+            "remedy": f"set KV_CACHE_MEMORY_BYTES={rank.plan.least_available} or more, or "
+                      f"MAX_MODEL_LEN={_longest_context(node, rank) or 256} or less"}]
+    return []
+
+
+def _pin_remedy(rank: Any, most: int) -> str:
+    if most <= 0:
+        return "the non-KV share alone leaves no room: spread the weights over more nodes"
+    if rank.plan is not None and rank.plan.least_available > most:
+        return (f"no pin fits both one request ({gib(rank.plan.least_available)} GiB) and the "
+                f"floor: lower MAX_MODEL_LEN or spread the weights over more nodes")
+    return (f"set KV_CACHE_MEMORY_BYTES={most} or less, or leave it empty to size the pool "
+            f"by GPU_MEMORY_UTILIZATION")
 
 
 @dataclass(frozen=True)
@@ -839,79 +905,12 @@ class Margin:
 
 
 def host_margin(device: int, memory: Mapping[str, Any]) -> Margin:
-    reference = (1 - memory["reference_utilization"]) * memory["reference_device_gb"] * GB
+    reference = (1 - memory["reference_utilization"]) * memory["reference_total_gib"] * GIB
     host_use = reference - memory["least_free_gib"] * GIB
     floor = memory["earlyoom_free_percent"] / 100 * device
     needed = host_use + floor
     return Margin(reference, host_use, floor, needed,
                   math.floor((1 - needed / device) * 100) / 100)
-
-
-def fit_problems(node: Node) -> list[Problem]:
-    """The rank's budget: weights + activations + KV cache within utilization x total memory.
-    vLLM stops at start when the weights and activations leave no room for the KV cache
-    (vllm/v1/core/kv_cache_planning.py _check_enough_kv_cache_memory); the budget asks room
-    for MAX_NUM_SEQS sequences of MAX_MODEL_LEN, not only the one vLLM insists on."""
-    budget, device = node_budget(node), node.device
-    if budget is None or device is None or budget.needed <= budget.budget:
-        return []
-    return [{**budget_fields(node, budget, device),
-             "remedy": _fit_remedy(node, budget, device)}]
-
-
-def budget_fields(node: Node, budget: Budget, device: Device) -> Problem:
-    assert node.model is not None and node.model.total_size is not None
-    kv = "an unknown size (only DeepSeek-V4's cache specs are known here)" if budget.kv is None \
-        else f"{gib(budget.kv)} GiB"
-    return {"weights": gib(budget.weights), "total": gib(node.model.total_size),
-            "activations": gib(budget.activations), "kv": kv,
-            "room": f"{gib(budget.kv_room)} GiB" if budget.kv_room > 0 else
-                    f"nothing ({gib(-budget.kv_room)} GiB short)",
-            "needed": gib(budget.needed),
-            "budget": gib(budget.budget), "device": gib(device.total), "source": device.source,
-            "sequences": _sequences_text(node.layout, budget), "batched": str(budget.batched),
-            "free": _free_text(node)}
-
-
-def _sequences_text(layout: Layout, budget: Budget) -> str:
-    """What the KV cache is counted for, and where an unset variable chose it."""
-    unset = [text for text, given in (
-        ("MAX_NUM_SEQS unset: one, the least vLLM starts with", layout.max_num_seqs),
-        ("MAX_MODEL_LEN unset: the model's max_position_embeddings", layout.max_model_len))
-        if not given]
-    counted = f"{budget.sequences} x {budget.context} tokens"
-    return f"{counted} ({'; '.join(unset)})" if unset else counted
-
-
-def _free_text(node: Node) -> str:
-    free = node.free
-    if free is None:
-        return ("the free memory is not known here (no GPU to ask): vLLM also refuses to "
-                "start when it is below the budget")
-    return f"the free memory now is {gib(free.total)} GiB ({free.source})"
-
-
-def _fit_remedy(node: Node, budget: Budget, device: Device) -> str:
-    needed = needed_utilization(budget, device)
-    ceiling = host_margin(device.total, node.memory).ceiling
-    shorter = f"lower MAX_MODEL_LEN or MAX_NUM_SEQS, or {_more_nodes(node, budget)}"
-    if needed <= ceiling:
-        return (f"set GPU_MEMORY_UTILIZATION={needed:g} or more (the host margin allows up to "
-                f"{ceiling:g}), or {shorter}")
-    if needed <= 1:
-        return (f"set GPU_MEMORY_UTILIZATION={needed:g} or more, which leaves the host less "
-                f"than the reference's margin (host-memory-margin: {ceiling:g}), or {shorter}")
-    return f"no GPU_MEMORY_UTILIZATION fits it here (it would take {needed:g}): {shorter}"
-
-
-def _more_nodes(node: Node, budget: Budget) -> str:
-    """The least TP_SIZE whose share of the weights leaves room for the rest."""
-    assert node.model is not None and node.model.total_size is not None
-    room = budget.budget - budget.activations - (budget.kv or 0)
-    if room <= 0:
-        return "spread the weights over more nodes (the rest alone exceeds the budget)"
-    return (f"spread the weights over more nodes, TP_SIZE="
-            f"{max(node.layout.tp_size + 1, math.ceil(node.model.total_size / room))} or more")
 
 
 def free_memory_problems(node: Node) -> list[Problem]:
@@ -920,7 +919,7 @@ def free_memory_problems(node: Node) -> list[Problem]:
     device, free = node.device, node.free
     if device is None or free is None:
         return []
-    budget = device.total * node.layout.utilization
+    budget = math.ceil(device.total * node.layout.utilization)
     if free.total >= budget:
         return []
     most = math.floor(free.total / device.total * 100) / 100  # the highest that fits now
@@ -933,17 +932,18 @@ def host_margin_problems(node: Node) -> list[Problem]:
     the reference's margin, and is above what the rank's budget needs (lowering it further
     would stop vLLM, which fit_problems reports)."""
     device = node.device
-    if device is None:
+    if device is None or node.layout.pin is not None:
         return []
     margin = host_margin(device.total, node.memory)
     left = (1 - node.layout.utilization) * device.total
-    budget = node_budget(node)
-    needed = 0.0 if budget is None else needed_utilization(budget, device)
-    highest = max(margin.ceiling, needed)
+    budget = node_ranks(node)
+    needed = [memory_budget.needed_utilization(rank) for rank in budget or []]
+    need = max((n for n in needed if n is not None), default=0.0)
+    highest = max(margin.ceiling, need)
     if left >= margin.needed or node.layout.utilization <= highest:
         return []
     remedy = f"set GPU_MEMORY_UTILIZATION={highest:g} or less" + (
-        "" if needed <= margin.ceiling else
+        "" if need <= margin.ceiling else
         f", what this layout's memory budget needs (the host margin alone would allow "
         f"{margin.ceiling:g})")
     return [{"left": gib(left), "device": gib(device.total), "source": device.source,
@@ -961,4 +961,5 @@ CHECKS: dict[str, Callable[[Node], list[Problem]]] = {
     "moe-shape": moe_problems, "moe-activations": moe_activation_problems,
     "linear-shape": linear_problems, "fit": fit_problems,
     "free-memory": free_memory_problems, "host-margin": host_margin_problems,
+    "kv-pin": pin_problems,
 }

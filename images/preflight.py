@@ -148,11 +148,13 @@ class Context:
                  series: Iterable[str] | None, proc_sys: Path | str,
                  image: Image | None = None, *, model_dir: Path | str | None = None,
                  gpu_memory: Callable[[], int | None] | None = None,
-                 free_memory: Callable[[], Any] | None = None) -> None:
+                 free_memory: Callable[[], Any] | None = None,
+                 measured: Callable[[str, str], Any] | None = None) -> None:
         self.env = dict(env)
         self.model_dir = None if model_dir is None else Path(model_dir)
         self.gpu_memory = gpu_memory
         self.free_memory = free_memory
+        self.measured = measured
         self.memory: Mapping[str, Any] = rules.get("memory", {})
         self._node: Any = None
         self.variables: dict[str, dict[str, Any]] = rules["variables"]
@@ -227,12 +229,12 @@ class Context:
         """The node as the model checks see it (model_checks.Node), made once; Unknown when
         a variable of its layout cannot be read."""
         if self._node is None:
-            declared = (self.image.capabilities or {}).get("device_memory_gb")
+            declared = (self.image.capabilities or {}).get("device_memory_gib")
             self._node = model_checks.Node(
                 self._layout(), self.model_dir,
                 declared if type(declared) in (int, float) else None,
                 self.gpu_memory or model_checks.nvml_total_memory, self.memory,
-                self.free_memory or (lambda: None))
+                self.free_memory or (lambda: None), self.measured)
         return self._node
 
     def _layout(self) -> Any:
@@ -248,8 +250,18 @@ class Context:
             dspark=self.value("VLLM_ENABLE_DSPARK"), utilization=utilization,
             moe_backend=normal_backend("moe", self.env.get("MOE_BACKEND") or "auto"),
             linear_backend=normal_backend("linear", self.env.get("LINEAR_BACKEND") or "auto"),
-            images_per_prompt=self._images_per_prompt(),
+            images_per_prompt=self._images_per_prompt(), nodes=self.value("NNODES"),
+            dcp_size=self.value("DCP_SIZE"), pin=self._pin(),
             **{field: self._given_int(name) for field, name in SIZES.items()})
+
+    def _pin(self) -> int | None:
+        """The pinned KV pool in bytes: VLLM_CPU_KVCACHE_SPACE (GiB) where given, which vLLM's
+        CPU platform puts over kv_cache_memory_bytes (vllm/platforms/cpu.py), else
+        KV_CACHE_MEMORY_BYTES; None: the pool is sized by the utilization."""
+        space = self.env.get("VLLM_CPU_KVCACHE_SPACE", "")
+        if INT.fullmatch(space) and int(space) > 0:
+            return int(space) << 30
+        return self._given_int("KV_CACHE_MEMORY_BYTES")
 
     def _images_per_prompt(self) -> int:
         try:
@@ -570,7 +582,8 @@ def check(env: Mapping[str, str], rules: Mapping[str, Any] | None = None,
           known: Iterable[str] = (), image: Image | None = None,
           model_dir: Path | str | None = None,
           gpu_memory: Callable[[], int | None] | None = None,
-          free_memory: Callable[[], Any] | None = None) -> list[Finding]:
+          free_memory: Callable[[], Any] | None = None,
+          measured: Callable[[str, str], Any] | None = None) -> list[Finding]:
     """Every finding of every rule, in the rules' order. `series` None: the tag is unknown and
     the rules about it do not apply; `known`: more variable names that are not typos;
     `image`: its vLLM, packages and capabilities (unknown ones: their rules do not apply);
@@ -578,17 +591,37 @@ def check(env: Mapping[str, str], rules: Mapping[str, Any] | None = None,
     `gpu_memory`: what asks the GPU its memory (default: NVML; None from it: not known);
     `free_memory`: what asks its free memory (a model_checks.Device or None; default: this
     machine's GPU where gpu_memory is not given, for then this machine is the node, else
-    not known)."""
+    not known); `measured`: the non-KV share `up` measured per rank kind (model_checks.Node)."""
     rules = load_rules() if rules is None else rules
-    if free_memory is None and gpu_memory is None:
-        free_memory = model_checks.gpu_free_memory
-    ctx = Context(env, rules, series, proc_sys, image, model_dir=model_dir,
-                  gpu_memory=gpu_memory, free_memory=free_memory)
+    ctx = context(env, rules, series, proc_sys, image, model_dir, gpu_memory, free_memory,
+                  measured)
     found: list[Finding] = []
     for rule in rules["rules"]:
         kind = rule.get("check", "when")
         found += check_typos(ctx, rule, known) if kind == "typos" else CHECKS[kind](ctx, rule)
     return found
+
+
+def context(env: Mapping[str, str], rules: Mapping[str, Any], series: Iterable[str] | None,
+            proc_sys: Path | str = "/proc/sys", image: Image | None = None,
+            model_dir: Path | str | None = None,
+            gpu_memory: Callable[[], int | None] | None = None,
+            free_memory: Callable[[], Any] | None = None,
+            measured: Callable[[str, str], Any] | None = None) -> Context:
+    """The checks' view of a node (check's arguments)."""
+    if free_memory is None and gpu_memory is None:
+        free_memory = model_checks.gpu_free_memory
+    return Context(env, rules, series, proc_sys, image, model_dir=model_dir,
+                   gpu_memory=gpu_memory, free_memory=free_memory, measured=measured)
+
+
+def memory(ctx: Context) -> list[dict[str, Any]]:
+    """The memory figures of each rank kind of the node's layout (model_checks
+    .memory_figures); none where the layout or the model's size is not known."""
+    try:
+        return list(model_checks.memory_figures(ctx.node()))
+    except Unknown:
+        return []
 
 
 def errors(findings: Iterable[Finding]) -> list[Finding]:

@@ -429,6 +429,7 @@ def _check_env_parser(commands: argparse._SubParsersAction[_Parser]) -> None:
                      help="also print the vllm serve command the image would run")
     sub.add_argument("--proc-sys", type=Path, default=Path("/proc/sys"), metavar="DIR",
                      help="where to read the host's sysctls (default: /proc/sys)")
+    _json_option(sub, "each file's findings and memory figures")
     _common(sub)
 
 
@@ -436,11 +437,14 @@ def _check_env(args: argparse.Namespace, settings: Settings, console: Console, c
                tag: Tag) -> int:
     from sparkbake.pipeline import commands
     lock = lock_mod.runtime_lock_path(config, tag)
+    measured = commands.measured_share(config, tag)
     if len(args.env_files) == 1:
         return commands.check_env(tag, args.env_files[0], args.proc_sys, show=args.show,
-                                  runtime_lock=lock, console=console)
+                                  runtime_lock=lock, console=console, json_out=args.json,
+                                  measured=measured)
     return commands.check_env_files(tag, args.env_files, args.proc_sys, show=args.show,
-                                    runtime_lock=lock, console=console)
+                                    runtime_lock=lock, console=console, json_out=args.json,
+                                    measured=measured)
 
 
 # the commands of a deployment's nodes and what each does (its one-line help)

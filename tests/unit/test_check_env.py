@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import shlex
 import shutil
 from pathlib import Path
@@ -51,13 +52,13 @@ def proc_sys(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def declared_memory(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The tag declares a GB10's 128 GB (capabilities: device_memory_gb), and this machine's
-    GPU, asked, would report 24 GiB."""
+    """The tag declares a GB10's total as vLLM reads it (capabilities: device_memory_gib), and
+    this machine's GPU, asked, would report 24 GiB."""
     facts = preflight.image_facts
 
     def with_memory(tag: Tag, runtime_lock: Path | None = None) -> Any:
         image = facts(tag, runtime_lock)
-        declared = {**(image.capabilities or {}), "device_memory_gb": 128}
+        declared = {**(image.capabilities or {}), "device_memory_gib": 121.7}
         return dataclasses.replace(image, capabilities=declared)
     monkeypatch.setattr(preflight, "image_facts", with_memory)
     monkeypatch.setattr(preflight.entrypoint().checks.model_checks, "nvml_total_memory",
@@ -346,7 +347,7 @@ def test_a_misspelt_capability_in_versions_yaml_is_exit_2_with_its_line(
         f"sparkbake: error: {own_config}:{line_of(text, '      dcp_size:')}: unknown key "
         "'dcp_size' in capabilities (did you mean 'dcp_sizes'?)",
         "  -> allowed keys: dcp_sizes, images_under_dcp, prefix_cache_under_dcp, speculative, "
-        "ckv_gather, vision_mhc, model, device_memory_gb, because"]
+        "ckv_gather, vision_mhc, model, device_memory_gib, because"]
 
 
 def test_the_model_on_this_host_is_read_from_model_host_path(
@@ -358,16 +359,23 @@ def test_the_model_on_this_host_is_read_from_model_host_path(
     assert check_env(env, "3.73-vision", "--proc-sys", str(proc_sys)) == 2
     out, err = capsys.readouterr()
     assert out.splitlines()[0] == (
-        f"{env}:4: error: each rank needs 158.8 GiB, above its budget of 89.4 GiB (119.2 GiB, "
-        "the tag's device_memory_gb: 128, x GPU_MEMORY_UTILIZATION=0.75): weights 148.0 GiB "
-        "and activations ~5.8 GiB leave nothing (64.3 GiB short), and the KV cache for 1 x "
-        "1048576 tokens (MAX_NUM_SEQS unset: one, the least vLLM starts with; MAX_MODEL_LEN "
-        "unset: the model's max_position_embeddings) needs 5.1 GiB [memory-budget]")
+        f"{env}:4: error: vLLM will not start: the head has nothing (76.7 GiB short) of KV "
+        "room for one request of 1048576 tokens, which needs 5.4 GiB (121.7 GiB, the tag's "
+        "device_memory_gib: 121.7, what cudaMemGetInfo reports, x GPU_MEMORY_UTILIZATION=0.75 "
+        "= 91.3 GiB, less a non-KV share of ~168.0 GiB: weights 148.0, activations 2.8, graphs "
+        "2.0, runtime 13.2, API server 2.0) [memory-budget]")
     assert err.startswith(f"sparkbake: error: {env}: 1 preflight error(s) for "
                           "production-3.73-vision")
     four = write_env(tmp_path, env.read_text().replace("TP_SIZE=1", "TP_SIZE=4"), "4.env")
     assert check_env(four, "3.73-vision", "--proc-sys", str(proc_sys)) == 0  # 24 GiB unasked
-    assert capsys.readouterr().out == ""
+    assert capsys.readouterr().out == (
+        f"{four}: memory: head: 121.7 GiB (the tag's device_memory_gib: 121.7, what "
+        "cudaMemGetInfo reports) x 0.75 = 91.3 GiB; non-KV 56.7 GiB (weights 37.0, activations "
+        "2.5, graphs 2.0, runtime 13.2, API server 2.0); KV room 34.5 GiB: GPU KV cache size "
+        "6,704,652 tokens, 6.39x requests of 1,048,576 at once\n")
+    assert check_env(four, "3.73-vision", "--proc-sys", str(proc_sys), "--json") == 0
+    [numbers] = json.loads(capsys.readouterr().out)["memory"]
+    assert (numbers["role"], numbers["kv_tokens"], numbers["starts"]) == ("head", 6_704_652, True)
 
 
 def test_a_model_without_an_index_is_a_warning_at_its_host_path(

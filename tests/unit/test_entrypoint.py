@@ -341,15 +341,17 @@ def test_the_model_that_model_names_is_checked_before_vllm_starts(
     manifest = Path(with_capabilities(image_env)["SPARKBAKE_MANIFEST"])
     data = json.loads(manifest.read_text())
     manifest.write_text(json.dumps({**data, "capabilities": {**data["capabilities"],
-                                                             "device_memory_gb": 128}}))
+                                                             "device_memory_gib": 121.7}}))
     dsv4 = Path(__file__).parents[1] / "data" / "models" / "dsv4-flash"
     env = {**image_env, "MODEL": str(dsv4), "GPU_MEMORY_UTILIZATION": "0.75",
            "LIMIT_MM_IMAGES": "0"}  # the text checkpoint
     result = run("--print", env=env)
     assert result.returncode == 2 and result.stdout == ""
-    assert result.stderr.startswith("sparkbake preflight: error: each rank needs 158.8 GiB, "
-                                    "above its budget of 89.4 GiB (119.2 GiB, the tag's "
-                                    "device_memory_gb: 128, x GPU_MEMORY_UTILIZATION=0.75)")
+    assert result.stderr.startswith(
+        "sparkbake preflight: error: vLLM will not start: the head has nothing (76.7 GiB "
+        "short) of KV room for one request of 1048576 tokens, which needs 5.4 GiB (121.7 GiB, "
+        "the tag's device_memory_gib: 121.7, what cudaMemGetInfo reports, x "
+        "GPU_MEMORY_UTILIZATION=0.75 = 91.3 GiB")
     assert "[memory-budget]" in result.stderr
     assert run("--print", env={**env, "TP_SIZE": "4"}).returncode == 0
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from sparkbake.deploy import cluster_readout, memory_readout
 from sparkbake.deploy.memory_readout import RankMemory
@@ -16,7 +17,7 @@ GPU_LOG = ("(EngineCore pid=71) INFO 12-05 10:01:02 [gpu_worker.py:773] Availabl
 CPU_LOG = ("INFO 12-05 10:01:02 [cpu_worker.py:261] Explicitly set (1.00/15.52) GiB for KV "
            "cache on node 0.\nINFO 12-05 10:01:03 [kv_cache_utils.py:1149] CPU KV cache size: "
            "43,690 tokens, Maximum concurrency for 8,192 tokens per request: 5.33x\n")
-HEAD = {"role": "head", "requested": int(103.45 * GIB), "kv_room": int(8.4 * GIB),
+HEAD: dict[str, Any] = {"role": "head", "requested": int(103.45 * GIB), "kv_room": int(8.4 * GIB),
         "kv_tokens": 200_000, "non_kv": int(95.05 * GIB), "layout": "TP 2 on 2 node(s)"}
 
 

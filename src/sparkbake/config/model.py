@@ -120,7 +120,7 @@ class CompileCache:
 
 # what a tag's image can run (`capabilities:`); each key's default is the cautious one
 CAPABILITY_KEYS = ("dcp_sizes", "images_under_dcp", "prefix_cache_under_dcp", "speculative",
-                   "ckv_gather", "vision_mhc", "model", "device_memory_gb")
+                   "ckv_gather", "vision_mhc", "model", "device_memory_gib")
 
 
 @dataclass(frozen=True)
@@ -135,13 +135,13 @@ class Capabilities:
     ckv_gather: bool = False  # VLLM_DSV4_CKV_GATHER / _ALLOW_IMAGES on a path that reads them
     vision_mhc: bool = False  # VISION_MHC read by something in the image
     model: str | None = None  # the model family served, as vLLM names it (vllm/models/NAME)
-    device_memory_gb: float | None = None  # the GPU's memory (GB10: 128 GB, shared)
+    device_memory_gib: float | None = None  # the GPU's total as vLLM reads it (GB10: 121.7)
     because: tuple[tuple[str, str], ...] = ()  # capability key -> why not more
 
     def as_dict(self) -> dict[str, object]:
         """The JSON form the image's manifest carries and its preflight reads."""
         optional = {key: value for key, value in (("model", self.model),
-                                                  ("device_memory_gb", self.device_memory_gb))
+                                                  ("device_memory_gib", self.device_memory_gib))
                     if value is not None}
         return {"dcp_sizes": list(self.dcp_sizes), "images_under_dcp": self.images_under_dcp,
                 "prefix_cache_under_dcp": self.prefix_cache_under_dcp,

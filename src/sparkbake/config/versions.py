@@ -377,7 +377,7 @@ def _capabilities(where: Where, tag: LocatedDict) -> Capabilities:
         speculative=where.strings(spec, "speculative", NAME) if "speculative" in spec else (),
         because=_because(where, spec) if "because" in spec else (),
         model=_model(where, spec) if "model" in spec else None,
-        device_memory_gb=_memory(where, spec) if "device_memory_gb" in spec else None,
+        device_memory_gib=_memory(where, spec) if "device_memory_gib" in spec else None,
         **flags,
     )
 
@@ -392,11 +392,12 @@ def _model(where: Where, spec: LocatedDict) -> str:
 
 
 def _memory(where: Where, spec: LocatedDict) -> float:
-    memory = spec["device_memory_gb"]
+    memory = spec["device_memory_gib"]
     if type(memory) not in (int, float) or not 0 < memory < 100000:
-        raise ConfigError(f"{where(spec, 'device_memory_gb')}: capabilities device_memory_gb "
-                          f"must be the GPU's memory in GB, not {memory!r}",
-                          "write e.g. 'device_memory_gb: 128' (a GB10)")
+        raise ConfigError(f"{where(spec, 'device_memory_gib')}: capabilities device_memory_gib "
+                          f"must be the GPU's total memory in GiB as cudaMemGetInfo reports "
+                          f"it, not {memory!r}",
+                          "write e.g. 'device_memory_gib: 121.7' (a GB10)")
     return float(memory)
 
 

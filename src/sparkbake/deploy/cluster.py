@@ -26,6 +26,7 @@ from sparkbake.console.tools import step
 from sparkbake.core.folders import Folders
 from sparkbake.core.smoke_record import CheckFailed, CheckResult
 from sparkbake.deploy import cluster_readout as readout
+from sparkbake.deploy import memory_readout
 from sparkbake.deploy.nodes import Node, connect
 from sparkbake.errors import ConfigError, EngineError, SmokeError
 from sparkbake.files import atomic_write, read_json
@@ -34,8 +35,8 @@ from sparkbake.oci.docker_engine import Client
 from sparkbake.oci.engine_client import Container
 from sparkbake.smoke import cluster_files, preflight, serve_client, serving
 
-__all__ = ["Cluster", "ClusterNode", "docker_run", "down", "logs", "plan_nodes",
-           "print_commands", "start_order", "status", "up"]
+__all__ = ["Cluster", "ClusterNode", "docker_run", "down", "logs", "measurements_path",
+           "plan_nodes", "print_commands", "start_order", "status", "up"]
 
 LABEL = "dev.sparkbake.cluster"
 RANK_LABEL = "dev.sparkbake.rank"
@@ -175,6 +176,11 @@ def state_path(config: Config, tag: str) -> Path:
     return Folders.of(config).build / "clusters" / f"{tag}.json"
 
 
+def measurements_path(config: Config, tag: str) -> Path:
+    """The non-KV shares `up` measured for the tag, per layout (memory_readout)."""
+    return Folders.of(config).build / "clusters" / f"{tag}.memory.json"
+
+
 def _clients(nodes: tuple[ClusterNode, ...] | list[ClusterNode]) -> dict[str, Client]:
     clients: dict[str, Client] = {}
     for node in nodes:
@@ -204,7 +210,8 @@ def up(config: Config, tag: Tag, files: list[Path], engines: list[Node], image: 
     served = serving.Served(head.env, preflight.entrypoint().serve_command(
         {**dict(tag.env), **head.env}), None)
     results = _serve_checks(tag, cluster, served, console=console)
-    return _read_out(config, cluster, clients, served, results, healthy_after, console=console)
+    return _read_out(config, tag, cluster, clients, served, results, healthy_after,
+                     console=console)
 
 
 def print_commands(tag: Tag, files: list[Path], engines: list[Node], image: str,
@@ -335,7 +342,7 @@ def _serve_checks(tag: Tag, cluster: Cluster, served: serving.Served, *,
     return results
 
 
-def _read_out(config: Config, cluster: Cluster, clients: dict[str, Client],
+def _read_out(config: Config, tag: Tag, cluster: Cluster, clients: dict[str, Client],
               served: serving.Served, results: list[CheckResult], healthy_after: float, *,
               console: Console) -> int:
     nodes = []
@@ -346,16 +353,37 @@ def _read_out(config: Config, cluster: Cluster, clients: dict[str, Client],
         console.result(f"  KV cache, {nodes[-1].describe()}")
     acceptance = _acceptance(cluster, served.command)
     console.result(f"  acceptance: {acceptance}")
+    memory = _memory(config, tag, cluster, nodes, console=console)
     passed = sum(result.status == "passed" for result in results)
     line = readout.verdict(cluster.tag, nodes, healthy_after, passed, len(results), acceptance)
     record = {**cluster.to_json(), "healthy_after_s": round(healthy_after, 1),
               "checks": [r.to_json() for r in results], "acceptance": acceptance,
-              "kv_cache": {str(n.rank): list(n.kv_cache) for n in nodes}, "verdict": line}
+              "kv_cache": {str(n.rank): list(n.kv_cache) for n in nodes}, "memory": memory,
+              "verdict": line}
     atomic_write(state_path(config, cluster.tag), json.dumps(record, indent=2) + "\n")
     if passed != len(results):
         raise SmokeError(line, f"sparkbake logs {cluster.tag} --rank 0 shows the head's log")
     console.result(line)
     return 0
+
+
+def _memory(config: Config, tag: Tag, cluster: Cluster, nodes: list[readout.NodeReadout], *,
+            console: Console) -> dict[str, Any]:
+    """Each rank's KV room and the pool's tokens beside check-env's prediction for its file;
+    a warning for each more than 10 % away; the record's `memory` entry."""
+    ranks = []
+    for node, read in zip(cluster.nodes, nodes, strict=True):
+        role = "head" if node.rank == 0 else "worker"
+        predicted = next((figures for figures in preflight.memory_figures(tag, node.env_file)
+                          if figures["role"] == role), None)
+        room, tokens = memory_readout.parse(read.kv_cache)
+        ranks.append(memory_readout.RankMemory(node.rank, role, room, tokens, predicted))
+        console.result(f"  memory, rank {node.rank}: {memory_readout.describe(ranks[-1])}")
+    for warning in memory_readout.warnings(ranks):
+        console.notice(f"  warning: {warning}")
+    entry = memory_readout.memory_record(ranks, time.strftime("%Y-%m-%d"))
+    memory_readout.remember(measurements_path(config, tag.name), entry)
+    return entry
 
 
 def _acceptance(cluster: Cluster, command: list[str]) -> str:

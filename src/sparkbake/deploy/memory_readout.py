@@ -109,7 +109,7 @@ def _tokens(count: int | None) -> str:
 def memory_record(ranks: list[RankMemory], date: str) -> dict[str, Any]:
     """The record's `memory` entry for one layout: each rank, and the non-KV share measured
     per rank kind (the largest of a kind's ranks)."""
-    layouts = {(r.predicted or {}).get("layout") for r in ranks} - {None}
+    layouts = {str(r.predicted["layout"]) for r in ranks if r.predicted}
     shares: dict[str, int] = {}
     for rank in ranks:
         if (spent := rank.non_kv()) is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
 
@@ -14,8 +15,8 @@ from sparkbake.config.versions import Config, Tag
 from sparkbake.console.display import Console, StageRun
 from sparkbake.core.folders import Folders
 from sparkbake.core.stages import Stage
+from sparkbake.deploy import cluster, memory_readout, release_nodes, rollout
 from sparkbake.deploy import nodes as nodes_mod
-from sparkbake.deploy import release_nodes, rollout
 from sparkbake.errors import ConfigError, EngineError
 from sparkbake.fetch import thirdparty, upstream_tree
 from sparkbake.files import scratch_dir
@@ -32,11 +33,26 @@ from sparkbake.smoke import checks
 from sparkbake.smoke.cluster_files import check_files as check_env_files
 from sparkbake.smoke.preflight import check_env
 
-__all__ = ["check_env", "check_env_files", "deploy_tag", "diff_releases", "export_series",
-           "import_series",
-           "lock_tag", "patch_lint", "patch_tests", "plan_report", "publish", "rebase_check",
-           "rebuild", "registry_command", "releases_report", "smoke_tag",
-           "verify_tag"]
+__all__ = [
+    "check_env",
+    "check_env_files",
+    "deploy_tag",
+    "diff_releases",
+    "export_series",
+    "import_series",
+    "lock_tag",
+    "measured_share",
+    "patch_lint",
+    "patch_tests",
+    "plan_report",
+    "publish",
+    "rebase_check",
+    "rebuild",
+    "registry_command",
+    "releases_report",
+    "smoke_tag",
+    "verify_tag",
+]
 
 def plan_report(config: Config, tag: Tag, as_json: bool, *, settings: Settings,
                 console: Console) -> tuple[str, bool]:
@@ -280,3 +296,8 @@ def registry_command(config: Config, action: str, port: int, *, console: Console
 def _done(message: str, *, console: Console) -> int:
     console.result(message)
     return 0
+
+
+def measured_share(config: Config, tag: Tag) -> Callable[[str, str], tuple[float, str] | None]:
+    """The non-KV shares `up` measured for the tag's layouts, as check-env asks them."""
+    return memory_readout.measured_shares(cluster.measurements_path(config, tag.name))

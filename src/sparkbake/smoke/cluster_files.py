@@ -9,8 +9,12 @@ finding is one line with the file and line, and what to do.
 
 from __future__ import annotations
 
+import dataclasses
+import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from sparkbake.config import envfile
 from sparkbake.config.versions import Tag
@@ -136,20 +140,27 @@ def _addresses(files: list[envfile.EnvFile], envs: list[dict[str, str]]) -> list
 
 def check_files(tag: Tag, paths: list[Path], proc_sys: Path, show: bool,
                 runtime_lock: Path | None = None, *, console: Console,
-                image: str | None = None) -> int:
+                image: str | None = None, json_out: bool = False,
+                measured: Callable[[str, str], Any] | None = None) -> int:
     """check-env of each file, then of them together; ConfigError (exit 2) naming the files
-    with errors when there are any."""
+    with errors when there are any. json_out: each file's answer as JSON (one document each,
+    then the findings between them as one more)."""
     failed = []
     for path in paths:
         try:
-            preflight.check_env(tag, path, proc_sys, show, runtime_lock, console=console)
+            preflight.check_env(tag, path, proc_sys, show, runtime_lock, console=console,
+                                json_out=json_out, measured=measured)
         except ConfigError as exc:
-            print(f"{exc.message}", flush=True)
+            if not json_out:
+                print(f"{exc.message}", flush=True)
             failed.append(str(path))
     together = check(tag, [envfile.read(path) for path in paths], image) if len(paths) > 1 \
         else []
-    for finding in together:
-        print(finding.lines())
+    if json_out:
+        print(json.dumps({"together": [dataclasses.asdict(f) for f in together]}))
+    else:
+        for finding in together:
+            print(finding.lines())
     if failed or together:
         parts = ([f"{len(failed)} of {len(paths)} file(s) with preflight errors"] if failed
                  else []) + ([f"{len(together)} error(s) between the files"] if together else [])

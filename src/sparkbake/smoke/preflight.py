@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import json
 import re
 import shlex
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -24,8 +26,9 @@ from sparkbake.config.versions import Tag
 from sparkbake.console.display import Console
 from sparkbake.errors import ConfigError
 
-__all__ = ["check_env", "entrypoint", "evaluate", "hf_snapshot", "host_model_dir",
-           "image_facts", "locked_distributions", "model_checks_skipped", "node_env", "report"]
+__all__ = ["as_json", "check_env", "entrypoint", "evaluate", "hf_snapshot", "host_model_dir",
+           "image_facts", "locked_distributions", "memory_figures", "memory_line",
+           "model_checks_skipped", "node_env", "report"]
 
 MODULE = "sparkbake_image_entrypoint"
 LOCKED = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==", re.MULTILINE)
@@ -113,12 +116,26 @@ def tag_memory_only() -> None:
 def evaluate(tag: Tag, env_file: envfile.EnvFile, proc_sys: Path,
              runtime_lock: Path | None = None) -> list[Any]:
     """The preflight findings for this node's file on this tag, in the rules' order."""
+    return list(_checks(tag, env_file, proc_sys, runtime_lock)[0])
+
+
+def _checks(tag: Tag, env_file: envfile.EnvFile, proc_sys: Path,
+            runtime_lock: Path | None = None,
+            measured: Callable[[str, str], Any] | None = None
+            ) -> tuple[list[Any], list[dict[str, Any]]]:
+    """The findings and the memory figures of each rank kind of the file's layout."""
     image = entrypoint()
     env = image.effective_env(node_env(tag, env_file))
-    return list(image.checks.check(env, series=tag.series, proc_sys=proc_sys,
-                                   known=[name for name, _ in tag.env],
-                                   image=image_facts(tag, runtime_lock),
-                                   model_dir=host_model_dir(env), gpu_memory=tag_memory_only))
+    args = dict(series=tag.series, proc_sys=proc_sys, image=image_facts(tag, runtime_lock),
+                model_dir=host_model_dir(env), gpu_memory=tag_memory_only, measured=measured)
+    findings = image.checks.check(env, known=[name for name, _ in tag.env], **args)
+    rules = image.checks.load_rules()
+    return findings, image.checks.memory(image.checks.context(env, rules, **args))
+
+
+def memory_figures(tag: Tag, path: Path) -> list[dict[str, Any]]:
+    """The memory figures of each rank kind of a node's file (images/memory_budget.py)."""
+    return _checks(tag, envfile.read(path), Path("/proc/sys"))[1]
 
 
 def report(env_file: envfile.EnvFile, findings: list[Any]) -> list[str]:
@@ -129,19 +146,30 @@ def report(env_file: envfile.EnvFile, findings: list[Any]) -> list[str]:
     return lines + [finding.lines(f"{env_file.where(finding.at)}: ") for finding in findings]
 
 
+def as_json(env_file: envfile.EnvFile, tag: Tag, findings: list[Any],
+            memory: list[dict[str, Any]]) -> dict[str, Any]:
+    """check-env's answer for one file as data (--json)."""
+    return {"file": str(env_file.path), "tag": tag.name,
+            "passes": not any(f.level == "error" for f in findings),
+            "findings": [{"rule": f.rule, "level": f.level, "message": f.message,
+                          "reason": f.reason, "where": env_file.where(f.at)} for f in findings],
+            "memory": memory}
+
+
 def check_env(tag: Tag, path: Path, proc_sys: Path, show: bool,
-              runtime_lock: Path | None = None, *, console: Console) -> int:
-    """Print the findings; raise ConfigError (exit 2) when one is an error. runtime_lock:
-    the tag's, which says what the image has installed (the backends' packages)."""
+              runtime_lock: Path | None = None, *, console: Console, json_out: bool = False,
+              measured: Callable[[str, str], Any] | None = None) -> int:
+    """Print the findings, and each rank kind's memory figures when the file passes; raise
+    ConfigError (exit 2) when one is an error. runtime_lock: the tag's, which says what the
+    image has installed (the backends' packages); json_out: one JSON document instead;
+    measured: the non-KV share `up` measured for this layout (model_checks.Node)."""
     env_file = envfile.read(path)
-    findings = evaluate(tag, env_file, proc_sys, runtime_lock)
-    for line in report(env_file, findings):
-        print(line)
-    skipped = model_checks_skipped(entrypoint().effective_env(node_env(tag, env_file)))
-    if skipped:
-        console.detail(f"check-env: the model checks were skipped: {skipped}; set MODEL_HOST_PATH "
-             "to the model's folder on this host (or its Hugging Face cache folder)")
+    findings, memory = _checks(tag, env_file, proc_sys, runtime_lock, measured)
     errors = [f for f in findings if f.level == "error"]
+    if json_out:
+        print(json.dumps(as_json(env_file, tag, findings, memory), indent=2))
+    else:
+        _print_text(tag, env_file, findings, [] if errors else memory, console)
     if errors:
         raise ConfigError(f"{path}: {len(errors)} preflight error(s) for {tag.name}",
                           "fix them: the image's entrypoint refuses to start vllm with them")
@@ -150,3 +178,21 @@ def check_env(tag: Tag, path: Path, proc_sys: Path, show: bool,
     warnings = len(findings) + len(env_file.repeated)
     console.detail(f"check-env: {path} passes for {tag.name} ({warnings} warning(s))")
     return 0
+
+
+def memory_line(numbers: dict[str, Any]) -> str:
+    """One rank kind's memory figures in one line (images/memory_budget.py)."""
+    line: str = entrypoint().checks.model_checks.memory_budget.line(numbers)
+    return line
+
+
+def _print_text(tag: Tag, env_file: envfile.EnvFile, findings: list[Any],
+                memory: list[dict[str, Any]], console: Console) -> None:
+    for line in report(env_file, findings):
+        print(line)
+    for numbers in memory:
+        print(f"{env_file.path}: memory: {memory_line(numbers)}")
+    skipped = model_checks_skipped(entrypoint().effective_env(node_env(tag, env_file)))
+    if skipped:
+        console.detail(f"check-env: the model checks were skipped: {skipped}; set MODEL_HOST_PATH "
+             "to the model's folder on this host (or its Hugging Face cache folder)")
