@@ -21,7 +21,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-GIB = 1 << 30
 BLOCK = 256  # the entrypoint's --block-size: the compressed caches' block
 SWA_BLOCK = 64  # DeepseekV4SWACache's block
 STATE_BLOCKS = {4: 4, 128: 8}  # CompressorStateCache's block per compress ratio
@@ -222,10 +221,10 @@ class _Bucket:
         return max(self.pages.values())
 
 
-def _buckets(layer_caches: list[Cache]) -> list[_Bucket]:
+def _buckets(every: list[Cache]) -> list[_Bucket]:
     """The layers bucketed by type, in the order their first layer comes."""
     found: dict[tuple[int, int | None], list[Cache]] = {}
-    for cache in layer_caches:
+    for cache in every:
         found.setdefault(cache.kind, []).append(cache)
     buckets = []
     for kind in found.values():
@@ -257,11 +256,11 @@ def _split(buckets: list[_Bucket]) -> list[int]:
     return [_cdiv(b.repeats, per_group) if b.balanced else 1 for b in buckets]
 
 
-def groups(layer_caches: list[Cache], layout: Layout) -> list[Group]:
+def groups(every: list[Cache], layout: Layout) -> list[Group]:
     """The KV cache groups as vLLM forms them for a block-outermost layout
     (get_kv_cache_groups -> _get_packed_kv_cache_groups): a split bucket deals its pattern
     repeats to its groups in turn."""
-    made, buckets = [], _buckets(layer_caches)
+    made, buckets = [], _buckets(every)
     for bucket, parts in zip(buckets, _split(buckets), strict=True):
         blocks = max(cache.blocks(layout) for cache in bucket.caches)
         for part in range(parts):
@@ -347,7 +346,5 @@ def plan(config: Mapping[str, Any], layout: Layout) -> KvPlan | None:
     another model, or a config whose caches this model does not know."""
     if text_config(config).get("model_type", config.get("model_type")) != "deepseek_v4":
         return None
-    layer_caches = caches(config, layout.dspark)
-    if layer_caches is None:
-        return None
-    return KvPlan(layout, tuple(groups(layer_caches, layout)))
+    every = caches(config, layout.dspark)
+    return None if every is None else KvPlan(layout, tuple(groups(every, layout)))
