@@ -49,6 +49,7 @@ from smoke_common import (
 from smoke_entry import check_entrypoint_print, check_preflight_rejects
 from smoke_gpu import check_gpu, check_gpu_capability, check_gpu_op
 from smoke_jit import check_asked, check_jit_toolchain
+from smoke_kv import check_kv_plan
 from smoke_layers import check_layer_weights
 from smoke_roles import check_node_roles
 from smoke_vllm import check_vllm_serve_args
@@ -308,6 +309,7 @@ CHECKS: list[tuple[str, Check]] = [
     ("node-roles", check_node_roles),
     ("backend-capability", check_backend_capability),
     ("layer-weights", check_layer_weights),
+    ("kv-plan", check_kv_plan),
     ("preflight-rejects", check_preflight_rejects),
     ("gpu", check_gpu),
     ("gpu-capability", check_gpu_capability),

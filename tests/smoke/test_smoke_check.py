@@ -173,7 +173,8 @@ def test_a_matching_image_passes(image: FakeImage) -> None:
         "vllm-import": "skipped", "patched-files": "passed", "kernels": "passed",
         "asked": "skipped", "jit-toolchain": "skipped", "entrypoint-print": "passed",
         "vllm-serve-args": "skipped", "node-roles": "skipped", "backend-capability": "skipped",
-        "preflight-rejects": "passed", "layer-weights": "skipped", "gpu": "skipped",
+        "preflight-rejects": "passed", "layer-weights": "skipped", "kv-plan": "skipped",
+        "gpu": "skipped",
         "gpu-capability": "skipped", "gpu-op": "skipped"}
     assert "smokekern 0.1.0" in checks["wheels-import"]["detail"]
     assert checks["patched-files"]["detail"] == (
