@@ -57,15 +57,19 @@ class Layout:
             value = getattr(self, name)
             if type(value) is not int or value < 1:
                 raise ValueError(f"{name} must be a positive integer, not {value!r}")
+        if self.dcp_size > 1:
+            raise ValueError("dcp_size > 1: vLLM asserts on DeepSeek-V4's sliding-window caches "
+                             "under DCP (SlidingWindowSpec.max_memory_usage_bytes), and the "
+                             "full-attention model here splits no cache over DCP ranks")
+
+    def deepseek_v4(self) -> None:
+        """What DeepSeek-V4's caches take; ValueError naming what they do not."""
         if self.block_size != BLOCK:
             raise ValueError(f"block_size {self.block_size}: only the entrypoint's {BLOCK} is "
                              "modelled (DeepSeek-V4's indexer kernels take 256-token blocks)")
         if self.kv_cache_dtype not in FP8_DTYPES:
             raise ValueError(f"kv_cache_dtype {self.kv_cache_dtype!r}: DeepSeek-V4's fp8_ds_mla "
                              "layout on SM12x takes only fp8 (vLLM refuses it too)")
-        if self.dcp_size > 1:
-            raise ValueError("dcp_size > 1: vLLM asserts on DeepSeek-V4's sliding-window caches "
-                             "under DCP (SlidingWindowSpec.max_memory_usage_bytes)")
 
     @property
     def in_flight(self) -> int:
@@ -342,9 +346,43 @@ class KvPlan:
 
 
 def plan(config: Mapping[str, Any], layout: Layout) -> KvPlan | None:
-    """vLLM's KV cache plan of DeepSeek-V4 (config.json's mapping) for this layout; None for
-    another model, or a config whose caches this model does not know."""
-    if text_config(config).get("model_type", config.get("model_type")) != "deepseek_v4":
-        return None
-    every = caches(config, layout.dspark)
+    """vLLM's KV cache plan of DeepSeek-V4, or of a model whose every layer is full
+    attention (config.json's mapping), for this layout; None for another model, or a config
+    whose caches this model does not know. ValueError: a layout DeepSeek-V4 does not take."""
+    if text_config(config).get("model_type", config.get("model_type")) == "deepseek_v4":
+        layout.deepseek_v4()
+        every = caches(config, layout.dspark)
+    else:
+        every = full_attention_caches(config, layout)
     return None if every is None else KvPlan(layout, tuple(groups(every, layout)))
+
+
+# --- a model of full attention only ----------------------------------------------------------
+
+DTYPE_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2, "fp8": 1,
+               "fp8_e4m3": 1, "fp8_e5m2": 1}
+SLIDING_KEYS = ("sliding_window", "attention_chunk_size", "layer_types")
+
+
+def full_attention_caches(config: Mapping[str, Any], layout: Layout) -> list[Cache] | None:
+    """Every layer's FullAttentionSpec (vllm/model_executor/layers/attention/attention.py):
+    a page holds block_size tokens of K and V for the rank's KV heads (the heads split over
+    TP, a head replicated where there are fewer than ranks), in the cache dtype (`auto`: the
+    model's). None for a config with sliding windows, chunked attention or layer types,
+    whose specs differ, or without the sizes."""
+    text = text_config(config)
+    if any(text.get(key) for key in SLIDING_KEYS):
+        return None
+    sizes = _ints(text, "num_hidden_layers", "num_attention_heads", "hidden_size")
+    if sizes is None:
+        return None
+    layers, heads, hidden = sizes
+    kv_heads = (_ints(text, "num_key_value_heads") or [heads])[0]
+    head_dim = (_ints(text, "head_dim") or [hidden // heads])[0]
+    dtype = layout.kv_cache_dtype if layout.kv_cache_dtype != "auto" else \
+        str(text.get("torch_dtype") or text.get("dtype") or "bfloat16")
+    if dtype not in DTYPE_BYTES:
+        return None
+    page = layout.block_size * max(1, kv_heads // layout.tp_size) * 2 * head_dim * \
+        DTYPE_BYTES[dtype]
+    return [Cache("full attention", layout.block_size, page)] * layers

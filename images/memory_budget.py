@@ -27,8 +27,9 @@ from typing import Any, Literal, Protocol
 
 GIB = 1 << 30
 Role = Literal["head", "worker"]
-# why a plan may be unknown: kv_plan.py models DeepSeek-V4 only, at DCP 1 (vLLM refuses more)
-UNPLANNED = "the KV cache is modelled for DeepSeek-V4 at DCP 1 only"
+# why a plan may be unknown: kv_plan.py models DeepSeek-V4 (which vLLM refuses at DCP > 1) and
+# models of full attention only
+UNPLANNED = "the KV cache is modelled for DeepSeek-V4 and full-attention models at DCP 1"
 
 
 class KvPlan(Protocol):
@@ -80,6 +81,7 @@ class Share:
     api_server: float
     measured: str = ""
     measured_total: float | None = None
+    weighed: bool = True  # False: the weights' size is not known (no index), 0 here
 
     @property
     def total(self) -> float:
@@ -94,7 +96,8 @@ class Share:
         named = [("weights", self.weights), ("activations", self.activations),
                  ("graphs", self.cuda_graphs), ("runtime", self.runtime),
                  ("API server", self.api_server)]
-        return ", ".join(f"{name} {gib(size)}" for name, size in named if size)
+        parts = [f"{name} {gib(size)}" for name, size in named if size]
+        return ", ".join(parts if self.weighed else ["weights not known", *parts])
 
 
 @dataclass(frozen=True)
@@ -178,7 +181,7 @@ def line(numbers: Mapping[str, Any]) -> str:
     elif numbers["kv_tokens"] is None:
         kv = f"KV cache size not known ({UNPLANNED})"
     else:
-        kv = (f"GPU KV cache size {numbers['kv_tokens']:,} tokens, "
+        kv = (f"KV cache size {numbers['kv_tokens']:,} tokens, "
               f"{numbers['concurrency']:.2f}x requests of {numbers['max_model_len']:,} at once"
               + (f" (MAX_NUM_SEQS={numbers['max_num_seqs']})" if numbers["max_num_seqs"] else ""))
     total = f"{gib(numbers['total'])} GiB ({numbers['total_source']})" if numbers["total"] \

@@ -160,6 +160,8 @@ class Layout:
     nodes: int = 1  # NNODES: more than one, the head carries the API server, workers not
     dcp_size: int = 1
     pin: int | None = None  # KV_CACHE_MEMORY_BYTES
+    block_size: int = 256  # the entrypoint's --block-size, or SERVE_EXTRA_ARGS' last
+    kv_cache_dtype: str = "fp8"  # the entrypoint's --kv-cache-dtype, or SERVE_EXTRA_ARGS' last
 
 
 def expert_parallel(args: list[str]) -> bool:
@@ -698,15 +700,16 @@ def kv_planner(node: Node) -> Callable[..., Any]:
     """vLLM's planner for this node's layout at a max_model_len (kv_plan.py); it gives None
     for a model or a layout whose cache specs are not modelled (vLLM refuses DeepSeek-V4 at
     DCP > 1: dcp-size-unsupported says so)."""
-    config, layout = node.deepseek_v4(), node.layout
+    config, layout = (node.model.config if node.model else None), node.layout
 
     def plan_at(context: int, batched: int | None = None) -> Any:
-        if config is None:
+        if not config:
             return None
         try:
             return kv_plan.plan(config, kv_plan.Layout(
                 max_model_len=context, tp_size=layout.tp_size, dcp_size=layout.dcp_size,
-                dspark=layout.dspark,
+                dspark=layout.dspark, block_size=layout.block_size,
+                kv_cache_dtype=layout.kv_cache_dtype,
                 max_num_batched_tokens=batched or layout.max_num_batched_tokens or
                 DEFAULT_BATCHED))
         except ValueError:
@@ -718,12 +721,12 @@ def rank_share(node: Node, role: str, calibration: Any) -> Any:
     """The rank's non-KV share: the model's, or the one `up` measured for this layout."""
     measured = node.measured(role, layout_key(node)) if node.measured else None
     if measured is not None:
-        total, when = measured
-        return memory_budget.Share(0, 0, 0, 0, 0, measured=when, measured_total=total)
-    assert node.model is not None and node.model.total_size is not None
-    layout, config = node.layout, node.deepseek_v4() or {}
+        spent, when = measured
+        return memory_budget.Share(0, 0, 0, 0, 0, measured=when, measured_total=spent)
+    assert node.model is not None
+    layout, config, total = node.layout, node.deepseek_v4() or {}, node.model.total_size
     return memory_budget.Share(
-        weights=node.model.total_size / layout.tp_size,
+        weights=0.0 if total is None else total / layout.tp_size, weighed=total is not None,
         activations=activations(config, layout.tp_size, context_of(node),
                                 layout.max_num_batched_tokens or DEFAULT_BATCHED),
         cuda_graphs=calibration.cuda_graphs, runtime=calibration.runtime,
@@ -740,10 +743,10 @@ def layout_key(node: Node) -> str:
 
 def node_ranks(node: Node) -> list[Any] | None:
     """The budget of each kind of rank of the layout (the head, and a worker where there
-    are more nodes); None without the weights' size, or without the device memory where the
-    pool is not pinned."""
+    are more nodes); None without a model, or where the pool is not pinned, without the
+    weights' size or the device memory."""
     model, device, layout = node.model, node.device, node.layout
-    if model is None or model.total_size is None or (device is None and layout.pin is None):
+    if model is None or (layout.pin is None and (model.total_size is None or device is None)):
         return None
     calibration = memory_budget.Calibration.of(node.memory)
     roles = ["head"] if layout.nodes <= 1 else ["head", "worker"]
@@ -867,7 +870,7 @@ def pin_problems(node: Node) -> list[Problem]:
     floor = calibration.floor * rank.total + calibration.min_free
     most = int(rank.total - floor - rank.share.total)
     fields = {"pin": gib(pin), "footprint": gib(rank.footprint), "floor": gib(floor)}
-    if device is not None and rank.footprint + floor > device.total:
+    if device is not None and rank.share.weighed and rank.footprint + floor > device.total:
         return [{**_rank_fields(node, rank, device), **fields, "problem": (
             f"and the {rank.role}'s non-KV share of ~{gib(rank.share.total)} GiB hold "
             f"{gib(rank.footprint)} GiB of the {gib(device.total)} GiB ({device.source}), "

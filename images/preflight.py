@@ -252,6 +252,8 @@ class Context:
             linear_backend=normal_backend("linear", self.env.get("LINEAR_BACKEND") or "auto"),
             images_per_prompt=self._images_per_prompt(), nodes=self.value("NNODES"),
             dcp_size=self.value("DCP_SIZE"), pin=self._pin(),
+            block_size=_positive(last_option(args, "--block-size")) or 256,
+            kv_cache_dtype=last_option(args, "--kv-cache-dtype") or "fp8",
             **{field: self._given_int(name) for field, name in SIZES.items()})
 
     def _pin(self) -> int | None:
@@ -547,6 +549,22 @@ def check_roles(ctx: Context, rule: Mapping[str, Any]) -> list[Finding]:
     extra = {"options": " ".join(options)}
     return [_finding(rule, ctx.render(rule["message"], extra), "SERVE_EXTRA_ARGS",
                      reason=ctx.render(rule["reason"], extra))]
+
+
+def _positive(text: str | None) -> int | None:
+    return int(text) if text and INT.fullmatch(text) and int(text) > 0 else None
+
+
+def last_option(args: list[str], name: str) -> str | None:
+    """The value of an option's last occurrence in vllm serve arguments (vLLM keeps the
+    last), as `--name VALUE` or `--name=VALUE`; None when absent."""
+    found = None
+    for i, arg in enumerate(args):
+        if arg == name and i + 1 < len(args):
+            found = args[i + 1]
+        elif arg.startswith(f"{name}="):
+            found = arg.split("=", 1)[1]
+    return found
 
 
 def check_model(ctx: Context, rule: Mapping[str, Any]) -> list[Finding]:

@@ -371,7 +371,7 @@ def test_the_model_on_this_host_is_read_from_model_host_path(
     assert capsys.readouterr().out == (
         f"{four}: memory: head: 121.7 GiB (the tag's device_memory_gib: 121.7, what "
         "cudaMemGetInfo reports) x 0.75 = 91.3 GiB; non-KV 56.7 GiB (weights 37.0, activations "
-        "2.5, graphs 2.0, runtime 13.2, API server 2.0); KV room 34.5 GiB: GPU KV cache size "
+        "2.5, graphs 2.0, runtime 13.2, API server 2.0); KV room 34.5 GiB: KV cache size "
         "6,704,652 tokens, 6.39x requests of 1,048,576 at once\n")
     assert check_env(four, "3.73-vision", "--proc-sys", str(proc_sys), "--json") == 0
     [numbers] = json.loads(capsys.readouterr().out)["memory"]

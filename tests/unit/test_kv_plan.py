@@ -132,13 +132,44 @@ def test_the_longest_context_vllm_s_refusal_names(context: int, available: int,
 @pytest.mark.parametrize(("change", "why"), [
     ({"max_model_len": 0}, "max_model_len must be a positive integer"),
     ({"tp_size": 0}, "tp_size must be"), ({"max_num_batched_tokens": -5}, "must be"),
-    ({"block_size": 128}, "only the entrypoint's 256"),
-    ({"kv_cache_dtype": "bfloat16"}, "takes only fp8"),
     ({"dcp_size": 2}, "asserts on DeepSeek-V4's sliding-window caches under DCP"),
 ])
 def test_layouts_vllm_would_not_plan_are_refused(change: dict[str, Any], why: str) -> None:
     with pytest.raises(ValueError, match=why):
         kv_plan.Layout(**{"max_model_len": 163840, **change})
+
+
+@pytest.mark.parametrize(("change", "why"), [
+    ({"block_size": 128}, "only the entrypoint's 256"),
+    ({"kv_cache_dtype": "bfloat16"}, "takes only fp8")])
+def test_layouts_deepseek_v4_does_not_take_are_refused(change: dict[str, Any], why: str) -> None:
+    with pytest.raises(ValueError, match=why):
+        kv_plan.plan(FLASH, kv_plan.Layout(**{"max_model_len": 163840, **change}))
+
+
+# the CPU suite's tiny Llama (tests/tiny_model.py): 2 layers, 1 KV head of 64, bfloat16
+TINY = {"model_type": "llama", "num_hidden_layers": 2, "num_attention_heads": 2,
+        "num_key_value_heads": 1, "hidden_size": 128, "head_dim": 64, "torch_dtype": "bfloat16"}
+
+
+def test_a_full_attention_model_has_one_group_of_its_layers() -> None:
+    """FullAttentionSpec: block x KV heads per rank x (K + V) x head_dim x dtype a page, one
+    group of every layer; at TP 2 the one KV head is replicated, not split."""
+    layout = kv_plan.Layout(8192, tp_size=2, block_size=128, kv_cache_dtype="auto")
+    plan = kv_plan.plan(TINY, layout)
+    assert plan is not None
+    assert plan.block_bytes == 2 * 128 * 1 * 2 * 64 * 2  # 65,536 B: both layers' pages
+    assert plan.request_blocks == 64  # 8192 / 128
+    assert plan.tokens(1 << 30) == 2_097_152 and plan.concurrency(1 << 30) == 256.0
+    fp8 = kv_plan.plan(TINY, kv_plan.Layout(8192, block_size=128, kv_cache_dtype="fp8"))
+    assert fp8 is not None and fp8.block_bytes == plan.block_bytes // 2
+
+
+@pytest.mark.parametrize("change", [{"sliding_window": 4096}, {"layer_types": ["full"]},
+                                    {"torch_dtype": "int4"}, {"hidden_size": None}])
+def test_a_model_with_other_specs_has_no_full_attention_plan(change: dict[str, Any]) -> None:
+    layout = kv_plan.Layout(8192, block_size=128, kv_cache_dtype="auto")
+    assert kv_plan.plan({**TINY, **change}, layout) is None
 
 
 @pytest.mark.parametrize("config", [

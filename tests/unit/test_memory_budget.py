@@ -85,7 +85,7 @@ def test_a_passing_file_gets_its_figures_per_rank_kind(sysctls: Path) -> None:
     line = model_checks.memory_budget.line
     assert line(numbers["head"]) == (
         "head: 121.7 GiB (NVML) x 0.75 = 91.3 GiB; non-KV 56.7 GiB (weights 37.0, activations "
-        "2.5, graphs 2.0, runtime 13.2, API server 2.0); KV room 34.5 GiB: GPU KV cache size "
+        "2.5, graphs 2.0, runtime 13.2, API server 2.0); KV room 34.5 GiB: KV cache size "
         "1,770,189 tokens, 4.50x requests of 393,216 at once (MAX_NUM_SEQS=8)")
     assert numbers["worker"]["kv_room"] - numbers["head"]["kv_room"] == 2 * GIB
     assert numbers["worker"]["kv_tokens"] == numbers["head"]["kv_tokens"]
