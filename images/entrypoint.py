@@ -233,10 +233,11 @@ def preflight(env: Env) -> int:
         print(f"{PREFIX}warning: no image manifest; the checks of the tag's series are skipped",
               file=sys.stderr)
     series = [s["name"] for s in manifest.get("series", [])] if manifest else None
-    findings = checks.check(effective_env(env), series=series,
-                            proc_sys=env.get("SPARKBAKE_PROC_SYS") or "/proc/sys",
-                            known=(manifest or {}).get("env", {}), image=image_facts(manifest),
-                            model_dir=env.get("MODEL") or None)
+    node = effective_env(env)
+    args: dict[str, Any] = dict(series=series, image=image_facts(manifest),
+                                proc_sys=env.get("SPARKBAKE_PROC_SYS") or "/proc/sys",
+                                model_dir=env.get("MODEL") or None)
+    findings = checks.check(node, known=(manifest or {}).get("env", {}), **args)
     for finding in findings:
         print(finding.lines(PREFIX), file=sys.stderr)
     errors = checks.errors(findings)
@@ -244,7 +245,18 @@ def preflight(env: Env) -> int:
         print(f"{PREFIX}refusing to start vllm: {len(errors)} error(s); fix the environment, "
               "or set SPARKBAKE_PREFLIGHT=0 to skip these checks", file=sys.stderr)
         return 2
+    print_memory(node, args)
     return 0
+
+
+def print_memory(node: Env, args: dict[str, Any]) -> None:
+    """This node's memory figures, before vLLM logs its own (memory_budget.line)."""
+    role = "head" if node.get("NODE_RANK", node.get("RANK", "0")) in ("", "0") else "worker"
+    context = checks.context(node, checks.load_rules(), **args)
+    for numbers in checks.memory(context):
+        if numbers["role"] == role:
+            print(f"{PREFIX}memory: {checks.model_checks.memory_budget.line(numbers)}",
+                  file=sys.stderr)
 
 
 def describe_image(env: Env) -> int:

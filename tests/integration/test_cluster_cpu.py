@@ -92,6 +92,15 @@ def test_up_serves_through_the_head_and_reads_out_each_rank(
         assert "KV cache, rank 0: " in output and "KV cache, rank 1: " in output
         assert f"{TAG}: up on 2 node(s)" in output and "serve checks 4/4 passed" in output
         assert "acceptance: none (the tag does not speculate here)" in output
+        # each rank's KV cache beside check-env's prediction for its file, and recorded
+        ranks = {rank["rank"]: rank for rank in record["memory"]["ranks"]}
+        assert ranks[0]["kv_room"] == ranks[0]["predicted_kv_room"] == 1 << 30  # pinned
+        assert ranks[1]["kv_room"] == ranks[1]["predicted_kv_room"] == 1 << 30
+        assert ranks[0]["kv_tokens"] == ranks[0]["predicted_kv_tokens"], ranks[0]
+        assert "memory, rank 0: KV room 1.00 GiB (predicted 1.00 GiB)" in output
+        assert "away from the predicted" not in output
+        kept = json.loads((REPO / "build" / "clusters" / f"{TAG}.memory.json").read_text())
+        assert kept[record["memory"]["layout"]]["ranks"] == record["memory"]["ranks"]
 
         status = sparkbake("status", TAG)
         assert status.returncode == 0, status.stdout + status.stderr

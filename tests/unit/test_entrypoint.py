@@ -353,7 +353,11 @@ def test_the_model_that_model_names_is_checked_before_vllm_starts(
         "the tag's device_memory_gib: 121.7, what cudaMemGetInfo reports, x "
         "GPU_MEMORY_UTILIZATION=0.75 = 91.3 GiB")
     assert "[memory-budget]" in result.stderr
-    assert run("--print", env={**env, "TP_SIZE": "4"}).returncode == 0
+    four = run("--print", env={**env, "TP_SIZE": "4"})
+    assert four.returncode == 0
+    # what the node will get, in its log before vLLM's own lines
+    assert "sparkbake preflight: memory: head: 121.7 GiB (the tag's device_memory_gib: 121.7, " \
+           "what cudaMemGetInfo reports) x 0.75 = 91.3 GiB; non-KV 56.7 GiB" in four.stderr
 
 
 def test_rank_stands_for_an_unset_node_rank() -> None:
