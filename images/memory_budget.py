@@ -166,7 +166,7 @@ def figures(rank: Rank, context: int, source: str, pool: float,
             "requested": rank.requested if rank.pin is None else None,
             "non_kv": int(rank.share.total), "non_kv_parts": rank.share.parts(),
             "measured": rank.share.measured or None, "kv_room": int(rank.room),
-            "request_bytes": plan.least_available if plan else None,
+            "needed_kv_room": plan.least_available if plan else None,  # a request + null block
             "kv_tokens": plan.tokens(blocks) if plan else None,
             "concurrency": round(plan.concurrency(blocks), 2) if plan else None,
             "max_model_len": context, "max_num_seqs": sequences, "starts": rank.starts}

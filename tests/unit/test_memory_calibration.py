@@ -72,7 +72,7 @@ def test_the_pair_figures_bound_the_api_server_share_and_the_fit_sits_inside(
     proc_sys = write_sysctls(tmp_path)
     at = {u: lands(BY_ID[f"pair-{u}"], proc_sys) for u in ("0.75", "0.82")}
     head, worker = at["0.82"]["head"], at["0.82"]["worker"]
-    least = head["request_bytes"] - head["kv_room"]  # the head's room is short by this
+    least = head["needed_kv_room"] - head["kv_room"]  # the head's room is short by this
     most = -at["0.75"]["worker"]["kv_room"] + (head["non_kv"] - worker["non_kv"])
     assert least <= head["non_kv"] - worker["non_kv"] <= most
     assert (round(least / GIB, 1), round(most / GIB, 1)) == (1.2, 2.8)
