@@ -16,13 +16,14 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from sparkbake.config import versions
 from sparkbake.core.smoke_record import CheckFailed
 from sparkbake.oci import docker_engine
-from sparkbake.smoke import sample_envs, serve_client, serving
+from sparkbake.smoke import preflight, sample_envs, serve_client, serving
 from tests import cpu_image, heldout_model
 from tests.cpu_image import sparkbake
 from tests.tiny_model import make
@@ -71,8 +72,9 @@ def test_a_model_nobody_here_chose_passes_every_serve_check_at_its_own_length(
 @pytest.mark.parametrize(("preflight", "said"), [
     ("1", "sparkbake preflight: error: MAX_MODEL_LEN=8192 is above the 4096 tokens vLLM takes "
           "for the model in /model (n_positions 4096) [max-model-len-above-model]"),
+    # vLLM reads GPT-2's n_positions through transformers' alias max_position_embeddings
     ("0", "Value error, User-specified max_model_len (8192) is greater than the derived "
-          "max_model_len (n_positions=4096"),
+          "max_model_len (max_position_embeddings=4096.0 or model_max_length=None"),
 ])
 def test_the_suites_length_forced_on_it_fails_with_the_refusals_own_line(
         built: str, tmp_path: Path, preflight: str, said: str) -> None:
@@ -90,6 +92,55 @@ def test_the_suites_length_forced_on_it_fails_with_the_refusals_own_line(
     assert status == "failed" and detail.startswith(
         "the server stopped before it was healthy: container exited with "), detail
     assert said in detail, detail
+
+
+LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 128,
+         "intermediate_size": 256, "num_hidden_layers": 2, "num_attention_heads": 2,
+         "num_key_value_heads": 1, "head_dim": 64, "vocab_size": 320,
+         "max_position_embeddings": 4096, "rope_theta": 10000.0}
+LENGTHS: dict[str, dict[str, Any]] = {  # configs whose lengths vLLM derives each its way
+    "llama": LLAMA,
+    "seq-length": {**LLAMA, "seq_length": 2048},
+    "linear": {**LLAMA, "rope_scaling": {"type": "linear", "factor": 4.0}},
+    "dynamic": {**LLAMA, "rope_scaling": {"rope_type": "dynamic", "factor": 2.5}},
+    "parameters": {**LLAMA, "rope_parameters": {"rope_type": "linear", "factor": 2.0,
+                                                "rope_theta": 10000.0}},
+    "yarn": {**LLAMA, "rope_scaling": {"rope_type": "yarn", "factor": 4.0,
+                                       "original_max_position_embeddings": 1024}},
+    "llama3": {**LLAMA, "rope_scaling": {"rope_type": "llama3", "factor": 8.0,
+                                         "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                         "original_max_position_embeddings": 1024}},
+    "command-r": {**LLAMA, "architectures": ["CohereForCausalLM"], "model_type": "cohere",
+                  "max_position_embeddings": 8192, "model_max_length": 16384},
+}
+DERIVE = """import json, sys
+from vllm.config import ModelConfig
+print(json.dumps({f: ModelConfig(model=f).max_model_len for f in sys.argv[1:]}))
+"""
+
+
+def test_the_preflights_length_is_the_one_vllm_derives_in_the_image(
+        built: str, docker_client: docker_engine.Client, tmp_path: Path) -> None:
+    """model_checks.model_length against the image's own vLLM: ModelConfig's max_model_len
+    when none is given is the length it derives."""
+    heldout = heldout_model.make(tmp_path / "gpt2")
+    for name, config in LENGTHS.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(json.dumps(config))
+        for tokenizer in heldout.glob("tokenizer*.json"):
+            (tmp_path / name / tokenizer.name).write_bytes(tokenizer.read_bytes())
+    names = ["gpt2", *LENGTHS]
+    out: bytes = docker_client.containers.run(
+        versions.load(REPO / "versions.yaml").tag(built).image_ref,
+        ["-c", DERIVE, *(f"/models/{name}" for name in names)],
+        entrypoint="/opt/venv/bin/python", environment={"HF_HUB_OFFLINE": "1"},
+        volumes={str(tmp_path): {"bind": "/models", "mode": "ro"}}, remove=True,
+        network_disabled=True, stderr=False)
+    vllms = json.loads(out.decode().strip().splitlines()[-1])
+    model_checks = preflight.entrypoint().checks.model_checks
+    ours = {f"/models/{name}": model_checks.model_length(
+        json.loads((tmp_path / name / "config.json").read_text())).derived for name in names}
+    assert ours == vllms
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ from sparkbake.smoke import serve_client, serve_log, serving
 
 LOGS = Path(__file__).parents[1] / "data" / "serve-logs"
 TOO_LONG = ("Value error, User-specified max_model_len (8192) is greater than the derived "
-            "max_model_len (n_positions=4096")
+            "max_model_len (max_position_embeddings=4096.0")
 
 
 def test_vllms_refusal_of_a_long_max_model_len_is_its_value_error() -> None:

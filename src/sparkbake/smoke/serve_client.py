@@ -229,7 +229,7 @@ def tokenize(server: Server, model: str, prompt: str) -> tuple[int, int]:
 
 def fitted_prompt(count: Callable[[str], int], target: int) -> tuple[str, int]:
     """(prompt, tokens): the long_prompt of the most items whose count() stays within
-    target tokens: the items doubled until over, then halved in between. A tokenizer cuts
+    target tokens: the items doubled until over, then bisected. A tokenizer cuts
     the same text into more or fewer tokens, so only its own count sizes the prompt."""
     nonce = uuid.uuid4().hex
     fits, tokens = 0, count(long_prompt(0, nonce))
