@@ -139,6 +139,11 @@ def test_a_stopped_node_is_explained_by_vllms_own_line_or_its_last_lines() -> No
         "vLLM: (EngineCore pid=7) ERROR [core.py:1] AssertionError: collective_rpc should not "
         "be called on follower node")
     assert cluster_readout.why_stopped("a\nb\n") == "a | b"
+    refused = ("(APIServer pid=1) Value error, User-specified max_model_len (8192) is greater "
+               "than the derived max_model_len [type=value_error]\nlast words\n")
+    assert cluster_readout.why_stopped(refused) == (
+        "Value error, User-specified max_model_len (8192) is greater than the derived "
+        "max_model_len")
 
 
 def test_nodes_sharing_a_host_get_their_own_shm_instead_of_the_hosts_ipc() -> None:

@@ -8,6 +8,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from sparkbake.smoke import serve_log
+
 __all__ = ["ACCEPTED", "DRAFTS", "KNOWN_FAILURES", "NodeReadout", "acceptance_length",
            "kv_cache_lines", "last_lines", "verdict", "why_stopped"]
 
@@ -54,13 +56,13 @@ def acceptance_length(metrics: dict[str, float]) -> float | None:
 
 def why_stopped(log: str) -> str:
     """What a stopped node's log says: a known failure's meaning with vLLM's own line, else
-    its last lines."""
+    the last error line it wrote (serve_log.error_line), else its last lines."""
     lines = ANSI.sub("", log).splitlines()
     for needle, meaning in KNOWN_FAILURES.items():
         said = next((line.strip() for line in lines if needle in line), None)
         if said is not None:
             return f"{meaning}; vLLM: {said[-160:]}"
-    return last_lines(log)
+    return serve_log.error_line(log) or last_lines(log)
 
 
 def last_lines(log: str, count: int = 3) -> str:
