@@ -765,9 +765,12 @@ def memory_figures(node: Node) -> list[dict[str, Any]]:
         return []
     source = device.source if device else "not known; the pool is pinned"
     pool = memory_budget.least_room(budget).room
-    return [{**memory_budget.figures(rank, context_of(node), source, pool,
-                                     node.layout.max_num_seqs),
-             "layout": layout_key(node)} for rank in budget]
+    layout = node.layout
+    shape = {"layout": layout_key(node), "tp_size": layout.tp_size, "dspark": layout.dspark,
+             "max_num_batched_tokens": layout.max_num_batched_tokens or DEFAULT_BATCHED,
+             "model_type": (node.model.config if node.model else {}).get("model_type")}
+    return [{**memory_budget.figures(rank, context_of(node), source, pool, layout.max_num_seqs),
+             **shape} for rank in budget]
 
 
 def fit_problems(node: Node) -> list[Problem]:

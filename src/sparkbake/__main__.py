@@ -430,6 +430,9 @@ def _check_env_parser(commands: argparse._SubParsersAction[_Parser]) -> None:
     sub.add_argument("--proc-sys", type=Path, default=Path("/proc/sys"), metavar="DIR",
                      help="where to read the host's sysctls (default: /proc/sys)")
     _json_option(sub, "each file's findings and memory figures")
+    sub.add_argument("--ask-image", action="store_true",
+                     help="also ask vLLM's planner in the tag's image on the engine (about a "
+                          "minute natively, much more under emulation)")
     _common(sub)
 
 
@@ -438,13 +441,15 @@ def _check_env(args: argparse.Namespace, settings: Settings, console: Console, c
     from sparkbake.pipeline import commands
     lock = lock_mod.runtime_lock_path(config, tag)
     measured = commands.measured_share(config, tag)
+    ask = commands.image_plan_asker(config, settings, tag, console=console) \
+        if args.ask_image else None
     if len(args.env_files) == 1:
         return commands.check_env(tag, args.env_files[0], args.proc_sys, show=args.show,
                                   runtime_lock=lock, console=console, json_out=args.json,
-                                  measured=measured)
+                                  measured=measured, ask_image=ask)
     return commands.check_env_files(tag, args.env_files, args.proc_sys, show=args.show,
                                     runtime_lock=lock, console=console, json_out=args.json,
-                                    measured=measured)
+                                    measured=measured, ask_image=ask)
 
 
 # the commands of a deployment's nodes and what each does (its one-line help)

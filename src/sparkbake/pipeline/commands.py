@@ -7,6 +7,7 @@ import json
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
+from typing import Any
 
 from sparkbake import planning
 from sparkbake.bake import runtime_image
@@ -29,7 +30,7 @@ from sparkbake.pipeline.stage_commands import Output, print_json
 from sparkbake.planning import Plan
 from sparkbake.publish import push, release_index, releases
 from sparkbake.series import exchange, lint, patchtests, rebase
-from sparkbake.smoke import checks
+from sparkbake.smoke import checks, image_planner
 from sparkbake.smoke.cluster_files import check_files as check_env_files
 from sparkbake.smoke.preflight import check_env
 
@@ -301,3 +302,16 @@ def _done(message: str, *, console: Console) -> int:
 def measured_share(config: Config, tag: Tag) -> Callable[[str, str], tuple[float, str] | None]:
     """The non-KV shares `up` measured for the tag's layouts, as check-env asks them."""
     return memory_readout.measured_shares(cluster.measurements_path(config, tag.name))
+
+
+def image_plan_asker(config: Config, settings: Settings, tag: Tag, *, console: Console
+                     ) -> Callable[[list[dict[str, Any]], Path], list[str]]:
+    """check-env --ask-image: what asks vLLM's planner in the tag's image for a file's
+    layout, and sets its figures beside the host model's (smoke/image_planner.py)."""
+    def ask(figures: list[dict[str, Any]], model_dir: Path) -> list[str]:
+        record = image_planner.ask(connect(settings), tag.image_ref, model_dir,
+                                   image_planner.planner_command(figures),
+                                   Folders.of(config).logs(tag.name) / "check-env-planner.log",
+                                   console=console)
+        return image_planner.compare(record, figures)
+    return ask

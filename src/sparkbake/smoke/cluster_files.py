@@ -141,7 +141,9 @@ def _addresses(files: list[envfile.EnvFile], envs: list[dict[str, str]]) -> list
 def check_files(tag: Tag, paths: list[Path], proc_sys: Path, show: bool,
                 runtime_lock: Path | None = None, *, console: Console,
                 image: str | None = None, json_out: bool = False,
-                measured: Callable[[str, str], Any] | None = None) -> int:
+                measured: Callable[[str, str], Any] | None = None,
+                ask_image: Callable[[list[dict[str, Any]], Path], list[str]] | None = None
+                ) -> int:
     """check-env of each file, then of them together; ConfigError (exit 2) naming the files
     with errors when there are any. json_out: each file's answer as JSON (one document each,
     then the findings between them as one more)."""
@@ -149,7 +151,7 @@ def check_files(tag: Tag, paths: list[Path], proc_sys: Path, show: bool,
     for path in paths:
         try:
             preflight.check_env(tag, path, proc_sys, show, runtime_lock, console=console,
-                                json_out=json_out, measured=measured)
+                                json_out=json_out, measured=measured, ask_image=ask_image)
         except ConfigError as exc:
             if not json_out:
                 print(f"{exc.message}", flush=True)

@@ -158,18 +158,25 @@ def as_json(env_file: envfile.EnvFile, tag: Tag, findings: list[Any],
 
 def check_env(tag: Tag, path: Path, proc_sys: Path, show: bool,
               runtime_lock: Path | None = None, *, console: Console, json_out: bool = False,
-              measured: Callable[[str, str], Any] | None = None) -> int:
+              measured: Callable[[str, str], Any] | None = None,
+              ask_image: Callable[[list[dict[str, Any]], Path], list[str]] | None = None
+              ) -> int:
     """Print the findings, and each rank kind's memory figures when the file passes; raise
     ConfigError (exit 2) when one is an error. runtime_lock: the tag's, which says what the
     image has installed (the backends' packages); json_out: one JSON document instead;
-    measured: the non-KV share `up` measured for this layout (model_checks.Node)."""
+    measured: the non-KV share `up` measured for this layout (model_checks.Node);
+    ask_image: what asks the tag's image's planner (--ask-image), its lines to print."""
     env_file = envfile.read(path)
     findings, memory = _checks(tag, env_file, proc_sys, runtime_lock, measured)
     errors = [f for f in findings if f.level == "error"]
+    asked = _ask_image(ask_image, memory, node_env(tag, env_file)) if not errors else []
     if json_out:
-        print(json.dumps(as_json(env_file, tag, findings, memory), indent=2))
+        print(json.dumps({**as_json(env_file, tag, findings, memory), "image_planner": asked},
+                         indent=2))
     else:
         _print_text(tag, env_file, findings, [] if errors else memory, console)
+        for line in asked:
+            print(f"{env_file.path}: memory: {line}")
     if errors:
         raise ConfigError(f"{path}: {len(errors)} preflight error(s) for {tag.name}",
                           "fix them: the image's entrypoint refuses to start vllm with them")
@@ -178,6 +185,20 @@ def check_env(tag: Tag, path: Path, proc_sys: Path, show: bool,
     warnings = len(findings) + len(env_file.repeated)
     console.detail(f"check-env: {path} passes for {tag.name} ({warnings} warning(s))")
     return 0
+
+
+def _ask_image(ask_image: Callable[[list[dict[str, Any]], Path], list[str]] | None,
+               memory: list[dict[str, Any]], env: dict[str, str]) -> list[str]:
+    """The image's planner's lines for a file with memory figures (--ask-image)."""
+    if ask_image is None:
+        return []
+    model = host_model_dir(entrypoint().effective_env(env))
+    if not memory or model is None or memory[0]["model_type"] != "deepseek_v4":
+        raise ConfigError("check-env --ask-image: the image's planner is asked for a DeepSeek-V4 "
+                          "model on this host, and this file's is not one (or is not here)",
+                          "set MODEL_HOST_PATH to the DeepSeek-V4 model's folder, or leave out "
+                          "--ask-image")
+    return ask_image(memory, model)
 
 
 def memory_line(numbers: dict[str, Any]) -> str:
