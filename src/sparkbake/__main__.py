@@ -503,7 +503,7 @@ def _cluster_parsers(commands: argparse._SubParsersAction[_Parser]) -> None:
 
 def _node_files(args: argparse.Namespace, settings: Settings, console: Console,
                 config: Config, tag: Tag) -> int:
-    from sparkbake.pipeline import cluster_commands
+    from sparkbake.nodes import cluster_commands
     return cluster_commands.write_node_files(config, tag, args.nodes, args.iface,
                                              args.template, args.out, args.force,
                                              console=console)
@@ -511,26 +511,26 @@ def _node_files(args: argparse.Namespace, settings: Settings, console: Console,
 
 def _up(args: argparse.Namespace, settings: Settings, console: Console, config: Config,
         tag: Tag) -> int:
-    from sparkbake.pipeline import cluster_commands
+    from sparkbake.nodes import cluster_commands
     return cluster_commands.up(config, settings, tag, args.env_files, args.hosts, args.image,
                                args.timeout, args.show, args.shm_size, console=console)
 
 
 def _down(args: argparse.Namespace, settings: Settings, console: Console, config: Config,
           tag: Tag) -> int:
-    from sparkbake.pipeline import cluster_commands
+    from sparkbake.nodes import cluster_commands
     return cluster_commands.down(config, tag.name, console=console)
 
 
 def _status(args: argparse.Namespace, settings: Settings, console: Console, config: Config,
             tag: Tag) -> int:
-    from sparkbake.pipeline import cluster_commands
+    from sparkbake.nodes import cluster_commands
     return cluster_commands.status(config, tag.name, console=console)
 
 
 def _logs(args: argparse.Namespace, settings: Settings, console: Console, config: Config,
           tag: Tag) -> int:
-    from sparkbake.pipeline import cluster_commands
+    from sparkbake.nodes import cluster_commands
     return cluster_commands.logs(config, tag.name, args.rank, args.tail, console=console)
 
 

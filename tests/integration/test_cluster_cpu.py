@@ -17,8 +17,8 @@ import pytest
 from sparkbake.config import versions
 from sparkbake.console.display import Console
 from sparkbake.errors import BakeError
+from sparkbake.nodes import serve_checks
 from sparkbake.oci import docker_engine
-from sparkbake.smoke import serving
 from tests import cpu_image
 from tests.cpu_image import TAG, sparkbake
 from tests.tiny_model import make
@@ -58,7 +58,7 @@ def node_files(built: str, tmp_path_factory: pytest.TempPathFactory) -> list[Pat
     template = root / "template.env"
     template.write_text((REPO / "images" / "smoke" / "cpu" / "serve.env").read_text()
                         + f"MODEL=/model\nMODEL_HOST_PATH={model}\n"
-                        f"API_PORT={serving.free_port()}\nMASTER_PORT={serving.free_port()}\n")
+                        f"API_PORT={serve_checks.free_port()}\nMASTER_PORT={serve_checks.free_port()}\n")
     done = sparkbake("node-files", built, "--nodes", "127.0.0.1,127.0.0.2", "--iface", "lo",
                      "--from", str(template), "--out", str(root / "nodes"))
     assert done.returncode == 0, done.stderr
@@ -140,7 +140,7 @@ def test_a_worker_without_headless_fails_as_vllm_fails_it_and_is_named(
     for path in node_files:  # the image named, and the worker's own API port (one host)
         text = re.sub(r"(?m)^IMAGE=\S+", f"IMAGE={NO_HEADLESS}", path.read_text())
         if path.name == "worker-1.env":
-            text += f"API_PORT={serving.free_port()}\n"
+            text += f"API_PORT={serve_checks.free_port()}\n"
         files.append(tmp_path / path.name)
         files[-1].write_text(text)
     up = sparkbake("up", TAG, *map(str, files), *ONE_HOST, "--image", NO_HEADLESS,

@@ -6,7 +6,7 @@ import shlex
 
 import pytest
 
-from sparkbake.config import envfile
+from sparkbake.nodes import envfile
 from sparkbake.oci import docker_engine
 from tests.conftest import Project
 from tests.nodeenv import ENV_DIR, HEAD_IP, node_command

@@ -28,9 +28,10 @@ from sparkbake.config import versions
 from sparkbake.config.settings import Settings
 from sparkbake.core.stages import Stage
 from sparkbake.hashing import file_sha256
+from sparkbake.nodes import sample_envs
 from sparkbake.oci import docker_engine, emulation, local_registry
 from sparkbake.pipeline import commands, stage_commands
-from sparkbake.smoke import checks, sample_envs
+from sparkbake.smoke import checks
 from sparkbake.wheels import container_build
 from tests.conftest import free_port, plain_console
 

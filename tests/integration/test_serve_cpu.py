@@ -22,8 +22,8 @@ import pytest
 
 from sparkbake.config import versions
 from sparkbake.core.smoke_record import CheckFailed
+from sparkbake.nodes import preflight, sample_envs, serve_checks, serve_client
 from sparkbake.oci import docker_engine
-from sparkbake.smoke import preflight, sample_envs, serve_client, serving
 from tests import cpu_image, heldout_model
 from tests.cpu_image import sparkbake
 from tests.tiny_model import make
@@ -38,7 +38,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> str:
     return cpu_image.build(tmp_path_factory.mktemp("mirror"))
 
 
-def serve_checks(tag: str) -> dict[str, tuple[str, str]]:
+def recorded_serve_checks(tag: str) -> dict[str, tuple[str, str]]:
     """(status, detail) of each serve check of the tag's last smoke record."""
     record = json.loads((REPO / "build" / "smoke" / f"{tag}.json").read_text())
     return {c["name"]: (c["status"], c["detail"]) for c in record["checks"]
@@ -50,7 +50,7 @@ def test_smoke_with_a_tiny_model_passes_every_serve_check(built: str, arch: str,
                                                           tmp_path: Path) -> None:
     model = make(tmp_path / arch, arch)
     done = sparkbake("smoke", built, "--model", str(model))
-    serve = serve_checks(built)
+    serve = recorded_serve_checks(built)
     assert done.returncode == 0, f"{serve}\n{done.stderr[-3000:]}"
     assert set(serve) == {"serve-health", "serve-models", "serve-completion", "serve-metrics",
                           "serve-prefix-cache"}
@@ -61,7 +61,7 @@ def test_a_model_nobody_here_chose_passes_every_serve_check_at_its_own_length(
         built: str, tmp_path: Path) -> None:
     model = heldout_model.make(tmp_path / "gpt2")
     done = sparkbake("smoke", built, "--model", str(model))
-    serve = serve_checks(built)
+    serve = recorded_serve_checks(built)
     assert done.returncode == 0, f"{serve}\n{done.stderr[-3000:]}"
     assert {status for status, _ in serve.values()} == {"passed"}, serve
     assert serve["serve-health"][1].endswith(
@@ -86,7 +86,7 @@ def test_the_suites_length_forced_on_it_fails_with_the_refusals_own_line(
     forced.write_text(f"{suite.serve_env.read_text()}\nSPARKBAKE_PREFLIGHT={preflight}\n")
     model = heldout_model.make(tmp_path / "gpt2")
     done = sparkbake("smoke", built, "--model", str(model), "--serve-env", str(forced))
-    serve = serve_checks(built)
+    serve = recorded_serve_checks(built)
     assert done.returncode != 0
     status, detail = serve["serve-health"]
     assert status == "failed" and detail.startswith(
@@ -150,20 +150,20 @@ def server(built: str, docker_client: docker_engine.Client,
     config = versions.load(REPO / "versions.yaml")
     tag = config.tag(built)
     model = make(tmp_path_factory.mktemp("model") / "llama")
-    served = serving.prepare(tag, sample_envs.load(config, tag), None, model)
-    port = serving.free_port()
+    served = serve_checks.prepare(tag, sample_envs.load(config, tag), None, model)
+    port = serve_checks.free_port()
     with docker_engine.started_container(
             docker_client, tag.image_ref, [], environment=served.env,
-            ports={f"{serving.CONTAINER_PORT}/tcp": ("127.0.0.1", port)},
-            volumes={str(model): {"bind": serving.MODEL_MOUNT, "mode": "ro"}},
+            ports={f"{serve_checks.CONTAINER_PORT}/tcp": ("127.0.0.1", port)},
+            volumes={str(model): {"bind": serve_checks.MODEL_MOUNT, "mode": "ro"}},
             ipc_mode="host") as box:  # as the smoke runs it: the engine's shared memory
         found = serve_client.Server(f"http://127.0.0.1:{port}")
-        serve_client.check_health(found, 600, serving.exited(box))
+        serve_client.check_health(found, 600, serve_checks.exited(box))
         yield found
 
 
 def test_health_of_a_port_nothing_serves_fails_at_its_timeout(server: serve_client.Server) -> None:
-    elsewhere = serve_client.Server(f"http://127.0.0.1:{serving.free_port()}")
+    elsewhere = serve_client.Server(f"http://127.0.0.1:{serve_checks.free_port()}")
     with pytest.raises(CheckFailed, match="did not answer 200 within 3s"):
         serve_client.check_health(elsewhere, 3, lambda: None, poll=0.5)
 

@@ -16,9 +16,9 @@ from sparkbake import planning
 from sparkbake.config import versions
 from sparkbake.config.settings import Settings
 from sparkbake.core.stages import Stage
+from sparkbake.nodes import sample_envs
 from sparkbake.pipeline import stage_commands
 from sparkbake.series import patchtests
-from sparkbake.smoke import sample_envs
 from tests.conftest import plain_console, settings_of
 
 REPO = Path(__file__).parents[2]

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from sparkbake.config import versions
-from sparkbake.smoke import preflight
+from sparkbake.nodes import preflight
 from tests.smoke.realvllm import REPO
 
 # read outside vLLM's tree: the variable -> its reader in the image

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from sparkbake.smoke import preflight
+from sparkbake.nodes import preflight
 
 REPO = Path(__file__).parents[2]
 CHECKER = REPO / "images" / "smoke_check.py"

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from sparkbake.config import versions
-from sparkbake.smoke import sample_envs, serving
+from sparkbake.nodes import sample_envs, serve_checks
 
 REPO = Path(__file__).parents[2]
 MODEL = REPO / "tests" / "data" / "models" / "dsv4-flash-vision"
@@ -56,7 +56,7 @@ def test_vllm_reads_the_dummy_weights_and_the_cut_from_the_suites_command(
     python, tree = real_vllm
     loaded = versions.load(REPO / "versions.yaml")
     tag = loaded.tag("3.73-vision")
-    served = serving.prepare(tag, sample_envs.load(loaded, tag), None, MODEL)
+    served = serve_checks.prepare(tag, sample_envs.load(loaded, tag), None, MODEL)
     assert served.cut is not None
     parsed = engine_args(python, tree, served.command)
     assert parsed == {"load_format": "dummy", "hf_overrides": served.cut.overrides}

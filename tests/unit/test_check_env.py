@@ -13,7 +13,7 @@ import pytest
 
 from sparkbake.__main__ import main
 from sparkbake.config.versions import Tag
-from sparkbake.smoke import preflight
+from sparkbake.nodes import preflight
 from tests.conftest import versions_yaml
 from tests.nodeenv import ENV_DIR, HEAD_IP, at_dcp_1, node_command, write_sysctls
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from sparkbake.config import versions
-from sparkbake.deploy import cluster, cluster_readout
-from sparkbake.deploy.nodes import Node
 from sparkbake.errors import ConfigError
+from sparkbake.nodes import cluster, cluster_readout
+from sparkbake.nodes.engines import Node
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLES = REPO / "images" / "smoke" / "dsv4-4node" / "accept"

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from sparkbake.__main__ import main
-from sparkbake.config import envfile, versions
-from sparkbake.smoke import cluster_files
+from sparkbake.config import versions
+from sparkbake.nodes import cluster_files, envfile
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLES = REPO / "images" / "smoke" / "dsv4-4node" / "accept"

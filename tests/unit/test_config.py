@@ -22,7 +22,7 @@ from sparkbake.config.versions import (
     Tag,
 )
 from sparkbake.errors import ConfigError
-from sparkbake.smoke import sample_envs
+from sparkbake.nodes import sample_envs
 from tests.conftest import versions_yaml
 
 REPO = Path(__file__).resolve().parents[2]

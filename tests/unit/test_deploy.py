@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 
 from sparkbake.__main__ import main
-from sparkbake.deploy import nodes, rollout
+from sparkbake.deploy import rollout
 from sparkbake.deploy.report import DeployReport
 from sparkbake.errors import EngineError, PublishError, UsageError
+from sparkbake.nodes import engines
 from sparkbake.publish.record import Release
 from tests.conftest import DATA, free_port
 
@@ -46,7 +47,7 @@ REPORT: dict[str, Any] = {
 
 
 def test_hosts_take_every_docker_host_url() -> None:
-    parsed = nodes.parse_hosts("ssh://spark-1, ssh://admin@spark-2:2222,tcp://10.0.0.3:2375,"
+    parsed = engines.parse_hosts("ssh://spark-1, ssh://admin@spark-2:2222,tcp://10.0.0.3:2375,"
                                "unix:///run/docker.sock,spark-4,root@spark-5,tcp://[fd00::3]:2375")
     assert [n.url for n in parsed] == [
         "ssh://spark-1", "ssh://admin@spark-2:2222", "tcp://10.0.0.3:2375",
@@ -70,12 +71,12 @@ def test_hosts_take_every_docker_host_url() -> None:
 ])
 def test_hosts_that_are_not_docker_hosts_are_exit_2(hosts: str, says: str) -> None:
     with pytest.raises(UsageError, match=says) as caught:
-        nodes.parse_hosts(hosts)
+        engines.parse_hosts(hosts)
     assert caught.value.exit_code == 2
 
 
 def test_an_image_id_that_is_not_the_released_one_is_exit_7() -> None:
-    node = nodes.Node("ssh://spark-2")
+    node = engines.Node("ssh://spark-2")
     release = RELEASE
     rollout.check_image_id(node, "repo:tag", release, ID_A)
     rollout.check_image_id(node, "repo:tag", release, DIGEST)  # the containerd image store's ID
@@ -93,7 +94,7 @@ def test_an_image_id_that_is_not_the_released_one_is_exit_7() -> None:
 def test_a_node_whose_engine_does_not_answer_is_exit_8_naming_it(scheme: str) -> None:
     url = f"tcp://127.0.0.1:{free_port()}" if scheme == "tcp" else "unix:///nonexistent/d.sock"
     with pytest.raises(EngineError) as caught:
-        nodes.connect(nodes.Node(url))
+        engines.connect(engines.Node(url))
     assert caught.value.exit_code == 8
     message, remedy = str(caught.value).splitlines()
     assert message.startswith(f"node {url}: no Docker engine answers (")
@@ -102,7 +103,7 @@ def test_a_node_whose_engine_does_not_answer_is_exit_8_naming_it(scheme: str) ->
 
 def test_the_ssh_remedy_names_the_command_to_try() -> None:
     with pytest.raises(EngineError) as caught:
-        nodes.connect(nodes.Node("ssh://nobody@127.0.0.1:1"))
+        engines.connect(engines.Node("ssh://nobody@127.0.0.1:1"))
     assert "`ssh -p 1 nobody@127.0.0.1 docker info`" in str(caught.value)
 
 

@@ -10,11 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from sparkbake.config import envfile
 from sparkbake.config import versions as config_mod
 from sparkbake.lock import pins
-from sparkbake.smoke import dummy_model, preflight, sample_envs, serving
-from sparkbake.smoke.dummy_model import LAYERS_VARIABLE, Cut, UnusableModel
+from sparkbake.nodes import dummy_model, envfile, preflight, sample_envs, serve_checks
+from sparkbake.nodes.dummy_model import LAYERS_VARIABLE, Cut, UnusableModel
 from tests.conftest import fake_engine, plain_console
 from tests.nodeenv import write_sysctls
 
@@ -133,19 +132,19 @@ def test_a_serve_check_run_with_an_uncuttable_model_fails_each_check_with_the_li
     suite = sample_envs.Suite("s", tmp_path, (), (), tmp_path / "serve.env")
     tag = REPO_CONFIG.tag("3.73-vision")
     model = write_model(tmp_path / "model", "{not json")
-    request = serving.Request(model, None, 1, "require", None)
-    results = serving.run(fake_engine(None), "sha256:x", tag, suite, request,
+    request = serve_checks.Request(model, None, 1, "require", None)
+    results = serve_checks.run(fake_engine(None), "sha256:x", tag, suite, request,
                           tmp_path / "serve.log", console=plain_console())
     detail = (f"{model / 'config.json'}: not JSON: Expecting property name enclosed in double "
               "quotes at line 1 column 2")
     assert [(r.name, r.status, r.detail) for r in results] == \
-        [(name, "failed", detail) for name in serving.names(tag)]
+        [(name, "failed", detail) for name in serve_checks.names(tag)]
     assert not (tmp_path / "serve.log").exists()  # no container, no log
 
 
-def served(tag_name: str) -> serving.Served:
+def served(tag_name: str) -> serve_checks.Served:
     tag = REPO_CONFIG.tags[tag_name]
-    return serving.prepare(tag, sample_envs.load(REPO_CONFIG, tag), None, MODEL)
+    return serve_checks.prepare(tag, sample_envs.load(REPO_CONFIG, tag), None, MODEL)
 
 
 def value_of(command: list[str], flag: str) -> str:
@@ -182,6 +181,7 @@ def test_the_dsv4_serve_env_passes_the_images_preflight(tag_name: str, tmp_path:
 def test_a_serve_env_without_the_declaration_serves_the_real_weights(tmp_path: Path) -> None:
     (tmp_path / "mine.env").write_text("SERVED_MODEL_NAME=x\n")
     tag = REPO_CONFIG.tag("3.73-vision")
-    run = serving.prepare(tag, sample_envs.load(REPO_CONFIG, tag), tmp_path / "mine.env", MODEL)
+    run = serve_checks.prepare(tag, sample_envs.load(REPO_CONFIG, tag), tmp_path / "mine.env",
+                               MODEL)
     assert run.cut is None and run.describe() == ""
     assert "--load-format" not in run.command and "--hf-overrides" not in run.command

@@ -14,8 +14,8 @@ from types import ModuleType
 import pytest
 
 from sparkbake import resources
-from sparkbake.config import envfile, versions
-from sparkbake.smoke import preflight
+from sparkbake.config import versions
+from sparkbake.nodes import envfile, preflight
 from tests.nodeenv import ENV_DIR, HEAD_IP, node_command, write_sysctls
 
 from .test_docs import ROOT, page_section

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from sparkbake.config import envfile
 from sparkbake.errors import ConfigError
+from sparkbake.nodes import envfile
 from tests.nodeenv import ENV_DIR
 
 PATH = Path("node.env")

@@ -1,12 +1,12 @@
-"""The KV cache a cluster got, beside check-env's prediction (deploy/memory_readout.py)."""
+"""The KV cache a cluster got, beside check-env's prediction (nodes/memory_readout.py)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from sparkbake.deploy import cluster_readout, memory_readout
-from sparkbake.deploy.memory_readout import RankMemory
+from sparkbake.nodes import cluster_readout, memory_readout
+from sparkbake.nodes.memory_readout import RankMemory
 
 GIB = 1 << 30
 # a GPU worker's and a CPU worker's lines, as vLLM 0.33.0 logs them

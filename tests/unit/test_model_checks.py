@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from sparkbake.smoke import preflight
+from sparkbake.nodes import preflight
 from tests.nodeenv import write_sysctls
 
 from .test_preflight import IMAGE_373, SERIES_373, servable

@@ -12,7 +12,7 @@ import pytest
 
 from sparkbake.__main__ import main
 from sparkbake.config import versions
-from sparkbake.smoke import preflight, sample_envs, serving
+from sparkbake.nodes import preflight, sample_envs, serve_checks
 from tests.nodeenv import write_sysctls
 
 checks = preflight.entrypoint().checks
@@ -158,8 +158,8 @@ def test_check_env_shows_the_line_and_both_numbers(
 # --- smoke --model: the suite's MAX_MODEL_LEN fitted to the model it is given -----------
 
 
-def served(model: Path, env_file: Path | None = None) -> serving.Served:
-    return serving.prepare(CPU_TAG, sample_envs.load(REPO_CONFIG, CPU_TAG), env_file, model)
+def served(model: Path, env_file: Path | None = None) -> serve_checks.Served:
+    return serve_checks.prepare(CPU_TAG, sample_envs.load(REPO_CONFIG, CPU_TAG), env_file, model)
 
 
 def value_of(command: list[str], flag: str) -> str:
@@ -197,5 +197,5 @@ def test_a_given_serve_env_is_served_as_it_is(tmp_path: Path) -> None:
 def test_a_suite_that_allows_a_longer_length_keeps_it(tmp_path: Path, allowed: str,
                                                       kept: str) -> None:
     env = {"MAX_MODEL_LEN": "8192", "VLLM_ALLOW_LONG_MAX_MODEL_LEN": allowed}
-    fitted, _ = serving.fitted_length(env, folder_of(tmp_path / "gpt2", GPT2))
+    fitted, _ = serve_checks.fitted_length(env, folder_of(tmp_path / "gpt2", GPT2))
     assert fitted["MAX_MODEL_LEN"] == kept  # vLLM reads 1 or true as on, nothing else

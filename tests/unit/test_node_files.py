@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from sparkbake.__main__ import main
-from sparkbake.config import envfile, versions
+from sparkbake.config import versions
 from sparkbake.errors import ConfigError, UsageError
-from sparkbake.smoke import node_files
+from sparkbake.nodes import envfile, node_files
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLES = REPO / "images" / "smoke" / "dsv4-4node" / "accept"

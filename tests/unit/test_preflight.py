@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from sparkbake.config import envfile, versions
+from sparkbake.config import versions
 from sparkbake.lock import pins
-from sparkbake.smoke import preflight
+from sparkbake.nodes import envfile, preflight
 from tests.nodeenv import ENV_DIR, HEAD_IP, write_sysctls
 
 from .test_docs import ROOT

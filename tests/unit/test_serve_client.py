@@ -20,9 +20,9 @@ import pytest
 from sparkbake.config.platforms import ARM64
 from sparkbake.config.versions import DebootstrapBase, DirUpstream, Tag
 from sparkbake.core.smoke_record import CheckFailed, CheckResult, GpuMode
-from sparkbake.smoke import serve_client, serving
-from sparkbake.smoke.sample_envs import Suite
-from sparkbake.smoke.serve_client import Server
+from sparkbake.nodes import serve_checks, serve_client
+from sparkbake.nodes.sample_envs import Suite
+from sparkbake.nodes.serve_client import Server
 from tests.conftest import fake_engine, plain_console
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -350,10 +350,10 @@ def tag_named(name: str, series: tuple[str, ...]) -> Tag:
 
 def test_vision_and_prefix_cache_tags_add_their_checks() -> None:
     base = ["serve-health", "serve-models", "serve-completion", "serve-metrics"]
-    assert serving.names(tag_named("fixture", ("tinykern",))) == base
-    assert serving.names(tag_named("production-3.72-vision", ("vision",))) == \
+    assert serve_checks.names(tag_named("fixture", ("tinykern",))) == base
+    assert serve_checks.names(tag_named("production-3.72-vision", ("vision",))) == \
         [*base, "serve-image"]
-    assert serving.names(tag_named("production-3.73-vision", ("prefix-cache", "vision"))) \
+    assert serve_checks.names(tag_named("production-3.73-vision", ("prefix-cache", "vision"))) \
         == [*base, "serve-image", "serve-prefix-cache"]
 
 
@@ -370,19 +370,19 @@ def test_serve_checks_that_cannot_run_say_why(tmp_path: Path, model: Path | None
                                               detail: str) -> None:
     tag = tag_named("production-3.73-vision", ("prefix-cache",))
     suite = Suite("common", tmp_path, (), (), None)
-    request = serving.Request(model, None, 1, gpu, unavailable)
-    results = serving.run(fake_engine(None), "sha256:x", tag, suite, request,
+    request = serve_checks.Request(model, None, 1, gpu, unavailable)
+    results = serve_checks.run(fake_engine(None), "sha256:x", tag, suite, request,
                           tmp_path / "serve.log", console=plain_console())
     assert [(r.name, r.status, r.detail) for r in results] == \
-        [(name, status, detail) for name in serving.names(tag)]
+        [(name, status, detail) for name in serve_checks.names(tag)]
 
 
 @pytest.mark.parametrize("gpu", ["auto", "skip", "require"])
 def test_an_image_built_for_the_cpu_serves_without_a_gpu(gpu: GpuMode) -> None:
-    request = serving.Request(Path("/m"), None, 1, gpu, "no GPU runtime in this engine")
-    assert serving.not_running(request, "cpu") is None
-    assert serving.not_running(request, "cuda") is not None
-    assert serving.not_running(serving.Request(None, None, 1, gpu, None), "cpu") == \
+    request = serve_checks.Request(Path("/m"), None, 1, gpu, "no GPU runtime in this engine")
+    assert serve_checks.not_running(request, "cpu") is None
+    assert serve_checks.not_running(request, "cuda") is not None
+    assert serve_checks.not_running(serve_checks.Request(None, None, 1, gpu, None), "cpu") == \
         ("skipped", "no --model given")
 
 
@@ -392,26 +392,26 @@ def test_serve_env_is_the_suites_or_the_given_file_with_model_host_and_port(
     (tmp_path / "mine.env").write_text("SERVED_MODEL_NAME=b\n")
     suite = Suite("s", tmp_path, (), (), tmp_path / "serve.env")
     forced = {"MODEL": "/model", "API_HOST": "0.0.0.0", "API_PORT": "8000"}
-    assert serving.serve_env(suite, None) == {"SERVED_MODEL_NAME": "a", **forced}
-    assert serving.serve_env(suite, tmp_path / "mine.env") == \
+    assert serve_checks.serve_env(suite, None) == {"SERVED_MODEL_NAME": "a", **forced}
+    assert serve_checks.serve_env(suite, tmp_path / "mine.env") == \
         {"SERVED_MODEL_NAME": "b", **forced}
-    assert serving.serve_env(Suite("s", tmp_path, (), (), None), None) == forced
+    assert serve_checks.serve_env(Suite("s", tmp_path, (), (), None), None) == forced
 
 
 def test_flag_takes_the_last_value_or_the_default() -> None:
     command = ["vllm", "serve", "/m", "--block-size", "256", "--x", "--block-size", "64"]
-    assert serving.flag(command, "--block-size", 16) == 64
-    assert serving.flag(command, "--decode-context-parallel-size", 1) == 1
-    assert serving.value([*command, "--load-format", "dummy"], "--load-format") == "dummy"
-    assert serving.value(command, "--load-format") is None
+    assert serve_checks.flag(command, "--block-size", 16) == 64
+    assert serve_checks.flag(command, "--decode-context-parallel-size", 1) == 1
+    assert serve_checks.value([*command, "--load-format", "dummy"], "--load-format") == "dummy"
+    assert serve_checks.value(command, "--load-format") is None
 
 
 def test_after_a_failed_health_check_the_rest_fail_as_not_run() -> None:
     def unhealthy() -> str:
         raise CheckFailed("/health did not answer 200")
     checks = {"serve-health": unhealthy, "serve-models": lambda: "fine"}
-    assert serving.probe(["serve-health", "serve-models"], checks)[1] == \
+    assert serve_checks.probe(["serve-health", "serve-models"], checks)[1] == \
         CheckResult("serve-models", "failed", "not run: the server did not become healthy")
     checks["serve-health"] = lambda: "healthy"
-    assert [r.status for r in serving.probe(["serve-health", "serve-models"], checks)] \
+    assert [r.status for r in serve_checks.probe(["serve-health", "serve-models"], checks)] \
         == ["passed", "passed"]

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from sparkbake.core.smoke_record import CheckFailed
-from sparkbake.smoke import serve_client, serve_log, serving
+from sparkbake.nodes import serve_checks, serve_client, serve_log
 
 LOGS = Path(__file__).parents[1] / "data" / "serve-logs"
 TOO_LONG = ("Value error, User-specified max_model_len (8192) is greater than the derived "
@@ -69,15 +69,15 @@ def test_the_health_check_fails_with_vllms_own_line() -> None:
     box = ExitedBox((LOGS / "max-model-len.log").read_bytes())
     server = serve_client.Server("http://127.0.0.1:9")  # never asked: the box has exited
     with pytest.raises(CheckFailed) as caught:
-        serve_client.check_health(server, 10, serving.exited(box), poll=0.01)
+        serve_client.check_health(server, 10, serve_checks.exited(box), poll=0.01)
     assert str(caught.value).startswith(
         f"the server stopped before it was healthy: container exited with 1: {TOO_LONG}")
 
 
 def test_a_log_without_an_error_line_gives_its_last_line() -> None:
     box = ExitedBox(b"starting\nKilled\n", code=137)
-    assert serving.exited(box)() == "container exited with 137: Killed"
-    assert serving.exited(ExitedBox(b""))() == "container exited with 1: no output"
+    assert serve_checks.exited(box)() == "container exited with 137: Killed"
+    assert serve_checks.exited(ExitedBox(b""))() == "container exited with 1: no output"
 
 
 def test_a_process_prefix_is_dropped() -> None:

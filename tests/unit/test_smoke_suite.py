@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 
 from sparkbake import resources
-from sparkbake.config import envfile
 from sparkbake.config import versions as config_mod
 from sparkbake.config.versions import Config, Tag
 from sparkbake.errors import ConfigError, SmokeError
 from sparkbake.lock import pins
-from sparkbake.smoke import checks, preflight, sample_envs
+from sparkbake.nodes import envfile, preflight, sample_envs
+from sparkbake.smoke import checks
 from tests.conftest import versions_yaml
 from tests.nodeenv import ENV_DIR, image_command, write_sysctls
 

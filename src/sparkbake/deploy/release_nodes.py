@@ -16,9 +16,9 @@ from sparkbake.config.versions import Config, Tag
 from sparkbake.console.display import Console
 from sparkbake.core.folders import Folders
 from sparkbake.deploy import rollout
-from sparkbake.deploy.nodes import Node, connect
 from sparkbake.deploy.report import DeployReport
 from sparkbake.errors import PublishError
+from sparkbake.nodes.engines import Node, connect
 from sparkbake.publish import releases
 from sparkbake.publish.record import Release
 from sparkbake.smoke import checks

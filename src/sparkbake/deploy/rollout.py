@@ -27,7 +27,6 @@ from sparkbake.console.display import Console
 from sparkbake.console.tools import step
 from sparkbake.core.folders import Folders
 from sparkbake.core.smoke_record import SmokeReport
-from sparkbake.deploy.nodes import Node, connect
 from sparkbake.deploy.report import (
     DeployReport,
     DeployResult,
@@ -38,6 +37,7 @@ from sparkbake.deploy.report import (
 )
 from sparkbake.errors import EngineError, FatalError, PublishError, SmokeError
 from sparkbake.files import atomic_write
+from sparkbake.nodes.engines import Node, connect
 from sparkbake.oci import docker_engine, transfer
 from sparkbake.oci.docker_engine import Client, image_exists, stream_errors
 from sparkbake.oci.registry_access import split_repository

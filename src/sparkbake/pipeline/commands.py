@@ -16,12 +16,14 @@ from sparkbake.config.versions import Config, Tag
 from sparkbake.console.display import Console, StageRun
 from sparkbake.core.folders import Folders
 from sparkbake.core.stages import Stage
-from sparkbake.deploy import cluster, memory_readout, release_nodes, rollout
-from sparkbake.deploy import nodes as nodes_mod
+from sparkbake.deploy import release_nodes, rollout
 from sparkbake.errors import ConfigError, EngineError
 from sparkbake.fetch import thirdparty, upstream_tree
 from sparkbake.files import scratch_dir
 from sparkbake.lock import pins
+from sparkbake.nodes import cluster, engines, memory_readout
+from sparkbake.nodes.cluster_files import check_files as check_env_files
+from sparkbake.nodes.preflight import check_env
 from sparkbake.oci import emulation, image_layout, local_registry
 from sparkbake.oci.docker_engine import Client, connect, engine_or_none
 from sparkbake.patch import apply
@@ -31,8 +33,6 @@ from sparkbake.planning import Plan
 from sparkbake.publish import push, release_index, releases
 from sparkbake.series import exchange, lint, patchtests, rebase
 from sparkbake.smoke import checks, image_planner
-from sparkbake.smoke.cluster_files import check_files as check_env_files
-from sparkbake.smoke.preflight import check_env
 
 __all__ = [
     "check_env",
@@ -250,7 +250,7 @@ def deploy_tag(config: Config, settings: Settings, tag: Tag, hosts: str, stream:
                gpu: checks.GpuMode, output: Output = Output(),
                require_signature: Path | None = None, *, console: Console) -> int:
     """The tag's release onto each node, verified there and smoked (the common checks)."""
-    nodes = nodes_mod.parse_hosts(hosts)
+    nodes = engines.parse_hosts(hosts)
     release_checks.require_signed(config, settings, tag.name, require_signature, console=console)
     plan = planning.make(config, tag)
     with _stage(config, tag, Stage.DEPLOY, plan.inputs, console):
@@ -268,7 +268,7 @@ def deploy_release(config: Config, settings: Settings, name: str, hosts: str, st
                    gpu: checks.GpuMode, output: Output = Output(),
                    require_signature: Path | None = None, *, console: Console) -> int:
     """A multi-platform release onto each node by its index digest (release_nodes)."""
-    nodes = nodes_mod.parse_hosts(hosts)
+    nodes = engines.parse_hosts(hosts)
     release_checks.require_signed(config, settings, name, require_signature, console=console)
     with console.stage(Stage.DEPLOY, name, Folders.of(config).stage_log(name, Stage.DEPLOY)):
         reports = release_nodes.deploy_release(

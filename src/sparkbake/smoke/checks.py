@@ -40,9 +40,10 @@ from sparkbake.core.smoke_record import (
 )
 from sparkbake.errors import SmokeError, UsageError
 from sparkbake.files import atomic_write
+from sparkbake.nodes import sample_envs, serve_checks
 from sparkbake.oci import docker_engine, emulation
 from sparkbake.planning import Plan, upstream_pin
-from sparkbake.smoke import host, sample_envs, serving
+from sparkbake.smoke import host
 from sparkbake.smoke.host import Facts
 from sparkbake.wheels import container_build
 
@@ -80,12 +81,12 @@ def run(client: docker_engine.Client, config: Config, plan: Plan, facts: Facts,
     drop_stale_record(json_path, xml_path, image_id, console=console)
     gpus = options.gpu != "skip" and has_gpu_runtime(client)
     unavailable = NO_GPU_RUNTIME if options.gpu != "skip" and not gpus else None
-    serve = serving.Request(options.model, options.serve_env, options.serve_timeout,
+    serve = serve_checks.Request(options.model, options.serve_env, options.serve_timeout,
                             options.gpu, unavailable)
     with step(console, f"smoke {plan.tag.image_ref} ({image_id[:19]}, suite {suite.name})"):
         checks = common_checks(client, config, plan, facts, suite, (image_id, attrs),
                                options, json_path.with_suffix(".log"), console=console)
-        checks += serving.run(client, image_id, plan.tag, suite, serve,
+        checks += serve_checks.run(client, image_id, plan.tag, suite, serve,
                               json_path.with_name(f"{plan.tag.name}-serve.log"), console=console)
     results = SmokeReport(
         tag=plan.tag.name, image=plan.tag.image_ref, image_id=image_id, inputs=plan.inputs,
@@ -233,7 +234,7 @@ def run_checker(client: docker_engine.Client, image_id: str, expected: dict[str,
         client, image_id, ["-B", f"{CHECKER_DIR}/{CHECKER_FILES[0]}", json.dumps(expected)],
         entrypoint=[PYTHON_IN_IMAGE], copy_in=checker_files(), volumes=volumes,
         network=False, log_path=log_path, console=console,  # its output: also the stage's log
-        device_requests=[dict(serving.ALL_GPUS)] if gpus else None,
+        device_requests=[dict(serve_checks.ALL_GPUS)] if gpus else None,
     )
     checks = parse_checks(result.output)
     if checks is None:

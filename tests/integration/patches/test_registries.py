@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ast
 
-from sparkbake.smoke import preflight
+from sparkbake.nodes import preflight
 
 from .conftest import Trees
 

@@ -13,15 +13,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sparkbake.config import envfile
 from sparkbake.config.versions import Tag
 from sparkbake.console.display import Console
 from sparkbake.console.tools import step
 from sparkbake.core.smoke_record import CheckResult, CheckStatus, GpuMode, timed
+from sparkbake.nodes import dummy_model, envfile, preflight, serve_client, serve_log
+from sparkbake.nodes.dummy_model import Cut
+from sparkbake.nodes.sample_envs import Suite
 from sparkbake.oci.docker_engine import Client, started_container
-from sparkbake.smoke import dummy_model, preflight, serve_client, serve_log
-from sparkbake.smoke.dummy_model import Cut
-from sparkbake.smoke.sample_envs import Suite
 
 __all__ = ["ALL_GPUS", "Request", "Served", "api_checks", "fitted_length", "names", "prepare",
            "run", "serve_env"]

@@ -21,10 +21,10 @@ from types import ModuleType
 from typing import Any
 
 from sparkbake import resources
-from sparkbake.config import envfile
 from sparkbake.config.versions import Tag
 from sparkbake.console.display import Console
 from sparkbake.errors import ConfigError
+from sparkbake.nodes import envfile
 
 __all__ = ["as_json", "check_env", "entrypoint", "evaluate", "hf_snapshot", "host_model_dir",
            "image_facts", "locked_distributions", "memory_figures", "memory_line",

@@ -1,5 +1,5 @@
 """The commands of a deployment's nodes: node-files (one .env per node from a list of
-addresses), then up, down, status and logs (deploy/cluster.py)."""
+addresses), then up, down, status and logs (nodes/cluster.py)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,8 @@ from sparkbake.config.settings import Settings
 from sparkbake.config.versions import Config, Tag
 from sparkbake.console.display import Console
 from sparkbake.console.tools import step
-from sparkbake.deploy import cluster, nodes
 from sparkbake.lock import pins
-from sparkbake.smoke import cluster_files, node_files, sample_envs
+from sparkbake.nodes import cluster, cluster_files, engines, node_files, sample_envs
 
 __all__ = ["down", "logs", "status", "up", "write_node_files"]
 
@@ -37,13 +36,13 @@ def up(config: Config, settings: Settings, tag: Tag, files: list[Path], hosts: s
        console: Console) -> int:
     """check-env of the files together, then the nodes brought up (cluster.up), or with
     show, the commands that would bring them up by hand."""
-    engines = nodes.parse_hosts(hosts) if hosts else []
+    nodes = engines.parse_hosts(hosts) if hosts else []
     image = image or tag.image_ref
     if show:
-        return cluster.print_commands(tag, files, engines, image, dict(settings.environ),
+        return cluster.print_commands(tag, files, nodes, image, dict(settings.environ),
                                       shm_size)
     with step(console, f"check-env of {len(files)} file(s) for {image}"):
         cluster_files.check_files(tag, files, PROC_SYS, False, pins.runtime_lock_path(config, tag),
                                   console=console, image=image)
-    return cluster.up(config, tag, files, engines, image, timeout, dict(settings.environ),
+    return cluster.up(config, tag, files, nodes, image, timeout, dict(settings.environ),
                       shm_size, console=console)

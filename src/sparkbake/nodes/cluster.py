@@ -19,21 +19,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sparkbake.config import envfile
 from sparkbake.config.versions import Config, Tag
 from sparkbake.console.display import Console
 from sparkbake.console.tools import step
 from sparkbake.core.folders import Folders
 from sparkbake.core.smoke_record import CheckFailed, CheckResult
-from sparkbake.deploy import cluster_readout as readout
-from sparkbake.deploy import memory_readout
-from sparkbake.deploy.nodes import Node, connect
 from sparkbake.errors import ConfigError, EngineError, SmokeError
 from sparkbake.files import atomic_write, read_json
+from sparkbake.nodes import (
+    cluster_files,
+    envfile,
+    memory_readout,
+    preflight,
+    serve_checks,
+    serve_client,
+)
+from sparkbake.nodes import cluster_readout as readout
+from sparkbake.nodes.engines import Node, connect
 from sparkbake.oci import docker_engine
 from sparkbake.oci.docker_engine import Client
 from sparkbake.oci.engine_client import Container
-from sparkbake.smoke import cluster_files, preflight, serve_client, serving
 
 __all__ = ["Cluster", "ClusterNode", "docker_run", "down", "logs", "measurements_path",
            "plan_nodes", "print_commands", "start_order", "status", "up"]
@@ -131,7 +136,7 @@ def container_options(tag: Tag, node: ClusterNode, shm_size: str | None = None
     env |= {name: value for name, value in fabric.items() if value and name not in env}
     volumes = {}
     if env.get("MODEL_HOST_PATH"):
-        volumes[env["MODEL_HOST_PATH"]] = {"bind": serving.MODEL_MOUNT, "mode": "ro"}
+        volumes[env["MODEL_HOST_PATH"]] = {"bind": serve_checks.MODEL_MOUNT, "mode": "ro"}
     if env.get("CACHE_HOST_PATH"):
         volumes[env["CACHE_HOST_PATH"]] = {"bind": JIT_CACHE, "mode": "rw"}
     options: dict[str, Any] = {
@@ -139,7 +144,7 @@ def container_options(tag: Tag, node: ClusterNode, shm_size: str | None = None
         "network_mode": "host", "labels": {LABEL: tag.name, RANK_LABEL: str(node.rank)},
         **({"shm_size": shm_size} if shm_size else {"ipc_mode": "host"})}
     if tag.upstream.device == "cuda":
-        options["device_requests"] = [dict(serving.ALL_GPUS)]
+        options["device_requests"] = [dict(serve_checks.ALL_GPUS)]
     if env.get("IB_HCA"):
         options["devices"] = ["/dev/infiniband:/dev/infiniband"]
         options["ulimits"] = [{"Name": "memlock", "Soft": -1, "Hard": -1}]
@@ -207,7 +212,7 @@ def up(config: Config, tag: Tag, files: list[Path], engines: list[Node], image: 
     _wait_healthy(cluster, clients, timeout, console=console)
     healthy_after = time.monotonic() - started
     head = nodes[0]
-    served = serving.Served(head.env, preflight.entrypoint().serve_command(
+    served = serve_checks.Served(head.env, preflight.entrypoint().serve_command(
         {**dict(tag.env), **head.env}), None)
     results = _serve_checks(tag, cluster, served, console=console)
     return _read_out(config, tag, cluster, clients, served, results, healthy_after,
@@ -328,22 +333,22 @@ def _wait_healthy(cluster: Cluster, clients: dict[str, Client], timeout: float, 
                          f"sparkbake down {cluster.tag} removes the containers") from exc
 
 
-def _serve_checks(tag: Tag, cluster: Cluster, served: serving.Served, *,
+def _serve_checks(tag: Tag, cluster: Cluster, served: serve_checks.Served, *,
                   console: Console) -> list[CheckResult]:
     """The tag's serve checks but health (awaited already) against the head."""
-    checks = serving.api_checks(serve_client.Server(cluster.api), served)
-    wanted = [name for name in serving.names(tag) if name in checks]
+    checks = serve_checks.api_checks(serve_client.Server(cluster.api), served)
+    wanted = [name for name in serve_checks.names(tag) if name in checks]
     if "--enable-prefix-caching" not in served.command:
         wanted = [name for name in wanted if name != "serve-prefix-cache"]
     with step(console, f"serve checks against {cluster.api}"):
-        results = serving.probe(wanted, checks)
+        results = serve_checks.probe(wanted, checks)
     for result in results:
         console.result(f"  {result.status:7} {result.name}: {result.detail}")
     return results
 
 
 def _read_out(config: Config, tag: Tag, cluster: Cluster, clients: dict[str, Client],
-              served: serving.Served, results: list[CheckResult], healthy_after: float, *,
+              served: serve_checks.Served, results: list[CheckResult], healthy_after: float, *,
               console: Console) -> int:
     nodes = []
     for node in cluster.nodes:

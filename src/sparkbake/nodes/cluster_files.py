@@ -16,11 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sparkbake.config import envfile
 from sparkbake.config.versions import Tag
 from sparkbake.console.display import Console
 from sparkbake.errors import ConfigError
-from sparkbake.smoke import preflight
+from sparkbake.nodes import envfile, preflight
 
 __all__ = ["Finding", "check", "check_files"]
 

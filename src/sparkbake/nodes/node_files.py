@@ -16,12 +16,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from sparkbake.config import envfile
 from sparkbake.config.versions import Tag
 from sparkbake.errors import ConfigError, UsageError
 from sparkbake.files import atomic_write
-from sparkbake.smoke import cluster_files
-from sparkbake.smoke.sample_envs import Sample
+from sparkbake.nodes import cluster_files, envfile
+from sparkbake.nodes.sample_envs import Sample
 
 __all__ = ["Layout", "file_name", "parse_addresses", "render", "template_of", "write"]
 

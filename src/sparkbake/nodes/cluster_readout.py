@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from sparkbake.smoke import serve_log
+from sparkbake.nodes import serve_log
 
 __all__ = ["ACCEPTED", "DRAFTS", "KNOWN_FAILURES", "NodeReadout", "acceptance_length",
            "kv_cache_lines", "last_lines", "verdict", "why_stopped"]

@@ -19,11 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from sparkbake import resources
-from sparkbake.config import envfile
 from sparkbake.config.versions import Config, Tag
 from sparkbake.errors import ConfigError
 from sparkbake.lock import pins
-from sparkbake.smoke import preflight
+from sparkbake.nodes import envfile, preflight
 
 __all__ = ["Sample", "Suite", "expected", "find", "known", "load"]
 
