@@ -13,6 +13,7 @@ release record also goes into the releases index (`releases`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from sparkbake.attest.signing import SigningKey
@@ -21,6 +22,7 @@ from sparkbake.bake.runtime_image import INPUTS_LABEL
 from sparkbake.config.settings import Settings
 from sparkbake.config.versions import Config
 from sparkbake.console.display import Console
+from sparkbake.core.baked_manifest import BakedManifest
 from sparkbake.core.folders import Folders
 from sparkbake.errors import PublishError
 from sparkbake.oci import image_layout, registry_access, transfer
@@ -31,12 +33,13 @@ from sparkbake.oci.docker_engine import (
     image_exists,
     image_labels,
 )
-from sparkbake.planning import Plan
-from sparkbake.publish import attach, record, releases, smoke_gate
-from sparkbake.publish.record import Release
+from sparkbake.planning import Plan, upstream_pin
+from sparkbake.publish import attach, releases, shipped_with, smoke_gate
+from sparkbake.publish.record import Release, ReleaseSeries, ReleaseSmoke
+from sparkbake.wheels.report import REPORT, read_report
 
-__all__ = ["Target", "baked_image", "check_overwrite", "check_pushed", "local_image", "publish",
-           "require_intact"]
+__all__ = ["Target", "baked_image", "check_overwrite", "check_pushed", "local_image",
+           "platform_release", "publish", "require_intact"]
 
 
 
@@ -62,11 +65,45 @@ def publish(client: Client, config: Config, settings: Settings, plan: Plan,
     attached = attach.attach_baked(target.session, config, plan, baked, key, (moving, per_build),
                                    force, console=console)
     manifest = releases.image_manifest(image_layout.Layout(baked.layout, console), baked.image)
-    release = record.platform_release(config, plan, repository, (moving, per_build), pushed,
-                                      sent, smoked, baked, attrs, manifest, attached)
+    release = platform_release(config, plan, repository, (moving, per_build), pushed, sent,
+                               smoked, baked, attrs, manifest, attached)
     releases.write_record(Folders.of(config).releases, release, console=console)
     target.move(baked, moving)
     return release
+
+
+def platform_release(config: Config, plan: Plan, repository: str, names: tuple[str, ...],
+                     pushed: str, sent: transfer.Sent, smoked: ReleaseSmoke,
+                     baked: runtime_image.Image, attrs: dict[str, Any],
+                     manifest: BakedManifest | None,
+                     attached: attach.Attached | None = None) -> Release:
+    """The record of one image pushed under names: what it is and what it was made of
+    (manifest: the image's /opt/sparkbake/manifest.json, releases.image_manifest)."""
+    return Release(
+        tag=plan.tag.name, repository=repository,
+        images=tuple(f"{repository}:{n}" for n in names), digest=pushed,
+        pinned=f"{repository}@{pushed}", smoke=smoked,
+        manifest=manifest,
+        transfer=sent.record(), image_id=baked.config, build=_build_record(config, plan),
+        inputs=plan.inputs, upstream={"key": plan.tag.upstream.key,
+                                      **upstream_pin(plan.tag.upstream)},
+        series=tuple(ReleaseSeries(s.name, s.sha256, s.patches) for s in plan.series),
+        env=dict(plan.tag.env), labels=image_labels(attrs),
+        published=datetime.now(UTC).isoformat(timespec="seconds"),
+        attestations=attached.to_json() if attached else None,
+        locks=shipped_with.locks(config, plan.tag),
+        verdicts=shipped_with.backend_verdicts(plan.tag))
+
+
+def _build_record(config: Config, plan: Plan) -> dict[str, Any]:
+    """How the wheels were built (job count, kernel reuse): host state, kept out of the image."""
+    folder = Folders.of(config).wheel_set(plan.wheels_key)
+    if not (folder / REPORT).is_file():
+        return {}
+    built = read_report(folder)
+    return {**({"jobs": built.jobs.to_json()} if built.jobs else {}),
+            **({"kernels": built.kernels.to_json()} if built.kernels else {}),
+            **({"nvcc": built.nvcc} if built.nvcc else {})}
 
 
 @dataclass(frozen=True)

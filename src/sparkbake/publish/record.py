@@ -8,28 +8,16 @@ its locks and backend verdicts lack those keys; they load with None in their pla
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Literal, NotRequired, Self, TypedDict
+from typing import Any, Literal, NotRequired, Self, TypedDict
 
-from sparkbake.config.versions import Config
 from sparkbake.core.baked_manifest import BakedManifest
-from sparkbake.core.folders import Folders
-from sparkbake.oci.docker_engine import image_labels
 from sparkbake.oci.referrers import Listing
 from sparkbake.oci.transfer import TransferRecord
-from sparkbake.planning import Plan, upstream_pin
-from sparkbake.publish import shipped_with
 from sparkbake.publish.shipped_with import LockJson, VerdictsJson
-from sparkbake.wheels.report import REPORT, read_report
-
-if TYPE_CHECKING:  # types only: attach and the bake import this module's records
-    from sparkbake.bake.runtime_image import Image
-    from sparkbake.oci.transfer import Sent
-    from sparkbake.publish.attach import Attached
 
 __all__ = ["AttachedJson", "Change", "ChangeJson", "IndexEntry", "IndexEntryJson", "Release",
            "ReleaseDiff", "ReleaseDiffJson", "ReleaseJson", "ReleaseSeries", "ReleaseSmoke",
-           "SmokeFound", "platform_release"]
+           "SmokeFound"]
 
 # what the smoke record said of the image to publish (smoke_gate.read_smoke)
 SmokeFound = Literal["passed", "failed", "missing", "unreadable", "other image"]
@@ -73,7 +61,7 @@ class ReleaseJson(TypedDict):
     manifest: NotRequired[BakedManifest | None]
     transfer: NotRequired[TransferRecord | None]
     image_id: str
-    build: NotRequired[dict[str, Any] | None]  # as publish's _build_record gives it
+    build: NotRequired[dict[str, Any] | None]  # as push's _build_record gives it
     inputs: str
     upstream: dict[str, str]
     series: list[ReleaseSeriesJson]
@@ -295,36 +283,3 @@ class ReleaseDiff:
                     for name, changes in data["sections"].items()}
         unrecorded = {name: tuple(tags) for name, tags in (data.get("unrecorded") or {}).items()}
         return cls(data["a"], data["b"], sections, tuple(data["no_manifest"]), unrecorded)
-
-
-def platform_release(config: Config, plan: Plan, repository: str, names: tuple[str, ...],
-                     pushed: str, sent: Sent, smoked: ReleaseSmoke,
-                     baked: Image, attrs: dict[str, Any], manifest: BakedManifest | None,
-                     attached: Attached | None = None) -> Release:
-    """The record of one image pushed under names: what it is and what it was made of
-    (manifest: the image's /opt/sparkbake/manifest.json, releases.image_manifest)."""
-    return Release(
-        tag=plan.tag.name, repository=repository,
-        images=tuple(f"{repository}:{n}" for n in names), digest=pushed,
-        pinned=f"{repository}@{pushed}", smoke=smoked,
-        manifest=manifest,
-        transfer=sent.record(), image_id=baked.config, build=_build_record(config, plan),
-        inputs=plan.inputs, upstream={"key": plan.tag.upstream.key,
-                                      **upstream_pin(plan.tag.upstream)},
-        series=tuple(ReleaseSeries(s.name, s.sha256, s.patches) for s in plan.series),
-        env=dict(plan.tag.env), labels=image_labels(attrs),
-        published=datetime.now(UTC).isoformat(timespec="seconds"),
-        attestations=attached.to_json() if attached else None,
-        locks=shipped_with.locks(config, plan.tag),
-        verdicts=shipped_with.backend_verdicts(plan.tag))
-
-
-def _build_record(config: Config, plan: Plan) -> dict[str, Any]:
-    """How the wheels were built (job count, kernel reuse): host state, kept out of the image."""
-    folder = Folders.of(config).wheel_set(plan.wheels_key)
-    if not (folder / REPORT).is_file():
-        return {}
-    built = read_report(folder)
-    return {**({"jobs": built.jobs.to_json()} if built.jobs else {}),
-            **({"kernels": built.kernels.to_json()} if built.kernels else {}),
-            **({"nvcc": built.nvcc} if built.nvcc else {})}

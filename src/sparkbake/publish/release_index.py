@@ -29,7 +29,7 @@ from sparkbake.errors import ConfigError, PublishError
 from sparkbake.hashing import data_hash
 from sparkbake.oci import image_layout, registry_access
 from sparkbake.oci.docker_engine import Client
-from sparkbake.publish import attach, push, record, releases, smoke_gate
+from sparkbake.publish import attach, push, releases, smoke_gate
 from sparkbake.publish.record import Release, ReleaseSmoke
 
 __all__ = ["index_document", "publish_release"]
@@ -145,9 +145,9 @@ def _push_platform(config: Config, target: push.Target, one: _Platform,
                                    (one.per_build,), force, console=console)
     manifest = releases.image_manifest(image_layout.Layout(one.baked.layout, console),
                                        one.baked.image)
-    return record.platform_release(config, one.plan, target.repository, (one.per_build,),
-                                   pushed, sent, one.smoked, one.baked, one.attrs, manifest,
-                                   attached)
+    return push.platform_release(config, one.plan, target.repository, (one.per_build,),
+                                 pushed, sent, one.smoked, one.baked, one.attrs, manifest,
+                                 attached)
 
 
 def _record(repository: str, name: str, per_build: str, digest: str, inputs: str,
