@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from sparkbake import resources
@@ -28,8 +28,9 @@ from sparkbake.errors import ConfigError, EngineError
 from sparkbake.files import atomic_write
 from sparkbake.hashing import data_hash, file_sha256
 
-__all__ = ["compile_requirements", "lines_of", "lock_path", "make_missing",
-           "packages", "require_lock", "require_runtime_lock", "resolve", "runtime_lock_path"]
+__all__ = ["compile_requirements", "lines_of", "lock_path", "make_missing", "packages",
+           "require_lock", "require_made", "require_runtime_lock", "resolve",
+           "runtime_lock_path"]
 
 TOOLCHAIN = "builder-requirements.txt"
 TORCH_TOOLCHAIN = "builder-requirements-torch.txt"
@@ -68,17 +69,27 @@ def _overrides_stamp(tag: Tag) -> str:
     return f" overrides={data_hash(list(overrides))[:16]}" if overrides else ""
 
 
-def require_lock(config: Config, tag: Tag, tree: Path | None = None, *, settings: Settings) -> Path:
-    path = lock_path(config, tag)
-    remedy = f"{settings.command('lock', tag.name)}, and commit it"
+def require_made(path: Path, lock: Sequence[str], settings: Settings, missing: str,
+                 origin: Callable[[], str | None], other: str) -> Path:
+    """path, a lock that `sparkbake lock LOCK...` makes: ConfigError, with that command as
+    the remedy, when it is missing (`no MISSING (path)`) or when its first lines lack the
+    line origin() says it was made from (`path was made from OTHER`); origin() None: any."""
+    remedy = f"{settings.command('lock', *lock)}, and commit it"
     if not path.is_file():
-        raise ConfigError(f"no builder lock for base {tag.builder.name!r} ({path})",
-                          f"create it: {remedy}")
-    if tag.upstream.build_requirements and \
-            f"# from: {_stamp(tag, tree)}" not in path.read_text().splitlines()[:3]:
-        raise ConfigError(f"{path} was made from other build requirements than "
-                          f"{tag.upstream.build_requirements} of this tree", f"remake it: {remedy}")
+        raise ConfigError(f"no {missing} ({path})", f"create it: {remedy}")
+    wanted = origin()
+    if wanted is not None and wanted not in path.read_text().splitlines()[:3]:
+        raise ConfigError(f"{path} was made from {other}", f"remake it: {remedy}")
     return path
+
+
+def require_lock(config: Config, tag: Tag, tree: Path | None = None, *, settings: Settings) -> Path:
+    wanted = tag.upstream.build_requirements
+    return require_made(
+        lock_path(config, tag), [tag.name], settings,
+        f"builder lock for base {tag.builder.name!r}",
+        lambda: f"# from: {_stamp(tag, tree)}" if wanted else None,
+        f"other build requirements than {wanted} of this tree")
 
 
 def runtime_lock_path(config: Config, tag: Tag) -> Path | None:
@@ -128,14 +139,10 @@ def require_runtime_lock(config: Config, tag: Tag, tree: Path, *,
     wanted = tag.upstream.runtime_requirements
     if path is None or wanted is None:
         return None
-    remedy = f"{settings.command('lock', tag.name)}, and commit it"
-    if not path.is_file():
-        raise ConfigError(f"no runtime lock for base {tag.runtime.name!r} ({path})",
-                          f"create it: {remedy}")
-    if _runtime_origin(tag, tree, wanted)[0] not in path.read_text().splitlines()[:3]:
-        raise ConfigError(f"{path} was made from another {wanted} than this tree's, or for "
-                          f"other extras or pins than tag {tag.name}'s", f"remake it: {remedy}")
-    return path
+    return require_made(
+        path, [tag.name], settings, f"runtime lock for base {tag.runtime.name!r}",
+        lambda: _runtime_origin(tag, tree, wanted)[0],
+        f"another {wanted} than this tree's, or for other extras or pins than tag {tag.name}'s")
 
 
 def _runtime_origin(tag: Tag, tree: Path, wanted: str) -> tuple[str, str]:

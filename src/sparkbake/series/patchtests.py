@@ -28,7 +28,7 @@ from sparkbake.core.folders import Folders
 from sparkbake.errors import ConfigError, EngineError, PatchTestError
 from sparkbake.files import atomic_write
 from sparkbake.hashing import data_hash, file_sha256
-from sparkbake.lock.pins import compile_requirements
+from sparkbake.lock.pins import compile_requirements, require_made
 from sparkbake.planning import Plan, touched_paths
 
 __all__ = ["Result", "lock_path", "resolve", "run_tests", "series_tests"]
@@ -99,17 +99,11 @@ def resolve(config: Config, tag: Tag, tree: Path, settings: Settings, *, console
 
 
 def require_lock(config: Config, tag: Tag, tree: Path, *, settings: Settings) -> Path:
-    path = lock_path(config, tag)
-    remedy = f"{settings.command('lock', tag.name, '--patch-tests')}, and commit it"
-    if not path.is_file():
-        raise ConfigError(f"no patch-tests lock for upstream {tag.upstream.key} ({path})",
-                          f"create it: {remedy}")
-    lines = path.read_text().splitlines()
-    if f"# stamp: {_stamp(tree)}" not in lines[:3]:
-        raise ConfigError(f"{path} was made from other requirements or another Python/machine"
-                          f" (this host: python {host_python()}, {platform.machine()})",
-                          f"remake it: {remedy}")
-    return path
+    return require_made(
+        lock_path(config, tag), [tag.name, "--patch-tests"], settings,
+        f"patch-tests lock for upstream {tag.upstream.key}", lambda: f"# stamp: {_stamp(tree)}",
+        "other requirements or another Python/machine (this host: python "
+        f"{host_python()}, {platform.machine()})")
 
 
 def environment(lock: Path, venvs: Path, *, console: Console) -> Path:
