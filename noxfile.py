@@ -2,47 +2,17 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import nox
+
+sys.path.insert(0, str(Path(__file__).parent / "src"))  # the table of commands, read as data
+from sparkbake.command_table import COMMANDS, Command
 
 nox.options.default_venv_backend = "venv"
 nox.options.reuse_existing_virtualenvs = True
 nox.options.sessions = ["lint", "tests"]
-
-# Every CLI command as a session of its own name (`nox -s plan -- TAG`): its arguments and
-# what it does, as the CLI's help says it (tests/unit/test_noxfile.py compares them).
-COMMANDS = {  # command: (its arguments, what it does)
-    "tags": ("", "every tag: platform, series, built, smoked, published"),
-    "plan": ("TAG", "each stage's key and state, and what changed since the last build"),
-    "lock": ("TAG", "resolve the tag's builder and runtime locks (and its CMake sources)"),
-    "fetch": ("TAG", "fetch the pinned upstream tree, remote patches and third-party sources"),
-    "patch": ("TAG", "apply the tag's series to the pristine tree"),
-    "patch-tests": ("TAG", "run the tests the series add or change, on the CPU"),
-    "wheels": ("TAG", "build the wheels (or assemble them around cached kernels)"),
-    "build-image": ("TAG", "fetch, patch, wheels and bake the tag's image"),
-    "smoke": ("TAG", "check the tag's image in the engine"),
-    "publish": ("TAG", "push the smoked image to its registry and record it"),
-    "verify": ("TAG", "rebuild the tag from clean and compare it with the baked image"),
-    "deploy": ("TAG --hosts NODES", "pull the release onto each node's engine and smoke it there"),
-    "registry": ("start|stop|status", "the embedded local registry"),
-    "check-env": ("NODE.env --tag TAG", "preflight a node's .env for a tag"),
-    "node-files": ("TAG --nodes ADDR,ADDR --out DIR", "one .env per node, checked together"),
-    "up": ("TAG NODE.env ...", "bring the tag up on its nodes: workers, then the head"),
-    "down": ("TAG", "remove the containers up started"),
-    "status": ("TAG", "each node's container and the head's /health"),
-    "logs": ("TAG", "the last lines of each node's engine log"),
-    "clean": ("TAG|--all", "remove a tag's build trees, wheels and records"),
-    "gc": ("", "remove what no tag uses now"),
-    "patch-lint": ("", "check every series folder and patch"),
-    "export-series": ("DIR SERIES", "commits of a checkout -> a series"),
-    "import-series": ("--from REPO --range A..B SERIES", "a commit range of a fork -> a series"),
-    "rebase-check": ("TAG --to UPSTREAM", "would the series apply to UPSTREAM?"),
-    "releases": ("", "the published releases (build/releases)"),
-    "diff": ("TAG TAG", "what changed between two releases"),
-    "keys": ("generate PATH", "the key pair publish signs with"),
-    "verify-release": ("REFERENCE --key PUB", "check a published image's signature and "
-                                               "statements"),
-}
-
 
 @nox.session
 def tests(session: nox.Session) -> None:
@@ -181,15 +151,15 @@ for _name, _summary in REQUIRED.items():
     _required(_name, _summary)
 
 
-def _cli(command: str, arguments: str, what: str) -> None:
-    @nox.session(name=command)
+def _cli(command: Command) -> None:
+    # every command session runs sparkbake from one shared environment (bin/cli_session.py)
+    @nox.session(name=command.name, venv_backend="none")
     def session_for_command(session: nox.Session) -> None:
-        session.install(".")
-        session.run("sparkbake", command, *session.posargs)
+        session.run(sys.executable, "bin/cli_session.py", command.name, *session.posargs)
 
-    usage = f"{command} {arguments}" if arguments else command
-    session_for_command.__doc__ = f"sparkbake {usage}: {what}"
+    usage = f"{command.name} {command.usage}".rstrip()
+    session_for_command.__doc__ = f"sparkbake {usage}: {command.help}"
 
 
-for _command, (_arguments, _what) in COMMANDS.items():
-    _cli(_command, _arguments, _what)
+for _command in COMMANDS:
+    _cli(_command)

@@ -9,7 +9,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import errno
+import importlib
 import importlib.metadata
+import inspect
 import json
 import os
 from pathlib import Path
@@ -18,6 +20,7 @@ import pytest
 
 from sparkbake import __main__ as cli
 from sparkbake.__main__ import main, parser
+from sparkbake.command_table import COMMANDS
 from sparkbake.config import versions
 from sparkbake.config.settings import Settings
 from sparkbake.oci import emulation
@@ -172,7 +175,7 @@ def test_unknown_command_names_the_command(capsys: pytest.CaptureFixture[str]) -
 def test_a_full_or_read_only_disk_is_the_machines_error_exit_8(
         number: int, said: str, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
-    def refuse(args: object, settings: object, console: object) -> int:
+    def refuse(args: object, run: object) -> int:
         raise OSError(number, os.strerror(number), "build/x.json")
     monkeypatch.setattr(cli, "dispatch", refuse)
     assert main(["plan", "demo"]) == 8
@@ -183,7 +186,7 @@ def test_a_full_or_read_only_disk_is_the_machines_error_exit_8(
 
 def test_another_os_error_is_still_an_internal_error(monkeypatch: pytest.MonkeyPatch,
                                                      capsys: pytest.CaptureFixture[str]) -> None:
-    def fail(args: object, settings: object, console: object) -> int:
+    def fail(args: object, run: object) -> int:
         raise OSError(errno.EBADF, "Bad file descriptor")
     monkeypatch.setattr(cli, "dispatch", fail)
     assert main(["plan", "demo"]) == 1
@@ -312,13 +315,20 @@ def test_every_command_and_option_has_a_one_line_help() -> None:
                 assert action.help and "\n" not in action.help, (name, action.dest)
 
 
-def test_every_command_carries_its_handler() -> None:
-    """dispatch calls the handler the command's parser set: one that forgot it has none."""
-    top = parser()
-    commands = next(a for a in top._actions if isinstance(a, argparse._SubParsersAction))
-    without = [name for name, command in commands.choices.items()
-               if not callable(command.get_default("handler"))]
-    assert not without, f"no handler: {', '.join(without)}"
+def test_every_command_carries_a_handler_that_takes_what_dispatch_gives() -> None:
+    """dispatch imports each handler by its name when the command runs: a name that is wrong,
+    or a handler that takes other arguments, would first fail there."""
+    for command in COMMANDS:
+        given = {"none": 2, "argument": 3, "optional": 3, "option": 3}[command.tag]
+        handlers = [(command.handler, given)]
+        if command.without_tag is not None:
+            handlers.append((command.without_tag[0], 2))
+        if command.on_release is not None:
+            handlers.append((command.on_release, 3))
+        for name, count in handlers:
+            module, _, function = name.partition(":")
+            handler = getattr(importlib.import_module(module), function)
+            assert len(inspect.signature(handler).parameters) == count, (command.name, name)
 
 
 def test_version_is_the_installed_packages(capsys: pytest.CaptureFixture[str]) -> None:

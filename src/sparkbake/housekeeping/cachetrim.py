@@ -10,9 +10,8 @@ from pathlib import Path
 from sparkbake.errors import UsageError
 from sparkbake.housekeeping.sweep import Item, outside
 
-__all__ = ["DEFAULT_MAX_SIZE", "parse_size", "trim_item"]
+__all__ = ["parse_size", "trim_item"]
 
-DEFAULT_MAX_SIZE = "20G"
 UNITS = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}  # decimal, as sizes print
 SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([KMGT]?)B?", re.IGNORECASE)
 

@@ -11,6 +11,7 @@ data. Nothing outside build/ and wheels/ is touched here (`imagegc`, `cachetrim`
 
 from __future__ import annotations
 
+import argparse
 import re
 import time
 from pathlib import Path
@@ -27,14 +28,25 @@ from sparkbake.housekeeping.sweep import Item, newest_change, path_item, report
 from sparkbake.oci import local_registry
 from sparkbake.oci.docker_engine import engine_or_none
 from sparkbake.planning import Plan
+from sparkbake.run import Run
 
-__all__ = ["clean", "clean_all_items", "clean_tag_items", "gc", "gc_items", "roots"]
+__all__ = ["clean", "clean_all_items", "clean_command", "clean_tag_items", "gc", "gc_command",
+           "gc_items", "roots"]
 
 LEFTOVER_AGE = 3600.0  # seconds without a write before a scratch folder counts as left over
 HALF_WRITTEN = re.compile(r"\..+\.tmp")  # cache.atomic_dir's temporary folders
 SCRATCH = ("contexts", "bases", "rebase-check", "import", "verify")  # build/<x>/ scratch dirs
 # history, not cache: clean --all keeps them (gc reads loaded-images.txt)
 RECORDS = ("releases", "deploys", "loaded-images.txt")
+
+
+def gc_command(args: argparse.Namespace, run: Run) -> int:
+    return gc(run.config, run.settings, args.dry_run, args.max_cache_size, args.check,
+              console=run.console)
+
+
+def clean_command(args: argparse.Namespace, run: Run) -> int:
+    return clean(run.config, args.tag, args.everything, args.dry_run)
 
 
 def gc(config: Config, settings: Settings, dry_run: bool, max_cache_size: str,
