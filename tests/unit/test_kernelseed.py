@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkbake import trust
+from sparkbake import records, trust
 from sparkbake.config.versions import KernelSeed
 from sparkbake.errors import BuildError
 from sparkbake.wheelfile import contents
@@ -137,7 +137,7 @@ def test_only_a_pristine_wheel_is_assembled_on_this_host(
     built = kernelseed.build_wheels(project.config().tag("fixture"), entry, pristine, patched,
                                     tmp_path / "out", 1735689600, console=plain_console())
     assert built.report.kernels == KernelsUsed("k", reused=True, assembled_from=SEED)
-    assert built.report.to_json()["kernels"] == {"key": "k", "reused": True,
+    assert records.to_json(built.report)["kernels"] == {"key": "k", "reused": True,
                                                  "assembled from": SEED}
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkbake import planning, trust
+from sparkbake import planning, records, trust
 from sparkbake.__main__ import main
 from sparkbake.bake import runtime_image
 from sparkbake.bake.layercache import LayerCache
@@ -189,7 +189,7 @@ def test_the_wheels_label_follows_their_content() -> None:
     other = dataclasses.replace(one, wheels=(Wheel("a.whl", "2" * 64, "a", ()),))
     assert runtime_image.wheels_content(one) != runtime_image.wheels_content(other)
     assert runtime_image.wheels_content(one) == runtime_image.wheels_content(
-        WheelsReport.from_json(json.loads(json.dumps(one.to_json()))))
+        records.from_json(WheelsReport, json.loads(json.dumps(records.to_json(one)))))
 
 
 def test_gc_check_removes_the_damaged_entries_and_keeps_the_rest(

@@ -32,7 +32,7 @@ from packageurl import PackageURL
 from packaging.utils import canonicalize_name
 
 from sparkbake.attest.imagefiles import ImageFiles
-from sparkbake.core.baked_manifest import BakedManifest, ThirdPartyJson
+from sparkbake.core.baked_manifest import BakedManifest
 from sparkbake.oci import image_layout
 
 __all__ = ["document", "python_distributions"]
@@ -150,7 +150,7 @@ def _base(recorded: BakedManifest) -> Component:
                      properties=_properties({"sparkbake:base": base.get("name")}))
 
 
-def _thirdparty(source: ThirdPartyJson) -> Component:
+def _thirdparty(source: dict[str, Any]) -> Component:
     return Component(
         name=source["name"], version=source["pin"], bom_ref=f"source:{source['name']}",
         external_references=[ExternalReference(type=ExternalReferenceType.VCS,

@@ -15,14 +15,13 @@ image's SBOM (attest.sbom, made from its layers) goes beside it as `<tag>.sbom`.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sparkbake import bases, resources
+from sparkbake import bases, records, resources
 from sparkbake.bases import BaseImage
 from sparkbake.config.settings import Settings
 from sparkbake.console.display import Console
@@ -89,12 +88,12 @@ def manifest(plan: Plan, base: BaseImage, wheels: WheelSet, patched: PatchedTree
         # what the entrypoint's preflight enforces; absent: nothing declared
         **({"capabilities": tag.capabilities.as_dict()} if tag.capabilities else {}),
         "base": {"name": base.name, "image": base.ref, "digest": base.digest},
-        "wheels": [wheel.to_json() for wheel in built.wheels], "nvcc": built.nvcc,
+        "wheels": [records.to_json(wheel) for wheel in built.wheels], "nvcc": built.nvcc,
         # CMake's downloads as locked, for a tree that has them
-        **({"thirdparty": [source.to_json() for source in built.thirdparty]}
+        **({"thirdparty": [records.to_json(source) for source in built.thirdparty]}
            if built.thirdparty else {}),
         # the distributions the tag asks for by name (extras, pins), and the JIT toolchain
-        **({"asked": [dataclasses.asdict(a) for a in requirements.asked(tag, patched.path)]}
+        **({"asked": [records.to_json(a) for a in requirements.asked(tag, patched.path)]}
            if tag.extras.items or tag.pins.items else {}),
         **({"jit": _jit(cuda_home)} if cuda_home else {}),
     }

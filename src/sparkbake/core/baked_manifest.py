@@ -1,38 +1,16 @@
 """The image's own record of what went into it (/opt/sparkbake/manifest.json, written by the
-bake, read by attest and publish), and the wheel entries it shares with wheels.json.
+bake, read by attest and publish).
 
 It is read back from images baked by any sparkbake version, and from images it did not bake
-({}): each part may be absent, so the readers ask for each with .get."""
+({}): each part may be absent, so the readers ask for each with .get, and a release record
+keeps it as read. Its wheels, CMake's sources and the distributions asked for are the JSON of
+records declared where they are made (wheels.report, lock.requirements)."""
 
 from __future__ import annotations
 
-from typing import NotRequired, TypedDict
+from typing import Any, TypedDict
 
-__all__ = ["Asked", "BakedManifest", "BaseRecord", "JitRecord", "KernelJson", "PatchRecord",
-           "SeriesRecord", "ThirdPartyJson", "WheelJson"]
-
-
-class KernelJson(TypedDict):
-    path: str
-    sha256: str
-    sass: list[str]
-
-
-class WheelJson(TypedDict):
-    file: str
-    sha256: str
-    name: NotRequired[str]  # absent in the reports of early versions
-    kernels: NotRequired[list[KernelJson]]
-
-
-class ThirdPartyJson(TypedDict):
-    """One of CMake's third-party sources as the sources lock pins it."""
-
-    name: str
-    url: str
-    ref: str
-    pin: str
-    tree: str
+__all__ = ["BakedManifest", "BaseRecord", "JitRecord", "PatchRecord", "SeriesRecord"]
 
 
 class PatchRecord(TypedDict, total=False):
@@ -62,14 +40,6 @@ class JitRecord(TypedDict, total=False):
     path: str
 
 
-class Asked(TypedDict):
-    """A distribution the tag asks for by name (lock.requirements.Asked)."""
-
-    name: str
-    requirement: str
-    why: str
-
-
 class BakedManifest(TypedDict, total=False):
     schema: int
     tag: str
@@ -85,8 +55,8 @@ class BakedManifest(TypedDict, total=False):
     env: dict[str, str]
     capabilities: dict[str, object]  # what the entrypoint's preflight enforces (as_dict)
     base: BaseRecord
-    wheels: list[WheelJson]
+    wheels: list[dict[str, Any]]  # wheels.report.Wheel's
     nvcc: str
-    thirdparty: list[ThirdPartyJson]
-    asked: list[Asked]
+    thirdparty: list[dict[str, Any]]  # wheels.report.ThirdPartySource's
+    asked: list[dict[str, str]]  # lock.requirements.Asked's
     jit: JitRecord

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from sparkbake import records
 from sparkbake.attest.signing import SigningKey
 from sparkbake.bake import runtime_image
 from sparkbake.bake.runtime_image import INPUTS_LABEL
@@ -101,8 +102,8 @@ def _build_record(config: Config, plan: Plan) -> dict[str, Any]:
     if not (folder / REPORT).is_file():
         return {}
     built = read_report(folder)
-    return {**({"jobs": built.jobs.to_json()} if built.jobs else {}),
-            **({"kernels": built.kernels.to_json()} if built.kernels else {}),
+    return {**({"jobs": records.to_json(built.jobs)} if built.jobs else {}),
+            **({"kernels": records.to_json(built.kernels)} if built.kernels else {}),
             **({"nvcc": built.nvcc} if built.nvcc else {})}
 
 

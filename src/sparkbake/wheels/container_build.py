@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sparkbake import resources, trust
+from sparkbake import records, resources, trust
 from sparkbake.bases import BaseImage
 from sparkbake.config.settings import CompileCacheSettings, Settings
 from sparkbake.config.versions import Tag
@@ -248,7 +248,7 @@ def _container_args(request: BuildRequest, out: Path, reuse: str | None) -> dict
 
 def _built_kernels(built: dict[str, Any]) -> dict[str, tuple[Kernel, ...]]:
     """The builder's wheels (their file names, in its order) and the kernels of each."""
-    return {str(wheel["file"]): tuple(Kernel.from_json(k) for k in wheel["kernels"])
+    return {str(wheel["file"]): tuple(records.from_json(Kernel, k) for k in wheel["kernels"])
             for wheel in built["wheels"]}
 
 
@@ -310,7 +310,7 @@ def _store_kernels(entry: Path, folder: Path, report: WheelsReport,
             trust.remember(tmp / wheel.name, tmp / entrycheck.STAMPS / wheel.name)
             (tmp / "kernels.json").write_text(json.dumps(
                 {"wheel": wheel.name, "sha256": sha256, "pristine": pristine is not None,
-                 "kernels": [kernel.to_json() for kernel in first.kernels]}, indent=2))
+                 "kernels": [records.to_json(kernel) for kernel in first.kernels]}, indent=2))
     shutil.rmtree(folder / FOR_KERNELS, ignore_errors=True)
 
 

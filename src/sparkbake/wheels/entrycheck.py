@@ -8,11 +8,11 @@ from __future__ import annotations
 import shutil
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
-from sparkbake import trust
+from sparkbake import records, trust
 from sparkbake.console.display import Console
-from sparkbake.wheels.report import REPORT, WheelsReport, WheelsReportJson
+from sparkbake.wheels.report import REPORT, WheelsReport
 
 __all__ = ["STAMPS", "damage", "drop_damaged", "kernels_damage"]
 
@@ -25,7 +25,7 @@ def damage(folder: Path, *, full: bool = False) -> str | None:
     nothing is, else why it cannot be used."""
     return _check(folder, REPORT, full, lambda record: [  # the record read is a report
         (wheel.file, wheel.sha256)
-        for wheel in WheelsReport.from_json(cast(WheelsReportJson, record)).wheels])
+        for wheel in records.from_json(WheelsReport, record).wheels])
 
 
 def kernels_damage(entry: Path, *, full: bool = False) -> str | None:

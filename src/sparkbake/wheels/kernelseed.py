@@ -17,7 +17,7 @@ import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from sparkbake import trust
+from sparkbake import records, trust
 from sparkbake.config.settings import Settings
 from sparkbake.config.versions import KernelSeed, Tag
 from sparkbake.console.display import Console
@@ -124,7 +124,7 @@ def build_wheels(tag: Tag, entry: Path, pristine: Path, patched: Path, folder: P
                        tag.upstream.overrides)
         wheel = made.wheel
         console.detail(f"wheels: {len(made.changed)} file(s) of the series in {wheel.name}")
-        kernels = tuple(Kernel.from_json(kernel) for kernel in listing["kernels"])
+        kernels = tuple(records.from_json(Kernel, kernel) for kernel in listing["kernels"])
         report = WheelsReport(
             cuda_arch=tag.cuda_arch, sm_arch=tag.sm_arch,
             nvcc=f"none: kernels from {cached_wheel}",
