@@ -8,7 +8,9 @@ figure is quoted from its file, never retyped; an unknown file or key stops the 
 each `{{ serve: TAG NODE.env }}` with the `vllm serve` command the program prints for that
 node (`sparkbake check-env NODE.env --tag TAG --print`), and each
 `{{ up: TAG HOSTS NODE.env ... }}` with the commands `sparkbake up TAG NODE.env ... --hosts
-HOSTS --print` prints, so a command the manual shows is the program's own.
+HOSTS --print` prints, so a command the manual shows is the program's own. And
+`{{ commands }}` with the list of commands and their options, made from the table the
+CLI's parser is made from (src/sparkbake/command_table.py).
 """
 
 from __future__ import annotations
@@ -21,11 +23,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from sparkbake.command_table import COMMANDS as COMMAND_TABLE
+from sparkbake.command_table import Option
+
 ROOT = Path(__file__).resolve().parent.parent
 RULES = ROOT / "images" / "preflight.json"
 BENCHMARKS = ROOT / "benchmarks"
 QUOTE = re.compile(r"\{\{\s*([\w.-]+\.json):\s*([\w.]+)\s*\}\}")
 SERVE = re.compile(r"\{\{\s*serve:\s*([\w.-]+)\s+([\w./-]+\.env)\s*\}\}")
+COMMANDS = re.compile(r"\{\{\s*commands\s*\}\}")
 UP = re.compile(r"\{\{\s*up:\s*([\w.-]+)\s+(\S+)\s+((?:[\w./-]+\.env\s+)+)\}\}")
 
 PREFLIGHT_INTRO = """\
@@ -224,10 +230,31 @@ def up_commands(tag: str, hosts: str, env_files: list[str]) -> str:
     return ran.stdout.rstrip("\n")
 
 
+def option_text(option: Option) -> str:
+    """An option as a user types it: `--gpu auto|require|skip`, `--json`, `NODE.env ...`."""
+    shown = option.usage or option.name
+    if option.name.startswith("-") and not option.flag and not option.required:
+        value = "|".join(option.choices) if option.choices else option.metavar or \
+            option.name.lstrip("-").upper()
+        shown = f"{option.name} {value}"
+    return code(shown)
+
+
+def commands_table() -> str:
+    """Every command of the table: how it is typed, its other options, what it does."""
+    rows = ["| command | options | what it does |", "|---|---|---|"]
+    for command in COMMAND_TABLE:
+        others = [option_text(option) for option in command.options if option.usage is None]
+        rows.append(f"| {code(f'{command.name} {command.usage}'.rstrip())} | "
+                    f"{', '.join(others)} | {cell(command.help)} |")
+    return "\n".join(rows)
+
+
 def on_page_markdown(markdown: str, **_: object) -> str:
     """mkdocs hook: every `{{ FILE.json: KEY }}` replaced by its value, every
     `{{ serve: TAG NODE.env }}` and `{{ up: TAG HOSTS NODE.env ... }}` by the program's
-    commands."""
+    commands, and `{{ commands }}` by the table of commands."""
+    markdown = COMMANDS.sub(lambda _: commands_table(), markdown)
     markdown = SERVE.sub(lambda match: serve_command(match.group(1), match.group(2)), markdown)
     markdown = UP.sub(lambda match: up_commands(match.group(1), match.group(2),
                                                 match.group(3).split()), markdown)

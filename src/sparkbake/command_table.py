@@ -158,7 +158,8 @@ IMAGE = (  # the commands on the tag's image
     Command("publish", "push the smoked image to its registry and record what went into the "
             "digest", _handler("publish"), tag="argument", on_release=_handler("publish_release"),
             options=(
-                Option("--registry", "HOST:PORT to push to instead of the tag's"),
+                Option("--registry", "HOST:PORT to push to instead of the tag's",
+                       metavar="HOST:PORT"),
                 Option("--force", "overwrite a remote tag that points at another digest",
                        flag=True),
                 Option("--skip-smoke", "publish without a passing smoke record (recorded)",
