@@ -90,6 +90,15 @@ def bench_noop(session: nox.Session) -> None:
     session.run("python", "bin/bench_noop.py", *session.posargs)
 
 
+@nox.session(name="bench-sessions")
+def bench_sessions(session: nox.Session) -> None:
+    """What a command session adds to its command, after its environment is made once.
+
+    Writes benchmarks/command-sessions.json."""
+    session.install(".", "nox")
+    session.run("python", "bin/bench_sessions.py", *session.posargs)
+
+
 @nox.session(name="bench-cache")
 def bench_cache(session: nox.Session) -> None:
     """The compile cache and the kernel arch list; writes benchmarks/compile-cache.json."""
