@@ -33,6 +33,7 @@ from sparkbake.console.display import Console
 from sparkbake.core.stages import Stage
 from sparkbake.oci import docker_engine, image_layout
 from sparkbake.pipeline import stage_commands
+from sparkbake.run import Run
 
 __all__ = ["main", "project_copy"]
 
@@ -58,8 +59,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # the base layers' cache: cold too
     settings = Settings.of_process().with_environ(SPARKBAKE_CACHE=str(work / "cache"))
     start = time.perf_counter()
-    _ok(stage_commands.run_until(loaded, settings, tag, Stage.WHEELS,
-                                 console=Console(dict(os.environ))))
+    _ok(stage_commands.run_until(Run.of(loaded, settings, Console(dict(os.environ))), tag,
+                                 Stage.WHEELS))
     until_wheels = round(time.perf_counter() - start, 1)
     runs = {workers: _cold_bake(loaded, settings, tag, workers)
             for workers in (int(n) for n in args.workers.split(","))}
@@ -108,8 +109,8 @@ def _cold_bake(loaded: config_mod.Config, settings: Settings, tag: config_mod.Ta
         client.images.remove(tag.image_ref, noprune=False)
     with_workers = settings.with_environ(SPARKBAKE_COMPRESS_WORKERS=str(workers))
     start = time.perf_counter()
-    _ok(stage_commands.run_until(loaded, with_workers, tag, Stage.BAKE,
-                                 console=Console(dict(os.environ))))
+    _ok(stage_commands.run_until(Run.of(loaded, with_workers, Console(dict(os.environ))), tag,
+                                 Stage.BAKE))
     bake_s = round(time.perf_counter() - start, 1)
     steps = _steps(loaded.build_dir / "logs" / tag.name / "bake.log")
     layers = _layers(loaded, tag)

@@ -33,6 +33,7 @@ from sparkbake.console.display import Console
 from sparkbake.core.stages import Stage
 from sparkbake.oci import image_layout, local_registry
 from sparkbake.pipeline import commands, stage_commands
+from sparkbake.run import Run
 
 __all__ = ["main"]
 
@@ -120,15 +121,14 @@ def _build_and_publish(loaded: config_mod.Config, tag: config_mod.Tag,
                        port: int) -> dict[str, Any]:
     tag = loaded.tag(tag.name)
     settings = Settings.of_process()
+    run = Run.of(loaded, settings, Console(settings.environ))
     timed: dict[str, Any] = {}
     steps = ((Stage.PATCH, "patch_s"), (Stage.WHEELS, "wheels_s"), (Stage.BAKE, "bake_s"))
     for stage, what in steps:
-        timed[what] = _seconds(functools.partial(stage_commands.run_until, loaded, settings, tag,
-                                                 stage))
+        timed[what] = _seconds(functools.partial(stage_commands.run_until, run, tag, stage))
     timed["publish_s"] = _seconds(
-        lambda: commands.publish(loaded, settings, tag, f"127.0.0.1:{port}", force=True,
-                                 skip_smoke=True,  # smoke is not what is measured
-                                 console=Console(settings.environ)))
+        lambda: commands.publish(run, tag, f"127.0.0.1:{port}", force=True,
+                                 skip_smoke=True))  # smoke is not what is measured
     timed["build_image_s"] = round(timed["patch_s"] + timed["wheels_s"] + timed["bake_s"], 1)
     record = json.loads((loaded.build_dir / "releases" / f"{tag.name}.json").read_text())
     transfer = record["transfer"]

@@ -32,6 +32,7 @@ from sparkbake.console import display
 from sparkbake.console.display import Console
 from sparkbake.core.stages import Stage
 from sparkbake.pipeline import stage_commands
+from sparkbake.run import Run
 
 __all__ = ["main"]
 
@@ -102,7 +103,7 @@ def _no_op(config: Path, tag: str) -> None:
     settings = Settings.of_process()
     console = Console(settings.environ, display.Verbosity.NORMAL)  # as main makes it
     loaded = config_mod.load(config)
-    _ok(stage_commands.run_until(loaded, settings, loaded.tag(tag), Stage.BAKE, console=console))
+    _ok(stage_commands.run_until(Run.of(loaded, settings, console), loaded.tag(tag), Stage.BAKE))
 
 
 def _pip_processes(config: Path, tag: str) -> int:
@@ -116,8 +117,8 @@ def _pip_processes(config: Path, tag: str) -> int:
     loaded = config_mod.load(config)
     settings = Settings(Settings.of_process().environ, ask_pip=counted)
     with contextlib.redirect_stderr(io.StringIO()):
-        _ok(stage_commands.run_until(loaded, settings, loaded.tag(tag), Stage.BAKE,
-                                     console=Console(settings.environ)))
+        _ok(stage_commands.run_until(Run.of(loaded, settings, Console(settings.environ)),
+                                     loaded.tag(tag), Stage.BAKE))
     return len(asked)
 
 

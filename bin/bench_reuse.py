@@ -28,6 +28,7 @@ from sparkbake.config.settings import Settings
 from sparkbake.console.display import Console
 from sparkbake.core.stages import Stage
 from sparkbake.pipeline import stage_commands
+from sparkbake.run import Run
 
 __all__ = ["main"]
 
@@ -88,11 +89,11 @@ def _timed(loaded: config_mod.Config, settings: Settings, tag: str, work: Path,
     plan = planning.make(scratch, scratch.tag(tag))
     if kernels is not None:
         shutil.copytree(kernels, scratch.wheels_dir / "kernels" / plan.kernel_key)
-    stage_commands.run_until(scratch, settings, scratch.tag(tag), Stage.PATCH,
-                             console=Console(dict(os.environ)))  # not timed
+    stage_commands.run_until(Run.of(scratch, settings, Console(dict(os.environ))),
+                             scratch.tag(tag), Stage.PATCH)  # not timed
     start = time.perf_counter()
-    assert stage_commands.run_until(scratch, settings, scratch.tag(tag), Stage.WHEELS,
-                                    console=Console(dict(os.environ))) == 0
+    assert stage_commands.run_until(Run.of(scratch, settings, Console(dict(os.environ))),
+                                    scratch.tag(tag), Stage.WHEELS) == 0
     return time.perf_counter() - start
 
 

@@ -16,6 +16,7 @@ import pytest
 from sparkbake.config.settings import Settings
 from sparkbake.oci import docker_engine, image_layout
 from sparkbake.pipeline import commands
+from sparkbake.run import Run
 from tests.conftest import Project, copy_project, plain_console
 from tests.integration.test_pipeline import PYTHON_PATCH, python_in
 
@@ -150,6 +151,6 @@ def test_a_bake_from_the_cache_is_the_image_a_clean_bake_makes(
     _, warm = bakes
     shutil.rmtree(layered.root / "build" / "layers")  # the layer cache, not the stages'
     config = layered.config()
-    clean = commands.rebuild(config, Settings.of_process(), config.tag("fixture"),
-                             console=plain_console())
+    clean = commands.rebuild(Run.of(config, Settings.of_process(), plain_console()),
+                             config.tag("fixture"))
     assert clean.image.digest == warm.digest

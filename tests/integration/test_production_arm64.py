@@ -31,6 +31,7 @@ from sparkbake.hashing import file_sha256
 from sparkbake.nodes import sample_envs
 from sparkbake.oci import docker_engine, emulation, local_registry
 from sparkbake.pipeline import commands, stage_commands
+from sparkbake.run import Run
 from sparkbake.smoke import checks
 from sparkbake.wheels import container_build
 from tests.conftest import free_port, plain_console
@@ -78,14 +79,13 @@ def built(request: pytest.FixtureRequest, docker_client: docker_engine.Client,
     work = tmp_path_factory.mktemp("arm64")
     loaded = dataclasses.replace(versions.load(REPO / "versions.yaml"), work=work)
     tag = loaded.tag(request.param)
-    settings = Settings.of_process()
-    assert stage_commands.run_until(loaded, settings, tag, Stage.BAKE, console=plain_console()) == 0
-    assert commands.smoke_tag(loaded, settings, tag, checks.Options(), console=plain_console()) == 0
+    run = Run.of(loaded, Settings.of_process(), plain_console())
+    assert stage_commands.run_until(run, tag, Stage.BAKE) == 0
+    assert commands.smoke_tag(run, tag, checks.Options()) == 0
     port = free_port()
     local_registry.start(loaded, plain_console(), port)
     try:
-        assert commands.publish(loaded, settings, tag, f"127.0.0.1:{port}", force=False,
-                                console=plain_console()) == 0
+        assert commands.publish(run, tag, f"127.0.0.1:{port}", force=False) == 0
         yield Built(loaded, planning.make(loaded, tag))
     finally:
         local_registry.stop(loaded, plain_console())

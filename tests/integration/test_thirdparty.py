@@ -20,6 +20,7 @@ from sparkbake.fetch import sourcelock, thirdparty
 from sparkbake.hashing import file_sha256, tree_hash
 from sparkbake.oci import docker_engine
 from sparkbake.pipeline import build
+from sparkbake.run import Run
 from tests.conftest import DATA, Project, copy_project, plain_console, versions_yaml
 from tests.gitdaemon import Daemon, git, git_daemon
 from tests.integration.test_pipeline import add_patch, read_from_image
@@ -258,8 +259,8 @@ def test_a_build_that_made_the_sources_lock_goes_on_with_a_plan_that_has_it(
     host(monkeypatch)
     project = cmake_project(tmp_path / "planned", daemon[0])
     loaded = project.config()
-    work = build.Build(loaded, planning.make(loaded, loaded.tag(TAG)), Settings.of_process(),
-                       console=plain_console())
+    work = build.Build(Run.of(loaded, Settings.of_process(), plain_console()),
+                       planning.make(loaded, loaded.tag(TAG)))
     tree = build.patched(work)
     made = build.with_locks(work, tree)
     assert made.plan.stage_inputs[Stage.KERNELS]["third-party sources"] == [

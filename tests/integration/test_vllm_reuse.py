@@ -27,6 +27,7 @@ from sparkbake.errors import BuildError
 from sparkbake.hashing import file_sha256
 from sparkbake.oci import docker_engine, image_layout
 from sparkbake.pipeline import commands, verify
+from sparkbake.run import Run
 from sparkbake.wheels import container_build
 from sparkbake.wheels.report import WheelsReport, read_report
 from tests.conftest import plain_console
@@ -62,8 +63,8 @@ def builds(docker_client: docker_engine.Client, tag_name: str,
         work = tmp_path_factory.mktemp(name)
         works.append(work)
         scratch = dataclasses.replace(loaded, work=work)
-        baked = commands.rebuild(scratch, Settings.of_process(), scratch.tag(tag_name),
-                                 console=plain_console())
+        baked = commands.rebuild(Run.of(scratch, Settings.of_process(), plain_console()),
+                                 scratch.tag(tag_name))
         plan = planning.make(scratch, scratch.tag(tag_name))
         folder = work / "wheels" / plan.wheels_key
         shutil.rmtree(work / "wheels" / "runtime")  # 4 GB each: checked by hash, not needed

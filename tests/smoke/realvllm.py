@@ -18,6 +18,7 @@ from sparkbake.config.settings import Settings
 from sparkbake.core.stages import Stage
 from sparkbake.nodes import sample_envs
 from sparkbake.pipeline import stage_commands
+from sparkbake.run import Run
 from sparkbake.series import patchtests
 from tests.conftest import plain_console, settings_of
 
@@ -33,8 +34,8 @@ def patched_vllm(tag_name: str = VLLM_033) -> tuple[Path, Path]:
     cached)."""
     loaded = versions.load(REPO / "versions.yaml")
     tag = loaded.tag(tag_name)
-    assert stage_commands.run_until(loaded, Settings.of_process(), tag, Stage.PATCH,
-                                    console=plain_console()) == 0
+    assert stage_commands.run_until(Run.of(loaded, Settings.of_process(), plain_console()), tag,
+                                    Stage.PATCH) == 0
     tree = loaded.build_dir / "patched" / planning.make(loaded, tag).patch_key / "tree"
     venv = patchtests.environment(patchtests.require_lock(loaded, tag, tree,
                                                           settings=settings_of()),

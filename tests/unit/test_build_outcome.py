@@ -16,6 +16,7 @@ from sparkbake.core.stages import Stage
 from sparkbake.fetch import remote_patches
 from sparkbake.fetch.remote_patches import RemotePatch
 from sparkbake.pipeline import build, stage_commands
+from sparkbake.run import Run
 from tests.conftest import Project, copy_project, plain_console, settings_of
 
 
@@ -27,8 +28,8 @@ def project(tmp_path: Path) -> Project:
 def patch_build(project: Project, console: display.Console | None = None) -> build.Build:
     loaded = project.config()
     plan = planning.make(loaded, loaded.tag("fixture"))
-    return build.Build(loaded, plan, settings_of(HOME=str(project.root)),
-                       console or plain_console())
+    return build.Build(Run.of(loaded, settings_of(HOME=str(project.root)),
+                              console or plain_console()), plan)
 
 
 def test_the_outcome_carries_the_builds_own_runs_in_order(project: Project) -> None:
@@ -89,13 +90,13 @@ def test_a_build_fetches_each_remote_patch_once(
     monkeypatch.setattr(remote_patches, "fetch", counted)
     loaded, settings = project.config(), settings_of(HOME=str(project.root))
     unfetched = planning.make(loaded, loaded.tag("fixture"))
-    assert stage_commands.run_until(loaded, settings, loaded.tag("fixture"), Stage.PATCH,
-                                    console=plain_console()) == 0
+    assert stage_commands.run_until(Run.of(loaded, settings, plain_console()),
+                                    loaded.tag("fixture"), Stage.PATCH) == 0
     assert (downloads, fetches) == ([URL], [1])
     # the plan was made again once fetched: the patch touches Python only
     assert project.plan().kernel_key != unfetched.kernel_key
     patched = project.root / "build" / "patched" / project.plan().patch_key / "tree"
     assert (patched / "tinykern" / "upstream_pr.py").is_file()
-    assert stage_commands.run_until(loaded, settings, loaded.tag("fixture"), Stage.PATCH,
-                                    console=plain_console()) == 0
+    assert stage_commands.run_until(Run.of(loaded, settings, plain_console()),
+                                    loaded.tag("fixture"), Stage.PATCH) == 0
     assert (downloads, fetches) == ([URL], [1, 1])  # cached: checked once, not downloaded

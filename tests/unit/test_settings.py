@@ -16,6 +16,7 @@ from sparkbake.config.settings import Settings
 from sparkbake.core.stages import Stage
 from sparkbake.fetch import thirdparty
 from sparkbake.pipeline import stage_commands
+from sparkbake.run import Run
 from tests.conftest import copy_project, plain_console, versions_yaml
 
 
@@ -69,10 +70,9 @@ def test_a_build_that_needs_no_package_index_starts_no_pip(tmp_path: Path) -> No
     pip = CountingPip()
     settings = Settings({"HOME": str(tmp_path)}, ask_pip=pip)
     loaded = project.config()
-    assert stage_commands.run_until(loaded, settings, loaded.tag("fixture"), Stage.PATCH,
-                                    console=plain_console()) == 0
-    assert stage_commands.run_until(loaded, settings, loaded.tag("fixture"), Stage.PATCH,
-                                    console=plain_console()) == 0
+    run = Run.of(loaded, settings, plain_console())
+    assert stage_commands.run_until(run, loaded.tag("fixture"), Stage.PATCH) == 0
+    assert stage_commands.run_until(run, loaded.tag("fixture"), Stage.PATCH) == 0
     assert pip.asked == []
 
 

@@ -26,8 +26,7 @@ def config_file(tmp_path: Path) -> Path:
 def calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, checks.Options]]:
     seen: list[tuple[str, checks.Options]] = []
 
-    def smoke_tag(config: Any, settings: Any, tag: Any, options: checks.Options,
-                  **_: Any) -> int:
+    def smoke_tag(run: Any, tag: Any, options: checks.Options, **_: Any) -> int:
         seen.append((tag.name, options))
         return 0
 

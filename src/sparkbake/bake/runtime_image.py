@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any
 
 from sparkbake import bases, records, resources
 from sparkbake.bases import BaseImage
-from sparkbake.config.settings import Settings
 from sparkbake.console.display import Console
 from sparkbake.console.tools import step
 from sparkbake.core.folders import Folders
@@ -42,6 +41,7 @@ from sparkbake.oci.docker_engine import (
 )
 from sparkbake.patch.apply import PatchedTree
 from sparkbake.planning import Plan, upstream_pin
+from sparkbake.run import Run
 from sparkbake.wheels.container_build import WheelSet
 from sparkbake.wheels.report import WheelsReport
 
@@ -49,8 +49,8 @@ if TYPE_CHECKING:
     from sparkbake.bake import baselayers, venvlayers
     from sparkbake.oci import layers
 
-__all__ = ["WHEELS_LABEL", "Image", "current_in_local_engine", "find", "is_current", "labels",
-           "make_image", "manifest", "wheels_content"]
+__all__ = ["WHEELS_LABEL", "Bake", "Image", "current_in_local_engine", "find", "is_current",
+           "labels", "make_image", "manifest", "wheels_content"]
 
 INPUTS_LABEL = "dev.sparkbake.inputs"  # the bake key: an image is current when it matches
 TAG_LABEL = "dev.sparkbake.tag"
@@ -194,19 +194,36 @@ def _said_current(image: Image, plan: Plan, *, console: Console) -> Image:
     return image
 
 
-def make_image(client: Client, plan: Plan, base: BaseImage, wheels: WheelSet,
-               patched: PatchedTree, layout: Folders, *, source_date: int, settings: Settings,
-               load: bool = True, runtime_wheels: Path | None = None,
-               runtime_lock: Path | None = None, log: Path, console: Console) -> Image:
-    """Write the tag's image into build/oci and (load) into the engine as `<repository>:<tag>`,
-    unless the engine has it from these inputs. The host's cache (settings) holds the base
-    layers; runtime_wheels is the wheelhouse of the tag's runtime lock runtime_lock, if it
-    has one."""
+@dataclass(frozen=True)
+class Bake:
+    """What one tag's image is made of: the plan, the runtime base, the tag's wheels and
+    patched tree, the source date (the image's only time), the stage's log, and the
+    wheelhouse of the tag's runtime lock, if it has one; load: into the engine too (False:
+    the engine's tag is left alone, as verify's rebuild does)."""
+
+    plan: Plan
+    base: BaseImage
+    wheels: WheelSet
+    patched: PatchedTree
+    source_date: int
+    log: Path
+    runtime_wheels: Path | None = None
+    runtime_lock: Path | None = None
+    load: bool = True
+
+
+def make_image(client: Client, run: Run, bake: Bake) -> Image:
+    """Write the tag's image into the run's build/oci and (bake.load) into the engine as
+    `<repository>:<tag>`, unless the engine has it from these inputs. The host's cache (the
+    run's settings) holds the base layers."""
     # the writers are imported here, not above: a no-op build (the image current) needs none
     from sparkbake.attest import stored
     from sparkbake.bake import baselayers, venvlayers
     from sparkbake.bake.layercache import LayerCache
 
+    plan, base, wheels, patched = bake.plan, bake.base, bake.wheels, bake.patched
+    source_date, load = bake.source_date, bake.load
+    layout, settings, console = run.folders, run.settings, run.console
     content = wheels_content(wheels.report)
     if load and (current := _current(image_attrs_or_none(client, plan.tag.image_ref), plan,
                                      layout, content, console=console)) is not None:
@@ -221,11 +238,13 @@ def make_image(client: Client, plan: Plan, base: BaseImage, wheels: WheelSet,
                                   image_layout.Layout(settings.cache_dir / "layers",
                                                       console), oci, work,
                                   workers, console=console)
-        packages = _venv_packages(plan, wheels, runtime_wheels, runtime_lock, patched)
+        packages = _venv_packages(plan, wheels, bake.runtime_wheels, bake.runtime_lock,
+                                  patched)
         # a rebuild that is not loaded (verify's) compiles every file: it re-proves the bytes
         bytecode = settings.bytecode_cache if load else None
         venv = venvlayers.make_layers(client, runtime, packages, LayerCache(layout.layers, oci),
-                                      work, source_date, log, workers, bytecode, console=console)
+                                      work, source_date, bake.log, workers, bytecode,
+                                      console=console)
         recorded = manifest(plan, base, wheels, patched, source_date, venv.cuda_home)
         files = _files_layer(recorded, work, source_date, workers)
         added = [*venv.added, (files, "sparkbake: /opt/sparkbake")]

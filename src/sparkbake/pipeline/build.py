@@ -26,10 +26,11 @@ from sparkbake.oci.docker_engine import Client, connect
 from sparkbake.patch import apply
 from sparkbake.patch.apply import PatchedTree
 from sparkbake.planning import Plan
+from sparkbake.run import Run
 from sparkbake.wheels import container_build, entrycheck
 from sparkbake.wheels.container_build import WheelSet
 
-__all__ = ["Build", "Outcome", "Source", "bake", "fetch", "fetched_plan", "patch",
+__all__ = ["Build", "Outcome", "Source", "bake", "fetch", "fetched_plan", "of_tag", "patch",
            "run_stages", "wheels", "with_locks"]
 
 
@@ -43,22 +44,32 @@ class Source:
 
 @dataclass(frozen=True)
 class Build:
-    """What every stage of one build reads: the tag's plan (its remote patches fetched:
-    fetched_plan), the run's settings and console, where its outputs go, and how; and the
-    stage runs so far, in order (the one list of them)."""
+    """What every stage of one build reads: the run (its versions.yaml, settings and
+    console, and so where the outputs go) and the tag's plan (its remote patches fetched:
+    fetched_plan), how to build; and the stage runs so far, in order (the one list of them)."""
 
-    config: Config
+    run: Run
     plan: Plan
-    settings: Settings
-    console: Console
     options: apply.Options = field(default_factory=apply.Options)
     load: bool = True  # False: the engine's tag is left alone (verify's rebuild)
     # shared by the copies `replace` makes (with_locks): one build, one list
     runs: list[StageRun] = field(default_factory=list)
 
     @property
+    def config(self) -> Config:
+        return self.run.config
+
+    @property
+    def settings(self) -> Settings:
+        return self.run.settings
+
+    @property
+    def console(self) -> Console:
+        return self.run.console
+
+    @property
     def layout(self) -> Folders:
-        return Folders.of(self.config)
+        return self.run.folders
 
     @property
     def tag(self) -> Tag:
@@ -145,11 +156,10 @@ def bake(build: Build, engine: Engine, source: Source, patched: PatchedTree,
                                     build.settings, console=build.console)
         house = wheelhouse.ensure(runtime_lock, tag, build.layout,
                                   console=build.console) if runtime_lock else None
-        return runtime_image.make_image(client, build.plan, runtime_base, built, patched,
-                                        build.layout, source_date=source.source_date,
-                                        settings=build.settings, load=build.load,
-                                        runtime_wheels=house, runtime_lock=runtime_lock,
-                                        log=build.log(Stage.BAKE), console=build.console)
+        return runtime_image.make_image(client, build.run, runtime_image.Bake(
+            build.plan, runtime_base, built, patched, source.source_date,
+            build.log(Stage.BAKE), runtime_wheels=house, runtime_lock=runtime_lock,
+            load=build.load))
 
 
 def with_locks(build: Build, tree: PatchedTree) -> Build:
@@ -188,12 +198,18 @@ def _baked(build: Build) -> tuple[Build, runtime_image.Image]:
     return build, bake(build, engine, source, tree, wheels(build, engine, source, tree))
 
 
-def fetched_plan(config: Config, tag: Tag, settings: Settings, console: Console) -> Plan:
+def fetched_plan(run: Run, tag: Tag) -> Plan:
     """The plan once the tag's remote patches are fetched: until then their content, and so
     whether they touch kernels, is unknown (the fetch stage's network, done first, and only
     here: a build's stages take them from this plan, made once)."""
-    remote_patches.fetch(planning.remote_of(config, tag), settings, console)
-    return planning.make(config, tag)
+    remote_patches.fetch(planning.remote_of(run.config, tag), run.settings, run.console)
+    return planning.make(run.config, tag)
+
+
+def of_tag(run: Run, tag: Tag, options: apply.Options | None = None, *,
+           load: bool = True) -> Build:
+    """The tag's build in the run, its plan made once the remote patches are fetched."""
+    return Build(run, fetched_plan(run, tag), options or apply.Options(), load)
 
 
 def run_stages(build: Build, last: Stage) -> Outcome:

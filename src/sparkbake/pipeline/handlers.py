@@ -20,23 +20,20 @@ STAGE_COMMANDS = {**{str(stage): stage for stage in BUILD[:-1]}, "build-image": 
 
 def tags(args: argparse.Namespace, run: Run) -> int:
     from sparkbake.pipeline import tags as tag_rows
-    print(tag_rows.report(run.config, as_json=args.json, console=run.console,
-                          settings=run.settings))
+    print(tag_rows.report(run, as_json=args.json))
     return 0
 
 
 def plan(args: argparse.Namespace, run: Run, tag: Tag) -> int:
     from sparkbake.pipeline import commands
-    text, blocked = commands.plan_report(run.config, tag, as_json=args.json,
-                                         console=run.console, settings=run.settings)
+    text, blocked = commands.plan_report(run, tag, as_json=args.json)
     print(text)
     return ConfigError.exit_code if blocked else 0
 
 
 def lock(args: argparse.Namespace, run: Run, tag: Tag) -> int:
     from sparkbake.pipeline import commands
-    return commands.lock_tag(run.config, run.settings, tag, for_patch_tests=args.patch_tests,
-                             console=run.console)
+    return commands.lock_tag(run, tag, for_patch_tests=args.patch_tests)
 
 
 def stages(args: argparse.Namespace, run: Run, tag: Tag) -> int:
@@ -45,37 +42,36 @@ def stages(args: argparse.Namespace, run: Run, tag: Tag) -> int:
                            keep=getattr(args, "keep", False),
                            checkout=getattr(args, "checkout", None))
     output = Output(json=args.json, metadata_file=getattr(args, "metadata_file", None))
-    return stage_commands.run_until(run.config, run.settings, tag, STAGE_COMMANDS[args.command],
-                                    options=options, output=output, console=run.console)
+    return stage_commands.run_until(run, tag, STAGE_COMMANDS[args.command], options=options,
+                                    output=output)
 
 
 def tags_to_build(args: argparse.Namespace, run: Run) -> int:
     """build-image without a tag: the tags to pick from, and exit 2."""
     from sparkbake.pipeline import tags as tag_rows
-    listed = tag_rows.rows(run.config, console=run.console, settings=run.settings)
-    print(tag_rows.report(run.config, as_json=False, console=run.console, settings=run.settings))
+    listed = tag_rows.rows(run)
+    print(tag_rows.report(run))
     raise UsageError("build-image needs a tag", "name one of the tags above, e.g. "
                      f"`{run.settings.command('build-image', listed[0].tag)}`")
 
 
 def patch_tests(args: argparse.Namespace, run: Run, tag: Tag) -> int:
     from sparkbake.pipeline import commands
-    return commands.patch_tests(run.config, run.settings, tag, console=run.console)
+    return commands.patch_tests(run, tag)
 
 
 def smoke(args: argparse.Namespace, run: Run, tag: Tag) -> int:
     from sparkbake.pipeline import commands
     from sparkbake.smoke.checks import Options as SmokeOptions
-    return commands.smoke_tag(run.config, run.settings, tag, SmokeOptions(
+    return commands.smoke_tag(run, tag, SmokeOptions(
         gpu=args.gpu, model=args.model, serve_env=args.serve_env,
-        serve_timeout=args.serve_timeout), output=Output(json=args.json), console=run.console)
+        serve_timeout=args.serve_timeout), output=Output(json=args.json))
 
 
 def smoke_current(args: argparse.Namespace, run: Run) -> int:
     """smoke without a tag: every tag whose image is current in the engine, said first."""
     from sparkbake.pipeline import tags as tag_rows
-    current = [row.tag for row in tag_rows.rows(run.config, console=run.console,
-                                                settings=run.settings) if row.built == "yes"]
+    current = [row.tag for row in tag_rows.rows(run) if row.built == "yes"]
     if not current:
         raise UsageError("no tag has a current image in the engine to smoke",
                          "build one first: `sparkbake build-image TAG`")
@@ -88,101 +84,94 @@ def smoke_current(args: argparse.Namespace, run: Run) -> int:
 
 def publish(args: argparse.Namespace, run: Run, tag: Tag) -> int:
     from sparkbake.pipeline import commands
-    return commands.publish(run.config, run.settings, tag, registry_host=args.registry,
-                            force=args.force, skip_smoke=args.skip_smoke,
-                            output=Output(json=args.json), sign_key=args.sign_key,
-                            console=run.console)
+    return commands.publish(run, tag, registry_host=args.registry, force=args.force,
+                            skip_smoke=args.skip_smoke, output=Output(json=args.json),
+                            sign_key=args.sign_key)
 
 
 def publish_release(args: argparse.Namespace, run: Run, release: str) -> int:
     from sparkbake.pipeline import commands
-    return commands.publish_release(run.config, run.settings, release,
-                                    registry_host=args.registry, force=args.force,
-                                    skip_smoke=args.skip_smoke, output=Output(json=args.json),
-                                    sign_key=args.sign_key, console=run.console)
+    return commands.publish_release(run, release, registry_host=args.registry,
+                                    force=args.force, skip_smoke=args.skip_smoke,
+                                    output=Output(json=args.json), sign_key=args.sign_key)
 
 
 def verify(args: argparse.Namespace, run: Run, tag: Tag) -> int:
     from sparkbake.pipeline import commands
-    return commands.verify_tag(run.config, run.settings, tag, against=args.against,
-                               console=run.console)
+    return commands.verify_tag(run, tag, against=args.against)
 
 
 def deploy(args: argparse.Namespace, run: Run, tag: Tag) -> int:
     from sparkbake.pipeline import commands
-    return commands.deploy_tag(run.config, run.settings, tag, args.hosts, stream=args.stream,
-                               gpu=args.gpu, output=Output(json=args.json),
-                               require_signature=args.require_signature, console=run.console)
+    return commands.deploy_tag(run, tag, args.hosts, stream=args.stream, gpu=args.gpu,
+                               output=Output(json=args.json),
+                               require_signature=args.require_signature)
 
 
 def deploy_release(args: argparse.Namespace, run: Run, release: str) -> int:
     from sparkbake.pipeline import commands
-    return commands.deploy_release(run.config, run.settings, release, args.hosts,
-                                   stream=args.stream, gpu=args.gpu,
+    return commands.deploy_release(run, release, args.hosts, stream=args.stream, gpu=args.gpu,
                                    output=Output(json=args.json),
-                                   require_signature=args.require_signature,
-                                   console=run.console)
+                                   require_signature=args.require_signature)
 
 
 def registry(args: argparse.Namespace, run: Run) -> int:
     from sparkbake.pipeline import commands
-    return commands.registry_command(run.config, args.action, args.port, console=run.console)
+    return commands.registry_command(run, args.action, args.port)
 
 
 def check_env(args: argparse.Namespace, run: Run, tag: Tag) -> int:
     from sparkbake.lock import pins
     from sparkbake.pipeline import commands
-    ask = commands.image_plan_asker(run.config, run.settings, tag, console=run.console) \
-        if args.ask_image else None
+    ask = commands.image_plan_asker(run, tag) if args.ask_image else None
     check = commands.check_env if len(args.env_files) == 1 else commands.check_env_files
     files = args.env_files[0] if len(args.env_files) == 1 else args.env_files
     return check(tag, files, args.proc_sys, show=args.show,
                  runtime_lock=pins.runtime_lock_path(run.config, tag), console=run.console,
-                 json_out=args.json, measured=commands.measured_share(run.config, tag),
+                 json_out=args.json, measured=commands.measured_share(run, tag),
                  ask_image=ask)
 
 
 def patch_lint(args: argparse.Namespace, run: Run) -> int:
     from sparkbake.pipeline import commands
-    return commands.patch_lint(run.config, console=run.console)
+    return commands.patch_lint(run)
 
 
 def export_series(args: argparse.Namespace, run: Run) -> int:
     from sparkbake.pipeline import commands
-    return commands.export_series(run.config, args.work, args.series, args.commits,
-                                  upstream=args.upstream, drop=args.drop, console=run.console)
+    return commands.export_series(run, args.work, args.series, args.commits,
+                                  upstream=args.upstream, drop=args.drop)
 
 
 def import_series(args: argparse.Namespace, run: Run) -> int:
     from sparkbake.pipeline import commands
-    return commands.import_series(run.config, args.source, args.commits, args.series,
-                                  upstream=args.upstream, console=run.console)
+    return commands.import_series(run, args.source, args.commits, args.series,
+                                  upstream=args.upstream)
 
 
 def rebase_check(args: argparse.Namespace, run: Run, tag: Tag) -> int:
     from sparkbake.pipeline import commands
-    return commands.rebase_check(run.config, run.settings, tag, args.to, console=run.console)
+    return commands.rebase_check(run, tag, args.to)
 
 
 def releases(args: argparse.Namespace, run: Run) -> int:
     from sparkbake.pipeline import commands
-    print(commands.releases_report(run.config, as_json=args.json))
+    print(commands.releases_report(run, as_json=args.json))
     return 0
 
 
 def diff(args: argparse.Namespace, run: Run) -> int:
     from sparkbake.pipeline import commands
-    print(commands.diff_releases(run.config, (args.tags[0], args.tags[1]), as_json=args.json,
-                                 settings=run.settings))
+    print(commands.diff_releases(run, (args.tags[0], args.tags[1]), as_json=args.json))
     return 0
 
 
 def keys(args: argparse.Namespace, run: Run) -> int:
     from sparkbake.pipeline import release_checks
-    return release_checks.keys_generate(args.path, run.settings, console=run.console)
+    return release_checks.keys_generate(run, args.path)
 
 
 def verify_release(args: argparse.Namespace, run: Run) -> int:
     from sparkbake.pipeline import release_checks
-    return release_checks.verify_release(args.reference, args.key, args.against, run.settings,
-                                         args.json, args.rebuild, console=run.console)
+    return release_checks.verify_release(run, args.reference, args.key, args.against,
+                                         as_json=args.json, rebuild=args.rebuild)

@@ -12,23 +12,23 @@ from sparkbake.attest.signing import PublicKey, SigningKey
 from sparkbake.config import versions as config_mod
 from sparkbake.config.settings import Settings
 from sparkbake.console.display import Console
-from sparkbake.core.folders import Folders
 from sparkbake.errors import UsageError, VerificationError
 from sparkbake.oci import image_layout, registry_access
 from sparkbake.oci.distribution import MANIFEST_TYPES, Session
 from sparkbake.pipeline import release_rebuild
 from sparkbake.publish import releases
+from sparkbake.run import Run
 
 __all__ = ["keys_generate", "require_signature", "require_signed", "signing_key",
            "split_reference", "verify_release"]
 
 
-def keys_generate(path: Path, settings: Settings, *, console: Console) -> int:
-    passphrase = settings.signing.passphrase
+def keys_generate(run: Run, path: Path) -> int:
+    passphrase = run.settings.signing.passphrase
     private, public = signing.generate(path, passphrase)
     protected = "protected by SPARKBAKE_SIGNING_PASSPHRASE" if passphrase else \
         "NOT protected: set SPARKBAKE_SIGNING_PASSPHRASE to encrypt it"
-    console.result(f"keys: {private} (private, {protected}), {public} (public: give it to "
+    run.console.result(f"keys: {private} (private, {protected}), {public} (public: give it to "
                    "whoever verifies)")
     return 0
 
@@ -60,8 +60,9 @@ def split_reference(reference: str) -> tuple[str, str]:
     return repository, name
 
 
-def verify_release(reference: str, key_path: Path, against: Path | None, settings: Settings,
-                   as_json: bool = False, rebuild: bool = False, *, console: Console) -> int:
+def verify_release(run: Run, reference: str, key_path: Path, against: Path | None, *,
+                   as_json: bool = False, rebuild: bool = False) -> int:
+    settings, console = run.settings, run.console
     if rebuild and against is None:
         raise UsageError("--rebuild builds the tag the provenance names in a versions.yaml: "
                          "add --against VERSIONS_YAML")
@@ -82,10 +83,9 @@ def verify_release(reference: str, key_path: Path, against: Path | None, setting
                    for d in images]
     built_as = [_shown(one, key, against, console=console) for one in checked]
     if rebuild and against is not None:  # once every signature and statement held
-        config = config_mod.load(against)
+        pinned = Run.of(config_mod.load(against), settings, console)
         for one, tag in zip(checked, built_as, strict=True):
-            release_rebuild.require_rebuilt(session, config, settings, tag, one.digest,
-                                            console=console)
+            release_rebuild.require_rebuilt(session, pinned, tag, one.digest)
     if as_json:
         print(json.dumps([{"reference": c.reference, "provenance": c.provenance,
                            "smoke": c.smoke} for c in checked], indent=2))
@@ -120,22 +120,22 @@ def _digests(session: Session, repository: str, digest: str, key: PublicKey,
     return [str(m["digest"]) for m in doc.get("manifests", [])]
 
 
-def require_signature(pinned: str, tag: str, key_path: Path, settings: Settings, *,
-                      console: Console) -> None:
+def require_signature(run: Run, pinned: str, tag: str, key_path: Path) -> None:
     """deploy --require-signature: the release's digest is signed by the key, as published
     in its repository under its tag (else exit 7, before any node is touched)."""
+    console = run.console
     key = signing.public_key(key_path)
     repository, digest = split_reference(pinned)
-    session = registry_access.open_session(repository, settings, VerificationError, console=console)
+    session = registry_access.open_session(repository, run.settings, VerificationError,
+                                           console=console)
     with tempfile.TemporaryDirectory(prefix="sparkbake-verify.") as work:
         verification.check_signature(session, repository, digest, key,
                                      image_layout.Layout(Path(work), console), tag)
     console.notice(f"deploy: {pinned} is signed by {key.path}")
 
 
-def require_signed(config: config_mod.Config, settings: Settings, name: str,
-                   key_path: Path | None, *, console: Console) -> None:
+def require_signed(run: Run, name: str, key_path: Path | None) -> None:
     """deploy --require-signature of the tag's or release's recorded digest (None: not asked)."""
     if key_path is not None:
-        record = releases.read_record(Folders.of(config).releases, name, settings=settings)
-        require_signature(record.pinned, record.tag, key_path, settings, console=console)
+        record = releases.read_record(run.folders.releases, name, settings=run.settings)
+        require_signature(run, record.pinned, record.tag, key_path)

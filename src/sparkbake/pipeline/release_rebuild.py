@@ -18,32 +18,29 @@ from dataclasses import replace
 
 from sparkbake.config.model import Config
 from sparkbake.config.settings import Settings
-from sparkbake.console.display import Console
-from sparkbake.core.folders import Folders
 from sparkbake.errors import VerificationError
 from sparkbake.files import scratch_dir
 from sparkbake.oci import image_layout
 from sparkbake.oci.distribution import MANIFEST_TYPES, Session
 from sparkbake.pipeline import build
+from sparkbake.run import Run
 
 __all__ = ["require_rebuilt"]
 
 
-def require_rebuilt(session: Session, config: Config, settings: Settings, tag_name: str,
-                    digest: str, *, console: Console) -> None:
-    """Rebuild tag_name from clean and say that it gives digest, bit for bit; else a
-    VerificationError naming the first layer that differs."""
+def require_rebuilt(session: Session, run: Run, tag_name: str, digest: str) -> None:
+    """Rebuild tag_name of the run's versions.yaml from clean and say that it gives digest,
+    bit for bit; else a VerificationError naming the first layer that differs."""
+    config, console = run.config, run.console
     # the remedy's `verify` runs against this versions.yaml
-    settings = replace(settings, config_option=config.path)
+    settings = replace(run.settings, config_option=config.path)
     published = _registry_manifest(session, digest)
-    scratch = Folders.of(config).scratch("verify")  # beside the builds: a rebuild is large
+    scratch = run.folders.scratch("verify")  # beside the builds: a rebuild is large
     with scratch_dir(scratch, f"release.{tag_name}.") as work:
-        clean = replace(config, work=work)
-        tag = clean.tag(tag_name)
+        clean = Run.of(replace(config, work=work), settings, console)
         console.notice(f"verify-release: rebuilding {tag_name} from clean in {work} "
                        "(a full build, without the caches)")
-        plan = build.fetched_plan(clean, tag, settings, console=console)
-        image = build.image(build.Build(clean, plan, settings, load=False, console=console))
+        image = build.image(build.of_tag(clean, clean.config.tag(tag_name), load=False))
         if image.image.digest != digest:
             raise _differs(config, tag_name, digest, published,
                            image_layout.Layout(image.layout,

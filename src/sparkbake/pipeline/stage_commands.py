@@ -10,16 +10,14 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from sparkbake import filelock
-from sparkbake.config.settings import Settings
-from sparkbake.config.versions import Config, Tag
+from sparkbake.config.versions import Tag
 from sparkbake.console import display
-from sparkbake.console.display import Console
-from sparkbake.core.folders import Folders
 from sparkbake.core.stages import Stage
 from sparkbake.errors import EngineError
 from sparkbake.files import atomic_write
 from sparkbake.patch import apply
 from sparkbake.pipeline import build
+from sparkbake.run import Run
 
 __all__ = ["Output", "print_json", "run_until"]
 
@@ -34,19 +32,17 @@ class Output:
     metadata_file: Path | None = None
 
 
-def run_until(config: Config, settings: Settings, tag: Tag, last: Stage,
-              options: apply.Options | None = None, output: Output = Output(), *,
-              console: Console) -> int:
+def run_until(run: Run, tag: Tag, last: Stage, options: apply.Options | None = None,
+              output: Output = Output()) -> int:
     """Run the build stages up to last; every stage whose key is cached is skipped. One
     build of a tag runs at a time: another one waits for it, then finds its work cached."""
-    with _one_build(config, tag, console=console):
-        plan = build.fetched_plan(config, tag, settings, console=console)
-        work = build.Build(config, plan, settings, console, options or apply.Options())
-        outcome = build.run_stages(work, last)
+    console = run.console
+    with _one_build(run, tag):
+        outcome = build.run_stages(build.of_tag(run, tag, options), last)
     for line in display.summary_lines(outcome.runs, console):
         console.notice(line)
     console.result(outcome.text)
-    found = {**outcome.facts, "stages": [run.to_json() for run in outcome.runs]}
+    found = {**outcome.facts, "stages": [stage.to_json() for stage in outcome.runs]}
     if output.metadata_file:
         atomic_write(output.metadata_file, json.dumps(found, indent=2) + "\n")
     print_json(output, found)
@@ -54,12 +50,11 @@ def run_until(config: Config, settings: Settings, tag: Tag, last: Stage,
 
 
 @contextlib.contextmanager
-def _one_build(config: Config, tag: Tag, wait: float = BUILD_LOCK_WAIT, *,
-               console: Console) -> Iterator[None]:
+def _one_build(run: Run, tag: Tag, wait: float = BUILD_LOCK_WAIT) -> Iterator[None]:
     """The tag's build lock, held for the block; waited for while another run holds it."""
-    path = Folders.of(config).build_lock(tag.name)
+    path = run.folders.build_lock(tag.name)
     try:
-        with filelock.exclusive(path, wait, lambda who: console.notice(
+        with filelock.exclusive(path, wait, lambda who: run.console.notice(
                 f"{tag.name}: another build of it runs ({who}); waiting for it to end")):
             yield
     except filelock.Busy as busy:

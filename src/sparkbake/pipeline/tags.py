@@ -9,12 +9,10 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from sparkbake import planning
-from sparkbake.config.settings import Settings
-from sparkbake.config.versions import Config
-from sparkbake.console.display import Console
 from sparkbake.core.stages import Stage
 from sparkbake.oci.docker_engine import engine_or_none
 from sparkbake.pipeline import status
+from sparkbake.run import Run
 
 __all__ = ["TagRow", "report", "rows"]
 
@@ -38,14 +36,14 @@ class TagRow:
         return dataclasses.asdict(self)
 
 
-def rows(config: Config, *, settings: Settings, console: Console) -> list[TagRow]:
+def rows(run: Run) -> list[TagRow]:
     """One row per tag, in versions.yaml's order."""
-    client = engine_or_none(settings=settings)
+    config, client = run.config, engine_or_none(settings=run.settings)
     found = []
     for tag in config.tags.values():
         plan = planning.make(config, tag)
         said = {s.name: _said(s.state) for s in status.stage_states(config, plan, client,
-                                                                    console=console)}
+                                                                    console=run.console)}
         found.append(TagRow(tag.name, str(tag.platform), tag.series, tag.release,
                             built=said[Stage.BAKE],
                             smoked=said[Stage.SMOKE], published=said[Stage.PUBLISH]))
@@ -56,8 +54,8 @@ def _said(state: str) -> Said:
     return "yes" if state == "cached" else "?" if state == "unknown" else "no"
 
 
-def report(config: Config, as_json: bool, *, settings: Settings, console: Console) -> str:
-    listed = rows(config, settings=settings, console=console)
+def report(run: Run, as_json: bool = False) -> str:
+    listed = rows(run)
     if as_json:
         return json.dumps([row.to_json() for row in listed], indent=2)
     table = [["tag", "platform", "series", "release", "built", "smoked", "published"]]

@@ -16,14 +16,13 @@ from typing import Any
 
 from sparkbake.bake import runtime_image
 from sparkbake.config.settings import Settings
-from sparkbake.config.versions import Config
-from sparkbake.console.display import Console
 from sparkbake.core.folders import Folders
 from sparkbake.errors import ReproducibilityError, UsageError
 from sparkbake.files import atomic_write
 from sparkbake.oci import image_layout, layers, registry_access
 from sparkbake.oci.documents import ConfigDoc
 from sparkbake.planning import Plan
+from sparkbake.run import Run
 
 __all__ = ["SHOWN", "FileChange", "KeyChange", "LayerChange", "Report", "Side", "compare",
            "conclude", "original", "render", "require_intact", "summary"]
@@ -99,13 +98,13 @@ class Report:
                 "layers": [change.to_json() for change in self.layers]}
 
 
-def original(config: Config, settings: Settings, plan: Plan, against: str | None, *,
-             console: Console) -> Side:
+def original(run: Run, plan: Plan, against: str | None) -> Side:
     """The image a rebuild is compared with: the tag's in build/oci (of the plan's inputs), or
     the manifest `against`, pulled from the registry if the layout lacks it."""
-    layout, tag = image_layout.Layout(Folders.of(config).oci, console), plan.tag.name
+    settings, console = run.settings, run.console
+    layout, tag = image_layout.Layout(run.folders.oci, console), plan.tag.name
     if against is None:
-        baked = runtime_image.find(Folders.of(config), plan, console=console)
+        baked = runtime_image.find(run.folders, plan, console=console)
         if baked is None:
             raise UsageError(f"{tag} has no baked image in {layout.root}",
                              f"build it (`{settings.command('build-image', tag)}`) or pass "
@@ -120,17 +119,16 @@ def original(config: Config, settings: Settings, plan: Plan, against: str | None
         raise UsageError(f"--against {against!r} is not a digest",
                          "write sha256:<64 hex>, e.g. the digest in build/releases/TAG.json")
     if not layout.intact(against):
-        session = registry_access.open_session(_repository(config, plan, against), settings,
-                                               UsageError,
-                                    console=console)
+        session = registry_access.open_session(_repository(run.folders, plan, against),
+                                               settings, UsageError, console=console)
         session.pull(against, layout)
     return Side(layout, image_layout.Descriptor(image_layout.MANIFEST_TYPE, against,
                                              layout.blob(against).stat().st_size))
 
 
-def _repository(config: Config, plan: Plan, digest: str) -> str:
+def _repository(folders: Folders, plan: Plan, digest: str) -> str:
     """Where the digest was published (the release record), else the tag's repository."""
-    record = Folders.of(config).release_record(plan.tag.name)
+    record = folders.release_record(plan.tag.name)
     if record.is_file():
         published = json.loads(record.read_text())
         if published.get("digest") == digest:
@@ -138,12 +136,12 @@ def _repository(config: Config, plan: Plan, digest: str) -> str:
     return plan.tag.repository
 
 
-def conclude(config: Config, plan: Plan, report: Report, *, console: Console) -> str:
+def conclude(run: Run, plan: Plan, report: Report) -> str:
     """Write build/verify/<tag>.json, print the differences; raise if there are any."""
-    path = Folders.of(config).verify_report(plan.tag.name)
+    path = run.folders.verify_report(plan.tag.name)
     atomic_write(path, json.dumps(report.to_json(), indent=2) + "\n")
     for line in render(report):
-        console.detail(line)
+        run.console.detail(line)
     if not report.equal:
         raise ReproducibilityError(
             f"{plan.tag.name} rebuilt as {report.rebuilt}, not {report.original}: "
