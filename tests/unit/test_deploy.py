@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from sparkbake import records
 from sparkbake.__main__ import main
 from sparkbake.deploy import rollout
 from sparkbake.deploy.report import DeployReport
@@ -119,10 +120,10 @@ def test_the_deploy_command_refuses_bad_usage_with_exit_2(
 
 
 def test_a_deploy_report_reads_back_as_written() -> None:
-    report = DeployReport.from_json(REPORT)
-    assert report.to_json() == REPORT
-    assert list(report.to_json()) == list(REPORT)
-    assert [list(h) for h in report.to_json()["hosts"]] == [list(h) for h in REPORT["hosts"]]
+    report = records.from_json(DeployReport, REPORT)
+    assert records.to_json(report) == REPORT
+    assert list(records.to_json(report)) == list(REPORT)
+    assert [list(h) for h in records.to_json(report)["hosts"]] == [list(h) for h in REPORT["hosts"]]
     assert report.hosts[2].engine is None and report.hosts[2].seconds is None
     assert report.hosts[1].transfer is not None and report.hosts[1].transfer.method == "stream"
 
@@ -130,7 +131,7 @@ def test_a_deploy_report_reads_back_as_written() -> None:
 def test_what_deploy_returns_adds_where_the_report_is() -> None:
     """--json prints the report with its path; the file itself has none."""
     printed = {**REPORT, "report": "/p/build/deploys/t-20260101T000000.000000Z.json"}
-    report = DeployReport.from_json(printed)
+    report = records.from_json(DeployReport, printed)
     assert report.report == printed["report"]
-    assert report.to_json() == printed
-    assert "report" not in dataclasses.replace(report, report=None).to_json()
+    assert records.to_json(report) == printed
+    assert "report" not in records.to_json(dataclasses.replace(report, report=None))

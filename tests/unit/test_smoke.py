@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from sparkbake import records
 from sparkbake.config.platforms import ARM64
 from sparkbake.config.versions import Config, DebootstrapBase, GitUpstream, Tag
 from sparkbake.console import display
@@ -43,12 +44,12 @@ CHECKS_JSON: list[dict[str, Any]] = [
     {"name": "gpu", "status": "skipped", "detail": "no GPU runtime in this engine",
      "seconds": 0.0},
 ]
-CHECKS = [smoke_record.CheckResult.from_json(check) for check in CHECKS_JSON]
+CHECKS = [records.from_json(smoke_record.CheckResult, check) for check in CHECKS_JSON]
 RECORD_JSON: dict[str, Any] = {  # a smoke record as `smoke` writes it
     "tag": "demo", "image": "repo:demo", "image_id": "sha256:" + "5" * 64, "inputs": "4" * 64,
     "suite": "common", "gpu": "auto", "model": None, "passed": False, "checks": CHECKS_JSON,
     "time": "2025-01-01T00:00:00+00:00"}
-RESULTS = smoke_record.SmokeReport.from_json(RECORD_JSON)
+RESULTS = records.from_json(smoke_record.SmokeReport, RECORD_JSON)
 FACTS = checks.Facts(PatchedTree(Path("tree"), "2" * 64, "6" * 64), 1735689600)
 
 
@@ -229,15 +230,15 @@ def test_a_host_check_always_gives_a_result(check: Any, status: str, detail: str
 
 
 def test_a_smoke_record_reads_back_as_written() -> None:
-    assert RESULTS.to_json() == RECORD_JSON
-    assert list(RESULTS.to_json()) == list(RECORD_JSON)  # the keys' order, as --json prints it
-    assert [check.to_json() for check in CHECKS] == CHECKS_JSON
+    assert records.to_json(RESULTS) == RECORD_JSON
+    assert list(records.to_json(RESULTS)) == list(RECORD_JSON)  # the order --json prints
+    assert [records.to_json(check) for check in CHECKS] == CHECKS_JSON
 
 
 def test_a_smoke_record_from_before_suites_reads_without_suite_gpu_and_model() -> None:
     older = {key: value for key, value in RECORD_JSON.items()
              if key not in ("suite", "gpu", "model")}
-    report = smoke_record.SmokeReport.from_json(older)
+    report = records.from_json(smoke_record.SmokeReport, older)
     assert (report.suite, report.gpu, report.model) == (None, None, None)
     assert report.checks == tuple(CHECKS)
     assert "suite" not in {p.get("name") for p in ET.fromstring(checks.junit_xml(report))
@@ -245,7 +246,7 @@ def test_a_smoke_record_from_before_suites_reads_without_suite_gpu_and_model() -
 
 
 def test_a_check_needs_only_its_name_and_status() -> None:
-    assert smoke_record.CheckResult.from_json({"name": "gpu", "status": "skipped"}) == \
+    assert records.from_json(smoke_record.CheckResult, {"name": "gpu", "status": "skipped"}) == \
         smoke_record.CheckResult("gpu", "skipped", "", 0.0)
 
 

@@ -7,8 +7,9 @@ import json
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Self, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
+from sparkbake import records
 from sparkbake.core.gpu_modes import GPU_MODES, GpuMode
 
 if TYPE_CHECKING:
@@ -35,24 +36,15 @@ class CheckResult:
     """One check: its outcome, a one-line detail, how long it took, and what it found in
     full where it keeps that (a JSON object: layer-weights' layers)."""
 
-    name: str
+    name: str  # a check needs only its name and status: the rest may be missing
     status: CheckStatus
     detail: str = ""
     seconds: float = 0.0
-    record: dict[str, Any] | None = field(default=None, hash=False, compare=False)
+    record: dict[str, Any] | None = field(default=None, hash=False, compare=False,
+                                          metadata=records.OMIT_NONE)
 
-    def to_json(self) -> dict[str, Any]:
-        data = {"name": self.name, "status": self.status, "detail": self.detail,
-                "seconds": self.seconds}
-        return data if self.record is None else {**data, "record": self.record}
 
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Self:
-        """detail, seconds and record may be missing: a check needs only its name and
-        status."""
-        record = data.get("record")
-        return cls(data["name"], data["status"], str(data.get("detail", "")),
-                   float(data.get("seconds", 0)), record if isinstance(record, dict) else None)
+BEFORE_SUITES = records.key(absent=None)
 
 
 @dataclass(frozen=True)
@@ -63,26 +55,13 @@ class SmokeReport:
     image: str
     image_id: str
     inputs: str
-    suite: str | None  # None in the records from before smoke suites, as gpu and model
-    gpu: GpuMode | None
-    model: str | None  # --model: the serve checks' model folder
+    # None in the records from before smoke suites, as gpu and model
+    suite: str | None = field(metadata=BEFORE_SUITES)
+    gpu: GpuMode | None = field(metadata=BEFORE_SUITES)
+    model: str | None = field(metadata=BEFORE_SUITES)  # --model: the serve checks' model folder
     passed: bool
     checks: tuple[CheckResult, ...]
     time: str
-
-    def to_json(self) -> dict[str, Any]:
-        return {"tag": self.tag, "image": self.image, "image_id": self.image_id,
-                "inputs": self.inputs, "suite": self.suite, "gpu": self.gpu,
-                "model": self.model, "passed": self.passed,
-                "checks": [check.to_json() for check in self.checks], "time": self.time}
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Self:
-        return cls(tag=data["tag"], image=data["image"], image_id=data["image_id"],
-                   inputs=data["inputs"], suite=data.get("suite"), gpu=data.get("gpu"),
-                   model=data.get("model"), passed=data["passed"] is True,
-                   checks=tuple(CheckResult.from_json(c) for c in data["checks"]),
-                   time=data["time"])
 
 
 def timed(name: str, check: Callable[[], str]) -> CheckResult:
@@ -111,14 +90,13 @@ def parse_checks(output: str) -> list[CheckResult] | None:
         except json.JSONDecodeError:
             continue
         checks = document.get("checks") if isinstance(document, dict) else None
-        if isinstance(checks, list) and all(_is_check(c) for c in checks):
-            return [CheckResult.from_json(c) for c in checks]
+        if not isinstance(checks, list):
+            continue
+        try:
+            return [records.from_json(CheckResult, c) for c in checks]
+        except records.RecordError:  # another line that is JSON
+            continue
     return None
-
-
-def _is_check(check: Any) -> bool:
-    return (isinstance(check, dict) and isinstance(check.get("name"), str)
-            and check.get("status") in STATUSES)
 
 
 def failed_names(checks: Iterable[CheckResult]) -> list[str]:

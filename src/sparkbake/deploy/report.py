@@ -3,16 +3,17 @@ how far each node got. A node's entry has only the steps it reached."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Literal, Self
+from dataclasses import dataclass, field
+from typing import Literal
 
-from sparkbake.core.smoke_record import CheckResult, GpuMode, counts
+from sparkbake import records
+from sparkbake.core import smoke_record
+from sparkbake.core.smoke_record import CheckResult, CheckStatus, GpuMode
 
 __all__ = ["DeployReport", "DeployResult", "HostReport", "NodeEngine", "NodeSmoke",
            "NodeTransfer"]
 
 DeployResult = Literal["deployed", "failed"]
-TRANSFER_COUNTS = ("pulled", "present", "streamed")
 
 
 @dataclass(frozen=True)
@@ -24,87 +25,52 @@ class NodeEngine:
     arch: str
     gpu_runtime: bool
 
-    def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "version": self.version, "arch": self.arch,
-                "gpu_runtime": self.gpu_runtime}
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Self:
-        return cls(data["name"], data["version"], data["arch"], data["gpu_runtime"])
-
 
 @dataclass(frozen=True)
 class NodeTransfer:
     """How the image got onto the node, and what travelled: `pulled` and `present` layers
-    (present, pull) or the bytes `streamed` (stream), each a count."""
+    (present, pull) or the bytes `streamed` (stream), each a count. Its keys are among its
+    host's."""
 
     method: Literal["present", "pull", "stream"]
-    moved: dict[str, dict[str, int]]
-    pull_failed: str | None = None  # stream: why the pull tried first failed
+    # stream: why the pull tried first failed
+    pull_failed: str | None = field(default=None, kw_only=True, metadata=records.OMIT_NONE)
+    moved: dict[str, dict[str, int]] = field(metadata=records.key(inline=True))
 
-    def to_json(self) -> dict[str, Any]:
-        failed = {} if self.pull_failed is None else {"pull_failed": self.pull_failed}
-        return {"method": self.method, **failed, **self.moved}
 
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Self:
-        """From a host's entry, where these keys sit among its others."""
-        return cls(data["method"], {key: data[key] for key in TRANSFER_COUNTS if key in data},
-                   data.get("pull_failed"))
+def _has_record(smoke: NodeSmoke) -> bool:
+    return smoke.record is not None
 
 
 @dataclass(frozen=True)
 class NodeSmoke:
     """The smoke run on the node: its record's verdict and checks; record None: the run left
-    no readable record."""
+    no readable record (and the entry has no checks)."""
 
     passed: bool
-    checks: tuple[CheckResult, ...]
-    record: str | None
+    counts: dict[CheckStatus, int] = field(init=False, metadata=records.key(when=_has_record))
+    checks: tuple[CheckResult, ...] = field(default=(), metadata=records.key(when=_has_record))
+    record: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        if self.record is None:
-            return {"passed": self.passed, "record": None}
-        return {"passed": self.passed, "counts": counts(self.checks),
-                "checks": [check.to_json() for check in self.checks], "record": self.record}
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Self:
-        return cls(data["passed"], tuple(CheckResult.from_json(c) for c in data.get("checks", [])),
-                   data["record"])
+    def __post_init__(self) -> None:
+        # the checks' counts: worked out, written for the report's readers
+        object.__setattr__(self, "counts", smoke_record.counts(self.checks))
 
 
 @dataclass(frozen=True)
 class HostReport:
-    """One node: its result, and each step it reached (None: not reached)."""
+    """One node: its result, and each step it reached (None: not reached, not written)."""
 
     host: str
     result: Literal["deployed", "failed", "not attempted"]
-    engine: NodeEngine | None = None
-    transfer: NodeTransfer | None = None
-    image_id: str | None = None  # the image's ID on the node
-    smoke: NodeSmoke | None = None
-    error: str | None = None
-    seconds: float | None = None
-    repo_digest: str | None = None  # repository@digest the node's engine holds it by (pulls)
-
-    def to_json(self) -> dict[str, Any]:
-        steps = {"engine": self.engine.to_json() if self.engine else None,
-                 **(self.transfer.to_json() if self.transfer else {}),
-                 "image_id": self.image_id, "repo_digest": self.repo_digest,
-                 "smoke": self.smoke.to_json() if self.smoke else None,
-                 "error": self.error, "seconds": self.seconds}
-        return {"host": self.host, "result": self.result,
-                **{key: value for key, value in steps.items() if value is not None}}
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Self:
-        engine, smoke = data.get("engine"), data.get("smoke")
-        return cls(data["host"], data["result"],
-                   NodeEngine.from_json(engine) if engine is not None else None,
-                   NodeTransfer.from_json(data) if "method" in data else None,
-                   data.get("image_id"), NodeSmoke.from_json(smoke) if smoke is not None else None,
-                   data.get("error"), data.get("seconds"), data.get("repo_digest"))
+    engine: NodeEngine | None = field(default=None, metadata=records.OMIT_NONE)
+    transfer: NodeTransfer | None = field(default=None, metadata=records.key(inline=True))
+    image_id: str | None = field(default=None, metadata=records.OMIT_NONE)  # on the node
+    # repository@digest the node's engine holds it by (pulls)
+    repo_digest: str | None = field(default=None, metadata=records.OMIT_NONE)
+    smoke: NodeSmoke | None = field(default=None, metadata=records.OMIT_NONE)
+    error: str | None = field(default=None, metadata=records.OMIT_NONE)
+    seconds: float | None = field(default=None, metadata=records.OMIT_NONE)
 
 
 @dataclass(frozen=True)
@@ -121,19 +87,5 @@ class DeployReport:
     started: str
     hosts: tuple[HostReport, ...]
     finished: str
-    report: str | None = None  # where the report was written (not in the file itself)
-
-    def to_json(self) -> dict[str, Any]:
-        written = {} if self.report is None else {"report": self.report}
-        return {"tag": self.tag, "digest": self.digest, "image_id": self.image_id,
-                "pinned": self.pinned, "stream": self.stream, "gpu": self.gpu,
-                "result": self.result, "started": self.started,
-                "hosts": [host.to_json() for host in self.hosts], "finished": self.finished,
-                **written}
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Self:
-        return cls(data["tag"], data["digest"], data["image_id"], data["pinned"],
-                   data["stream"], data["gpu"], data["result"], data["started"],
-                   tuple(HostReport.from_json(h) for h in data["hosts"]), data["finished"],
-                   data.get("report"))
+    # where the report was written (not in the file itself)
+    report: str | None = field(default=None, metadata=records.OMIT_NONE)

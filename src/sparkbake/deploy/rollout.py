@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from sparkbake import records
 from sparkbake.config.platforms import of_machine
 from sparkbake.config.settings import Settings
 from sparkbake.config.versions import Config
@@ -104,7 +105,7 @@ def deploy(config: Config, plan: Plan, nodes: list[Node], facts: Callable[[], ch
             started=started.isoformat(timespec="seconds"), hosts=tuple(hosts.values()),
             finished=datetime.now(UTC).isoformat(timespec="seconds"))
         path = folder.with_name(f"{folder.name}.json")
-        atomic_write(path, json.dumps(report.to_json(), indent=2) + "\n")
+        atomic_write(path, json.dumps(records.to_json(report), indent=2) + "\n")
         console.notice(f"deploy report: {path}")
     return replace(report, report=str(path))
 
@@ -324,7 +325,7 @@ def _smoke(job: Job, node: Node, client: Client, beside: Config, *, console: Con
 
 def _smoke_summary(record: Path) -> NodeSmoke:
     try:
-        report = SmokeReport.from_json(json.loads(record.read_text()))
+        report = records.from_json(SmokeReport, json.loads(record.read_text()))
     except (OSError, ValueError, KeyError, TypeError):  # no record, or not a smoke record
         return NodeSmoke(False, (), None)
     return NodeSmoke(report.passed, report.checks, str(record))

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sparkbake import records
 from sparkbake.config.versions import Config, Tag
 from sparkbake.console.display import Console
 from sparkbake.console.tools import step
@@ -362,7 +363,7 @@ def _read_out(config: Config, tag: Tag, cluster: Cluster, clients: dict[str, Cli
     passed = sum(result.status == "passed" for result in results)
     line = readout.verdict(cluster.tag, nodes, healthy_after, passed, len(results), acceptance)
     record = {**cluster.to_json(), "healthy_after_s": round(healthy_after, 1),
-              "checks": [r.to_json() for r in results], "acceptance": acceptance,
+              "checks": [records.to_json(r) for r in results], "acceptance": acceptance,
               "kv_cache": {str(n.rank): list(n.kv_cache) for n in nodes}, "memory": memory,
               "verdict": line}
     atomic_write(state_path(config, cluster.tag), json.dumps(record, indent=2) + "\n")

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from sparkbake import records
 from sparkbake.attest import signing, statements, stored
 from sparkbake.attest.signing import SigningKey
 from sparkbake.bake import runtime_image
@@ -64,7 +65,7 @@ def attach_baked(session: Session, config: Config, plan: Plan, baked: runtime_im
 
 def _smoke_of(path: Path, image_id: str) -> SmokeReport | None:
     try:
-        record = SmokeReport.from_json(read_json(path))
+        record = records.from_json(SmokeReport, read_json(path))
     except (OSError, ValueError, KeyError, TypeError):  # none, or unreadable: publish said so
         return None
     return record if record.image_id == image_id else None

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from sparkbake import records
 from sparkbake.config.settings import Settings
 from sparkbake.console.display import Console
 from sparkbake.core.smoke_record import SmokeReport, counts
@@ -19,7 +20,7 @@ def read_smoke(path: Path, image_id: str) -> tuple[SmokeFound, SmokeReport | Non
     """What the smoke record at path says of the image, and the record (None: missing or
     unreadable)."""
     try:
-        record = SmokeReport.from_json(json.loads(path.read_text()))
+        record = records.from_json(SmokeReport, json.loads(path.read_text()))
     except FileNotFoundError:
         return "missing", None
     except (OSError, ValueError, KeyError, TypeError):  # not JSON, or not a smoke record

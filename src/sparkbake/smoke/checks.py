@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sparkbake import resources
+from sparkbake import records, resources
 from sparkbake.bake.runtime_image import INPUTS_LABEL
 from sparkbake.config.settings import Settings
 from sparkbake.config.versions import Config
@@ -93,7 +93,7 @@ def run(client: docker_engine.Client, config: Config, plan: Plan, facts: Facts,
         suite=suite.name, gpu=options.gpu, model=str(options.model) if options.model else None,
         passed=not failed_names(checks), checks=tuple(checks),
         time=datetime.now(UTC).isoformat(timespec="seconds"))
-    atomic_write(json_path, json.dumps(results.to_json(), indent=2) + "\n")
+    atomic_write(json_path, json.dumps(records.to_json(results), indent=2) + "\n")
     atomic_write(xml_path, junit_xml(results))
     report(checks, console=console)
     raise_if_failed(plan, checks, json_path, settings=settings)
