@@ -13,10 +13,7 @@ declares (`capabilities: model`), each backend name of each kind gets vLLM's ver
 "" means it runs; anything else is why not. The verdicts come from a separate Python whose
 vLLM platform reports the tag's GPU from the start (modules bind the platform when they are
 imported), and whose torch reports it to the kernel packages that ask torch (b12x), so no
-GPU is needed. vLLM's compiled libraries link the CUDA driver, which a
-container without a GPU lacks: there the check first compiles a stub of it with the image's C
-compiler, as NVIDIA's toolkit ships one for linking, each driver function the libraries name
-answering CUDA_ERROR_STUB_LIBRARY, so they load; the verdicts call none of them.
+GPU is needed, and where there is no CUDA driver, over its stub (smoke_platform.py).
 
 The table must equal backend-verdicts.json's for the installed vLLM, arch and model, or the
 preflight's data is stale. Standard library plus the image's vLLM; mounted beside
@@ -27,11 +24,8 @@ as JSON (bin/backend_table.py runs it).
 from __future__ import annotations
 
 import ctypes
-import importlib.util
 import json
 import os
-import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -40,82 +34,14 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import smoke_layers
+import smoke_platform
 from smoke_common import CheckFailed, CheckSkipped, Image, one_line, public_version
 from smoke_vllm import KINDS, installed_vllm
 
 AUTO = "auto"
-ARCH = re.compile(r"(\d+)\.(\d+)[af]?")
 TIMEOUT = 900  # importing vLLM's kernels under emulation is slow
 VERDICTS = "opt/sparkbake/backend-verdicts.json"  # what the image's preflight enforces
-DRIVER = "libcuda.so.1"
-STUB_LIBRARY = 34  # CUDA_ERROR_STUB_LIBRARY: what the toolkit's own driver stub answers
-
-
-def driver_functions(vllm_dir: Path) -> list[str]:
-    """The CUDA driver functions vLLM's compiled libraries name (`nm`, binutils)."""
-    names: set[str] = set()
-    for library in sorted(vllm_dir.rglob("*.so")):
-        listed = subprocess.run(["nm", "-D", "--undefined-only", str(library)],
-                                capture_output=True, text=True, timeout=120, check=False)
-        names |= {line.split()[-1] for line in listed.stdout.splitlines()
-                  if re.fullmatch(r"cu[A-Z]\w*", line.split()[-1] if line.split() else "")}
-    return sorted(names)
-
-
-def driver_stub(folder: Path) -> dict[str, str]:
-    """Environment under which vLLM's libraries load without a GPU: {} where the driver is
-    there, else LD_LIBRARY_PATH to a stub compiled into folder; CheckSkipped without a
-    compiler."""
-    try:
-        ctypes.CDLL(DRIVER)
-        return {}
-    except OSError:
-        pass
-    compiler = shutil.which("cc") or shutil.which("gcc")
-    spec = importlib.util.find_spec("vllm")
-    if compiler is None or shutil.which("nm") is None or spec is None or not spec.origin:
-        raise CheckSkipped(f"no CUDA driver ({DRIVER}) here, and no C compiler and nm to make "
-                           "its stub: vLLM's kernels cannot load; run with a GPU (--gpu)")
-    source = folder / "cuda_stub.c"
-    source.write_text("".join(f"int {name}(void) {{ return {STUB_LIBRARY}; }}\n"
-                              for name in driver_functions(Path(spec.origin).parent)))
-    built = subprocess.run([compiler, "-shared", "-fPIC", f"-Wl,-soname,{DRIVER}", "-o",
-                            str(folder / DRIVER), str(source)], capture_output=True,
-                           text=True, timeout=300, check=False)
-    if built.returncode != 0:
-        raise CheckFailed(f"the CUDA driver stub did not compile: {built.stderr.strip()[-200:]}")
-    return {"LD_LIBRARY_PATH": ":".join(filter(None, [str(folder),
-                                                      os.environ.get("LD_LIBRARY_PATH")]))}
-
-
-def use_gpu(major: int, minor: int) -> None:
-    """Make vLLM's platform a CUDA one whose device has this compute capability."""
-    import vllm.platforms
-    from vllm.platforms.cuda import NonNvmlCudaPlatform
-    from vllm.platforms.interface import DeviceCapability
-
-    class TaggedGpu(NonNvmlCudaPlatform):  # type: ignore[misc]
-        @classmethod
-        def get_device_capability(cls, device_id: int = 0) -> DeviceCapability:
-            return DeviceCapability(major=major, minor=minor)
-
-    vllm.platforms.current_platform = TaggedGpu()
-
-
-def torch_reports(major: int, minor: int) -> None:
-    """Make torch report that GPU too: kernel packages gate on it (b12x asks
-    torch.cuda.get_device_capability). Done after the imports, which need no device."""
-    import torch
-
-    torch.cuda.is_available = lambda: True
-    torch.cuda.get_device_capability = lambda device=None: (major, minor)
-
-
-def import_model(model: str) -> None:
-    """The modules whose code gives the verdicts, imported before torch reports the GPU."""
-    import vllm.model_executor.kernels.linear
-    import vllm.model_executor.layers.fused_moe.oracle.mxfp4
-    import vllm.models.deepseek_v4.nvidia.model  # noqa: F401
 
 
 def deepseek_v4_attention(capability: Any) -> dict[str, str]:
@@ -168,7 +94,6 @@ def deepseek_v4_moe(capability: Any) -> dict[str, str]:
 def deepseek_v4_linear(capability: Any) -> dict[str, str]:
     """Each name's block-FP8 kernel, the first of vLLM's CUDA priority list that it keeps and
     that runs on the GPU, held to DeepSeek-V4's batched-matmul wo_a too (smoke_layers)."""
-    import smoke_layers
     from vllm.config.kernel import LinearBackend
     from vllm.model_executor.kernels import linear
 
@@ -198,12 +123,10 @@ MODELS = {"deepseek_v4": {"attention": deepseek_v4_attention, "moe": deepseek_v4
 
 def table(cuda_arch: str, model: str) -> dict[str, dict[str, str]]:
     """Every backend name of every kind and vLLM's verdict on it, on this GPU for this model."""
-    match = ARCH.fullmatch(cuda_arch)
+    match = smoke_platform.ARCH.fullmatch(cuda_arch)
     if match is None:
         raise ValueError(f"not a CUDA arch: {cuda_arch!r}")
     major, minor = int(match.group(1)), int(match.group(2))
-    import smoke_layers  # it imports this module: here, not at the top
-
     smoke_layers.prepare(major, minor)  # the GPU, and the meta device for the layer probes
     from vllm.platforms.interface import DeviceCapability
     capability = DeviceCapability(major=major, minor=minor)
@@ -213,7 +136,7 @@ def table(cuda_arch: str, model: str) -> dict[str, dict[str, str]]:
 def asked(cuda_arch: str, model: str) -> dict[str, dict[str, str]]:
     """table() from a Python of its own: no module here has bound vLLM's platform yet."""
     with tempfile.TemporaryDirectory() as folder:
-        env = {**os.environ, **driver_stub(Path(folder))}
+        env = {**os.environ, **smoke_platform.driver_stub(Path(folder))}
         done = subprocess.run([sys.executable, "-B", str(Path(__file__)), cuda_arch, model],
                               capture_output=True, text=True, timeout=TIMEOUT, check=False,
                               env=env)
@@ -271,7 +194,7 @@ def check_backend_capability(image: Image, expected: dict[str, Any]) -> str:
 def main(cuda_arch: str, model: str) -> dict[str, dict[str, str]]:
     """The table, here if the CUDA driver loads, else from a Python run over its stub."""
     try:
-        ctypes.CDLL(DRIVER)
+        ctypes.CDLL(smoke_platform.DRIVER)
     except OSError:
         return asked(cuda_arch, model)
     return table(cuda_arch, model)

@@ -14,8 +14,8 @@ image root on a host. Prints ONE JSON
 document on stdout, as its last line:
 {"checks": [{"name", "status": "passed|failed|skipped", "detail", "seconds", "record"?}]}.
 Exit status: 0 when no check failed, 1 when one did, 2 when EXPECTED is unreadable.
-smoke_backends.py, smoke_common.py, smoke_entry.py, smoke_gpu.py, smoke_jit.py, smoke_layers.py,
-smoke_roles.py and smoke_vllm.py lie beside this file.
+smoke_backends.py, smoke_common.py, smoke_entry.py, smoke_gpu.py, smoke_jit.py, smoke_kv.py,
+smoke_layers.py, smoke_platform.py, smoke_roles.py and smoke_vllm.py lie beside this file.
 """
 
 from __future__ import annotations

@@ -277,9 +277,9 @@ def told_gpu(major: int, minor: int) -> None:
 
 
 def prepare(cuda_arch: str) -> None:
-    import smoke_backends
+    import smoke_platform
 
-    match = smoke_backends.ARCH.fullmatch(cuda_arch)
+    match = smoke_platform.ARCH.fullmatch(cuda_arch)
     if match is None:
         raise SystemExit(f"not a CUDA arch: {cuda_arch!r}")
     os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "1"  # DSpark needs it; a GPU's Triton picks it
@@ -417,12 +417,12 @@ def trials(kv_plan: ModuleType, config: dict[str, Any], tp: int, dspark: bool,
 
 def asked(config: dict[str, Any], layouts: list[Layout]) -> dict[str, Any]:
     """main() in a Python of its own, over the CUDA driver's stub where there is no driver."""
-    import smoke_backends
+    import smoke_platform
 
     with tempfile.TemporaryDirectory() as folder:
         (Path(folder) / "config.json").write_text(json.dumps(config))
         (Path(folder) / "layouts.json").write_text(json.dumps([asdict(one) for one in layouts]))
-        env = {**os.environ, **smoke_backends.driver_stub(Path(folder)),
+        env = {**os.environ, **smoke_platform.driver_stub(Path(folder)),
                "VLLM_LOGGING_LEVEL": "WARNING"}
         done = subprocess.run(
             [sys.executable, "-B", str(Path(__file__)), f"{folder}/config.json",

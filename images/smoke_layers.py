@@ -47,7 +47,7 @@ from pathlib import Path
 from types import FrameType, SimpleNamespace, TracebackType
 from typing import Any
 
-import smoke_backends
+import smoke_platform
 from smoke_common import CheckFailed, CheckSkipped, Image, one_line
 
 TIMEOUT = 1800  # seconds: importing vLLM and building the model twice under emulation
@@ -138,7 +138,7 @@ def prepare(major: int, minor: int) -> None:
     """vLLM's platform: the tag's GPU, allocating on the meta device; placeholders for the
     CUDA streams and events the model keeps for its forward; the stand-ins registered."""
     os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "1"  # DSpark needs it; a GPU's Triton picks it
-    smoke_backends.use_gpu(major, minor)
+    smoke_platform.use_gpu(major, minor)
     import torch
     import vllm.platforms
 
@@ -151,8 +151,8 @@ def prepare(major: int, minor: int) -> None:
     torch.cuda.Stream = Placeholder
     torch.cuda.Event = Placeholder
     torch.cuda.is_current_stream_capturing = lambda: False  # nothing is captured here
-    smoke_backends.import_model("deepseek_v4")
-    smoke_backends.torch_reports(major, minor)
+    smoke_platform.import_model("deepseek_v4")
+    smoke_platform.torch_reports(major, minor)
     from vllm.utils import deep_gemm
 
     deep_gemm._lazy_init()  # registers DeepGEMM's operators
@@ -736,7 +736,7 @@ def held_to_minimum(layers: Layers, floors: dict[str, int]) -> list[Kind]:
 
 def main(argv: list[str]) -> dict[str, Any]:
     cuda_arch, config_path, layers, sizes, command = argv
-    match = smoke_backends.ARCH.fullmatch(cuda_arch)
+    match = smoke_platform.ARCH.fullmatch(cuda_arch)
     if match is None:
         raise SystemExit(f"not a CUDA arch: {cuda_arch!r}")
     prepare(int(match.group(1)), int(match.group(2)))
@@ -784,7 +784,7 @@ def asked(cuda_arch: str, config: dict[str, Any], command: str,
     """main() in a Python of its own, over the CUDA driver's stub where there is no driver."""
     with tempfile.TemporaryDirectory() as folder:
         (Path(folder) / "model.json").write_text(json.dumps(config))
-        env = {**os.environ, **smoke_backends.driver_stub(Path(folder)),
+        env = {**os.environ, **smoke_platform.driver_stub(Path(folder)),
                "VLLM_LOGGING_LEVEL": "WARNING"}
         done = subprocess.run(
             [sys.executable, "-B", str(Path(__file__)), cuda_arch, f"{folder}/model.json",

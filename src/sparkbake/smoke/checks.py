@@ -57,7 +57,7 @@ PYTHON_IN_IMAGE = "/opt/venv/bin/python"
 CHECKER_DIR = "/opt/sparkbake-smoke"
 CHECKER_FILES = ("smoke_check.py", "smoke_backends.py", "smoke_common.py", "smoke_entry.py",
                  "smoke_gpu.py", "smoke_jit.py", "smoke_kv.py", "smoke_layers.py",
-                 "smoke_roles.py", "smoke_vllm.py")
+                 "smoke_platform.py", "smoke_roles.py", "smoke_vllm.py")
 SUITE_MODEL = "model/config.json"  # a suite's model, for layer-weights when --model is not given
 NO_GPU_RUNTIME = "no GPU runtime in this engine"
 GPU_CHECKS = {"gpu", "gpu-capability", "gpu-op"}
