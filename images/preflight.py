@@ -4,7 +4,8 @@ Standard library only, Python >= 3.10. Baked into the image next to entrypoint.p
 runs it before exec), and loaded by `sparkbake check-env` on the host, so both apply the
 same rules. The rules are data: each names a level, a condition written as a small Python
 expression over the variables, a message and the reason the reference deployment gives.
-The checks of the mounted model are in model_checks.py, loaded from beside this file.
+The checks of the mounted model are in model_checks.py, and the backends' names as vLLM
+reads them in backend_naming.py, both loaded from beside this file.
 """
 
 from __future__ import annotations
@@ -83,6 +84,7 @@ def _sibling(name: str) -> ModuleType:
 
 
 model_checks = _sibling("model_checks")
+backend_naming = _sibling("backend_naming")
 
 
 def load_rules(path: Path | str = RULES_FILE) -> dict[str, Any]:
@@ -248,8 +250,10 @@ class Context:
         return model_checks.Layout(
             tp_size=tp_size, expert_parallel=model_checks.expert_parallel(args),
             dspark=self.value("VLLM_ENABLE_DSPARK"), utilization=utilization,
-            moe_backend=normal_backend("moe", self.env.get("MOE_BACKEND") or "auto"),
-            linear_backend=normal_backend("linear", self.env.get("LINEAR_BACKEND") or "auto"),
+            moe_backend=backend_naming.normal_backend(
+                "moe", self.env.get("MOE_BACKEND") or "auto"),
+            linear_backend=backend_naming.normal_backend(
+                "linear", self.env.get("LINEAR_BACKEND") or "auto"),
             images_per_prompt=self._images_per_prompt(), nodes=self.value("NNODES"),
             dcp_size=self.value("DCP_SIZE"), pin=self._pin(),
             block_size=_positive(last_option(args, "--block-size")) or 256,
@@ -375,17 +379,11 @@ def check_when(ctx: Context, rule: Mapping[str, Any]) -> list[Finding]:
                      reason=ctx.render(rule["reason"]))]
 
 
-def normal_backend(kind: str, name: str) -> str:
-    """A backend name as vLLM reads it: attention names upper case, the others lower case
-    with `_` for `-`."""
-    return name.upper() if kind == "attention" else name.lower().replace("-", "_")
-
-
 def backend_variables(ctx: Context, rule: Mapping[str, Any]) -> Iterator[tuple[str, str, str]]:
     """(variable, kind, the name as vLLM reads it) for each backend variable that is set."""
     for name, kind in rule["variables"].items():
         if ctx.given(name):
-            yield name, kind, normal_backend(kind, ctx.env[name])
+            yield name, kind, backend_naming.normal_backend(kind, ctx.env[name])
 
 
 def backend_finding(ctx: Context, rule: Mapping[str, Any], name: str, kind: str,
@@ -418,7 +416,7 @@ def check_backend_capability(ctx: Context, rule: Mapping[str, Any]) -> list[Find
             verdicts = ctx.verdicts(kind)
         except Unknown:
             continue
-        why = verdicts.get("auto" if value == "AUTO" else value)
+        why = verdicts.get(backend_naming.verdict_name(kind, value))
         if why:  # "" runs; None: a name vLLM does not know, the backends rule's
             found.append(backend_finding(ctx, rule, name, kind, {
                 "why": why, "arch": str(ctx.image.cuda_arch),

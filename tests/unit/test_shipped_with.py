@@ -4,12 +4,14 @@ tags, and vLLM's verdicts on their backends from images/backend-verdicts.json.""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 from sparkbake import resources
 from sparkbake.config import versions
 from sparkbake.hashing import file_sha256
 from sparkbake.lock import pins
+from sparkbake.nodes import preflight
 from sparkbake.publish import shipped_with
 from tests.conftest import versions_yaml
 
@@ -63,3 +65,16 @@ def test_a_tag_without_vllm_model_or_backends_records_none(tmp_path: Path) -> No
     assert shipped_with.locks(config, config.tag("plain")) == {}
     assert shipped_with.backend_verdicts(config.tag("plain")) == {
         "vllm": None, "cuda_arch": "12.1a", "model": None, "listed": False, "backends": {}}
+
+
+def test_the_names_are_spelled_by_the_module_the_image_s_preflight_loads() -> None:
+    naming = resources.module("backend_naming")
+    assert preflight.entrypoint().checks.backend_naming is naming  # one module, not a copy
+    assert naming.verdict_name("attention", "flashinfer_mla_sparse_dsv4") == \
+        SELECTED["attention"]
+    assert naming.verdict_name("attention", "auto") == "auto"
+    assert naming.verdict_name("moe", "B12X") == "b12x"
+    assert naming.verdict_name("linear", "Deep-GEMM") == "deep_gemm"
+    chosen = replace(ON_033, env=(("ATTENTION_BACKEND", "auto"), ("MOE_BACKEND", "B12X")))
+    assert shipped_with.backend_verdicts(chosen)["backends"] == {
+        "attention": {"auto": ""}, "moe": {"b12x": ""}}

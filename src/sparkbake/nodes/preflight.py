@@ -9,12 +9,9 @@ series decide the rules about them; the model is read where MODEL_HOST_PATH says
 
 from __future__ import annotations
 
-import functools
-import importlib.util
 import json
 import re
 import shlex
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -30,19 +27,12 @@ __all__ = ["as_json", "check_env", "entrypoint", "evaluate", "hf_snapshot", "hos
            "image_facts", "locked_distributions", "memory_figures", "memory_line",
            "model_checks_skipped", "node_env", "report"]
 
-MODULE = "sparkbake_image_entrypoint"
 LOCKED = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==", re.MULTILINE)
 
 
-@functools.cache
 def entrypoint() -> ModuleType:
     """images/entrypoint.py as a module; its `checks` attribute is images/preflight.py."""
-    spec = importlib.util.spec_from_file_location(MODULE, resources.path("entrypoint.py"))
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[MODULE] = module
-    spec.loader.exec_module(module)
-    return module
+    return resources.module("entrypoint")
 
 
 def node_env(tag: Tag, env_file: envfile.EnvFile) -> dict[str, str]:

@@ -67,8 +67,9 @@ def _versions(lock: Path) -> dict[str, str]:
 
 def backend_verdicts(tag: Tag, runs: dict[str, Any] | None = None) -> VerdictsJson:
     """vLLM's verdict on each backend the tag's env selects, for its CUDA arch and declared
-    model, looked up as the image's preflight does (images/preflight.py Context.verdicts);
-    runs: the verdicts table (images/backend-verdicts.json)."""
+    model, looked up as the image's preflight does (images/preflight.py Context.verdicts,
+    each name spelled by images/backend_naming.py); runs: the verdicts table
+    (images/backend-verdicts.json)."""
     runs = read_json(resources.path("backend-verdicts.json")) if runs is None else runs
     vllm = tag.vllm_version
     model = tag.capabilities.model if tag.capabilities else None
@@ -77,7 +78,7 @@ def backend_verdicts(tag: Tag, runs: dict[str, Any] | None = None) -> VerdictsJs
     backends: dict[str, dict[str, str | None]] = {}
     for variable, kind in _backend_variables().items():
         if env.get(variable):
-            name = _normal_backend(kind, env[variable])
+            name = resources.module("backend_naming").verdict_name(kind, env[variable])
             backends.setdefault(kind, {})[name] = (table or {}).get(kind, {}).get(name)
     return {"vllm": vllm, "cuda_arch": tag.cuda_arch, "model": model,
             "listed": table is not None, "backends": backends}
@@ -89,10 +90,3 @@ def _backend_variables() -> dict[str, str]:
     rules = read_json(resources.path("preflight.json"))["rules"]
     held = next(rule for rule in rules if rule.get("check") == "backend-capability")
     return dict(held["variables"])
-
-
-def _normal_backend(kind: str, name: str) -> str:
-    """A backend's name as the verdicts table spells it (the preflight's normal_backend:
-    attention names upper case, the others lower case with `_`; AUTO is `auto`)."""
-    name = name.upper() if kind == "attention" else name.lower().replace("-", "_")
-    return "auto" if name == "AUTO" else name
