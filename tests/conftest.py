@@ -18,7 +18,7 @@ from typing import Any, NoReturn, cast
 
 import pytest
 
-from sparkbake import bases, planning
+from sparkbake import bases, planning, records
 from sparkbake.__main__ import main
 from sparkbake.config import versions
 from sparkbake.config.settings import Settings
@@ -217,7 +217,7 @@ def console() -> Console:
 
 def printed(release: Release) -> dict[str, Any]:
     """A release record as --json prints it (and build/releases keeps it): plain JSON."""
-    record: dict[str, Any] = json.loads(json.dumps(release.to_json()))
+    record: dict[str, Any] = json.loads(json.dumps(records.to_json(release)))
     return record
 
 

@@ -31,8 +31,8 @@ from sparkbake.pipeline import verify
 from sparkbake.pipeline.tags import TagRow
 from sparkbake.planning import Plan, SeriesInfo
 from sparkbake.publish import releases
-from sparkbake.publish.attach import Attached
 from sparkbake.publish.record import (
+    Attached,
     Change,
     Release,
     ReleaseDiff,
@@ -165,14 +165,15 @@ ATTACHED = Attached(SHA["1"], SHA["2"], None, "fallback tag", SHA["3"])
 RELEASE = Release(
     tag="demo", repository="r", images=("r:demo", "r:demo-1"), digest=SHA["a"],
     pinned=f"r@{SHA['a']}",
-    smoke=ReleaseSmoke("passed", SHA["b"], TIME, {"passed": 3, "skipped": 1}),
+    smoke=ReleaseSmoke("passed", image_id=SHA["b"], time=TIME,
+                       checks={"passed": 3, "skipped": 1}),
     manifest={"schema": 1, "tag": "demo", "wheels": [{"file": "a.whl", "sha256": SHA["9"]}]},
     transfer={"sent": {"blobs": 1, "bytes": 10}, "present": {"blobs": 0, "bytes": 0},
               "blobs": [{"digest": SHA["d"], "size": 10, "sent": True}]},
     image_id=SHA["b"], build={"jobs": {"MAX_JOBS": 4, "NVCC_THREADS": 2, "why": "w"}},
     inputs=SHA["c"], upstream={"key": "vllm", "kind": "pypi"},
     series=(ReleaseSeries("s", SHA["e"], (("0001-x.patch", SHA["f"]),)),),
-    env={"A": "1"}, labels={"l": "v"}, published=TIME, attestations=ATTACHED.to_json(),
+    env={"A": "1"}, labels={"l": "v"}, published=TIME, attestations=ATTACHED,
     locks={"runtime": {"path": "locks/r.txt", "sha256": SHA["0"], "packages": {"torch": "2"}}},
     verdicts={"vllm": None, "cuda_arch": "12.1a", "model": None, "listed": False,
               "backends": {"moe": {"b12x": None}}})
@@ -183,7 +184,7 @@ BARE = Release(
     published=TIME)
 MULTI = dataclasses.replace(
     BARE, tag="multi", smoke=ReleaseSmoke("skipped", found="missing"), platforms=(RELEASE, BARE),
-    attestations=dataclasses.replace(ATTACHED, smoke=SHA["4"], signature=None).to_json())
+    attestations=dataclasses.replace(ATTACHED, smoke=SHA["4"], signature=None))
 RELEASES = {"release": RELEASE, "release-bare": BARE, "release-multi": MULTI,
             "release-passed-platforms": dataclasses.replace(
                 BARE, tag="p", smoke=ReleaseSmoke("passed", checks={"platforms": 2}))}

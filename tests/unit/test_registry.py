@@ -13,7 +13,7 @@ import pytest
 import requests
 import yaml
 
-from sparkbake import resources
+from sparkbake import records, resources
 from sparkbake.__main__ import main
 from sparkbake.config import versions as config_mod
 from sparkbake.errors import EngineError, PublishError, UsageError
@@ -131,11 +131,13 @@ def test_the_smoke_gate_summarises_a_pass_and_records_a_skip(tmp_path: Path) -> 
     record.write_text(smoke_record(DIGEST_A, True, checks))
     passed = {"result": "passed", "image_id": DIGEST_A, "time": "2026-01-01T00:00:00+00:00",
               "checks": {"passed": 1, "skipped": 1}}
-    assert smoke_gate.smoke_gate(record, "t", DIGEST_A, skip=False, console=plain_console(),
-                           settings=settings_of()).to_json() == passed
+    assert records.to_json(smoke_gate.smoke_gate(record, "t", DIGEST_A, skip=False,
+                                                 console=plain_console(),
+                                                 settings=settings_of())) == passed
     skipped = {"result": "skipped", "override": "--skip-smoke", "found": "other image"}
-    assert smoke_gate.smoke_gate(record, "t", DIGEST_B, skip=True, console=plain_console(),
-                           settings=settings_of()).to_json() == skipped
+    assert records.to_json(smoke_gate.smoke_gate(record, "t", DIGEST_B, skip=True,
+                                                 console=plain_console(),
+                                                 settings=settings_of())) == skipped
     assert smoke_gate.smoke_gate(tmp_path / "none", "t", DIGEST_A, skip=True,
                                  console=plain_console(),
                            settings=settings_of()).found == "missing"
@@ -143,7 +145,7 @@ def test_the_smoke_gate_summarises_a_pass_and_records_a_skip(tmp_path: Path) -> 
         smoke_gate.smoke_gate(record, "t", DIGEST_B, skip=False, console=plain_console(),
                         settings=settings_of())
     for summary in (passed, skipped):  # as the release record keeps it
-        assert ReleaseSmoke.from_json(summary).to_json() == summary
+        assert records.to_json(records.from_json(ReleaseSmoke, summary)) == summary
 
 
 # --- the embedded registry ----------------------------------------------------------------

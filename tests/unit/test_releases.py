@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import pytest
 
+from sparkbake import records
 from sparkbake.__main__ import main
 from sparkbake.errors import UsageError
 from sparkbake.oci import image_layout, layers
 from sparkbake.publish import releases
-from sparkbake.publish.record import Change, IndexEntry, Release, ReleaseDiff, ReleaseJson
+from sparkbake.publish.record import Change, IndexEntry, Release, ReleaseDiff
 from tests.conftest import plain_console, settings_of, versions_yaml
 
 SHA = {c: c * 64 for c in "abcdef"}
@@ -59,21 +60,21 @@ def record_json(tag: str, **changes: Any) -> dict[str, Any]:
 
 
 def record(tag: str, **changes: Any) -> Release:
-    return Release.from_json(cast(ReleaseJson, record_json(tag, **changes)))
+    return records.from_json(Release, record_json(tag, **changes))
 
 
-def write_records(folder: Path, *records: Release) -> None:
+def write_records(folder: Path, *written: Release) -> None:
     folder.mkdir(parents=True, exist_ok=True)
-    for item in records:
-        (folder / f"{item.tag}.json").write_text(json.dumps(item.to_json()))
+    for item in written:
+        (folder / f"{item.tag}.json").write_text(json.dumps(records.to_json(item)))
 
 
 def test_a_release_record_reads_back_as_written() -> None:
     written = record_json("production-3.73-vision")
-    assert record("production-3.73-vision").to_json() == written
-    assert list(record("production-3.73-vision").to_json()) == list(written)  # --json's order
+    assert records.to_json(record("production-3.73-vision")) == written
+    assert list(records.to_json(record("production-3.73-vision"))) == list(written)  # --json's
     skipped = {"result": "skipped", "override": "--skip-smoke", "found": "missing"}
-    assert record("x", smoke=skipped).to_json()["smoke"] == skipped
+    assert records.to_json(record("x", smoke=skipped))["smoke"] == skipped
 
 
 def test_a_release_record_from_before_smoke_gating_reads_with_none_in_place() -> None:
@@ -82,25 +83,25 @@ def test_a_release_record_from_before_smoke_gating_reads_with_none_in_place() ->
     older = {key: value for key, value in record_json("old").items()
              if key not in ("smoke", "manifest", "transfer", "build", "env", "locks", "verdicts")}
     older["upstream"] = {"kind": "pypi", "name": "vllm", "version": "0.33.0", "sha256": SHA["d"]}
-    old = Release.from_json(cast(ReleaseJson, older))
+    old = records.from_json(Release, older)
     assert (old.smoke, old.manifest, old.transfer, old.build, old.env, old.locks,
             old.verdicts) == (None,) * 7
-    assert "locks" not in old.to_json() and "verdicts" not in old.to_json()
+    assert "locks" not in records.to_json(old) and "verdicts" not in records.to_json(old)
     assert releases.entry(old).smoke == "unknown"
     assert releases.entry(old).upstream == "pypi vllm 0.33.0"
     assert releases.diff(old, old).sections["env"] == ()
 
 
 def test_an_index_line_reads_back_as_written() -> None:
-    line = releases.entry(record("production-3.73-vision")).to_json()
-    assert IndexEntry.from_json(line).to_json() == line
+    line = records.to_json(releases.entry(record("production-3.73-vision")))
+    assert records.to_json(records.from_json(IndexEntry, line)) == line
     assert list(line) == ["tag", "digest", "image_id", "repository", "upstream", "series",
                           "smoke", "published", "record"]
 
 
 def test_a_diff_reads_back_as_written() -> None:
-    report = releases.diff(record("production-3.72-vision"), changed_release()).to_json()
-    assert ReleaseDiff.from_json(report).to_json() == report
+    report = records.to_json(releases.diff(record("production-3.72-vision"), changed_release()))
+    assert records.to_json(records.from_json(ReleaseDiff, report)) == report
 
 
 # --- the index --------------------------------------------------------------------------------
@@ -176,12 +177,12 @@ def changed_release() -> Release:
                            "patches": [["0001-prefix-cache.patch", SHA["d"]]]})
     b["env"] = {"VLLM_DSV4_CKV_GATHER": "0", "VLLM_DSV4_DCP_PREFIX_CACHE": "1"}
     b["manifest"]["wheels"][0]["sha256"] = SHA["e"]
-    return Release.from_json(cast(ReleaseJson, b))
+    return records.from_json(Release, b)
 
 
 def test_diff_names_each_changed_patch_env_variable_and_wheel() -> None:
     report = releases.diff(record("production-3.72-vision"), changed_release())
-    sections = json.loads(json.dumps(report.to_json()))["sections"]  # as --json prints it
+    sections = json.loads(json.dumps(records.to_json(report)))["sections"]  # as --json prints it
     assert sections["upstream"] == [] and sections["base"] == [] and sections["smoke"] == []
     assert sections["patches"] == [
         {"op": "~", "what": "dcp-dspark/0002-dspark.patch", "a": "sha256:ffffffffffff",
@@ -241,13 +242,13 @@ def on_vllm_034() -> Release:
                      "listed": False,
                      "backends": {"attention": {"FLASHINFER_MLA_SPARSE_DSV4": None},
                                   "moe": {"b12x": None}, "linear": {"deep_gemm": None}}}
-    return Release.from_json(cast(ReleaseJson, b))
+    return records.from_json(Release, b)
 
 
 def unrecorded(tag: str) -> Release:
     """A record from before publish kept the locks and the backend verdicts."""
     older = {k: v for k, v in record_json(tag).items() if k not in ("locks", "verdicts")}
-    return Release.from_json(cast(ReleaseJson, older))
+    return records.from_json(Release, older)
 
 
 def test_diff_names_each_lock_that_moved_and_the_runtime_packages_that_did() -> None:
@@ -283,7 +284,7 @@ def test_diff_names_a_backend_the_env_changed_with_what_vllm_says_of_it() -> Non
     b = record_json("b")
     b["verdicts"]["backends"] = {"attention": {"FLASHINFER_MLA_SPARSE_DSV4": ""},
                                  "moe": {"flashinfer_trtllm": why}, "linear": {"cutlas": None}}
-    report = releases.diff(record("a"), Release.from_json(cast(ReleaseJson, b)))
+    report = releases.diff(record("a"), records.from_json(Release, b))
     assert report.sections["verdicts"] == (
         Change("+", "linear cutlas", None, "not a backend of vLLM 0.33.0"),
         Change("-", "linear deep_gemm", "runs", None),
@@ -307,7 +308,7 @@ def test_diff_says_when_a_record_is_from_before_locks_and_verdicts() -> None:
     lines = releases.render_diff(report)
     assert "locks: unknown (no locks recorded for b)" in lines
     assert "verdicts: unknown (no backend verdicts recorded for b)" in lines
-    assert ReleaseDiff.from_json(report.to_json()) == report
+    assert records.from_json(ReleaseDiff, records.to_json(report)) == report
 
 
 # --- the image's manifest from the layout -------------------------------------------------------
@@ -375,7 +376,7 @@ def test_diff_of_an_unpublished_tag_is_exit_2(config_file: Path,
 
 def test_rendered_digests_are_short_and_the_json_keeps_them_whole() -> None:
     report = releases.diff(record("a"), record("b", digest="sha256:" + SHA["d"]))
-    assert json.loads(json.dumps(report.to_json()))["sections"]["digest"][0]["b"] == \
+    assert json.loads(json.dumps(records.to_json(report)))["sections"]["digest"][0]["b"] == \
         "sha256:" + SHA["d"]
     assert "  ~ digest: sha256:aaaaaaaaaaaa -> sha256:dddddddddddd" in \
         releases.render_diff(report)

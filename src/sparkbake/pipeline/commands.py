@@ -182,7 +182,7 @@ def publish(run: Run, tag: Tag, registry_host: str | None, force: bool,
         record = push.publish(connect(settings=run.settings), run.config, run.settings, plan,
                               registry_host, force, skip_smoke=skip_smoke, key=key,
                               console=run.console)
-    print_json(output, record.to_json())
+    print_json(output, records.to_json(record))
     return _done(run, f"published {tag.name}: {record.digest} (smoke: {record.smoke_result})")
 
 
@@ -197,7 +197,7 @@ def publish_release(run: Run, name: str, registry_host: str | None, force: bool,
                                                run.settings, name, tags, registry_host, force,
                                                skip_smoke=skip_smoke, key=key,
                                                console=run.console)
-    print_json(output, record.to_json())
+    print_json(output, records.to_json(record))
     platforms = ", ".join(f"{p.tag} {p.digest[:19]}" for p in record.platforms)
     return _done(run, f"published {name}: {record.digest} ({platforms}; smoke: "
                       f"{record.smoke_result})")
@@ -208,7 +208,7 @@ def releases_report(run: Run, as_json: bool = False) -> str:
     folder = run.folders.releases
     listed = releases.entries(folder)
     if as_json:
-        return json.dumps({"releases": [entry.to_json() for entry in listed]}, indent=2)
+        return json.dumps({"releases": [records.to_json(entry) for entry in listed]}, indent=2)
     if not listed:
         return f"no releases in {folder} yet"
     return "\n".join(releases.render_table(listed))
@@ -221,7 +221,7 @@ def diff_releases(run: Run, names: tuple[str, str], as_json: bool = False) -> st
                                  settings=run.settings) for n in names)
     report = releases.diff(a, b)
     if as_json:
-        return json.dumps(report.to_json(), indent=2)
+        return json.dumps(records.to_json(report), indent=2)
     return "\n".join(releases.render_diff(report))
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from sparkbake import records
@@ -32,24 +31,9 @@ from sparkbake.oci.distribution import Session
 from sparkbake.oci.documents import ConfigDoc, DescriptorDoc, ManifestDoc
 from sparkbake.planning import Plan
 from sparkbake.publish import releases
-from sparkbake.publish.record import AttachedJson
+from sparkbake.publish.record import Attached
 
-__all__ = ["Attached", "attach", "attach_baked", "sign"]
-
-
-@dataclass(frozen=True)
-class Attached:
-    """What publish attached to one digest: each artifact's manifest digest."""
-
-    sbom: str
-    provenance: str
-    smoke: str | None  # None: published with --skip-smoke and no record of this image
-    listing: referrers.Listing
-    signature: str | None  # the `.sig` manifest; None: unsigned
-
-    def to_json(self) -> AttachedJson:
-        return {"sbom": self.sbom, "provenance": self.provenance, "smoke": self.smoke,
-                "listed_by": self.listing, "signature": self.signature}
+__all__ = ["attach", "attach_baked", "sign"]
 
 
 def attach_baked(session: Session, config: Config, plan: Plan, baked: runtime_image.Image,

@@ -36,7 +36,7 @@ from sparkbake.oci.docker_engine import (
 )
 from sparkbake.planning import Plan, upstream_pin
 from sparkbake.publish import attach, releases, shipped_with, smoke_gate
-from sparkbake.publish.record import Release, ReleaseSeries, ReleaseSmoke
+from sparkbake.publish.record import Attached, Release, ReleaseSeries, ReleaseSmoke
 from sparkbake.wheels.report import REPORT, read_report
 
 __all__ = ["Target", "baked_image", "check_overwrite", "check_pushed", "local_image",
@@ -77,7 +77,7 @@ def platform_release(config: Config, plan: Plan, repository: str, names: tuple[s
                      pushed: str, sent: transfer.Sent, smoked: ReleaseSmoke,
                      baked: runtime_image.Image, attrs: dict[str, Any],
                      manifest: BakedManifest | None,
-                     attached: attach.Attached | None = None) -> Release:
+                     attached: Attached | None = None) -> Release:
     """The record of one image pushed under names: what it is and what it was made of
     (manifest: the image's /opt/sparkbake/manifest.json, releases.image_manifest)."""
     return Release(
@@ -91,7 +91,7 @@ def platform_release(config: Config, plan: Plan, repository: str, names: tuple[s
         series=tuple(ReleaseSeries(s.name, s.sha256, s.patches) for s in plan.series),
         env=dict(plan.tag.env), labels=image_labels(attrs),
         published=datetime.now(UTC).isoformat(timespec="seconds"),
-        attestations=attached.to_json() if attached else None,
+        attestations=attached,
         locks=shipped_with.locks(config, plan.tag),
         verdicts=shipped_with.backend_verdicts(plan.tag))
 

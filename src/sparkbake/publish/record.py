@@ -7,122 +7,45 @@ its locks and backend verdicts lack those keys; they load with None in their pla
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Literal, NotRequired, Self, TypedDict
+from dataclasses import KW_ONLY, dataclass, field
+from typing import Any, Literal
 
+from sparkbake import records
 from sparkbake.core.baked_manifest import BakedManifest
 from sparkbake.oci.referrers import Listing
 from sparkbake.oci.transfer import TransferRecord
 from sparkbake.publish.shipped_with import LockJson, VerdictsJson
 
-__all__ = ["AttachedJson", "Change", "ChangeJson", "IndexEntry", "IndexEntryJson", "Release",
-           "ReleaseDiff", "ReleaseDiffJson", "ReleaseJson", "ReleaseSeries", "ReleaseSmoke",
-           "SmokeFound"]
+__all__ = ["Attached", "Change", "IndexEntry", "Release", "ReleaseDiff", "ReleaseSeries",
+           "ReleaseSmoke", "SmokeFound"]
 
 # what the smoke record said of the image to publish (smoke_gate.read_smoke)
 SmokeFound = Literal["passed", "failed", "missing", "unreadable", "other image"]
+BEFORE = records.key(absent=None)  # a key that records from before it lack
 
 
-class ReleaseSmokeJson(TypedDict):
-    result: Literal["passed", "skipped"]
-    override: NotRequired[str]  # skipped: --skip-smoke, and what the record said
-    found: NotRequired[SmokeFound | None]
-    image_id: NotRequired[str | None]  # passed
-    time: NotRequired[str | None]
-    checks: NotRequired[dict[str, int] | None]
+def _passed(smoke: ReleaseSmoke) -> bool:
+    return smoke.result == "passed"
 
 
-class ReleaseSeriesJson(TypedDict):
-    name: str
-    sha256: str
-    patches: list[list[str]]  # [file, sha256]
-
-
-class AttachedJson(TypedDict):
-    """What publish attached to the digest (publish.attach.Attached.to_json)."""
-
-    sbom: str
-    provenance: str
-    smoke: str | None
-    listed_by: Listing
-    signature: str | None
-
-
-class ReleaseJson(TypedDict):
-    """build/releases/<tag>.json; the keys that records of earlier versions lack are
-    NotRequired."""
-
-    tag: str
-    repository: str
-    images: list[str]
-    digest: str
-    pinned: str
-    smoke: NotRequired[ReleaseSmokeJson | None]
-    manifest: NotRequired[BakedManifest | None]
-    transfer: NotRequired[TransferRecord | None]
-    image_id: str
-    build: NotRequired[dict[str, Any] | None]  # as push's _build_record gives it
-    inputs: str
-    upstream: dict[str, str]
-    series: list[ReleaseSeriesJson]
-    env: NotRequired[dict[str, str] | None]
-    labels: dict[str, str]
-    published: str
-    platforms: NotRequired[list[ReleaseJson]]
-    attestations: NotRequired[AttachedJson | None]
-    locks: NotRequired[dict[str, LockJson] | None]
-    verdicts: NotRequired[VerdictsJson | None]
-
-
-class IndexEntryJson(TypedDict):
-    tag: str
-    digest: str
-    image_id: str | None
-    repository: str | None
-    upstream: str
-    series: list[str]
-    smoke: str
-    published: str
-    record: str
-
-
-class ChangeJson(TypedDict):
-    op: Literal["+", "-", "~"]
-    what: str
-    a: str | None
-    b: str | None
-
-
-class ReleaseDiffJson(TypedDict):
-    a: str
-    b: str
-    sections: dict[str, list[ChangeJson] | None]
-    no_manifest: list[str]
-    unrecorded: NotRequired[dict[str, list[str]]]
+def _skipped(smoke: ReleaseSmoke) -> bool:
+    return smoke.result == "skipped"
 
 
 @dataclass(frozen=True)
 class ReleaseSmoke:
     """The release's `smoke`: the passing smoke record's summary, or, when --skip-smoke
-    overrode the gate, what the record said (found)."""
+    overrode the gate, what the record said (found). Each result has its own keys."""
 
     result: Literal["passed", "skipped"]
-    image_id: str | None = None  # passed: the smoked image, its time and its counts
-    time: str | None = None
-    checks: dict[str, int] | None = None  # passed and skipped checks
-    found: SmokeFound | None = None  # skipped
-
-    def to_json(self) -> ReleaseSmokeJson:
-        if self.result == "skipped":
-            return {"result": "skipped", "override": "--skip-smoke", "found": self.found}
-        return {"result": "passed", "image_id": self.image_id, "time": self.time,
-                "checks": self.checks}
-
-    @classmethod
-    def from_json(cls, data: ReleaseSmokeJson) -> Self:
-        if data["result"] == "skipped":
-            return cls("skipped", found=data.get("found"))
-        return cls("passed", data.get("image_id"), data.get("time"), data.get("checks"))
+    _: KW_ONLY
+    # passed: the smoked image, its time and its counts (passed and skipped checks)
+    image_id: str | None = field(default=None, metadata=records.key(when=_passed))
+    time: str | None = field(default=None, metadata=records.key(when=_passed))
+    checks: dict[str, int] | None = field(default=None, metadata=records.key(when=_passed))
+    # skipped: what overrode the gate, and what the smoke record said of the image
+    override: str = field(default="--skip-smoke", metadata=records.key(when=_skipped))
+    found: SmokeFound | None = field(default=None, metadata=records.key(when=_skipped))
 
 
 @dataclass(frozen=True)
@@ -131,16 +54,18 @@ class ReleaseSeries:
 
     name: str
     sha256: str
-    patches: tuple[tuple[str, str], ...]
+    patches: tuple[tuple[str, str], ...] = ()  # [file, sha256] each
 
-    def to_json(self) -> ReleaseSeriesJson:
-        return {"name": self.name, "sha256": self.sha256,
-                "patches": [list(patch) for patch in self.patches]}
 
-    @classmethod
-    def from_json(cls, data: ReleaseSeriesJson) -> Self:
-        return cls(data["name"], data["sha256"],
-                   tuple((name, sha) for name, sha in data.get("patches") or []))
+@dataclass(frozen=True)
+class Attached:
+    """What publish attached to one digest: each artifact's manifest digest."""
+
+    sbom: str
+    provenance: str
+    smoke: str | None  # None: published with --skip-smoke and no record of this image
+    listing: Listing = field(metadata=records.key("listed_by"))
+    signature: str | None  # the `.sig` manifest; None: unsigned
 
 
 @dataclass(frozen=True)
@@ -152,66 +77,32 @@ class Release:
     images: tuple[str, ...]  # repository:name for each name pushed
     digest: str
     pinned: str  # repository@digest
-    smoke: ReleaseSmoke | None
-    manifest: BakedManifest | None  # the image's /opt/sparkbake/manifest.json, as baked
-    transfer: TransferRecord | None  # the blobs publish sent and found (transfer.Sent.record)
+    smoke: ReleaseSmoke | None = field(metadata=BEFORE)
+    # the image's /opt/sparkbake/manifest.json, as baked
+    manifest: BakedManifest | None = field(metadata=BEFORE)
+    # the blobs publish sent and found (transfer.Sent.record)
+    transfer: TransferRecord | None = field(metadata=BEFORE)
     image_id: str
-    build: dict[str, Any] | None  # how the wheels were built, from wheels.json
+    build: dict[str, Any] | None = field(metadata=BEFORE)  # how the wheels were built
     inputs: str
     upstream: dict[str, str]  # its key and its pin (plan.upstream_pin)
     series: tuple[ReleaseSeries, ...]
-    env: dict[str, str] | None
+    env: dict[str, str] | None = field(metadata=BEFORE)
     labels: dict[str, str]
     published: str
     # a multi-platform release (an OCI index): each platform's own record, in index order
-    platforms: tuple[Release, ...] = ()
-    # what publish attached to the digest (attest.attach.Attached.to_json); None: before that
-    attestations: AttachedJson | None = None
+    platforms: tuple[Release, ...] = field(default=(), metadata=records.OMIT_EMPTY)
+    # what publish attached to the digest; None: before that
+    attestations: Attached | None = field(default=None, metadata=records.OMIT_NONE)
     # the locks it was made from and vLLM's verdicts on its backends (publish.shipped_with);
     # None: a record from before them, or a multi-platform release's (each platform has its)
-    locks: dict[str, LockJson] | None = None
-    verdicts: VerdictsJson | None = None
+    locks: dict[str, LockJson] | None = field(default=None, metadata=records.OMIT_NONE)
+    verdicts: VerdictsJson | None = field(default=None, metadata=records.OMIT_NONE)
 
     @property
     def smoke_result(self) -> str:
         """passed or skipped; unknown for a record from before publish was gated on smoke."""
         return self.smoke.result if self.smoke is not None else "unknown"
-
-    def to_json(self) -> ReleaseJson:
-        doc: ReleaseJson = {
-            "tag": self.tag, "repository": self.repository, "images": list(self.images),
-            "digest": self.digest, "pinned": self.pinned,
-            "smoke": self.smoke.to_json() if self.smoke is not None else None,
-            "manifest": self.manifest, "transfer": self.transfer, "image_id": self.image_id,
-            "build": self.build, "inputs": self.inputs, "upstream": self.upstream,
-            "series": [series.to_json() for series in self.series], "env": self.env,
-            "labels": self.labels, "published": self.published,
-        }
-        if self.platforms:
-            doc["platforms"] = [p.to_json() for p in self.platforms]
-        if self.attestations:
-            doc["attestations"] = self.attestations
-        if self.locks is not None:
-            doc["locks"] = self.locks
-        if self.verdicts is not None:
-            doc["verdicts"] = self.verdicts
-        return doc
-
-    @classmethod
-    def from_json(cls, data: ReleaseJson) -> Self:
-        smoke = data.get("smoke")
-        return cls(
-            tag=data["tag"], repository=data["repository"], images=tuple(data["images"]),
-            digest=data["digest"], pinned=data["pinned"],
-            smoke=ReleaseSmoke.from_json(smoke) if smoke is not None else None,
-            manifest=data.get("manifest"), transfer=data.get("transfer"),
-            image_id=data["image_id"], build=data.get("build"), inputs=data["inputs"],
-            upstream=data["upstream"],
-            series=tuple(ReleaseSeries.from_json(s) for s in data["series"]),
-            env=data.get("env"), labels=data["labels"], published=data["published"],
-            platforms=tuple(cls.from_json(p) for p in data.get("platforms") or ()),
-            attestations=data.get("attestations"), locks=data.get("locks"),
-            verdicts=data.get("verdicts"))
 
 
 @dataclass(frozen=True)
@@ -228,18 +119,6 @@ class IndexEntry:
     published: str
     record: str  # the release record's file name
 
-    def to_json(self) -> IndexEntryJson:
-        return {"tag": self.tag, "digest": self.digest, "image_id": self.image_id,
-                "repository": self.repository, "upstream": self.upstream,
-                "series": list(self.series), "smoke": self.smoke,
-                "published": self.published, "record": self.record}
-
-    @classmethod
-    def from_json(cls, data: IndexEntryJson) -> Self:
-        return cls(data["tag"], data["digest"], data["image_id"], data["repository"],
-                   data["upstream"], tuple(data["series"]), data["smoke"], data["published"],
-                   data["record"])
-
 
 @dataclass(frozen=True)
 class Change:
@@ -249,13 +128,6 @@ class Change:
     what: str
     a: str | None
     b: str | None
-
-    def to_json(self) -> ChangeJson:
-        return {"op": self.op, "what": self.what, "a": self.a, "b": self.b}
-
-    @classmethod
-    def from_json(cls, data: ChangeJson) -> Self:
-        return cls(data["op"], data["what"], data["a"], data["b"])
 
 
 @dataclass(frozen=True)
@@ -269,17 +141,3 @@ class ReleaseDiff:
     sections: dict[str, tuple[Change, ...] | None]
     no_manifest: tuple[str, ...]
     unrecorded: dict[str, tuple[str, ...]] = field(default_factory=dict)  # section -> tags
-
-    def to_json(self) -> ReleaseDiffJson:
-        sections = {name: None if changes is None else [c.to_json() for c in changes]
-                    for name, changes in self.sections.items()}
-        return {"a": self.a, "b": self.b, "sections": sections,
-                "no_manifest": list(self.no_manifest),
-                "unrecorded": {name: list(tags) for name, tags in self.unrecorded.items()}}
-
-    @classmethod
-    def from_json(cls, data: ReleaseDiffJson) -> Self:
-        sections = {name: None if changes is None else tuple(Change.from_json(c) for c in changes)
-                    for name, changes in data["sections"].items()}
-        unrecorded = {name: tuple(tags) for name, tags in (data.get("unrecorded") or {}).items()}
-        return cls(data["a"], data["b"], sections, tuple(data["no_manifest"]), unrecorded)

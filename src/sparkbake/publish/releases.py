@@ -10,10 +10,10 @@ import fcntl
 import json
 import tarfile
 from collections.abc import Iterator
-from dataclasses import fields
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
+from sparkbake import records
 from sparkbake.config.settings import Settings
 from sparkbake.console.display import Console
 from sparkbake.core.baked_manifest import BakedManifest
@@ -23,10 +23,8 @@ from sparkbake.oci import image_layout
 from sparkbake.publish.record import (
     Change,
     IndexEntry,
-    IndexEntryJson,
     Release,
     ReleaseDiff,
-    ReleaseJson,
     ReleaseSeries,
 )
 from sparkbake.publish.shipped_with import LockJson, VerdictsJson
@@ -41,7 +39,6 @@ SECTIONS = ("digest", "upstream", "series", "patches", "env", "wheels", "base", 
 # what an unknown section lacks, as render_diff names it
 UNRECORDED = {"wheels": "image manifest", "base": "image manifest", "locks": "locks",
               "verdicts": "backend verdicts"}
-ENTRY_KEYS = {field.name for field in fields(IndexEntry)}
 
 
 def image_manifest(layout: image_layout.Layout,
@@ -89,7 +86,7 @@ def add(folder: Path, record: Release) -> Path:
     path = folder / INDEX
     with _locked(folder):
         kept = [e for e in _read_index(path) or [] if e.tag != record.tag]
-        listed = [e.to_json() for e in [*kept, entry(record)]]
+        listed = [records.to_json(e) for e in [*kept, entry(record)]]
         atomic_write(path, json.dumps({"schema": 1, "releases": listed}, indent=2) + "\n")
     return path
 
@@ -284,7 +281,7 @@ def _load_release(path: Path) -> Release | None:
     """The release record at path; None when there is none, or the file is not one."""
     loaded = _load(path)
     try:
-        return Release.from_json(cast(ReleaseJson, loaded)) if loaded is not None else None
+        return records.from_json(Release, loaded) if loaded is not None else None
     except (KeyError, TypeError, ValueError):
         return None
 
@@ -295,8 +292,14 @@ def _read_index(path: Path) -> list[IndexEntry] | None:
     listed = loaded.get("releases") if loaded is not None else None
     if not isinstance(listed, list):
         return None
-    return [IndexEntry.from_json(cast(IndexEntryJson, e)) for e in listed
-            if isinstance(e, dict) and e.keys() >= ENTRY_KEYS]
+    return [line for line in map(_index_line, listed) if line is not None]
+
+
+def _index_line(line: Any) -> IndexEntry | None:
+    try:
+        return records.from_json(IndexEntry, line)
+    except records.RecordError:  # a line that is not whole
+        return None
 
 
 @contextlib.contextmanager
@@ -311,5 +314,5 @@ def _locked(folder: Path) -> Iterator[None]:
 def write_record(folder: Path, release: Release, *, console: Console) -> None:
     """build/releases/<tag>.json, then its line in the releases index."""
     path = folder / f"{release.tag}.json"
-    atomic_write(path, json.dumps(release.to_json(), indent=2, sort_keys=True) + "\n")
+    atomic_write(path, json.dumps(records.to_json(release), indent=2, sort_keys=True) + "\n")
     console.detail(f"release record: {path} (index: {add(folder, release)})")

@@ -59,5 +59,5 @@ def smoke_gate(path: Path, tag: str, image_id: str, skip: bool, *, console: Cons
         return ReleaseSmoke("skipped", found=found)
     record = check_smoke(path, tag, image_id, settings=settings)
     tally = counts(record.checks)
-    return ReleaseSmoke("passed", image_id, record.time,
-                        {"passed": tally["passed"], "skipped": tally["skipped"]})
+    return ReleaseSmoke("passed", image_id=image_id, time=record.time,
+                        checks={"passed": tally["passed"], "skipped": tally["skipped"]})
