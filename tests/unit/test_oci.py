@@ -250,7 +250,7 @@ def test_verify_names_the_layer_and_file_that_differ_with_sizes_and_hashes(
     assert differs.original == layers.Entry("file", 0o644, "0:0", EPOCH, 11, stamp, "")
     assert differs.rebuilt and differs.rebuilt.size == 14 and differs.rebuilt.sha256 != stamp
     assert report.config == ()  # rootfs ids are the layers' business
-    [written] = report.to_json()["layers"]
+    [written] = verify.report_json(report)["layers"]
     assert written["files"][0]["original"] == {
         "kind": "file", "mode": 0o644, "owner": "0:0", "mtime": EPOCH, "size": 11,
         "sha256": stamp, "target": ""}
@@ -278,7 +278,7 @@ def test_verify_reports_config_keys_and_same_tars_compressed_otherwise(tmp_path:
     manifest = image_layout.manifest(config_blob, [base, blob])
     rebuilt = two.add_bytes(image_layout.canonical(manifest), image_layout.MANIFEST_TYPE)
     report = verify.compare(verify.Side(one, original), verify.Side(two, rebuilt))
-    assert report.to_json()["config"] == [{"key": "config.Labels.dev.sparkbake.inputs",
+    assert verify.report_json(report)["config"] == [{"key": "config.Labels.dev.sparkbake.inputs",
                                            "original": '"x"', "rebuilt": '"y"'}]
     [layer] = report.layers
     assert layer.files == () and "compressed otherwise" in layer.note

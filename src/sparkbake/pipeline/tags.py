@@ -3,12 +3,11 @@ stands (built, smoked, published for its current inputs), from the same states a
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
-from sparkbake import planning
+from sparkbake import planning, records
 from sparkbake.core.stages import Stage
 from sparkbake.oci.docker_engine import engine_or_none
 from sparkbake.pipeline import status
@@ -30,10 +29,6 @@ class TagRow:
     built: Said
     smoked: Said
     published: Said
-
-    def to_json(self) -> dict[str, Any]:
-        """The row as `tags --json` prints it."""
-        return dataclasses.asdict(self)
 
 
 def rows(run: Run) -> list[TagRow]:
@@ -57,7 +52,7 @@ def _said(state: str) -> Said:
 def report(run: Run, as_json: bool = False) -> str:
     listed = rows(run)
     if as_json:
-        return json.dumps([row.to_json() for row in listed], indent=2)
+        return json.dumps([records.to_json(row) for row in listed], indent=2)
     table = [["tag", "platform", "series", "release", "built", "smoked", "published"]]
     table += [[row.tag, row.platform, ",".join(row.series) or "-", row.release or "-",
                row.built, row.smoked, row.published] for row in listed]

@@ -8,12 +8,12 @@ hash); a layer whose tar is the same but whose blob is not differs only in compr
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from sparkbake import records
 from sparkbake.bake import runtime_image
 from sparkbake.config.settings import Settings
 from sparkbake.core.folders import Folders
@@ -25,7 +25,7 @@ from sparkbake.planning import Plan
 from sparkbake.run import Run
 
 __all__ = ["SHOWN", "FileChange", "KeyChange", "LayerChange", "Report", "Side", "compare",
-           "conclude", "original", "render", "require_intact", "summary"]
+           "conclude", "original", "render", "report_json", "require_intact", "summary"]
 
 SHOWN = 12  # differing files printed per layer; the JSON report has them all
 DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
@@ -67,18 +67,7 @@ class LayerChange:
     original: image_layout.Descriptor | None
     rebuilt: image_layout.Descriptor | None
     files: tuple[FileChange, ...] = ()
-    note: str = ""
-
-    def to_json(self) -> dict[str, Any]:
-        found: dict[str, Any] = {
-            "index": self.index, "made_by": self.made_by,
-            **{name: {"digest": blob.digest, "size": blob.size} if blob else None
-               for name, blob in (("original", self.original), ("rebuilt", self.rebuilt))},
-            "files": [dataclasses.asdict(change) for change in self.files],
-        }
-        if self.note:
-            found["note"] = self.note
-        return found
+    note: str = field(default="", metadata=records.OMIT_EMPTY)
 
 
 @dataclass(frozen=True)
@@ -91,11 +80,10 @@ class Report:
     config: tuple[KeyChange, ...]
     layers: tuple[LayerChange, ...]
 
-    def to_json(self) -> dict[str, Any]:
-        """build/verify/<tag>.json."""
-        return {"equal": self.equal, "original": self.original, "rebuilt": self.rebuilt,
-                "config": [dataclasses.asdict(change) for change in self.config],
-                "layers": [change.to_json() for change in self.layers]}
+
+def report_json(report: Report) -> dict[str, Any]:
+    """build/verify/<tag>.json: a blob by its digest and size alone."""
+    return records.to_json(report, {image_layout.Descriptor: ("digest", "size")})
 
 
 def original(run: Run, plan: Plan, against: str | None) -> Side:
@@ -139,7 +127,7 @@ def _repository(folders: Folders, plan: Plan, digest: str) -> str:
 def conclude(run: Run, plan: Plan, report: Report) -> str:
     """Write build/verify/<tag>.json, print the differences; raise if there are any."""
     path = run.folders.verify_report(plan.tag.name)
-    atomic_write(path, json.dumps(report.to_json(), indent=2) + "\n")
+    atomic_write(path, json.dumps(report_json(report), indent=2) + "\n")
     for line in render(report):
         run.console.detail(line)
     if not report.equal:
