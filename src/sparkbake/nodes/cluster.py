@@ -1,12 +1,13 @@
-"""up, down, status and logs: a tag's image brought up on the nodes of one deployment as an
-operator brings it up, from one .env per node (docs/how-to/four-sparks.md).
+"""up: a tag's image brought up on the nodes of one deployment as an operator brings it up,
+from one .env per node (docs/how-to/four-sparks.md).
 
 `up` checks the files together (check-env), then on each node's engine runs the image's own
 preflight on the node's file and drops the page caches; starts the workers, each headless
 (the entrypoint's doing), then the head; waits for the head's /health while watching every
 node; runs the serve checks against the head and reads out each rank's KV-cache lines and,
 where the tag speculates, the acceptance length. What it started is recorded in
-build/clusters/TAG.json, from which down, status and logs find the nodes again.
+build/clusters/TAG.json, from which down, status and logs (cluster_commands.py) find the
+nodes again.
 """
 
 from __future__ import annotations
@@ -41,8 +42,8 @@ from sparkbake.oci import docker_engine
 from sparkbake.oci.docker_engine import Client
 from sparkbake.oci.engine_client import Container
 
-__all__ = ["Cluster", "ClusterNode", "docker_run", "down", "logs", "measurements_path",
-           "plan_nodes", "print_commands", "start_order", "status", "up"]
+__all__ = ["Cluster", "ClusterNode", "box_of", "clients_of", "containers_of", "docker_run",
+           "load", "measurements_path", "plan_nodes", "print_commands", "start_order", "up"]
 
 LABEL = "dev.sparkbake.cluster"
 RANK_LABEL = "dev.sparkbake.rank"
@@ -187,7 +188,7 @@ def measurements_path(config: Config, tag: str) -> Path:
     return Folders.of(config).build / "clusters" / f"{tag}.memory.json"
 
 
-def _clients(nodes: tuple[ClusterNode, ...] | list[ClusterNode]) -> dict[str, Client]:
+def clients_of(nodes: tuple[ClusterNode, ...] | list[ClusterNode]) -> dict[str, Client]:
     clients: dict[str, Client] = {}
     for node in nodes:
         if node.engine.url not in clients:
@@ -202,7 +203,7 @@ def up(config: Config, tag: Tag, files: list[Path], engines: list[Node], image: 
     node stops, the head never answers or a serve check fails."""
     nodes = plan_nodes(files, engines, local_engine(environ))
     cluster = Cluster(tag.name, image, api_url(nodes[0]), tuple(nodes))
-    clients = _clients(nodes)
+    clients = clients_of(nodes)
     _refuse_running(cluster, clients)
     for node in nodes:
         _prepare(tag, cluster, node, clients[node.engine.url], console=console)
@@ -237,7 +238,7 @@ def print_commands(tag: Tag, files: list[Path], engines: list[Node], image: str,
 
 def _refuse_running(cluster: Cluster, clients: dict[str, Client]) -> None:
     for node in cluster.nodes:
-        found = _containers(clients[node.engine.url], cluster.tag)
+        found = containers_of(clients[node.engine.url], cluster.tag)
         if found:
             raise ConfigError(f"{cluster.tag} already runs on {node.engine.url} "
                               f"({', '.join(box.name for box in found)})",
@@ -290,13 +291,13 @@ def _start(tag: Tag, cluster: Cluster, node: ClusterNode, client: Client,
                                           **container_options(tag, node, shm_size))
 
 
-def _box(client: Client, cluster: Cluster, node: ClusterNode) -> Container | None:
-    found = [box for box in _containers(client, cluster.tag)
+def box_of(client: Client, cluster: Cluster, node: ClusterNode) -> Container | None:
+    found = [box for box in containers_of(client, cluster.tag)
              if box.labels.get(RANK_LABEL) == str(node.rank)]
     return found[0] if found else None
 
 
-def _containers(client: Client, tag: str) -> list[Container]:
+def containers_of(client: Client, tag: str) -> list[Container]:
     return client.containers.list(all=True, filters={"label": f"{LABEL}={tag}"})
 
 
@@ -304,7 +305,7 @@ def stopped(cluster: Cluster, clients: dict[str, Client]) -> Callable[[], str | 
     """A probe: which node's container has stopped, its exit code and last lines, or None."""
     def why() -> str | None:
         for node in cluster.nodes:
-            box = _box(clients[node.engine.url], cluster, node)
+            box = box_of(clients[node.engine.url], cluster, node)
             if box is None:
                 return f"{node.describe()}: its container {node.container(cluster.tag)} is gone"
             if box.status in ("exited", "dead"):
@@ -325,7 +326,7 @@ def _wait_healthy(cluster: Cluster, clients: dict[str, Client], timeout: float, 
     except CheckFailed as exc:
         gone = stopped(cluster, clients)()
         head = cluster.nodes[0]
-        box = _box(clients[head.engine.url], cluster, head)
+        box = box_of(clients[head.engine.url], cluster, head)
         last = readout.last_lines(box.logs(tail=40).decode(errors="replace")) if box else ""
         message = gone or (f"{head.describe()}: {cluster.api}/health did not answer 200 "
                            f"within {timeout:.0f} s; its last lines: {last}")
@@ -353,7 +354,7 @@ def _read_out(config: Config, tag: Tag, cluster: Cluster, clients: dict[str, Cli
               console: Console) -> int:
     nodes = []
     for node in cluster.nodes:
-        box = _box(clients[node.engine.url], cluster, node)
+        box = box_of(clients[node.engine.url], cluster, node)
         log = box.logs().decode(errors="replace") if box else ""
         nodes.append(readout.NodeReadout(node.rank, readout.kv_cache_lines(log)))
         console.result(f"  KV cache, {nodes[-1].describe()}")
@@ -405,65 +406,3 @@ def load(config: Config, tag: str) -> Cluster:
         raise ConfigError(f"no cluster of {tag} was brought up from here ({path} is missing)",
                           f"bring it up: sparkbake up {tag} NODE.env ...")
     return Cluster.from_json(read_json(path))
-
-
-def down(config: Config, tag: str, *, console: Console) -> int:
-    """Remove the cluster's containers, the head first; 0 when none is left."""
-    cluster = load(config, tag)
-    clients = _clients(cluster.nodes)
-    for node in cluster.nodes:
-        box = _box(clients[node.engine.url], cluster, node)
-        if box is not None:
-            with step(console, f"remove {box.name} ({node.describe()})"):
-                box.remove(force=True)
-    left = [f"{box.name} on {url}" for url, client in clients.items()
-            for box in _containers(client, tag)]
-    if left:
-        raise EngineError(f"{tag}: containers left after down: {', '.join(left)}",
-                          "remove them with docker rm -f")
-    state_path(config, tag).unlink()
-    console.result(f"{tag}: down on {len(cluster.nodes)} node(s), no container left")
-    return 0
-
-
-def status(config: Config, tag: str, *, console: Console) -> int:
-    """Each node's container and state, and whether the head answers; 0 when all run and
-    the head is healthy, else 6."""
-    cluster = load(config, tag)
-    clients = _clients(cluster.nodes)
-    running = 0
-    for node in cluster.nodes:
-        box = _box(clients[node.engine.url], cluster, node)
-        state = "absent" if box is None else box.status if box.status != "exited" else \
-            f"exited ({box.attrs['State'].get('ExitCode')})"
-        running += state == "running"
-        console.result(f"rank {node.rank}  {node.describe()}  "
-                       f"{node.container(tag)}: {state}")
-    healthy = _healthy(cluster.api)
-    console.result(f"{tag}: {running}/{len(cluster.nodes)} node(s) running; head "
-                   f"{cluster.api}/health: {'200' if healthy else 'no answer'}")
-    return 0 if healthy and running == len(cluster.nodes) else SmokeError.exit_code
-
-
-def _healthy(api: str) -> bool:
-    import requests
-
-    try:
-        return serve_client.Server(api, timeout=5).get("/health").status_code == 200
-    except requests.RequestException:
-        return False
-
-
-def logs(config: Config, tag: str, rank: int | None, tail: int, *, console: Console) -> int:
-    """The last lines of each node's log (or one rank's), each under a line naming its node."""
-    cluster = load(config, tag)
-    wanted = [n for n in cluster.nodes if rank is None or n.rank == rank]
-    if not wanted:
-        raise ConfigError(f"{tag} has no rank {rank}", f"ranks: 0 to {len(cluster.nodes) - 1}")
-    clients = _clients(wanted)
-    for node in wanted:
-        box = _box(clients[node.engine.url], cluster, node)
-        console.result(f"== rank {node.rank}, {node.describe()}: {node.container(tag)}")
-        console.result(box.logs(tail=tail).decode(errors="replace").rstrip() if box
-                       else "(no container)")
-    return 0

@@ -1,6 +1,6 @@
 """The commands of a deployment's nodes: node-files (one .env per node from a list of
-addresses), then up, down, status and logs (nodes/cluster.py). Each takes the command's
-arguments, the run and the tag (command_table.py)."""
+addresses), up (nodes/cluster.py), and down, status and logs of what up started, found again
+from its record. Each takes the command's arguments, the run and the tag (command_table.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ from pathlib import Path
 
 from sparkbake.config.versions import Tag
 from sparkbake.console.tools import step
+from sparkbake.errors import ConfigError, EngineError, SmokeError
 from sparkbake.lock import pins
-from sparkbake.nodes import cluster, cluster_files, engines, node_files, sample_envs
+from sparkbake.nodes import cluster, cluster_files, engines, node_files, sample_envs, serve_client
 from sparkbake.run import Run
 
 __all__ = ["down", "logs", "status", "up", "write_node_files"]
@@ -47,12 +48,63 @@ def up(args: argparse.Namespace, run: Run, tag: Tag) -> int:
 
 
 def down(args: argparse.Namespace, run: Run, tag: Tag) -> int:
-    return cluster.down(run.config, tag.name, console=run.console)
+    """Remove the cluster's containers, the head first; 0 when none is left."""
+    found = cluster.load(run.config, tag.name)
+    clients = cluster.clients_of(found.nodes)
+    for node in found.nodes:
+        box = cluster.box_of(clients[node.engine.url], found, node)
+        if box is not None:
+            with step(run.console, f"remove {box.name} ({node.describe()})"):
+                box.remove(force=True)
+    left = [f"{box.name} on {url}" for url, client in clients.items()
+            for box in cluster.containers_of(client, tag.name)]
+    if left:
+        raise EngineError(f"{tag.name}: containers left after down: {', '.join(left)}",
+                          "remove them with docker rm -f")
+    cluster.state_path(run.config, tag.name).unlink()
+    run.console.result(f"{tag.name}: down on {len(found.nodes)} node(s), no container left")
+    return 0
 
 
 def status(args: argparse.Namespace, run: Run, tag: Tag) -> int:
-    return cluster.status(run.config, tag.name, console=run.console)
+    """Each node's container and state, and whether the head answers; 0 when all run and
+    the head is healthy, else 6."""
+    found = cluster.load(run.config, tag.name)
+    clients = cluster.clients_of(found.nodes)
+    running = 0
+    for node in found.nodes:
+        box = cluster.box_of(clients[node.engine.url], found, node)
+        state = "absent" if box is None else box.status if box.status != "exited" else \
+            f"exited ({box.attrs['State'].get('ExitCode')})"
+        running += state == "running"
+        run.console.result(f"rank {node.rank}  {node.describe()}  "
+                           f"{node.container(tag.name)}: {state}")
+    healthy = _healthy(found.api)
+    run.console.result(f"{tag.name}: {running}/{len(found.nodes)} node(s) running; head "
+                       f"{found.api}/health: {'200' if healthy else 'no answer'}")
+    return 0 if healthy and running == len(found.nodes) else SmokeError.exit_code
+
+
+def _healthy(api: str) -> bool:
+    import requests
+
+    try:
+        return serve_client.Server(api, timeout=5).get("/health").status_code == 200
+    except requests.RequestException:
+        return False
 
 
 def logs(args: argparse.Namespace, run: Run, tag: Tag) -> int:
-    return cluster.logs(run.config, tag.name, args.rank, args.tail, console=run.console)
+    """The last lines of each node's log (or one rank's), each under a line naming its node."""
+    found = cluster.load(run.config, tag.name)
+    wanted = [n for n in found.nodes if args.rank is None or n.rank == args.rank]
+    if not wanted:
+        raise ConfigError(f"{tag.name} has no rank {args.rank}",
+                          f"ranks: 0 to {len(found.nodes) - 1}")
+    clients = cluster.clients_of(wanted)
+    for node in wanted:
+        box = cluster.box_of(clients[node.engine.url], found, node)
+        run.console.result(f"== rank {node.rank}, {node.describe()}: {node.container(tag.name)}")
+        run.console.result(box.logs(tail=args.tail).decode(errors="replace").rstrip() if box
+                           else "(no container)")
+    return 0
