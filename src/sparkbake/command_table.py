@@ -234,7 +234,9 @@ CLUSTER = (  # the commands of a deployment's nodes
                        "/dev/shm of this size (e.g. 2g) instead of the host's IPC",
                        type=shm_size, metavar="SIZE"))),
     Command("down", "remove the containers up started, on every node", _cluster("down"),
-            tag="argument"),
+            tag="argument", options=(
+                Option("--node", "only this rank's container; the record stays for the others",
+                       type=int, metavar="RANK"),)),
     Command("status", "each node's container and the head's /health", _cluster("status"),
             tag="argument"),
     Command("logs", "the last lines of each node's engine log", _cluster("logs"),

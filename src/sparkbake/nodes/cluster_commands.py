@@ -48,14 +48,20 @@ def up(args: argparse.Namespace, run: Run, tag: Tag) -> int:
 
 
 def down(args: argparse.Namespace, run: Run, tag: Tag) -> int:
-    """Remove the cluster's containers, the head first; 0 when none is left."""
+    """Remove the cluster's containers, the head first; 0 when none is left. --node: only
+    that rank's, and the record stays for the others."""
     found = cluster.load(run.config, tag.name)
-    clients = cluster.clients_of(found.nodes)
-    for node in found.nodes:
+    nodes = _ranked(found, args.node)
+    clients = cluster.clients_of(nodes)
+    for node in nodes:
         box = cluster.box_of(clients[node.engine.url], found, node)
         if box is not None:
             with step(run.console, f"remove {box.name} ({node.describe()})"):
                 box.remove(force=True)
+    if args.node is not None:
+        run.console.result(f"{tag.name}: rank {args.node} down; the other nodes keep theirs "
+                           f"(`sparkbake down {tag.name}` takes them down)")
+        return 0
     left = [f"{box.name} on {url}" for url, client in clients.items()
             for box in cluster.containers_of(client, tag.name)]
     if left:
@@ -97,10 +103,7 @@ def _healthy(api: str) -> bool:
 def logs(args: argparse.Namespace, run: Run, tag: Tag) -> int:
     """The last lines of each node's log (or one rank's), each under a line naming its node."""
     found = cluster.load(run.config, tag.name)
-    wanted = [n for n in found.nodes if args.rank is None or n.rank == args.rank]
-    if not wanted:
-        raise ConfigError(f"{tag.name} has no rank {args.rank}",
-                          f"ranks: 0 to {len(found.nodes) - 1}")
+    wanted = _ranked(found, args.rank)
     clients = cluster.clients_of(wanted)
     for node in wanted:
         box = cluster.box_of(clients[node.engine.url], found, node)
@@ -108,3 +111,11 @@ def logs(args: argparse.Namespace, run: Run, tag: Tag) -> int:
         run.console.result(box.logs(tail=args.tail).decode(errors="replace").rstrip() if box
                            else "(no container)")
     return 0
+
+
+def _ranked(found: cluster.Cluster, rank: int | None) -> list[cluster.ClusterNode]:
+    """The cluster's nodes, or the one of that rank (a rank it lacks: exit 2)."""
+    wanted = [node for node in found.nodes if rank is None or node.rank == rank]
+    if not wanted:
+        raise ConfigError(f"{found.tag} has no rank {rank}", f"ranks: 0 to {len(found.nodes) - 1}")
+    return wanted
