@@ -235,7 +235,7 @@ def preflight(env: Env) -> int:
     series = [s["name"] for s in manifest.get("series", [])] if manifest else None
     node = effective_env(env)
     args: dict[str, Any] = dict(series=series, image=image_facts(manifest),
-                                proc_sys=env.get("SPARKBAKE_PROC_SYS") or "/proc/sys",
+                                host_root=env.get("SPARKBAKE_HOST_ROOT") or "/",
                                 model_dir=env.get("MODEL") or None)
     findings = checks.check(node, known=(manifest or {}).get("env", {}), **args)
     for finding in findings:

@@ -147,7 +147,7 @@ class Context:
     the image, and the model folder (None: not known) with the GPU's memory (a probe)."""
 
     def __init__(self, env: Mapping[str, str], rules: Mapping[str, Any],
-                 series: Iterable[str] | None, proc_sys: Path | str,
+                 series: Iterable[str] | None, host_root: Path | str,
                  image: Image | None = None, *, model_dir: Path | str | None = None,
                  gpu_memory: Callable[[], int | None] | None = None,
                  free_memory: Callable[[], Any] | None = None,
@@ -161,7 +161,8 @@ class Context:
         self._node: Any = None
         self.variables: dict[str, dict[str, Any]] = rules["variables"]
         self.series = None if series is None else tuple(series)
-        self.proc_sys = Path(proc_sys)
+        self.host_root = Path(host_root)  # the node's / (a test's folder): its proc/ is read
+        self.proc_sys = self.host_root / "proc" / "sys"
         self.image = image or Image()
         self.backend_names: dict[str, list[str]] | None = (
             rules.get("backends", {}).get("vllm", {}).get(self.image.vllm)
@@ -594,7 +595,7 @@ CHECKS: dict[str, Callable[[Context, Mapping[str, Any]], list[Finding]]] = {
 
 
 def check(env: Mapping[str, str], rules: Mapping[str, Any] | None = None,
-          series: Iterable[str] | None = None, proc_sys: Path | str = "/proc/sys",
+          series: Iterable[str] | None = None, host_root: Path | str = "/",
           known: Iterable[str] = (), image: Image | None = None,
           model_dir: Path | str | None = None,
           gpu_memory: Callable[[], int | None] | None = None,
@@ -609,7 +610,7 @@ def check(env: Mapping[str, str], rules: Mapping[str, Any] | None = None,
     machine's GPU where gpu_memory is not given, for then this machine is the node, else
     not known); `measured`: the non-KV share `up` measured per rank kind (model_checks.Node)."""
     rules = load_rules() if rules is None else rules
-    ctx = context(env, rules, series, proc_sys, image, model_dir, gpu_memory, free_memory,
+    ctx = context(env, rules, series, host_root, image, model_dir, gpu_memory, free_memory,
                   measured)
     found: list[Finding] = []
     for rule in rules["rules"]:
@@ -619,7 +620,7 @@ def check(env: Mapping[str, str], rules: Mapping[str, Any] | None = None,
 
 
 def context(env: Mapping[str, str], rules: Mapping[str, Any], series: Iterable[str] | None,
-            proc_sys: Path | str = "/proc/sys", image: Image | None = None,
+            host_root: Path | str = "/", image: Image | None = None,
             model_dir: Path | str | None = None,
             gpu_memory: Callable[[], int | None] | None = None,
             free_memory: Callable[[], Any] | None = None,
@@ -627,7 +628,7 @@ def context(env: Mapping[str, str], rules: Mapping[str, Any], series: Iterable[s
     """The checks' view of a node (check's arguments)."""
     if free_memory is None and gpu_memory is None:
         free_memory = model_checks.gpu_free_memory
-    return Context(env, rules, series, proc_sys, image, model_dir=model_dir,
+    return Context(env, rules, series, host_root, image, model_dir=model_dir,
                    gpu_memory=gpu_memory, free_memory=free_memory, measured=measured)
 
 

@@ -46,13 +46,15 @@ def node_command(rank: int) -> list[str]:
 
 
 def write_sysctls(root: Path, **overrides: int) -> Path:
-    """A /proc/sys with the reference's host memory floor, some values overridden."""
+    """A host root whose proc/sys has the reference's host memory floor, some values
+    overridden; the root is returned (check-env --host-root)."""
     values = {"min_free_kbytes": 1048576, "dirty_bytes": 536870912,
               "dirty_background_bytes": 134217728, "dirty_expire_centisecs": 500,
               "dirty_writeback_centisecs": 100, "swappiness": 10, **overrides}
-    (root / "vm").mkdir(parents=True, exist_ok=True)
+    vm = root / "proc" / "sys" / "vm"
+    vm.mkdir(parents=True, exist_ok=True)
     for name, number in values.items():
-        (root / "vm" / name).write_text(f"{number}\n")
+        (vm / name).write_text(f"{number}\n")
     return root
 
 

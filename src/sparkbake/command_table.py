@@ -198,8 +198,9 @@ IMAGE = (  # the commands on the tag's image
                        "among them", type=Path, nargs="+", metavar="NODE.env"),
                 Option("--print", "also print the vllm serve command the image would run",
                        flag=True, dest="show"),
-                Option("--proc-sys", "where to read the host's sysctls (default: /proc/sys)",
-                       type=Path, default=Path("/proc/sys"), metavar="DIR"),
+                Option("--host-root", "the root folder whose proc/ holds the host's sysctls, "
+                       "kernel command line, meminfo and release (default: /)",
+                       type=Path, default=Path("/"), metavar="DIR"),
                 json_of("each file's findings and memory figures"),
                 Option("--ask-image", "also ask vLLM's planner in the tag's image on the "
                        "engine (about a minute natively, much more under emulation)",

@@ -46,7 +46,7 @@ def node_file(root: Path, pin: int) -> Path:
 def test_the_image_s_planner_gives_the_host_model_s_kv_cache(built: str,
                                                              tmp_path: Path) -> None:
     path = node_file(tmp_path, 26_000_000_000)
-    done = sparkbake("check-env", str(path), "--tag", built, "--proc-sys",
+    done = sparkbake("check-env", str(path), "--tag", built, "--host-root",
                      str(write_sysctls(tmp_path / "sys")), "--ask-image", "--json")
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     answer = json.loads(done.stdout)
@@ -63,11 +63,11 @@ def test_a_pin_one_request_does_not_fit_is_refused_by_both(built: str, tmp_path:
     file; given one byte more, vLLM's planner in the image starts where the host model
     does."""
     refused = sparkbake("check-env", str(node_file(tmp_path / "low", 8_237_410_559)), "--tag",
-                        built, "--proc-sys", str(write_sysctls(tmp_path / "sys")))
+                        built, "--host-root", str(write_sysctls(tmp_path / "sys")))
     assert refused.returncode == 2
     assert "cannot hold one request of 393216 tokens, which needs 7.7 GiB" in refused.stdout
     enough = sparkbake("check-env", str(node_file(tmp_path / "enough", 8_237_410_560)), "--tag",
-                       built, "--proc-sys", str(write_sysctls(tmp_path / "sys")), "--ask-image")
+                       built, "--host-root", str(write_sysctls(tmp_path / "sys")), "--ask-image")
     assert enough.returncode == 0, enough.stdout[-2000:] + enough.stderr[-2000:]
     assert "the host model differs" not in enough.stdout
     assert "KV cache size 393,263 tokens, 1.00x" in enough.stdout  # 8,219 blocks of 8,218

@@ -46,7 +46,7 @@ CONFIG = versions_yaml(repository="localhost:5000/check-env", platform="linux/ar
 
 
 @pytest.fixture
-def proc_sys(tmp_path: Path) -> Path:
+def host_root(tmp_path: Path) -> Path:
     return write_sysctls(tmp_path / "sys")
 
 
@@ -88,9 +88,9 @@ def line_of(text: str, start: str) -> int:
 
 
 def test_the_reference_files_are_refused_on_3_73_for_dcp_and_backends(
-        proc_sys: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        host_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
     text = (ENV_DIR / "head.env").read_text()
-    assert check_env(ENV_DIR / "head.env", "3.73-vision", "--proc-sys", str(proc_sys)) == 2
+    assert check_env(ENV_DIR / "head.env", "3.73-vision", "--host-root", str(host_root)) == 2
     out, err = capsys.readouterr()
     errors = {line.rsplit("[", 1)[1].rstrip("]"): (line, reason) for line, reason in
               zip(out.splitlines()[::2], out.splitlines()[1::2], strict=True)
@@ -122,7 +122,7 @@ def test_the_reference_files_are_refused_on_3_73_for_dcp_and_backends(
 
 
 def test_a_backend_whose_module_no_locked_distribution_installs_is_refused(
-        tmp_path: Path, own_config: Path, proc_sys: Path,
+        tmp_path: Path, own_config: Path, host_root: Path,
         capsys: pytest.CaptureFixture[str]) -> None:
     """The host reads what the image has from the tag's runtime lock."""
     text = own_config.read_text().replace("    dir: upstream", "    pypi: {name: vllm, version: "
@@ -133,7 +133,7 @@ def test_a_backend_whose_module_no_locked_distribution_installs_is_refused(
     lock.parent.mkdir(parents=True)
     lock.write_text("torch==2.14.0 \\\n    --hash=sha256:00\n")
     env = write_env(tmp_path, "MODEL=/m MOE_BACKEND=b12x ATTENTION_BACKEND=B12X\n")
-    assert check_env(env, "textonly", "--proc-sys", str(proc_sys), config=own_config) == 2
+    assert check_env(env, "textonly", "--host-root", str(host_root), config=own_config) == 2
     out = capsys.readouterr().out.splitlines()
     assert out[out.index(f"{env}:1: error: MOE_BACKEND=b12x needs the Python module b12x, which "
                          "this image does not have [backend-not-installed]") + 1] == (
@@ -142,14 +142,14 @@ def test_a_backend_whose_module_no_locked_distribution_installs_is_refused(
     assert f"{env}:1: error: ATTENTION_BACKEND=B12X needs the Python module b12x, which this " \
            "image does not have [backend-not-installed]" in out
     lock.write_text("flashinfer-python==0.7.2.post1 \\\n    --hash=sha256:00\n")
-    assert check_env(env, "textonly", "--proc-sys", str(proc_sys), config=own_config) == 0
+    assert check_env(env, "textonly", "--host-root", str(host_root), config=own_config) == 0
 
 
 def test_the_reference_at_dcp_1_with_the_images_backends_passes(
-        tmp_path: Path, proc_sys: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        tmp_path: Path, host_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
     for node in ("head", "worker"):
         env = write_env(tmp_path, at_dcp_1((ENV_DIR / f"{node}.env").read_text()))
-        assert check_env(env, "3.73-vision", "--proc-sys", str(proc_sys)) == 0
+        assert check_env(env, "3.73-vision", "--host-root", str(host_root)) == 0
         out, err = capsys.readouterr()
         found = [line.rsplit("[", 1)[1] for line in out.splitlines() if line.endswith("]")]
         # warnings: what nothing reads at DCP 1 or in this image, each named
@@ -159,17 +159,17 @@ def test_the_reference_at_dcp_1_with_the_images_backends_passes(
 
 
 def test_print_shows_the_command_the_image_would_run(
-        own_config: Path, proc_sys: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        own_config: Path, host_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert check_env(ENV_DIR / "worker.env", "textonly", "--print",
-                     "--proc-sys", str(proc_sys), config=own_config) == 0
+                     "--host-root", str(host_root), config=own_config) == 0
     assert shlex.split(capsys.readouterr().out.splitlines()[-1]) == node_command(1)
 
 
 def test_a_worker_with_the_heads_address_is_an_error_with_file_and_line(
-        tmp_path: Path, proc_sys: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        tmp_path: Path, host_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
     text = at_dcp_1((ENV_DIR / "worker.env").read_text().replace("192.168.100.12", HEAD_IP))
     bad = write_env(tmp_path, text)
-    assert check_env(bad, "3.73-vision", "--proc-sys", str(proc_sys), "--print") == 2
+    assert check_env(bad, "3.73-vision", "--host-root", str(host_root), "--print") == 2
     out, err = capsys.readouterr()
     lines = out.splitlines()
     first = next(n for n, line in enumerate(lines) if ": error: " in line)
@@ -187,12 +187,12 @@ def test_a_worker_with_the_heads_address_is_an_error_with_file_and_line(
 
 
 def test_warnings_are_printed_and_the_exit_is_0(
-        tmp_path: Path, own_config: Path, proc_sys: Path,
+        tmp_path: Path, own_config: Path, host_root: Path,
         capsys: pytest.CaptureFixture[str]) -> None:
     text = (ENV_DIR / "head.env").read_text()
     env = write_env(tmp_path, text + "KV_CACHE_MEMORY_BYTES=26000000000\n")
     kv_line, last = line_of(text, "KV_CACHE_MEMORY_BYTES="), len(text.splitlines()) + 1
-    assert check_env(env, "textonly", "--proc-sys", str(proc_sys), config=own_config) == 0
+    assert check_env(env, "textonly", "--host-root", str(host_root), config=own_config) == 0
     out, err = capsys.readouterr()
     lines = [line for line in out.splitlines() if not line.startswith("  -> ")]
     assert lines == [
@@ -207,64 +207,64 @@ def test_warnings_are_printed_and_the_exit_is_0(
 
 
 def test_the_tags_env_lies_under_the_file(
-        tmp_path: Path, own_config: Path, proc_sys: Path,
+        tmp_path: Path, own_config: Path, host_root: Path,
         capsys: pytest.CaptureFixture[str]) -> None:
     env = write_env(tmp_path, "MODEL=/m DCP_SIZE=2 TP_SIZE=2 SPARK_NOTE=y\n")
-    assert check_env(env, "gathered", "--proc-sys", str(proc_sys), config=own_config) == 0
+    assert check_env(env, "gathered", "--host-root", str(host_root), config=own_config) == 0
     capsys.readouterr()
-    assert check_env(env, "bare", "--proc-sys", str(proc_sys), config=own_config) == 2
+    assert check_env(env, "bare", "--host-root", str(host_root), config=own_config) == 2
     out = capsys.readouterr().out
     assert out.startswith(f"{env}:1: error: images are allowed (LIMIT_MM_IMAGES=4) under "
                           "DCP_SIZE=2, but VLLM_DSV4_CKV_GATHER=0")
     fixed = write_env(tmp_path, "MODEL=/m DCP_SIZE=2 VLLM_DSV4_CKV_GATHER=1\n", "fixed.env")
-    assert check_env(fixed, "bare", "--proc-sys", str(proc_sys), config=own_config) == 0
+    assert check_env(fixed, "bare", "--host-root", str(host_root), config=own_config) == 0
 
 
 def test_the_tags_series_decide_the_prefix_cache_rules(
-        tmp_path: Path, own_config: Path, proc_sys: Path,
+        tmp_path: Path, own_config: Path, host_root: Path,
         capsys: pytest.CaptureFixture[str]) -> None:
     env = write_env(tmp_path, "MODEL=/m DCP_SIZE=2 ENABLE_PREFIX_CACHING=1\n")
-    assert check_env(env, "gathered", "--proc-sys", str(proc_sys), config=own_config) == 0
+    assert check_env(env, "gathered", "--host-root", str(host_root), config=own_config) == 0
     assert "[prefix-cache-inert]" in capsys.readouterr().out
     # DSpark with no count of drafted tokens: vLLM's speculative config refuses it
     env.write_text(env.read_text() + "NUM_SPECULATIVE_TOKENS=\n")
-    assert check_env(env, "textonly", "--proc-sys", str(proc_sys), config=own_config) == 2
+    assert check_env(env, "textonly", "--host-root", str(host_root), config=own_config) == 2
     out = capsys.readouterr().out
     assert "[prefix-cache-inert]" not in out
     assert "error: VLLM_ENABLE_DSPARK=1 but NUM_SPECULATIVE_TOKENS is unset" in out
 
 
-def test_host_sysctls_are_read_from_proc_sys(
+def test_host_sysctls_are_read_from_the_host_root(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    proc_sys = write_sysctls(tmp_path / "sys", swappiness=60)
+    host_root = write_sysctls(tmp_path / "sys", swappiness=60)
     env = write_env(tmp_path, at_dcp_1((ENV_DIR / "head.env").read_text()))
-    assert check_env(env, "3.73-vision", "--proc-sys", str(proc_sys)) == 0
+    assert check_env(env, "3.73-vision", "--host-root", str(host_root)) == 0
     assert f"{env}: warning: host memory floor not applied: vm.swappiness=60 " \
            "(want <= 10) [host-memory-floor]" in capsys.readouterr().out
 
 
 def test_a_bad_line_is_a_config_error_with_file_and_line(
-        tmp_path: Path, proc_sys: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        tmp_path: Path, host_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
     env = write_env(tmp_path, "MODEL=/m\nMASTER_ADDR=<head-fabric-ip>\n")
-    assert check_env(env, "3.73-vision", "--proc-sys", str(proc_sys)) == 2
+    assert check_env(env, "3.73-vision", "--host-root", str(host_root)) == 2
     out, err = capsys.readouterr()
     assert out == "" and "Traceback" not in err
     assert err.startswith(f"sparkbake: error: {env}:2: unquoted '<' (an unfilled <placeholder>?)")
 
 
 def test_a_nul_byte_is_a_config_error_with_file_and_line(
-        tmp_path: Path, proc_sys: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        tmp_path: Path, host_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
     env = write_env(tmp_path, "MODEL=/m\nAPI_HOST=0.0\0.0.0\n")
-    assert check_env(env, "3.73-vision", "--proc-sys", str(proc_sys)) == 2
+    assert check_env(env, "3.73-vision", "--host-root", str(host_root)) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"sparkbake: error: {env}:2: a NUL byte") and "Traceback" not in err
 
 
 def test_numbers_out_of_range_are_one_line_errors_each(
-        tmp_path: Path, proc_sys: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        tmp_path: Path, host_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
     env = write_env(tmp_path, "MODEL=/m\nAPI_PORT=99999999999999999999\n"
                               "GPU_MEMORY_UTILIZATION=7.5\nMAX_MODEL_LEN=-5\n")
-    assert check_env(env, "3.73-vision", "--proc-sys", str(proc_sys)) == 2
+    assert check_env(env, "3.73-vision", "--host-root", str(host_root)) == 2
     out = capsys.readouterr().out
     for number, name in ((2, "API_PORT"), (3, "GPU_MEMORY_UTILIZATION"), (4, "MAX_MODEL_LEN")):
         [line] = [line for line in out.splitlines() if line.startswith(f"{env}:{number}: ")]
@@ -275,7 +275,7 @@ def test_numbers_out_of_range_are_one_line_errors_each(
     (["--tag", "9.99-nothing"], "no tag '9.99-nothing'"),
     ([], "the following arguments are required: --tag"),
 ])
-def test_usage_errors_exit_2(args: list[str], message: str, proc_sys: Path,
+def test_usage_errors_exit_2(args: list[str], message: str, host_root: Path,
                              capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["--config", str(VERSIONS), "check-env", str(ENV_DIR / "head.env"), *args]
     assert main(argv) == 2
@@ -288,10 +288,10 @@ def test_a_missing_env_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixtur
 
 
 def test_images_under_dcp_on_a_tag_that_runs_dcp_but_not_images_are_refused(
-        tmp_path: Path, own_config: Path, proc_sys: Path,
+        tmp_path: Path, own_config: Path, host_root: Path,
         capsys: pytest.CaptureFixture[str]) -> None:
     env = write_env(tmp_path, "MODEL=/m TP_SIZE=2 DCP_SIZE=2\n")
-    assert check_env(env, "dcp2", "--proc-sys", str(proc_sys), config=own_config) == 2
+    assert check_env(env, "dcp2", "--host-root", str(host_root), config=own_config) == 2
     out, err = capsys.readouterr()
     assert out.splitlines() == [
         f"{env}: error: images are allowed (LIMIT_MM_IMAGES=4) under DCP_SIZE=2, which this "
@@ -300,19 +300,19 @@ def test_images_under_dcp_on_a_tag_that_runs_dcp_but_not_images_are_refused(
     assert err.split("\n", 1)[1].startswith(
         f"sparkbake: error: {env}: 1 preflight error(s) for dcp2\n")
     text_only = write_env(tmp_path, "MODEL=/m TP_SIZE=2 DCP_SIZE=2 LIMIT_MM_IMAGES=0\n", "t.env")
-    assert check_env(text_only, "dcp2", "--proc-sys", str(proc_sys), config=own_config) == 0
+    assert check_env(text_only, "dcp2", "--host-root", str(host_root), config=own_config) == 0
     four = write_env(tmp_path, "MODEL=/m TP_SIZE=4 DCP_SIZE=4 LIMIT_MM_IMAGES=0\n", "4.env")
-    assert check_env(four, "dcp2", "--proc-sys", str(proc_sys), config=own_config) == 2
+    assert check_env(four, "dcp2", "--host-root", str(host_root), config=own_config) == 2
     assert "DCP_SIZE=4, but this image runs DeepSeek-V4 at DCP sizes 1, 2 only" in \
         capsys.readouterr().out
 
 
 def test_an_unknown_backend_is_two_lines_and_exit_2(
-        tmp_path: Path, proc_sys: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        tmp_path: Path, host_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
     text = at_dcp_1((ENV_DIR / "head.env").read_text()).replace(
         "LINEAR_BACKEND=deep_gemm", "LINEAR_BACKEND=cutlas")
     env = write_env(tmp_path, text)
-    assert check_env(env, "3.73-vision", "--proc-sys", str(proc_sys)) == 2
+    assert check_env(env, "3.73-vision", "--host-root", str(host_root)) == 2
     out = capsys.readouterr().out.splitlines()
     at = out.index(f"{env}:{line_of(text, 'ATTENTION_BACKEND=')}: error: LINEAR_BACKEND=cutlas "
                    "is not among the linear backends of this image's vLLM 0.33.0 "
@@ -322,11 +322,11 @@ def test_an_unknown_backend_is_two_lines_and_exit_2(
 
 
 def test_flashmla_on_a_spark_tag_is_refused_with_the_backend_that_can(
-        tmp_path: Path, proc_sys: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        tmp_path: Path, host_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
     text = at_dcp_1((ENV_DIR / "head.env").read_text()).replace(
         "ATTENTION_BACKEND=FLASHINFER_MLA_SPARSE_DSV4", "ATTENTION_BACKEND=FLASHMLA_SPARSE_DSV4")
     env = write_env(tmp_path, text)
-    assert check_env(env, "3.73-vision", "--proc-sys", str(proc_sys)) == 2
+    assert check_env(env, "3.73-vision", "--host-root", str(host_root)) == 2
     out = capsys.readouterr().out.splitlines()
     at = out.index(f"{env}:{line_of(text, 'ATTENTION_BACKEND=')}: error: ATTENTION_BACKEND="
                    "FLASHMLA_SPARSE_DSV4 cannot run deepseek_v4 on this image's GPU (12.1a): "
@@ -351,12 +351,12 @@ def test_a_misspelt_capability_in_versions_yaml_is_exit_2_with_its_line(
 
 
 def test_the_model_on_this_host_is_read_from_model_host_path(
-        tmp_path: Path, proc_sys: Path, declared_memory: None,
+        tmp_path: Path, host_root: Path, declared_memory: None,
         capsys: pytest.CaptureFixture[str]) -> None:
     env = write_env(tmp_path, f"MODEL=/model\nMODEL_HOST_PATH={DSV4}\nTP_SIZE=1\n"
                               "GPU_MEMORY_UTILIZATION=0.75\nNUM_SPECULATIVE_TOKENS=6\n"
                               "LIMIT_MM_IMAGES=0\n")  # the text checkpoint
-    assert check_env(env, "3.73-vision", "--proc-sys", str(proc_sys)) == 2
+    assert check_env(env, "3.73-vision", "--host-root", str(host_root)) == 2
     out, err = capsys.readouterr()
     assert out.splitlines()[0] == (
         f"{env}:4: error: vLLM will not start: the head has nothing (76.7 GiB short) of KV "
@@ -367,42 +367,42 @@ def test_the_model_on_this_host_is_read_from_model_host_path(
     assert err.startswith(f"sparkbake: error: {env}: 1 preflight error(s) for "
                           "production-3.73-vision")
     four = write_env(tmp_path, env.read_text().replace("TP_SIZE=1", "TP_SIZE=4"), "4.env")
-    assert check_env(four, "3.73-vision", "--proc-sys", str(proc_sys)) == 0  # 24 GiB unasked
+    assert check_env(four, "3.73-vision", "--host-root", str(host_root)) == 0  # 24 GiB unasked
     assert capsys.readouterr().out == (
         f"{four}: memory: head: 121.7 GiB (the tag's device_memory_gib: 121.7, what "
         "cudaMemGetInfo reports) x 0.75 = 91.3 GiB; non-KV 56.7 GiB (weights 37.0, activations "
         "2.5, graphs 2.0, runtime 13.2, API server 2.0); KV room 34.5 GiB: KV cache size "
         "6,704,652 tokens, 6.39x requests of 1,048,576 at once\n")
-    assert check_env(four, "3.73-vision", "--proc-sys", str(proc_sys), "--json") == 0
+    assert check_env(four, "3.73-vision", "--host-root", str(host_root), "--json") == 0
     [numbers] = json.loads(capsys.readouterr().out)["memory"]
     assert (numbers["role"], numbers["kv_tokens"], numbers["starts"]) == ("head", 6_704_652, True)
 
 
 def test_a_model_without_an_index_is_a_warning_at_its_host_path(
-        tmp_path: Path, proc_sys: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        tmp_path: Path, host_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
     folder = tmp_path / "model"
     folder.mkdir()
     shutil.copy(DSV4 / "config.json", folder)
     env = write_env(tmp_path, f"MODEL=/m\nNUM_SPECULATIVE_TOKENS=6\nMODEL_HOST_PATH={folder}\n")
-    assert check_env(env, "3.73-vision", "--proc-sys", str(proc_sys)) == 0
+    assert check_env(env, "3.73-vision", "--host-root", str(host_root)) == 0
     assert capsys.readouterr().out.splitlines()[0] == (
         f"{env}:3: warning: the model in {folder} has no model.safetensors.index.json: whether "
         "its weights fit in GPU memory is not checked [model-index-missing]")
 
 
 def test_a_model_host_path_that_is_not_a_folder_here_is_not_read(
-        tmp_path: Path, proc_sys: Path, declared_memory: None,
+        tmp_path: Path, host_root: Path, declared_memory: None,
         capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "file").write_text("")
     for host_path in (tmp_path / "nowhere", tmp_path / "file"):
         env = write_env(tmp_path, f"MODEL=/model\nMODEL_HOST_PATH={host_path}\nTP_SIZE=1\n"
                                   "GPU_MEMORY_UTILIZATION=0.75\nNUM_SPECULATIVE_TOKENS=6\n")
-        assert check_env(env, "3.73-vision", "--proc-sys", str(proc_sys)) == 0
+        assert check_env(env, "3.73-vision", "--host-root", str(host_root)) == 0
         assert capsys.readouterr().out == ""
 
 
 def test_a_hugging_face_cache_folder_is_read_at_the_snapshot_refs_main_names(
-        tmp_path: Path, proc_sys: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        tmp_path: Path, host_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
     cache = tmp_path / "models--deepseek-ai--DeepSeek-V4-Flash"
     snapshot = cache / "snapshots" / "0123abcd"
     snapshot.mkdir(parents=True)
@@ -411,14 +411,14 @@ def test_a_hugging_face_cache_folder_is_read_at_the_snapshot_refs_main_names(
     (cache / "refs").mkdir()
     (cache / "refs" / "main").write_text("0123abcd\n")
     env = write_env(tmp_path, f"MODEL=/m\nNUM_SPECULATIVE_TOKENS=6\nMODEL_HOST_PATH={cache}\n")
-    assert check_env(env, "3.73-vision", "--proc-sys", str(proc_sys)) == 0
+    assert check_env(env, "3.73-vision", "--host-root", str(host_root)) == 0
     out, err = capsys.readouterr()
     assert out.splitlines()[0] == (
         f"{env}:3: warning: the model in {snapshot} has no model.safetensors.index.json: "
         "whether its weights fit in GPU memory is not checked [model-index-missing]")
     assert "skipped" not in err
     (cache / "refs" / "main").write_text("fedcba98\n")  # a revision not downloaded here
-    assert check_env(env, "3.73-vision", "--proc-sys", str(proc_sys)) == 0
+    assert check_env(env, "3.73-vision", "--host-root", str(host_root)) == 0
     out, err = capsys.readouterr()
     assert "[model-index-missing]" not in out
     assert err.splitlines()[0] == (
@@ -428,12 +428,12 @@ def test_a_hugging_face_cache_folder_is_read_at_the_snapshot_refs_main_names(
 
 
 def test_check_env_says_why_the_model_checks_were_skipped(
-        tmp_path: Path, proc_sys: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        tmp_path: Path, host_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
     env = write_env(tmp_path, "MODEL=/m\nNUM_SPECULATIVE_TOKENS=6\n")
-    assert check_env(env, "3.73-vision", "--proc-sys", str(proc_sys)) == 0
+    assert check_env(env, "3.73-vision", "--host-root", str(host_root)) == 0
     assert "the model checks were skipped: MODEL_HOST_PATH is not set" in \
         capsys.readouterr().err
     env.write_text(env.read_text() + f"MODEL_HOST_PATH={tmp_path / 'nowhere'}\n")
-    assert check_env(env, "3.73-vision", "--proc-sys", str(proc_sys)) == 0
+    assert check_env(env, "3.73-vision", "--host-root", str(host_root)) == 0
     assert f"skipped: MODEL_HOST_PATH={tmp_path / 'nowhere'} is not a folder on this host" \
         in capsys.readouterr().err

@@ -126,7 +126,7 @@ def image_env(tmp_path: Path) -> dict[str, str]:
     (site / "b12x").mkdir(parents=True)  # the module the reference's backends need
     (site / "b12x" / "__init__.py").write_text("")
     return {"PATH": "/usr/bin:/bin", "SPARKBAKE_MANIFEST": str(manifest),
-            "SPARKBAKE_PROC_SYS": str(tmp_path / "sys"), "PYTHONPATH": str(site)}
+            "SPARKBAKE_HOST_ROOT": str(tmp_path / "sys"), "PYTHONPATH": str(site)}
 
 
 def installed(site: Path, *distributions: str) -> Path:

@@ -24,19 +24,19 @@ def sysctls(tmp_path: Path) -> Path:
     return write_sysctls(tmp_path / "sys")
 
 
-def memory_findings(env: dict[str, str], proc_sys: Path, gpu: int | None = SPARK,
+def memory_findings(env: dict[str, str], host_root: Path, gpu: int | None = SPARK,
                     image: Any = IMAGE_373, **kwargs: Any) -> dict[str, Any]:
     """The findings of the memory rules, by rule."""
-    found = checks.check(env, series=SERIES_373, proc_sys=proc_sys, image=image, model_dir=DSV4,
+    found = checks.check(env, series=SERIES_373, host_root=host_root, image=image, model_dir=DSV4,
                          gpu_memory=lambda: gpu, **kwargs)
     return {f.rule: f for f in found if f.rule in (
         "memory-budget", "kv-cache-pin-too-large", "host-memory-margin",
         "free-memory-below-budget")}
 
 
-def figures(env: dict[str, str], proc_sys: Path, gpu: int | None = SPARK,
+def figures(env: dict[str, str], host_root: Path, gpu: int | None = SPARK,
             **kwargs: Any) -> dict[str, dict[str, Any]]:
-    ctx = checks.context(env, checks.load_rules(), SERIES_373, proc_sys, IMAGE_373,
+    ctx = checks.context(env, checks.load_rules(), SERIES_373, host_root, IMAGE_373,
                          model_dir=DSV4, gpu_memory=lambda: gpu, **kwargs)
     return {numbers["role"]: numbers for numbers in checks.memory(ctx)}
 

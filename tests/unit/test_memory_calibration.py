@@ -28,8 +28,8 @@ def outcome(numbers: dict[str, Any]) -> str:
     return "starts" if numbers["starts"] else "short"
 
 
-def lands(figure: dict[str, Any], proc_sys: Path) -> dict[str, dict[str, Any]]:
-    return figures(servable(**figure["layout"]), proc_sys)
+def lands(figure: dict[str, Any], host_root: Path) -> dict[str, dict[str, Any]]:
+    return figures(servable(**figure["layout"]), host_root)
 
 
 @pytest.mark.parametrize("figure", [f for f in EXPRESSIBLE if "expect" in f],
@@ -48,20 +48,20 @@ def test_the_four_node_pool_is_the_tokens_vllm_logged(tmp_path: Path) -> None:
 
 
 def test_the_launcher_s_pin_caps_the_pool_below_what_0_75_gives(tmp_path: Path) -> None:
-    proc_sys = write_sysctls(tmp_path)
+    host_root = write_sysctls(tmp_path)
     figure = BY_ID["four-pin-26gb"]
-    pinned = lands(figure, proc_sys)["head"]
-    unpinned = lands(BY_ID[figure["below"]], proc_sys)["head"]
+    pinned = lands(figure, host_root)["head"]
+    unpinned = lands(BY_ID[figure["below"]], host_root)["head"]
     assert pinned["kv_room"] == 26 * 10**9 < unpinned["kv_room"]
     assert pinned["kv_tokens"] < unpinned["kv_tokens"]
     assert "kv-cache-pin-too-large" not in memory_findings(servable(**figure["layout"]),
-                                                           proc_sys)
+                                                           host_root)
 
 
 def test_the_host_margin_warns_where_a_worker_was_killed(tmp_path: Path) -> None:
-    proc_sys = write_sysctls(tmp_path)
+    host_root = write_sysctls(tmp_path)
     for utilization, expected in BY_ID["four-host-free"]["host_margin"].items():
-        found = memory_findings(servable(GPU_MEMORY_UTILIZATION=utilization), proc_sys)
+        found = memory_findings(servable(GPU_MEMORY_UTILIZATION=utilization), host_root)
         assert ("host-memory-margin" in found) is (expected == "warns"), utilization
 
 
@@ -69,8 +69,8 @@ def test_the_pair_figures_bound_the_api_server_share_and_the_fit_sits_inside(
         tmp_path: Path) -> None:
     """0.82 left the worker room and the head none; 0.75 left no rank room: the API
     server's share lies between what those allow, and the fitted 2 GiB within it."""
-    proc_sys = write_sysctls(tmp_path)
-    at = {u: lands(BY_ID[f"pair-{u}"], proc_sys) for u in ("0.75", "0.82")}
+    host_root = write_sysctls(tmp_path)
+    at = {u: lands(BY_ID[f"pair-{u}"], host_root) for u in ("0.75", "0.82")}
     head, worker = at["0.82"]["head"], at["0.82"]["worker"]
     least = head["needed_kv_room"] - head["kv_room"]  # the head's room is short by this
     most = -at["0.75"]["worker"]["kv_room"] + (head["non_kv"] - worker["non_kv"])

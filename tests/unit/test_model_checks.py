@@ -59,9 +59,9 @@ def model(folder: Path, files: dict[str, str | None] | None = None, **config: An
     return folder
 
 
-def findings(env: dict[str, str], proc_sys: Path, folder: Path | None = DSV4,
+def findings(env: dict[str, str], host_root: Path, folder: Path | None = DSV4,
              gpu: int | None = SPARK, image: Any = None) -> list[Any]:
-    return list(checks.check(env, series=SERIES_373, proc_sys=proc_sys, image=image,
+    return list(checks.check(env, series=SERIES_373, host_root=host_root, image=image,
                              model_dir=folder, gpu_memory=lambda: gpu))
 
 
@@ -309,7 +309,7 @@ def test_an_unreadable_size_is_bad_value_not_a_budget(changes: dict[str, str],
 def test_free_memory_below_the_budget_stops_vllm(sysctls: Path) -> None:
     env = node(**TWO_NODES, GPU_MEMORY_UTILIZATION="0.85")
     low = model_checks.Device(80 * 2**30, "MemAvailable, the memory is the host's")
-    found = {f.rule: f for f in checks.check(env, series=SERIES_373, proc_sys=sysctls,
+    found = {f.rule: f for f in checks.check(env, series=SERIES_373, host_root=sysctls,
                                              model_dir=DSV4, gpu_memory=lambda: SPARK,
                                              free_memory=lambda: low)}
     assert found["free-memory-below-budget"].message == (
@@ -319,7 +319,7 @@ def test_free_memory_below_the_budget_stops_vllm(sysctls: Path) -> None:
         "set GPU_MEMORY_UTILIZATION=0.65 or less")
     plenty = model_checks.Device(110 * 2**30, "NVML")
     assert "free-memory-below-budget" not in {
-        f.rule for f in checks.check(env, series=SERIES_373, proc_sys=sysctls, model_dir=DSV4,
+        f.rule for f in checks.check(env, series=SERIES_373, host_root=sysctls, model_dir=DSV4,
                                      gpu_memory=lambda: SPARK, free_memory=lambda: plenty)}
 
 

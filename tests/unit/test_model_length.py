@@ -99,21 +99,21 @@ def test_the_tokenizers_model_max_length_counts_for_a_pooling_model_only(tmp_pat
     assert model_checks.model_length(BERT, tmp_path / "none").derived == 512  # no tokenizer
 
 
-def findings(env: dict[str, str], folder: Path, proc_sys: Path) -> list[Any]:
-    found = checks.check({"MODEL": "/model", **env}, series=None, proc_sys=proc_sys,
+def findings(env: dict[str, str], folder: Path, host_root: Path) -> list[Any]:
+    found = checks.check({"MODEL": "/model", **env}, series=None, host_root=host_root,
                          model_dir=folder, gpu_memory=lambda: None, free_memory=lambda: None)
     return [f for f in found if f.rule.startswith("max-model-len")]
 
 
 @pytest.fixture
-def proc_sys(tmp_path: Path) -> Path:
+def host_root(tmp_path: Path) -> Path:
     return write_sysctls(tmp_path / "sys")
 
 
 def test_a_max_model_len_above_the_models_is_refused_naming_both(
-        tmp_path: Path, proc_sys: Path) -> None:
+        tmp_path: Path, host_root: Path) -> None:
     model = folder_of(tmp_path / "gpt2", GPT2)
-    [finding] = findings({"MAX_MODEL_LEN": "8192"}, model, proc_sys)
+    [finding] = findings({"MAX_MODEL_LEN": "8192"}, model, host_root)
     assert (finding.rule, finding.level, finding.at) == \
         ("max-model-len-above-model", "error", "MAX_MODEL_LEN")
     assert finding.message == (f"MAX_MODEL_LEN=8192 is above the 4096 tokens vLLM takes for "
@@ -124,10 +124,10 @@ def test_a_max_model_len_above_the_models_is_refused_naming_both(
 
 @pytest.mark.parametrize("allowed", ["1", "true"])
 def test_vllm_allow_long_max_model_len_makes_it_a_warning(
-        tmp_path: Path, proc_sys: Path, allowed: str) -> None:
+        tmp_path: Path, host_root: Path, allowed: str) -> None:
     model = folder_of(tmp_path / "llama", LLAMA)
     env = {"MAX_MODEL_LEN": "8192", "VLLM_ALLOW_LONG_MAX_MODEL_LEN": allowed}
-    [finding] = findings(env, model, proc_sys)
+    [finding] = findings(env, model, host_root)
     assert (finding.rule, finding.level) == ("max-model-len-above-model-allowed", "warning")
     assert finding.message.endswith(f"(max_position_embeddings 4096); "
                                     f"VLLM_ALLOW_LONG_MAX_MODEL_LEN={allowed} lets vLLM start "
@@ -136,20 +136,20 @@ def test_vllm_allow_long_max_model_len_makes_it_a_warning(
 
 @pytest.mark.parametrize("env", [{"MAX_MODEL_LEN": "4096"}, {},
                                  {"MAX_MODEL_LEN": "16384", "VLLM_ALLOW_LONG_MAX_MODEL_LEN": "0"}])
-def test_a_length_within_the_models_or_unset_passes(tmp_path: Path, proc_sys: Path,
+def test_a_length_within_the_models_or_unset_passes(tmp_path: Path, host_root: Path,
                                                     env: dict[str, str]) -> None:
     scaled = {**LLAMA, "rope_scaling": {"type": "linear", "factor": 4.0}}
-    assert findings(env, folder_of(tmp_path / "m", scaled), proc_sys) == []
+    assert findings(env, folder_of(tmp_path / "m", scaled), host_root) == []
 
 
 def test_check_env_shows_the_line_and_both_numbers(
-        tmp_path: Path, proc_sys: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        tmp_path: Path, host_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
     model = folder_of(tmp_path / "gpt2", GPT2)
     env = tmp_path / "node.env"
     env.write_text(f"MODEL=/model\nMODEL_HOST_PATH={model}\nLIMIT_MM_IMAGES=0\n"
                    "NUM_SPECULATIVE_TOKENS=6\nMAX_MODEL_LEN=8192\n")
     assert main(["--config", str(VERSIONS), "check-env", str(env), "--tag", "3.73-vision",
-                 "--proc-sys", str(proc_sys)]) == 2
+                 "--host-root", str(host_root)]) == 2
     out = capsys.readouterr().out
     assert f"{env}:5: error: MAX_MODEL_LEN=8192 is above the 4096 tokens vLLM takes for the " \
            f"model in {model} (n_positions 4096) [max-model-len-above-model]" in out.splitlines()

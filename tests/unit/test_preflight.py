@@ -38,16 +38,16 @@ def no_gpu() -> None:
     not the node's (test_model_checks.py tests the memory rules)."""
 
 
-def findings(env: dict[str, str], proc_sys: Path, series: tuple[str, ...] | None = SERIES_373,
+def findings(env: dict[str, str], host_root: Path, series: tuple[str, ...] | None = SERIES_373,
              known: tuple[str, ...] = ()) -> list[Any]:
-    return list(checks.check(env, series=series, proc_sys=proc_sys, known=known,
+    return list(checks.check(env, series=series, host_root=host_root, known=known,
                              gpu_memory=no_gpu))
 
 
-def fired(env: dict[str, str], proc_sys: Path, series: tuple[str, ...] | None = SERIES_373
+def fired(env: dict[str, str], host_root: Path, series: tuple[str, ...] | None = SERIES_373
           ) -> dict[str, str]:
     """rule id -> level of every finding."""
-    return {f.rule: f.level for f in findings(env, proc_sys, series)}
+    return {f.rule: f.level for f in findings(env, host_root, series)}
 
 
 @pytest.fixture
@@ -208,22 +208,23 @@ def test_series_rules_do_not_apply_when_the_series_are_unknown(sysctls: Path) ->
 ])
 def test_each_host_memory_sysctl_is_checked(name: str, value: int, shown: str,
                                             tmp_path: Path) -> None:
-    proc_sys = write_sysctls(tmp_path / "sys", **{name: value})
-    [finding] = findings(node(), proc_sys)
+    host_root = write_sysctls(tmp_path / "sys", **{name: value})
+    [finding] = findings(node(), host_root)
     assert (finding.rule, finding.level) == ("host-memory-floor", "warning")
     assert finding.message == f"host memory floor not applied: {shown}"
 
 
 def test_stricter_sysctls_than_the_reference_pass(tmp_path: Path) -> None:
-    proc_sys = write_sysctls(tmp_path / "sys", min_free_kbytes=2097152, swappiness=0,
+    host_root = write_sysctls(tmp_path / "sys", min_free_kbytes=2097152, swappiness=0,
                              dirty_expire_centisecs=0)
-    assert findings(node(), proc_sys) == []
+    assert findings(node(), host_root) == []
 
 
 def test_unreadable_sysctls_are_reported_not_passed(tmp_path: Path) -> None:
     nowhere = tmp_path / "nowhere"
     [finding] = findings(node(), nowhere)
-    assert finding.message == f"host memory floor not checked: {nowhere} cannot be read"
+    unread = nowhere / "proc" / "sys"
+    assert finding.message == f"host memory floor not checked: {unread} cannot be read"
 
 
 @pytest.mark.parametrize("name", sorted(n for n, s in RULES["variables"].items()
@@ -263,7 +264,7 @@ def test_names_the_image_knows_are_not_typos(sysctls: Path) -> None:
     env = node(TINYKERN_MOD="1")
     assert [f.rule for f in findings(env, sysctls, known=())] == []
     env = node(VLLM_DSV4_CKV_GATHR="1")
-    assert [f.rule for f in checks.check(env, series=SERIES_373, proc_sys=sysctls,
+    assert [f.rule for f in checks.check(env, series=SERIES_373, host_root=sysctls,
                                          known=("VLLM_DSV4_CKV_GATHR",),
                                          gpu_memory=no_gpu)] == []
 
@@ -327,11 +328,11 @@ def servable(**changes: str) -> dict[str, str]:
     return env
 
 
-def image_fired(env: dict[str, str], proc_sys: Path, image: Any = IMAGE_373,
+def image_fired(env: dict[str, str], host_root: Path, image: Any = IMAGE_373,
                 **capabilities: Any) -> dict[str, str]:
     if capabilities:
         image = dataclasses.replace(image, capabilities={**image.capabilities, **capabilities})
-    return {f.rule: f.level for f in checks.check(env, series=SERIES_373, proc_sys=proc_sys,
+    return {f.rule: f.level for f in checks.check(env, series=SERIES_373, host_root=host_root,
                                                   image=image, gpu_memory=no_gpu)}
 
 
@@ -407,7 +408,7 @@ def test_what_is_not_known_of_the_image_is_not_refused(sysctls: Path) -> None:
 def test_a_refusal_names_the_backends_the_image_has_and_the_reason_declared(
         sysctls: Path) -> None:
     env = servable(ATTENTION_BACKEND="B12X_MLA_SPARSE", DCP_SIZE="2", LIMIT_MM_IMAGES="0")
-    found = {f.rule: f for f in checks.check(env, series=SERIES_373, proc_sys=sysctls,
+    found = {f.rule: f for f in checks.check(env, series=SERIES_373, host_root=sysctls,
                                              image=IMAGE_373, gpu_memory=no_gpu)}
     assert found["unknown-backend"].at == "ATTENTION_BACKEND"
     assert found["unknown-backend"].reason.startswith(
@@ -445,13 +446,13 @@ VERDICTS = {"0.33.0": {"12.1a": {"deepseek_v4": {
     "linear": {"auto": "", "b12x": "", "machete": "it has no FP8 block-scaled kernel"}}}}}
 
 
-def verdict_fired(changes: dict[str, str], proc_sys: Path, cuda_arch: str = "12.1a",
+def verdict_fired(changes: dict[str, str], host_root: Path, cuda_arch: str = "12.1a",
                   model: str = "deepseek_v4") -> list[Any]:
     rules = {**RULES, "backends": {**RULES["backends"], "runs": VERDICTS}}
     image = dataclasses.replace(IMAGE_373, cuda_arch=cuda_arch,
                                 capabilities={**IMAGE_373.capabilities, "model": model})
     return [f for f in checks.check(servable(**changes), rules=rules, series=SERIES_373,
-                                    proc_sys=proc_sys, image=image) if f.level == "error"]
+                                    host_root=host_root, image=image) if f.level == "error"]
 
 
 def test_a_backend_that_cannot_run_the_model_on_the_gpu_is_refused_with_those_that_can(

@@ -162,8 +162,8 @@ def test_an_accept_sample_naming_a_backend_the_image_lacks_stops_the_suite(
                                         "ATTENTION_BACKEND=B12X_MLA_SPARSE is not among")
 
 
-def errors_of(tag: Tag, sample: sample_envs.Sample, proc_sys: Path) -> list[str]:
-    findings = preflight.evaluate(tag, envfile.read(sample.path), proc_sys,
+def errors_of(tag: Tag, sample: sample_envs.Sample, host_root: Path) -> list[str]:
+    findings = preflight.evaluate(tag, envfile.read(sample.path), host_root,
                                   pins.runtime_lock_path(REPO_CONFIG, tag))
     return [f.rule for f in findings if f.level == "error"] + \
         [f.rule for f in findings if f.rule == "backend-verdicts-missing"]
@@ -182,16 +182,16 @@ def test_shipped_samples_do_what_they_say_under_the_hosts_preflight(
         tag_name: str, tmp_path: Path) -> None:
     tag = REPO_CONFIG.tags[tag_name]
     suite = sample_envs.load(REPO_CONFIG, tag)
-    proc_sys = write_sysctls(tmp_path / "sys")
+    host_root = write_sysctls(tmp_path / "sys")
     assert suite.accept and suite.reject and suite.serve_env is not None
     said = {"backend-verdicts-missing"} if without_verdicts(tag) else set()
     for sample in suite.accept:
-        assert set(errors_of(tag, sample, proc_sys)) <= said, sample.name
+        assert set(errors_of(tag, sample, host_root)) <= said, sample.name
     for sample in suite.reject:
         rules = set(sample.rules)
         if without_verdicts(tag) and "backend-cannot-run" in rules:  # said, not refused
             rules = rules - {"backend-cannot-run"} | {"backend-verdicts-missing"}
-        assert rules <= set(errors_of(tag, sample, proc_sys)), sample.name
+        assert rules <= set(errors_of(tag, sample, host_root)), sample.name
     serve = envfile.read(suite.serve_env)
     assert "MODEL" not in serve.values  # the serve check mounts the model and sets it
 
@@ -221,7 +221,7 @@ def test_a_model_config_that_is_not_one_is_refused(
 
 
 def test_backends_unchecked_for_want_of_verdicts_are_said(tmp_path: Path) -> None:
-    proc_sys = write_sysctls(tmp_path / "sys")
+    host_root = write_sysctls(tmp_path / "sys")
     head = REPO / "images" / "smoke" / "dsv4-4node" / "accept" / "head.env"
     said = {}
     # both upstreams' tables hold 12.1a; a GPU neither was asked for (12.0f) has none
@@ -229,7 +229,7 @@ def test_backends_unchecked_for_want_of_verdicts_are_said(tmp_path: Path) -> Non
                        ("production-3.73-vision-vllm0.34", "12.1a"),
                        ("production-3.73-vision-vllm0.34", "12.0f")):
         tag = dataclasses.replace(REPO_CONFIG.tag(name), cuda_arch=arch)
-        findings = preflight.evaluate(tag, envfile.read(head), proc_sys,
+        findings = preflight.evaluate(tag, envfile.read(head), host_root,
                                       pins.runtime_lock_path(REPO_CONFIG, tag))
         said[name, arch] = [f.message for f in findings if f.rule == "backend-verdicts-missing"]
     assert said == {

@@ -16,7 +16,7 @@ from sparkbake.run import Run
 
 __all__ = ["down", "logs", "status", "up", "write_node_files"]
 
-PROC_SYS = Path("/proc/sys")  # this host's: its sysctls only ever warn
+HOST_ROOT = Path("/")  # this host's: its sysctls only ever warn
 
 def write_node_files(args: argparse.Namespace, run: Run, tag: Tag) -> int:
     """One .env per node (node_files), then check-env of them together."""
@@ -26,7 +26,7 @@ def write_node_files(args: argparse.Namespace, run: Run, tag: Tag) -> int:
     paths = node_files.write(tag, layout, source, args.out, args.force)
     for path in paths:
         run.console.result(f"wrote {path}")
-    return cluster_files.check_files(tag, paths, PROC_SYS, False,
+    return cluster_files.check_files(tag, paths, HOST_ROOT, False,
                                      pins.runtime_lock_path(run.config, tag), console=run.console)
 
 
@@ -40,7 +40,7 @@ def up(args: argparse.Namespace, run: Run, tag: Tag) -> int:
     if args.show:
         return cluster.print_commands(tag, files, nodes, image, environ, args.shm_size)
     with step(run.console, f"check-env of {len(files)} file(s) for {image}"):
-        cluster_files.check_files(tag, files, PROC_SYS, False,
+        cluster_files.check_files(tag, files, HOST_ROOT, False,
                                   pins.runtime_lock_path(run.config, tag), console=run.console,
                                   image=image)
     return cluster.up(run.config, tag, files, nodes, image, args.timeout, environ,

@@ -137,7 +137,7 @@ def _addresses(files: list[envfile.EnvFile], envs: list[dict[str, str]]) -> list
     return found
 
 
-def check_files(tag: Tag, paths: list[Path], proc_sys: Path, show: bool,
+def check_files(tag: Tag, paths: list[Path], host_root: Path, show: bool,
                 runtime_lock: Path | None = None, *, console: Console,
                 image: str | None = None, json_out: bool = False,
                 measured: Callable[[str, str], Any] | None = None,
@@ -149,7 +149,7 @@ def check_files(tag: Tag, paths: list[Path], proc_sys: Path, show: bool,
     failed = []
     for path in paths:
         try:
-            preflight.check_env(tag, path, proc_sys, show, runtime_lock, console=console,
+            preflight.check_env(tag, path, host_root, show, runtime_lock, console=console,
                                 json_out=json_out, measured=measured, ask_image=ask_image)
         except ConfigError as exc:
             if not json_out:

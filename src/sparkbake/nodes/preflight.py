@@ -103,20 +103,20 @@ def tag_memory_only() -> None:
     counts; the machine it runs on need not be a node, and its GPU is not the node's."""
 
 
-def evaluate(tag: Tag, env_file: envfile.EnvFile, proc_sys: Path,
+def evaluate(tag: Tag, env_file: envfile.EnvFile, host_root: Path,
              runtime_lock: Path | None = None) -> list[Any]:
     """The preflight findings for this node's file on this tag, in the rules' order."""
-    return list(_checks(tag, env_file, proc_sys, runtime_lock)[0])
+    return list(_checks(tag, env_file, host_root, runtime_lock)[0])
 
 
-def _checks(tag: Tag, env_file: envfile.EnvFile, proc_sys: Path,
+def _checks(tag: Tag, env_file: envfile.EnvFile, host_root: Path,
             runtime_lock: Path | None = None,
             measured: Callable[[str, str], Any] | None = None
             ) -> tuple[list[Any], list[dict[str, Any]]]:
     """The findings and the memory figures of each rank kind of the file's layout."""
     image = entrypoint()
     env = image.effective_env(node_env(tag, env_file))
-    args = dict(series=tag.series, proc_sys=proc_sys, image=image_facts(tag, runtime_lock),
+    args = dict(series=tag.series, host_root=host_root, image=image_facts(tag, runtime_lock),
                 model_dir=host_model_dir(env), gpu_memory=tag_memory_only, measured=measured)
     findings = image.checks.check(env, known=[name for name, _ in tag.env], **args)
     rules = image.checks.load_rules()
@@ -125,7 +125,7 @@ def _checks(tag: Tag, env_file: envfile.EnvFile, proc_sys: Path,
 
 def memory_figures(tag: Tag, path: Path) -> list[dict[str, Any]]:
     """The memory figures of each rank kind of a node's file (images/memory_budget.py)."""
-    return _checks(tag, envfile.read(path), Path("/proc/sys"))[1]
+    return _checks(tag, envfile.read(path), Path("/"))[1]
 
 
 def report(env_file: envfile.EnvFile, findings: list[Any]) -> list[str]:
@@ -146,7 +146,7 @@ def as_json(env_file: envfile.EnvFile, tag: Tag, findings: list[Any],
             "memory": memory}
 
 
-def check_env(tag: Tag, path: Path, proc_sys: Path, show: bool,
+def check_env(tag: Tag, path: Path, host_root: Path, show: bool,
               runtime_lock: Path | None = None, *, console: Console, json_out: bool = False,
               measured: Callable[[str, str], Any] | None = None,
               ask_image: Callable[[list[dict[str, Any]], Path], list[str]] | None = None
@@ -157,7 +157,7 @@ def check_env(tag: Tag, path: Path, proc_sys: Path, show: bool,
     measured: the non-KV share `up` measured for this layout (model_checks.Node);
     ask_image: what asks the tag's image's planner (--ask-image), its lines to print."""
     env_file = envfile.read(path)
-    findings, memory = _checks(tag, env_file, proc_sys, runtime_lock, measured)
+    findings, memory = _checks(tag, env_file, host_root, runtime_lock, measured)
     errors = [f for f in findings if f.level == "error"]
     asked = _ask_image(ask_image, memory, node_env(tag, env_file)) if not errors else []
     if json_out:

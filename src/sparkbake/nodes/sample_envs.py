@@ -28,7 +28,7 @@ __all__ = ["Sample", "Suite", "expected", "find", "known", "load"]
 
 FOLDER = "smoke"
 EXPECT = re.compile(r"^\s*#\s*expect:\s*(.*)$")
-PROC_SYS = Path("/proc/sys")  # its sysctls only ever warn
+HOST_ROOT = Path("/")  # its sysctls only ever warn
 
 
 @dataclass(frozen=True)
@@ -91,7 +91,7 @@ def _name(path: Path) -> str:
 
 def _accept(tag: Tag, path: Path, runtime_lock: Path | None) -> Sample:
     env_file = envfile.read(path)
-    refused = [f for f in preflight.evaluate(tag, env_file, PROC_SYS, runtime_lock)
+    refused = [f for f in preflight.evaluate(tag, env_file, HOST_ROOT, runtime_lock)
                if f.level == "error"]
     if refused:
         raise ConfigError(f"{path}: the preflight refuses this accept sample for {tag.name}: "

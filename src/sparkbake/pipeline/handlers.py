@@ -126,7 +126,7 @@ def check_env(args: argparse.Namespace, run: Run, tag: Tag) -> int:
     ask = commands.image_plan_asker(run, tag) if args.ask_image else None
     check = commands.check_env if len(args.env_files) == 1 else commands.check_env_files
     files = args.env_files[0] if len(args.env_files) == 1 else args.env_files
-    return check(tag, files, args.proc_sys, show=args.show,
+    return check(tag, files, args.host_root, show=args.show,
                  runtime_lock=pins.runtime_lock_path(run.config, tag), console=run.console,
                  json_out=args.json, measured=commands.measured_share(run, tag),
                  ask_image=ask)
