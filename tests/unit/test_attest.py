@@ -326,6 +326,20 @@ def test_the_cli_generates_keys_and_refuses_publish_with_a_missing_key(
     assert main(["verify-release", "h:5000/r:t", "--key", str(tmp_path / "none.pub")]) == 2
 
 
+def test_keys_generate_into_a_missing_folder_is_one_line_with_exit_2(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = tmp_path / "missing"
+    assert main(["keys", "generate", str(folder / "release.key")]) == 2
+    assert capsys.readouterr().err == (
+        f"sparkbake: error: keys generate: the folder {folder} does not exist\n"
+        f"  -> make it first (mkdir -p {folder}), or give a PATH in a folder that exists\n")
+    (tmp_path / "file").write_text("")
+    assert main(["keys", "generate", str(tmp_path / "file" / "release.key")]) == 2
+    assert f"keys generate: the folder {tmp_path / 'file'} is not a folder" in \
+        capsys.readouterr().err
+    assert not folder.exists()
+
+
 def test_verify_release_rebuild_without_against_is_one_line_with_exit_2(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Refused before the key is read or a registry reached: neither exists here."""

@@ -115,22 +115,37 @@ def generate(path: Path, passphrase: str | None) -> tuple[Path, Path]:
     from cryptography.hazmat.primitives.asymmetric import ec
 
     public = path.with_name(path.name + ".pub")
-    for existing in (path, public):
-        if existing.exists():
-            raise UsageError(f"{existing} exists; a key is never overwritten",
-                             "give another PATH, or remove the old pair yourself")
+    _require_new_pair(path, public)
     key = ec.generate_private_key(ec.SECP256R1())
     encryption: serialization.KeySerializationEncryption = (
         serialization.BestAvailableEncryption(passphrase.encode()) if passphrase
         else serialization.NoEncryption())
     pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                             encryption)
-    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(descriptor, "wb") as out:
-        out.write(pem)
-    public.write_bytes(key.public_key().public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    try:
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(descriptor, "wb") as out:
+            out.write(pem)
+        public.write_bytes(key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    except OSError as exc:
+        raise UsageError(f"keys generate: cannot write {exc.filename or path} ({exc.strerror})",
+                         f"give a PATH in a folder you can write ({path.parent})") from exc
     return path, public
+
+
+def _require_new_pair(path: Path, public: Path) -> None:
+    """Neither file of the pair exists yet, and their folder does (a key is never written
+    over, and its folder never made: a mistyped folder would hide the key)."""
+    for existing in (path, public):
+        if existing.exists():
+            raise UsageError(f"{existing} exists; a key is never overwritten",
+                             "give another PATH, or remove the old pair yourself")
+    if not path.parent.is_dir():
+        state = "is not a folder" if path.parent.exists() else "does not exist"
+        raise UsageError(f"keys generate: the folder {path.parent} {state}",
+                         f"make it first (mkdir -p {path.parent}), or give a PATH in a folder "
+                         "that exists")
 
 
 def signing_key(path: Path, passphrase: str | None) -> SigningKey:
