@@ -61,6 +61,23 @@ def test_each_cross_file_mistake_is_one_error_with_file_and_line(
     assert found[0][0] == f"{file}:{line}"
 
 
+def test_ranks_are_compared_as_numbers_and_the_repeat_names_both_files(
+        cluster: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    first = edit(cluster / "worker-1.env", r"NODE_RANK=1", "NODE_RANK=1")
+    line = edit(cluster / "worker-2.env", r"NODE_RANK=2", "NODE_RANK=01")
+    status = main(["--config", str(REPO / "versions.yaml"), "check-env", "--tag",
+                   TAG.name, *(str(cluster / name) for name in NODES)])
+    out = capsys.readouterr()
+    assert status == 2
+    lines = out.out.splitlines()
+    at = next(i for i, text in enumerate(lines) if "[rank-repeated]" in text)
+    assert lines[at:at + 2] == [
+        f"{cluster}/worker-2.env:{line}: error: NODE_RANK=01 is rank 1, as is "
+        f"{cluster}/worker-1.env:{first} (NODE_RANK=1) [rank-repeated]",
+        "  -> give each node its own rank, 0 to NNODES-1"]
+    assert [rule for _, rule in findings(cluster)] == ["rank-repeated", "rank-missing"]
+
+
 def test_a_head_only_option_that_differs_is_not_an_engine_difference(cluster: Path) -> None:
     edit(cluster / "worker-1.env", r"API_PORT=\d+", "API_PORT=9999")  # no server on a worker
     assert findings(cluster) == []

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,7 @@ __all__ = ["Finding", "check", "check_files"]
 # what differs between the nodes of one deployment by design; every other variable that
 # reaches a node's command must be the head's (the entrypoint builds the same engine on all)
 PER_NODE = frozenset({"NODE_RANK", "RANK", "VLLM_HOST_IP"})
+INTEGER = re.compile(r"[+-]?[0-9]+")  # the preflight's integers
 
 
 @dataclass(frozen=True)
@@ -40,7 +42,11 @@ class Finding:
 
 
 def rank(env: dict[str, str]) -> str:
-    return env.get("NODE_RANK") or env.get("RANK") or "0"
+    """The node's rank as a number reads it (NODE_RANK=01 and NODE_RANK=1 are both rank 1, as
+    vllm takes them), written in decimal; a value that is no integer as it stands (the file's
+    own check reports it)."""
+    given = (env.get("NODE_RANK") or env.get("RANK") or "0").strip()
+    return str(int(given)) if INTEGER.fullmatch(given) else given
 
 
 def rank_name(file: envfile.EnvFile) -> str:
@@ -73,10 +79,9 @@ def _ranks(files: list[envfile.EnvFile], envs: list[dict[str, str]], head: int,
     seen: dict[str, int] = {}
     for i, (file, env) in enumerate(zip(files, envs, strict=True)):
         if rank(env) in seen:
-            first = files[seen[rank(env)]]
-            found.append(Finding(file.where(rank_name(file)), f"rank {rank(env)} is also the "
-                                 f"rank of {first.where(rank_name(first))}", "rank-repeated",
-                                 "give each node its own rank, 0 to NNODES-1"))
+            found.append(Finding(file.where(rank_name(file)), f"{_rank_text(file)} is rank "
+                                 f"{rank(env)}, as is {_rank_text(files[seen[rank(env)]], True)}",
+                                 "rank-repeated", "give each node its own rank, 0 to NNODES-1"))
         seen.setdefault(rank(env), i)
     if not heads:
         found.append(Finding(str(files[0].path), "no file has rank 0: the deployment has no "
@@ -89,6 +94,13 @@ def _ranks(files: list[envfile.EnvFile], envs: list[dict[str, str]], head: int,
                                  f"has rank {', '.join(map(str, missing))}", "rank-missing",
                                  "check one file per node, all of them together"))
     return found
+
+
+def _rank_text(file: envfile.EnvFile, where: bool = False) -> str:
+    """`NODE_RANK=01` as the file writes it, after its file:line with where."""
+    name = rank_name(file)
+    text = f"{name}={file.values[name]}" if name in file.values else "NODE_RANK unset"
+    return f"{file.where(name)} ({text})" if where else text
 
 
 def _against_head(file: envfile.EnvFile, env: dict[str, str], head_file: envfile.EnvFile,
