@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import shlex
+import subprocess
 from pathlib import Path
 
 import pytest
 
+from sparkbake.__main__ import main
 from sparkbake.errors import ConfigError
 from sparkbake.nodes import envfile
 from tests.nodeenv import ENV_DIR
 
 PATH = Path("node.env")
+VERSIONS = Path(__file__).resolve().parents[2] / "versions.yaml"
 
 # (one line, the assignments it makes)
 GOOD: list[tuple[str, list[tuple[str, str]]]] = [
@@ -83,3 +87,27 @@ def test_the_reference_node_files_parse() -> None:
 def test_a_missing_file_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read"):
         envfile.read(tmp_path / "none.env")
+
+
+def test_a_file_with_windows_line_ends_is_refused_with_the_command_that_converts_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "head.env"
+    path.write_bytes(b"# the head\r\nMODEL=/model\r\nNODE_RANK=0\r\n")
+    command = ["--config", str(VERSIONS), "check-env", "--tag", "cpu-3.73", str(path)]
+    assert main(command) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"sparkbake: error: {path}:1: the line ends in CR LF (Windows line ends): a shell "
+        "that sources the file reads each value with a trailing \\r\n"
+        f"  -> convert the file to LF line ends: sed -i 's/\\r$//' {path}\n")
+    remedy = err.splitlines()[1].split(": ", 1)[1]
+    subprocess.run(shlex.split(remedy), check=True)  # the command the line gives, run
+    assert envfile.read(path).values == {"MODEL": "/model", "NODE_RANK": "0"}
+    assert main(command) == 0
+
+
+def test_a_carriage_return_inside_a_line_is_refused_with_its_line() -> None:
+    with pytest.raises(ConfigError) as caught:
+        envfile.parse("A=1\nB=2\rC=3\n", PATH)
+    assert caught.value.message == ("node.env:2: a carriage return (\\r) inside the line, "
+                                    "which a shell keeps in the value")

@@ -4,12 +4,14 @@ Accepted: blank lines, `#` comments (whole-line, or after whitespace), an `expor
 several assignments on one line (`NNODES=4  TP_SIZE=4`, as the reference deployment writes
 them), values in single quotes (literal) or double quotes (`\\"`, `\\\\`, `\\$` escapes).
 Refused with file:line, because a shell would read them otherwise: `$` and backquote
-expansion, unquoted `<>|;&()` (often an unfilled `<placeholder>`), line continuations.
+expansion, unquoted `<>|;&()` (often an unfilled `<placeholder>`), line continuations,
+carriage returns (a file with Windows line ends: the shell keeps the CR in every value).
 """
 
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,8 +41,8 @@ class _LineError(Exception):
 
 
 def read(path: Path) -> EnvFile:
-    try:
-        text = path.read_text(encoding="utf-8")
+    try:  # bytes, not text: reading text would turn CR LF into LF and hide it
+        text = path.read_bytes().decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read {path}: {exc}", "give the path of a node's .env file") \
             from exc
@@ -48,6 +50,7 @@ def read(path: Path) -> EnvFile:
 
 
 def parse(text: str, path: Path) -> EnvFile:
+    _refuse_carriage_return(text, path)
     values: dict[str, str] = {}
     lines: dict[str, int] = {}
     repeated: list[tuple[str, int, int]] = []
@@ -63,6 +66,23 @@ def parse(text: str, path: Path) -> EnvFile:
                 repeated.append((name, lines[name], number))
             values[name], lines[name] = value, number
     return EnvFile(path=path, values=values, lines=lines, repeated=tuple(repeated))
+
+
+def _refuse_carriage_return(text: str, path: Path) -> None:
+    """A CR, as a file saved with Windows line ends has on every line: a shell that sources
+    the file keeps it, so every value would end in \\r (an address, a path, a number)."""
+    at = text.find("\r")
+    if at < 0:
+        return
+    line = text.count("\n", 0, at) + 1
+    where = f"{path}:{line}"
+    if text[at + 1:at + 2] in ("\n", ""):
+        raise ConfigError(f"{where}: the line ends in CR LF (Windows line ends): a shell that "
+                          "sources the file reads each value with a trailing \\r",
+                          f"convert the file to LF line ends: sed -i 's/\\r$//' "
+                          f"{shlex.quote(str(path))}")
+    raise ConfigError(f"{where}: a carriage return (\\r) inside the line, which a shell keeps "
+                      "in the value", "remove it from the line")
 
 
 def parse_line(line: str) -> list[tuple[str, str]]:
