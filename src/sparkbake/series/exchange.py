@@ -2,7 +2,9 @@
 
 A commit becomes `NNNN-<subject>.patch` by `git format-patch` with every volatile field
 fixed: zero commit id, no version signature, no stat, full blob ids, the date set to the
-epoch, sparkbake's trailers removed. The same commits give the same bytes every time.
+epoch, sparkbake's trailers removed. The same commits give the same bytes every time, and a
+patch already in the folder whose index lines abbreviate those ids (one written by hand or
+by another tool) is kept byte for byte: its bytes are part of the build key.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ FORMAT = ["format-patch", "--zero-commit", "--no-signature", "--no-stat", "-N", 
           "--binary", "--no-encode-email-headers", "--diff-algorithm=myers"]
 TRAILER = re.compile(rf"^(?:{SERIES_TRAILER}|{PATCH_TRAILER}): .*\n", re.MULTILINE)
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+INDEX = re.compile(rb"index ([0-9a-f]+)\.\.([0-9a-f]+)( [0-7]+)?")
 
 
 def export(config: Config, work: Path, series: str, commit_range: str | None = None, *,
@@ -179,6 +182,8 @@ def _write(repo: Repo, commits: list[str], folder: Path, series: str, *,
     with atomic_dir(folder) as tmp:
         names = [_format(repo, commit, number, tmp) for number, commit in
                  enumerate(commits, start=1)]
+        for name in names:
+            _keep_abbreviated(folder / name, tmp / name)
         (tmp / "series").write_text(_comments(_listed(folder, series))
                                     + "".join(f"{n}\n" for n in names))
         _keep_other_files(folder, tmp)
@@ -194,6 +199,25 @@ def _format(repo: Repo, commit: str, number: int, out: Path) -> str:
     path.write_bytes(normalize(path.read_bytes().decode("utf-8", "surrogateescape"))
                      .encode("utf-8", "surrogateescape"))
     return path.name
+
+
+def _keep_abbreviated(old: Path, new: Path) -> None:
+    """Put old's bytes in place of new's when they differ only where old's index lines give
+    the same blobs by shorter ids: the same change, which must keep the bytes it has."""
+    if not old.is_file():
+        return
+    old_lines, new_lines = old.read_bytes().split(b"\n"), new.read_bytes().split(b"\n")
+    if len(old_lines) == len(new_lines) and all(
+            short == full or _abbreviates(short, full)
+            for short, full in zip(old_lines, new_lines, strict=True)):
+        shutil.copyfile(old, new)
+
+
+def _abbreviates(short: bytes, full: bytes) -> bool:
+    """Whether the index line short names full's blobs (and mode) by prefixes of their ids."""
+    given, whole = INDEX.fullmatch(short), INDEX.fullmatch(full)
+    return bool(given and whole and given[3] == whole[3] and whole[1].startswith(given[1])
+                and whole[2].startswith(given[2]))
 
 
 def _listed(folder: Path, series: str) -> Path:
