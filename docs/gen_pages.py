@@ -62,6 +62,9 @@ CHECKS = {
                           "the tag's model family on its GPU (`backend-verdicts.json`)",
     "backend-verdicts": "{variables} is set, and `backend-verdicts.json` has no verdicts of "
                         "the image's vLLM version for its model family and GPU",
+    "kho": "the host's `proc/meminfo` shows Kexec HandOver's tell (`CmaFree` within "
+           "{cma_free_gib} GiB while `CmaTotal` is at most {cma_total_kib} kB) and "
+           "`proc/cmdline` has no `kho=off`; with `NNODES` > 1 (on one node: a warning)",
     "roles": "the {role} (a worker: NNODES > 1 and NODE_RANK > 0; else the head) is given "
              "{refuses} in `SERVE_EXTRA_ARGS`",
     "model-files": "the model's config.json or model.safetensors.index.json is there but not "
@@ -120,8 +123,10 @@ def trigger(rule: dict[str, Any]) -> str:
     described = CHECKS[rule["check"]]
     names = ", ".join(code(name) for name in rule.get("variables", {}))
     refuses = ", ".join(code(option) for option in rule.get("refuses", []))
+    band = " … ".join(str(gib) for gib in rule.get("cma_free_gib", []))
     fires = cell(described.format(variables=names, cutoff=rule.get("cutoff", ""),
-                                  role=rule.get("role", ""), refuses=refuses))
+                                  role=rule.get("role", ""), refuses=refuses,
+                                  cma_free_gib=band, cma_total_kib=rule.get("cma_total_kib")))
     return f"{fires}, and {code(rule['when'])}" if "when" in rule else fires
 
 

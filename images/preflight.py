@@ -85,6 +85,7 @@ def _sibling(name: str) -> ModuleType:
 
 model_checks = _sibling("model_checks")
 backend_naming = _sibling("backend_naming")
+host_kernel = _sibling("host_kernel")
 
 
 def load_rules(path: Path | str = RULES_FILE) -> dict[str, Any]:
@@ -511,6 +512,18 @@ def check_sysctls(ctx: Context, rule: Mapping[str, Any]) -> list[Finding]:
     return [_finding(rule, ctx.render(rule["message"], {"problems": "; ".join(problems)}))]
 
 
+def check_kho(ctx: Context, rule: Mapping[str, Any]) -> list[Finding]:
+    """The node's kernel shows Kexec HandOver's tell (host_kernel.py): the rule's level with
+    more than one node, where NCCL cannot start; its one_node_level on one."""
+    tell = host_kernel.kho_tell(ctx.host_root, rule["cma_free_gib"], rule["cma_total_kib"])
+    if tell is None:
+        return []
+    found = _finding(rule, ctx.render(rule["message"], tell), rule.get("at", ""))
+    nodes = _positive(ctx.env.get("NNODES")) or 1
+    return [found if nodes > 1 else Finding(found.rule, rule["one_node_level"], found.message,
+                                            found.reason, found.at)]
+
+
 def check_typos(ctx: Context, rule: Mapping[str, Any], known: Iterable[str] = ()) -> list[Finding]:
     names = set(ctx.variables) | set(known)
     found = []
@@ -588,7 +601,7 @@ def _finding(rule: Mapping[str, Any], message: str, at: str = "",
 CHECKS: dict[str, Callable[[Context, Mapping[str, Any]], list[Finding]]] = {
     "when": check_when, "types": check_types, "sysctls": check_sysctls,
     "backends": check_backends, "backend-packages": check_backend_packages,
-    "roles": check_roles, "backend-capability": check_backend_capability,
+    "roles": check_roles, "backend-capability": check_backend_capability, "kho": check_kho,
     "backend-verdicts": check_backend_verdicts,
     **{kind: check_model for kind in model_checks.CHECKS},
 }
