@@ -181,6 +181,21 @@ def test_clean_all_keeps_records_locks_and_a_running_registry(
                                "4242)") for line in said)
 
 
+def test_clean_all_keeps_the_record_of_a_cluster_that_is_up(project: versions.Config) -> None:
+    clusters = project.build_dir / "clusters"
+    up, up_memory = put(clusters / "cpu-3.73.json"), put(clusters / "cpu-3.73.memory.json")
+    taken_down = put(clusters / "fixture.memory.json")  # down removed fixture.json
+    lock = put(clusters / "cpu-3.73.up.lock")
+    said: list[str] = []
+    report("clean", tidy.clean_all_items(project), False, said.append)
+    assert (up.is_file(), up_memory.is_file(), lock.is_file()) == (True, True, True)
+    assert not taken_down.exists()
+    assert [line for line in said if "clusters" in line] == [
+        "clean: kept build/clusters/cpu-3.73.json: the record of cpu-3.73's cluster, up on its "
+        "nodes (its measurements stay with it); `sparkbake down cpu-3.73` first",
+        "clean: removed build/clusters/fixture.memory.json (100 B; clean --all)"]
+
+
 def test_compile_cache_trimmed_oldest_first(tmp_path: Path) -> None:
     folder = tmp_path / "sccache"
     old, middle, new = (put(folder / name[0] / name, b"c" * 400, age=time.time() - 3000 + i)

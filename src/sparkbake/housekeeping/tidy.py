@@ -5,8 +5,9 @@ and what interrupted runs left (scratch folders, half-written entries) once noth
 written into them for an hour, so a build running now keeps its own; gc --check also hashes
 every cache entry and removes the damaged ones (`cachecheck`). clean TAG removes the
 entries only that tag's current keys name, and its records; clean --all empties build/ and
-wheels/ but for the release records, deploy reports, flock files and a running registry's
-data. Nothing outside build/ and wheels/ is touched here (`imagegc`, `cachetrim`: the rest).
+wheels/ but for the release records, deploy reports, flock files, a running registry's
+data and the record of a cluster that is up (down removes it). Nothing outside build/ and
+wheels/ is touched here (`imagegc`, `cachetrim`: the rest).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ HALF_WRITTEN = re.compile(r"\..+\.tmp")  # cache.atomic_dir's temporary folders
 SCRATCH = ("contexts", "bases", "rebase-check", "import", "verify")  # build/<x>/ scratch dirs
 # history, not cache: clean --all keeps them (gc reads loaded-images.txt)
 RECORDS = ("releases", "deploys", "loaded-images.txt")
+CLUSTERS = "clusters"  # up's records (nodes/cluster.py): a cluster that is up keeps its own
 
 
 def gc_command(args: argparse.Namespace, run: Run) -> int:
@@ -176,12 +178,35 @@ def clean_all_items(config: Config) -> list[Item]:
             if entry.name.endswith(".lock") or (root == config.wheels_dir and
                                                 entry == config.build_dir):
                 continue
+            if root == config.build_dir and entry.name == CLUSTERS:
+                items += _cluster_items(config, entry)
+                continue
             item = _item(config, entry, "clean --all")
             if registry_pid is not None and entry == config.build_dir / "registry":
                 item = Item(item.label, 0, item.why, item.remove, refused=(
                     f"the embedded registry runs (pid {registry_pid}); `sparkbake registry "
                     "stop` first to remove its data"))
             items.append(item)
+    return items
+
+
+def _cluster_items(config: Config, folder: Path) -> list[Item]:
+    """build/clusters/: up's record of a cluster stays until down removes it, with its
+    measurements (one line naming it); the measurements of clusters taken down go."""
+    from sparkbake.nodes import cluster  # here: only clean --all reads up's records
+
+    items = []
+    for entry in _children(folder):
+        tag = entry.name.removesuffix(".json").removesuffix(".memory")
+        if entry.name.endswith(".lock"):
+            continue
+        if not cluster.state_path(config, tag).is_file():
+            items.append(_item(config, entry, "clean --all"))
+        elif entry == cluster.state_path(config, tag):
+            kept = _item(config, entry, "clean --all")
+            items.append(Item(kept.label, 0, kept.why, kept.remove, refused=(
+                f"the record of {tag}'s cluster, up on its nodes (its measurements stay with "
+                f"it); `sparkbake down {tag}` first")))
     return items
 
 
