@@ -55,6 +55,7 @@ SYSCTL = {"min": "{name} < {limit}", "max": "{name} > {limit}",
           "max-nonzero": "{name} not in 1 … {limit}"}
 CHECKS = {
     "types": "a known variable's value is not of its type (see the variables below)",
+    "lengths": "a variable's `NAME=VALUE` and its NUL are longer than {max_bytes} bytes",
     "backends": "{variables} is not a backend name the image's vLLM version knows",
     "backend-packages": "{variables} names a backend whose Python module the image lacks",
     "typos": "a variable no table knows is close to one that is (similarity {cutoff} or more)",
@@ -126,7 +127,8 @@ def trigger(rule: dict[str, Any]) -> str:
     band = " … ".join(str(gib) for gib in rule.get("cma_free_gib", []))
     fires = cell(described.format(variables=names, cutoff=rule.get("cutoff", ""),
                                   role=rule.get("role", ""), refuses=refuses,
-                                  cma_free_gib=band, cma_total_kib=rule.get("cma_total_kib")))
+                                  cma_free_gib=band, cma_total_kib=rule.get("cma_total_kib"),
+                                  max_bytes=rule.get("max_bytes")))
     return f"{fires}, and {code(rule['when'])}" if "when" in rule else fires
 
 
@@ -151,7 +153,13 @@ def variable_rows(variables: dict[str, dict[str, Any]]) -> list[str]:
 
 
 def value_range(spec: dict[str, Any]) -> str:
-    """A variable's range as `> 0`, `1 … 65535`, `≥ 1` ("" without one)."""
+    """A variable's range as `> 0`, `1 … 65535`, `≥ 1` ("" without one), and the words it
+    takes besides (`≥ 0 or `auto``)."""
+    words = "".join(f" or {code(word)}" for word in spec.get("words", ()))
+    return _bounds(spec) + words
+
+
+def _bounds(spec: dict[str, Any]) -> str:
     low = f"> {spec['above']}" if "above" in spec else None
     if "min" in spec and "max" in spec:
         return f"{spec['min']} … {spec['max']}"

@@ -117,7 +117,10 @@ def convert(kind: str, text: str) -> Any:
 
 def typed(spec: Mapping[str, Any], text: str) -> Any:
     """A variable's text as its spec's type, within its range (`min`, `max`, `above`: each
-    number of an intlist too); ValueError when it is not."""
+    number of an intlist too), or one of its `words` as it is (IB_GID_INDEX=auto); ValueError
+    when it is none of them."""
+    if text in spec.get("words", ()):
+        return text
     value = convert(spec["type"], text)
     for number in value if isinstance(value, list) else [value]:
         if isinstance(number, (int, float)) and not isinstance(number, bool) \
@@ -140,7 +143,8 @@ def expected(spec: Mapping[str, Any]) -> str:
         bounds.append(f"at least {spec['min']}")
     elif "max" in spec:
         bounds.append(f"at most {spec['max']}")
-    return f"{EXPECTED[spec['type']]} {' and '.join(bounds)}".strip()
+    words = "".join(f" or {word}" for word in spec.get("words", ()))
+    return f"{EXPECTED[spec['type']]} {' and '.join(bounds)}".strip() + words
 
 
 class Context:
@@ -485,7 +489,24 @@ def check_types(ctx: Context, rule: Mapping[str, Any]) -> list[Finding]:
         try:
             typed(spec, ctx.env[name])
         except ValueError:
-            extra = {"name": name, "value": repr(ctx.env[name]), "expected": expected(spec)}
+            extra = {"name": name, "value": shown(ctx.env[name]), "expected": expected(spec)}
+            found.append(_finding(rule, ctx.render(rule["message"], extra), name))
+    return found
+
+
+def shown(value: str, most: int = 60) -> str:
+    """A value as a message quotes it: its repr, cut short with its length when it is long."""
+    return repr(value) if len(value) <= most else f"{value[:most]!r}... ({len(value)} characters)"
+
+
+def check_lengths(ctx: Context, rule: Mapping[str, Any]) -> list[Finding]:
+    """Variables no process can start with: `NAME=VALUE` and its NUL longer than the kernel
+    takes for one string of a process's environment (the rule's max_bytes, MAX_ARG_STRLEN)."""
+    found = []
+    for name in sorted(ctx.env):
+        size = len(f"{name}={ctx.env[name]}".encode("utf-8", "surrogateescape")) + 1
+        if size > rule["max_bytes"]:
+            extra = {"name": name, "size": str(size), "max_bytes": str(rule["max_bytes"])}
             found.append(_finding(rule, ctx.render(rule["message"], extra), name))
     return found
 
@@ -599,7 +620,7 @@ def _finding(rule: Mapping[str, Any], message: str, at: str = "",
 
 
 CHECKS: dict[str, Callable[[Context, Mapping[str, Any]], list[Finding]]] = {
-    "when": check_when, "types": check_types, "sysctls": check_sysctls,
+    "when": check_when, "types": check_types, "lengths": check_lengths, "sysctls": check_sysctls,
     "backends": check_backends, "backend-packages": check_backend_packages,
     "roles": check_roles, "backend-capability": check_backend_capability, "kho": check_kho,
     "backend-verdicts": check_backend_verdicts,

@@ -6,6 +6,7 @@ import dataclasses
 import json
 import shlex
 import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -269,6 +270,54 @@ def test_numbers_out_of_range_are_one_line_errors_each(
     for number, name in ((2, "API_PORT"), (3, "GPU_MEMORY_UTILIZATION"), (4, "MAX_MODEL_LEN")):
         [line] = [line for line in out.splitlines() if line.startswith(f"{env}:{number}: ")]
         assert line.startswith(f"{env}:{number}: error: {name}=") and "[bad-value]" in line
+
+
+def test_a_value_longer_than_the_kernel_takes_is_one_error_at_its_line(
+        tmp_path: Path, host_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    most = "x" * (131072 - len("SERVE_NOTE=") - 1)  # NAME=VALUE and its NUL: 131072 bytes
+    subprocess.run(["true"], env={"SERVE_NOTE": most}, check=True)
+    with pytest.raises(OSError, match="Argument list too long"):
+        subprocess.run(["true"], env={"SERVE_NOTE": most + "x"}, check=True)
+    env = write_env(tmp_path, f"MODEL=/m\nSERVE_NOTE={most}\n")
+    assert check_env(env, "cpu-3.73", "--host-root", str(host_root)) == 0
+    capsys.readouterr()
+    env = write_env(tmp_path, f"MODEL=/m\nSERVE_NOTE={'x' * 300_000}\n")
+    assert check_env(env, "cpu-3.73", "--host-root", str(host_root)) == 2
+    out, err = capsys.readouterr()
+    assert out.splitlines() == [
+        f"{env}:2: error: SERVE_NOTE is 300012 bytes as NAME=VALUE (with its NUL), more than "
+        "the 131072 the kernel takes for one string of a process's environment "
+        "[value-too-long]",
+        "  -> Linux starts no process with a longer string in its environment or arguments "
+        "(MAX_ARG_STRLEN, 32 pages of 4 KiB): the container stops before the entrypoint runs, "
+        "with 'argument list too long'; shorten the value, or put what it holds in a file the "
+        "container mounts"]
+    assert err.splitlines()[-2:] == [
+        f"sparkbake: error: {env}: 1 preflight error(s) for cpu-3.73",
+        "  -> fix them: the image's entrypoint refuses to start vllm with them"]
+
+
+def test_a_gid_index_is_a_number_or_auto(
+        tmp_path: Path, host_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for good in ("3", "0", "auto"):
+        env = write_env(tmp_path, f"MODEL=/m\nIB_GID_INDEX={good}\n")
+        assert check_env(env, "cpu-3.73", "--host-root", str(host_root)) == 0
+    capsys.readouterr()
+    for bad in ("abc", "-1", "3 # the RoCE v2 one"):
+        env = write_env(tmp_path, f"MODEL=/m\nIB_GID_INDEX='{bad}'\n")
+        assert check_env(env, "cpu-3.73", "--host-root", str(host_root)) == 2
+        assert capsys.readouterr().out.splitlines()[0] == (
+            f"{env}:2: error: IB_GID_INDEX={bad!r} is not an integer at least 0 or auto "
+            "[bad-value]")
+
+
+def test_a_long_bad_value_is_quoted_short(
+        tmp_path: Path, host_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    env = write_env(tmp_path, f"MODEL=/m\nMAX_MODEL_LEN={'9' * 200}x\n")
+    assert check_env(env, "cpu-3.73", "--host-root", str(host_root)) == 2
+    assert capsys.readouterr().out.splitlines()[0] == (
+        f"{env}:2: error: MAX_MODEL_LEN={'9' * 60!r}... (201 characters) is not an integer "
+        "at least 1 [bad-value]")
 
 
 @pytest.mark.parametrize(("args", "message"), [

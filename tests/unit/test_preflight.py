@@ -58,6 +58,8 @@ def sysctls(tmp_path: Path) -> Path:
 # (rule, level, changes to the worker's .env that make it fire)
 FIRING: list[tuple[str, str, dict[str, str]]] = [
     ("bad-value", "error", {"MAX_NUM_BATCHED_TOKENS": "8192  # comment"}),
+    ("bad-value", "error", {"IB_GID_INDEX": "abc"}),
+    ("value-too-long", "error", {"SERVE_EXTRA_ARGS": "--x " + "y" * 131_055}),
     ("model-unset", "error", {"MODEL": ""}),
     ("multi-node-identity", "error", {"VLLM_HOST_IP": ""}),
     ("multi-node-identity", "error", {"NODE_RANK": ""}),
@@ -101,6 +103,8 @@ FIRING: list[tuple[str, str, dict[str, str]]] = [
 
 # (rule, changes that come close to firing it but must not)
 QUIET: list[tuple[str, dict[str, str]]] = [
+    ("value-too-long", {"SERVE_EXTRA_ARGS": "--x " + "y" * 131_050}),  # 131072 with its NUL
+    ("bad-value", {"IB_GID_INDEX": "auto"}),
     ("worker-has-head-address", {"NODE_RANK": "0", "VLLM_HOST_IP": HEAD_IP}),
     ("worker-api-server-options", {"NODE_RANK": "0", "VLLM_HOST_IP": HEAD_IP,
                                    "SERVE_EXTRA_ARGS": "--api-server-count 2"}),
