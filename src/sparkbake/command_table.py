@@ -218,6 +218,18 @@ CLUSTER = (  # the commands of a deployment's nodes
                 Option("--out", "where to write head.env, worker-1.env, ...", type=Path,
                        metavar="DIR", required=True),
                 Option("--force", "write over files already there", flag=True))),
+    Command("check-nodes", "check each node through its engine: the memory floor and its "
+            "sysctl.d file, earlyoom, the kernel's KHO, the GPU runtime, the model's shards, "
+            "the JIT cache's disk, the RDMA device and GID",
+            "sparkbake.nodes.node_check:check_nodes", tag="argument", options=(
+                Option("env_files", "every node's .env, the head's among them", type=Path,
+                       nargs="+", metavar="NODE.env"),
+                Option("--hosts", "each file's Docker engine, in the files' order (default: "
+                       "all on the local engine)", metavar="URL,URL"),
+                Option("--image", "probe with this image (default: the tag's, which the nodes "
+                       "run)", metavar="REF"),
+                Option("--apply", "write the memory floor on a node that lacks it (a "
+                       "privileged container); else print what to run there", flag=True))),
     Command("up", "bring the tag up on the nodes of its .env files: workers, then the head; "
             "serve checks and the KV-cache and acceptance readout", _cluster("up"),
             tag="argument", options=(
