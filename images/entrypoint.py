@@ -52,6 +52,7 @@ def _sibling(name: str) -> ModuleType:
 
 
 checks = _sibling("preflight")
+fabric = _sibling("fabric")
 
 
 def _on(env: Env, name: str) -> bool:
@@ -297,7 +298,11 @@ def main(argv: list[str]) -> int:
     if show:
         print(shlex.join(cmd))
         return 0
-    os.execvp(cmd[0], cmd)
+    failed = fabric.resolve_gid_index(env)
+    if failed:
+        print(failed, file=sys.stderr)
+        return 2
+    os.execvpe(cmd[0], cmd, env)
     return 127
 
 

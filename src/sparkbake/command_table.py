@@ -208,28 +208,21 @@ IMAGE = (  # the commands on the tag's image
 )
 
 CLUSTER = (  # the commands of a deployment's nodes
-    Command("node-files", "write one .env per node from the nodes' addresses, and check them "
-            "together", _cluster("write_node_files"), tag="argument", options=(
-                Option("--nodes", "each node's fabric address, the head's (rank 0) first",
-                       metavar="ADDR,ADDR", required=True),
-                Option("--iface", "the fabric's network interface", metavar="NAME"),
+    Command("node-files", "write one .env per node from the node list (or the nodes' "
+            "addresses), and check them together", _cluster("write_node_files"),
+            tag="argument", options=(
+                Option("--nodes-file", "the node list: each node's address, interface, RDMA "
+                       "device, model and cache folders and engine, the head first; the "
+                       "topology", type=Path, metavar="NODES.yaml"),
+                Option("--nodes", "instead of a node list: each node's fabric address, the "
+                       "head's (rank 0) first", metavar="ADDR,ADDR"),
+                Option("--iface", "with --nodes: the fabric's network interface",
+                       metavar="NAME"),
                 Option("--from", "the .env to start from (default: the tag's smoke suite's "
                        "head)", type=Path, dest="template", metavar="FILE"),
                 Option("--out", "where to write head.env, worker-1.env, ...", type=Path,
                        metavar="DIR", required=True),
                 Option("--force", "write over files already there", flag=True))),
-    Command("check-nodes", "check each node through its engine: the memory floor and its "
-            "sysctl.d file, earlyoom, the kernel's KHO, the GPU runtime, the model's shards, "
-            "the JIT cache's disk, the RDMA device and GID",
-            "sparkbake.nodes.node_check:check_nodes", tag="argument", options=(
-                Option("env_files", "every node's .env, the head's among them", type=Path,
-                       nargs="+", metavar="NODE.env"),
-                Option("--hosts", "each file's Docker engine, in the files' order (default: "
-                       "all on the local engine)", metavar="URL,URL"),
-                Option("--image", "probe with this image (default: the tag's, which the nodes "
-                       "run)", metavar="REF"),
-                Option("--apply", "write the memory floor on a node that lacks it (a "
-                       "privileged container); else print what to run there", flag=True))),
     Command("up", "bring the tag up on the nodes of its .env files: workers, then the head; "
             "serve checks and the KV-cache and acceptance readout", _cluster("up"),
             tag="argument", options=(
@@ -237,6 +230,8 @@ CLUSTER = (  # the commands of a deployment's nodes
                        nargs="+", metavar="NODE.env"),
                 Option("--hosts", "each file's Docker engine, in the files' order (default: "
                        "all on the local engine)", metavar="URL,URL"),
+                Option("--nodes-file", "instead of --hosts: each rank's engine from the node "
+                       "list node-files read", type=Path, metavar="NODES.yaml"),
                 Option("--image", "run this image (a release by digest) instead of the tag's",
                        metavar="REF"),
                 Option("--timeout", "seconds for the head to answer /health (default: 1800)",

@@ -55,10 +55,16 @@ def sysctls(tmp_path: Path) -> Path:
     return write_sysctls(tmp_path / "sys")
 
 
+# a ring of more than two nodes as node-files writes it
+RING_NCCL = {"FABRIC_TOPOLOGY": "ring", "NCCL_ALGO": "Ring", "NCCL_NET_PLUGIN": "none",
+             "NCCL_IB_SUBNET_AWARE_ROUTING": "1", "NCCL_IB_MERGE_NICS": "0"}
 # (rule, level, changes to the worker's .env that make it fire)
 FIRING: list[tuple[str, str, dict[str, str]]] = [
     ("bad-value", "error", {"MAX_NUM_BATCHED_TOKENS": "8192  # comment"}),
     ("bad-value", "error", {"IB_GID_INDEX": "abc"}),
+    ("fabric-topology-unknown", "error", {"FABRIC_TOPOLOGY": "star"}),
+    ("ring-without-nccl-settings", "error", {"FABRIC_TOPOLOGY": "ring"}),
+    ("ring-without-nccl-settings", "error", {**RING_NCCL, "NCCL_ALGO": "Tree"}),
     ("value-too-long", "error", {"SERVE_EXTRA_ARGS": "--x " + "y" * 131_055}),
     ("model-unset", "error", {"MODEL": ""}),
     ("multi-node-identity", "error", {"VLLM_HOST_IP": ""}),
@@ -105,6 +111,10 @@ FIRING: list[tuple[str, str, dict[str, str]]] = [
 QUIET: list[tuple[str, dict[str, str]]] = [
     ("value-too-long", {"SERVE_EXTRA_ARGS": "--x " + "y" * 131_050}),  # 131072 with its NUL
     ("bad-value", {"IB_GID_INDEX": "auto"}),
+    ("ring-without-nccl-settings", RING_NCCL),
+    ("ring-without-nccl-settings", {"FABRIC_TOPOLOGY": "ring", "NNODES": "2", "TP_SIZE": "2"}),
+    ("ring-without-nccl-settings", {"FABRIC_TOPOLOGY": "switch"}),
+    ("fabric-topology-unknown", {"FABRIC_TOPOLOGY": "pair"}),
     ("worker-has-head-address", {"NODE_RANK": "0", "VLLM_HOST_IP": HEAD_IP}),
     ("worker-api-server-options", {"NODE_RANK": "0", "VLLM_HOST_IP": HEAD_IP,
                                    "SERVE_EXTRA_ARGS": "--api-server-count 2"}),

@@ -136,8 +136,9 @@ def _convert_node(node: yaml.Node, path: Path, expansion: _Expansion) -> Any:
 class Where:
     """Formats `file:line` for a key of a located mapping and checks shapes."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, manual: str = "docs/reference/versions-yaml.md") -> None:
         self.path = path
+        self.manual = manual  # the page that describes the file, named in remedies
 
     def __call__(self, mapping: Any, key: str | None = None) -> str:
         if isinstance(mapping, LocatedDict):
@@ -161,7 +162,7 @@ class Where:
             spot = self(parent, key) if parent is not None else self(value)
             raise ConfigError(
                 f"{spot}: {what} must be a mapping, not {kind_of(value)}",
-                "see docs/reference/versions-yaml.md",
+                f"see {self.manual}",
             )
         for name in value:
             if allowed is not None and name not in allowed:
@@ -174,7 +175,7 @@ class Where:
             if name not in value:
                 raise ConfigError(
                     f"{self(value)}: {what} lacks the key {name!r}",
-                    f"add '{name}:' (see docs/reference/versions-yaml.md)",
+                    f"add '{name}:' (see {self.manual})",
                 )
         return value
 

@@ -9,9 +9,17 @@ from pathlib import Path
 
 from sparkbake.config.versions import Tag
 from sparkbake.console.tools import step
-from sparkbake.errors import ConfigError, EngineError, SmokeError
+from sparkbake.errors import ConfigError, EngineError, SmokeError, UsageError
 from sparkbake.lock import pins
-from sparkbake.nodes import cluster, cluster_files, engines, node_files, sample_envs, serve_client
+from sparkbake.nodes import (
+    cluster,
+    cluster_files,
+    engines,
+    node_files,
+    node_list,
+    sample_envs,
+    serve_client,
+)
 from sparkbake.run import Run
 
 __all__ = ["down", "logs", "status", "up", "write_node_files"]
@@ -19,22 +27,50 @@ __all__ = ["down", "logs", "status", "up", "write_node_files"]
 HOST_ROOT = Path("/")  # this host's: its sysctls only ever warn
 
 def write_node_files(args: argparse.Namespace, run: Run, tag: Tag) -> int:
-    """One .env per node (node_files), then check-env of them together."""
-    layout = node_files.parse_addresses(args.nodes, args.iface)
+    """One .env per node (node_files) from the node list or the addresses, then check-env of
+    them together; files that fail it are taken back."""
+    layout = _layout(args)
     source = args.template or node_files.template_of(tag,
                                                      sample_envs.load(run.config, tag).accept)
-    paths = node_files.write(tag, layout, source, args.out, args.force)
-    for path in paths:
-        run.console.result(f"wrote {path}")
-    return cluster_files.check_files(tag, paths, HOST_ROOT, False,
-                                     pins.runtime_lock_path(run.config, tag), console=run.console)
+
+    def check(paths: list[Path]) -> int:
+        return cluster_files.check_files(tag, paths, HOST_ROOT, False,
+                                         pins.runtime_lock_path(run.config, tag),
+                                         console=run.console)
+    code = node_files.write_checked(tag, layout, source, args.out, args.force, check)
+    for rank in range(len(layout.nodes)):
+        run.console.result(f"wrote {args.out / node_files.file_name(rank)}")
+    return code
+
+
+def _layout(args: argparse.Namespace) -> node_list.Layout:
+    """--nodes-file, or --nodes with --iface: one of them."""
+    if (args.nodes_file is None) == (args.nodes is None):
+        raise UsageError("give the node list (--nodes-file NODES.yaml) or the addresses "
+                         "(--nodes A,B,...)", "one of them: see sparkbake node-files --help")
+    if args.nodes_file is None:
+        return node_files.parse_addresses(args.nodes, args.iface)
+    if args.iface is not None:
+        raise UsageError("--iface goes with --nodes; a node list gives each node's iface",
+                         "set iface: in the list's defaults or its nodes")
+    return node_list.load(args.nodes_file)
+
+
+def _engines(args: argparse.Namespace, files: list[Path]) -> list[engines.Node]:
+    """Each file's engine: --hosts in the files' order, or by rank from --nodes-file."""
+    if args.nodes_file is None:
+        return engines.parse_hosts(args.hosts) if args.hosts else []
+    if args.hosts:
+        raise UsageError("give --hosts or --nodes-file, not both",
+                         "the node list names each node's engine")
+    return node_list.engines_for(node_list.load(args.nodes_file), files)
 
 
 def up(args: argparse.Namespace, run: Run, tag: Tag) -> int:
     """check-env of the files together, then the nodes brought up (cluster.up), or with
     --print, the commands that would bring them up by hand."""
     files: list[Path] = args.env_files
-    nodes = engines.parse_hosts(args.hosts) if args.hosts else []
+    nodes = _engines(args, files)
     image = args.image or tag.image_ref
     environ = dict(run.settings.environ)
     if args.show:
