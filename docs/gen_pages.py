@@ -72,6 +72,8 @@ CHECKS = {
                    "JSON (or its weight_map is not an object, or a DeepSeek-V4 config's "
                    "compress_ratios is not 0, 4 or 128 per layer)",
     "model-index": "the model has no model.safetensors.index.json with metadata.total_size",
+    "cache-folder": "the folder `MODEL` names is a Hugging Face cache folder (`snapshots/` in "
+                    "it, no config.json)",
     "text-checkpoint": "`LIMIT_MM_IMAGES` is above 0 (or unset) and the DeepSeek-V4 "
                        "checkpoint has no vision tower (`vision_n_layers`)",
     "dspark-config": "`VLLM_ENABLE_DSPARK` is on and the DeepSeek-V4 checkpoint's config.json "

@@ -613,6 +613,32 @@ def check_model(ctx: Context, rule: Mapping[str, Any]) -> list[Finding]:
                      reason=ctx.render(rule["reason"], problem)) for problem in problems]
 
 
+def check_cache_folder(ctx: Context, rule: Mapping[str, Any]) -> list[Finding]:
+    """MODEL names a Hugging Face cache folder (models--ORG--NAME: snapshots/REV/, refs/main)
+    rather than the snapshot in it that holds the model: the snapshot to name instead."""
+    folder = ctx.model_dir
+    if folder is None or (folder / "config.json").exists() or not (folder / "snapshots").is_dir():
+        return []
+    revision, which = cache_revision(folder)
+    extra = {"folder": str(folder), "which": which,
+             "snapshot": f"{ctx.env.get('MODEL', '').rstrip('/')}/snapshots/{revision}"}
+    return [_finding(rule, ctx.render(rule["message"], extra), rule.get("at", ""),
+                     reason=ctx.render(rule["reason"], extra))]
+
+
+def cache_revision(folder: Path) -> tuple[str, str]:
+    """The snapshot of a Hugging Face cache folder to serve, and why that one."""
+    try:
+        return (folder / "refs" / "main").read_text(encoding="utf-8").strip(), \
+            "the revision refs/main names"
+    except OSError:
+        pass
+    snapshots = sorted(path.name for path in (folder / "snapshots").iterdir() if path.is_dir())
+    if len(snapshots) == 1:
+        return snapshots[0], "its only snapshot"
+    return "REVISION", f"the revision to serve: {', '.join(snapshots) or 'none is there'}"
+
+
 def _finding(rule: Mapping[str, Any], message: str, at: str = "",
              reason: str | None = None) -> Finding:
     return Finding(rule=rule["id"], level=rule["level"], message=message,
@@ -621,6 +647,7 @@ def _finding(rule: Mapping[str, Any], message: str, at: str = "",
 
 CHECKS: dict[str, Callable[[Context, Mapping[str, Any]], list[Finding]]] = {
     "when": check_when, "types": check_types, "lengths": check_lengths, "sysctls": check_sysctls,
+    "cache-folder": check_cache_folder,
     "backends": check_backends, "backend-packages": check_backend_packages,
     "roles": check_roles, "backend-capability": check_backend_capability, "kho": check_kho,
     "backend-verdicts": check_backend_verdicts,

@@ -476,6 +476,29 @@ def test_a_hugging_face_cache_folder_is_read_at_the_snapshot_refs_main_names(
         "the model's folder on this host (or its Hugging Face cache folder)")
 
 
+def test_model_over_a_hugging_face_cache_folder_is_refused_naming_the_snapshot(
+        tmp_path: Path, host_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cache = tmp_path / "models--deepseek-ai--DeepSeek-V4-Flash"
+    snapshot = cache / "snapshots" / "0123abcd"
+    snapshot.mkdir(parents=True)
+    shutil.copy(DSV4 / "config.json", snapshot)
+    (cache / "refs").mkdir()
+    (cache / "refs" / "main").write_text("0123abcd\n")
+    env = write_env(tmp_path, f"MODEL=/model\nNUM_SPECULATIVE_TOKENS=6\nMODEL_HOST_PATH={cache}\n")
+    assert check_env(env, "3.73-vision", "--host-root", str(host_root)) == 2
+    assert capsys.readouterr().out.splitlines()[:2] == [
+        f"{env}:1: error: MODEL=/model is a Hugging Face cache folder ({cache}: snapshots/ and "
+        "no config.json), not a model's folder [model-is-cache-folder]",
+        "  -> vllm reads config.json where MODEL points and stops at start without one; set "
+        "MODEL=/model/snapshots/0123abcd (the revision refs/main names), and keep the cache "
+        "folder mounted: a snapshot's files are links into its blobs/"]
+    env.write_text(env.read_text().replace("MODEL=/model\n", "MODEL=/model/snapshots/0123abcd\n"))
+    assert check_env(env, "3.73-vision", "--host-root", str(host_root)) == 0
+    assert capsys.readouterr().out.splitlines()[0] == (  # the snapshot's model is read
+        f"{env}:3: warning: the model in {snapshot} has no model.safetensors.index.json: "
+        "whether its weights fit in GPU memory is not checked [model-index-missing]")
+
+
 def test_check_env_says_why_the_model_checks_were_skipped(
         tmp_path: Path, host_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
     env = write_env(tmp_path, "MODEL=/m\nNUM_SPECULATIVE_TOKENS=6\n")

@@ -55,8 +55,7 @@ def test_a_spark_node_runs_on_the_host_network_with_its_gpu_fabric_model_and_cac
     assert (env["NCCL_SOCKET_IFNAME"], env["GLOO_SOCKET_IFNAME"], env["NCCL_IB_HCA"]) == (
         "enp1s0f0np0", "enp1s0f0np0", "rocep1s0f0")
     assert options["volumes"] == {
-        "/srv/models/models--deepseek-ai--DeepSeek-V4-Flash-Vision-Exp":
-            {"bind": "/model", "mode": "ro"},
+        "/srv/models/DeepSeek-V4-Flash-Vision-Exp": {"bind": "/model", "mode": "ro"},
         "/srv/jit-cache": {"bind": "/var/cache/jit", "mode": "rw"}}
     assert options["device_requests"] and options["devices"] == [
         "/dev/infiniband:/dev/infiniband"]

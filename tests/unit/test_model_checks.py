@@ -186,6 +186,25 @@ def test_model_near_misses_do_not_fire(rule: str, changes: dict[str, str],
     assert rule not in fired(node(**changes), sysctls, model(tmp_path / "model", **config))
 
 
+def test_model_naming_a_hugging_face_cache_folder_is_refused_with_its_snapshot(
+        sysctls: Path, tmp_path: Path) -> None:
+    cache = tmp_path / "models--deepseek-ai--DeepSeek-V4-Flash"
+    (cache / "snapshots").mkdir(parents=True)
+    snapshot = model(cache / "snapshots" / "0123abcd")
+    (cache / "refs").mkdir()
+    (cache / "refs" / "main").write_text("0123abcd\n")
+    finding = only("model-is-cache-folder", node(MODEL="/model/"), sysctls, cache)
+    assert (finding.level, finding.at) == ("error", "MODEL")
+    assert finding.message == (f"MODEL=/model/ is a Hugging Face cache folder ({cache}: "
+                               "snapshots/ and no config.json), not a model's folder")
+    assert finding.reason.startswith("vllm reads config.json where MODEL points and stops at "
+                                     "start without one; set MODEL=/model/snapshots/0123abcd "
+                                     "(the revision refs/main names)")
+    assert findings(node(MODEL="/model/snapshots/0123abcd"), sysctls, snapshot) == []
+    (cache / "refs" / "main").unlink()
+    assert "(its only snapshot)" in only("model-is-cache-folder", node(), sysctls, cache).reason
+
+
 def test_a_per_rank_intermediate_size_b12x_cannot_take_is_refused(
         sysctls: Path, tmp_path: Path) -> None:
     folder = model(tmp_path / "model", moe_intermediate_size=2000)

@@ -10,6 +10,7 @@ series decide the rules about them; the model is read where MODEL_HOST_PATH says
 from __future__ import annotations
 
 import json
+import posixpath
 import re
 import shlex
 from collections.abc import Callable
@@ -28,6 +29,7 @@ __all__ = ["as_json", "check_env", "entrypoint", "evaluate", "hf_snapshot", "hos
            "model_checks_skipped", "node_env", "report"]
 
 LOCKED = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==", re.MULTILINE)
+MODEL_MOUNT = "/model"  # where a node's container sees MODEL_HOST_PATH
 
 
 def entrypoint() -> ModuleType:
@@ -62,19 +64,37 @@ def locked_distributions(runtime_lock: Path | None) -> frozenset[str] | None:
 
 
 def host_model_dir(env: dict[str, str]) -> Path | None:
-    """The model's folder as this host sees it: MODEL_HOST_PATH, when it is a folder here
-    (MODEL is the container's path to it); else None, and the model checks do not apply.
-    A Hugging Face cache folder (models--ORG--NAME) stands for the snapshot its refs/main
-    names, or its only snapshot."""
+    """The folder MODEL names, as this host sees it: MODEL_HOST_PATH (when it is a folder
+    here) is mounted at MODEL_MOUNT, so MODEL=/model/snapshots/REV is its snapshots/REV, and
+    MODEL=/model the folder itself (the image's rule refuses a cache folder there). For a
+    MODEL outside the mount, the mount's model: MODEL_HOST_PATH, or the snapshot a Hugging
+    Face cache folder's refs/main names (or its only one). None: the model checks do not
+    apply."""
     folder = Path(env.get("MODEL_HOST_PATH") or "")
     if not env.get("MODEL_HOST_PATH") or not folder.is_dir():
         return None
-    return hf_snapshot(folder) or folder
+    inside = _inside_mount(env.get("MODEL") or "")
+    if inside is not None:
+        return folder / inside
+    return hf_snapshot(folder) or (None if _cache_folder(folder) else folder)
+
+
+def _inside_mount(model: str) -> str | None:
+    """MODEL's path under MODEL_MOUNT ("" for the mount itself); None when it is elsewhere."""
+    path = posixpath.normpath(model) if model.startswith("/") else ""
+    if path == MODEL_MOUNT:
+        return ""
+    return path[len(MODEL_MOUNT) + 1:] if path.startswith(f"{MODEL_MOUNT}/") else None
+
+
+def _cache_folder(folder: Path) -> bool:
+    """A Hugging Face cache entry (models--ORG--NAME): snapshots/, and no model of its own."""
+    return not (folder / "config.json").exists() and (folder / "snapshots").is_dir()
 
 
 def hf_snapshot(folder: Path) -> Path | None:
     """The snapshot folder of a Hugging Face cache entry; None when folder is not one."""
-    if (folder / "config.json").exists() or not (folder / "snapshots").is_dir():
+    if not _cache_folder(folder):
         return None
     ref = folder / "refs" / "main"
     if ref.is_file():
@@ -87,15 +107,14 @@ def hf_snapshot(folder: Path) -> Path | None:
 def model_checks_skipped(env: dict[str, str]) -> str | None:
     """Why the model checks do not run for this file; None when they do."""
     given = env.get("MODEL_HOST_PATH")
-    model = host_model_dir(env)
-    if model is None:
+    if not given or not Path(given).is_dir():
         return f"MODEL_HOST_PATH={given} is not a folder on this host" if given else \
             "MODEL_HOST_PATH is not set"
-    if not (model / "config.json").is_file():
-        return f"no config.json in {model}" + (
-            " (a Hugging Face cache folder whose refs/main names no snapshot here)"
-            if (model / "snapshots").is_dir() else "")
-    return None
+    model = host_model_dir(env)
+    if model is None:
+        return f"no config.json in {given} (a Hugging Face cache folder whose refs/main names " \
+            "no snapshot here)"
+    return None if (model / "config.json").is_file() else f"no config.json in {model}"
 
 
 def tag_memory_only() -> None:

@@ -27,7 +27,7 @@ __all__ = ["ALL_GPUS", "Request", "Served", "api_checks", "fitted_length", "name
 
 ALL_GPUS = {"count": -1, "capabilities": [["gpu"]]}  # the SDK makes a DeviceRequest of it
 CONTAINER_PORT = 8000
-MODEL_MOUNT = "/model"
+MODEL_MOUNT = preflight.MODEL_MOUNT
 BASE_CHECKS = ("serve-health", "serve-models", "serve-completion", "serve-metrics")
 LONG_ALLOWED = ("1", "true")  # VLLM_ALLOW_LONG_MAX_MODEL_LEN as vLLM reads it (vllm/envs.py)
 
