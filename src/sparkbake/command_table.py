@@ -15,7 +15,7 @@ from typing import Literal
 from sparkbake.core.gpu_modes import GPU_MODES
 
 __all__ = ["COMMANDS", "DEFAULT_CACHE_SIZE", "Command", "Option", "TagUse", "by_name",
-           "shm_size", "tcp_port"]
+           "seconds", "shm_size", "tcp_port"]
 
 # How a command takes its tag: a positional TAG (argument), one it can go without
 # (optional), `--tag TAG` (option), or none; a tag's suffix names it too.
@@ -29,6 +29,17 @@ def tcp_port(text: str) -> int:
     if not text.isdigit() or not 0 < int(text) < 65536:
         raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port (1 to 65535)")
     return int(text)
+
+
+def seconds(text: str) -> float:
+    """A time in seconds above 0; else argparse's usage error (exit 2) before anything runs."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a time in seconds above 0")
+    return value
 
 
 def shm_size(text: str) -> str:
@@ -235,7 +246,7 @@ CLUSTER = (  # the commands of a deployment's nodes
                 Option("--image", "run this image (a release by digest) instead of the tag's",
                        metavar="REF"),
                 Option("--timeout", "seconds for the head to answer /health (default: 1800)",
-                       type=float, default=1800, metavar="S"),
+                       type=seconds, default=1800, metavar="S"),
                 Option("--print", "print the commands that bring the nodes up by hand; start "
                        "nothing", flag=True, dest="show"),
                 Option("--shm-size", "for nodes that share a host: each container's own "
@@ -244,7 +255,10 @@ CLUSTER = (  # the commands of a deployment's nodes
     Command("down", "remove the containers up started, on every node", _cluster("down"),
             tag="argument", options=(
                 Option("--node", "only this rank's container; the record stays for the others",
-                       type=int, metavar="RANK"),)),
+                       type=int, metavar="RANK"),
+                Option("--hosts", "also look on these Docker engines for the tag's containers "
+                       "(by label; without up's record: default the local engine)",
+                       metavar="URL,URL"))),
     Command("status", "each node's container and the head's /health", _cluster("status"),
             tag="argument"),
     Command("logs", "the last lines of each node's engine log", _cluster("logs"),

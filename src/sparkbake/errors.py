@@ -11,6 +11,7 @@ __all__ = [
     "DamagedRecord",
     "EngineError",
     "FatalError",
+    "Interrupted",
     "PatchError",
     "PatchTestError",
     "PublishError",
@@ -96,6 +97,13 @@ class EngineError(FatalError):
     """The environment lacks something: no Docker engine, a missing tool."""
 
     exit_code = 8
+
+
+class Interrupted(FatalError):
+    """Ctrl-C stopped a command that leaves things running (up's containers): the message
+    names them, the remedy what removes them. The status of a process ended by SIGINT."""
+
+    exit_code = 130
 
 
 class ReproducibilityError(FatalError):

@@ -68,7 +68,7 @@ def test_down_of_a_rank_the_cluster_lacks_is_one_line_and_removes_nothing(
 def test_logs_of_one_rank_names_its_node(project: Project, two_nodes: Cluster,
                                          capsys: pytest.CaptureFixture[str]) -> None:
     assert project.sparkbake("logs", TAG, "--rank", "1") == 0
-    said = capsys.readouterr().err
+    said = capsys.readouterr().out  # a result: `sparkbake logs TAG | grep` reads it
     assert "== rank 1, worker 1 (node1.env on unix:///var/run/docker.sock): " \
            "sparkbake-fixture-rank1" in said
     assert "rank 0" not in said
@@ -78,5 +78,5 @@ def test_status_counts_the_running_nodes_and_a_silent_head(
         project: Project, two_nodes: Cluster, docker_client: docker_engine.Client,
         capsys: pytest.CaptureFixture[str]) -> None:
     assert project.sparkbake("status", TAG) == 6  # nothing answers on the head's API
-    said = capsys.readouterr().err
+    said = capsys.readouterr().out
     assert "fixture: 2/2 node(s) running; head http://127.0.0.1:9/health: no answer" in said

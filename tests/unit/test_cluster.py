@@ -38,6 +38,8 @@ def test_engines_and_files_must_pair() -> None:
     ("ssh://admin@spark-1:2222", "http://spark-1:8300"),
     ("tcp://10.0.0.3:2375", "http://10.0.0.3:8300"),
     ("ssh://[fd00::1]", "http://[fd00::1]:8300"),
+    ("tcp://[::1]:23750", "http://[::1]:8300"),
+    ("ssh://admin@[fd00::11]:2222", "http://[fd00::11]:8300"),
 ])
 def test_the_heads_api_is_its_engines_host_at_its_port(engine: str, api: str) -> None:
     head = cluster.plan_nodes([SAMPLES / "head.env"], [Node(engine)], LOCAL)[0]
@@ -121,13 +123,50 @@ def test_the_printed_docker_run_carries_ups_options() -> None:
 def test_up_print_starts_the_workers_before_the_head(capsys: pytest.CaptureFixture[str]) -> None:
     from sparkbake.__main__ import main
 
-    files = [str(SAMPLES / name) for name in ("head.env", "worker-1.env")]
-    assert main(["up", "3.73-vision", *files, "--print", "--hosts", "spark-1,spark-2"]) == 0
+    files = [str(SAMPLES / name) for name in ("head.env", "worker-1.env", "worker-2.env",
+                                              "worker-3.env")]
+    hosts = "spark-1,spark-2,spark-3,spark-4"
+    assert main(["up", "3.73-vision", *files, "--print", "--hosts", hosts]) == 0
     out = capsys.readouterr().out
     runs = [line for line in out.splitlines() if line.startswith("docker run")]
-    assert [line.split()[4] for line in runs] == ["sparkbake-production-3.73-vision-rank1",
-                                                   "sparkbake-production-3.73-vision-rank0"]
+    assert [line.split()[4][-5:] for line in runs] == ["rank1", "rank2", "rank3", "rank0"]
     assert "curl -sf http://spark-1:8300/health" in out
+    assert all(line.startswith(("#", "env -i", "docker run")) for line in out.splitlines())
+
+
+def test_up_print_checks_the_files_together_as_up_does(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from sparkbake.__main__ import main
+
+    head = str(SAMPLES / "head.env")
+    assert main(["up", "3.73-vision", head, head, head, head, "--print"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""  # no command to copy
+    assert err.splitlines()[-2:] == [
+        "sparkbake: error: check-env for production-3.73-vision: 7 error(s) between the files",
+        "  -> fix them: each node's entrypoint, or the cluster, fails with them"]
+    assert (err.count("[rank-repeated]"), err.count("[host-address-repeated]")) == (3, 3)
+    assert "NNODES=4, but no file has rank 1, 2, 3 [rank-missing]" in err
+
+
+def test_up_print_of_one_file_of_four_nodes_is_refused(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from sparkbake.__main__ import main
+
+    assert main(["up", "3.73-vision", str(SAMPLES / "head.env"), "--print"]) == 2
+    assert f"{SAMPLES / 'head.env'}:11: error: NNODES=4, but no file has rank 1, 2, 3 " \
+           "[rank-missing]" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("given", ["-5", "0", "nan", "soon"])
+def test_a_timeout_up_cannot_wait_is_a_usage_error_before_anything_starts(
+        given: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from sparkbake.__main__ import main
+
+    assert main(["up", "3.73-vision", str(SAMPLES / "head.env"), "--timeout", given]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"sparkbake: error: argument --timeout: '{given}' is not a time in seconds above 0",
+        "  -> run `sparkbake up --help`"]
 
 
 def test_a_stopped_node_is_explained_by_vllms_own_line_or_its_last_lines() -> None:

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from sparkbake import records
 from sparkbake.config.versions import Config, Tag
@@ -115,12 +116,11 @@ def plan_nodes(files: list[Path], engines: list[Node], local: Node) -> list[Clus
 
 
 def api_url(head: ClusterNode) -> str:
-    """The head's API as seen from here: its engine's host (127.0.0.1 for a local socket)."""
-    scheme, _, rest = head.engine.url.partition("://")
-    host = "127.0.0.1" if scheme == "unix" else rest.rpartition("@")[2]
-    if scheme in ("tcp", "ssh") and not host.startswith("[") and ":" in host:
-        host = host.rsplit(":", 1)[0]
-    return f"http://{host}:{head.env.get('API_PORT') or 8000}"
+    """The head's API as seen from here: its engine's host (127.0.0.1 for a local socket),
+    without the engine's user and port; an IPv6 address bracketed."""
+    host = urlsplit(head.engine.url).hostname
+    host = "127.0.0.1" if head.engine.url.startswith("unix:") or not host else host
+    return f"http://{f'[{host}]' if ':' in host else host}:{head.env.get('API_PORT') or 8000}"
 
 
 def container_options(tag: Tag, node: ClusterNode, shm_size: str | None = None
@@ -237,12 +237,15 @@ def print_commands(tag: Tag, files: list[Path], engines: list[Node], image: str,
 
 
 def _refuse_running(cluster: Cluster, clients: dict[str, Client]) -> None:
-    for node in cluster.nodes:
-        found = containers_of(clients[node.engine.url], cluster.tag)
-        if found:
-            raise ConfigError(f"{cluster.tag} already runs on {node.engine.url} "
-                              f"({', '.join(box.name for box in found)})",
-                              f"take it down first: sparkbake down {cluster.tag}")
+    """No start over the tag's containers, found by label on every node's engine (with up's
+    record or without it): each named, and the down that removes them all."""
+    found = [f"{name} on {url}" for url, client in clients.items()
+             for name in sorted(box.name for box in containers_of(client, cluster.tag))]
+    if found:
+        hosts = ",".join(url for url in clients if url != LOCAL_ENGINE)
+        raise ConfigError(f"{cluster.tag} already has containers: {', '.join(found)}",
+                          f"take them down first: sparkbake down {cluster.tag}"
+                          + (f" --hosts {hosts}" if hosts else ""))
 
 
 def _prepare(tag: Tag, cluster: Cluster, node: ClusterNode, client: Client, *,

@@ -5,6 +5,8 @@ from its record. Each takes the command's arguments, the run and the tag (comman
 from __future__ import annotations
 
 import argparse
+import contextlib
+import sys
 from pathlib import Path
 
 from sparkbake.config.versions import Tag
@@ -14,6 +16,7 @@ from sparkbake.lock import pins
 from sparkbake.nodes import (
     cluster,
     cluster_files,
+    cluster_recovery,
     engines,
     node_files,
     node_list,
@@ -74,57 +77,105 @@ def up(args: argparse.Namespace, run: Run, tag: Tag) -> int:
     image = args.image or tag.image_ref
     environ = dict(run.settings.environ)
     if args.show:
+        with contextlib.redirect_stdout(sys.stderr):  # stdout: the commands alone
+            _check_together(run, tag, files, image)
         return cluster.print_commands(tag, files, nodes, image, environ, args.shm_size)
-    with step(run.console, f"check-env of {len(files)} file(s) for {image}"):
-        cluster_files.check_files(tag, files, HOST_ROOT, False,
-                                  pins.runtime_lock_path(run.config, tag), console=run.console,
-                                  image=image)
-    return cluster.up(run.config, tag, files, nodes, image, args.timeout, environ,
-                      args.shm_size, console=run.console)
+    with cluster_recovery.one_up(run.config, tag.name):
+        try:
+            with step(run.console, f"check-env of {len(files)} file(s) for {image}"):
+                _check_together(run, tag, files, image)
+            return cluster.up(run.config, tag, files, nodes, image, args.timeout, environ,
+                              args.shm_size, console=run.console)
+        except KeyboardInterrupt:
+            urls = [node.url for node in nodes] or [cluster.local_engine(environ).url]
+            raise cluster_recovery.interrupted(tag.name, urls) from None
+
+
+def _check_together(run: Run, tag: Tag, files: list[Path], image: str) -> None:
+    """check-env of the files as one deployment's, a single file's too (its NNODES)."""
+    cluster_files.check_files(tag, files, HOST_ROOT, False,
+                              pins.runtime_lock_path(run.config, tag), console=run.console,
+                              image=image, one_deployment=True)
 
 
 def down(args: argparse.Namespace, run: Run, tag: Tag) -> int:
-    """Remove the cluster's containers, the head first; 0 when none is left. --node: only
-    that rank's, and the record stays for the others."""
-    found = cluster.load(run.config, tag.name)
-    nodes = _ranked(found, args.node)
-    clients = cluster.clients_of(nodes)
-    for node in nodes:
-        box = cluster.box_of(clients[node.engine.url], found, node)
-        if box is not None:
-            with step(run.console, f"remove {box.name} ({node.describe()})"):
-                box.remove(force=True)
+    """Remove the tag's containers, found by up's label on its nodes' engines (the record's
+    and --hosts'; with neither, the local engine's), the head first; 0 when none is left.
+    An engine that does not answer is named and the record kept for it (exit 6). --node:
+    only that rank's, and the record stays for the others."""
+    record = cluster.state_path(run.config, tag.name)
+    found = cluster.load(run.config, tag.name) if record.is_file() else None
+    nodes = _ranked(found, args.node) if found else []
+    reached = cluster_recovery.reach(_searched(run, nodes, args.hosts))
+    boxes = cluster_recovery.labelled(reached, tag.name, args.node)
+    if found is None and not boxes and not reached.missed:
+        raise ConfigError(f"no cluster of {tag.name} was brought up from here ({record} is "
+                          f"missing), and no container of it is on {', '.join(reached.clients)}",
+                          f"name its nodes' engines: sparkbake down {tag.name} --hosts URL,URL")
+    for url, box in boxes:
+        with step(run.console, f"remove {box.name} on {url}"):
+            box.remove(force=True)
+    _not_reached(run, reached, nodes, f"rerun `sparkbake down {tag.name}` once they answer"
+                 + ("; the record is kept for them" if found else ""))
     if args.node is not None:
         run.console.result(f"{tag.name}: rank {args.node} down; the other nodes keep theirs "
                            f"(`sparkbake down {tag.name}` takes them down)")
         return 0
-    left = [f"{box.name} on {url}" for url, client in clients.items()
-            for box in cluster.containers_of(client, tag.name)]
+    left = cluster_recovery.labelled(reached, tag.name)
     if left:
-        raise EngineError(f"{tag.name}: containers left after down: {', '.join(left)}",
-                          "remove them with docker rm -f")
-    cluster.state_path(run.config, tag.name).unlink()
-    run.console.result(f"{tag.name}: down on {len(found.nodes)} node(s), no container left")
+        raise EngineError(f"{tag.name}: containers left after down: "
+                          f"{cluster_recovery.listed(left)}", "remove them with docker rm -f")
+    record.unlink(missing_ok=True)
+    done = f"down on {len(found.nodes)} node(s)" if found else \
+        f"{len(boxes)} container(s) found by label removed"
+    run.console.result(f"{tag.name}: {done}, no container left")
     return 0
 
 
+def _searched(run: Run, nodes: list[cluster.ClusterNode], hosts: str | None) -> list[str]:
+    """The engines down looks on: the nodes', --hosts', or else the local one."""
+    urls = [node.engine.url for node in nodes] + \
+        [node.url for node in (engines.parse_hosts(hosts) if hosts else [])]
+    return urls or [cluster.local_engine(dict(run.settings.environ)).url]
+
+
+def _not_reached(run: Run, reached: cluster_recovery.Reached,
+                 nodes: list[cluster.ClusterNode], remedy: str) -> None:
+    """One line for each engine that did not answer (naming its nodes), then exit 6."""
+    if not reached.missed:
+        return
+    for url, why in reached.missed.items():
+        named = [node.describe() for node in nodes if node.engine.url == url] or [url]
+        run.console.notice(f"{', '.join(named)}: not reached: {why}")
+    raise SmokeError(f"{len(reached.missed)} engine(s) did not answer: "
+                     f"{', '.join(reached.missed)}", remedy)
+
+
 def status(args: argparse.Namespace, run: Run, tag: Tag) -> int:
-    """Each node's container and state, and whether the head answers; 0 when all run and
-    the head is healthy, else 6."""
+    """Each node's container and state (on stdout), and whether the head answers; 0 when
+    all run and the head is healthy, else 6 (a node whose engine does not answer too)."""
     found = cluster.load(run.config, tag.name)
-    clients = cluster.clients_of(found.nodes)
+    reached = cluster_recovery.reach(node.engine.url for node in found.nodes)
     running = 0
     for node in found.nodes:
-        box = cluster.box_of(clients[node.engine.url], found, node)
-        state = "absent" if box is None else box.status if box.status != "exited" else \
-            f"exited ({box.attrs['State'].get('ExitCode')})"
+        state = _state(reached, found, node)
         running += state == "running"
-        run.console.result(f"rank {node.rank}  {node.describe()}  "
-                           f"{node.container(tag.name)}: {state}")
+        print(f"rank {node.rank}  {node.describe()}  {node.container(tag.name)}: {state}")
     healthy = _healthy(found.api)
-    run.console.result(f"{tag.name}: {running}/{len(found.nodes)} node(s) running; head "
-                       f"{found.api}/health: {'200' if healthy else 'no answer'}")
+    print(f"{tag.name}: {running}/{len(found.nodes)} node(s) running; head "
+          f"{found.api}/health: {'200' if healthy else 'no answer'}", flush=True)
     return 0 if healthy and running == len(found.nodes) else SmokeError.exit_code
+
+
+def _state(reached: cluster_recovery.Reached, found: cluster.Cluster,
+           node: cluster.ClusterNode) -> str:
+    if node.engine.url in reached.missed:
+        return f"not reached ({reached.missed[node.engine.url]})"
+    box = cluster.box_of(reached.clients[node.engine.url], found, node)
+    if box is None:
+        return "absent"
+    return f"exited ({box.attrs['State'].get('ExitCode')})" if box.status == "exited" \
+        else box.status
 
 
 def _healthy(api: str) -> bool:
@@ -137,15 +188,19 @@ def _healthy(api: str) -> bool:
 
 
 def logs(args: argparse.Namespace, run: Run, tag: Tag) -> int:
-    """The last lines of each node's log (or one rank's), each under a line naming its node."""
+    """The last lines of each node's log (or one rank's), each under a line naming its node,
+    on stdout; a node whose engine does not answer is named (exit 6)."""
     found = cluster.load(run.config, tag.name)
     wanted = _ranked(found, args.rank)
-    clients = cluster.clients_of(wanted)
+    reached = cluster_recovery.reach(node.engine.url for node in wanted)
     for node in wanted:
-        box = cluster.box_of(clients[node.engine.url], found, node)
-        run.console.result(f"== rank {node.rank}, {node.describe()}: {node.container(tag.name)}")
-        run.console.result(box.logs(tail=args.tail).decode(errors="replace").rstrip() if box
-                           else "(no container)")
+        print(f"== rank {node.rank}, {node.describe()}: {node.container(tag.name)}")
+        client = reached.clients.get(node.engine.url)
+        box = cluster.box_of(client, found, node) if client else None
+        print(box.logs(tail=args.tail).decode(errors="replace").rstrip() if box else
+              "(no container)" if client else "(its engine does not answer)", flush=True)
+    _not_reached(run, reached, wanted, "the other nodes' logs are above; bring those engines "
+                 "back to read theirs")
     return 0
 
 

@@ -153,11 +153,12 @@ def check_files(tag: Tag, paths: list[Path], host_root: Path, show: bool,
                 runtime_lock: Path | None = None, *, console: Console,
                 image: str | None = None, json_out: bool = False,
                 measured: Callable[[str, str], Any] | None = None,
-                ask_image: Callable[[list[dict[str, Any]], Path], list[str]] | None = None
-                ) -> int:
+                ask_image: Callable[[list[dict[str, Any]], Path], list[str]] | None = None,
+                one_deployment: bool = False) -> int:
     """check-env of each file, then of them together; ConfigError (exit 2) naming the files
     with errors when there are any. json_out: each file's answer as JSON (one document each,
-    then the findings between them as one more)."""
+    then the findings between them as one more); one_deployment: the files are all of one
+    deployment's (up's), so a single file is checked as one too (its NNODES against it)."""
     failed = []
     for path in paths:
         try:
@@ -167,8 +168,8 @@ def check_files(tag: Tag, paths: list[Path], host_root: Path, show: bool,
             if not json_out:
                 print(f"{exc.message}", flush=True)
             failed.append(str(path))
-    together = check(tag, [envfile.read(path) for path in paths], image) if len(paths) > 1 \
-        else []
+    together = check(tag, [envfile.read(path) for path in paths], image) \
+        if len(paths) > 1 or one_deployment else []
     if json_out:
         print(json.dumps({"together": [dataclasses.asdict(f) for f in together]}))
     else:
