@@ -11,6 +11,7 @@ from sparkbake.config import versions
 from sparkbake.errors import ConfigError
 from sparkbake.nodes import cluster, cluster_readout
 from sparkbake.nodes.engines import Node
+from sparkbake.nodes.serve_stream import Ready
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLES = REPO / "images" / "smoke" / "dsv4-4node" / "accept"
@@ -99,10 +100,10 @@ def test_the_acceptance_length_is_one_plus_accepted_per_draft() -> None:
 def test_the_verdict_says_what_is_missing() -> None:
     nodes = [cluster_readout.NodeReadout(0, ("GPU KV cache size: 1 tokens",)),
              cluster_readout.NodeReadout(1, ())]
-    line = cluster_readout.verdict("cpu-3.73", nodes, 41.6, 4, 5, "none")
-    assert line == ("cpu-3.73: up, but serving fails on 2 node(s), healthy 42 s after the head "
-                    "started; serve checks 4/5 passed; KV cache lines: missing on rank 1; "
-                    "acceptance: none")
+    line = cluster_readout.verdict("cpu-3.73", nodes, Ready(41.6, 42.7), 4, 5, "none")
+    assert line == ("cpu-3.73: up, but serving fails on 2 node(s), ready 43 s after the head "
+                    "started (/health 42 s, first token 43 s); serve checks 4/5 passed; KV "
+                    "cache lines: missing on rank 1; acceptance: none")
     assert cluster_readout.last_lines("a\n\nb\nc\nd\n") == "b | c | d"
 
 

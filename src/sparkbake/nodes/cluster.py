@@ -36,6 +36,7 @@ from sparkbake.nodes import (
     preflight,
     serve_checks,
     serve_client,
+    serve_stream,
 )
 from sparkbake.nodes import cluster_readout as readout
 from sparkbake.nodes.engines import Node, connect
@@ -212,12 +213,12 @@ def up(config: Config, tag: Tag, files: list[Path], engines: list[Node], image: 
         _start(tag, cluster, node, clients[node.engine.url], shm_size, console=console)
     started = time.monotonic()
     _wait_healthy(cluster, clients, timeout, console=console)
-    healthy_after = time.monotonic() - started
     head = nodes[0]
     served = serve_checks.Served(head.env, preflight.entrypoint().serve_command(
         {**dict(tag.env), **head.env}), None)
+    ready = _wait_token(cluster, served, started, timeout, console=console)
     results = _serve_checks(tag, cluster, served, console=console)
-    return _read_out(config, tag, cluster, clients, served, results, healthy_after,
+    return _read_out(config, tag, cluster, clients, served, results, ready,
                      console=console)
 
 
@@ -338,6 +339,26 @@ def _wait_healthy(cluster: Cluster, clients: dict[str, Client], timeout: float, 
                          f"sparkbake down {cluster.tag} removes the containers") from exc
 
 
+def _wait_token(cluster: Cluster, served: serve_checks.Served, started: float,
+                timeout: float, *, console: Console) -> serve_stream.Ready:
+    """Ready means a token: after /health, one streamed request's first token; both timed
+    from the head's start (started: when up started it, the last of the nodes)."""
+    healthy = time.monotonic() - started
+    server = serve_client.Server(cluster.api)
+    try:
+        with step(console, f"wait for a streamed token from {cluster.api}"):
+            serve_stream.first_token(server, serve_checks.served_name(served),
+                                     max(timeout - healthy, serve_stream.LEAST))
+    except CheckFailed as exc:
+        raise SmokeError(f"{cluster.tag}: {cluster.nodes[0].describe()}: /health answered 200 "
+                         f"but {exc}", f"sparkbake logs {cluster.tag} --rank 0 shows the "
+                         f"head's log; sparkbake down {cluster.tag} removes the containers"
+                         ) from exc
+    ready = serve_stream.Ready(healthy, time.monotonic() - started)
+    console.result(f"  {ready.describe()}")
+    return ready
+
+
 def _serve_checks(tag: Tag, cluster: Cluster, served: serve_checks.Served, *,
                   console: Console) -> list[CheckResult]:
     """The tag's serve checks but health (awaited already) against the head."""
@@ -353,8 +374,8 @@ def _serve_checks(tag: Tag, cluster: Cluster, served: serve_checks.Served, *,
 
 
 def _read_out(config: Config, tag: Tag, cluster: Cluster, clients: dict[str, Client],
-              served: serve_checks.Served, results: list[CheckResult], healthy_after: float, *,
-              console: Console) -> int:
+              served: serve_checks.Served, results: list[CheckResult], ready: serve_stream.Ready,
+              *, console: Console) -> int:
     nodes = []
     for node in cluster.nodes:
         box = box_of(clients[node.engine.url], cluster, node)
@@ -365,8 +386,9 @@ def _read_out(config: Config, tag: Tag, cluster: Cluster, clients: dict[str, Cli
     console.result(f"  acceptance: {acceptance}")
     memory = _memory(config, tag, cluster, nodes, console=console)
     passed = sum(result.status == "passed" for result in results)
-    line = readout.verdict(cluster.tag, nodes, healthy_after, passed, len(results), acceptance)
-    record = {**cluster.to_json(), "healthy_after_s": round(healthy_after, 1),
+    line = readout.verdict(cluster.tag, nodes, ready, passed, len(results), acceptance)
+    record = {**cluster.to_json(), "healthy_after_s": round(ready.health_s, 1),
+              "first_token_after_s": round(ready.first_token_s, 1),
               "checks": [records.to_json(r) for r in results], "acceptance": acceptance,
               "kv_cache": {str(n.rank): list(n.kv_cache) for n in nodes}, "memory": memory,
               "verdict": line}

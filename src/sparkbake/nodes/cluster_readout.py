@@ -9,6 +9,7 @@ import re
 from dataclasses import dataclass
 
 from sparkbake.nodes import serve_log
+from sparkbake.nodes.serve_stream import Ready
 
 __all__ = ["ACCEPTED", "DRAFTS", "KNOWN_FAILURES", "NodeReadout", "acceptance_length",
            "kv_cache_lines", "last_lines", "verdict", "why_stopped"]
@@ -71,12 +72,13 @@ def last_lines(log: str, count: int = 3) -> str:
     return " | ".join(lines[-count:]) or "no output"
 
 
-def verdict(tag: str, nodes: list[NodeReadout], healthy_after: float, checks_passed: int,
+def verdict(tag: str, nodes: list[NodeReadout], ready: Ready, checks_passed: int,
             checks: int, acceptance: str) -> str:
-    """The one line `up` ends with."""
+    """The one line `up` ends with: ready is the first streamed token, after /health."""
     state = "up" if checks_passed == checks else "up, but serving fails"
     kv = "all ranks" if all(n.kv_cache for n in nodes) else \
         "missing on rank " + ", ".join(str(n.rank) for n in nodes if not n.kv_cache)
-    return (f"{tag}: {state} on {len(nodes)} node(s), healthy {healthy_after:.0f} s after the "
-            f"head started; serve checks {checks_passed}/{checks} passed; KV cache lines: {kv}; "
-            f"acceptance: {acceptance}")
+    return (f"{tag}: {state} on {len(nodes)} node(s), ready {ready.first_token_s:.0f} s after "
+            f"the head started (/health {ready.health_s:.0f} s, first token "
+            f"{ready.first_token_s:.0f} s); serve checks {checks_passed}/{checks} passed; "
+            f"KV cache lines: {kv}; acceptance: {acceptance}")

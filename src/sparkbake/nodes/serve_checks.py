@@ -8,6 +8,7 @@ the model mounted read-only at /model; then probed from the host through a publi
 from __future__ import annotations
 
 import socket
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,13 +18,13 @@ from sparkbake.config.versions import Tag
 from sparkbake.console.display import Console
 from sparkbake.console.tools import step
 from sparkbake.core.smoke_record import CheckResult, CheckStatus, GpuMode, timed
-from sparkbake.nodes import dummy_model, envfile, preflight, serve_client, serve_log
+from sparkbake.nodes import dummy_model, envfile, preflight, serve_client, serve_log, serve_stream
 from sparkbake.nodes.dummy_model import Cut
 from sparkbake.nodes.sample_envs import Suite
 from sparkbake.oci.docker_engine import Client, started_container
 
 __all__ = ["ALL_GPUS", "Request", "Served", "api_checks", "fitted_length", "names", "prepare",
-           "run", "serve_env"]
+           "run", "serve_env", "served_name"]
 
 ALL_GPUS = {"count": -1, "capabilities": [["gpu"]]}  # the SDK makes a DeviceRequest of it
 CONTAINER_PORT = 8000
@@ -168,26 +169,33 @@ def serve(client: Client, image_id: str, tag: Tag, request: Request, served: Ser
                 volumes={str(request.model.resolve()): {"bind": MODEL_MOUNT, "mode": "ro"}},
                 device_requests=[dict(ALL_GPUS)] if tag.upstream.device == "cuda" else None,
                 ipc_mode="host") as box:
+        started = time.monotonic()  # the container's start: readiness is timed from it
         try:
             server = serve_client.Server(f"http://127.0.0.1:{port}")
-            return probe(names(tag), _checks(server, served, request, box))
+            return probe(names(tag), _checks(server, served, request, box, started))
         finally:
             log_path.parent.mkdir(parents=True, exist_ok=True)
             log_path.write_bytes(box.logs())
 
 
 def _checks(server: serve_client.Server, served: Served, request: Request,
-            box: Any) -> dict[str, Callable[[], str]]:
+            box: Any, started: float) -> dict[str, Callable[[], str]]:
+    """serve-health: ready when /health answers 200 and a streamed token comes back."""
     return {
-        "serve-health": lambda: serve_client.check_health(server, request.timeout, exited(box))
+        "serve-health": lambda: serve_stream.check_ready(
+            server, served_name(served), request.timeout, exited(box), started).describe()
         + served.describe(),
         **api_checks(server, served)}
+
+
+def served_name(served: Served) -> str:
+    return served.env.get("SERVED_MODEL_NAME") or served.env.get("MODEL") or MODEL_MOUNT
 
 
 def api_checks(server: serve_client.Server, served: Served) -> dict[str, Callable[[], str]]:
     """The serve checks of a healthy server, each asked what served's command makes: the
     served model's name, the block size and DCP of the prefix cache, dummy weights."""
-    model = served.env.get("SERVED_MODEL_NAME") or served.env.get("MODEL") or MODEL_MOUNT
+    model = served_name(served)
     block = flag(served.command, "--block-size", 16)
     dcp = flag(served.command, "--decode-context-parallel-size", 1)
     # dummy weights answer anything, even nothing
