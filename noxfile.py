@@ -44,8 +44,8 @@ def docs(session: nox.Session) -> None:
     session.run("mkdocs", "build", "--strict", "--site-dir", "build/site")
 
 
-@nox.session
-def bench(session: nox.Session) -> None:
+@nox.session(name="bench-patch")  # `bench` is the command's session (sparkbake bench TAG)
+def bench_patch(session: nox.Session) -> None:
     """The patch stage on the real vLLM tree; writes benchmarks/patch-apply.json."""
     session.install(".")
     session.run("python", "bin/bench.py", *session.posargs)

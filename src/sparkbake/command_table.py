@@ -234,6 +234,18 @@ CLUSTER = (  # the commands of a deployment's nodes
                 Option("--out", "where to write head.env, worker-1.env, ...", type=Path,
                        metavar="DIR", required=True),
                 Option("--force", "write over files already there", flag=True))),
+    Command("check-nodes", "check each node through its engine: the memory floor and its "
+            "sysctl.d file, earlyoom, the kernel's KHO, the GPU runtime, the model's shards, "
+            "the JIT cache's disk, the RDMA device and GID",
+            "sparkbake.nodes.node_check:check_nodes", tag="argument", options=(
+                Option("env_files", "every node's .env, the head's among them", type=Path,
+                       nargs="+", metavar="NODE.env"),
+                Option("--hosts", "each file's Docker engine, in the files' order (default: "
+                       "all on the local engine)", metavar="URL,URL"),
+                Option("--image", "probe with this image (default: the tag's, which the nodes "
+                       "run)", metavar="REF"),
+                Option("--apply", "write the memory floor on a node that lacks it (a "
+                       "privileged container); else print what to run there", flag=True))),
     Command("up", "bring the tag up on the nodes of its .env files: workers, then the head; "
             "serve checks and the KV-cache and acceptance readout", _cluster("up"),
             tag="argument", options=(
@@ -251,7 +263,20 @@ CLUSTER = (  # the commands of a deployment's nodes
                        "nothing", flag=True, dest="show"),
                 Option("--shm-size", "for nodes that share a host: each container's own "
                        "/dev/shm of this size (e.g. 2g) instead of the host's IPC",
-                       type=shm_size, metavar="SIZE"))),
+                       type=shm_size, metavar="SIZE"),
+                Option("--bench", "then the decode bench against the head (as `bench TAG` "
+                       "with its defaults)", flag=True))),
+    Command("bench", "a short decode bench against the head of the tag's cluster with vLLM's "
+            "own `vllm bench serve`: decode tokens per second, TTFT, the acceptance length",
+            "sparkbake.nodes.bench_run:bench_command", tag="argument", options=(
+                Option("--prompts", "requests of random tokens (default: 8)", type=int,
+                       default=8, metavar="N"),
+                Option("--input-len", "tokens of each prompt (default: 512)", type=int,
+                       default=512, metavar="N"),
+                Option("--output-len", "tokens each request generates, EOS ignored (default: "
+                       "128)", type=int, default=128, metavar="N"),
+                Option("--concurrency", "requests at a time (default: 1: one stream's decode "
+                       "speed)", type=int, default=1, metavar="N"))),
     Command("down", "remove the containers up started, on every node", _cluster("down"),
             tag="argument", options=(
                 Option("--node", "only this rank's container; the record stays for the others",

@@ -7,8 +7,10 @@ serving a tiny Llama through the head. A head that never answers and a worker st
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,7 +19,7 @@ import pytest
 from sparkbake.config import versions
 from sparkbake.console.display import Console
 from sparkbake.errors import BakeError
-from sparkbake.nodes import serve_checks
+from sparkbake.nodes import serve_checks, serve_client
 from sparkbake.oci import docker_engine
 from tests import cpu_image
 from tests.cpu_image import TAG, sparkbake
@@ -74,6 +76,18 @@ def taken_down(docker_client: docker_engine.Client) -> Iterator[None]:
     yield
     sparkbake("down", TAG)
     assert docker_client.containers.list(all=True, filters={"label": LABEL}) == []
+
+
+# ngram speculation: vLLM's CPU backend takes it without async scheduling; greedy decoding of
+# dummy weights repeats itself, so its drafts are accepted and the acceptance length shows
+NGRAM = ("SERVE_EXTRA_ARGS=\"--load-format dummy --kv-cache-dtype auto --block-size 128 "
+         "--no-async-scheduling --speculative-config '{\\\"method\\\":\\\"ngram\\\","
+         "\\\"num_speculative_tokens\\\":3,\\\"prompt_lookup_max\\\":4,"
+         "\\\"prompt_lookup_min\\\":2}'\"\n")
+SHORT_BENCH = ("--prompts", "4", "--input-len", "64", "--output-len", "64")
+FOREIGN = (r"\d+ request\(s\) were in flight at the head before the run|\d+ requests were in "
+           r"flight at the head during the run, the bench sends 1 at a time|\d+ request\(s\) "
+           r"the bench did not send finished at the head during the run")
 
 
 def first_line(done: str) -> str:
@@ -151,3 +165,54 @@ def test_a_worker_without_headless_fails_as_vllm_fails_it_and_is_named(
                     rf"sparkbake-{TAG}-rank1 exited with \d+: a worker started without "
                     r"--headless .*; vLLM: .*collective_rpc should not be called on follower "
                     "node", line), up.stderr
+
+
+def foreign_traffic(api: str, stop: threading.Event) -> None:
+    """Requests another client sends to the head while the bench runs, two at a time."""
+    server = serve_client.Server(api, timeout=120)
+
+    def send() -> None:
+        with contextlib.suppress(Exception):  # the cluster may go down under it
+            while not stop.is_set():
+                server.post("/v1/completions", {"model": "tiny", "prompt": "busy " * 40,
+                                                "max_tokens": 200, "ignore_eos": True})
+    for _ in range(2):
+        threading.Thread(target=send, daemon=True).start()
+
+
+def test_up_bench_measures_decode_and_the_acceptance_and_refuses_foreign_traffic(
+        node_files: list[Path], tmp_path: Path, taken_down: None) -> None:
+    files = []
+    for path in node_files:  # the same nodes, speculating with ngram
+        files.append(tmp_path / path.name)
+        files[-1].write_text(path.read_text() + NGRAM)
+    up = sparkbake("up", TAG, *map(str, files), *ONE_HOST, "--timeout", "600", "--bench")
+    output = up.stdout + up.stderr
+    assert up.returncode == 0, output[-4000:]
+    record = json.loads((REPO / "build" / "clusters" / f"{TAG}.json").read_text())
+    assert 0 < record["healthy_after_s"] <= record["first_token_after_s"], record
+    assert re.search(r"ready: /health 200 at [\d.]+ s, first token at [\d.]+ s after the "
+                     "container started", output), output[-3000:]
+    figures = record["bench"]
+    assert figures["load"] == {"prompts": 8, "input_len": 512, "output_len": 128,
+                               "concurrency": 1}
+    assert figures["decode_tok_s"] > 0 and figures["ttft_median_ms"] > 0, figures
+    assert figures["speculates"] and figures["acceptance_length"] > 1.0, figures
+    assert re.search(rf"{TAG}: bench: decode [\d.]+ tok/s per stream .* acceptance: "
+                     r"\d\.\d\d \(8 prompts of 512 tokens, 128 out, 1 at a time\)", output)
+
+    again = sparkbake("bench", TAG, *SHORT_BENCH)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert json.loads((REPO / "build" / "clusters" / f"{TAG}.json").read_text())["bench"][
+        "load"]["prompts"] == 4
+
+    stop = threading.Event()
+    foreign_traffic(record["api"], stop)
+    try:
+        refused = sparkbake("bench", TAG, *SHORT_BENCH)
+    finally:
+        stop.set()
+    assert refused.returncode == 6, refused.stdout + refused.stderr
+    line = first_line(refused.stderr.split("error: ", 1)[-1])
+    assert re.fullmatch(rf"{TAG}: bench refused: ({FOREIGN}), on each of 2 runs", line), \
+        refused.stderr

@@ -84,8 +84,13 @@ def up(args: argparse.Namespace, run: Run, tag: Tag) -> int:
         try:
             with step(run.console, f"check-env of {len(files)} file(s) for {image}"):
                 _check_together(run, tag, files, image)
-            return cluster.up(run.config, tag, files, nodes, image, args.timeout, environ,
+            code = cluster.up(run.config, tag, files, nodes, image, args.timeout, environ,
                               args.shm_size, console=run.console)
+            if args.bench:  # the acceptance measured on the cluster just up
+                from sparkbake.nodes import bench, bench_run
+
+                bench_run.measure(run.config, tag.name, bench.Load(), console=run.console)
+            return code
         except KeyboardInterrupt:
             urls = [node.url for node in nodes] or [cluster.local_engine(environ).url]
             raise cluster_recovery.interrupted(tag.name, urls) from None
