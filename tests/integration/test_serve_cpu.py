@@ -14,6 +14,7 @@ mirror; run by `nox -s serve-cpu`, not at every landing.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -55,6 +56,9 @@ def test_smoke_with_a_tiny_model_passes_every_serve_check(built: str, arch: str,
     assert set(serve) == {"serve-health", "serve-models", "serve-completion", "serve-metrics",
                           "serve-prefix-cache"}
     assert {status for status, _ in serve.values()} == {"passed"}, serve
+    # ready means a token: /health's 200, then a streamed token, both from the start
+    assert re.match(r"ready: /health 200 at [\d.]+ s, first token at [\d.]+ s after the "
+                    "container started", serve["serve-health"][1]), serve["serve-health"]
 
 
 def test_a_model_nobody_here_chose_passes_every_serve_check_at_its_own_length(
