@@ -242,6 +242,8 @@ CLUSTER = (  # the commands of a deployment's nodes
                        nargs="+", metavar="NODE.env"),
                 Option("--hosts", "each file's Docker engine, in the files' order (default: "
                        "all on the local engine)", metavar="URL,URL"),
+                Option("--nodes-file", "instead of --hosts: each rank's engine from the node "
+                       "list node-files read", type=Path, metavar="NODES.yaml"),
                 Option("--image", "probe with this image (default: the tag's, which the nodes "
                        "run)", metavar="REF"),
                 Option("--apply", "write the memory floor on a node that lacks it (a "

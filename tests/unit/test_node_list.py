@@ -169,14 +169,20 @@ def test_node_files_takes_one_of_the_list_and_the_addresses(
     assert code == 2 and len(err) == 2 and err[0].startswith(f"sparkbake: error: {line}"), err
 
 
-def test_up_print_runs_each_file_on_its_ranks_engine_from_the_list(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def two_nodes_on_engines(tmp_path: Path) -> tuple[Path, list[str]]:
+    """A CPU node list naming each node's engine, and the files node-files wrote from it
+    (the worker's first)."""
     path = listed(tmp_path, "defaults: {iface: lo}\nnodes:\n"
                             "  - {address: 127.0.0.1, engine: 'tcp://10.9.0.1:2375'}\n"
                             "  - {address: 127.0.0.2, engine: 'ssh://spark-2'}\n")
     assert main(["node-files", "cpu-3.73", "--nodes-file", str(path), "--out",
                  str(tmp_path / "out")]) == 0
-    files = [str(tmp_path / "out" / name) for name in ("worker-1.env", "head.env")]
+    return path, [str(tmp_path / "out" / name) for name in ("worker-1.env", "head.env")]
+
+
+def test_up_print_runs_each_file_on_its_ranks_engine_from_the_list(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path, files = two_nodes_on_engines(tmp_path)
     capsys.readouterr()
     assert main(["up", "cpu-3.73", "--nodes-file", str(path), *files, "--print"]) == 0
     out = capsys.readouterr().out
@@ -186,3 +192,19 @@ def test_up_print_runs_each_file_on_its_ranks_engine_from_the_list(
                  *files, "--print"])
     assert code == 2 and capsys.readouterr().err.splitlines()[0] == (
         "sparkbake: error: give --hosts or --nodes-file, not both")
+
+
+def test_check_nodes_takes_the_lists_engines_and_refuses_hosts_beside_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path, files = two_nodes_on_engines(tmp_path)
+    capsys.readouterr()
+    code = main(["check-nodes", "cpu-3.73", "--nodes-file", str(path), "--hosts",
+                 "ssh://a,ssh://b", *files])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 2, err
+    assert err[0] == "sparkbake: error: give --hosts or --nodes-file, not both"
+    Path(files[0]).write_text(Path(files[0]).read_text() + "VLLM_HOST_IP=127.0.0.9\n")
+    code = main(["check-nodes", "cpu-3.73", "--nodes-file", str(path), *files])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and err[0].startswith(
+        f"sparkbake: error: {files[0]}:") and "VLLM_HOST_IP=127.0.0.9, but " in err[0], err

@@ -61,12 +61,7 @@ def _layout(args: argparse.Namespace) -> node_list.Layout:
 
 def _engines(args: argparse.Namespace, files: list[Path]) -> list[engines.Node]:
     """Each file's engine: --hosts in the files' order, or by rank from --nodes-file."""
-    if args.nodes_file is None:
-        return engines.parse_hosts(args.hosts) if args.hosts else []
-    if args.hosts:
-        raise UsageError("give --hosts or --nodes-file, not both",
-                         "the node list names each node's engine")
-    return node_list.engines_for(node_list.load(args.nodes_file), files)
+    return node_list.engines_given(args.nodes_file, args.hosts, files)
 
 
 def up(args: argparse.Namespace, run: Run, tag: Tag) -> int:

@@ -14,7 +14,7 @@ from typing import Any
 from sparkbake.config.versions import Tag
 from sparkbake.console.display import Console
 from sparkbake.errors import EngineError, SmokeError
-from sparkbake.nodes import cluster, engines, node_findings, node_probe, preflight
+from sparkbake.nodes import cluster, engines, node_findings, node_list, node_probe, preflight
 from sparkbake.nodes.node_findings import Finding
 from sparkbake.oci.docker_engine import Client
 from sparkbake.run import Run
@@ -23,8 +23,9 @@ __all__ = ["check_nodes", "check_one"]
 
 
 def check_nodes(args: argparse.Namespace, run: Run, tag: Tag) -> int:
-    """Every node of the files (--hosts: each file's engine, in the files' order)."""
-    hosts = engines.parse_hosts(args.hosts) if args.hosts else []
+    """Every node of the files (--hosts: each file's engine, in the files' order; or
+    --nodes-file: each rank's, as up takes them)."""
+    hosts = node_list.engines_given(args.nodes_file, args.hosts, args.env_files)
     nodes = cluster.plan_nodes(args.env_files, hosts,
                                cluster.local_engine(dict(run.settings.environ)))
     image = args.image or tag.image_ref

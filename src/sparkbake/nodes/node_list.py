@@ -29,7 +29,8 @@ from sparkbake.config.yamlsource import LocatedDict, LocatedList, Where, did_you
 from sparkbake.errors import ConfigError, UsageError
 from sparkbake.nodes import cluster_files, engines, envfile
 
-__all__ = ["Layout", "SiteNode", "Topology", "canonical_address", "engines_for", "load"]
+__all__ = ["Layout", "SiteNode", "Topology", "canonical_address", "engines_for", "engines_given",
+           "load"]
 
 Topology = Literal["ring", "switch", "pair"]
 TOPOLOGIES: tuple[str, ...] = get_args(Topology)
@@ -196,6 +197,18 @@ def _topology(where: Where, top: LocatedDict, count: int) -> Topology | None:
                           "a pair is two nodes; a ring, two or more")
     topology: Topology = value
     return topology
+
+
+def engines_given(nodes_file: Path | None, hosts: str | None,
+                  files: list[Path]) -> list[engines.Node]:
+    """Each file's engine as a command was given it (up, check-nodes): --hosts in the files'
+    order, or by rank from --nodes-file; [] for neither (all on the local engine)."""
+    if nodes_file is None:
+        return engines.parse_hosts(hosts) if hosts else []
+    if hosts:
+        raise UsageError("give --hosts or --nodes-file, not both",
+                         "the node list names each node's engine")
+    return engines_for(load(nodes_file), files)
 
 
 def engines_for(layout: Layout, files: list[Path]) -> list[engines.Node]:
