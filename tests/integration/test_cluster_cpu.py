@@ -181,7 +181,8 @@ def foreign_traffic(api: str, stop: threading.Event) -> None:
 
 
 def test_up_bench_measures_decode_and_the_acceptance_and_refuses_foreign_traffic(
-        node_files: list[Path], tmp_path: Path, taken_down: None) -> None:
+        node_files: list[Path], tmp_path: Path, docker_client: docker_engine.Client,
+        taken_down: None) -> None:
     files = []
     for path in node_files:  # the same nodes, speculating with ngram
         files.append(tmp_path / path.name)
@@ -205,6 +206,12 @@ def test_up_bench_measures_decode_and_the_acceptance_and_refuses_foreign_traffic
     assert again.returncode == 0, again.stdout + again.stderr
     assert json.loads((REPO / "build" / "clusters" / f"{TAG}.json").read_text())["bench"][
         "load"]["prompts"] == 4
+    # kept by the image the head ran, its ID as the engine gives it, where diff looks
+    image = versions.load(REPO / "versions.yaml").tag(TAG).image_ref
+    image_id = docker_engine.image_attrs(docker_client, image)["Id"]
+    kept = json.loads((REPO / "build" / "clusters" / f"{TAG}.bench.json").read_text())
+    assert (kept[image_id]["cluster"], kept[image_id]["figures"]["load"]["prompts"]) == \
+        (TAG, 4), kept
 
     stop = threading.Event()
     foreign_traffic(record["api"], stop)

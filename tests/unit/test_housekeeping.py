@@ -184,11 +184,13 @@ def test_clean_all_keeps_records_locks_and_a_running_registry(
 def test_clean_all_keeps_the_record_of_a_cluster_that_is_up(project: versions.Config) -> None:
     clusters = project.build_dir / "clusters"
     up, up_memory = put(clusters / "cpu-3.73.json"), put(clusters / "cpu-3.73.memory.json")
+    up_bench = put(clusters / "cpu-3.73.bench.json"), put(clusters / "cpu-3.73.bench.log")
     taken_down = put(clusters / "fixture.memory.json")  # down removed fixture.json
     lock = put(clusters / "cpu-3.73.up.lock")
     said: list[str] = []
     report("clean", tidy.clean_all_items(project), False, said.append)
     assert (up.is_file(), up_memory.is_file(), lock.is_file()) == (True, True, True)
+    assert [path.is_file() for path in up_bench] == [True, True]
     assert not taken_down.exists()
     assert [line for line in said if "clusters" in line] == [
         "clean: kept build/clusters/cpu-3.73.json: the record of cpu-3.73's cluster, up on its "

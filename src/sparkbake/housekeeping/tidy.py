@@ -197,7 +197,9 @@ def _cluster_items(config: Config, folder: Path) -> list[Item]:
 
     items = []
     for entry in _children(folder):
-        tag = entry.name.removesuffix(".json").removesuffix(".memory")
+        # TAG.json, its measurements (TAG.memory.json, TAG.bench.json) and bench log
+        tag = entry.name.removesuffix(".json").removesuffix(".log").removesuffix(".memory") \
+            .removesuffix(".bench")
         if entry.name.endswith(".lock"):
             continue
         if not cluster.state_path(config, tag).is_file():

@@ -1,6 +1,8 @@
 """bench TAG (and up --bench): `vllm bench serve` from the cluster's image on the head's
 engine against the head, guarded against foreign traffic (bench.py decides), its figures
-printed and kept in the cluster record (build/clusters/TAG.json, "bench")."""
+printed and kept in the cluster record (build/clusters/TAG.json, "bench") and, by the image
+the head ran, in the tag's bench measurements (bench_store: TAG.bench.json), which outlive the
+record and where `diff` finds a release's figures."""
 
 from __future__ import annotations
 
@@ -19,10 +21,10 @@ from sparkbake.console.tools import step
 from sparkbake.core.smoke_record import CheckFailed
 from sparkbake.errors import SmokeError, UsageError
 from sparkbake.files import atomic_write, read_json, scratch_dir
-from sparkbake.nodes import bench, cluster, serve_client
+from sparkbake.nodes import bench, bench_store, cluster, serve_client
 from sparkbake.nodes.bench import BenchFigures, Load
 from sparkbake.oci import docker_engine
-from sparkbake.oci.engine_client import Container
+from sparkbake.oci.engine_client import Client, Container
 from sparkbake.run import Run
 
 __all__ = ["bench_command", "measure"]
@@ -54,7 +56,8 @@ def measure(config: Config, tag: str, load: Load, *, console: Console) -> BenchF
     """The bench against the running cluster of tag; its figures, also in its record."""
     found = cluster.load(config, tag)
     head = found.nodes[0]
-    box = cluster.box_of(cluster.clients_of([head])[head.engine.url], found, head)
+    client = cluster.clients_of([head])[head.engine.url]
+    box = cluster.box_of(client, found, head)
     if box is None or box.status != "running":
         raise SmokeError(f"{tag}: the head's container {head.container(tag)} is not running",
                          f"bring it up: sparkbake up {tag} NODE.env ...")
@@ -63,7 +66,7 @@ def measure(config: Config, tag: str, load: Load, *, console: Console) -> BenchF
     for attempt in range(1, ATTEMPTS + 1):
         result = _attempt(config, found, box, server, load, console=console)
         if isinstance(result, BenchFigures):
-            _remember(config, tag, result)
+            _remember(config, _measured(client, found, box, result))
             console.result(f"{tag}: bench: {result.describe()}")
             return result
         why = result
@@ -140,11 +143,22 @@ def _log(config: Config, tag: str) -> Path:
     return cluster.state_path(config, tag).with_suffix(".bench.log")
 
 
-def _remember(config: Config, tag: str, figures: BenchFigures) -> None:
-    """The figures as the record's "bench" key, beside up's readout."""
-    path = cluster.state_path(config, tag)
-    record = {**read_json(path), "bench": records.to_json(figures)}
+def _measured(client: Client, found: cluster.Cluster, box: Container,
+              figures: BenchFigures) -> bench_store.Measured:
+    """The figures with the image the head's container ran: its ID and manifest digests."""
+    image_id = str(box.attrs.get("Image") or "")
+    attrs = docker_engine.image_attrs_or_none(client, image_id) or {}
+    return bench_store.Measured(found.tag, found.image, image_id,
+                                bench_store.digests_of(attrs.get("RepoDigests") or []), figures)
+
+
+def _remember(config: Config, measured: bench_store.Measured) -> None:
+    """The figures as the record's "bench" key, beside up's readout, and under the image's
+    ID in the tag's bench measurements, which down keeps."""
+    path = cluster.state_path(config, measured.cluster)
+    record = {**read_json(path), "bench": records.to_json(measured.figures)}
     atomic_write(path, json.dumps(record, indent=2) + "\n")
+    bench_store.remember(path.with_suffix(bench_store.SUFFIX), measured)
 
 
 def bench_command(args: argparse.Namespace, run: Run, tag: Tag) -> int:
