@@ -22,7 +22,9 @@ from sparkbake.console.display import StageRun
 from sparkbake.core.smoke_record import CheckResult, SmokeReport
 from sparkbake.core.stages import Stage
 from sparkbake.deploy.report import DeployReport, HostReport, NodeEngine, NodeSmoke, NodeTransfer
-from sparkbake.nodes import memory_readout
+from sparkbake.nodes import bench_store, memory_readout
+from sparkbake.nodes.bench import BenchFigures, Load
+from sparkbake.nodes.bench_store import Measured
 from sparkbake.nodes.cluster import Cluster, ClusterNode
 from sparkbake.nodes.engines import Node
 from sparkbake.oci import image_layout, layers
@@ -35,6 +37,7 @@ from sparkbake.publish.record import (
     Attached,
     Change,
     Release,
+    ReleaseBench,
     ReleaseDiff,
     ReleaseSeries,
     ReleaseSmoke,
@@ -182,6 +185,14 @@ DIFF = ReleaseDiff("a", "b", {"wheels": (Change("+", "pkg", None, "1.0"),
                                          Change("~", "other", "1", "2")),
                               "base": None, "locks": ()},
                    ("a",), {"locks": ("a", "b")})
+# with the benches of the releases' images: one speculating, one not
+BENCHED = (Measured("demo", "r:demo", SHA["b"], (SHA["a"],),
+                    BenchFigures("2026-12-05", Load(4, 64, 64), 2102.5, 1234.05, 17.76, 18.62,
+                                 0.476, True, 3.7647)),
+           Measured("demo", "r@x", SHA["e"], (),
+                    BenchFigures("2026-12-06", Load(), 369.0, 148.78, 47.5, 50.1, 2.71, False)))
+DIFF_BENCH = dataclasses.replace(DIFF, bench=ReleaseBench(*BENCHED, (
+    Change("~", "decode tok/s", "2102.5", "369.0"),)))
 
 
 def release_text(release: Release, tmp_path: Path) -> str:
@@ -257,6 +268,14 @@ STAGES = [StageRun(Stage.BAKE, SHA["1"], Path("build/logs/demo/bake.log"), "cach
           StageRun(Stage.SMOKE, SHA["2"], Path("build/logs/demo/smoke.log"))]
 
 
+def bench_store_text(tmp_path: Path) -> str:
+    """build/clusters/TAG.bench.json: the benches of two images, as bench keeps them."""
+    for measured in BENCHED:
+        bench_store.remember(tmp_path / "demo.bench.json", measured)
+    assert bench_store.lookup(tmp_path, {SHA["a"]}) == BENCHED[0]
+    return (tmp_path / "demo.bench.json").read_text()
+
+
 def views_text(view: Callable[[], Any]) -> str:
     return json.dumps(view(), indent=2) + "\n"
 
@@ -270,10 +289,12 @@ CASES: dict[str, Callable[[Path], str]] = {
     "release-early": lambda tmp: release_text(records.from_json(Release, RELEASE_EARLY), tmp),
     "release-index": index_text,
     "release-diff": lambda tmp: indented(DIFF),
+    "release-diff-bench": lambda tmp: indented(DIFF_BENCH),
     **{name: partial(indented, smoke) for name, smoke in SMOKES.items()},
     "smoke-early": lambda tmp: indented(records.from_json(SmokeReport, SMOKE_EARLY)),
     **{name: partial(indented, deploy) for name, deploy in DEPLOYS.items()},
     "cluster": lambda tmp: views_text(CLUSTER.to_json),
+    "cluster-bench": bench_store_text,
     "cluster-memory": lambda tmp: views_text(lambda: memory_readout.memory_record(RANKS, "d")),
     "verify": lambda tmp: views_text(lambda: verify.report_json(VERIFY)),
     "tags": lambda tmp: views_text(lambda: [records.to_json(row) for row in TAG_ROWS]),
@@ -282,6 +303,7 @@ CASES: dict[str, Callable[[Path], str]] = {
 ROUND_TRIPS: dict[str, tuple[type[Any], Any]] = {
     **{name: (Release, release) for name, release in RELEASES.items()},
     "release-diff": (ReleaseDiff, DIFF),
+    "release-diff-bench": (ReleaseDiff, DIFF_BENCH),
     **{name: (SmokeReport, smoke) for name, smoke in SMOKES.items()},
     **{name: (DeployReport, deploy) for name, deploy in DEPLOYS.items()},
 }

@@ -28,7 +28,7 @@ from sparkbake.patch import apply
 from sparkbake.pipeline import build, release_checks, status, verify
 from sparkbake.pipeline.stage_commands import Output, print_json
 from sparkbake.planning import Plan
-from sparkbake.publish import push, release_index, releases
+from sparkbake.publish import push, release_bench, release_index, releases
 from sparkbake.run import Run
 from sparkbake.series import exchange, lint, patchtests, rebase
 from sparkbake.smoke import checks, image_planner
@@ -215,11 +215,13 @@ def releases_report(run: Run, as_json: bool = False) -> str:
 
 
 def diff_releases(run: Run, names: tuple[str, str], as_json: bool = False) -> str:
-    """What changed between two releases, from their records (a tag may be a suffix)."""
+    """What changed between two releases, from their records (a tag may be a suffix), and
+    their benches, measured on clusters that ran their images."""
     folder = run.folders.releases
     a, b = (releases.read_record(folder, _release_name(run.config, folder, n),
                                  settings=run.settings) for n in names)
-    report = releases.diff(a, b)
+    report = dataclasses.replace(releases.diff(a, b), bench=release_bench.measured(
+        run.folders.build / "clusters", a, b))
     if as_json:
         return json.dumps(records.to_json(report), indent=2)
     return "\n".join(releases.render_diff(report))

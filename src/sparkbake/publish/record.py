@@ -12,12 +12,13 @@ from typing import Any, Literal
 
 from sparkbake import records
 from sparkbake.core.baked_manifest import BakedManifest
+from sparkbake.nodes.bench_store import Measured
 from sparkbake.oci.referrers import Listing
 from sparkbake.oci.transfer import TransferRecord
 from sparkbake.publish.shipped_with import LockJson, VerdictsJson
 
-__all__ = ["Attached", "Change", "IndexEntry", "Release", "ReleaseDiff", "ReleaseSeries",
-           "ReleaseSmoke", "SmokeFound"]
+__all__ = ["Attached", "Change", "IndexEntry", "Release", "ReleaseBench", "ReleaseDiff",
+           "ReleaseSeries", "ReleaseSmoke", "SmokeFound"]
 
 # what the smoke record said of the image to publish (smoke_gate.read_smoke)
 SmokeFound = Literal["passed", "failed", "missing", "unreadable", "other image"]
@@ -131,6 +132,16 @@ class Change:
 
 
 @dataclass(frozen=True)
+class ReleaseBench:
+    """Each release's bench, as measured on a cluster that ran its image (None: not
+    measured), and how its figures changed from a to b."""
+
+    a: Measured | None
+    b: Measured | None
+    changes: tuple[Change, ...]
+
+
+@dataclass(frozen=True)
 class ReleaseDiff:
     """What changed from release a to release b, by section (in SECTIONS' order); a section is
     None when unknown: wheels and base come from image manifests that no_manifest lack, locks
@@ -141,3 +152,5 @@ class ReleaseDiff:
     sections: dict[str, tuple[Change, ...] | None]
     no_manifest: tuple[str, ...]
     unrecorded: dict[str, tuple[str, ...]] = field(default_factory=dict)  # section -> tags
+    # the benches of the releases' images (diff_releases looks them up); None: not asked
+    bench: ReleaseBench | None = field(default=None, metadata=records.OMIT_NONE)

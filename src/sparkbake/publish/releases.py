@@ -20,6 +20,7 @@ from sparkbake.core.baked_manifest import BakedManifest
 from sparkbake.errors import UsageError
 from sparkbake.files import atomic_write
 from sparkbake.oci import image_layout
+from sparkbake.publish import release_bench
 from sparkbake.publish.record import (
     Change,
     IndexEntry,
@@ -160,6 +161,8 @@ def render_diff(report: ReleaseDiff) -> list[str]:
             continue
         lines.append(f"{name}: {'changed' if changes else 'same'}")
         lines += [f"  {_change_text(c)}" for c in changes]
+    if report.bench is not None:
+        lines += release_bench.render(report.bench, (report.a, report.b))
     return lines
 
 
