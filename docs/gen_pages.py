@@ -10,7 +10,9 @@ node (`sparkbake check-env NODE.env --tag TAG --print`), and each
 `{{ up: TAG HOSTS NODE.env ... }}` with the commands `sparkbake up TAG NODE.env ... --hosts
 HOSTS --print` prints, so a command the manual shows is the program's own. And
 `{{ commands }}` with the list of commands and their options, made from the table the
-CLI's parser is made from (src/sparkbake/command_table.py).
+CLI's parser is made from (src/sparkbake/command_table.py). And `{{ path: FILE.yaml }}` with
+the operator's path that docs/FILE.yaml declares (its files, then one command a step), the
+one tests/integration/test_operator_path.py runs.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from sparkbake.command_table import COMMANDS as COMMAND_TABLE
 from sparkbake.command_table import Option
 
@@ -33,6 +37,7 @@ QUOTE = re.compile(r"\{\{\s*([\w.-]+\.json):\s*([\w.]+)\s*\}\}")
 SERVE = re.compile(r"\{\{\s*serve:\s*([\w.-]+)\s+([\w./-]+\.env)\s*\}\}")
 COMMANDS = re.compile(r"\{\{\s*commands\s*\}\}")
 UP = re.compile(r"\{\{\s*up:\s*([\w.-]+)\s+(\S+)\s+((?:[\w./-]+\.env\s+)+)\}\}")
+STEPS = re.compile(r"\{\{\s*path:\s*([\w./-]+\.yaml)\s*\}\}")
 
 PREFLIGHT_INTRO = """\
 # Preflight rules
@@ -245,6 +250,21 @@ def up_commands(tag: str, hosts: str, env_files: list[str]) -> str:
     return ran.stdout.rstrip("\n")
 
 
+def operator_path(name: str) -> str:
+    """The path docs/NAME declares: each file as a block under its name, then one shell block
+    of the steps, each under a comment saying what it does and how it ends."""
+    declared = yaml.safe_load((ROOT / "docs" / name).read_text())
+    lines = [f"`{folder}`: {what}." for folder, what in declared["stand_ins"].items()] + [""]
+    for file, text in declared["files"].items():
+        lines += [f"`{file}`:", "", *[f"    {line}".rstrip() for line in text.splitlines()], ""]
+    lines += ["```sh"]
+    for number, step in enumerate(declared["steps"], 1):
+        why = [f"#    exit {step['exit']} here: {step['why']}"] if step.get("why") else []
+        lines += [f"# {number}. {step['what']}: exit {step['exit']}", *why, step["run"],
+                  *[f"#    -> {said}" for said in step["says"]]]
+    return "\n".join([*lines, "```"])
+
+
 def option_text(option: Option) -> str:
     """An option as a user types it: `--gpu auto|require|skip`, `--json`, `NODE.env ...`."""
     shown = option.usage or option.name
@@ -268,8 +288,10 @@ def commands_table() -> str:
 def on_page_markdown(markdown: str, **_: object) -> str:
     """mkdocs hook: every `{{ FILE.json: KEY }}` replaced by its value, every
     `{{ serve: TAG NODE.env }}` and `{{ up: TAG HOSTS NODE.env ... }}` by the program's
-    commands, and `{{ commands }}` by the table of commands."""
+    commands, `{{ commands }}` by the table of commands and `{{ path: FILE.yaml }}` by the
+    operator's path it declares."""
     markdown = COMMANDS.sub(lambda _: commands_table(), markdown)
+    markdown = STEPS.sub(lambda match: operator_path(match.group(1)), markdown)
     markdown = SERVE.sub(lambda match: serve_command(match.group(1), match.group(2)), markdown)
     markdown = UP.sub(lambda match: up_commands(match.group(1), match.group(2),
                                                 match.group(3).split()), markdown)

@@ -5,10 +5,14 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
+import shlex
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+import yaml
+
+from sparkbake.__main__ import parser
 
 ROOT = Path(__file__).parents[2]
 README = ROOT / "README.md"
@@ -100,3 +104,19 @@ def test_the_four_sparks_page_quotes_its_commands_from_the_program() -> None:
     text = (DOCS / "how-to" / "four-sparks.md").read_text()
     assert "{{ serve: production-3.73-vision images/smoke/dsv4-4node/accept/worker-1.env }}" in text
     assert not re.search(r"^    vllm serve ", text, re.M)  # none typed in by hand
+
+
+def test_the_cpu_path_is_shown_from_its_declaration_and_each_step_parses() -> None:
+    """four-sparks.md's path on two CPU nodes comes from docs/how-to/cpu-path.yaml, which
+    tests/integration/test_operator_path.py runs; each step is a command the parser takes."""
+    text = (DOCS / "how-to" / "four-sparks.md").read_text()
+    assert "{{ path: how-to/cpu-path.yaml }}" in text
+    assert not re.search(r"^\s*sparkbake \w[\w-]* cpu-3\.73", text, re.M)  # none by hand
+    declared = yaml.safe_load((DOCS / "how-to" / "cpu-path.yaml").read_text())
+    shown = gen_pages().on_page_markdown("{{ path: how-to/cpu-path.yaml }}")
+    commands = [step["run"] for step in declared["steps"]]
+    assert [line for line in shown.splitlines() if line.startswith("sparkbake ")] == commands
+    assert [shlex.split(command)[1] for command in commands] == [
+        "node-files", "check-nodes", "up", "bench", "down"]
+    for command in commands:
+        assert parser().parse_args(shlex.split(command)[1:]).tag == declared["tag"]
