@@ -60,5 +60,12 @@ def test_the_measured_non_kv_share_is_kept_per_layout_and_outlives_the_record(
 
 def test_a_rank_without_a_prediction_says_why() -> None:
     assert memory_readout.describe(RankMemory(1, "worker", GIB, None, None)) == (
-        "KV room 1.00 GiB, KV cache size 0 tokens; no prediction (its model is not on this "
+        "KV room 1.00 GiB, KV cache size not logged; no prediction (its model is not on this "
         "host, or its size is not known)")
+
+
+def test_a_worker_that_logs_no_pool_says_so_beside_its_prediction() -> None:
+    predicted = {"kv_room": 2 * GIB, "kv_tokens": 2_097_152}
+    assert memory_readout.describe(RankMemory(1, "worker", None, None, predicted)) == (
+        "KV room not logged (predicted 2.00 GiB), KV cache size not logged (predicted "
+        "2,097,152 tokens)")

@@ -99,11 +99,13 @@ def warnings(ranks: list[RankMemory]) -> list[str]:
 
 
 def _gib(size: int | None) -> str:
-    return f"{(size or 0) / GIB:.2f} GiB"
+    return "not logged" if size is None else f"{size / GIB:.2f} GiB"
 
 
 def _tokens(count: int | None) -> str:
-    return f"{count or 0:,} tokens"
+    """A pool's tokens, or "not logged": vLLM logs them on the head, not on every worker, and
+    0 would read as a rank without room."""
+    return "not logged" if count is None else f"{count:,} tokens"
 
 
 def memory_record(ranks: list[RankMemory], date: str) -> dict[str, Any]:
