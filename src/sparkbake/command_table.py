@@ -114,6 +114,15 @@ DRY_RUN = Option("--dry-run", "print what would be removed and its size; remove 
 UPSTREAM = Option("--upstream", "write the series' variant for this upstream, "
                   "patches/SERIES/UPSTREAM_KEY/", metavar="UPSTREAM_KEY")
 SERIES = Option("series", "the series to write, patches/SERIES/")
+# up's and check-nodes': every node's file, and where each one's engine is
+NODES_AND_ENGINES = (
+    Option("env_files", "every node's .env, the head's among them", type=Path, nargs="+",
+           metavar="NODE.env"),
+    Option("--hosts", "each file's Docker engine, in the files' order (default: all on the "
+           "local engine)", metavar="URL,URL"),
+    Option("--nodes-file", "instead of --hosts: each rank's engine from the node list "
+           "node-files read", type=Path, metavar="NODES.yaml"),
+)
 
 
 def json_of(what: str) -> Option:
@@ -238,12 +247,7 @@ CLUSTER = (  # the commands of a deployment's nodes
             "sysctl.d file, earlyoom, the kernel's KHO, the GPU runtime, the model's shards, "
             "the JIT cache's disk, the RDMA device and GID",
             "sparkbake.nodes.node_check:check_nodes", tag="argument", options=(
-                Option("env_files", "every node's .env, the head's among them", type=Path,
-                       nargs="+", metavar="NODE.env"),
-                Option("--hosts", "each file's Docker engine, in the files' order (default: "
-                       "all on the local engine)", metavar="URL,URL"),
-                Option("--nodes-file", "instead of --hosts: each rank's engine from the node "
-                       "list node-files read", type=Path, metavar="NODES.yaml"),
+                *NODES_AND_ENGINES,
                 Option("--image", "probe with this image (default: the tag's, which the nodes "
                        "run)", metavar="REF"),
                 Option("--apply", "write the memory floor on a node that lacks it (a "
@@ -251,12 +255,7 @@ CLUSTER = (  # the commands of a deployment's nodes
     Command("up", "bring the tag up on the nodes of its .env files: workers, then the head; "
             "serve checks and the KV-cache and acceptance readout", _cluster("up"),
             tag="argument", options=(
-                Option("env_files", "every node's .env, the head's among them", type=Path,
-                       nargs="+", metavar="NODE.env"),
-                Option("--hosts", "each file's Docker engine, in the files' order (default: "
-                       "all on the local engine)", metavar="URL,URL"),
-                Option("--nodes-file", "instead of --hosts: each rank's engine from the node "
-                       "list node-files read", type=Path, metavar="NODES.yaml"),
+                *NODES_AND_ENGINES,
                 Option("--image", "run this image (a release by digest) instead of the tag's",
                        metavar="REF"),
                 Option("--timeout", "seconds for the head to answer /health (default: 1800)",
