@@ -133,7 +133,12 @@ def tinykern_scale() -> str:
     rng = random.Random(121)
     values = [float32(rng.uniform(-100.0, 100.0)) for _ in range(4096)]
     factor = float32(1.7)
-    got = tinykern.scale(values, factor)
+    try:
+        got = tinykern.scale(values, factor)
+    except RuntimeError as error:  # the launch's or the copy's CUDA error, named
+        built = ", ".join(f"sm_{arch[:-1]}" for arch in tinykern.archs()) or "no arch"
+        raise CheckFailed(f"tinykern.scale failed on this GPU: {error}; its kernels are built "
+                          f"for {built}") from None
     want = [float32(v * factor) for v in values]
     bad = [i for i, (g, w) in enumerate(zip(got, want, strict=False)) if g != w]
     if len(got) != len(want) or bad:

@@ -31,6 +31,9 @@ SITE = Path("opt/venv/lib/python3.11/site-packages")
 GREETING = "SPARKBAKE_SMOKE_GREETING"
 SERIES_SHA = "ab" * 32
 KERNEL_SOURCE = """
+#ifndef STATUS
+#define STATUS 0
+#endif
 int smokekern_add(int a, int b) { return a + b; }
 int sparkbake_device_count(void) { return DEVICES; }
 #if CAPABILITY
@@ -38,8 +41,13 @@ int sparkbake_device_capability(int device) { return device == 0 ? CAPABILITY : 
 #endif
 const char* tinykern_archs(void) { return "1210"; }
 int tinykern_scale(float* values, int count, float factor) {
+    if (STATUS) return STATUS;
     for (int i = 0; i < count; i++) values[i] = values[i] * factor + OFFSET;
     return 0;
+}
+const char* tinykern_error_text(int status) {
+    return status == 209 ? "cudaErrorNoKernelImageForDevice: no kernel image is available for "
+                           "execution on the device" : "unknown";
 }
 """
 SMOKEKERN_INIT = """\
@@ -89,14 +97,16 @@ class FakeImage:
         return self.root / SITE / relative
 
 
-def compile_kernel(target: Path, devices: int, capability: int, offset: str) -> None:
+def compile_kernel(target: Path, devices: int, capability: int, offset: str,
+                   status: int = 0) -> None:
     gcc = shutil.which("gcc")
     if gcc is None:
         pytest.fail("gcc is needed to build the stand-in kernel: apt-get install -y gcc")
     source = target.with_suffix(".c")
     source.write_text(KERNEL_SOURCE)
     subprocess.run([gcc, "-shared", "-fPIC", f"-DDEVICES={devices}",
-                    f"-DCAPABILITY={capability}", f"-DOFFSET={offset}", "-o", str(target),
+                    f"-DCAPABILITY={capability}", f"-DOFFSET={offset}", f"-DSTATUS={status}",
+                    "-o", str(target),
                     str(source)], check=True)
     source.unlink()
 
@@ -127,12 +137,13 @@ def entrypoint_samples() -> dict[str, Any]:
 
 
 def make_fake_image(root: Path, devices: int = 0, capability: int = 0,
-                    package: str = "smokekern", offset: str = "0.0f") -> FakeImage:
+                    package: str = "smokekern", offset: str = "0.0f",
+                    status: int = 0) -> FakeImage:
     init = TINYKERN_INIT.read_text() if package == "tinykern" else SMOKEKERN_INIT
     folder = install_distribution(root / SITE, package, init)
     if package == "tinykern":  # its __init__ imports the version module the build writes
         shutil.copy(TINYKERN_INIT.with_name("_version.py"), folder / "_version.py")
-    compile_kernel(folder / "_kernels.so", devices, capability, offset)
+    compile_kernel(folder / "_kernels.so", devices, capability, offset, status)
     kernel_sha = hashlib.sha256((folder / "_kernels.so").read_bytes()).hexdigest()
     upstream = {"kind": "dir", "path": "upstream", "tree": "cd" * 32}
     series = [{"name": "demo", "sha256": SERIES_SHA}]
@@ -529,6 +540,17 @@ def test_a_wrong_op_result_fails(tmp_path: Path) -> None:
     detail = image.check(gpu="require")["gpu-op"]["detail"]
     assert detail.startswith("tinykern.scale(x, 1.7000000476837158) differs from the Python "
                              "reference in 4096 of 4096 values; first at 0: ")
+
+
+def test_a_kernel_without_code_for_the_gpu_fails_naming_the_error_and_its_arches(
+        tmp_path: Path) -> None:
+    # what the 12.1a demo's launch returns on a Hopper card
+    image = make_fake_image(tmp_path / "root", devices=1, package="tinykern", status=209)
+    check = image.check(gpu="require")["gpu-op"]
+    assert (check["status"], check["detail"]) == (
+        "failed", "tinykern.scale failed on this GPU: CUDA error 209 "
+        "(cudaErrorNoKernelImageForDevice: no kernel image is available for execution on the "
+        "device); its kernels are built for sm_121")
 
 
 def test_no_op_check_for_the_wheels_is_a_skip_naming_them(tmp_path: Path) -> None:

@@ -1,5 +1,6 @@
 // tinykern: one CUDA kernel behind a plain C ABI, so the package needs no torch.
 #include <cuda_runtime.h>
+#include <stdio.h>
 
 #define SPARKBAKE_STR2(x) #x
 #define SPARKBAKE_STR(x) SPARKBAKE_STR2(x)
@@ -39,9 +40,23 @@ int tinykern_scale(float* host_values, int count, float factor) {
     if (status != cudaSuccess) return (int)status;
     cudaMemcpy(device_values, host_values, bytes, cudaMemcpyHostToDevice);
     scale_kernel<<<(count + 255) / 256, 256>>>(device_values, count, factor);
-    status = cudaMemcpy(host_values, device_values, bytes, cudaMemcpyDeviceToHost);
+    // A launch fails without stopping the copies: a GPU this library has no code for
+    // (cudaErrorNoKernelImageForDevice) would otherwise hand the values back unscaled.
+    status = cudaGetLastError();
+    if (status == cudaSuccess) {
+        status = cudaMemcpy(host_values, device_values, bytes, cudaMemcpyDeviceToHost);
+    }
     cudaFree(device_values);
     return (int)status;
+}
+
+// The CUDA runtime's name and text for an error value, e.g. "cudaErrorNoKernelImageForDevice:
+// no kernel image is available for execution on the device".
+const char* tinykern_error_text(int status) {
+    static char text[256];
+    cudaError_t error = (cudaError_t)status;
+    snprintf(text, sizeof text, "%s: %s", cudaGetErrorName(error), cudaGetErrorString(error));
+    return text;
 }
 
 }  // extern "C"

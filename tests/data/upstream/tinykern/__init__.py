@@ -11,6 +11,7 @@ from ._version import __version__ as __version__
 # setuptools names the library with the ABI suffix: _kernels.cpython-311-x86_64-linux-gnu.so
 _library = ctypes.CDLL(str(next(Path(__file__).parent.glob("_kernels*.so"))))
 _library.tinykern_archs.restype = ctypes.c_char_p
+_library.tinykern_error_text.restype = ctypes.c_char_p
 
 
 def archs() -> list[str]:
@@ -27,5 +28,6 @@ def scale(values: list[float], factor: float) -> list[float]:
     array = (ctypes.c_float * len(values))(*values)
     status = _library.tinykern_scale(array, len(values), ctypes.c_float(factor))
     if status != 0:
-        raise RuntimeError(f"CUDA error {status}")
+        text = _library.tinykern_error_text(status).decode()
+        raise RuntimeError(f"CUDA error {status} ({text})")
     return list(array)
