@@ -359,6 +359,11 @@ RELEASES = (
                 Option("--rebuild", "then build that tag from clean (each platform's image of "
                        "a release) and require the registry's digest, bit for bit; needs "
                        "--against", flag=True),
+                Option("--hosts", "then check the image each of these Docker engines holds: by "
+                       "the signed manifest digest, or, where a relay rewrote the manifest, by "
+                       "the config digest and layer DiffIDs it names", metavar="URL,URL"),
+                Option("--image", "with --hosts: the name the nodes hold the image under "
+                       "(default: the signed digest, else its config digest)", metavar="REF"),
                 json_of("the statements"))),
 )
 

@@ -174,4 +174,5 @@ def keys(args: argparse.Namespace, run: Run) -> int:
 def verify_release(args: argparse.Namespace, run: Run) -> int:
     from sparkbake.pipeline import release_checks
     return release_checks.verify_release(run, args.reference, args.key, args.against,
-                                         as_json=args.json, rebuild=args.rebuild)
+                                         as_json=args.json, rebuild=args.rebuild,
+                                         hosts=args.hosts, image=args.image)

@@ -7,7 +7,7 @@ import json
 import tempfile
 from pathlib import Path
 
-from sparkbake.attest import signing, verification
+from sparkbake.attest import image_identity, signing, verification
 from sparkbake.attest.signing import PublicKey, SigningKey
 from sparkbake.config import versions as config_mod
 from sparkbake.config.settings import Settings
@@ -61,11 +61,14 @@ def split_reference(reference: str) -> tuple[str, str]:
 
 
 def verify_release(run: Run, reference: str, key_path: Path, against: Path | None, *,
-                   as_json: bool = False, rebuild: bool = False) -> int:
+                   as_json: bool = False, rebuild: bool = False, hosts: str | None = None,
+                   image: str | None = None) -> int:
     settings, console = run.settings, run.console
     if rebuild and against is None:
         raise UsageError("--rebuild builds the tag the provenance names in a versions.yaml: "
                          "add --against VERSIONS_YAML")
+    if image is not None and hosts is None:
+        raise UsageError("--image names the image on the nodes of --hosts: add --hosts URL,URL")
     repository, name = split_reference(reference)
     key = signing.public_key(key_path)
     session = registry_access.open_session(repository, settings, VerificationError, console=console)
@@ -81,6 +84,8 @@ def verify_release(run: Run, reference: str, key_path: Path, against: Path | Non
                                        tag if d == digest else None,
                                        console=console)  # not an index's child
                    for d in images]
+        if hosts is not None:
+            on_nodes(run, session, digest, key, Path(work) / "nodes", tag, hosts, image)
     built_as = [_shown(one, key, against, console=console) for one in checked]
     if rebuild and against is not None:  # once every signature and statement held
         pinned = Run.of(config_mod.load(against), settings, console)
@@ -90,6 +95,25 @@ def verify_release(run: Run, reference: str, key_path: Path, against: Path | Non
         print(json.dumps([{"reference": c.reference, "provenance": c.provenance,
                            "smoke": c.smoke} for c in checked], indent=2))
     return 0
+
+
+def on_nodes(run: Run, session: Session, digest: str, key: PublicKey, work: Path,
+             tag: str | None, hosts: str, image: str | None) -> None:
+    """verify-release --hosts: each node's image (image, else the signed digest or, from a
+    relay that rewrote its manifest, the config it names) is the signed one."""
+    from sparkbake.nodes import engines
+
+    signed = image_identity.signed_images(session, digest, key,
+                                          image_layout.Layout(work, run.console), tag)
+    repository = f"{session.remote.host}/{session.remote.path}"
+    names = [image] if image else [f"{repository}@{digest}", *(s.config for s in signed)]
+    for node in engines.parse_hosts(hosts):
+        client = engines.connect(node)
+        try:
+            run.console.result(image_identity.check_held(client, names, signed,
+                                                         f"node {node.url}"))
+        finally:
+            client.close()
 
 
 def _shown(one: verification.Verified, key: PublicKey, against: Path | None, *,
