@@ -367,11 +367,16 @@ RELEASES = (
                 json_of("the statements"))),
 )
 
+SPARKRUN = (  # sparkbake's builder for sparkrun (src/sparkbake/sparkrun_plugin)
+    Command("sparkrun-plugin-path", "the folder of sparkbake's builder plugin, to list under "
+            "sparkrun's plugins.paths", "sparkbake.sparkrun_plugin:plugin_path"),
+)
+
 # in this order, the order of --help and of `nox -l`
 COMMANDS: tuple[Command, ...] = (
     Command("tags", "every tag: platform, series, built, smoked, published", _handler("tags"),
             options=(Option("--json", "print the list as JSON", flag=True),)),
-    *BUILD, *IMAGE, *CLUSTER, *HOUSEKEEPING, *SERIES_TOOLS, *RELEASES,
+    *BUILD, *IMAGE, *CLUSTER, *HOUSEKEEPING, *SERIES_TOOLS, *RELEASES, *SPARKRUN,
 )
 
 

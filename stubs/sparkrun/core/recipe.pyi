@@ -1,0 +1,6 @@
+from typing import Any
+
+class Recipe:
+    container: str
+    builder: str
+    builder_config: dict[str, Any]

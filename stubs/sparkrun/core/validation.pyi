@@ -1,0 +1,4 @@
+class RecipeIssue:
+    severity: str
+    code: str
+    summary: str
