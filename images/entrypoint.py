@@ -3,7 +3,9 @@
 With arguments, it runs exactly them: no env-derived flag is ever added. Without, it builds
 `vllm serve` from the environment (see STEPS and README "Entrypoint"), runs the preflight
 checks of preflight.py (SPARKBAKE_PREFLIGHT=0 skips them) and execs it; errors refuse the
-start with exit status 2. `--print` shows the command instead of running it.
+start with exit status 2. Arguments that are only flags (a launcher's, appended to the
+entrypoint: see launcher_flags) are taken as the environment's, then the same. `--print`
+shows the command instead of running it.
 Standard library only, Python >= 3.10: this file is copied into the image, with
 preflight.py, model_checks.py and preflight.json beside it.
 """
@@ -199,6 +201,40 @@ def serve_command(env: Env) -> list[str]:
     return cmd
 
 
+def value_flags() -> dict[str, str]:
+    """Each flag a variable makes with its value as the next argument: --port -> API_PORT."""
+    probe = "\0"
+    found: dict[str, str] = {}
+    for names, render in STEPS:
+        try:
+            made = render({names[0]: probe}) if len(names) == 1 else []
+        except ValueError:  # a typed variable's step: not a plain value
+            continue
+        if len(made) == 2 and made[1] == probe:
+            found[made[0]] = names[0]
+    return found
+
+
+def launcher_flags(argv: list[str], env: Env) -> tuple[dict[str, str], list[str]]:
+    """The environment with the flags a launcher appended to the entrypoint, and the flags
+    left to append to the command. A flag a variable makes sets that variable (sparkrun
+    appends --served-model-name and, across nodes, --nnodes, --node-rank, --master-addr and
+    --master-port), so the preflight checks its value and the command has it once;
+    --headless is the entrypoint's own on a worker; any other flag is kept, in order."""
+    known, given, kept = value_flags(), dict(env), []
+    rest = list(argv)
+    while rest:
+        flag = rest.pop(0)
+        name, _, inline = flag.partition("=")
+        if name in known and (inline or rest):
+            given[known[name]] = inline or rest.pop(0)
+        else:
+            kept.append(flag)
+    if "--headless" in kept and checks.is_worker(effective_env(given)):
+        kept.remove("--headless")
+    return given, kept
+
+
 def read_manifest(env: Env) -> dict[str, Any] | None:
     try:
         with open(env.get("SPARKBAKE_MANIFEST") or MANIFEST, encoding="utf-8") as handle:
@@ -281,14 +317,15 @@ def main(argv: list[str]) -> int:
     show = argv[:1] == ["--print"]
     cmd = argv[1:] if show else argv
     env = dict(os.environ)
-    if not cmd:
-        if show and not env.get("MODEL"):
+    if not cmd or cmd[0].startswith("-"):  # none, or a launcher's flags: the env's command
+        if show and not cmd and not env.get("MODEL"):
             return describe_image(env)
+        env, appended = launcher_flags(cmd, env)
         status = preflight(env)
         if status:
             return status
         try:
-            cmd = serve_command(env)
+            cmd = serve_command(env) + appended
         except ValueError as exc:
             print(f"sparkbake: {exc}; see `sparkbake check-env`", file=sys.stderr)
             return 2

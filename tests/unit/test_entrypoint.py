@@ -367,3 +367,42 @@ def test_rank_stands_for_an_unset_node_rank() -> None:
     assert "--headless" not in entrypoint().serve_command(copied)  # no rank: the head's
     # NODE_RANK, where given, is the node's rank
     assert entrypoint().serve_command({**env, "RANK": "0"}) == node_command(1)
+
+
+# What sparkrun's vllm-distributed runtime appends to a recipe's command on rank 1 of four:
+# the served name always, the rendezvous across nodes (its generate_node_command).
+SPARKRUN_FLAGS = {"SERVED_MODEL_NAME": "--served-model-name", "NNODES": "--nnodes",
+                  "NODE_RANK": "--node-rank", "MASTER_ADDR": "--master-addr",
+                  "MASTER_PORT": "--master-port"}
+
+
+def launcher_argv(values: dict[str, str]) -> list[str]:
+    return [*(word for name, flag in SPARKRUN_FLAGS.items() for word in (flag, values[name])),
+            "--headless"]
+
+
+def test_a_launchers_flags_set_their_variables_and_reach_the_command_once() -> None:
+    """The worker's values with the launcher's in flags: the command the file alone makes,
+    no flag doubled (the served name, the rendezvous, --headless) and none dropped."""
+    values = envfile.read(ENV_DIR / "worker.env").values
+    rest = {name: value for name, value in values.items() if name not in SPARKRUN_FLAGS}
+    result = run("--print", *launcher_argv(values),
+                 env={"PATH": "/usr/bin:/bin", "SPARKBAKE_PREFLIGHT": "0", **rest})
+    assert result.returncode == 0, result.stderr
+    assert shlex.split(result.stdout) == node_command(1)
+
+
+def test_a_launcher_flag_no_variable_makes_is_kept_after_the_command() -> None:
+    env = {"PATH": "/usr/bin:/bin", "SPARKBAKE_PREFLIGHT": "0", "MODEL": "/m"}
+    result = run("--print", "--port=9000", "--enforce-eager", "--headless", env=env)
+    assert shlex.split(result.stdout) == [
+        *entrypoint().serve_command({"MODEL": "/m", "API_PORT": "9000"}),
+        "--enforce-eager", "--headless"]  # the head: --headless is the launcher's own
+
+
+def test_a_launchers_flags_go_through_the_preflight(image_env: dict[str, str]) -> None:
+    """Given as a flag, a value is the preflight's to check as the variable's: refused."""
+    result = run("--served-model-name", "x", "--nnodes", "four",
+                 env={**image_env, "MODEL": "/m"})
+    assert result.returncode == 2 and result.stdout == ""
+    assert "sparkbake preflight: error: " in result.stderr and "NNODES" in result.stderr

@@ -57,6 +57,16 @@ class Folders:
         """The wheels of runtime locks, by the lock's hash."""
         return self.wheels / "runtime"
 
+    def sparkrun_wheels(self, requirement: str) -> Path:
+        """sparkrun's wheels and its dependencies', by requirement (sparkrun==0.4.2): what
+        its checks of recipes install offline in a container."""
+        return self.wheels / "sparkrun" / requirement.replace("==", "-")
+
+    @property
+    def device_packages(self) -> Path:
+        """The Debian packages of the OCI runtime a device bundle carries (runc)."""
+        return self.wheels / "device-smoke"
+
     @property
     def oci(self) -> Path:
         """The bake stage's OCI image layout: every tag's image, by tag name."""
