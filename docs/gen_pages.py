@@ -12,7 +12,8 @@ HOSTS --print` prints, so a command the manual shows is the program's own. And
 `{{ commands }}` with the list of commands and their options, made from the table the
 CLI's parser is made from (src/sparkbake/command_table.py). And `{{ path: FILE.yaml }}` with
 the operator's path that docs/FILE.yaml declares (its files, then one command a step), the
-one tests/integration/test_operator_path.py runs.
+one tests/integration/test_operator_path.py runs. And `{{ recipe: TAG ARGS }}` with the
+sparkrun recipe `sparkbake recipe TAG ARGS` prints.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ SERVE = re.compile(r"\{\{\s*serve:\s*([\w.-]+)\s+([\w./-]+\.env)\s*\}\}")
 COMMANDS = re.compile(r"\{\{\s*commands\s*\}\}")
 UP = re.compile(r"\{\{\s*up:\s*([\w.-]+)\s+(\S+)\s+((?:[\w./-]+\.env\s+)+)\}\}")
 STEPS = re.compile(r"\{\{\s*path:\s*([\w./-]+\.yaml)\s*\}\}")
+RECIPE = re.compile(r"\{\{\s*recipe:\s*([^}]+?)\s*\}\}")
 
 PREFLIGHT_INTRO = """\
 # Preflight rules
@@ -250,6 +252,16 @@ def up_commands(tag: str, hosts: str, env_files: list[str]) -> str:
     return ran.stdout.rstrip("\n")
 
 
+def recipe_text(args: str) -> str:
+    """What `sparkbake recipe ARGS` prints: a tag's sparkrun recipe."""
+    ran = subprocess.run([sys.executable, "-m", "sparkbake", "--config",
+                          str(ROOT / "versions.yaml"), "recipe", *args.split()],
+                         capture_output=True, text=True, check=False, cwd=ROOT)
+    if ran.returncode != 0 or not ran.stdout.startswith("recipe_version:"):
+        raise RuntimeError(f"recipe {args} gave no recipe: {ran.stderr.strip()[-300:]}")
+    return ran.stdout.rstrip("\n")
+
+
 def operator_path(name: str) -> str:
     """The path docs/NAME declares: each file as a block under its name, then one shell block
     of the steps, each under a comment saying what it does and how it ends."""
@@ -288,10 +300,12 @@ def commands_table() -> str:
 def on_page_markdown(markdown: str, **_: object) -> str:
     """mkdocs hook: every `{{ FILE.json: KEY }}` replaced by its value, every
     `{{ serve: TAG NODE.env }}` and `{{ up: TAG HOSTS NODE.env ... }}` by the program's
-    commands, `{{ commands }}` by the table of commands and `{{ path: FILE.yaml }}` by the
-    operator's path it declares."""
+    commands, `{{ commands }}` by the table of commands, `{{ path: FILE.yaml }}` by the
+    operator's path it declares and `{{ recipe: TAG ARGS }}` by what `sparkbake recipe TAG
+    ARGS` prints."""
     markdown = COMMANDS.sub(lambda _: commands_table(), markdown)
     markdown = STEPS.sub(lambda match: operator_path(match.group(1)), markdown)
+    markdown = RECIPE.sub(lambda match: recipe_text(match.group(1)), markdown)
     markdown = SERVE.sub(lambda match: serve_command(match.group(1), match.group(2)), markdown)
     markdown = UP.sub(lambda match: up_commands(match.group(1), match.group(2),
                                                 match.group(3).split()), markdown)

@@ -31,6 +31,13 @@ def tcp_port(text: str) -> int:
     return int(text)
 
 
+def server_count(text: str) -> int:
+    """A count of compile farm servers, 1 to 64; else argparse's usage error (exit 2)."""
+    if not text.isdigit() or not 0 < int(text) <= 64:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a count of servers (1 to 64)")
+    return int(text)
+
+
 def seconds(text: str) -> float:
     """A time in seconds above 0; else argparse's usage error (exit 2) before anything runs."""
     try:
@@ -175,6 +182,11 @@ IMAGE = (  # the commands on the tag's image
                 Option("--serve-timeout", "how long the server may take to answer /health "
                        "(default 1800)", type=float, default=1800.0, metavar="SECONDS"),
                 json_of("the smoke record"))),
+    Command("device-bundle", "the image cut down to what its smoke checker uses, with runc: "
+            "the smoke on a GPU machine without a container engine", _handler("device_bundle"),
+            tag="argument", options=(
+                Option("--out", "write the bundle here (default: build/smoke/TAG-device.tar.xz)",
+                       type=Path, metavar="FILE"),)),
     Command("publish", "push the smoked image to its registry and record what went into the "
             "digest", _handler("publish"), tag="argument", on_release=_handler("publish_release"),
             options=(
@@ -211,6 +223,12 @@ IMAGE = (  # the commands on the tag's image
                choices=("start", "stop", "status")),
         Option("--port", "the port of 127.0.0.1 to start it on (default: 5000)", type=tcp_port,
                default=5000))),
+    Command("compile-farm", "the compile farm the builder sends its compiles to (sccache-dist "
+            "on loopback)", "sparkbake.wheels.farm_commands:compile_farm", options=(
+        Option("action", "start it, say what runs and what the scheduler counts, or end it all",
+               choices=("up", "status", "down")),
+        Option("--local", "up: a scheduler and N servers on this machine", type=server_count,
+               metavar="N"))),
     Command("check-env", "preflight a node's .env for a tag (several: the nodes of one "
             "deployment, also checked against each other)", _handler("check_env"),
             tag="option", options=(
@@ -266,7 +284,11 @@ CLUSTER = (  # the commands of a deployment's nodes
                        "/dev/shm of this size (e.g. 2g) instead of the host's IPC",
                        type=shm_size, metavar="SIZE"),
                 Option("--bench", "then the decode bench against the head (as `bench TAG` "
-                       "with its defaults)", flag=True))),
+                       "with its defaults)", flag=True),
+                Option("--require-signature", "refuse, before anything runs on a node, an "
+                       "image that is not the tag's release signed by this public key (by its "
+                       "manifest digest, or its config digest and layer DiffIDs)", type=Path,
+                       metavar="PUB"))),
     Command("bench", "a short decode bench against the head of the tag's cluster with vLLM's "
             "own `vllm bench serve`: decode tokens per second, TTFT, the acceptance length",
             "sparkbake.nodes.bench_run:bench_command", tag="argument", options=(
@@ -344,6 +366,20 @@ RELEASES = (
     Command("diff", "what changed between two releases", _handler("diff"), options=(
         Option("tags", "two released tags (or suffixes)", nargs=2, metavar="TAG"),
         Option("--json", "print the differences as JSON", flag=True))),
+    Command("recipe", "a sparkrun recipe of the tag's release: its image by digest, started "
+            "through the image's entrypoint with a node's values", "sparkbake.sparkrun."
+            "commands:recipe", tag="argument",
+            on_release="sparkbake.sparkrun.commands:recipe_release", options=(
+                Option("--out", "write it to FILE (default: stdout)", type=Path,
+                       metavar="FILE"),
+                Option("--model", "the model: a Hugging Face repository, or its folder on "
+                       "every node (default: the node file's MODEL_HOST_PATH)",
+                       metavar="MODEL"),
+                Option("--env-file", "the node .env to serve with (default: the tag's smoke "
+                       "suite's accept/head.env, else its serve.env)", type=Path,
+                       metavar="NODE.env"),
+                Option("--local", "the engine's image of the tag, not yet published (marked "
+                       "so in the recipe's metadata)", flag=True))),
     # keys and verify-release read no versions.yaml: anyone can check a release
     Command("keys", "the key pair publish signs with", _handler("keys"), options=(
         Option("action", "write PATH and PATH.pub", choices=("generate",)),

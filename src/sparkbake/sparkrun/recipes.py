@@ -33,7 +33,8 @@ from sparkbake.publish import releases
 from sparkbake.publish.record import Release
 from sparkbake.run import Run
 
-__all__ = ["RUNTIME", "Source", "recipe_for", "release_name", "source_env"]
+__all__ = ["RUNTIME", "Source", "entrypoint_argv", "published", "recipe_for",
+           "release_name", "source_env"]
 
 RUNTIME = "vllm-distributed"  # vLLM's own multi-node start (mp executor), as our nodes run it
 # the values the recipe's env takes from sparkrun's config and launch, by variable
@@ -73,10 +74,9 @@ def recipe_for(run: Run, tag: Tag, release: Release | None = None, *,
     node). UsageError: no release record (and not local), or no model; ConfigError: values
     the entrypoint cannot make a command of."""
     if release is None and not local:
-        release = releases.read_record(run.folders.releases, release_name(run.config, tag),
-                                       settings=run.settings)
+        release = published(run, release_name(run.config, tag))
     source = source_env(run.config, tag, env_file)
-    served = _model(model, source, tag, run)
+    served = _model(model, source, tag, run, local)
     env, defaults = _env(source)
     recipe: dict[str, Any] = {
         "recipe_version": "2",
@@ -93,6 +93,17 @@ def recipe_for(run: Run, tag: Tag, release: Release | None = None, *,
         "metadata": {"sparkbake": _metadata(tag, release, source, env, defaults)},
     }
     return recipe
+
+
+def published(run: Run, name: str) -> Release:
+    """The release record of `name`; UsageError, with both remedies, when there is none."""
+    try:
+        return releases.read_record(run.folders.releases, name, settings=run.settings)
+    except UsageError:
+        path = run.folders.release_record(name)
+        raise UsageError(f"{name} is not published: no release record {path}",
+                         f"publish it (`{run.settings.command('publish', name)}`), or make "
+                         "the recipe of the local image with --local") from None
 
 
 def release_name(config: Config, tag: Tag) -> str:
@@ -125,14 +136,15 @@ def _suite_env(config: Config, tag: Tag) -> Path | None:
     return None
 
 
-def _model(model: str | None, source: Source, tag: Tag, run: Run) -> str:
+def _model(model: str | None, source: Source, tag: Tag, run: Run, local: bool) -> str:
     found = model or source.values.get("MODEL_HOST_PATH")
     if not found:
         where = f"{source.path} sets no MODEL_HOST_PATH" if source.path else "no node .env"
+        again = run.settings.command("recipe", tag.name, *(["--local"] if local else []),
+                                     "--model", "ORG/NAME")
         raise UsageError(f"no model for {tag.name}'s recipe: {where}",
                          "give --model: a Hugging Face repository or the model's folder on "
-                         f"every node (`{run.settings.command('recipe', tag.name)} --model "
-                         "ORG/NAME`)")
+                         f"every node (`{again}`)")
     return found
 
 

@@ -1,0 +1,206 @@
+"""`sparkbake recipe`: a sparkrun recipe of a tag's release record, and its faults, each one
+line and its exit code. Pure file work on a copy of this project's versions.yaml; sparkrun's
+own check of the recipes is tests/integration/test_sparkrun_recipes.py."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shlex
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from sparkbake import records, resources
+from sparkbake.__main__ import main, parser
+from sparkbake.config import versions
+from sparkbake.nodes import envfile
+from sparkbake.publish.record import Release
+from sparkbake.run import Run
+from sparkbake.sparkrun import recipes
+from tests.conftest import plain_console, settings_of
+
+from .test_docs import gen_pages
+
+ROOT = Path(__file__).parents[2]
+GOLDEN = ROOT / "tests" / "data" / "records"
+HEAD = resources.path("smoke/dsv4-4node/accept/head.env")
+
+
+@pytest.fixture
+def config_path(tmp_path: Path) -> Path:
+    """This project's versions.yaml in a folder of its own: its build/ is the test's."""
+    shutil.copy(ROOT / "versions.yaml", tmp_path / "versions.yaml")
+    return tmp_path / "versions.yaml"
+
+
+def published(config_path: Path, tag: str, golden: str = "release.json") -> dict[str, Any]:
+    """A release record of tag as publish writes it (a golden record's, renamed)."""
+    record: dict[str, Any] = json.loads((GOLDEN / golden).read_text())
+    record["tag"] = tag
+    folder = config_path.parent / "build" / "releases"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{tag}.json").write_text(json.dumps(record))
+    return record
+
+
+def recipe_of(config_path: Path, capsys: pytest.CaptureFixture[str], *args: str) -> Any:
+    assert main(["--config", str(config_path), "recipe", *args]) == 0
+    return yaml.safe_load(capsys.readouterr().out)
+
+
+def run_of(config_path: Path) -> Run:
+    return Run.of(versions.load(config_path), settings_of(), plain_console())
+
+
+def test_a_published_tag_is_pinned_by_its_release_digest(
+        config_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    record = published(config_path, "demo")
+    made = recipe_of(config_path, capsys, "demo", "--model", "org/tiny")
+    assert made["container"] == record["pinned"]
+    assert made["metadata"]["sparkbake"] == {
+        "tag": "demo", "release": "demo", "digest": record["digest"],
+        "published": record["published"], "env_file": "serve.env",
+        "serve_command": made["metadata"]["sparkbake"]["serve_command"]}
+    assert (made["recipe_version"], made["runtime"], made["model"]) == (
+        "2", "vllm-distributed", "org/tiny")
+
+
+def test_the_command_is_the_images_entrypoint_as_the_bake_sets_it(
+        config_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    published(config_path, "demo")
+    made = recipe_of(config_path, capsys, "demo", "--model", "org/tiny")
+    runtime = json.loads(resources.path("runtime.json").read_text())
+    assert shlex.split(made["command"]) == runtime["entrypoint"]
+
+
+def test_the_production_recipe_is_the_suites_head_without_what_sparkrun_owns(
+        config_path: Path) -> None:
+    """Four nodes at TP 4 from the reference head; its rank, rendezvous, addresses, fabric
+    and host paths are sparkrun's (appended flags, its probes, its mounts), its port, name,
+    TP and model path come from sparkrun's config, the rest is the file's."""
+    run = run_of(config_path)
+    made = recipes.recipe_for(run, run.config.tag("production-3.73-vision"), local=True)
+    head = envfile.read(HEAD).values
+    assert (made["min_nodes"], made["max_nodes"], made["defaults"]) == (4, 4, {
+        "port": 8300, "tensor_parallel": 4, "served_model_name": "deepseek-v4-vision"})
+    assert made["model"] == head["MODEL_HOST_PATH"]
+    assert made["env"] == {
+        "DCP_SIZE": "1", "KV_CACHE_MEMORY_BYTES": "", "GPU_MEMORY_UTILIZATION": "0.75",
+        "MAX_MODEL_LEN": "393216", "MAX_NUM_SEQS": "8", "MAX_NUM_BATCHED_TOKENS": "8192",
+        "VLLM_ENABLE_DSPARK": "1", "NUM_SPECULATIVE_TOKENS": "6",
+        "DSPARK_DRAFT_SAMPLE_METHOD": "greedy", "MAX_CUDAGRAPH_CAPTURE_SIZE": "56",
+        "CUDAGRAPH_CAPTURE_SIZES": head["CUDAGRAPH_CAPTURE_SIZES"],
+        "VLLM_CUDAGRAPH_MODE": "FULL_AND_PIECEWISE", "ENABLE_PREFIX_CACHING": "1",
+        "MODEL": "{launch.model_path}", "API_PORT": "{config.port}",
+        "SERVED_MODEL_NAME": "{config.served_model_name}",
+        "TP_SIZE": "{config.tensor_parallel}"}
+    assert made["container"] == "localhost:5000/sparkrun-vllm-ds4-gb10:production-3.73-vision"
+    assert made["metadata"]["sparkbake"]["local"] is True
+    assert made["readiness"] == {"inference": True, "inference_style": "openai-chat-stream-v1"}
+
+
+def test_a_multi_platform_release_is_one_container_on_its_index(config_path: Path) -> None:
+    """sparkrun's `containers:` binds images to host names; the index lets each node's
+    engine take its own platform's image under one reference."""
+    record = records.from_json(Release, published(config_path, "demo", "release-multi.json"))
+    run = run_of(config_path)
+    made = recipes.recipe_for(run, run.config.tag("demo"), record, model="org/tiny")
+    assert "containers" not in made
+    assert made["container"] == record.pinned
+    assert made["metadata"]["sparkbake"]["platforms"] == {
+        p.tag: p.digest for p in record.platforms}
+
+
+def test_out_writes_the_file_and_nothing_on_stdout(
+        config_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    published(config_path, "demo")
+    out = tmp_path / "recipes" / "demo.yaml"
+    assert main(["--config", str(config_path), "recipe", "demo", "--model", "org/tiny",
+                 "--out", str(out)]) == 0
+    shown = capsys.readouterr()
+    assert shown.out == "" and f"recipe: {out}" in shown.err
+    assert yaml.safe_load(out.read_text())["model"] == "org/tiny"
+
+
+def error_of(config_path: Path, capsys: pytest.CaptureFixture[str], *args: str) -> str:
+    assert main(["--config", str(config_path), "recipe", *args]) == 2
+    shown = capsys.readouterr()
+    assert shown.out == ""
+    return shown.err
+
+
+def test_an_unknown_tag_is_one_line_naming_the_nearest(
+        config_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    err = error_of(config_path, capsys, "demoo")
+    first, remedy = err.splitlines()
+    assert first == f"sparkbake: error: {config_path}: no tag 'demoo' (did you mean 'demo'?)"
+    assert remedy.startswith("  -> known tags: cpu-3.73, demo, ")
+
+
+def test_an_unpublished_tag_says_publish_it_or_local(
+        config_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    err = error_of(config_path, capsys, "demo", "--model", "org/tiny")
+    record = config_path.parent / "build" / "releases" / "demo.json"
+    assert err == (
+        f"sparkbake: error: demo is not published: no release record {record}\n"
+        f"  -> publish it (`sparkbake --config {config_path} publish demo`), or make the "
+        "recipe of the local image with --local\n")
+
+
+def test_an_out_that_cannot_be_written_is_one_line(
+        config_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    published(config_path, "demo")
+    folder = tmp_path / "taken"
+    folder.mkdir()
+    err = error_of(config_path, capsys, "demo", "--model", "org/tiny", "--out", str(folder))
+    assert err == (f"sparkbake: error: --out {folder}: cannot be written (Is a directory)\n"
+                   "  -> give a file in a folder you can write\n")
+    assert list(folder.iterdir()) == []  # no temporary file left
+
+
+def test_no_model_anywhere_is_one_line(
+        config_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    err = error_of(config_path, capsys, "demo", "--local")
+    serve = resources.path("smoke/common/serve.env")
+    assert err == (
+        f"sparkbake: error: no model for demo's recipe: {serve} sets no MODEL_HOST_PATH\n"
+        "  -> give --model: a Hugging Face repository or the model's folder on every node "
+        f"(`sparkbake --config {config_path} recipe demo --local --model ORG/NAME`)\n")
+
+
+def test_values_the_entrypoint_refuses_are_one_line_naming_the_file(
+        config_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.env"
+    bad.write_text("MODEL_HOST_PATH=/srv/m\nLIMIT_MM_IMAGES=four\n")
+    err = error_of(config_path, capsys, "demo", "--local", "--env-file", str(bad))
+    assert err.startswith(f"sparkbake: error: {bad}: the image's entrypoint makes no command "
+                          "of these values for demo: ")
+    assert len(err.splitlines()) == 2 and "Traceback" not in err
+
+
+def test_a_recipe_for_another_release_record_keeps_the_tags_settings(config_path: Path) -> None:
+    run = run_of(config_path)
+    record = records.from_json(Release, published(config_path, "demo"))
+    renamed = dataclasses.replace(record, tag="demo-rc")
+    made = recipes.recipe_for(run, run.config.tag("demo"), renamed, model="org/tiny")
+    assert made["metadata"]["sparkbake"]["release"] == "demo-rc"
+
+
+def test_the_sparkrun_page_quotes_its_recipe_from_the_program() -> None:
+    """docs/how-to/sparkrun.md: the recipe shown is what `sparkbake recipe` prints, none
+    typed in by hand, and each sparkbake command on the page parses."""
+    text = (ROOT / "docs" / "how-to" / "sparkrun.md").read_text()
+    assert "{{ recipe: production-3.73-vision --local }}" in text
+    assert "recipe_version:" not in text
+    shown = gen_pages().on_page_markdown("{{ recipe: production-3.73-vision --local }}")
+    assert yaml.safe_load(shown)["metadata"]["sparkbake"]["tag"] == "production-3.73-vision"
+    commands = [line for line in text.splitlines() if line.startswith("sparkbake ")]
+    assert [shlex.split(c)[1] for c in commands] == ["publish", "recipe"]
+    for command in commands:
+        assert parser().parse_args(shlex.split(command)[1:]).tag == "production-3.73-vision"
+    with pytest.raises(RuntimeError, match="gave no recipe"):
+        gen_pages().on_page_markdown("{{ recipe: no-such-tag }}")
