@@ -79,9 +79,10 @@ def test_the_command_is_the_images_entrypoint_as_the_bake_sets_it(
 
 def test_the_production_recipe_is_the_suites_head_without_what_sparkrun_owns(
         config_path: Path) -> None:
-    """Four nodes at TP 4 from the reference head; its rank, rendezvous, addresses, fabric
-    and host paths are sparkrun's (appended flags, its probes, its mounts), its port, name,
-    TP and model path come from sparkrun's config, the rest is the file's."""
+    """Four nodes at TP 4 from the reference head; its rendezvous, addresses, fabric and
+    host paths are sparkrun's (appended flags, its probes, its mounts), its node count and
+    rank sparkrun's launch's, its port, name, TP and model path sparkrun's config's, the
+    rest is the file's."""
     run = run_of(config_path)
     made = recipes.recipe_for(run, run.config.tag("production-3.73-vision"), local=True)
     head = envfile.read(HEAD).values
@@ -89,7 +90,8 @@ def test_the_production_recipe_is_the_suites_head_without_what_sparkrun_owns(
         "port": 8300, "tensor_parallel": 4, "served_model_name": "deepseek-v4-vision"})
     assert made["model"] == head["MODEL_HOST_PATH"]
     assert made["env"] == {
-        "DCP_SIZE": "1", "KV_CACHE_MEMORY_BYTES": "", "GPU_MEMORY_UTILIZATION": "0.75",
+        "NNODES": "{launch.num_nodes}", "NODE_RANK": "{launch.node_rank}", "DCP_SIZE": "1",
+        "KV_CACHE_MEMORY_BYTES": "", "GPU_MEMORY_UTILIZATION": "0.75",
         "MAX_MODEL_LEN": "393216", "MAX_NUM_SEQS": "8", "MAX_NUM_BATCHED_TOKENS": "8192",
         "VLLM_ENABLE_DSPARK": "1", "NUM_SPECULATIVE_TOKENS": "6",
         "DSPARK_DRAFT_SAMPLE_METHOD": "greedy", "MAX_CUDAGRAPH_CAPTURE_SIZE": "56",

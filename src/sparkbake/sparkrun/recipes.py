@@ -44,11 +44,14 @@ FROM_SPARKRUN = {
     "SERVED_MODEL_NAME": "{config.served_model_name}",
     "TP_SIZE": "{config.tensor_parallel}",
 }
+# ... and those that stand in for the file's own where it sets them (sparkrun's flags for
+# them, appended across nodes, then say the same)
+FROM_LAUNCH = {"NNODES": "{launch.num_nodes}", "NODE_RANK": "{launch.node_rank}"}
 # a node file's values that are not the container's: the host's paths and image (up mounts
-# and starts them), each node's rank and address and the cluster's rendezvous (sparkrun
-# appends them as flags), the fabric (sparkrun detects it per cluster), and smoke's own
+# and starts them), the node's address and the cluster's rendezvous (sparkrun appends them
+# as flags), the fabric (sparkrun detects it per cluster), and smoke's own
 NOT_IN_RECIPE = frozenset({
-    "IMAGE", "MODEL_HOST_PATH", "CACHE_HOST_PATH", "NNODES", "NODE_RANK", "RANK",
+    "IMAGE", "MODEL_HOST_PATH", "CACHE_HOST_PATH", "RANK",
     "MASTER_ADDR", "MASTER_PORT", "VLLM_HOST_IP", "FABRIC_IFACE", "FABRIC_TOPOLOGY", "IB_HCA",
     "IB_GID_INDEX", "SMOKE_DUMMY_LAYERS",
 })
@@ -164,7 +167,7 @@ def _env(source: Source) -> tuple[dict[str, str], dict[str, Any]]:
     }
     if values.get("SERVED_MODEL_NAME"):
         defaults["served_model_name"] = values["SERVED_MODEL_NAME"]
-    env = {name: value for name, value in values.items()
+    env = {name: FROM_LAUNCH.get(name, value) for name, value in values.items()
            if name not in NOT_IN_RECIPE and name not in FROM_SPARKRUN}
     env.update({name: template for name, template in FROM_SPARKRUN.items()
                 if name != "SERVED_MODEL_NAME" or "served_model_name" in defaults})
