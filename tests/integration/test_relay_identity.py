@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import json
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -72,10 +73,11 @@ def pulled(client: docker_engine.Client) -> Iterator[list[str]]:
             client.images.remove(name)
 
 
-def relayed(signed: Signed, work: Path, change_layer: bool = False) -> str:
-    """A copy of the release in another repository with every layer compressed again (and,
-    with change_layer, its last layer's contents changed): its repository@digest."""
-    repository, _, digest = signed.pinned.partition("@")
+def relayed(pinned: str, work: Path, change_layer: bool = False) -> str:
+    """A copy of the release pinned in another repository (sbs3-relay-copy-*) with every
+    layer compressed again (and, with change_layer, its last layer's contents changed): its
+    repository@digest."""
+    repository, _, digest = pinned.partition("@")
     layout = image_layout.Layout(work / "oci", plain_console())
     session = registry_access.open_session(repository, Settings.of_process(),
                                            console=plain_console())
@@ -91,7 +93,7 @@ def relayed(signed: Signed, work: Path, change_layer: bool = False) -> str:
         config = layout.add_bytes(image_layout.canonical(document), image_layout.CONFIG_TYPE)
     image = layout.add_bytes(image_layout.canonical(image_layout.manifest(config, blobs)),
                              image_layout.MANIFEST_TYPE)
-    copy = repository.replace("sbs3-relay-", "sbs3-relay-copy-")
+    copy = f"{repository.partition('/')[0]}/sbs3-relay-copy-{uuid.uuid4().hex[:8]}"
     copied = registry_access.open_session(copy, Settings.of_process(), console=plain_console())
     new_digest, _ = copied.push(layout, image, ["relayed"])
     assert new_digest != digest
@@ -117,7 +119,7 @@ def pull(client: docker_engine.Client, ref: str, pulled: list[str]) -> dict[str,
 def test_a_recompressed_copy_verifies_by_its_config_and_says_so(
         client: docker_engine.Client, signed: Signed, pulled: list[str], tmp_path: Path,
         capsys: pytest.CaptureFixture[str]) -> None:
-    copy = relayed(signed, tmp_path)
+    copy = relayed(signed.pinned, tmp_path)
     attrs = pull(client, copy, pulled)
     assert attrs["Id"] == signed.config
     assert copy in attrs["RepoDigests"]  # type: ignore[operator]
@@ -138,7 +140,7 @@ def test_a_recompressed_copy_verifies_by_its_config_and_says_so(
 def test_a_copy_with_one_layer_changed_is_refused_in_one_line(
         client: docker_engine.Client, signed: Signed, pulled: list[str], tmp_path: Path,
         capsys: pytest.CaptureFixture[str]) -> None:
-    copy = relayed(signed, tmp_path, change_layer=True)
+    copy = relayed(signed.pinned, tmp_path, change_layer=True)
     attrs = pull(client, copy, pulled)
     assert attrs["Id"] != signed.config
     assert main(["verify-release", signed.pinned, "--key", str(signed.pub),
@@ -156,3 +158,67 @@ def test_a_node_without_the_image_is_named(signed: Signed,
     assert main(["verify-release", signed.pinned, "--key", str(signed.pub),
                  "--hosts", NODE, "--image", missing]) == 7
     assert f"sparkbake: error: node {NODE} holds no {missing}\n" in capsys.readouterr().err
+
+
+def deploy_signed(signed: Signed) -> int:
+    return main(["--config", str(signed.project.config.path), "deploy", TAG,
+                 "--hosts", "tcp://127.0.0.1:9", "--require-signature", str(signed.pub)])
+
+
+def test_deploy_checks_the_record_against_the_config_the_signed_manifest_names(
+        signed: Signed, capsys: pytest.CaptureFixture[str]) -> None:
+    assert deploy_signed(signed) == 8  # the signature and the record hold; no node answers
+    assert "node tcp://127.0.0.1:9: no Docker engine answers" in capsys.readouterr().err
+    path = signed.project.release
+    record = json.loads(path.read_text())
+    other = f"sha256:{'e' * 64}"
+    path.write_text(json.dumps({**record, "image_id": other}))
+    assert deploy_signed(signed) == 7
+    assert f"sparkbake: error: the release record of {TAG} names image {other[:19]}, but the " \
+        f"signed {signed.pinned} names config {signed.config[:19]}\n" in capsys.readouterr().err
+
+
+def up_signed(signed: Signed, image: str, tmp_path: Path) -> int:
+    head = tmp_path / "head.env"
+    head.write_text("NNODES=1\nNODE_RANK=0\n")
+    return main(["--config", str(signed.project.config.path), "up", TAG, str(head),
+                 "--image", image, "--require-signature", str(signed.pub)])
+
+
+def test_up_checks_a_relayed_copy_by_its_config_before_the_files(
+        client: docker_engine.Client, signed: Signed, pulled: list[str], tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    copy = relayed(signed.pinned, tmp_path)
+    pull(client, copy, pulled)
+    code = up_signed(signed, copy, tmp_path)
+    err = capsys.readouterr().err
+    assert f"verified node {NODE}: {copy} = {signed.pinned} by its config digest " \
+        f"{signed.config[:19]} and 2 layer DiffIDs" in err
+    assert code == 2  # then check-env refuses this stand-in file: the check came first
+    assert f"sparkbake: error: check-env for {TAG}: 1 of 1 file(s) with preflight errors" in err
+
+
+def test_up_refuses_a_tag_never_published_with_require_signature(
+        signed: Signed, local: Local, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    repository = f"127.0.0.1:{local.port}/sbs3-relay-unpublished-{uuid.uuid4().hex[:6]}"
+    config = registry_config(tmp_path / "other", repository)
+    head = tmp_path / "head.env"
+    head.write_text("NNODES=1\n")
+    assert main(["--config", str(config.path), "up", TAG, str(head),
+                 "--require-signature", str(signed.pub)]) == 7
+    assert f"sparkbake: error: {repository}:{TAG} is not in its registry: no signed release " \
+        "to check the nodes' image against\n" in capsys.readouterr().err
+
+
+def test_up_refuses_a_copy_with_one_layer_changed_before_anything_runs(
+        client: docker_engine.Client, signed: Signed, pulled: list[str], tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    copy = relayed(signed.pinned, tmp_path, change_layer=True)
+    pull(client, copy, pulled)
+    changed = docker_engine.image_attrs(client, copy)["Id"]
+    assert up_signed(signed, copy, tmp_path) == 7
+    assert f"sparkbake: error: node {NODE}: {copy}: layer 2 of 2 has DiffID " in \
+        capsys.readouterr().err
+    assert not [box.id for box in client.containers.list(all=True)
+                if box.attrs.get("Image") == changed]  # no preflight, no start

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from sparkbake import planning
+from sparkbake.attest.image_identity import SignedImage
 from sparkbake.config.platforms import Platform, of_machine, platform_name
 from sparkbake.config.settings import Settings
 from sparkbake.config.versions import Config, Tag
@@ -28,9 +29,10 @@ __all__ = ["deploy_release"]
 
 def deploy_release(config: Config, name: str, nodes: list[Node],
                    facts: Callable[[planning.Plan], checks.Facts], options: checks.Options,
-                   stream: bool = False, *, settings: Settings,
-                   console: Console) -> list[DeployReport]:
-    """The release on every node, by the index digest; one report per platform's nodes."""
+                   stream: bool = False, *, settings: Settings, console: Console,
+                   signed: tuple[SignedImage, ...] = ()) -> list[DeployReport]:
+    """The release on every node, by the index digest; one report per platform's nodes
+    (signed: what the signed index names, each node's image checked against it)."""
     record = releases.read_record(Folders.of(config).releases, name, settings=settings)
     if not record.platforms:
         raise PublishError(f"the release record of {name} lists no platforms",
@@ -42,7 +44,7 @@ def deploy_release(config: Config, name: str, nodes: list[Node],
         pulled = _pulled_release(record, tag, plan, settings=settings)
         reports.append(rollout.deploy(config, plan, group, functools.partial(facts, plan),
                                       options, stream=stream, release=pulled, console=console,
-                                      settings=settings))
+                                      settings=settings, signed=signed))
     return reports
 
 

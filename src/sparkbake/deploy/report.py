@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from sparkbake import records
+from sparkbake.attest.image_identity import Identity
 from sparkbake.core import smoke_record
 from sparkbake.core.smoke_record import CheckResult, CheckStatus, GpuMode
 
@@ -66,6 +67,9 @@ class HostReport:
     engine: NodeEngine | None = field(default=None, metadata=records.OMIT_NONE)
     transfer: NodeTransfer | None = field(default=None, metadata=records.key(inline=True))
     image_id: str | None = field(default=None, metadata=records.OMIT_NONE)  # on the node
+    # what the node's image was checked by: the signed (or pulled) manifest digest, or, for
+    # an image present or streamed, its config digest and layer DiffIDs
+    identity: Identity | None = field(default=None, metadata=records.OMIT_NONE)
     # repository@digest the node's engine holds it by (pulls)
     repo_digest: str | None = field(default=None, metadata=records.OMIT_NONE)
     smoke: NodeSmoke | None = field(default=None, metadata=records.OMIT_NONE)

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from sparkbake import records
+from sparkbake.attest.image_identity import SignedImage
 from sparkbake.config.platforms import of_machine
 from sparkbake.config.settings import Settings
 from sparkbake.config.versions import Config
@@ -28,6 +29,8 @@ from sparkbake.console.display import Console
 from sparkbake.console.tools import step
 from sparkbake.core.folders import Folders
 from sparkbake.core.smoke_record import SmokeReport
+from sparkbake.deploy import node_image
+from sparkbake.deploy.node_image import check_image_id
 from sparkbake.deploy.report import (
     DeployReport,
     DeployResult,
@@ -51,17 +54,6 @@ from sparkbake.smoke import checks
 __all__ = ["Job", "check_image_id", "deploy"]
 
 
-def check_image_id(node: Node, ref: str, release: Release, found: str | None) -> None:
-    """The node's image under ref must be the release's: its image ID (the config digest),
-    or its manifest digest, which an engine with the containerd image store uses as ID."""
-    if found is not None and found in (release.image_id, release.digest):
-        return
-    raise PublishError(f"node {node.url}: {ref} is {found[:19] if found else 'missing'}, not "
-                       f"the released image {release.image_id[:19]}",
-                       "the registry or the node's engine holds another image under that "
-                       "digest or name: check both, then deploy again (--stream sends ours)")
-
-
 @dataclass(frozen=True)
 class Job:
     """One deploy: the tag and its release, how to smoke it, how the image may travel."""
@@ -74,11 +66,13 @@ class Job:
     stream: bool
     local: Callable[[], Client]  # the local engine, connected when first needed
     folder: Path  # build/deploys/<tag>-<time>/: per node, its smoke record and log
+    signed: tuple[SignedImage, ...] = ()  # --require-signature: what the signed manifest names
 
 
 def deploy(config: Config, plan: Plan, nodes: list[Node], facts: Callable[[], checks.Facts],
            options: checks.Options, *, stream: bool = False,
-           release: Release | None = None, console: Console, settings: Settings) -> DeployReport:
+           release: Release | None = None, console: Console, settings: Settings,
+           signed: tuple[SignedImage, ...] = ()) -> DeployReport:
     """Put the tag's release (or the one given: a platform of a multi-platform release,
     pulled by its index digest) on every node, verify it and smoke it there, one node after
     the other (stopping at the first failure); write and return the report. facts is
@@ -89,7 +83,8 @@ def deploy(config: Config, plan: Plan, nodes: list[Node], facts: Callable[[], ch
     started = datetime.now(UTC)
     folder = Folders.of(config).deploys / f"{plan.tag.name}-{started:%Y%m%dT%H%M%S.%fZ}"
     job = Job(config, plan, functools.cache(facts), options, release, stream,
-              functools.cache(functools.partial(docker_engine.connect, settings)), folder)
+              functools.cache(functools.partial(docker_engine.connect, settings)), folder,
+              signed)
     hosts = {node: HostReport(node.url, "not attempted") for node in nodes}
     result: DeployResult = "failed"
     try:
@@ -133,10 +128,13 @@ def _deploy_node(job: Job, node: Node, client: Client, hosts: dict[Node, HostRep
         host = replace(host, engine=_engine(client, node, job.plan))
         moved = _transfer(job, node, client, console=console, settings=settings)
         host = replace(host, transfer=moved)
-        host = replace(host, image_id=_tag_and_verify(job, node, client,
-                                                      moved.method == "pull", console=console))
+        found, identity = node_image.tag_and_verify(
+            job.release, job.plan.tag.image_ref, job.signed, node, client,
+            moved.method == "pull", console=console)
+        host = replace(host, image_id=found, identity=identity)
         if moved.method == "pull":
-            host = replace(host, repo_digest=_check_repo_digest(job, node, client))
+            host = replace(host, repo_digest=node_image.check_repo_digest(job.release, node,
+                                                                          client))
         beside = _smoke_config(job, node)
         record = checks.results_paths(beside, job.plan)[0]
         try:
@@ -263,44 +261,6 @@ class _Counted:
         for chunk in self.chunks:
             self.bytes += len(chunk)
             yield chunk
-
-
-def _tag_and_verify(job: Job, node: Node, client: Client, pulled: bool, *, console: Console) -> str:
-    """Name the image on the node (the published names and the tag's own); what was pulled
-    (the pinned digest) or loaded (the image ID), then each name, must be the release's
-    image. Returns its ID on the node."""
-    release = job.release
-    source = release.pinned if pulled else release.image_id
-    found = _image_id(client, source)
-    check_image_id(node, source, release, found)
-    names = list(dict.fromkeys([*release.images, job.plan.tag.image_ref]))
-    for name in names:
-        repository, tag = name.rsplit(":", 1)
-        client.api.tag(source, repository, tag, force=True)
-        check_image_id(node, name, release, _image_id(client, name))
-    console.notice(f"deploy: {node.url}: {', '.join([source, *names])} = {str(found)[:19]} "
-                   "(verified)")
-    return str(found)
-
-
-def _check_repo_digest(job: Job, node: Node, client: Client) -> str:
-    """The node's engine must hold the image by the digest it pulled (the release's, an
-    index for a multi-platform release): its RepoDigests name it."""
-    held = client.images.get(job.release.pinned).attrs.get("RepoDigests") or []
-    if job.release.pinned not in held:
-        raise PublishError(f"node {node.url}: the pulled image is held as "
-                           f"{', '.join(held) or 'no repository digest'}, not as "
-                           f"{job.release.pinned}", "check the node's registry and deploy again")
-    return job.release.pinned
-
-
-def _image_id(client: Client, ref: str) -> str | None:
-    import docker.errors
-
-    try:
-        return str(client.images.get(ref).id)
-    except docker.errors.ImageNotFound:
-        return None
 
 
 def _smoke_config(job: Job, node: Node) -> Config:

@@ -77,6 +77,12 @@ def up(args: argparse.Namespace, run: Run, tag: Tag) -> int:
         return cluster.print_commands(tag, files, nodes, image, environ, args.shm_size)
     with cluster_recovery.one_up(run.config, tag.name):
         try:
+            if args.require_signature is not None:  # before anything runs on a node
+                from sparkbake.nodes import image_check
+
+                image_check.require_signed(tag, image, args.require_signature,
+                                           nodes or [cluster.local_engine(environ)],
+                                           settings=run.settings, console=run.console)
             with step(run.console, f"check-env of {len(files)} file(s) for {image}"):
                 _check_together(run, tag, files, image)
             code = cluster.up(run.config, tag, files, nodes, image, args.timeout, environ,

@@ -241,12 +241,12 @@ def deploy_tag(run: Run, tag: Tag, hosts: str, stream: bool, gpu: checks.GpuMode
                output: Output = Output(), require_signature: Path | None = None) -> int:
     """The tag's release onto each node, verified there and smoked (the common checks)."""
     nodes = engines.parse_hosts(hosts)
-    release_checks.require_signed(run, tag.name, require_signature)
+    signed = release_checks.require_signed(run, tag.name, require_signature)
     plan = planning.make(run.config, tag)
     with _stage(run, tag.name, Stage.DEPLOY, plan.inputs):
         report = rollout.deploy(run.config, plan, nodes, lambda: smoke_facts(run, plan),
                                 checks.Options(gpu=gpu), stream=stream, console=run.console,
-                                settings=run.settings)
+                                settings=run.settings, signed=signed)
     methods = ", ".join(f"{h.host} ({h.transfer.method})" for h in report.hosts if h.transfer)
     print_json(output, records.to_json(report))
     return _done(run, f"deployed {tag.name} ({report.image_id[:19]}) to {methods}; smoke "
@@ -257,11 +257,12 @@ def deploy_release(run: Run, name: str, hosts: str, stream: bool, gpu: checks.Gp
                    output: Output = Output(), require_signature: Path | None = None) -> int:
     """A multi-platform release onto each node by its index digest (release_nodes)."""
     nodes = engines.parse_hosts(hosts)
-    release_checks.require_signed(run, name, require_signature)
+    signed = release_checks.require_signed(run, name, require_signature)
     with _stage(run, name, Stage.DEPLOY, name):
         reports = release_nodes.deploy_release(
             run.config, name, nodes, lambda plan: smoke_facts(run, plan),
-            checks.Options(gpu=gpu), stream=stream, settings=run.settings, console=run.console)
+            checks.Options(gpu=gpu), stream=stream, settings=run.settings, console=run.console,
+            signed=signed)
     for report in reports:
         print_json(output, records.to_json(report))
     done = ", ".join(f"{h.host} ({r.tag}, {h.transfer.method})" for r in reports

@@ -144,22 +144,38 @@ def _digests(session: Session, repository: str, digest: str, key: PublicKey,
     return [str(m["digest"]) for m in doc.get("manifests", [])]
 
 
-def require_signature(run: Run, pinned: str, tag: str, key_path: Path) -> None:
+def require_signature(run: Run, pinned: str, tag: str,
+                      key_path: Path) -> list[image_identity.SignedImage]:
     """deploy --require-signature: the release's digest is signed by the key, as published
-    in its repository under its tag (else exit 7, before any node is touched)."""
+    in its repository under its tag (else exit 7, before any node is touched); what the
+    signed manifest names (each platform's, for an index)."""
     console = run.console
     key = signing.public_key(key_path)
     repository, digest = split_reference(pinned)
     session = registry_access.open_session(repository, run.settings, VerificationError,
                                            console=console)
     with tempfile.TemporaryDirectory(prefix="sparkbake-verify.") as work:
-        verification.check_signature(session, repository, digest, key,
-                                     image_layout.Layout(Path(work), console), tag)
+        signed = image_identity.signed_images(session, digest, key,
+                                              image_layout.Layout(Path(work), console), tag)
     console.notice(f"deploy: {pinned} is signed by {key.path}")
+    return signed
 
 
-def require_signed(run: Run, name: str, key_path: Path | None) -> None:
-    """deploy --require-signature of the tag's or release's recorded digest (None: not asked)."""
-    if key_path is not None:
-        record = releases.read_record(run.folders.releases, name, settings=run.settings)
-        require_signature(run, record.pinned, record.tag, key_path)
+def require_signed(run: Run, name: str,
+                   key_path: Path | None) -> tuple[image_identity.SignedImage, ...]:
+    """deploy --require-signature of the tag's or release's recorded digest (none: not
+    asked). The record's image IDs must be the configs the signed manifest names: the nodes'
+    images are checked against those."""
+    if key_path is None:
+        return ()
+    record = releases.read_record(run.folders.releases, name, settings=run.settings)
+    signed = require_signature(run, record.pinned, record.tag, key_path)
+    configs = {one.config for one in signed}
+    for image_id in [p.image_id for p in record.platforms] or [record.image_id]:
+        if image_id not in configs:
+            raise VerificationError(
+                f"the release record of {name} names image {image_id[:19]}, but the signed "
+                f"{record.pinned} names config {', '.join(c[:19] for c in sorted(configs))}",
+                f"publish it again (`{run.settings.command('publish', name)}`), or deploy "
+                "from the checkout it was published from")
+    return tuple(signed)
