@@ -21,7 +21,7 @@ from sparkbake.nodes import envfile
 from sparkbake.publish.record import Release
 from sparkbake.run import Run
 from sparkbake.sparkrun import recipes
-from tests.conftest import plain_console, settings_of
+from tests.conftest import Project, plain_console, settings_of
 
 from .test_docs import gen_pages
 
@@ -206,3 +206,29 @@ def test_the_sparkrun_page_quotes_its_recipe_from_the_program() -> None:
         assert parser().parse_args(shlex.split(command)[1:]).tag == "production-3.73-vision"
     with pytest.raises(RuntimeError, match="gave no recipe"):
         gen_pages().on_page_markdown("{{ recipe: no-such-tag }}")
+
+
+def test_a_multi_platform_release_on_the_command_line_is_its_index(
+        project: Project, capsys: pytest.CaptureFixture[str]) -> None:
+    record = published(project.config_path, "fixture-multi", "release-multi.json")
+    made = recipe_of(project.config_path, capsys, "fixture-multi", "--model", "org/tiny")
+    assert made["container"] == record["pinned"]
+    assert made["metadata"]["sparkbake"]["platforms"] == {
+        p["tag"]: p["digest"] for p in record["platforms"]}
+
+
+def test_a_multi_platform_tag_is_refused_local_and_unpublished_in_one_line(
+        project: Project, capsys: pytest.CaptureFixture[str]) -> None:
+    err = error_of(project.config_path, capsys, "fixture-multi", "--local")
+    assert err == (
+        "sparkbake: error: fixture-multi is a multi-platform tag: its local images are one "
+        "per platform, and a recipe names one image\n"
+        "  -> name one platform's tag with --local (fixture-multi-amd64, "
+        "fixture-multi-arm64), or publish it\n")
+    err = error_of(project.config_path, capsys, "fixture-multi", "--model", "org/tiny")
+    record = project.root / "build" / "releases" / "fixture-multi.json"
+    assert err == (
+        f"sparkbake: error: fixture-multi is not published: no release record {record}\n"
+        f"  -> publish it (`sparkbake --config {project.config_path} publish fixture-multi`), "
+        "or make the recipe of one platform's local image (fixture-multi-amd64, "
+        "fixture-multi-arm64) with --local\n")

@@ -104,9 +104,11 @@ def published(run: Run, name: str) -> Release:
         return releases.read_record(run.folders.releases, name, settings=run.settings)
     except UsageError:
         path = run.folders.release_record(name)
+        local = "the local image" if name not in run.config.releases else \
+            f"one platform's local image ({', '.join(run.config.releases[name])})"
         raise UsageError(f"{name} is not published: no release record {path}",
                          f"publish it (`{run.settings.command('publish', name)}`), or make "
-                         "the recipe of the local image with --local") from None
+                         f"the recipe of {local} with --local") from None
 
 
 def release_name(config: Config, tag: Tag) -> str:
