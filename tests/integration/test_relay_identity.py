@@ -137,6 +137,24 @@ def test_a_recompressed_copy_verifies_by_its_config_and_says_so(
         in capsys.readouterr().err
 
 
+def test_the_signed_digest_pulled_verifies_by_its_manifest_digest(
+        client: docker_engine.Client, signed: Signed, pulled: list[str],
+        capsys: pytest.CaptureFixture[str]) -> None:
+    pull(client, signed.pinned, pulled)
+    assert main(["verify-release", signed.pinned, "--key", str(signed.pub),
+                 "--hosts", NODE]) == 0
+    assert f"verified node {NODE}: {signed.pinned} = {signed.pinned} by its manifest digest " \
+        f"{signed.pinned.partition('@')[2][:19]}\n" in capsys.readouterr().err
+
+
+def test_image_without_hosts_is_a_usage_error(signed: Signed,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["verify-release", signed.pinned, "--key", str(signed.pub),
+                 "--image", "relay/app:1"]) == 2
+    assert "sparkbake: error: --image names the image on the nodes of --hosts: add --hosts " \
+        "URL,URL\n" in capsys.readouterr().err
+
+
 def test_a_copy_with_one_layer_changed_is_refused_in_one_line(
         client: docker_engine.Client, signed: Signed, pulled: list[str], tmp_path: Path,
         capsys: pytest.CaptureFixture[str]) -> None:
