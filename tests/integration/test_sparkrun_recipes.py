@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from sparkbake import bases, records, resources
+from sparkbake import records, resources
 from sparkbake.config import versions
 from sparkbake.config.settings import Settings
 from sparkbake.nodes import envfile, preflight
@@ -28,6 +28,7 @@ from sparkbake.publish.record import Release
 from sparkbake.run import Run
 from sparkbake.sparkrun import recipes, validate
 from sparkbake.sparkrun.commands import to_yaml
+from tests import sparkrun_base
 from tests.conftest import plain_console
 
 pytestmark = pytest.mark.docker
@@ -68,11 +69,9 @@ def made(run: Run) -> dict[str, dict[str, Any]]:
 @pytest.fixture(scope="module")
 def checked(docker_client: docker_engine.Client, run: Run, made: dict[str, dict[str, Any]],
             tmp_path_factory: pytest.TempPathFactory) -> dict[str, validate.Checked]:
-    tag = run.config.tag("cpu-3.73")
-    base = bases.ensure(docker_client, tag.runtime, tag.platform,
-                        tmp_path_factory.mktemp("bases"), run.settings, console=run.console)
+    base = sparkrun_base.python_base(docker_client, tmp_path_factory.mktemp("bases"))
     wheelhouse = validate.wheels(run.folders, console=run.console)
-    return validate.check_recipes(docker_client, base.ref, wheelhouse,
+    return validate.check_recipes(docker_client, base, wheelhouse,
                                   {name: to_yaml(recipe) for name, recipe in made.items()})
 
 
