@@ -51,10 +51,6 @@ class Checked:
     validate: tuple[str, ...]
     commands: tuple[str, ...]
 
-    @property
-    def clean(self) -> bool:
-        return not (self.errors or self.warnings or self.validate)
-
 
 def wheels(folders: Folders, *, console: Console) -> Path:
     """sparkrun's wheels for PYTHON, downloaded once (wheels/sparkrun/<version>/)."""
