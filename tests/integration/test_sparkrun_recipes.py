@@ -13,6 +13,7 @@ import re
 import shlex
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ import pytest
 import yaml
 
 from sparkbake import records, resources
+from sparkbake.__main__ import main
 from sparkbake.config import versions
 from sparkbake.config.settings import Settings
 from sparkbake.nodes import envfile, preflight
@@ -38,6 +40,7 @@ TINY = "/srv/models/tiny"  # a model folder on every node: the CPU tag's and the
 HEAD_IP = "192.0.2.1"  # images/sparkrun_check.py renders the commands with this head
 RENDEZVOUS_PORT = "25000"
 MODEL_MOUNT = "/model"  # what {launch.model_path} stands for here
+LOCAL_REPOSITORY = "sbs1-recipe-cpu"  # a reference of this test's own on the shared engine
 
 
 @pytest.fixture(scope="module")
@@ -150,3 +153,33 @@ def printed(argv: list[str], env: dict[str, str]) -> list[str]:
 def test_the_checks_yaml_is_what_recipe_writes(made: dict[str, dict[str, Any]]) -> None:
     """What sparkrun was given is `sparkbake recipe`'s own output, read back the same."""
     assert yaml.safe_load(to_yaml(made["cpu-3.73"])) == made["cpu-3.73"]
+
+
+@pytest.fixture
+def tagged(docker_client: docker_engine.Client, tmp_path: Path,
+           tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str]]:
+    """This project's versions.yaml with the CPU tag's repository our own, and an image in
+    the engine under that tag's reference (the trixie base's, tagged anew; untagged after)."""
+    text = (ROOT / "versions.yaml").read_text()
+    assert text.count("repository: localhost:5000/sparkbake-cpu\n") == 1
+    config = tmp_path / "versions.yaml"
+    config.write_text(text.replace("repository: localhost:5000/sparkbake-cpu\n",
+                                   f"repository: {LOCAL_REPOSITORY}\n"))
+    base = sparkrun_base.python_base(docker_client, tmp_path_factory.mktemp("bases"))
+    image = docker_client.images.get(base)
+    image.tag(LOCAL_REPOSITORY, "cpu-3.73")
+    try:
+        yield config, str(image.id)
+    finally:
+        docker_client.images.remove(f"{LOCAL_REPOSITORY}:cpu-3.73", noprune=True)
+
+
+def test_a_local_recipe_records_the_engines_image_id(
+        tagged: tuple[Path, str], capsys: pytest.CaptureFixture[str]) -> None:
+    config, image_id = tagged
+    assert main(["--config", str(config), "recipe", "cpu-3.73", "--local", "--model",
+                 TINY]) == 0
+    made = yaml.safe_load(capsys.readouterr().out)
+    assert made["container"] == f"{LOCAL_REPOSITORY}:cpu-3.73"
+    assert made["metadata"]["sparkbake"]["local"] is True
+    assert made["metadata"]["sparkbake"]["image_id"] == image_id

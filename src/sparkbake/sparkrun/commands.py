@@ -13,13 +13,25 @@ from sparkbake.files import atomic_write
 from sparkbake.run import Run
 from sparkbake.sparkrun import recipes
 
-__all__ = ["recipe", "recipe_release", "to_yaml"]
+__all__ = ["local_image_id", "recipe", "recipe_release", "to_yaml"]
 
 
 def recipe(args: argparse.Namespace, run: Run, tag: Tag) -> int:
     made = recipes.recipe_for(run, tag, model=args.model, env_file=args.env_file,
                               local=args.local)
+    if args.local and (image_id := local_image_id(run, tag)) is not None:
+        made["metadata"]["sparkbake"]["image_id"] = image_id
     return _write(to_yaml(made), args.out, run)
+
+
+def local_image_id(run: Run, tag: Tag) -> str | None:
+    """The ID of the engine's image of the tag, which its reference names now; None without
+    an engine or that image (the recipe names the reference either way)."""
+    from sparkbake.oci import docker_engine
+
+    client = docker_engine.engine_or_none(run.settings)
+    attrs = docker_engine.image_attrs_or_none(client, tag.image_ref) if client else None
+    return str(attrs["Id"]) if attrs else None
 
 
 def recipe_release(args: argparse.Namespace, run: Run, release: str) -> int:
