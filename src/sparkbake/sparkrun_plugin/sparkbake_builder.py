@@ -1,8 +1,9 @@
 """sparkrun's `sparkbake` builder: a recipe's image built, or its release verified, by sparkbake.
 
 sparkrun imports this module from the folder `sparkbake sparkrun-plugin-path` prints, under
-its own Python and packages, which need not hold sparkbake's: it imports sparkrun and the
-standard library only, and runs the `sparkbake` on PATH as a process. A recipe names it with
+its own Python and packages, which need not hold sparkbake's: it imports sparkrun, its
+dependency PyYAML and the standard library only, and runs the `sparkbake` on PATH as a
+process. A recipe names it with
 `builder: sparkbake` and these keys of `builder_config`:
 
     tag:     the tag of versions.yaml (required)
@@ -15,6 +16,16 @@ standard library only, and runs the `sparkbake` on PATH as a process. A recipe n
     key:     the publisher's public key (PATH.pub of `sparkbake keys generate`), for release
 
 Every failure is one line, raised as sparkrun takes a builder's error.
+
+Its `register(v)` hook adds the recipe format `sparkbake`: a release record as publish writes
+it (build/releases/RELEASE.json) is loaded by sparkrun as the recipe `sparkbake recipe
+RELEASE` writes in its project, so `sparkrun run build/releases/RELEASE.json` runs it. A
+format maps one file to one recipe, and a registry is a git checkout: a release's record is
+its file, but the tags of versions.yaml share one file, so tags are not served; and
+build/releases is no part of a project's repository, so sparkrun reaches a record by its path
+(a format claims a local file by its content). A registry of this format lists the records in
+its recipe folder, and makes a recipe of one only where the project's versions.yaml is two
+folders up.
 """
 
 from __future__ import annotations
@@ -26,17 +37,21 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import yaml  # sparkrun's own dependency
 from sparkrun.builders.base import BuilderPlugin
 from sparkrun.core.recipe import Recipe
+from sparkrun.core.recipe_formats import RecipeFormat, register_recipe_format
 from sparkrun.core.validation import RecipeIssue
 
-__all__ = ["CONFIG_KEYS", "SOURCES", "SparkbakeBuilder", "SparkbakeFailed", "config_findings",
-           "error_line"]
+__all__ = ["CONFIG_KEYS", "FORMAT", "SOURCES", "SparkbakeBuilder", "SparkbakeFailed",
+           "config_findings", "error_line", "register", "release_recipe"]
 
 SPARKRUN_PLUGIN_API_VERSION = 1  # the plugin API of sparkrun 0.4 (it skips a module without)
 CONFIG_KEYS = ("tag", "source", "project", "key")
 SOURCES = ("release", "build")
 ERROR_PREFIX = "sparkbake: error: "
+FORMAT = "sparkbake"  # the recipe format of our release records
+RECORD_KEYS = frozenset({"tag", "digest", "pinned", "inputs", "upstream"})  # publish's record
 
 
 class SparkbakeFailed(RuntimeError):
@@ -122,6 +137,52 @@ def verified_release(config: Mapping[str, object], image: str) -> str:
         raise SparkbakeFailed(f"builder_config.key: no file {key}")
     run_sparkbake(Path.cwd(), "verify-release", image, "--key", str(key))
     return image
+
+
+def is_release_record(path: Path, data: Mapping[str, object]) -> bool:
+    """A release record as publish writes it: build/releases/RELEASE.json."""
+    return path.suffix == ".json" and path.parent.name == "releases" and set(data) >= RECORD_KEYS
+
+
+def release_records(root: Path) -> list[Path]:
+    """The release records in a folder (a registry's recipe folder), sorted."""
+    found = []
+    for path in sorted(root.glob("*.json")):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and is_release_record(path, data):
+            found.append(path)
+    return found
+
+
+def release_name(path: Path, root: Path | None) -> str:
+    return path.stem
+
+
+def release_recipe(path: Path, *, registry_manager: object = None, offline: bool = False,
+                   allow_local: bool = True) -> dict[str, Any]:
+    """`sparkbake recipe RELEASE` of the project whose build/releases holds the record (it
+    reads the project's versions.yaml and node files: a record fetched alone has none)."""
+    project = Path(path).resolve().parents[2]
+    if not allow_local or not (project / "versions.yaml").is_file():
+        raise SparkbakeFailed(f"{path}: a release record is made a recipe from its project's "
+                              "versions.yaml, two folders up (build/releases/RELEASE.json)")
+    out = run_sparkbake(project, "--config", str(project / "versions.yaml"), "recipe",
+                        Path(path).stem)
+    recipe = yaml.safe_load(out)
+    if not isinstance(recipe, dict):
+        raise SparkbakeFailed(f"sparkbake recipe {Path(path).stem} printed no recipe")
+    return recipe
+
+
+def register(v: object) -> None:
+    """sparkrun's hook: our release records served as recipes (`sparkrun run
+    build/releases/RELEASE.json`, and a registry of format sparkbake)."""
+    register_recipe_format(RecipeFormat(
+        name=FORMAT, owner="sparkbake", iter_files=release_records, name_of=release_name,
+        load=release_recipe, claims=is_release_record))
 
 
 class SparkbakeBuilder(BuilderPlugin):
