@@ -248,6 +248,21 @@ def bridge_gateway(client: Client, image: str) -> str:
                       "check the engine's default bridge (docker network inspect bridge)")
 
 
+def export_filesystem(client: Client, image: str, target: Path) -> None:
+    """The image's root file system as one tar file, from a container created, never
+    started, and removed."""
+    import docker.errors
+
+    box = _created(client, image, ["true"], {"labels": {RUN_LABEL: run_label()}})
+    try:
+        with target.open("wb") as out:
+            for chunk in box.export():
+                out.write(chunk)
+    finally:
+        with contextlib.suppress(docker.errors.APIError):
+            box.remove(force=True)
+
+
 def _copy_out(box: Container, path: str, tar: Path) -> None:
     """path in the container as a tar file. The engine holds the container while it sends
     the archive: the stream is closed on any failure (a full disk), or removing the

@@ -89,6 +89,8 @@ class Container(Protocol):
 
     def get_archive(self, path: str) -> tuple[Iterator[bytes], dict[str, Any]]: ...
 
+    def export(self) -> Iterator[bytes]: ...  # the root file system, as a tar stream
+
     @overload
     def logs(self, *, stream: Literal[True], follow: bool = False) -> Iterator[bytes]: ...
 

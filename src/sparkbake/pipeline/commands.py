@@ -31,7 +31,7 @@ from sparkbake.planning import Plan
 from sparkbake.publish import push, release_bench, release_index, releases
 from sparkbake.run import Run
 from sparkbake.series import exchange, lint, patchtests, rebase
-from sparkbake.smoke import checks, image_planner
+from sparkbake.smoke import checks, image_planner, root_bundle
 
 __all__ = [
     "check_env",
@@ -171,6 +171,20 @@ def smoke_facts(run: Run, plan: Plan) -> checks.Facts:
     patched = apply.apply(plan, pristine, layout.patched(plan.patch_key),
                             apply.Options(skip_applied=True), console=run.console)
     return checks.Facts(patched, upstream_tree.source_date(plan.tag.upstream, pristine.parent))
+
+
+def device_bundle(run: Run, tag: Tag, out: Path | None) -> int:
+    """The tag's device bundle (smoke.root_bundle), for sparkbake.smoke.oci_runtime."""
+    plan = planning.make(run.config, tag)
+    client = connect(settings=run.settings)
+    checks.require_image(client, plan, settings=run.settings)
+    out = out or run.folders.smoke_record(tag.name).with_name(f"{tag.name}-device.tar.xz")
+    bundle = root_bundle.make(client, run, plan, smoke_facts(run, plan), out)
+    mib = 1024 * 1024
+    return _done(run, f"device bundle: {out} ({out.stat().st_size / mib:.1f} MiB; its root "
+                      f"keeps {bundle.root_files} of the image's {bundle.image_files} files, "
+                      f"{bundle.root_bytes / mib:.0f} of {bundle.image_bytes / mib:.0f} MiB); "
+                      f"run it with `python -m sparkbake.smoke.oci_runtime {out.name}`")
 
 
 def publish(run: Run, tag: Tag, registry_host: str | None, force: bool,

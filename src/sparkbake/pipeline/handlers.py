@@ -82,6 +82,11 @@ def smoke_current(args: argparse.Namespace, run: Run) -> int:
     return 0
 
 
+def device_bundle(args: argparse.Namespace, run: Run, tag: Tag) -> int:
+    from sparkbake.pipeline import commands
+    return commands.device_bundle(run, tag, args.out)
+
+
 def publish(args: argparse.Namespace, run: Run, tag: Tag) -> int:
     from sparkbake.pipeline import commands
     return commands.publish(run, tag, registry_host=args.registry, force=args.force,

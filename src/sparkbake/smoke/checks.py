@@ -49,9 +49,9 @@ from sparkbake.wheels import container_build
 
 __all__ = ["CHECKER_FILES", "GPU_MODES", "NO_GPU_RUNTIME", "STATUSES", "Facts", "GpuMode",
            "Options", "check_options", "checker_files", "common_checks", "counts",
-           "drop_stale_record", "expected_values", "failed_names", "has_gpu_runtime",
-           "junit_xml", "parse_checks", "raise_if_failed", "report", "require_image",
-           "results_paths", "run", "run_checker"]
+           "drop_stale_record", "expected_in_image", "expected_values", "failed_names",
+           "has_gpu_runtime", "junit_xml", "parse_checks", "raise_if_failed", "report",
+           "require_image", "results_paths", "run", "run_checker"]
 
 PYTHON_IN_IMAGE = "/opt/venv/bin/python"
 CHECKER_DIR = "/opt/sparkbake-smoke"
@@ -108,17 +108,26 @@ def common_checks(client: docker_engine.Client, config: Config, plan: Plan, fact
     image_id, attrs, gpu = *image, options.gpu
     gpus = gpu != "skip" and has_gpu_runtime(client)
     unavailable = NO_GPU_RUNTIME if gpu != "skip" and not gpus else None
-    expected = {
-        **expected_values(plan, gpu, unavailable),
+    expected = expected_in_image(config, plan, facts, suite, attrs, options, unavailable)
+    labels = timed("labels", lambda: host.check_labels(client, attrs, plan, facts))
+    with emulation.cpu_sysfs(client, plan.tag.platform) as volumes:
+        return [labels, *run_checker(client, image_id, expected, gpus, log_path, volumes,
+                                     console=console)]
+
+
+def expected_in_image(config: Config, plan: Plan, facts: Facts, suite: sample_envs.Suite,
+                      attrs: dict[str, Any], options: Options,
+                      unavailable: str | None) -> dict[str, Any]:
+    """What smoke_check.py in a container of the image (engine attributes attrs) is given
+    to check it against: the plan's values, the patched files, the suite's entrypoint
+    samples and the model layer-weights builds."""
+    return {
+        **expected_values(plan, options.gpu, unavailable),
         "patched_files": host.patched_files(plan, facts.patched.path,
                                             Folders.of(config).wheel_set(plan.wheels_key)),
         "entrypoint": sample_envs.expected(suite, entrypoint_of(attrs)),
         "layer_model": layer_model(suite, options.model),
     }
-    labels = timed("labels", lambda: host.check_labels(client, attrs, plan, facts))
-    with emulation.cpu_sysfs(client, plan.tag.platform) as volumes:
-        return [labels, *run_checker(client, image_id, expected, gpus, log_path, volumes,
-                                     console=console)]
 
 
 def layer_model(suite: sample_envs.Suite, model: Path | None) -> dict[str, Any]:
