@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import shlex
 import shutil
 from pathlib import Path
@@ -194,16 +195,20 @@ def test_a_recipe_for_another_release_record_keeps_the_tags_settings(config_path
 
 def test_the_sparkrun_page_quotes_its_recipe_from_the_program() -> None:
     """docs/how-to/sparkrun.md: the recipe shown is what `sparkbake recipe` prints, none
-    typed in by hand, and each sparkbake command on the page parses."""
+    typed in by hand, and each sparkbake command of its shell blocks parses."""
     text = (ROOT / "docs" / "how-to" / "sparkrun.md").read_text()
     assert "{{ recipe: production-3.73-vision --local }}" in text
     assert "recipe_version:" not in text
     shown = gen_pages().on_page_markdown("{{ recipe: production-3.73-vision --local }}")
     assert yaml.safe_load(shown)["metadata"]["sparkbake"]["tag"] == "production-3.73-vision"
-    commands = [line for line in text.splitlines() if line.startswith("sparkbake ")]
-    assert [shlex.split(c)[1] for c in commands] == ["publish", "recipe"]
+    blocks = re.findall(r"^```sh\n(.*?)^```", text, re.M | re.S)
+    commands = [shlex.split(line) for block in blocks for line in block.splitlines()
+                if line.startswith("sparkbake ")]
+    assert [c[1] for c in commands][:2] == ["publish", "recipe"]
     for command in commands:
-        assert parser().parse_args(shlex.split(command)[1:]).tag == "production-3.73-vision"
+        parsed = parser().parse_args(command[1:])
+        if command[1] in ("publish", "recipe"):
+            assert parsed.tag == "production-3.73-vision"
     with pytest.raises(RuntimeError, match="gave no recipe"):
         gen_pages().on_page_markdown("{{ recipe: no-such-tag }}")
 
