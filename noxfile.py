@@ -106,6 +106,14 @@ def bench_cache(session: nox.Session) -> None:
     session.run("python", "bin/bench_cache.py", *session.posargs)
 
 
+@nox.session(name="bench-farm")
+def bench_farm(session: nox.Session) -> None:
+    """The compile farm on the fixture (two local servers) and the four-Spark model; writes
+    benchmarks/compile-farm.json."""
+    session.install(".")
+    session.run("python", "bin/bench_compile_farm.py", *session.posargs)
+
+
 @nox.session(name="bench-ci")
 def bench_ci(session: nox.Session) -> None:
     """A clean clone's CI=true .ci/run, step by step, and the sessions it leaves out.
@@ -134,7 +142,8 @@ REQUIRED = {
                      "qemu), published as one index through a cut link, deployed.",
     "prove-faults": "The later fault cases of the bake, the cache and publish.",
     "prove-compile-cache": "The compile cache's pairs of builds after the first (local cache, "
-                           "Redis down, cache off).",
+                           "Redis down, cache off), and the compile farm's faults (a server "
+                           "killed mid-build, a wrong token).",
     "repro-builds": "Second clean builds that re-prove a digest: a planted difference, "
                     "a signed image not built from its pins, two cp -r copies.",
     "repro-one-step": "Four more pairs of clean builds of a one-step nvcc library, cache on "

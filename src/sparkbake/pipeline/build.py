@@ -299,6 +299,6 @@ def _wheels(build: Build, engine: Engine, source: Source, patched: PatchedTree) 
         third_party=fetched, log=build.log(Stage.WHEELS),
         jobs=container_build.compile_jobs(client.info(), settings), memory=settings.builder_memory,
         compile_cache=settings.compile_cache, source_date=source.source_date,
-        local_version=plan.local_version, pristine=source.tree,
+        local_version=plan.local_version, pristine=source.tree, build_dir=config.build_dir,
     )
     return container_build.build(client, request, console=build.console)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shutil
@@ -163,6 +164,7 @@ class BuildRequest:
     third_party: tuple[thirdparty.Fetched, ...] = ()  # CMake's downloads, fetched and verified
     local_version: str = ""  # the local version part the wheels get (stamping)
     pristine: Path | None = None  # the unpatched tree: the kernel cache's wheel is made of it
+    build_dir: Path | None = None  # the project's build/: its compile farm, if one is up
 
 
 def build(client: Client, request: BuildRequest, *, console: Console) -> WheelSet:
@@ -172,21 +174,26 @@ def build(client: Client, request: BuildRequest, *, console: Console) -> WheelSe
     if is_built(folder):
         return cached(tag, folder, console=console)
     from sparkbake.oci import emulation  # here, past the cached check: a no-op needs neither
-    from sparkbake.wheels import compile_cache
+    from sparkbake.wheels import compile_cache, farm_client
 
     reuse = reusable_kernels(request.kernels)
     how = f"reusing kernels {request.kernels.name[:12]}" if reuse else "compiling kernels"
     backend = compile_cache.reachable(compile_cache.choose(tag.cache, request.compile_cache),
                                       console=console)
+    farm = farm_client.in_use(request.build_dir, backend.kind, console=console) \
+        if request.build_dir and reuse is None else None
+    request = dataclasses.replace(request, jobs=farm_client.with_farm_slots(request.jobs, farm))
     console.detail(f"wheels: MAX_JOBS={request.jobs.max_jobs} ({request.jobs.reason}); {how}; "
          f"compile cache: {backend.describe()}")
     with step(console, f"wheels for {tag.name} ({tag.sm_arch})"), atomic_dir(folder) as out, \
             compile_cache.container_args(client, backend, request.builder,
                                          console=console) as cache, \
-            emulation.cpu_sysfs(client, tag.platform) as cpu:
+            emulation.cpu_sysfs(client, tag.platform) as cpu, \
+            farm_client.container_args(farm, request.build_dir or out) as farm_args:
         args = _container_args(request, out, reuse)
-        args["volumes"] |= cache.pop("volumes") | cpu
-        args["environment"] |= cache.pop("environment")
+        args["volumes"] |= cache.pop("volumes") | cpu | farm_args.pop("volumes", {})
+        args["environment"] |= cache.pop("environment") | farm_args.pop("environment", {})
+        args |= farm_args
         result = run_container(client, request.builder, [], network="network_mode" in cache,
                                console=console, **args, **cache)
         if result.exit_code != 0:
@@ -194,6 +201,7 @@ def build(client: Client, request: BuildRequest, *, console: Console) -> WheelSe
             raise _build_failure(request, OOM_EXIT if oom else result.exit_code, result.output)
         built = json.loads((out / BUILD_REPORT).read_text())
         (out / BUILD_REPORT).unlink()
+        farm_client.say_where_compiled(farm, result.output, built, console=console)
         kernels = _built_kernels(built)
         pristine = _pristine_copy(kernels, out, request) if reuse is None else None
         wheels = _wheels(tag, out, _stamp(kernels, out, request))

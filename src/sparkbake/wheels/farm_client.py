@@ -25,7 +25,7 @@ from sparkbake.wheels.farm_state import FarmRecord, Layout, alive, read
 from sparkbake.wheels.report import Jobs
 
 __all__ = ["FarmUse", "container_args", "fallback_line", "in_use", "remote_count",
-           "with_farm_slots"]
+           "say_where_compiled", "with_farm_slots"]
 
 SCRIPTS = {"farm_builder.py": "farm_builder.py", "farm_bridge.py": "farm_bridge.py",
            "farm_sccache.py": "sccache"}  # images/ name -> name in the builder's /farm/bin
@@ -65,9 +65,12 @@ def with_farm_slots(jobs: Jobs, farm: FarmUse | None) -> Jobs:
 
 
 @contextlib.contextmanager
-def container_args(farm: FarmUse, scratch: Path) -> Iterator[dict[str, Any]]:
-    """The builder's mounts, environment and entry point with the farm."""
-    with scratch_dir(scratch, "farm-bin.") as bin_dir:
+def container_args(farm: FarmUse | None, scratch: Path) -> Iterator[dict[str, Any]]:
+    """The builder's mounts, environment and entry point with the farm; none without."""
+    if farm is None:
+        yield {}
+        return
+    with scratch_dir(scratch / "contexts", "farm-bin.") as bin_dir:
         for name, target in SCRIPTS.items():
             shutil.copy(resources.path(name), bin_dir / target)
             (bin_dir / target).chmod(0o755)
@@ -77,6 +80,18 @@ def container_args(farm: FarmUse, scratch: Path) -> Iterator[dict[str, Any]]:
             str(bin_dir): {"bind": "/farm/bin", "mode": "ro"},
             str(farm.layout.sockets): {"bind": "/farm-sockets", "mode": "rw"}},
             "environment": {"SCCACHE_CONF": "/farm/client.toml"}, "entrypoint": ENTRY}
+
+
+def say_where_compiled(farm: FarmUse | None, output: str, built: dict[str, Any], *,
+                       console: Console) -> None:
+    """Why the builder compiled here (one line), and how many compiles ran on the farm."""
+    if farm is None:
+        return
+    fallback = fallback_line(output)
+    if fallback:
+        console.notice(fallback)
+    remote, compiled = remote_count((built.get("sccache") or {}).get("stats"))
+    console.notice(f"compiled remotely: {remote} of {compiled}")
 
 
 def remote_count(stats: dict[str, Any] | None) -> tuple[int, int]:

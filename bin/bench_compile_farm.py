@@ -1,0 +1,134 @@
+"""Benchmark of the compile farm: `python bin/bench_compile_farm.py` (`nox -s bench-farm`).
+
+Measures the fixture's wheels stage (its one CUDA source for 12.1a) cold, in turns: compiled
+locally, and through `compile-farm up --local 2` (two sccache-dist servers on this machine);
+each run with its own empty compile cache. Records the share of compiles that ran on the
+farm, the time the farm adds, and whether every wheel is the same bytes. Then models the
+cold sm_121a production compile on four Sparks against one from per-unit figures measured
+on a Spark-class compile (the formula is written into the JSON). Writes JSON with the
+machine it ran on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from bench import _machine
+
+from sparkbake.__main__ import main as cli
+from sparkbake.wheels import farm_client
+
+__all__ = ["main", "model"]
+
+FIXTURE = Path(__file__).resolve().parents[1] / "tests" / "data"
+# The production compile's per-unit figures (sccache 0.16.0, sm_121a, measured on loopback
+# with two servers and estimated from a sample of vLLM's units): what the model takes.
+PRODUCTION: dict[str, float] = {"units": 383, "one_spark_min": 55.0, "local_share": 0.19,
+              "remote_inflation_small": 1.0, "remote_inflation_cub": round(23.2 / 18.2, 3),
+              "nodes": 4, "target_min": 15.0}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    work = args.work.resolve()
+    shutil.rmtree(work, ignore_errors=True)
+    local, farm = _project(work / "local"), _project(work / "farm")
+    _sparkbake(farm, work / "farm-cache", "compile-farm", "up", "--local", "2")
+    try:
+        runs = [(_run(local, work / "local-cache"), _run(farm, work / "farm-cache"))
+                for _ in range(args.runs)]
+    finally:
+        _sparkbake(farm, work / "farm-cache", "compile-farm", "down")
+    result = {"benchmark": "compile farm (sccache-dist, two local servers) on the fixture",
+              "fixture": _fixture(runs), "production_model": model(PRODUCTION),
+              "not_measured": "the CPU tag's vLLM compile through the farm (about an hour "
+                              "cold on this 2-core shared machine) and any run on Sparks",
+              "machine": _machine()}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps({k: v for k, v in result.items() if k != "machine"}, indent=2))
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--runs", type=int, default=2, help="pairs of cold builds (default 2)")
+    parser.add_argument("--work", type=Path, default=Path("build/bench-farm"))
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/compile-farm.json"))
+    return parser
+
+
+def _project(folder: Path) -> Path:
+    shutil.copytree(FIXTURE, folder, ignore=shutil.ignore_patterns("build", "wheels"))
+    return folder
+
+
+def _sparkbake(project: Path, cache: Path, *args: str) -> None:
+    os.environ["SPARKBAKE_CACHE"] = str(cache)
+    os.environ.pop("SPARKBAKE_COMPILE_CACHE", None)
+    if cli(["--config", str(project / "versions.yaml"), *args]) != 0:
+        sys.exit(f"sparkbake {' '.join(args)} failed in {project}")
+
+
+def _run(project: Path, cache: Path) -> dict[str, Any]:
+    """One cold wheels stage: no wheels, an empty compile cache."""
+    shutil.rmtree(project / "wheels", ignore_errors=True)
+    shutil.rmtree(cache / "sccache", ignore_errors=True)
+    start = time.monotonic()
+    _sparkbake(project, cache, "wheels", "fixture")
+    seconds = round(time.monotonic() - start, 2)
+    report = json.loads(next((project / "wheels").glob("*/wheels.json")).read_text())
+    remote, compiled = farm_client.remote_count(report["compile_cache"]["stats"])
+    return {"seconds": seconds, "remote": remote, "compiled": compiled,
+            "wheels": [wheel["sha256"] for wheel in report["wheels"]]}
+
+
+def _fixture(runs: list[tuple[dict[str, Any], dict[str, Any]]]) -> dict[str, Any]:
+    local = [pair[0]["seconds"] for pair in runs]
+    farm = [pair[1]["seconds"] for pair in runs]
+    remote = sum(pair[1]["remote"] for pair in runs)
+    compiled = sum(pair[1]["compiled"] for pair in runs)
+    wheels = {tuple(run["wheels"]) for pair in runs for run in pair}
+    return {"runs": len(runs), "local_s": {"median": statistics.median(local), "all": local},
+            "farm_s": {"median": statistics.median(farm), "all": farm},
+            "compiled_remotely": f"{remote} of {compiled}",
+            "share_remote": round(remote / compiled, 3) if compiled else None,
+            "overhead_per_cuda_unit_s": round(statistics.median(farm)
+                                              - statistics.median(local), 2),
+            "identical_wheels": len(wheels) == 1,
+            "note": "one CUDA source: the farm's time includes the test compile and sccache "
+                    "packaging the compilers once per builder"}
+
+
+def model(figures: dict[str, float]) -> dict[str, Any]:
+    """The cold production compile on N Sparks: each unit's local share l runs on the head;
+    its remote share, slowed by the remote inflation k, spreads over every node's slots,
+    the head's among them."""
+    one, share, nodes = figures["one_spark_min"], figures["local_share"], figures["nodes"]
+
+    def minutes(inflation: float) -> float:
+        return round(max(one * share, one * (share + (1 - share) * inflation) / nodes), 1)
+
+    best = minutes(figures["remote_inflation_small"])
+    worst = minutes(figures["remote_inflation_cub"])
+    return {"formula": "T_N = max(T_1 * l, T_1 * (l + (1 - l) * k) / N)",
+            "inputs": {"units": int(figures["units"]), "T_1_min": one, "l": share,
+                       "k_small_units": figures["remote_inflation_small"],
+                       "k_cub_units": figures["remote_inflation_cub"], "N": int(nodes)},
+            "four_sparks_min": {"small_units": best, "cub_units": worst},
+            "one_spark_min": one, "target_min": figures["target_min"],
+            "meets_target": {"small_units": best <= figures["target_min"],
+                             "cub_units": worst <= figures["target_min"]}}
+
+
+if __name__ == "__main__":
+    sys.exit(main())
