@@ -121,7 +121,7 @@ SUITE_TAGS = sorted(REPO_CONFIG.tags)
 
 def test_the_production_tags_use_the_reference_suite() -> None:
     assert {t: REPO_CONFIG.tags[t].smoke for t in SUITE_TAGS} == {
-        "demo": "common", "production-3.72-vision": "dsv4-4node",
+        "demo": "common", "demo-sm90": "common", "production-3.72-vision": "dsv4-4node",
         "production-3.73-vision": "dsv4-4node", "production-3.73-vision-seeded": "dsv4-4node",
         "vllm-reuse-sm90": "dsv4-4node", "cpu-3.73": "cpu",
         "production-3.72-vision-vllm0.34": "dsv4-4node",
