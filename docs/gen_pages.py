@@ -34,7 +34,7 @@ from sparkbake.command_table import Option
 ROOT = Path(__file__).resolve().parent.parent
 RULES = ROOT / "images" / "preflight.json"
 BENCHMARKS = ROOT / "benchmarks"
-QUOTE = re.compile(r"\{\{\s*([\w.-]+\.json):\s*([\w.]+)\s*\}\}")
+QUOTE = re.compile(r"\{\{\s*([\w.-]+\.json):\s*([\w.-]+)\s*\}\}")
 SERVE = re.compile(r"\{\{\s*serve:\s*([\w.-]+)\s+([\w./-]+\.env)\s*\}\}")
 COMMANDS = re.compile(r"\{\{\s*commands\s*\}\}")
 UP = re.compile(r"\{\{\s*up:\s*([\w.-]+)\s+(\S+)\s+((?:[\w./-]+\.env\s+)+)\}\}")

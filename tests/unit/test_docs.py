@@ -71,6 +71,15 @@ def test_every_quoted_figure_names_a_value_of_its_benchmark_file() -> None:
         assert module.on_page_markdown(match.group(0)) != match.group(0)
 
 
+def test_every_quote_of_a_benchmark_file_is_one_the_hook_replaces() -> None:
+    written = re.compile(r"\{\{\s*[\w.-]+\.json:[^{}]*\}\}")
+    for page in DOCS.rglob("*.md"):
+        text = page.read_text()
+        left = [m.group(0) for m in written.finditer(text) if not gen_pages().QUOTE.fullmatch(
+            m.group(0))]
+        assert not left, f"{page.name}: {left}"
+
+
 def test_a_quote_of_a_missing_key_stops_the_build() -> None:
     with pytest.raises(KeyError, match=r"patch-apply\.json has no results\.nothing"):
         gen_pages().on_page_markdown("{{ patch-apply.json: results.nothing }}")
