@@ -153,7 +153,7 @@ REQUIRED = {
     "serve-cpu": "vLLM served from the cpu-3.73 image (compiled for the CPU, cold if not "
                  "built): every serve check against the real server, right and wrong; up, "
                  "status, logs and down on two nodes of this host; the operator's path of "
-                 "four-sparks.md, step by step.",
+                 "four-sparks.md, step by step; the image started as sparkrun starts it.",
 }
 
 

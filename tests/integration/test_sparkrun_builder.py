@@ -17,7 +17,7 @@ import os
 import subprocess
 import sys
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -84,20 +84,21 @@ def engine_socket() -> str:
 
 
 def sparkrun_report(client: docker_engine.Client, base: str, wheels: Mapping[str, Path],
-                    project: Path, recipes: Mapping[str, dict[str, Any]]
-                    ) -> list[dict[str, Any]]:
-    """The check's report with external plugins off (the first recipe), then on (all)."""
+                    folders: Sequence[Path], recipes: Mapping[str, dict[str, Any]],
+                    records: Sequence[Path] = ()) -> list[dict[str, Any]]:
+    """The check's report with external plugins off (the first recipe), then on (all, and
+    the release records); folders mounted at their own paths."""
     files = {f"{RECIPES}/{name}.yaml": yaml.safe_dump(recipe).encode()
              for name, recipe in recipes.items()}
     files[f"{RECIPES}/check.py"] = CHECK.read_bytes()
-    socket = engine_socket()
     mounts = {str(wheels["sparkrun"]): {"bind": f"{WHEELS}/sparkrun", "mode": "ro"},
               str(wheels["sparkbake"]): {"bind": f"{WHEELS}/sparkbake", "mode": "ro"},
-              str(project): {"bind": str(project), "mode": "rw"},
-              socket: {"bind": "/var/run/docker.sock", "mode": "rw"}}
+              engine_socket(): {"bind": "/var/run/docker.sock", "mode": "rw"},
+              **{str(folder): {"bind": str(folder), "mode": "rw"} for folder in folders}}
+    paths = [*(f"{RECIPES}/{name}.yaml" for name in recipes), *map(str, records)]
     result = docker_engine.run_container(
-        client, base, ["sh", "-c", SCRIPT, "check", *(f"{RECIPES}/{n}.yaml" for n in recipes)],
-        volumes=mounts, network=False, copy_in=files, name=f"sbs2-sparkrun-{os.getpid()}")
+        client, base, ["sh", "-c", SCRIPT, "check", *paths], volumes=mounts, network=False,
+        copy_in=files, name=f"sbs2-sparkrun-{os.getpid()}")
     reports = [json.loads(line[len(PREFIX):]) for line in result.output.splitlines()
                if line.startswith(PREFIX)]
     assert result.exit_code == 0 and len(reports) == 2, result.output[-3000:]
@@ -122,7 +123,7 @@ def test_sparkrun_loads_the_builder_which_hands_it_the_tags_image_by_digest(
         "unknown-tag": recipe(ref, tag="nosuch", source="build", project=root),
     }
     stock, enabled = sparkrun_report(docker_client, python_base, wheelhouses,
-                                     built_fixture.root, recipes)
+                                     [built_fixture.root], recipes)
     # without the feature, sparkrun does not know the builder: the feature is what loads it
     assert "sparkbake" not in stock["builders"]
     assert [c for _, c, _ in next(iter(stock["recipes"].values()))["issues"]] == \
@@ -147,3 +148,36 @@ def test_sparkrun_loads_the_builder_which_hands_it_the_tags_image_by_digest(
         f"SparkbakeFailed: {prefix}sparkbake build-image nosuch failed (exit 2): "
         f"{root}/versions.yaml: no tag 'nosuch' (known tags: fixture, "), found["unknown-tag"]
     assert "\n" not in found["unknown-tag"]["error"]  # one line, as sparkrun shows it
+
+
+def test_sparkrun_loads_a_release_record_as_the_recipe_sparkbake_writes_of_it(
+        docker_client: docker_engine.Client, python_base: str,
+        wheelhouses: dict[str, Path], tmp_path: Path) -> None:
+    """The plugin's register(v) hook: a release record as publish writes it, in a project's
+    build/releases, is claimed by the recipe format `sparkbake`, whose recipe is what
+    `sparkbake recipe RELEASE` writes there; a record away from its project is refused."""
+    release = "production-3.73-vision"  # its suite's node file names its model
+    project = tmp_path / "project"
+    (project / "build" / "releases").mkdir(parents=True)
+    (project / "versions.yaml").write_text((REPO / "versions.yaml").read_text())
+    record = json.loads((REPO / "tests" / "data" / "records" / "release.json").read_text())
+    placed = project / "build" / "releases" / f"{release}.json"
+    placed.write_text(json.dumps({**record, "tag": release}))
+    alone = tmp_path / "alone" / "releases" / f"{release}.json"
+    alone.parent.mkdir(parents=True)
+    alone.write_text(placed.read_text())
+    written = subprocess.run([sys.executable, "-m", "sparkbake", "recipe", release],
+                             cwd=project, text=True, capture_output=True, check=False)
+    assert written.returncode == 0, written.stderr
+    expected = yaml.safe_load(written.stdout)
+    stock, enabled = sparkrun_report(docker_client, python_base, wheelhouses,
+                                     [project, alone.parent.parent], {}, [placed, alone])
+    # without the plugin, sparkrun reads the record as a recipe of its own: an empty one
+    assert stock["recipes"][str(placed)] == {"name": release, "container": "", "model": ""}
+    assert enabled["recipes"][str(placed)] == {
+        "name": release, "container": expected["container"], "model": expected["model"]}
+    assert expected["container"] == record["pinned"]
+    assert enabled["recipes"][str(alone)] == {"error": (
+        f"RecipeError: Could not translate sparkbake manifest {alone}: [sparkbake] {alone}: a "
+        "release record is made a recipe from its project's versions.yaml, two folders up "
+        "(build/releases/RELEASE.json)")}
