@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from sparkbake.smoke.checks import GPU_CHECKS
-from sparkbake.smoke.oci_runtime import BUNDLE_FILE
+from sparkbake.smoke.device_bundle import BUNDLE_FILE
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 MIB = 1024 * 1024

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from sparkbake.smoke import checks, oci_runtime
+from sparkbake.smoke import checks, device_bundle
 from tests.conftest import Project
 
 pytestmark = pytest.mark.docker
@@ -31,7 +31,7 @@ def bundle(built_fixture: Project, tmp_path_factory: pytest.TempPathFactory) -> 
 
 def described(archive: Path) -> dict[str, Any]:
     with tarfile.open(archive) as tar:
-        source = tar.extractfile(oci_runtime.BUNDLE_FILE)
+        source = tar.extractfile(device_bundle.BUNDLE_FILE)
         assert source is not None
         loaded: dict[str, Any] = json.loads(source.read())
         return loaded

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from sparkbake.smoke import oci_runtime, root_bundle
-from sparkbake.smoke.oci_runtime import Bundle, BundleError, DeviceNode
+from sparkbake.smoke import device_bundle, oci_runtime, root_bundle
+from sparkbake.smoke.device_bundle import Bundle, BundleError
+from sparkbake.smoke.oci_runtime import DeviceNode
 
 # `ldconfig -p` as the device machine printed it (its driver's folder first, then /lib)
 LDCONFIG = """\
@@ -113,7 +114,7 @@ def bundle(**changes: object) -> Bundle:
         image_id="sha256:" + "ab" * 32, inputs="cd" * 32, suite="common", cuda_arch="9.0a",
         env=("PATH=/opt/venv/bin:/usr/bin",),
         checker=("/opt/venv/bin/python", "-B", "/opt/sparkbake-smoke/smoke_check.py",
-                 oci_runtime.EXPECTED),
+                 device_bundle.EXPECTED),
         packages=(), root_files=1, image_files=2, root_bytes=1, image_bytes=2, checks_here=())
     values.update(changes)
     return Bundle(**values)  # type: ignore[arg-type]
@@ -124,7 +125,7 @@ def test_the_runtime_config_gives_the_devices_and_driver_libraries() -> None:
                DeviceNode("/dev/nvidia-uvm", 238, 0, 0o666)]
     config = oci_runtime.runtime_config(bundle(), devices,
                                         {"libcuda.so.1": "/drv/libcuda.so.580.159.04"})
-    assert config["process"]["args"][-1] == oci_runtime.EXPECTED
+    assert config["process"]["args"][-1] == device_bundle.EXPECTED
     assert config["process"]["env"] == ["PATH=/opt/venv/bin:/usr/bin"]
     assert {"type": "network"} in config["linux"]["namespaces"]  # no network, as --network none
     assert [d["path"] for d in config["linux"]["devices"]] == ["/dev/nvidia0", "/dev/nvidia-uvm"]
@@ -148,7 +149,7 @@ def test_a_debian_package_unpacks_without_dpkg(tmp_path: Path) -> None:
     (tree / "usr" / "sbin" / "runc").write_text("#!/bin/sh\n")
     subprocess.run(["dpkg-deb", "-Zxz", "--build", str(tree), str(tmp_path / "t.deb")],
                    check=True, capture_output=True)
-    oci_runtime.unpack_deb(tmp_path / "t.deb", tmp_path / "out")
+    device_bundle.unpack_deb(tmp_path / "t.deb", tmp_path / "out")
     assert (tmp_path / "out" / "usr" / "sbin" / "runc").read_text() == "#!/bin/sh\n"
 
 
@@ -164,7 +165,7 @@ def test_a_package_compressed_with_zstd_is_refused_in_one_line(tmp_path: Path) -
     deb = tmp_path / "runc_1.deb"
     deb.write_bytes(ar_archive({"debian-binary": b"2.0\n", "data.tar.zst": b"x"}))
     with pytest.raises(BundleError) as caught:
-        oci_runtime.unpack_deb(deb, tmp_path / "out")
+        device_bundle.unpack_deb(deb, tmp_path / "out")
     assert str(caught.value) == ("runc_1.deb: its files are in data.tar.zst, which this "
                                  "Python cannot unpack")
 
@@ -173,7 +174,7 @@ def test_a_file_that_is_no_package_is_refused(tmp_path: Path) -> None:
     deb = tmp_path / "runc_1.deb"
     deb.write_text("not a package")
     with pytest.raises(BundleError, match=r"^runc_1.deb: not a Debian package "):
-        oci_runtime.unpack_deb(deb, tmp_path / "out")
+        device_bundle.unpack_deb(deb, tmp_path / "out")
 
 
 def test_a_file_that_is_no_bundle_is_one_line_and_exit_2(
@@ -192,7 +193,7 @@ def test_a_bundle_without_runc_says_so(tmp_path: Path,
     archive = tmp_path / "b.tar.xz"
     with tarfile.open(archive, "w:xz") as tar:
         data = json.dumps(records.to_json(bundle())).encode()
-        info = tarfile.TarInfo(oci_runtime.BUNDLE_FILE)
+        info = tarfile.TarInfo(device_bundle.BUNDLE_FILE)
         info.size = len(data)
         tar.addfile(info, io.BytesIO(data))
     assert oci_runtime.main([str(archive)]) == 2

@@ -32,8 +32,8 @@ from sparkbake.oci import docker_engine, emulation
 from sparkbake.planning import Plan
 from sparkbake.run import Run
 from sparkbake.smoke import checks
+from sparkbake.smoke.device_bundle import BUNDLE_FILE, EXPECTED, PACKAGES, ROOT, Bundle, Package
 from sparkbake.smoke.host import Facts
-from sparkbake.smoke.oci_runtime import BUNDLE_FILE, EXPECTED, PACKAGES, ROOT, Bundle, Package
 
 __all__ = ["RUNTIME_PACKAGES", "kept_names", "make", "resolve"]
 
