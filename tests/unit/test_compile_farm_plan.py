@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import tomllib
 from pathlib import Path
 
@@ -11,6 +12,7 @@ from sparkbake.errors import EngineError
 from sparkbake.wheels import farm_binary, farm_client, farm_plan
 from sparkbake.wheels.farm_state import FarmProcess, FarmRecord, Layout
 from sparkbake.wheels.report import Jobs
+from tests.conftest import plain_console
 
 # `sccache-dist auth generate-jwt-hs256-key`, then `... generate-jwt-hs256-server-token
 # --secret-key KEY --server 127.0.0.1:10501`, sccache 0.16.0
@@ -113,3 +115,17 @@ def test_max_jobs_counts_the_farm_slots(tmp_path: Path) -> None:
     fixed = Jobs(7, 1, "SPARKBAKE_MAX_JOBS")
     assert farm_client.with_farm_slots(fixed, farm) == fixed
     assert farm_client.with_farm_slots(fixed, None) == fixed
+
+
+def test_an_emulated_builder_compiles_here(tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    layout = Layout(tmp_path / "compile-farm")
+    layout.home.mkdir()
+    layout.write(FarmRecord(1, (FarmProcess("server", "local-1", 1, 2, (0,)),)))
+    other = "aarch64" if os.uname().machine != "aarch64" else "x86_64"
+    assert farm_client.in_use(tmp_path, "local", other, console=plain_console()) is None
+    assert capsys.readouterr().err == (f"compile farm: the builder is {other} under emulation, "
+                                       f"the farm's servers {os.uname().machine}; compiling "
+                                       "here\n")
+    assert farm_client.in_use(tmp_path, "off", os.uname().machine,
+                              console=plain_console()) is None

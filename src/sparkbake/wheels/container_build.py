@@ -180,8 +180,8 @@ def build(client: Client, request: BuildRequest, *, console: Console) -> WheelSe
     how = f"reusing kernels {request.kernels.name[:12]}" if reuse else "compiling kernels"
     backend = compile_cache.reachable(compile_cache.choose(tag.cache, request.compile_cache),
                                       console=console)
-    farm = farm_client.in_use(request.build_dir, backend.kind, console=console) \
-        if request.build_dir and reuse is None else None
+    farm = farm_client.in_use(request.build_dir, backend.kind, tag.platform.machine,
+                              console=console) if request.build_dir and reuse is None else None
     request = dataclasses.replace(request, jobs=farm_client.with_farm_slots(request.jobs, farm))
     console.detail(f"wheels: MAX_JOBS={request.jobs.max_jobs} ({request.jobs.reason}); {how}; "
          f"compile cache: {backend.describe()}")

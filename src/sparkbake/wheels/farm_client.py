@@ -11,6 +11,7 @@ makes.
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import shutil
 from collections.abc import Iterator
@@ -39,12 +40,18 @@ class FarmUse:
     record: FarmRecord
 
 
-def in_use(build_dir: Path, compile_cache: str, *, console: Console) -> FarmUse | None:
+def in_use(build_dir: Path, compile_cache: str, machine: str, *,
+           console: Console) -> FarmUse | None:
     """The farm `compile-farm up` started for this project, if every process of it runs;
-    none without sccache (SPARKBAKE_COMPILE_CACHE=off)."""
+    none without sccache (SPARKBAKE_COMPILE_CACHE=off), nor for a builder of another
+    machine than this one's (emulated: its compilers would not run on the servers)."""
     layout = Layout(build_dir / "compile-farm")
     record = read(layout)
     if record is None or compile_cache == "off":
+        return None
+    if machine != os.uname().machine:
+        console.notice(f"compile farm: the builder is {machine} under emulation, the farm's "
+                       f"servers {os.uname().machine}; compiling here")
         return None
     down = [p.name for p in record.processes if not alive(p, layout)]
     if down:

@@ -1,0 +1,30 @@
+"""compile-farm's usage faults: each one line and its exit code, before anything starts."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import Project
+
+
+def test_up_without_local_is_refused_in_one_line(project: Project,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    assert project.sparkbake("compile-farm", "up") == 2
+    assert capsys.readouterr().err.splitlines()[0] == (
+        "sparkbake: error: compile-farm up needs --local N (servers on this machine)")
+    assert not (project.root / "build" / "compile-farm").exists()
+
+
+@pytest.mark.parametrize("count", ["0", "65", "two"])
+def test_a_server_count_out_of_range_is_a_usage_error(
+        project: Project, count: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert project.sparkbake("compile-farm", "up", "--local", count) == 2
+    assert capsys.readouterr().err.splitlines()[0] == (
+        f"sparkbake: error: argument --local: {count!r} is not a count of servers (1 to 64)")
+
+
+def test_status_and_down_without_a_farm(project: Project,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    assert project.sparkbake("compile-farm", "status") == 0
+    assert project.sparkbake("compile-farm", "down") == 0
+    assert capsys.readouterr().err == "compile farm: none is up\ncompile farm: none is up\n"
