@@ -30,8 +30,12 @@ from sparkbake.oci import docker_engine
 from sparkbake.sparkrun import validate
 from tests import sparkrun_base
 from tests.conftest import Project, plain_console
+from tests.integration.test_publish import client, local
+from tests.integration.test_relay_identity import Signed, signed
 
 pytestmark = pytest.mark.docker
+
+__all__ = ["client", "local", "signed"]  # the fixtures this module shares
 
 REPO = Path(__file__).resolve().parents[2]
 CHECK = Path(__file__).with_name("sparkrun_builder_check.py")
@@ -85,9 +89,12 @@ def engine_socket() -> str:
 
 def sparkrun_report(client: docker_engine.Client, base: str, wheels: Mapping[str, Path],
                     folders: Sequence[Path], recipes: Mapping[str, dict[str, Any]],
-                    records: Sequence[Path] = ()) -> list[dict[str, Any]]:
+                    records: Sequence[Path] = (), *, host_network: bool = False
+                    ) -> list[dict[str, Any]]:
     """The check's report with external plugins off (the first recipe), then on (all, and
-    the release records); folders mounted at their own paths."""
+    the release records); folders mounted at their own paths; host_network: this host's
+    network (its embedded registry on 127.0.0.1), else none."""
+    network: dict[str, Any] = {"network_mode": "host"} if host_network else {}
     files = {f"{RECIPES}/{name}.yaml": yaml.safe_dump(recipe).encode()
              for name, recipe in recipes.items()}
     files[f"{RECIPES}/check.py"] = CHECK.read_bytes()
@@ -97,8 +104,8 @@ def sparkrun_report(client: docker_engine.Client, base: str, wheels: Mapping[str
               **{str(folder): {"bind": str(folder), "mode": "rw"} for folder in folders}}
     paths = [*(f"{RECIPES}/{name}.yaml" for name in recipes), *map(str, records)]
     result = docker_engine.run_container(
-        client, base, ["sh", "-c", SCRIPT, "check", *paths], volumes=mounts, network=False,
-        copy_in=files, name=f"sbs2-sparkrun-{os.getpid()}")
+        client, base, ["sh", "-c", SCRIPT, "check", *paths], volumes=mounts,
+        network=host_network, copy_in=files, name=f"sbs2-sparkrun-{os.getpid()}", **network)
     reports = [json.loads(line[len(PREFIX):]) for line in result.output.splitlines()
                if line.startswith(PREFIX)]
     assert result.exit_code == 0 and len(reports) == 2, result.output[-3000:]
@@ -181,3 +188,29 @@ def test_sparkrun_loads_a_release_record_as_the_recipe_sparkbake_writes_of_it(
         f"RecipeError: Could not translate sparkbake manifest {alone}: [sparkbake] {alone}: a "
         "release record is made a recipe from its project's versions.yaml, two folders up "
         "(build/releases/RELEASE.json)")}
+
+
+def test_the_builder_verifies_a_signed_release_and_hands_sparkrun_its_digest(
+        docker_client: docker_engine.Client, python_base: str,
+        wheelhouses: dict[str, Path], signed: Signed, tmp_path: Path) -> None:
+    """source: release: verify-release of the recipe's pinned image in its registry (this
+    host's, reached over the host's network) with the recipe's key; another key's is one
+    line, sparkbake's exit 7 and its reason."""
+    other = tmp_path / "other"
+    other.mkdir()
+    wrong = subprocess.run([sys.executable, "-m", "sparkbake", "keys", "generate",
+                            str(other / "other.key")], text=True, capture_output=True,
+                           check=False)
+    assert wrong.returncode == 0, wrong.stderr
+    recipes = {"release": recipe(signed.pinned, tag="production-1.0-pub", key=str(signed.pub)),
+               "other-key": recipe(signed.pinned, tag="production-1.0-pub",
+                                   key=str(other / "other.key.pub"))}
+    _, enabled = sparkrun_report(docker_client, python_base, wheelhouses,
+                                 [signed.pub.parent, other], recipes, host_network=True)
+    found = {Path(path).stem: report for path, report in enabled["recipes"].items()}
+    assert found["release"] == {"issues": [], "image": signed.pinned}, found["release"]
+    refused = found["other-key"]["error"]
+    assert refused.startswith(f"SparkbakeFailed: [sparkbake] sparkbake verify-release "
+                              f"{signed.pinned} failed (exit 7): "), refused
+    assert refused.endswith(f"is not signed by {other}/other.key.pub (check that this is the "
+                            "publisher's public key)"), refused
