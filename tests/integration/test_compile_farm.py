@@ -12,6 +12,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,6 @@ import pytest
 
 from sparkbake.oci import image_layout
 from sparkbake.wheels.farm_state import FarmRecord, Layout, alive, read
-from tests import polling
 from tests.conftest import Project, copy_project, plain_console
 
 pytestmark = pytest.mark.docker
@@ -114,22 +114,41 @@ def test_a_cold_build_through_the_farm_gives_the_local_builds_image(
 @pytest.mark.required("prove-compile-cache")
 def test_a_server_killed_mid_build_costs_only_time(
         farm_project: Project, built_fixture: Project) -> None:
+    """The server the scheduler gives the build's first job is killed as it takes it (the
+    job after the test compile's, while sccache sends it nvcc's toolchain)."""
     record = read(farm_layout(farm_project))
     assert record is not None
-    log = farm_project.root / "build" / "logs" / "fixture" / "wheels.log"
+    scheduler_log = farm_layout(farm_project).logs / "scheduler.log"
     build = subprocess.Popen([sys.executable, "-m", "sparkbake", "--config",
                               str(farm_project.config_path), "build-image", "fixture"],
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        polling.until(lambda: log.exists() and "sccache nvcc" in log.read_text(),
-                      "the first compile through the farm", timeout=300)
-        os.killpg(record.servers[0].pid, signal.SIGKILL)
+        port = first_build_job_server(scheduler_log)
+        killed = next(server for server in record.servers if server.port == port)
+        os.killpg(killed.pid, signal.SIGKILL)
         out, _ = build.communicate(timeout=600)
     finally:
         if build.poll() is None:
             build.kill()
     assert build.returncode == 0, out
+    stats = farm_project.log("fixture", "wheels").split("sccache statistics: ")[1]
+    assert json.loads(stats.splitlines()[0])["stats"]["dist_errors"] >= 1, \
+        "the killed server had no job of the build"
     assert image_digest(farm_project) == image_digest(built_fixture)
+
+
+def first_build_job_server(scheduler_log: Path) -> int:
+    """The port of the server the scheduler gives its second job (the first is the test
+    compile's), as soon as it logs it."""
+    assigned = re.compile(r"Job \d+ created and will be assigned to server "
+                          r"ServerId\(127\.0\.0\.1:(\d+)\)")
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        found = assigned.findall(scheduler_log.read_text()) if scheduler_log.exists() else []
+        if len(found) >= 2:
+            return int(found[1])
+        time.sleep(0.02)
+    raise AssertionError("the scheduler gave the build no job within 300 s")
 
 
 @pytest.mark.required("prove-compile-cache")
