@@ -99,6 +99,8 @@ def test_up_status_down_keeps_its_tokens_private_and_leaves_nothing_running(
 def test_a_cold_build_through_the_farm_gives_the_local_builds_image(
         farm_project: Project, built_fixture: Project,
         capsys: pytest.CaptureFixture[str]) -> None:
+    client = farm_layout(farm_project).client / "client.toml"
+    token = client.read_text().split('token = "')[1].split('"')[0]
     assert farm_project.sparkbake("build-image", "fixture") == 0
     out = capsys.readouterr().err
     remote, compiled = remote_line(out)
@@ -109,6 +111,10 @@ def test_a_cold_build_through_the_farm_gives_the_local_builds_image(
     assert "compile farm: the test compile ran on the farm" in log
     assert "2 CPUs; + 2 compile farm slots)" in log  # MAX_JOBS counts them
     assert image_digest(farm_project) == image_digest(built_fixture)
+    records = [path for path in (farm_project.root / "build").rglob("*")
+               if path.is_file() and path.suffix in (".json", ".log") and path != client]
+    assert not [path for path in records if token in path.read_text(errors="replace")], \
+        "the client token reached a record or log of the build"
 
 
 @pytest.mark.required("prove-compile-cache")
