@@ -36,9 +36,10 @@ def main(args: list[str]) -> int:
 
 def local_environment() -> dict[str, str]:
     """This builder's environment for an sccache server without the farm."""
-    if not NO_FARM.exists():
-        NO_FARM.write_text("# sparkbake: sccache without the compile farm\n")
-    return {**os.environ, "SCCACHE_SERVER_PORT": LOCAL_PORT, "SCCACHE_CONF": str(NO_FARM),
+    config = Path(os.environ.get("SPARKBAKE_NO_FARM_CONF", str(NO_FARM)))
+    if not config.exists():
+        config.write_text("# sparkbake: sccache without the compile farm\n")
+    return {**os.environ, "SCCACHE_SERVER_PORT": LOCAL_PORT, "SCCACHE_CONF": str(config),
             "SPARKBAKE_FARM": "0"}
 
 

@@ -43,7 +43,7 @@ def run(folders: tuple[Path, Path], tmp_path: Path, *args: str,
     calls = tmp_path / "calls"
     env = {"PATH": f"{wrapper}{os.pathsep}{real}{os.pathsep}/usr/bin:/bin",
            "CALLS": str(calls), "SPARKBAKE_FARM": "1", "SCCACHE_CONF": "/farm/client.toml",
-           **environ}
+           "SPARKBAKE_NO_FARM_CONF": str(tmp_path / "no-farm.toml"), **environ}
     done = subprocess.run([sys.executable, str(wrapper / "sccache"), *args], env=env,
                           capture_output=True, text=True, check=False)
     return done, calls.read_text().splitlines() if calls.exists() else []
@@ -56,7 +56,8 @@ def test_a_unit_failed_through_the_farm_is_compiled_here(
     assert done.stderr == ("sparkbake sccache: nvcc failed through the compile farm "
                            "(exit 254); compiling it here\n")
     assert calls == [" /farm/client.toml nvcc -c a.cu -o a.o",
-                     "4228 /tmp/sparkbake-no-farm.toml nvcc -c a.cu -o a.o"]
+                     f"4228 {tmp_path / 'no-farm.toml'} nvcc -c a.cu -o a.o"]
+    assert (tmp_path / "no-farm.toml").read_text().startswith("#")  # no [dist]
 
 
 def test_a_unit_that_fails_here_too_fails(folders: tuple[Path, Path], tmp_path: Path) -> None:
