@@ -2,8 +2,8 @@
 `Recipe.validate` and `sparkrun.core.validation.validate_recipe`, as `sparkrun recipe
 validate` does. Prints one line, PREFIX and a JSON object: per recipe file, its errors,
 warnings and suggestions (each finding's code and message), or the error that stopped the
-load; and each node's command as sparkrun's runtime renders it (the flags it appends
-included), the head at HEAD_IP.
+load; each node's command as sparkrun's runtime renders it (the flags it appends
+included), the head at HEAD_IP; and the readiness style its launcher resolves.
 
 Run with a Python where sparkrun is installed (3.12 or later): python sparkrun_check.py FILE...
 Standard library and sparkrun only; sparkrun is imported by name, so this file type-checks
@@ -38,7 +38,19 @@ def check(path: str) -> dict[str, Any]:
         found[str(issue.severity)].append({"code": issue.code, "message": issue.message})
     if not found["error"]:
         found["commands"] = node_commands(recipe)
+        found["readiness"] = readiness_style(recipe)
     return found
+
+
+def readiness_style(recipe: Any) -> str | None:
+    """The style sparkrun's readiness probe uses for the recipe on its runtime (None: ready
+    at /health, no token asked), as its launcher resolves it."""
+    readiness = importlib.import_module("sparkrun.core.readiness")
+    runtime = importlib.import_module("sparkrun.core.bootstrap").get_runtime(recipe.runtime,
+                                                                             None)
+    settings = readiness.resolve_readiness_settings(recipe=recipe)
+    style = readiness.resolve_inference_style(settings, runtime, recipe=recipe)
+    return None if style is None else str(style)
 
 
 def node_commands(recipe: Any) -> list[str]:

@@ -13,11 +13,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ARCHITECTURES", "make"]
+__all__ = ["ARCHITECTURES", "CHAT_TEMPLATE", "make"]
 
 BOS, EOS = "<s>", "</s>"
 VOCAB = 512  # the tokenizer's; the embedding is rounded up to a multiple of 64
 CONTEXT = 8192  # enough for the prefix-cache check's prompt of some thousands of tokens
+# a chat model's template, plain: a chat request (sparkrun's readiness probe's) needs one
+CHAT_TEMPLATE = ("{% for message in messages %}{{ message['role'] }}: {{ message['content'] }}"
+                 "\n{% endfor %}{% if add_generation_prompt %}assistant: {% endif %}")
 SHAPE = {"hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2,
          "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 64,
          "max_position_embeddings": CONTEXT, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
@@ -38,8 +41,8 @@ def corpus() -> list[str]:
 
 
 def make(folder: Path, arch: str = "llama") -> Path:
-    """Write config.json, tokenizer.json and tokenizer_config.json of a tiny `arch` model
-    into folder; returns folder."""
+    """Write config.json, tokenizer.json and tokenizer_config.json (with a chat template) of
+    a tiny `arch` model into folder; returns folder."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     if arch not in ARCHITECTURES:
@@ -55,7 +58,7 @@ def make(folder: Path, arch: str = "llama") -> Path:
     tokenizer.save(str(folder / "tokenizer.json"))
     (folder / "tokenizer_config.json").write_text(json.dumps(
         {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": BOS, "eos_token": EOS,
-         "model_max_length": CONTEXT}, indent=2) + "\n")
+         "model_max_length": CONTEXT, "chat_template": CHAT_TEMPLATE}, indent=2) + "\n")
     vocab = -(-tokenizer.get_vocab_size() // 64) * 64
     config = {**ARCHITECTURES[arch], **SHAPE, "vocab_size": vocab,
               "bos_token_id": tokenizer.token_to_id(BOS),

@@ -10,7 +10,8 @@ its own path).
 
 SPEC: recipe (a file), name (the container's), hf_cache (a host folder), overrides, detach
 (sparkrun starts a node detached), executor (its Docker executor's settings). Prints one
-line: PREFIX and a JSON object with the line, the node's command and its env.
+line: PREFIX and a JSON object with the line, the node's command, its env, and the readiness
+probe sparkrun's launcher runs on the head's host for it (a bash script).
 Standard library and sparkrun only; sparkrun is imported by name, so this file type-checks
 where sparkrun is absent.
 """
@@ -18,6 +19,7 @@ where sparkrun is absent.
 from __future__ import annotations
 
 import importlib
+import importlib.resources
 import json
 import sys
 from typing import Any
@@ -46,7 +48,35 @@ def launch_line(spec: dict[str, Any]) -> dict[str, Any]:
     line = executor.run_cmd(recipe.container, command, container_name=spec["name"],
                             detach=spec["detach"], env=env, volumes=volumes,
                             extra_opts=list(runtime.get_extra_docker_opts() or []))
-    return {"command": command, "env": env, "line": line}
+    return {"command": command, "env": env, "line": line,
+            "probe": readiness_probe(recipe, runtime, overrides, spec["name"])}
+
+
+def readiness_probe(recipe: Any, runtime: Any, overrides: dict[str, Any], name: str) -> str:
+    """The bash script sparkrun's launcher runs on the head's host to wait for the node
+    (orchestration/startup.py run_probe): its standalone probe, with the readiness the
+    recipe resolves to on its runtime, the head this host."""
+    readiness = importlib.import_module("sparkrun.core.readiness")
+    settings = readiness.resolve_readiness_settings(recipe=recipe)
+    config = {
+        "container": name, "address": "127.0.0.1",
+        "port": int(recipe.build_config_chain(overrides).get("port")),
+        "port_timeout_s": settings.port_timeout_s,
+        "health_timeout_s": settings.health_timeout_s, "inference": settings.inference,
+        "inference_style": readiness.resolve_inference_style(settings, runtime, recipe=recipe),
+        "health_path": runtime.readiness_health_path,
+        "inference_timeout_s": settings.inference_timeout_s,
+        "prompt": settings.inference_prompt,
+        "model": overrides.get("served_model_name") or recipe.effective_served_model_name,
+        "api_key": None,
+    }
+    source = importlib.resources.files("sparkrun.scripts").joinpath("startup_probe.py")
+    # run_probe's own lines after the probe's source
+    script = source.read_text() + (
+        "\nfrom math import inf\ntry:\n    print(json.dumps(observe(" + repr(config)
+        + ")))\nexcept ObservationUnavailable as error:\n    print(json.dumps("
+        "{'unsupported_observer': str(error)}))\n")
+    return "exec python3 - <<'SPARKRUN_STARTUP_PY'\n" + script + "\nSPARKRUN_STARTUP_PY\n"
 
 
 def template_env(recipe: Any, overrides: dict[str, Any], volumes: dict[str, str],

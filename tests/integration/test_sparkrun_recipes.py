@@ -32,6 +32,7 @@ from sparkbake.sparkrun import recipes, validate
 from sparkbake.sparkrun.commands import to_yaml
 from tests import sparkrun_base
 from tests.conftest import plain_console
+from tests.tiny_model import make
 
 pytestmark = pytest.mark.docker
 
@@ -55,12 +56,21 @@ def tags_checked(run: Run) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def made(run: Run) -> dict[str, dict[str, Any]]:
+def made(run: Run, tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
     """Each tag's recipe (local: none is published here); the CPU tag's on a release record
-    as publish writes it; and the demo's with its model taken out."""
+    as publish writes it; the demo's with its model taken out; and the CPU tag's on a tiny
+    model's folder here (tests/tiny_model.py's, with its chat template) and on one whose
+    tokenizer has none."""
     found = {name: recipes.recipe_for(run, run.config.tag(name), local=True,
                                       model=None if name.startswith("production-") else TINY)
              for name in tags_checked(run)}
+    models = tmp_path_factory.mktemp("models")
+    plain = models / "no-chat"
+    plain.mkdir()
+    (plain / "tokenizer_config.json").write_text('{"tokenizer_class": "PreTrainedTokenizerFast"}')
+    for name, folder in (("tiny-chat", make(models / "tiny")), ("no-chat", plain)):
+        found[name] = recipes.recipe_for(run, run.config.tag("cpu-3.73"), local=True,
+                                         model=str(folder))
     record = records.from_json(Release, json.loads(
         (ROOT / "tests" / "data" / "records" / "release.json").read_text()))
     found["released"] = recipes.recipe_for(run, run.config.tag("cpu-3.73"), record,
@@ -84,6 +94,17 @@ def test_every_tags_recipe_passes_sparkruns_own_checks(
         found = checked[name]
         assert (found.errors, found.warnings, found.suggestions, found.validate) == (
             (), (), (), ()), name
+
+
+def test_sparkruns_readiness_asks_a_chat_token_where_the_model_has_a_chat_template(
+        run: Run, checked: dict[str, validate.Checked]) -> None:
+    """sparkrun's launcher resolves each recipe's readiness to the chat stream (its probe's
+    first token), and to /health alone for a model folder whose tokenizer has no chat
+    template, which its chat request could never get a token from."""
+    for name in [*tags_checked(run), "released", "tiny-chat"]:
+        assert checked[name].readiness == "openai-chat-stream-v1", name
+    assert checked["no-chat"].readiness is None
+    assert (checked["no-chat"].errors, checked["no-chat"].warnings) == ((), ())
 
 
 def test_a_recipe_without_its_model_gets_sparkruns_own_error(

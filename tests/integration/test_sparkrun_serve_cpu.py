@@ -4,10 +4,12 @@
 `recipe_for` makes of the tag (its local image, a tiny model's folder), run here as sparkrun
 runs it on a node.
 
-It serves: ready at the first streamed token, and a completion our serve checks accept. The
-recipe's command is the image's entrypoint, so under `bash -c` it hands vLLM each argument
-once, as when it is given the same arguments directly, and runs the preflight before vLLM: a
-bad env under the recipe's command is refused with exit 2 and vLLM never starts. The image is
+It serves: ready at the first streamed token, by sparkrun's own readiness probe (its
+streamed chat, through the tiny model's chat template) and by ours, and a completion our
+serve checks accept. The recipe's command is the image's entrypoint, so under `bash -c` it
+hands vLLM each argument once, as when it is given the same arguments directly, and runs the
+preflight before vLLM: a bad env under the recipe's command is refused with exit 2 and vLLM
+never starts. The image is
 built first if it is not; run by `nox -s serve-cpu`, not at every landing.
 """
 
@@ -128,6 +130,17 @@ def run_line(line: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["bash", "-c", line], text=True, capture_output=True, check=False)
 
 
+def sparkrun_ready(probe: str) -> dict[str, Any]:
+    """The observation sparkrun's readiness probe prints (one JSON object), run by bash on
+    this host; it waits for the port, /health and a token, and fails when the container
+    stops."""
+    done = subprocess.run(["bash", "-s"], input=probe, text=True, capture_output=True,
+                          check=False, timeout=900)
+    assert done.returncode == 0, done.stderr[-2000:]
+    observed: dict[str, Any] = json.loads(done.stdout)
+    return observed
+
+
 def gone(client: docker_engine.Client, name: str) -> Callable[[], str | None]:
     """Why the container stopped (sparkrun starts it with --rm: its end is its removal)."""
     def why() -> str | None:
@@ -148,6 +161,12 @@ def test_started_as_sparkrun_starts_it_the_image_serves_a_completion_ready_at_th
     started = time.monotonic()
     done = run_line(launch["line"])
     assert done.returncode == 0, done.stderr
+    # sparkrun's own readiness probe, run on this host as its launcher runs it on the head's:
+    # the first token of its streamed chat, which the tiny model's chat template makes
+    observed = sparkrun_ready(launch["probe"])
+    assert (observed["inference_style"], observed["inference_ready"]) == (
+        "openai-chat-stream-v1", True), observed
+    assert observed["first_token_field"] in ("content", "reasoning_content"), observed
     server = serve_client.Server(f"http://127.0.0.1:{port}")
     ready = serve_stream.check_ready(server, SERVED, 600, gone(docker_client, name), started)
     completion = serve_client.check_completion(server, SERVED)

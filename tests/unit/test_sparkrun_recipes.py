@@ -22,6 +22,7 @@ from sparkbake.nodes import envfile
 from sparkbake.publish.record import Release
 from sparkbake.run import Run
 from sparkbake.sparkrun import recipes
+from tests import tiny_model
 from tests.conftest import Project, plain_console, settings_of
 
 from .test_docs import gen_pages
@@ -237,3 +238,39 @@ def test_a_multi_platform_tag_is_refused_local_and_unpublished_in_one_line(
         f"  -> publish it (`sparkbake --config {project.config_path} publish fixture-multi`), "
         "or make the recipe of one platform's local image (fixture-multi-amd64, "
         "fixture-multi-arm64) with --local\n")
+
+
+def test_a_model_folder_without_a_chat_template_is_ready_at_its_health(
+        config_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """sparkrun probes a token only by chat (0.4.2: chat, responses, Anthropic messages,
+    each through the chat template), so a model folder here with no template is ready at
+    /health, said in one line; tests/tiny_model.py's models have one."""
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "tokenizer_config.json").write_text('{"bos_token": "<s>"}')
+    assert main(["--config", str(config_path), "recipe", "cpu-3.73", "--local", "--model",
+                 str(plain)]) == 0
+    shown = capsys.readouterr()
+    assert yaml.safe_load(shown.out)["readiness"] == {"inference": False}
+    assert f"recipe: {plain} has no chat template, and sparkrun probes a token only by chat: " \
+        "the recipe's readiness is /health (inference: false); give the model a chat " \
+        "template to be ready at the first token\n" in shown.err
+    (plain / "chat_template.jinja").write_text("{{ messages[0]['content'] }}")
+    chat = {"inference": True, "inference_style": "openai-chat-stream-v1"}
+    assert recipe_of(config_path, capsys, "cpu-3.73", "--local", "--model",
+                     str(plain))["readiness"] == chat
+    assert recipe_of(config_path, capsys, "cpu-3.73", "--local", "--model",
+                     str(tiny_model.make(tmp_path / "tiny")))["readiness"] == chat
+    assert "chat template" not in capsys.readouterr().err
+
+
+def test_the_tiny_models_chat_template_renders_a_conversation() -> None:
+    """As transformers renders a chat template (a sandboxed Jinja environment, blocks
+    trimmed), so that vLLM can make a prompt of sparkrun's readiness chat."""
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    template = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True) \
+        .from_string(tiny_model.CHAT_TEMPLATE)
+    messages = [{"role": "user", "content": "Reply with exactly: sparkrun-ready"}]
+    assert template.render(messages=messages, add_generation_prompt=True) == \
+        "user: Reply with exactly: sparkrun-ready\nassistant: "

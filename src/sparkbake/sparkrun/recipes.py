@@ -33,8 +33,8 @@ from sparkbake.publish import releases
 from sparkbake.publish.record import Release
 from sparkbake.run import Run
 
-__all__ = ["RUNTIME", "Source", "entrypoint_argv", "published", "recipe_for",
-           "release_name", "source_env"]
+__all__ = ["RUNTIME", "Source", "entrypoint_argv", "has_chat_template", "published",
+           "readiness", "recipe_for", "release_name", "source_env"]
 
 RUNTIME = "vllm-distributed"  # vLLM's own multi-node start (mp executor), as our nodes run it
 # the values the recipe's env takes from sparkrun's config and launch, by variable
@@ -56,7 +56,10 @@ NOT_IN_RECIPE = frozenset({
     "IB_GID_INDEX", "SMOKE_DUMMY_LAYERS",
 })
 DEFAULT_PORT = 8000  # vLLM's
+# sparkrun 0.4.2 probes a token by chat, responses or Anthropic messages, each through the
+# model's chat template (sparkrun/scripts/startup_probe.py); it has no completions style
 READINESS = {"inference": True, "inference_style": "openai-chat-stream-v1"}
+HEALTH_ONLY = {"inference": False}  # ready when /health answers: a model no chat can reach
 
 
 @dataclass(frozen=True)
@@ -92,10 +95,36 @@ def recipe_for(run: Run, tag: Tag, release: Release | None = None, *,
         "defaults": defaults,
         "command": shlex.join(entrypoint_argv()),
         "env": env,
-        "readiness": dict(READINESS),
+        "readiness": readiness(served, run),
         "metadata": {"sparkbake": _metadata(tag, release, source, env, defaults)},
     }
     return recipe
+
+
+def readiness(model: str, run: Run) -> dict[str, Any]:
+    """Ready at the first token of a streamed chat request, as sparkrun probes it; a model
+    folder here whose tokenizer has no chat template cannot answer a chat, so it is ready at
+    /health, and the run says so. A model not here (a repository, a folder on the nodes) is
+    taken to have one: a served chat model does."""
+    folder = Path(model)
+    if not folder.is_dir() or has_chat_template(folder):
+        return dict(READINESS)
+    run.console.notice(f"recipe: {model} has no chat template, and sparkrun probes a token "
+                       "only by chat: the recipe's readiness is /health (inference: false); "
+                       "give the model a chat template to be ready at the first token")
+    return dict(HEALTH_ONLY)
+
+
+def has_chat_template(folder: Path) -> bool:
+    """Whether the tokenizer in folder has a chat template where transformers looks for one:
+    tokenizer_config.json's chat_template, or a chat_template file of its own."""
+    if any((folder / name).is_file() for name in ("chat_template.jinja", "chat_template.json")):
+        return True
+    try:
+        config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(config, dict) and bool(config.get("chat_template"))
 
 
 def published(run: Run, name: str) -> Release:

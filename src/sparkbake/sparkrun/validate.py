@@ -42,14 +42,16 @@ PREFIX = "sparkrun-check: "  # the checker's line among pip's and sparkrun's own
 @dataclass(frozen=True)
 class Checked:
     """What sparkrun said of one recipe: each finding as `code: message`, by severity; what
-    `Recipe.validate` returned; and each node's command as its runtime renders it (none when
-    the recipe has an error)."""
+    `Recipe.validate` returned; each node's command as its runtime renders it (none when
+    the recipe has an error); the style its readiness probe asks a token by (None: ready at
+    /health, or the recipe has an error)."""
 
     errors: tuple[str, ...]
     warnings: tuple[str, ...]
     suggestions: tuple[str, ...]
     validate: tuple[str, ...]
     commands: tuple[str, ...]
+    readiness: str | None = None
 
 
 def wheels(folders: Folders, *, console: Console) -> Path:
@@ -103,4 +105,5 @@ def _checked(found: dict[str, Any]) -> Checked:
         return tuple(f"{f['code']}: {f['message']}" for f in found[severity])
 
     return Checked(lines("error"), lines("warning"), lines("suggestion"),
-                   tuple(found["validate"]), tuple(found.get("commands", ())))
+                   tuple(found["validate"]), tuple(found.get("commands", ())),
+                   found.get("readiness"))
