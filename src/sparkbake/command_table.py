@@ -400,7 +400,7 @@ RELEASES = (
                        "the config digest and layer DiffIDs it names", metavar="URL,URL"),
                 Option("--image", "with --hosts: the name the nodes hold the image under "
                        "(default: the signed digest, else its config digest)", metavar="REF"),
-                json_of("the statements"))),
+                json_of("the statements (with --hosts, each node's check and its identity)"))),
 )
 
 SPARKRUN = (  # sparkbake's builder for sparkrun (src/sparkbake/sparkrun_plugin)

@@ -51,7 +51,14 @@ class Signed:
 
 @pytest.fixture
 def signed(client: docker_engine.Client, local: Local, tmp_path: Path) -> Signed:
-    repository = f"127.0.0.1:{local.port}/sbs3-relay-{RUN}-{uuid.uuid4().hex[:6]}"
+    return publish_signed(client, local, tmp_path)
+
+
+def publish_signed(client: docker_engine.Client, local: Local, tmp_path: Path,
+                   prefix: str = "sbs3") -> Signed:
+    """The fixture's release built, smoked and published signed to the embedded registry,
+    in a repository named with prefix."""
+    repository = f"127.0.0.1:{local.port}/{prefix}-relay-{RUN}-{uuid.uuid4().hex[:6]}"
     config = registry_config(tmp_path, repository)
     project = Project(client, config, planning.make(config, config.tag(TAG)), local.port)
     image_id = project.build("relayed payload", base="relayed base")
@@ -73,10 +80,11 @@ def pulled(client: docker_engine.Client) -> Iterator[list[str]]:
             client.images.remove(name)
 
 
-def relayed(pinned: str, work: Path, change_layer: bool = False) -> str:
-    """A copy of the release pinned in another repository (sbs3-relay-copy-*) with every
-    layer compressed again (and, with change_layer, its last layer's contents changed): its
-    repository@digest."""
+def relayed(pinned: str, work: Path, change_layer: bool = False, prefix: str = "sbs3",
+            beside: bool = False) -> str:
+    """A copy of the release pinned in another repository (PREFIX-relay-copy-*; with beside,
+    its own, as tag `relayed`) with every layer compressed again (and, with change_layer,
+    its last layer's contents changed): its repository@digest."""
     repository, _, digest = pinned.partition("@")
     layout = image_layout.Layout(work / "oci", plain_console())
     session = registry_access.open_session(repository, Settings.of_process(),
@@ -93,7 +101,8 @@ def relayed(pinned: str, work: Path, change_layer: bool = False) -> str:
         config = layout.add_bytes(image_layout.canonical(document), image_layout.CONFIG_TYPE)
     image = layout.add_bytes(image_layout.canonical(image_layout.manifest(config, blobs)),
                              image_layout.MANIFEST_TYPE)
-    copy = f"{repository.partition('/')[0]}/sbs3-relay-copy-{uuid.uuid4().hex[:8]}"
+    copy = repository if beside else \
+        f"{repository.partition('/')[0]}/{prefix}-relay-copy-{uuid.uuid4().hex[:8]}"
     copied = registry_access.open_session(copy, Settings.of_process(), console=plain_console())
     new_digest, _ = copied.push(layout, image, ["relayed"])
     assert new_digest != digest

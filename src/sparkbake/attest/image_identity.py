@@ -30,8 +30,8 @@ from sparkbake.oci import docker_engine, image_layout
 from sparkbake.oci.distribution import MANIFEST_TYPES, Session
 from sparkbake.oci.docker_engine import Client
 
-__all__ = ["HeldImage", "Identity", "SignedImage", "check_held", "identify", "identity_line",
-           "signed_images"]
+__all__ = ["HeldImage", "Identity", "NodeCheck", "SignedImage", "check_held", "identify",
+           "identity_line", "read_document", "signed_images"]
 
 Identity = Literal["manifest digest", "config digest and DiffIDs"]
 NOT_IT = "do not run it: it is not the signed release; deploy the release to the node again"
@@ -84,27 +84,51 @@ def identify(held: HeldImage, signed: SignedImage, where: str) -> Identity:
         "labels)", NOT_IT)
 
 
+@dataclass(frozen=True)
+class NodeCheck:
+    """A node's image found to be the signed release, and by which identity."""
+
+    node: str  # the engine's URL
+    image: str  # the name the node holds it under
+    reference: str  # the signed repository@digest it is (a platform's, under an index)
+    identity: Identity
+    image_id: str  # its config digest
+    manifests: tuple[str, ...]  # the manifest digests the node holds it by (RepoDigests)
+    layers: int  # the DiffIDs checked
+    signed: str  # the digest the signature covers (an index's, for a multi-platform release)
+
+    def line(self) -> str:
+        """The result line: what the node holds, what it is, and by what."""
+        if self.identity == "manifest digest":
+            how = f"by its manifest digest {self.signed[:19]}"
+        else:
+            seen = ", ".join(m[:19] for m in self.manifests) or "no manifest digest"
+            how = (f"by its config digest {self.image_id[:19]} and {self.layers} layer DiffIDs "
+                   f"(its manifest was rewritten: held as {seen})")
+        return f"verified node {self.node}: {self.image} = {self.reference} {how}"
+
+
 def check_held(client: Client, names: list[str], signed: list[SignedImage],
-               node: str) -> str:
-    """The first of names the engine holds, checked against the signed image (one of an
-    index's platforms): the result line; VerificationError when it holds none or another."""
+               node: str) -> NodeCheck:
+    """The first of names the engine at URL node holds, checked against the signed image
+    (one of an index's platforms); VerificationError when it holds none or another."""
     for name in names:
         attrs = docker_engine.image_attrs_or_none(client, name)
         if attrs is None:
             continue
         held = HeldImage.of_attrs(attrs)
-        where = f"{node}: {name}"
         errors: list[VerificationError] = []
         for one in signed:
             try:
-                identity = identify(held, one, where)
+                identity = identify(held, one, f"node {node}: {name}")
             except VerificationError as exc:
                 errors.append(exc)
                 continue
-            return f"verified {where} = {one.reference} {identity_line(identity, one, held)}"
+            return NodeCheck(node, name, one.reference, identity, held.image_id,
+                             held.manifests, len(one.diff_ids), one.index or one.manifest)
         raise errors[0]
     also = f", nor an image of its config {names[-1][:19]}" if len(names) > 1 else ""
-    raise VerificationError(f"{node} holds no {names[0]}{also}",
+    raise VerificationError(f"node {node} holds no {names[0]}{also}",
                             "deploy the release to it first (sparkbake deploy), or name the "
                             "image it holds with --image")
 
@@ -134,7 +158,7 @@ def signed_images(session: Session, digest: str, key: PublicKey, work: image_lay
     signature covers its children: it names them by digest)."""
     repository = f"{session.remote.host}/{session.remote.path}"
     verification.check_signature(session, repository, digest, key, work, tag)
-    document = _read(session, "manifests", digest)
+    document = read_document(session, "manifests", digest)
     if document.get("mediaType") == image_layout.INDEX_TYPE:
         return [_image(session, repository, str(child["digest"]), index=digest)
                 for child in document.get("manifests", [])]
@@ -143,14 +167,14 @@ def signed_images(session: Session, digest: str, key: PublicKey, work: image_lay
 
 def _image(session: Session, repository: str, digest: str,
            manifest: dict[str, Any] | None = None, *, index: str | None = None) -> SignedImage:
-    manifest = manifest or _read(session, "manifests", digest)
+    manifest = manifest or read_document(session, "manifests", digest)
     config = str(manifest["config"]["digest"])
-    diff_ids = _read(session, "blobs", config).get("rootfs", {}).get("diff_ids", [])
+    diff_ids = read_document(session, "blobs", config).get("rootfs", {}).get("diff_ids", [])
     return SignedImage(f"{repository}@{digest}", digest, config, tuple(map(str, diff_ids)),
                        index)
 
 
-def _read(session: Session, kind: str, digest: str) -> dict[str, Any]:
+def read_document(session: Session, kind: str, digest: str) -> dict[str, Any]:
     """A manifest or a config by digest, held to its digest: what the registry serves under
     a digest is trusted only when its bytes hash to it."""
     response = session.request("GET", session.url(kind, digest),

@@ -39,6 +39,6 @@ def require_signed(tag: Tag, image: str, key_path: Path, nodes: list[Node], *,
         client = connect(node)
         try:
             console.notice(image_identity.check_held(client, [image], signed,
-                                                     f"node {node.url}"))
+                                                     node.url).line())
         finally:
             client.close()

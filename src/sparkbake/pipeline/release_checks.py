@@ -7,6 +7,7 @@ import json
 import tempfile
 from pathlib import Path
 
+from sparkbake import records
 from sparkbake.attest import image_identity, signing, verification
 from sparkbake.attest.signing import PublicKey, SigningKey
 from sparkbake.config import versions as config_mod
@@ -15,7 +16,7 @@ from sparkbake.console.display import Console
 from sparkbake.errors import UsageError, VerificationError
 from sparkbake.oci import image_layout, registry_access
 from sparkbake.oci.distribution import MANIFEST_TYPES, Session
-from sparkbake.pipeline import release_rebuild
+from sparkbake.pipeline import relayed_release, release_rebuild
 from sparkbake.publish import releases
 from sparkbake.run import Run
 
@@ -78,13 +79,14 @@ def verify_release(run: Run, reference: str, key_path: Path, against: Path | Non
                                 "check the name and the registry")
     tag = None if name.startswith("sha256:") else name
     with tempfile.TemporaryDirectory(prefix="sparkbake-verify.") as work:
+        relayed_release.explain_unsigned(run, session, digest, key, Path(work) / "relayed")
         images = _digests(session, repository, digest, key, Path(work), tag, console=console)
         checked = [verification.verify(session, d, key,
                                        image_layout.Layout(Path(work) / d[7:19], console),
                                        tag if d == digest else None,
                                        console=console)  # not an index's child
                    for d in images]
-        if hosts is not None:
+        nodes = [] if hosts is None else \
             on_nodes(run, session, digest, key, Path(work) / "nodes", tag, hosts, image)
     built_as = [_shown(one, key, against, console=console) for one in checked]
     if rebuild and against is not None:  # once every signature and statement held
@@ -92,28 +94,41 @@ def verify_release(run: Run, reference: str, key_path: Path, against: Path | Non
         for one, tag in zip(checked, built_as, strict=True):
             release_rebuild.require_rebuilt(session, pinned, tag, one.digest)
     if as_json:
-        print(json.dumps([{"reference": c.reference, "provenance": c.provenance,
-                           "smoke": c.smoke} for c in checked], indent=2))
+        print(json.dumps([_as_json(c, nodes if hosts is not None else None) for c in checked],
+                         indent=2))
     return 0
 
 
+def _as_json(one: verification.Verified,
+             nodes: list[image_identity.NodeCheck] | None) -> dict[str, object]:
+    """An image's statements; with --hosts, each node that holds it and by which identity."""
+    shown: dict[str, object] = {"reference": one.reference, "provenance": one.provenance,
+                                "smoke": one.smoke}
+    if nodes is not None:
+        shown["nodes"] = [records.to_json(n) for n in nodes if n.reference == one.reference]
+    return shown
+
+
 def on_nodes(run: Run, session: Session, digest: str, key: PublicKey, work: Path,
-             tag: str | None, hosts: str, image: str | None) -> None:
+             tag: str | None, hosts: str, image: str | None) -> list[image_identity.NodeCheck]:
     """verify-release --hosts: each node's image (image, else the signed digest or, from a
-    relay that rewrote its manifest, the config it names) is the signed one."""
+    relay that rewrote its manifest, the config it names) is the signed one; each node's
+    check, its line printed."""
     from sparkbake.nodes import engines
 
     signed = image_identity.signed_images(session, digest, key,
                                           image_layout.Layout(work, run.console), tag)
     repository = f"{session.remote.host}/{session.remote.path}"
     names = [image] if image else [f"{repository}@{digest}", *(s.config for s in signed)]
+    checks: list[image_identity.NodeCheck] = []
     for node in engines.parse_hosts(hosts):
         client = engines.connect(node)
         try:
-            run.console.result(image_identity.check_held(client, names, signed,
-                                                         f"node {node.url}"))
+            checks.append(image_identity.check_held(client, names, signed, node.url))
         finally:
             client.close()
+        run.console.result(checks[-1].line())
+    return checks
 
 
 def _shown(one: verification.Verified, key: PublicKey, against: Path | None, *,
