@@ -224,11 +224,17 @@ IMAGE = (  # the commands on the tag's image
         Option("--port", "the port of 127.0.0.1 to start it on (default: 5000)", type=tcp_port,
                default=5000))),
     Command("compile-farm", "the compile farm the builder sends its compiles to (sccache-dist "
-            "on loopback)", "sparkbake.wheels.farm_commands:compile_farm", options=(
+            "on loopback)", "sparkbake.nodes.farm_hosts:compile_farm", options=(
         Option("action", "start it, say what runs and what the scheduler counts, or end it all",
                choices=("up", "status", "down")),
         Option("--local", "up: a scheduler and N servers on this machine", type=server_count,
-               metavar="N"))),
+               metavar="N"),
+        Option("--hosts", "up: a server on each node, as a systemd service over ssh "
+               "(comma-separated ssh hosts), each reached through one SSH tunnel",
+               metavar="A,B"),
+        Option("--nodes-file", "up: instead of --hosts, the nodes of a node list (their "
+               "engines' ssh hosts, else their addresses)", type=Path,
+               metavar="NODES.yaml"))),
     Command("check-env", "preflight a node's .env for a tag (several: the nodes of one "
             "deployment, also checked against each other)", _handler("check_env"),
             tag="option", options=(

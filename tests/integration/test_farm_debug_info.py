@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import zipfile
 from collections.abc import Iterator
@@ -28,8 +27,8 @@ import pytest
 from sparkbake import resources
 from sparkbake.hashing import file_sha256
 from sparkbake.wheels.farm_binary import VERSION, X86_64_WHEEL
-from sparkbake.wheels.farm_state import Layout, alive, read
 from tests.conftest import Project, copy_project
+from tests.farm_down import down_leaving_nothing
 
 pytestmark = pytest.mark.docker
 
@@ -67,17 +66,11 @@ def farm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Project]:
     """`compile-farm up --local 1` in a fresh project; afterwards `down`, nothing left."""
     monkeypatch.setenv("SPARKBAKE_CACHE", str(tmp_path / "host-cache"))
     project = copy_project(tmp_path / "project")
-    layout = Layout(project.root / "build" / "compile-farm")
     try:
         assert project.sparkbake("compile-farm", "up", "--local", "1") == 0
         yield project
     finally:
-        record = read(layout)
-        project.sparkbake("compile-farm", "down")
-        left = [p for p in record.processes if alive(p, layout)] if record else []
-        for process in left:
-            os.killpg(process.pid, signal.SIGKILL)
-        assert not left, f"compile-farm down left {left}"
+        down_leaving_nothing(project)
 
 
 def compiled(sccache: Path, folder: Path, config: Path | None, work: Path,

@@ -13,7 +13,8 @@ def test_up_without_local_is_refused_in_one_line(project: Project,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
     assert project.sparkbake("compile-farm", "up") == 2
     assert capsys.readouterr().err.splitlines()[0] == (
-        "sparkbake: error: compile-farm up needs --local N (servers on this machine)")
+        "sparkbake: error: compile-farm up needs --local N (servers on this machine), --hosts "
+        "or --nodes-file (a server on each node)")
     assert not (project.root / "build" / "compile-farm").exists()
 
 

@@ -1,7 +1,8 @@
 """farm_local: a compile farm of processes on this machine (`compile-farm up --local N`).
 
 A scheduler, N sccache-dist servers (root, bubblewrap, the overlay builder; each bound to
-its share of this machine's CPUs, so its slots follow its share of the memory) and the host
+its share of this machine's CPUs, so its slots follow its share of the memory, and held to
+that share by a cgroup v2 memory.max where the machine allows it: farm_cgroup) and the host
 side of the builder's bridge (images/farm_bridge.py), all on loopback. `up` records their
 pids; `down` ends each one it recorded (its process group: a server's sandboxes too) and
 checks that none is left.
@@ -18,16 +19,18 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 from sparkbake import resources
 from sparkbake.config.settings import child_environment
 from sparkbake.console.display import Console
 from sparkbake.errors import EngineError, UsageError
-from sparkbake.wheels import farm_binary, farm_plan
+from sparkbake.wheels import farm_binary, farm_cgroup, farm_plan, farm_remote
+from sparkbake.wheels.farm_remote import NodeFailed
 from sparkbake.wheels.farm_state import FarmProcess, FarmRecord, Layout, alive, read, write_private
 
-__all__ = ["scheduler_status", "start", "stop"]
+__all__ = ["scheduler_status", "start", "start_on_nodes", "stop"]
 
 START_TIMEOUT = 30.0
 STOP_TIMEOUT = 10.0
@@ -41,15 +44,46 @@ def start(layout: Layout, count: int, *, memory_gib: float, gib_per_job: float,
     _refuse_second(layout)
     _require_root_and_bwrap()
     binary = farm_binary.sccache_dist(cache_dir, console=console)
-    tokens = farm_plan.make_tokens()
     ports = _free_ports(count + 1)
     servers = _servers(ports[1:], memory_gib, gib_per_job)
+
+    def local_servers(tokens: farm_plan.FarmTokens, children: Children) -> list[FarmProcess]:
+        return [_server(layout, binary, server, ports[0], tokens, console, children)
+                for server in servers]
+    return _start(layout, binary, ports, local_servers, console)
+
+
+def start_on_nodes(layout: Layout, hosts: list[str], *, gib_per_job: float, cache_dir: Path,
+                   console: Console) -> tuple[FarmRecord, list[NodeFailed]]:
+    """The scheduler and bridge here, a server on each node that ssh reaches (farm_remote);
+    the nodes left out, each named in one line."""
+    _refuse_second(layout)
+    binary = farm_binary.sccache_dist(cache_dir, console=console)
+    ports = _free_ports(len(hosts) + 1)
+    failed: list[NodeFailed] = []
+
+    def node_servers(tokens: farm_plan.FarmTokens, children: Children) -> list[FarmProcess]:
+        runner = farm_remote.SshRunner(lambda args, log: _spawn(args, log, console, children))
+        farm = farm_remote.Farm(ports[0], tokens, binary.read_bytes(), os.uname().machine,
+                                gib_per_job, layout.logs)
+        started, missed = farm_remote.start_nodes(runner, dict(zip(hosts, ports[1:], strict=True)),
+                                                  farm, console.notice)
+        failed.extend(missed)
+        return started
+    return _start(layout, binary, ports, node_servers, console), failed
+
+
+ServerStarter = Callable[[farm_plan.FarmTokens, Children], list[FarmProcess]]
+
+
+def _start(layout: Layout, binary: Path, ports: list[int], servers: ServerStarter,
+           console: Console) -> FarmRecord:
+    tokens = farm_plan.make_tokens()
     started: list[FarmProcess] = []
     children: Children = {}
     try:
         started.append(_scheduler(layout, binary, ports[0], tokens, console, children))
-        started += [_server(layout, binary, server, ports[0], tokens, console, children)
-                    for server in servers]
+        started += servers(tokens, children)
         started.append(_bridge(layout, ports, console, children))
         record = FarmRecord(ports[0], tuple(started))
         layout.write(record)
@@ -57,6 +91,8 @@ def start(layout: Layout, count: int, *, memory_gib: float, gib_per_job: float,
         _wait_for_servers(layout, record, tokens.client, children)
     except BaseException:
         _end(started, layout, console)
+        farm_cgroup.remove_groups([p.cgroup for p in started])
+        _stop_nodes(started)
         layout.record.unlink(missing_ok=True)
         raise
     return record
@@ -123,9 +159,27 @@ def _server(layout: Layout, binary: Path, server: farm_plan.Server, scheduler_po
     write_private(config, farm_plan.server_config(server, scheduler_port, tokens, str(folder),
                                                   shutil.which("bwrap") or "/usr/bin/bwrap"))
     cores = ",".join(map(str, server.cores))
-    pid = _spawn(["taskset", "-c", cores, str(binary), "server", "--config", str(config)],
-                 layout.logs / f"{server.name}.log", console, children)
-    return FarmProcess("server", server.name, pid, server.port, server.cores, server.memory_gib)
+    group = _memory_group(server, scheduler_port, console)
+    command = ["taskset", "-c", cores, str(binary), "server", "--config", str(config)]
+    pid = _spawn(farm_cgroup.joined(group, command), layout.logs / f"{server.name}.log",
+                 console, children)
+    return FarmProcess("server", server.name, pid, server.port, server.cores, server.memory_gib,
+                       str(group or ""))
+
+
+def _memory_group(server: farm_plan.Server, scheduler_port: int,
+                  console: Console) -> Path | None:
+    """The server's cgroup with its memory.max; none where the machine gives none (a
+    notice then, and `status` says why)."""
+    reason = farm_cgroup.unavailable()
+    if reason is None:
+        try:
+            return farm_cgroup.make_group(farm_cgroup.ROOT, str(scheduler_port), server.name,
+                                          server.memory_gib)
+        except OSError as exc:
+            reason = f"{exc.filename}: {exc.strerror}"
+    console.notice(f"compile farm: {server.name} runs without a memory limit ({reason})")
+    return None
 
 
 def _bridge(layout: Layout, ports: list[int], console: Console,
@@ -189,18 +243,33 @@ def _last_line(log: Path) -> str:
     return lines[-1][:240] if lines else "(empty log)"
 
 
-def stop(layout: Layout, console: Console) -> list[FarmProcess]:
-    """End every process the record names (servers first); the ones still alive after
-    SIGKILL. The record, configs and sockets go; the logs stay."""
+def stop(layout: Layout, console: Console) -> tuple[list[FarmProcess], list[NodeFailed]]:
+    """End every process the record names (servers first) and each node's service; the
+    processes still alive after SIGKILL, and the nodes not reached. The record, configs and
+    sockets go; the logs stay."""
     record = read(layout)
     if record is None:
-        return []
+        return [], []
+    failed = _stop_nodes(list(record.servers))
     left = _end(list(record.processes), layout, console)
     if not left:
+        farm_cgroup.remove_groups([p.cgroup for p in record.servers])
         for folder in (layout.secrets, layout.client, layout.sockets, layout.home / "servers"):
             shutil.rmtree(folder, ignore_errors=True)
         layout.record.unlink(missing_ok=True)
-    return left
+    return left, failed
+
+
+def _stop_nodes(processes: list[FarmProcess]) -> list[NodeFailed]:
+    """Each node's service stopped and removed; the nodes not reached."""
+    runner = farm_remote.SshRunner(lambda args, log: 0)  # stopping starts nothing
+    failed = []
+    for host in [p.host for p in processes if p.host]:
+        try:
+            farm_remote.stop_node(runner, host)
+        except NodeFailed as exc:
+            failed.append(exc)
+    return failed
 
 
 def _end(processes: list[FarmProcess], layout: Layout, console: Console) -> list[FarmProcess]:

@@ -24,7 +24,9 @@ CLIENT_CONFIG = "client.toml"
 
 @dataclass(frozen=True)
 class FarmProcess:
-    """A process `up` started: its role, pid, loopback port (0: none) and CPUs."""
+    """A process `up` started: its role, pid, loopback port (0: none), CPUs, memory share,
+    the cgroup that limits its memory ("": none) and, for a node's server, the node's ssh
+    host (the process here is its tunnel)."""
 
     role: str  # scheduler, server, bridge
     name: str
@@ -32,6 +34,8 @@ class FarmProcess:
     port: int = 0
     cores: tuple[int, ...] = ()
     memory_gib: float = 0.0
+    cgroup: str = ""
+    host: str = ""
 
 
 @dataclass(frozen=True)
@@ -87,7 +91,9 @@ def read(layout: Layout) -> FarmRecord | None:
         raw = json.loads(layout.record.read_text())
         return FarmRecord(int(raw["scheduler_port"]), tuple(
             FarmProcess(p["role"], p["name"], int(p["pid"]), int(p["port"]),
-                        tuple(p["cores"]), float(p["memory_gib"])) for p in raw["processes"]))
+                        tuple(p["cores"]), float(p["memory_gib"]), str(p.get("cgroup", "")),
+                        str(p.get("host", "")))
+            for p in raw["processes"]))
     except FileNotFoundError:
         return None
     except (ValueError, KeyError, TypeError) as exc:
