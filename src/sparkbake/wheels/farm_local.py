@@ -94,6 +94,8 @@ def _start(layout: Layout, binary: Path, ports: list[int], servers: ServerStarte
         farm_cgroup.remove_groups([p.cgroup for p in started])
         _stop_nodes(started)
         layout.record.unlink(missing_ok=True)
+        for folder in (layout.secrets, layout.client):  # the tokens go with the farm
+            shutil.rmtree(folder, ignore_errors=True)
         raise
     return record
 
