@@ -4,12 +4,27 @@ running, and the test fails)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 from sparkbake.wheels.farm_state import Layout, alive, read
-from tests.conftest import Project
+from tests.conftest import Project, copy_project
+
+
+@contextlib.contextmanager
+def farm_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Project]:
+    """A fresh project with its own host cache; afterwards its farm down, nothing left."""
+    monkeypatch.setenv("SPARKBAKE_CACHE", str(tmp_path / "host-cache"))
+    project = copy_project(tmp_path / "project")
+    try:
+        yield project
+    finally:
+        down_leaving_nothing(project)
 
 
 def down_leaving_nothing(project: Project) -> None:

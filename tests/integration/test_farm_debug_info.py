@@ -27,8 +27,8 @@ import pytest
 from sparkbake import resources
 from sparkbake.hashing import file_sha256
 from sparkbake.wheels.farm_binary import VERSION, X86_64_WHEEL
-from tests.conftest import Project, copy_project
-from tests.farm_down import down_leaving_nothing
+from tests.conftest import Project
+from tests.farm_down import farm_project
 
 pytestmark = pytest.mark.docker
 
@@ -64,13 +64,9 @@ def sccache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture
 def farm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Project]:
     """`compile-farm up --local 1` in a fresh project; afterwards `down`, nothing left."""
-    monkeypatch.setenv("SPARKBAKE_CACHE", str(tmp_path / "host-cache"))
-    project = copy_project(tmp_path / "project")
-    try:
+    with farm_project(tmp_path, monkeypatch) as project:
         assert project.sparkbake("compile-farm", "up", "--local", "1") == 0
         yield project
-    finally:
-        down_leaving_nothing(project)
 
 
 def compiled(sccache: Path, folder: Path, config: Path | None, work: Path,

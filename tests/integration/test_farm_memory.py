@@ -14,8 +14,8 @@ import pytest
 
 from sparkbake.wheels import farm_cgroup
 from sparkbake.wheels.farm_state import Layout, read
-from tests.conftest import Project, copy_project
-from tests.farm_down import down_leaving_nothing
+from tests.conftest import Project
+from tests.farm_down import farm_project
 
 pytestmark = pytest.mark.docker
 
@@ -23,12 +23,8 @@ pytestmark = pytest.mark.docker
 @pytest.fixture
 def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Project]:
     """A fresh project whose farm is ended after the test, with nothing left."""
-    monkeypatch.setenv("SPARKBAKE_CACHE", str(tmp_path / "host-cache"))
-    project = copy_project(tmp_path / "project")
-    try:
+    with farm_project(tmp_path, monkeypatch) as project:
         yield project
-    finally:
-        down_leaving_nothing(project)
 
 
 def test_each_local_server_runs_under_its_memory_limit_or_status_says_why_not(

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Project, copy_project
-from tests.farm_down import down_leaving_nothing
+from tests.conftest import Project
+from tests.farm_down import farm_project
 
 pytestmark = pytest.mark.docker
 
@@ -22,14 +22,11 @@ NODES = ("sbf2-node-1.invalid", "sbf2-node-2.invalid")  # names no resolver answ
 
 @pytest.fixture
 def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Project]:
+    """A fresh project whose farm is ended after the test, with nothing left."""
     if shutil.which("ssh") is None:
         pytest.fail("ssh is missing: run scripts/host-setup")
-    monkeypatch.setenv("SPARKBAKE_CACHE", str(tmp_path / "host-cache"))
-    project = copy_project(tmp_path / "project")
-    try:
+    with farm_project(tmp_path, monkeypatch) as project:
         yield project
-    finally:
-        down_leaving_nothing(project)
 
 
 def test_nodes_not_reached_are_named_and_up_is_exit_6_with_nothing_running(
