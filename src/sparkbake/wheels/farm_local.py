@@ -10,6 +10,7 @@ checks that none is left.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -91,6 +92,7 @@ def _start(layout: Layout, binary: Path, ports: list[int], servers: ServerStarte
         _wait_for_servers(layout, record, tokens.client, children)
     except BaseException:
         _end(started, layout, console)
+        _end_unrecorded(children, started)
         farm_cgroup.remove_groups([p.cgroup for p in started])
         _stop_nodes(started)
         layout.record.unlink(missing_ok=True)
@@ -260,6 +262,15 @@ def stop(layout: Layout, console: Console) -> tuple[list[FarmProcess], list[Node
             shutil.rmtree(folder, ignore_errors=True)
         layout.record.unlink(missing_ok=True)
     return left, failed
+
+
+def _end_unrecorded(children: Children, recorded: list[FarmProcess]) -> None:
+    """Kill what started before the failed part recorded it (a server list cut short)."""
+    for pid, child in children.items():
+        if pid not in {p.pid for p in recorded} and child.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+            child.wait()
 
 
 def _stop_nodes(processes: list[FarmProcess]) -> list[NodeFailed]:
