@@ -45,9 +45,11 @@ int tinykern_scale(float* values, int count, float factor) {
     for (int i = 0; i < count; i++) values[i] = values[i] * factor + OFFSET;
     return 0;
 }
-const char* tinykern_error_text(int status) {
-    return status == 209 ? "cudaErrorNoKernelImageForDevice: no kernel image is available for "
-                           "execution on the device" : "unknown";
+const char* tinykern_error_name(int status) {
+    return status == 209 ? "cudaErrorNoKernelImageForDevice" : "unknown";
+}
+const char* tinykern_error_string(int status) {
+    return status == 209 ? "no kernel image is available for execution on the device" : "";
 }
 """
 SMOKEKERN_INIT = """\

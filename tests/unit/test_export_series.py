@@ -36,7 +36,7 @@ def test_an_unchanged_checkout_exports_the_same_bytes_and_build_key(demo: Path) 
     config, checkout, patch = demo / "versions.yaml", demo / "checkout", \
         demo / "patches" / "demo" / PATCH
     before, key = patch.read_bytes(), series_key(config)
-    assert b"\nindex b09ff33..716d6bd 100644\n" in before  # short ids, as the repository has
+    assert b"\nindex 710edf1..9d92339 100644\n" in before  # short ids, as the repository has
     assert main(["--config", str(config), "patch", "demo", "--checkout", str(checkout)]) == 0
     assert main(["--config", str(config), "export-series", str(checkout), "demo"]) == 0
     assert (patch.read_bytes(), series_key(config)) == (before, key)
@@ -48,5 +48,5 @@ def test_an_unchanged_checkout_exports_the_same_bytes_and_build_key(demo: Path) 
     assert main(["--config", str(config), "export-series", str(checkout), "demo"]) == 0
     written = patch.read_bytes()  # a changed commit: written anew, with full ids
     assert b'"none baked")\n' in written
-    assert b"\nindex b09ff334f17418db706e43ebb8dc3fcc809342ce.." in written
+    assert b"\nindex 710edf1015e746e5004371fa27a6ec9dece001eb.." in written
     assert series_key(config) != key

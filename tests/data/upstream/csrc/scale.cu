@@ -1,6 +1,5 @@
 // tinykern: one CUDA kernel behind a plain C ABI, so the package needs no torch.
 #include <cuda_runtime.h>
-#include <stdio.h>
 
 #define SPARKBAKE_STR2(x) #x
 #define SPARKBAKE_STR(x) SPARKBAKE_STR2(x)
@@ -50,13 +49,14 @@ int tinykern_scale(float* host_values, int count, float factor) {
     return (int)status;
 }
 
-// The CUDA runtime's name and text for an error value, e.g. "cudaErrorNoKernelImageForDevice:
-// no kernel image is available for execution on the device".
-const char* tinykern_error_text(int status) {
-    static char text[256];
-    cudaError_t error = (cudaError_t)status;
-    snprintf(text, sizeof text, "%s: %s", cudaGetErrorName(error), cudaGetErrorString(error));
-    return text;
+// The CUDA runtime's name for an error value, e.g. "cudaErrorNoKernelImageForDevice".
+const char* tinykern_error_name(int status) {
+    return cudaGetErrorName((cudaError_t)status);
+}
+
+// ... and its text, e.g. "no kernel image is available for execution on the device".
+const char* tinykern_error_string(int status) {
+    return cudaGetErrorString((cudaError_t)status);
 }
 
 }  // extern "C"

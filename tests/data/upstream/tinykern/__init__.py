@@ -11,7 +11,6 @@ from ._version import __version__ as __version__
 # setuptools names the library with the ABI suffix: _kernels.cpython-311-x86_64-linux-gnu.so
 _library = ctypes.CDLL(str(next(Path(__file__).parent.glob("_kernels*.so"))))
 _library.tinykern_archs.restype = ctypes.c_char_p
-_library.tinykern_error_text.restype = ctypes.c_char_p
 
 
 def archs() -> list[str]:
@@ -28,6 +27,9 @@ def scale(values: list[float], factor: float) -> list[float]:
     array = (ctypes.c_float * len(values))(*values)
     status = _library.tinykern_scale(array, len(values), ctypes.c_float(factor))
     if status != 0:
-        text = _library.tinykern_error_text(status).decode()
-        raise RuntimeError(f"CUDA error {status} ({text})")
+        for function in (_library.tinykern_error_name, _library.tinykern_error_string):
+            function.restype = ctypes.c_char_p
+        name = _library.tinykern_error_name(status).decode()
+        text = _library.tinykern_error_string(status).decode()
+        raise RuntimeError(f"CUDA error {status} ({name}: {text})")
     return list(array)
