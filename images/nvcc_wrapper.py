@@ -9,14 +9,13 @@ after the sources and the output, and the folder is removed afterwards. Everythi
 (`-c`, `-E`, `--dryrun`, ... as sccache calls it) goes to nvcc unchanged: sccache caches `-c`
 compiles itself and fails on `-keep`.
 
-With `-g` two more things would differ between builds. sccache runs nvcc's steps itself in a
-fresh folder of a random name (`--keep-dir /tmp/sccache_nvccXXXXXX` on the `--dryrun` call
-that lists them), and the host compile's debug info names that folder; that call's steps get
-`-fdebug-prefix-map=<folder>=/sccache-nvcc`. And a host compile run on a compile farm server
-compiles the preprocessed source, whose debug column info and line table (macro expansion
-locations) are not the file's; every nvcc run gives its host compiler `-gno-column-info
--ftrack-macro-expansion=0`, farm or not, so a remote object is a local one's
-bytes. Standard library only: copied into the builder image.
+With `-g`, a host compile run on a compile farm server compiles the preprocessed source,
+whose debug column info and line table (macro expansion locations) are not the file's; every
+nvcc run gives its host compiler `-gno-column-info -ftrack-macro-expansion=0`, farm or not,
+so a remote object is a local one's bytes. (sccache's random step folder, which the host
+compile's debug info names, is left as it is: mapping it by an argument puts the random name
+in sccache's key for the host step, which then never hits again.) Standard library only:
+copied into the builder image.
 """
 
 from __future__ import annotations
@@ -38,7 +37,6 @@ NO_LINK = frozenset({
 })
 SOURCES = (".cu", ".c", ".cc", ".cpp", ".cxx", ".c++", ".C")
 INFO = frozenset({"-V", "--version", "-h", "--help"})  # runs that compile nothing
-STEPS_FOLDER = "/sccache-nvcc"  # sccache's random step folder, as the debug info names it
 # the host compiler's debug info as build_wheels.py gives every C and C++ compile
 HOST_DEBUG_INFO = "-Xcompiler=-gno-column-info,-ftrack-macro-expansion=0"
 
@@ -60,25 +58,11 @@ def main(args: list[str]) -> int:
 
 
 def reproducible_debug_info(args: list[str]) -> list[str]:
-    """The arguments with the host compiler's debug info made the same on every run and
-    every machine: no column info or macro expansion locations, and sccache's step folder
-    under one fixed name."""
+    """The arguments with the host compiler's debug info made the same on every machine: no
+    column info or macro expansion locations."""
     if not args or any(arg in INFO for arg in args):
         return args
-    folder = steps_folder(args)
-    pinned = [f"-Xcompiler=-fdebug-prefix-map={folder}={STEPS_FOLDER}"] if folder else []
-    return [*args, HOST_DEBUG_INFO, *pinned]
-
-
-def steps_folder(args: list[str]) -> str | None:
-    """The folder a `--dryrun` lists nvcc's steps in (`--keep-dir DIR`), as sccache asks."""
-    if not any(arg in ("-dryrun", "--dryrun") for arg in args):
-        return None
-    for index, arg in enumerate(args):
-        name, _, value = arg.partition("=")
-        if name in ("-keep-dir", "--keep-dir"):
-            return value or (args[index + 1] if index + 1 < len(args) else None)
-    return None
+    return [*args, HOST_DEBUG_INFO]
 
 
 def one_step_sources(args: list[str]) -> list[str]:

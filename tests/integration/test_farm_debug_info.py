@@ -1,21 +1,20 @@
 """Debug info bit for bit: with `-g`, an object compiled on a compile farm server is the bytes
-of one compiled here, and nvcc's objects under sccache are the same on every run, with the
-flags the builder gives every compile (images/build_wheels.py: `-gno-column-info
--ftrack-macro-expansion=0` in CFLAGS and CXXFLAGS; images/nvcc_wrapper.py: the same for
-nvcc's host compiler, and sccache's step folder under one fixed name).
+of one compiled here, with the flags the builder gives every compile (images/build_wheels.py:
+`-gno-column-info -ftrack-macro-expansion=0` in CFLAGS and CXXFLAGS; images/nvcc_wrapper.py:
+the same for nvcc's host compiler). nvcc's objects under sccache still name sccache's random
+step folder, farm or not (see nvcc_wrapper.py for why it is not mapped).
 
-Without them, here with sccache 0.16.0, g++ 12 and CUDA 13.0: the farm's g++ object differs
-from the local one in its column info (asserted below); two nvcc -g runs through sccache
-without the wrapper differ in the folder `/tmp/sccache_nvccXXXXXX` named in their debug info
-(asserted below too); and nvcc's host compile on the farm, with -gno-column-info alone, gave
-another line table than here (checked by hand: gcc compiling nvcc's preprocessed
-`.cudafe1.cpp` adds a location view where it tracked a macro expansion in the file; with
--ftrack-macro-expansion=0 both ways give one line table)."""
+Without the flags, here with sccache 0.16.0, g++ 12 and CUDA 13.0: the farm's g++ object
+differs from the local one in its column info (asserted below); and nvcc's host compile on the
+farm, with -gno-column-info alone, gave another line table than here (checked by hand: gcc
+compiling nvcc's preprocessed `.cudafe1.cpp` adds a location view where it tracked a macro
+expansion in the file; with -ftrack-macro-expansion=0 both ways give one line table)."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import zipfile
@@ -124,26 +123,19 @@ def wrapped_nvcc(tmp_path: Path) -> tuple[Path, Path]:
     return wrapper / "nvcc", work
 
 
-def test_nvcc_g_under_sccache_makes_one_object_with_the_wrapper(
-        sccache: Path, tmp_path: Path) -> None:
-    nvcc, work = wrapped_nvcc(tmp_path)
-    flags = ["-O2", "-g", "-arch=sm_90", "-c", "k.cu"]
-    first, second = (compiled(sccache, tmp_path / name, None, work, [str(nvcc), *flags])[0]
-                     for name in ("first", "second"))
-    assert first == second
-    assert b"/sccache-nvcc/" in first and b"/tmp/sccache_nvcc" not in first
-    plain1, plain2 = (compiled(sccache, tmp_path / name, None, work,
-                               [shutil.which("nvcc") or "nvcc", *flags])[0]
-                      for name in ("plain1", "plain2"))
-    assert plain1 != plain2  # without the wrapper: a random folder in each
-
-
-def test_an_nvcc_g_unit_compiled_on_the_farm_is_the_local_object(
+def test_an_nvcc_g_unit_compiled_on_the_farm_differs_from_the_local_only_in_sccaches_folder(
         farm: Project, sccache: Path, tmp_path: Path) -> None:
+    """nvcc's host step compiled on the farm gives the local line table and columns: the two
+    objects differ only where each names sccache's random step folder."""
     client = farm.root / "build" / "compile-farm" / "client" / "client.toml"
     nvcc, work = wrapped_nvcc(tmp_path)
     command = [str(nvcc), "-O2", "-g", "-arch=sm_90", "-c", "k.cu"]
     there, remote = compiled(sccache, tmp_path / "there", client, work, command)
     here, _ = compiled(sccache, tmp_path / "here", None, work, command)
     assert remote >= 3, "nvcc's steps did not compile on the farm"  # cudafe++, cicc, ptxas, gcc
-    assert there == here
+    assert without_step_folder(there) == without_step_folder(here)
+
+
+def without_step_folder(data: bytes) -> bytes:
+    """The object with each `sccache_nvccXXXXXX` folder name made one."""
+    return re.sub(rb"sccache_nvcc[A-Za-z0-9]{6}", b"sccache_nvccXXXXXX", data)
