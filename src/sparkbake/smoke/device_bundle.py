@@ -18,7 +18,7 @@ from sparkbake import records
 from sparkbake.core.smoke_record import CheckResult
 
 __all__ = ["BUNDLE_FILE", "EXPECTED", "PACKAGES", "ROOT", "Bundle", "BundleError", "Package",
-           "ar_members", "read_bundle", "read_bundle_of", "unpack_bundle", "unpack_deb"]
+           "ar_members", "read_bundle", "unpack_bundle", "unpack_deb"]
 
 BUNDLE_FILE = "bundle.json"
 EXPECTED = "/opt/sparkbake-smoke/expected.json"  # in the root, beside the checker
@@ -123,16 +123,3 @@ def unpack_deb(deb: Path, folder: Path) -> None:
         raw.seek(0)
         with tarfile.open(fileobj=raw) as tar:
             tar.extractall(folder, filter="tar")
-
-
-def read_bundle_of(archive: Path) -> Bundle:
-    with tempfile.TemporaryDirectory(prefix="sparkbake-oci-") as temp:
-        try:
-            with tarfile.open(archive) as tar:
-                tar.extractall(temp, members=[m for m in tar if m.name == BUNDLE_FILE],
-                               filter="tar")
-        except (OSError, tarfile.TarError) as exc:
-            raise BundleError(f"{archive}: not a readable bundle ({unreadable(exc)})",
-                              "copy it again, or make it again with `sparkbake device-bundle "
-                              "TAG`") from None
-        return read_bundle(Path(temp))

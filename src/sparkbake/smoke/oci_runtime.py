@@ -33,7 +33,6 @@ from sparkbake.smoke.device_bundle import (
     ROOT,
     Bundle,
     BundleError,
-    read_bundle_of,
     unpack_bundle,
     unpack_deb,
 )
@@ -195,10 +194,11 @@ class DeviceRecord:
     smoke: SmokeReport
 
 
-def prepare(archive: Path, folder: Path, args: list[str] | None) -> tuple[
+def prepare(archive: Path, folder: Path, code: str | None) -> tuple[
         Bundle, Path, dict[str, str], tuple[str, ...]]:
     """The bundle unpacked in folder, runc from its packages, and the runtime config with the
-    host's NVIDIA devices and driver libraries (args: another process than the checker);
+    host's NVIDIA devices and driver libraries (code: Python the container runs instead of
+    the checks);
     (the bundle, runc, its environment, what the container is given)."""
     ldconfig = shutil.which("ldconfig") or "/sbin/ldconfig"
     listing = subprocess.run([ldconfig, "-p"], capture_output=True, text=True, check=False).stdout
@@ -206,8 +206,8 @@ def prepare(archive: Path, folder: Path, args: list[str] | None) -> tuple[
     runc, env = runtime_tools(folder, bundle)
     devices, libraries = nvidia_devices(), driver_libraries(listing)
     config = runtime_config(bundle, devices, libraries)
-    if args:
-        config["process"]["args"] = args
+    if code is not None:  # Python code in place of the checks, by the checker's interpreter
+        config["process"]["args"] = [bundle.checker[0], "-c", code]
     (folder / "config.json").write_text(json.dumps(config, indent=2))
     given = (*(d.path for d in devices), *(f"{host} as {name}" for name, host in libraries.items()))
     return bundle, runc, env, given
@@ -236,8 +236,7 @@ def smoke(archive: Path) -> DeviceRecord:
 def run_python(archive: Path, code: str) -> int:
     """Python code in the bundle's container, as the checker would run: what a check sees."""
     with tempfile.TemporaryDirectory(prefix="sparkbake-oci-") as temp:
-        bundle = read_bundle_of(archive)
-        _, runc, env, _ = prepare(archive, Path(temp), [bundle.checker[0], "-c", code])
+        _, runc, env, _ = prepare(archive, Path(temp), code)
         done, _ = run_in_bundle(Path(temp), runc, env)
     sys.stdout.write(done.stdout)
     sys.stderr.write(done.stderr)

@@ -11,7 +11,7 @@ checks without a GPU, so the kernels' libraries are loaded (and recorded) before
 
 from __future__ import annotations
 
-import hashlib
+import io
 import json
 import posixpath
 import subprocess
@@ -27,6 +27,7 @@ from sparkbake.console.tools import step
 from sparkbake.core.folders import Folders
 from sparkbake.core.smoke_record import CheckResult, parse_checks
 from sparkbake.errors import EngineError, SmokeError
+from sparkbake.hashing import file_sha256
 from sparkbake.nodes import sample_envs
 from sparkbake.oci import docker_engine, emulation
 from sparkbake.planning import Plan
@@ -138,10 +139,6 @@ def runtime_packages(folder: Path) -> list[Path]:
     return runtime_packages(folder)
 
 
-def sha256_file(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def write_bundle(out: Path, image_tar: Path, keep: set[str], bundle: Bundle,
                  expected: dict[str, Any], debs: list[Path]) -> None:
     partial = out.with_name(f".{out.name}.partial")
@@ -168,10 +165,7 @@ def add_bytes(tar: tarfile.TarFile, name: str, text: str) -> None:
     data = text.encode()
     info = tarfile.TarInfo(name)
     info.size, info.mode = len(data), 0o644
-    with tempfile.SpooledTemporaryFile() as source:
-        source.write(data)
-        source.seek(0)
-        tar.addfile(info, source)
+    tar.addfile(info, io.BytesIO(data))
 
 
 def make(client: docker_engine.Client, run: Run, plan: Plan, facts: Facts, out: Path) -> Bundle:
@@ -202,7 +196,7 @@ def make(client: docker_engine.Client, run: Run, plan: Plan, facts: Facts, out: 
                 env=tuple(str(e) for e in (attrs.get("Config") or {}).get("Env") or []),
                 checker=(checks.PYTHON_IN_IMAGE, "-B",
                          f"{checks.CHECKER_DIR}/{checks.CHECKER_FILES[0]}", EXPECTED),
-                packages=tuple(Package(d.name.split("_")[0], d.name, sha256_file(d))
+                packages=tuple(Package(d.name.split("_")[0], d.name, file_sha256(d))
                                for d in debs),
                 root_files=sum(1 for m in files if m.name in keep), image_files=len(files),
                 root_bytes=sum(m.size for m in files if m.name in keep),
