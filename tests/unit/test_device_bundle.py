@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from sparkbake.errors import EngineError
 from sparkbake.smoke import device_bundle, oci_runtime, root_bundle
 from sparkbake.smoke.device_bundle import Bundle, BundleError
 from sparkbake.smoke.oci_runtime import DeviceNode
@@ -199,3 +200,38 @@ def test_a_bundle_without_runc_says_so(tmp_path: Path,
     assert oci_runtime.main([str(archive)]) == 2
     assert capsys.readouterr().err.splitlines()[0] == \
         "error: the bundle's packages hold no runc"
+
+
+def test_a_host_without_apt_get_is_one_line_naming_what_the_bundle_carries(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    with pytest.raises(EngineError) as caught:
+        root_bundle.runtime_packages(tmp_path / "packages")
+    assert str(caught.value).splitlines() == [
+        "apt-get is not on PATH: the device bundle carries runc as Debian packages",
+        "  -> this host needs apt with a Debian release's sources (runc is in bookworm's main)"]
+
+
+def test_a_failed_download_is_one_line_with_aptgets_last_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    (tools / "apt-get").write_text("#!/bin/sh\necho 'E: Unable to locate package runc' >&2\n"
+                                   "exit 100\n")
+    (tools / "apt-get").chmod(0o755)
+    monkeypatch.setenv("PATH", str(tools))
+    with pytest.raises(EngineError) as caught:
+        root_bundle.runtime_packages(tmp_path / "packages")
+    assert str(caught.value).splitlines()[0] == (
+        "apt-get download runc libseccomp2 failed: E: Unable to locate package runc")
+
+
+def test_cached_packages_need_no_apt_get(tmp_path: Path,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = tmp_path / "packages"
+    folder.mkdir()
+    for name in ("runc_1.1.5_amd64.deb", "libseccomp2_2.5.4_amd64.deb"):
+        (folder / name).write_bytes(b"")
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert [p.name for p in root_bundle.runtime_packages(folder)] == [
+        "runc_1.1.5_amd64.deb", "libseccomp2_2.5.4_amd64.deb"]

@@ -126,17 +126,28 @@ def runtime_packages(folder: Path) -> list[Path]:
     """runc and the library it links, as Debian packages from this host's apt sources
     (cached in folder)."""
     folder.mkdir(parents=True, exist_ok=True)
-    have = [next(iter(sorted(folder.glob(f"{name}_*.deb"))), None) for name in RUNTIME_PACKAGES]
-    if all(have):
-        return [p for p in have if p is not None]
-    done = subprocess.run(["apt-get", "download", *RUNTIME_PACKAGES], cwd=folder,
-                          capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        raise EngineError(f"apt-get download {' '.join(RUNTIME_PACKAGES)} failed: {last}",
-                        "this host needs apt with a Debian release's sources (runc is in "
-                        "bookworm's main)")
-    return runtime_packages(folder)
+    remedy = "this host needs apt with a Debian release's sources (runc is in bookworm's main)"
+    if not all(cached_package(folder, name) for name in RUNTIME_PACKAGES):
+        try:
+            done = subprocess.run(["apt-get", "download", *RUNTIME_PACKAGES], cwd=folder,
+                                  capture_output=True, text=True, check=False)
+        except FileNotFoundError:
+            raise EngineError("apt-get is not on PATH: the device bundle carries runc as "
+                              "Debian packages", remedy) from None
+        if done.returncode != 0:
+            last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+            raise EngineError(f"apt-get download {' '.join(RUNTIME_PACKAGES)} failed: {last}",
+                              remedy)
+    found = [cached_package(folder, name) for name in RUNTIME_PACKAGES]
+    missing = [name for name, path in zip(RUNTIME_PACKAGES, found, strict=True) if path is None]
+    if missing:
+        raise EngineError(f"apt-get download left no {', '.join(missing)} package in {folder}",
+                          remedy)
+    return [path for path in found if path is not None]
+
+
+def cached_package(folder: Path, name: str) -> Path | None:
+    return next(iter(sorted(folder.glob(f"{name}_*.deb"))), None)
 
 
 def write_bundle(out: Path, image_tar: Path, keep: set[str], bundle: Bundle,
