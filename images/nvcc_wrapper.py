@@ -12,14 +12,23 @@ compiles itself and fails on `-keep`.
 With `-g`, a host compile run on a compile farm server compiles the preprocessed source,
 whose debug column info and line table (macro expansion locations) are not the file's; every
 nvcc run gives its host compiler `-gno-column-info -ftrack-macro-expansion=0`, farm or not,
-so a remote object is a local one's bytes. (sccache's random step folder, which the host
-compile's debug info names, is left as it is: mapping it by an argument puts the random name
-in sccache's key for the host step, which then never hits again.) Standard library only:
-copied into the builder image.
+so a remote object is a local one's bytes.
+
+sccache runs nvcc's steps in a folder of a random name (`sccache_nvccXXXXXX`), which it passes
+as `--keep-dir` to an `nvcc --dryrun` to learn the host compiler's steps; the host compile then
+names that folder in its debug info. Here that `--dryrun` gets, in its place, a link of a name
+fixed by the working folder and the output (`nvcc-<hash>`, beside it) that points at it: the
+steps read and write the same files, and the objects name the fixed folder. The name is no
+longer than sccache's: gcc takes a folder's real path where that is shorter, and would name
+the random folder again for the files the host compile includes. (Mapping the folder by a
+compiler argument instead would put the random name in sccache's key for the host step, which
+would then never hit again.) Standard library only: copied into the builder image.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import os
 import subprocess
 import sys
@@ -39,11 +48,13 @@ SOURCES = (".cu", ".c", ".cc", ".cpp", ".cxx", ".c++", ".C")
 INFO = frozenset({"-V", "--version", "-h", "--help"})  # runs that compile nothing
 # the host compiler's debug info as build_wheels.py gives every C and C++ compile
 HOST_DEBUG_INFO = "-Xcompiler=-gno-column-info,-ftrack-macro-expansion=0"
+STEP_FOLDER = "sccache_nvcc"  # the prefix of sccache's step folders (src/compiler/nvcc.rs)
+FIXED_FOLDER = "nvcc-"
 
 
 def main(args: list[str]) -> int:
     real = real_nvcc()
-    args = reproducible_debug_info(args)
+    args = fixed_step_folder(reproducible_debug_info(args), Path.cwd())
     sources = one_step_sources(args)
     if sources and len({Path(s).stem for s in sources}) < len(sources):
         print(f"sparkbake nvcc: sources of one name ({' '.join(sources)}) in one step: its "
@@ -63,6 +74,39 @@ def reproducible_debug_info(args: list[str]) -> list[str]:
     if not args or any(arg in INFO for arg in args):
         return args
     return [*args, HOST_DEBUG_INFO]
+
+
+def fixed_step_folder(args: list[str], cwd: Path) -> list[str]:
+    """The arguments of sccache's `--dryrun` with its step folder replaced by a link of a fixed
+    name that points at it; any other arguments as they are."""
+    if "--dryrun" not in args and "-dryrun" not in args:
+        return args
+    for index, arg in enumerate(args[:-1]):
+        step = Path(args[index + 1])
+        if arg in ("--keep-dir", "-keep-dir") and step.name.startswith(STEP_FOLDER):
+            break
+    else:
+        return args
+    output = args[args.index("-o") + 1] if "-o" in args[:-1] else ""
+    digest = base64.b32encode(hashlib.sha256(f"{cwd}\0{output}".encode()).digest())
+    length = len(step.name) - len(FIXED_FOLDER)  # 13 characters, 65 bits, for sccache's 18
+    link = step.parent / f"{FIXED_FOLDER}{digest.decode().lower()[:length]}"
+    staged = step.parent / f".{link.name}.{os.getpid()}"
+    try:
+        remove_dangling_links(step.parent)
+        staged.symlink_to(step)
+        os.replace(staged, link)
+    except OSError:
+        staged.unlink(missing_ok=True)
+        return args  # a folder in the way: the random name, as without this wrapper
+    return [*args[:index + 1], str(link), *args[index + 2:]]
+
+
+def remove_dangling_links(folder: Path) -> None:
+    """Remove the fixed-name links whose step folder sccache has removed (compiles done)."""
+    for entry in folder.glob(f"{FIXED_FOLDER}*"):  # only links: another's files stay
+        if entry.is_symlink() and not entry.exists():
+            entry.unlink(missing_ok=True)
 
 
 def one_step_sources(args: list[str]) -> list[str]:

@@ -1,7 +1,7 @@
 """The flags that make `-g` objects the same on a compile farm server and here: build_wheels.py
 puts -gno-column-info -ftrack-macro-expansion=0 in CFLAGS and CXXFLAGS (a real CMake
 RelWithDebInfo build compiles with them), and the nvcc wrapper gives nvcc's host compiler the
-same and sccache's step folder one fixed name in the debug info."""
+same, and sccache's step folder a link of a fixed name, which the debug info names."""
 
 from __future__ import annotations
 
@@ -81,3 +81,58 @@ def test_every_nvcc_run_gets_no_column_info_and_its_arguments_stay_the_same_othe
 def test_runs_that_compile_nothing_go_to_nvcc_unchanged() -> None:
     for args in ([], ["--version"], ["-V"], ["--help"]):
         assert nvcc_wrapper.reproducible_debug_info(args) == args
+
+
+def dryrun(step: Path, output: str = "CMakeFiles/k.dir/k.cu.o") -> list[str]:
+    """The arguments of sccache's second `nvcc --dryrun` of a unit, its step folder given."""
+    return ["-g", "-c", "k.cu", "-o", output, "--dryrun", "--keep", "--keep-dir", str(step)]
+
+
+def test_sccaches_step_folder_becomes_a_link_of_a_fixed_name_no_longer_than_its_own(
+        tmp_path: Path) -> None:
+    # gcc names a folder's real path where it is shorter than the path given (the includes of
+    # nvcc's host file would name the random folder again): the link must not be longer
+    first, second = tmp_path / "sccache_nvccAb12Cd", tmp_path / "sccache_nvccZz98Yx"
+    first.mkdir()
+    second.mkdir()
+    args = nvcc_wrapper.fixed_step_folder(dryrun(first), Path("/build/src"))
+    link = Path(args[-1])
+    assert args[:-1] == dryrun(first)[:-1]
+    assert link.parent == tmp_path and link.name.startswith("nvcc-")
+    assert len(link.name) == len(first.name) and link.readlink() == first
+    # the same unit in another run of sccache: the same name, now pointing at its folder
+    assert nvcc_wrapper.fixed_step_folder(dryrun(second), Path("/build/src"))[-1] == str(link)
+    assert link.readlink() == second
+    # another unit, or the same output in another build folder: another name
+    assert nvcc_wrapper.fixed_step_folder(dryrun(second, "k2.o"), Path("/build/src"))[-1] \
+        != str(link)
+    assert nvcc_wrapper.fixed_step_folder(dryrun(second), Path("/elsewhere"))[-1] != str(link)
+
+
+def test_links_whose_compile_is_done_are_removed_and_nothing_else(tmp_path: Path) -> None:
+    done, running = tmp_path / "sccache_nvccAb12Cd", tmp_path / "sccache_nvccZz98Yx"
+    done.mkdir()
+    running.mkdir()
+    old = Path(nvcc_wrapper.fixed_step_folder(dryrun(done, "a.o"), Path("/b"))[-1])
+    (tmp_path / "nvcc-a-file").write_text("not ours")
+    done.rmdir()  # sccache removes its step folder when the unit is compiled
+    new = Path(nvcc_wrapper.fixed_step_folder(dryrun(running, "b.o"), Path("/b"))[-1])
+    assert not old.is_symlink() and new.readlink() == running
+    assert (tmp_path / "nvcc-a-file").read_text() == "not ours"
+
+
+def test_other_nvcc_runs_keep_their_folders(tmp_path: Path) -> None:
+    mine = tmp_path / "kept"
+    mine.mkdir()
+    for args in (dryrun(mine), ["-c", "k.cu", "--keep-dir", str(tmp_path / "sccache_nvccAb12Cd")],
+                 ["--dryrun", "-c", "k.cu"]):
+        assert nvcc_wrapper.fixed_step_folder(args, Path("/b")) == args
+    # a folder of the link's name in the way: sccache's own folder, as without the wrapper
+    step = tmp_path / "sccache_nvccAb12Cd"
+    step.mkdir()
+    name = Path(nvcc_wrapper.fixed_step_folder(dryrun(step), Path("/b"))[-1]).name
+    (tmp_path / name).unlink()
+    (tmp_path / name).mkdir()
+    (tmp_path / name / "file").write_text("")
+    assert nvcc_wrapper.fixed_step_folder(dryrun(step), Path("/b")) == dryrun(step)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["kept", step.name, name])
