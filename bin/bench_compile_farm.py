@@ -7,6 +7,12 @@ farm, the time the farm adds, and whether every wheel is the same bytes. Then mo
 cold sm_121a production compile on four Sparks against one from per-unit figures measured
 on a Spark-class compile (the formula is written into the JSON). Writes JSON with the
 machine it ran on.
+
+`--tag TAG --local-record WHEELS_JSON --local-seconds S` measures a vLLM tag of this project
+instead (one cold wheels stage through the farm, about an hour for cpu-3.73 here): against
+the record and time of a cold local build of the same sources and build scripts, which is
+given, not run again (a second hour), and kept in the JSON as given. Its figures are added to
+the JSON beside the fixture's.
 """
 
 from __future__ import annotations
@@ -40,6 +46,8 @@ PRODUCTION: dict[str, float] = {"units": 383, "one_spark_min": 55.0, "local_shar
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.tag:
+        return _vllm_tag(args)
     work = args.work.resolve()
     shutil.rmtree(work, ignore_errors=True)
     local, farm = _project(work / "local"), _project(work / "farm")
@@ -65,7 +73,75 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--runs", type=int, default=2, help="pairs of cold builds (default 2)")
     parser.add_argument("--work", type=Path, default=Path("build/bench-farm"))
     parser.add_argument("--out", type=Path, default=Path("benchmarks/compile-farm.json"))
+    parser.add_argument("--tag", help="a vLLM tag of this project, compiled through the farm")
+    parser.add_argument("--local-record", type=Path,
+                        help="wheels.json of a cold local build of the tag's inputs")
+    parser.add_argument("--local-seconds", type=float,
+                        help="that local build's wheels stage, in seconds")
     return parser
+
+
+def _vllm_tag(args: argparse.Namespace) -> int:
+    """One cold wheels stage of the tag through `compile-farm up --local 2`, in this project,
+    with an empty compile cache; compared with the given local build."""
+    if args.local_record is None or args.local_seconds is None:
+        sys.exit("--tag needs --local-record and --local-seconds (a cold local build's)")
+    local = json.loads(args.local_record.read_text())
+    project = Path.cwd()
+    cache = _cold_compile_cache(args.work.resolve() / "cache")
+    _sparkbake(project, cache, "compile-farm", "up", "--local", "2")
+    try:
+        start = time.monotonic()
+        _sparkbake(project, cache, "wheels", args.tag)
+        seconds = round(time.monotonic() - start, 1)
+    finally:
+        _sparkbake(project, cache, "compile-farm", "down")
+    log = (project / "build" / "logs" / args.tag / "wheels.log").read_text()
+    found = REMOTE.search(log)
+    remote, compiled = (int(found[1]), int(found[2])) if found else (0, 0)
+    farm = json.loads(max((project / "wheels").glob("*/wheels.json"),
+                          key=lambda path: path.stat().st_mtime).read_text())
+    result = json.loads(args.out.read_text()) if args.out.is_file() else {}
+    result[args.tag] = {
+        "farm_s": seconds, "local_s": args.local_seconds,
+        "local_given": f"a cold local build of the same sources and build scripts "
+                       f"({args.local_record.parent.name[:12]}), on this machine, earlier",
+        "compiled_remotely": f"{remote} of {compiled}",
+        "share_remote": round(remote / compiled, 3) if compiled else None,
+        "overhead_per_unit_s": round((seconds - args.local_seconds) / compiled, 2)
+        if compiled else None,
+        "ratio_farm_to_local": round(seconds / args.local_seconds, 3),
+        "identical": {"wheels": _digests(farm) == _digests(local),
+                      "libraries": _libraries(farm) == _libraries(local)},
+        "wheel_sha256": {"farm": _digests(farm), "local": _digests(local)},
+        "note": "two servers on the build's own two cores: the farm cannot be faster here; "
+                "the figures are its share and its cost per unit",
+        "machine": _machine()}
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result[args.tag], indent=2))
+    return 0
+
+
+def _cold_compile_cache(work: Path) -> Path:
+    """A host cache folder whose compile cache is empty and whose other entries (base
+    layers, bytecode, the registry's CA) are the user's own, linked."""
+    real = Path(os.environ.get("SPARKBAKE_CACHE") or
+                Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "sparkbake")
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    for entry in real.iterdir() if real.is_dir() else ():
+        if entry.name != "sccache":
+            (work / entry.name).symlink_to(entry)
+    return work
+
+
+def _digests(report: dict[str, Any]) -> list[str]:
+    return sorted(wheel["sha256"] for wheel in report["wheels"])
+
+
+def _libraries(report: dict[str, Any]) -> list[tuple[str, str]]:
+    return sorted((kernel["path"], kernel["sha256"]) for wheel in report["wheels"]
+                  for kernel in wheel.get("kernels", ()))
 
 
 def _project(folder: Path) -> Path:
