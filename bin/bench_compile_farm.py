@@ -8,11 +8,10 @@ cold sm_121a production compile on four Sparks against one from per-unit figures
 on a Spark-class compile (the formula is written into the JSON). Writes JSON with the
 machine it ran on.
 
-`--tag TAG --local-record WHEELS_JSON --local-seconds S` measures a vLLM tag of this project
-instead (one cold wheels stage through the farm, about an hour for cpu-3.73 here): against
-the record and time of a cold local build of the same sources and build scripts, which is
-given, not run again (a second hour), and kept in the JSON as given. Its figures are added to
-the JSON beside the fixture's.
+`--tag TAG` measures a vLLM tag of this project instead, in this project: a cold wheels stage
+through the farm, then one here (about an hour each for cpu-3.73 on this project's 2-core
+machine), each with an empty compile cache beside the user's other caches. Its figures are
+added to the JSON beside the fixture's.
 """
 
 from __future__ import annotations
@@ -73,53 +72,76 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--runs", type=int, default=2, help="pairs of cold builds (default 2)")
     parser.add_argument("--work", type=Path, default=Path("build/bench-farm"))
     parser.add_argument("--out", type=Path, default=Path("benchmarks/compile-farm.json"))
-    parser.add_argument("--tag", help="a vLLM tag of this project, compiled through the farm")
-    parser.add_argument("--local-record", type=Path,
-                        help="wheels.json of a cold local build of the tag's inputs")
-    parser.add_argument("--local-seconds", type=float,
-                        help="that local build's wheels stage, in seconds")
+    parser.add_argument("--tag", help="a vLLM tag of this project: cold through the farm, "
+                        "then cold here")
+    parser.add_argument("--skip-farm", action="store_true",
+                        help="with --tag: the farm's figures from an earlier run's JSON")
     return parser
 
 
 def _vllm_tag(args: argparse.Namespace) -> int:
-    """One cold wheels stage of the tag through `compile-farm up --local 2`, in this project,
-    with an empty compile cache; compared with the given local build."""
-    if args.local_record is None or args.local_seconds is None:
-        sys.exit("--tag needs --local-record and --local-seconds (a cold local build's)")
-    local = json.loads(args.local_record.read_text())
-    project = Path.cwd()
-    cache = _cold_compile_cache(args.work.resolve() / "cache")
-    _sparkbake(project, cache, "compile-farm", "up", "--local", "2")
-    try:
-        start = time.monotonic()
-        _sparkbake(project, cache, "wheels", args.tag)
-        seconds = round(time.monotonic() - start, 1)
-    finally:
-        _sparkbake(project, cache, "compile-farm", "down")
-    log = (project / "build" / "logs" / args.tag / "wheels.log").read_text()
-    found = REMOTE.search(log)
-    remote, compiled = (int(found[1]), int(found[2])) if found else (0, 0)
-    farm = json.loads(max((project / "wheels").glob("*/wheels.json"),
-                          key=lambda path: path.stat().st_mtime).read_text())
+    """Two cold wheels stages of the tag in this project, each with an empty compile cache:
+    through `compile-farm up --local 2`, then here; the farm's figures are kept in the JSON
+    before the second starts (`--skip-farm` takes them from there)."""
+    project, work = Path.cwd(), args.work.resolve()
     result = json.loads(args.out.read_text()) if args.out.is_file() else {}
+    if args.skip_farm:
+        if args.tag not in result:
+            sys.exit(f"--skip-farm: {args.out} has no farm figures of {args.tag}")
+        farm = result[args.tag]["farm"]
+    else:
+        cache = _cold_compile_cache(work / "cache")
+        _sparkbake(project, cache, "compile-farm", "up", "--local", "2")
+        try:
+            farm = _tag_wheels(project, cache, args.tag)
+        finally:
+            _sparkbake(project, cache, "compile-farm", "down")
+        result[args.tag] = {"farm": farm, "machine": _machine()}
+        args.out.write_text(json.dumps(result, indent=2) + "\n")
+    # the farm's wheels and kept kernels out of the way, so that the same keys compile again
+    moved = work / "farm-wheels"
+    shutil.rmtree(moved, ignore_errors=True)
+    moved.mkdir(parents=True)
+    shutil.move(project / "wheels" / farm["wheels_key"], moved / "wheels")
+    shutil.move(project / "wheels" / "kernels" / farm["kernels_key"], moved / "kernels")
+    local = _tag_wheels(project, _cold_compile_cache(work / "cache"), args.tag)
+    shutil.rmtree(moved)
+    if local["remote"] or local["compile_cache"].get("misses", 0) < farm["compiled"]:
+        sys.exit(f"the local build of {args.tag} was not cold: {local}")
+    remote, compiled = farm["remote"], farm["compiled"]
     result[args.tag] = {
-        "farm_s": seconds, "local_s": args.local_seconds,
-        "local_given": f"a cold local build of the same sources and build scripts "
-                       f"({args.local_record.parent.name[:12]}), on this machine, earlier",
+        "farm": farm, "local": local,
         "compiled_remotely": f"{remote} of {compiled}",
         "share_remote": round(remote / compiled, 3) if compiled else None,
-        "overhead_per_unit_s": round((seconds - args.local_seconds) / compiled, 2)
-        if compiled else None,
-        "ratio_farm_to_local": round(seconds / args.local_seconds, 3),
-        "identical": {"wheels": _digests(farm) == _digests(local),
-                      "libraries": _libraries(farm) == _libraries(local)},
-        "wheel_sha256": {"farm": _digests(farm), "local": _digests(local)},
-        "note": "two servers on the build's own two cores: the farm cannot be faster here; "
-                "the figures are its share and its cost per unit",
+        "ratio_farm_to_local": round(farm["seconds"] / local["seconds"], 3),
+        "farm_minus_local_per_unit_s":
+            round((farm["seconds"] - local["seconds"]) / compiled, 2) if compiled else None,
+        "identical": {"wheels": farm["wheels"] == local["wheels"],
+                      "libraries": farm["libraries"] == local["libraries"]},
+        "note": "two servers on the build's own two cores, and MAX_JOBS counting their slots: "
+                "not a speed-up to expect on Sparks, but the share and the cost of sending",
         "machine": _machine()}
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result[args.tag], indent=2))
     return 0
+
+
+def _tag_wheels(project: Path, cache: Path, tag: str) -> dict[str, Any]:
+    """One wheels stage of the tag (cold: its key's wheels absent, the cache empty)."""
+    start = time.monotonic()
+    _sparkbake(project, cache, "wheels", tag)
+    seconds = round(time.monotonic() - start, 1)
+    found = REMOTE.search((project / "build" / "logs" / tag / "wheels.log").read_text())
+    record = max((project / "wheels").glob("*/wheels.json"), key=lambda p: p.stat().st_mtime)
+    report = json.loads(record.read_text())
+    return {"seconds": seconds, "wheels_key": record.parent.name,
+            "kernels_key": report["kernels"]["key"],
+            "remote": int(found[1]) if found else 0, "compiled": int(found[2]) if found else 0,
+            "wheels": sorted(wheel["sha256"] for wheel in report["wheels"]),
+            "libraries": sorted(f"{kernel['path']} {kernel['sha256']}"
+                                for wheel in report["wheels"]
+                                for kernel in wheel.get("kernels", ())),
+            "compile_cache": report.get("compile_cache", {}).get("stats", {})}
 
 
 def _cold_compile_cache(work: Path) -> Path:
@@ -133,15 +155,6 @@ def _cold_compile_cache(work: Path) -> Path:
         if entry.name != "sccache":
             (work / entry.name).symlink_to(entry)
     return work
-
-
-def _digests(report: dict[str, Any]) -> list[str]:
-    return sorted(wheel["sha256"] for wheel in report["wheels"])
-
-
-def _libraries(report: dict[str, Any]) -> list[tuple[str, str]]:
-    return sorted((kernel["path"], kernel["sha256"]) for wheel in report["wheels"]
-                  for kernel in wheel.get("kernels", ()))
 
 
 def _project(folder: Path) -> Path:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 import shutil
 import zipfile
 from collections.abc import Iterator
@@ -18,10 +19,11 @@ from sparkbake.config.settings import Settings
 from sparkbake.core.stages import Stage
 from sparkbake.fetch import sourcelock, thirdparty
 from sparkbake.hashing import file_sha256, tree_hash
-from sparkbake.oci import docker_engine
+from sparkbake.oci import docker_engine, image_layout
 from sparkbake.pipeline import build
 from sparkbake.run import Run
 from tests.conftest import DATA, Project, copy_project, plain_console, versions_yaml
+from tests.farm_down import down_leaving_nothing
 from tests.gitdaemon import Daemon, git, git_daemon
 from tests.integration.test_pipeline import add_patch, read_from_image
 
@@ -148,6 +150,38 @@ def test_a_second_clean_build_gives_the_same_wheel(
                          "wheels.json").read_text())["wheels"]
     assert [w["sha256"] for w in second] == [w["sha256"] for w in first]
     assert (again.root / "build" / "thirdparty" / daemon[1] / "tree" / "include").is_dir()
+
+
+def image_digest(project: Project) -> str:
+    found = image_layout.Layout(project.root / "build" / "oci", plain_console()).find(TAG)
+    assert found is not None
+    return found.digest
+
+
+@pytest.mark.required("prove-compile-cache")
+def test_the_cmake_cuda_project_built_through_the_compile_farm_is_the_local_image(
+        built: Project, daemon: tuple[Daemon, str], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A vLLM-style build (CMake, a .cu through nvcc, a FetchContent dependency) cold through
+    `compile-farm up --local 2`: its units compile remotely and its image is the local one."""
+    monkeypatch.setenv("SPARKBAKE_CACHE", str(tmp_path / "host-cache"))  # a cold cache
+    monkeypatch.delenv("SPARKBAKE_COMPILE_CACHE", raising=False)
+    project = cmake_project(tmp_path / "farm", daemon[0])
+    (project.root / LOCK).parent.mkdir(parents=True)
+    shutil.copy(built.root / LOCK, project.root / LOCK)
+    shutil.copy(DATA / BUILDER_LOCK, project.root / BUILDER_LOCK)
+    capsys.readouterr()
+    try:
+        assert project.sparkbake("compile-farm", "up", "--local", "2") == 0
+        assert project.sparkbake("build-image", TAG) == 0
+    finally:
+        down_leaving_nothing(project)
+    found = re.search(r"^compiled remotely: (\d+) of (\d+)$", capsys.readouterr().err,
+                      re.MULTILINE)
+    assert found, "no 'compiled remotely' line"
+    remote, compiled = int(found[1]), int(found[2])
+    assert compiled >= 4 and remote >= 0.8 * compiled, found[0]  # nvcc's steps, at least
+    assert image_digest(project) == image_digest(built)
 
 
 def test_a_lock_whose_tree_hash_was_edited_is_refused_at_fetch(
