@@ -11,7 +11,7 @@ machine it ran on.
 `--tag TAG` measures a vLLM tag of this project instead, in this project: a cold wheels stage
 through the farm, then one here (about an hour each for cpu-3.73 on this project's 2-core
 machine), each with an empty compile cache beside the user's other caches. Its figures are
-added to the JSON beside the fixture's.
+added to the JSON beside the fixture's, under `vllm`.
 """
 
 from __future__ import annotations
@@ -35,9 +35,11 @@ from sparkbake.__main__ import main as cli
 __all__ = ["main", "model"]
 
 FIXTURE = Path(__file__).resolve().parents[1] / "tests" / "data"
+BENCHMARK = ("compile farm (sccache-dist, two local servers): the fixture, and a vLLM tag of "
+             "the project (vllm)")
+REMOTE = re.compile(r"^compiled remotely: (\d+) of (\d+)$", re.MULTILINE)
 # The production compile's per-unit figures (sccache 0.16.0, sm_121a, measured on loopback
 # with two servers and estimated from a sample of vLLM's units): what the model takes.
-REMOTE = re.compile(r"^compiled remotely: (\d+) of (\d+)$", re.MULTILINE)
 PRODUCTION: dict[str, float] = {"units": 383, "one_spark_min": 55.0, "local_share": 0.19,
               "remote_inflation_small": 1.0, "remote_inflation_cub": round(23.2 / 18.2, 3),
               "nodes": 4, "target_min": 15.0}
@@ -56,11 +58,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 for _ in range(args.runs)]
     finally:
         _sparkbake(farm, work / "farm-cache", "compile-farm", "down")
-    result = {"benchmark": "compile farm (sccache-dist, two local servers) on the fixture",
-              "fixture": _fixture(runs), "production_model": model(PRODUCTION),
-              "not_measured": "the CPU tag's vLLM compile through the farm (about an hour "
-                              "cold on this 2-core shared machine) and any run on Sparks",
+    earlier = json.loads(args.out.read_text()) if args.out.is_file() else {}
+    result = {"benchmark": BENCHMARK, "fixture": _fixture(runs),
+              "production_model": model(PRODUCTION), "not_measured": "any run on Sparks",
               "machine": _machine()}
+    if "vllm" in earlier:  # a vLLM tag's figures (--tag) stay until measured again
+        result["vllm"] = earlier["vllm"]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps({k: v for k, v in result.items() if k != "machine"}, indent=2))
@@ -86,9 +89,9 @@ def _vllm_tag(args: argparse.Namespace) -> int:
     project, work = Path.cwd(), args.work.resolve()
     result = json.loads(args.out.read_text()) if args.out.is_file() else {}
     if args.skip_farm:
-        if args.tag not in result:
+        if result.get("vllm", {}).get("tag") != args.tag:
             sys.exit(f"--skip-farm: {args.out} has no farm figures of {args.tag}")
-        farm = result[args.tag]["farm"]
+        farm = result["vllm"]["farm"]
     else:
         cache = _cold_compile_cache(work / "cache")
         _sparkbake(project, cache, "compile-farm", "up", "--local", "2")
@@ -96,7 +99,8 @@ def _vllm_tag(args: argparse.Namespace) -> int:
             farm = _tag_wheels(project, cache, args.tag)
         finally:
             _sparkbake(project, cache, "compile-farm", "down")
-        result[args.tag] = {"farm": farm, "machine": _machine()}
+        result["vllm"] = {"tag": args.tag, "farm": farm, "machine": _machine()}
+        result["benchmark"] = BENCHMARK
         args.out.write_text(json.dumps(result, indent=2) + "\n")
     # the farm's wheels and kept kernels out of the way, so that the same keys compile again
     moved = work / "farm-wheels"
@@ -109,8 +113,8 @@ def _vllm_tag(args: argparse.Namespace) -> int:
     if local["remote"] or local["compile_cache"].get("misses", 0) < farm["compiled"]:
         sys.exit(f"the local build of {args.tag} was not cold: {local}")
     remote, compiled = farm["remote"], farm["compiled"]
-    result[args.tag] = {
-        "farm": farm, "local": local,
+    result["vllm"] = {
+        "tag": args.tag, "farm": farm, "local": local,
         "compiled_remotely": f"{remote} of {compiled}",
         "share_remote": round(remote / compiled, 3) if compiled else None,
         "ratio_farm_to_local": round(farm["seconds"] / local["seconds"], 3),
@@ -122,7 +126,7 @@ def _vllm_tag(args: argparse.Namespace) -> int:
                 "not a speed-up to expect on Sparks, but the share and the cost of sending",
         "machine": _machine()}
     args.out.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result[args.tag], indent=2))
+    print(json.dumps(result["vllm"], indent=2))
     return 0
 
 
