@@ -31,6 +31,7 @@ from typing import Any
 from bench import _machine
 
 from sparkbake.__main__ import main as cli
+from sparkbake.config.settings import Settings
 
 __all__ = ["main", "model"]
 
@@ -87,13 +88,15 @@ def _vllm_tag(args: argparse.Namespace) -> int:
     through `compile-farm up --local 2`, then here; the farm's figures are kept in the JSON
     before the second starts (`--skip-farm` takes them from there)."""
     project, work = Path.cwd(), args.work.resolve()
+    # the user's cache, read before _sparkbake points SPARKBAKE_CACHE at a cold one
+    users = Settings.of_process().cache_dir
     result = json.loads(args.out.read_text()) if args.out.is_file() else {}
     if args.skip_farm:
         if result.get("vllm", {}).get("tag") != args.tag:
             sys.exit(f"--skip-farm: {args.out} has no farm figures of {args.tag}")
         farm = result["vllm"]["farm"]
     else:
-        cache = _cold_compile_cache(work / "cache")
+        cache = _cold_compile_cache(users, work / "cache")
         _sparkbake(project, cache, "compile-farm", "up", "--local", "2")
         try:
             farm = _tag_wheels(project, cache, args.tag)
@@ -108,7 +111,7 @@ def _vllm_tag(args: argparse.Namespace) -> int:
     moved.mkdir(parents=True)
     shutil.move(project / "wheels" / farm["wheels_key"], moved / "wheels")
     shutil.move(project / "wheels" / "kernels" / farm["kernels_key"], moved / "kernels")
-    local = _tag_wheels(project, _cold_compile_cache(work / "cache"), args.tag)
+    local = _tag_wheels(project, _cold_compile_cache(users, work / "cache"), args.tag)
     shutil.rmtree(moved)
     if local["remote"] or local["compile_cache"].get("misses", 0) < farm["compiled"]:
         sys.exit(f"the local build of {args.tag} was not cold: {local}")
@@ -148,11 +151,9 @@ def _tag_wheels(project: Path, cache: Path, tag: str) -> dict[str, Any]:
             "compile_cache": report.get("compile_cache", {}).get("stats", {})}
 
 
-def _cold_compile_cache(work: Path) -> Path:
+def _cold_compile_cache(real: Path, work: Path) -> Path:
     """A host cache folder whose compile cache is empty and whose other entries (base
-    layers, bytecode, the registry's CA) are the user's own, linked."""
-    real = Path(os.environ.get("SPARKBAKE_CACHE") or
-                Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "sparkbake")
+    layers, bytecode, the registry's CA) are those of the cache folder real, linked."""
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     for entry in real.iterdir() if real.is_dir() else ():
