@@ -29,9 +29,10 @@ SOURCES_CMAKE = Path("/build/sparkbake-sources.cmake")
 CUBIN = re.compile(r"\.(sm_\d+[af]?)\.cubin")
 RELAY_PORT = 6379
 # debug info that is the same whether a compile farm server compiled the preprocessed source
-# or this builder the file: no column info, and no macro expansion locations (gcc gives the
-# line table other entries where it tracks them)
-DEBUG_INFO_FLAGS = "-gno-column-info -ftrack-macro-expansion=0"
+# or this builder the file: no column info, no macro expansion locations (gcc gives the line
+# table other entries where it tracks them), and the file preprocessed apart from its compile,
+# as sccache does for a server (gcc 14 lists a unit's directories in another order otherwise)
+DEBUG_INFO_FLAGS = "-gno-column-info -ftrack-macro-expansion=0 -no-integrated-cpp"
 
 
 def main() -> int:

@@ -10,9 +10,10 @@ after the sources and the output, and the folder is removed afterwards. Everythi
 compiles itself and fails on `-keep`.
 
 With `-g`, a host compile run on a compile farm server compiles the preprocessed source,
-whose debug column info and line table (macro expansion locations) are not the file's; every
-nvcc run gives its host compiler `-gno-column-info -ftrack-macro-expansion=0`, farm or not,
-so a remote object is a local one's bytes.
+whose debug column info and line table (macro expansion locations, gcc 14's directory order)
+are not the file's; every nvcc run gives its host compiler `-gno-column-info
+-ftrack-macro-expansion=0 -no-integrated-cpp`, farm or not, so a remote object is a local
+one's bytes.
 
 sccache runs nvcc's steps in a folder of a random name (`sccache_nvccXXXXXX`), which it passes
 as `--keep-dir` to an `nvcc --dryrun` to learn the host compiler's steps; the host compile then
@@ -47,7 +48,7 @@ NO_LINK = frozenset({
 SOURCES = (".cu", ".c", ".cc", ".cpp", ".cxx", ".c++", ".C")
 INFO = frozenset({"-V", "--version", "-h", "--help"})  # runs that compile nothing
 # the host compiler's debug info as build_wheels.py gives every C and C++ compile
-HOST_DEBUG_INFO = "-Xcompiler=-gno-column-info,-ftrack-macro-expansion=0"
+HOST_DEBUG_INFO = "-Xcompiler=-gno-column-info,-ftrack-macro-expansion=0,-no-integrated-cpp"
 STEP_FOLDER = "sccache_nvcc"  # the prefix of sccache's step folders (src/compiler/nvcc.rs)
 FIXED_FOLDER = "nvcc-"
 
@@ -70,7 +71,7 @@ def main(args: list[str]) -> int:
 
 def reproducible_debug_info(args: list[str]) -> list[str]:
     """The arguments with the host compiler's debug info made the same on every machine: no
-    column info or macro expansion locations."""
+    column info or macro expansion locations, the source preprocessed apart."""
     if not args or any(arg in INFO for arg in args):
         return args
     return [*args, HOST_DEBUG_INFO]

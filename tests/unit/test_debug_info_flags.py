@@ -1,7 +1,8 @@
 """The flags that make `-g` objects the same on a compile farm server and here: build_wheels.py
-puts -gno-column-info -ftrack-macro-expansion=0 in CFLAGS and CXXFLAGS (a real CMake
-RelWithDebInfo build compiles with them), and the nvcc wrapper gives nvcc's host compiler the
-same, and sccache's step folder a link of a fixed name, which the debug info names."""
+puts -gno-column-info -ftrack-macro-expansion=0 -no-integrated-cpp in CFLAGS and CXXFLAGS (a
+real CMake RelWithDebInfo build compiles with them), and the nvcc wrapper gives nvcc's host
+compiler the same, and sccache's step folder a link of a fixed name, which the debug info
+names."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ def test_the_build_adds_no_column_info_to_the_flags_it_is_given(
     monkeypatch.setenv("CXXFLAGS", "-O3 -march=native")
     monkeypatch.delenv("CFLAGS", raising=False)
     load("build_wheels").reproducible_debug_info()
-    flags = "-gno-column-info -ftrack-macro-expansion=0"
+    flags = "-gno-column-info -ftrack-macro-expansion=0 -no-integrated-cpp"
     assert os.environ["CXXFLAGS"] == f"-O3 -march=native {flags}"
     assert os.environ["CFLAGS"] == flags
 
@@ -71,10 +72,10 @@ def test_every_nvcc_run_gets_no_column_info_and_its_arguments_stay_the_same_othe
     steps = ["-x", "cu", "-g", "-c", "k.cu", "--keep-dir", "/tmp/sccache_nvccAb12Cd",
              "--dryrun", "--keep"]
     assert nvcc_wrapper.reproducible_debug_info(steps) == [
-        *steps, "-Xcompiler=-gno-column-info,-ftrack-macro-expansion=0"]
+        *steps, "-Xcompiler=-gno-column-info,-ftrack-macro-expansion=0,-no-integrated-cpp"]
     compile_only = ["-g", "-c", "k.cu", "-o", "k.o"]
     assert nvcc_wrapper.reproducible_debug_info(compile_only) == [
-        *compile_only, "-Xcompiler=-gno-column-info,-ftrack-macro-expansion=0"]
+        *compile_only, "-Xcompiler=-gno-column-info,-ftrack-macro-expansion=0,-no-integrated-cpp"]
     assert nvcc_wrapper.reproducible_debug_info(["--version"]) == ["--version"]
 
 
