@@ -1,13 +1,18 @@
 """Debug info bit for bit: with `-g`, an object compiled on a compile farm server is the bytes
 of one compiled here, with the flags the builder gives every compile (images/build_wheels.py:
-`-gno-column-info -ftrack-macro-expansion=0` in CFLAGS and CXXFLAGS; images/nvcc_wrapper.py:
-the same for nvcc's host compiler, and sccache's random step folder a link of a fixed name).
+`-gno-column-info -ftrack-macro-expansion=0 -no-integrated-cpp` in CFLAGS and CXXFLAGS;
+images/nvcc_wrapper.py: the same for nvcc's host compiler, and sccache's random step folder a
+link of a fixed name).
 
 Without the flags, here with sccache 0.16.0, g++ 12 and CUDA 13.0: the farm's g++ object
 differs from the local one in its column info (asserted below); and nvcc's host compile on the
 farm, with -gno-column-info alone, gave another line table than here (checked by hand: gcc
 compiling nvcc's preprocessed `.cudafe1.cpp` adds a location view where it tracked a macro
-expansion in the file; with -ftrack-macro-expansion=0 both ways give one line table)."""
+expansion in the file; with -ftrack-macro-expansion=0 both ways give one line table).
+g++ 14 (the CPU tag's trixie builder), without -no-integrated-cpp: a `_Pragma` that a macro
+expands inside a function (torch's AT_DISPATCH_SWITCH) leaves the statements after it at the
+macro's definition in the preprocessed source a server compiles, at the call here; the line
+table then lists its files in another order (asserted below, in the trixie base)."""
 
 from __future__ import annotations
 
@@ -24,9 +29,12 @@ import pytest
 
 from sparkbake import resources
 from sparkbake.hashing import file_sha256
+from sparkbake.oci import docker_engine
 from sparkbake.wheels.farm_binary import VERSION, X86_64_WHEEL
 from tests.conftest import Project
 from tests.farm_down import farm_project
+from tests.image_scripts import load
+from tests.sparkrun_base import python_base
 
 pytestmark = pytest.mark.docker
 
@@ -39,8 +47,25 @@ KERNEL = """\
 __global__ void add(float* a, const float* b, int n) { int i = threadIdx.x; a[i] += b[i]; }
 void launch(float* a, const float* b, int n) { add<<<(n + 255) / 256, 256>>>(a, b, n); }
 """
+# a diagnostic pragma around a switch that a macro expands in a function, as torch's
+# AT_DISPATCH_SWITCH does with C10_DIAGNOSTIC_PUSH_AND_IGNORED_IF_DEFINED
+QUIET = """\
+#define PRAGMA_TEXT(text) _Pragma(#text)
+#define PRAGMA(text) PRAGMA_TEXT(text)
+#define QUIET_PUSH(warning) PRAGMA(GCC diagnostic push) PRAGMA(GCC diagnostic ignored warning)
+#define QUIET_POP() PRAGMA(GCC diagnostic pop)
+#define DISPATCH(k, body) [&] { QUIET_PUSH("-Wswitch-enum") \\
+  switch (k) { case 0: body; break; default: break; } QUIET_POP() }()
+"""
+DISPATCHED = """\
+#include "quiet.h"
+int scaled(int k, int* out) {
+  DISPATCH(k, *out = 2 * k);
+  return *out;
+}
+"""
 # as images/build_wheels.py puts them in CFLAGS and CXXFLAGS
-DEBUG_INFO_FLAGS = ["-gno-column-info", "-ftrack-macro-expansion=0"]
+DEBUG_INFO_FLAGS: list[str] = load("build_wheels").DEBUG_INFO_FLAGS.split()
 
 
 @pytest.fixture(scope="module")
@@ -105,6 +130,54 @@ def test_a_g_unit_compiled_on_the_farm_is_the_local_object(
         label = "fixed" if same else "unfixed"
         there, remote = compiled(sccache, tmp_path / f"there-{label}", client, work, command)
         here, _ = compiled(sccache, tmp_path / f"here-{label}", None, work, command)
+        assert remote == 1, f"the {label} unit did not compile on the farm"
+        assert (there == here) is same, label
+
+
+def compiled_in(client: docker_engine.Client, image: str, sccache: Path, folder: Path,
+                config: Path | None, work: Path, command: list[str]) -> tuple[bytes, int]:
+    """compiled(), in a container of image (its compiler, which sccache packages for the
+    farm): on the host's network, where the farm's scheduler listens on loopback."""
+    folder.mkdir(parents=True)
+    (folder / "none.toml").write_text("")
+    script = ("sccache --start-server >/dev/null && sccache \"$@\" -o out.o && "
+              "sccache --show-stats --stats-format=json > /cache/stats.json; "
+              "status=$?; sccache --stop-server >/dev/null; exit $status")
+    client.containers.run(
+        image, ["sh", "-c", script, "sh", *command], remove=True, network_mode="host",
+        working_dir="/unit",
+        environment={"PATH": "/opt/sccache:/usr/bin:/bin", "SCCACHE_DIR": "/cache/sccache",
+                     "SCCACHE_SERVER_PORT": "4392", "SCCACHE_CONF": "/etc/sccache.toml"},
+        volumes={str(sccache.parent): {"bind": "/opt/sccache", "mode": "ro"},
+                 str(work): {"bind": "/unit", "mode": "rw"},
+                 str(folder): {"bind": "/cache", "mode": "rw"},
+                 str(config or folder / "none.toml"): {"bind": "/etc/sccache.toml",
+                                                       "mode": "ro"}})
+    stats = json.loads((folder / "stats.json").read_text())["stats"]
+    remote = sum(int(n) for n in (stats.get("dist_compiles") or {}).values())
+    return (work / "out.o").read_bytes(), remote
+
+
+def test_a_g_unit_of_gcc_14_with_a_pragma_in_a_macro_compiled_on_the_farm_is_the_local_object(
+        farm: Project, sccache: Path, docker_client: docker_engine.Client,
+        tmp_path: Path) -> None:
+    """In the CPU tag's trixie base (g++ 14): the builder's flags give one object on the farm
+    and here; without -no-integrated-cpp, the two differ."""
+    (tmp_path / "bases").mkdir()
+    image = python_base(docker_client, tmp_path / "bases")
+    client = farm.root / "build" / "compile-farm" / "client" / "client.toml"
+    work = tmp_path / "dispatch"
+    work.mkdir()
+    (work / "quiet.h").write_text(QUIET)
+    (work / "unit.cpp").write_text(DISPATCHED)
+    apart = [flag for flag in DEBUG_INFO_FLAGS if flag != "-no-integrated-cpp"]
+    for flags, same in ((DEBUG_INFO_FLAGS, True), (apart, False)):
+        command = ["g++", "-O2", "-g", *flags, "-c", "unit.cpp"]
+        label = "fixed" if same else "integrated-cpp"
+        there, remote = compiled_in(docker_client, image, sccache, tmp_path / f"there-{label}",
+                                    client, work, command)
+        here, _ = compiled_in(docker_client, image, sccache, tmp_path / f"here-{label}", None,
+                              work, command)
         assert remote == 1, f"the {label} unit did not compile on the farm"
         assert (there == here) is same, label
 

@@ -4,17 +4,16 @@ two FetchContent dependencies (one with SOURCE_SUBDIR) from local folders."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
 from sparkbake import resources
+from tests.image_scripts import load
 
 UNREACHABLE = "git://127.0.0.1:9"  # nothing listens: a download fails at once
 PROJECT = f"""\
@@ -28,15 +27,6 @@ FetchContent_MakeAvailable(tinydep tinyconf)
 get_property(conf GLOBAL PROPERTY TINYCONF_VALUE)
 message(STATUS "result: dep=${{tinydep_SOURCE_DIR}} conf=${{conf}} scale=${{OWN_SCALE}}")
 """
-
-
-def load_build_wheels() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("build_wheels",
-                                                  resources.path("build_wheels.py"))
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture
@@ -66,7 +56,7 @@ def sources_script(layout: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> 
     for name in ("SPARKBAKE_SOURCES_CMAKE", "CMAKE_TOOLCHAIN_FILE"):
         monkeypatch.delenv(name, raising=False)
     script = root / "sources.cmake"
-    load_build_wheels().write_sources_cmake(
+    load("build_wheels").write_sources_cmake(
         {"tinydep": str(root / "tinydep"), "tinyconf": str(root / "tinyconf")}, script)
     return script
 

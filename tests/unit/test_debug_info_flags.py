@@ -6,25 +6,14 @@ names."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import subprocess
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
-from sparkbake import resources
-
-
-def load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, resources.path(f"{name}.py"))
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
+from tests.image_scripts import load
 
 nvcc_wrapper = load("nvcc_wrapper")
 
