@@ -31,6 +31,7 @@ from sparkbake import resources
 from sparkbake.hashing import file_sha256
 from sparkbake.oci import docker_engine
 from sparkbake.wheels.farm_binary import VERSION, X86_64_WHEEL
+from sparkbake.wheels.farm_client import remote_count
 from tests.conftest import Project
 from tests.farm_down import farm_project
 from tests.image_scripts import load
@@ -111,12 +112,11 @@ def compiled(sccache: Path, folder: Path, config: Path | None, work: Path,
     run("--start-server")
     try:
         run(*command, "-o", "out.o")
-        stats = json.loads(run("--show-stats", "--stats-format=json"))["stats"]
+        stats = json.loads(run("--show-stats", "--stats-format=json"))
     finally:
         subprocess.run([str(sccache), "--stop-server"], env=env, capture_output=True,
                        check=False)
-    remote = sum(int(n) for n in (stats.get("dist_compiles") or {}).values())
-    return (work / "out.o").read_bytes(), remote
+    return (work / "out.o").read_bytes(), remote_count(stats)[0]
 
 
 def test_a_g_unit_compiled_on_the_farm_is_the_local_object(
@@ -153,9 +153,8 @@ def compiled_in(client: docker_engine.Client, image: str, sccache: Path, folder:
                  str(folder): {"bind": "/cache", "mode": "rw"},
                  str(config or folder / "none.toml"): {"bind": "/etc/sccache.toml",
                                                        "mode": "ro"}})
-    stats = json.loads((folder / "stats.json").read_text())["stats"]
-    remote = sum(int(n) for n in (stats.get("dist_compiles") or {}).values())
-    return (work / "out.o").read_bytes(), remote
+    stats = json.loads((folder / "stats.json").read_text())
+    return (work / "out.o").read_bytes(), remote_count(stats)[0]
 
 
 def test_a_g_unit_of_gcc_14_with_a_pragma_in_a_macro_compiled_on_the_farm_is_the_local_object(
